@@ -1,0 +1,51 @@
+//! `hvtrain bench gemm`: the SGEMM rate of the matrix crate hvtrain uses, on exactly the
+//! matrix products of one training step of an MLP (forward, weight gradients, input
+//! gradients), so a training run's FLOP rate can be read as a fraction of it.
+
+use crate::device::cpu::{gemm, Trans};
+use std::time::Instant;
+
+pub fn run(layers: &[usize], batch: usize, seconds: f64) {
+    // (m, k, n, ta, tb) for each product of a step, as Mlp::forward/backward issue them.
+    let mut shapes = Vec::new();
+    for w in layers.windows(2) {
+        shapes.push((batch, w[0], w[1], Trans::N, Trans::N));
+    }
+    for (l, w) in layers.windows(2).enumerate() {
+        shapes.push((w[0], batch, w[1], Trans::T, Trans::N));
+        if l > 0 {
+            shapes.push((batch, w[1], w[0], Trans::N, Trans::T));
+        }
+    }
+    let bufs: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> = shapes
+        .iter()
+        .map(|&(m, k, n, _, _)| (vec![0.5f32; m * k], vec![0.25f32; k * n], vec![0.0f32; m * n]))
+        .collect();
+    let flops: f64 = shapes.iter().map(|&(m, k, n, _, _)| 2.0 * (m * k * n) as f64).sum();
+    let mut bufs = bufs;
+    let step = |bufs: &mut Vec<(Vec<f32>, Vec<f32>, Vec<f32>)>| {
+        for (&(m, k, n, ta, tb), (a, b, c)) in shapes.iter().zip(bufs.iter_mut()) {
+            gemm(m, k, n, 1.0, a, ta, b, tb, 0.0, c);
+        }
+    };
+    for _ in 0..3 {
+        step(&mut bufs);
+    }
+    let t = Instant::now();
+    let mut iters = 0u64;
+    while t.elapsed().as_secs_f64() < seconds {
+        step(&mut bufs);
+        iters += 1;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let gflops = flops * iters as f64 / secs / 1e9;
+    let per_sample = flops / batch as f64;
+    println!(
+        "{}",
+        serde_json::json!({
+            "crate": "matrixmultiply", "layers": layers, "batch": batch, "step_gemms": shapes.len(),
+            "gflops": gflops, "flop_per_sample": per_sample,
+            "samples_per_sec_ceiling": gflops * 1e9 / per_sample, "seconds": secs, "iters": iters
+        })
+    );
+}

@@ -1,0 +1,94 @@
+//! Command-line definitions (clap). Parsing only: `main` turns these into actions.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hvtrain",
+    version,
+    about = "Data-parallel MLP training on HPC machines: MPI all-reduce with tensor fusion, HDF5 shards, CPU (CUDA to come)",
+    long_about = "hvtrain trains dense neural networks (multi-layer perceptrons) data-parallel. It is an SPMD \
+program: start one process per rank with mpirun or srun; each rank reads its own part of the HDF5 data, \
+and gradients are averaged with MPI_Allreduce over fused buckets.\n\n\
+Examples:\n  mpirun -n 2 hvtrain train jobs/fashion-mnist.toml\n  srun --mpi=pmix hvtrain train jobs/fashion-mnist.toml --set training.epochs=2\n  \
+hvtrain data import-idx train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz data/train.h5\n\n\
+Logging: RUST_LOG=debug|info|warn (default info); every line carries its rank."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train the model described by a job file.
+    #[command(after_help = "Example:\n  mpirun -n 2 hvtrain train jobs/fashion-mnist.toml --set training.epochs=3 --set optimizer.lr=0.1\n\n\
+Writes OUTPUT_DIR/metrics.jsonl (one JSON object per epoch) and OUTPUT_DIR/weights.h5.\n\
+Exit code 0 on success, non-zero on any error; an error on one rank ends every rank.")]
+    Train(JobArgs),
+    /// Evaluate saved weights on the job's test data.
+    #[command(after_help = "Example:\n  mpirun -n 2 hvtrain eval jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5")]
+    Eval {
+        #[command(flatten)]
+        job: JobArgs,
+        /// Weights file written by `hvtrain train` (OUTPUT_DIR/weights.h5).
+        #[arg(long)]
+        weights: PathBuf,
+    },
+    /// Prepare data: convert IDX to HDF5, split a file into per-rank shards.
+    #[command(subcommand)]
+    Data(DataCommand),
+    /// Micro-benchmarks of this machine, as hvtrain sees it.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Args, Debug)]
+pub struct JobArgs {
+    /// The job file (TOML). See jobs/fashion-mnist.toml for every key.
+    pub job: String,
+    /// Override a job key: --set training.epochs=3 (value in TOML syntax; bare words are strings). Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DataCommand {
+    /// Convert IDX files (the MNIST format, optionally .gz) to HDF5: x float32 [N, D] scaled to [0,1], y int32 [N].
+    #[command(after_help = "Example:\n  hvtrain data import-idx /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \\\n      /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz data/fashion-mnist-train.h5")]
+    ImportIdx { images: PathBuf, labels: PathBuf, out: PathBuf },
+    /// Split one HDF5 file into N files of contiguous rows, for `{rank}` paths in a job file.
+    #[command(after_help = "Example:\n  hvtrain data shard data/fashion-mnist-train.h5 --parts 4 --out data/shards\n  \
+# then in the job file: train = \"data/shards/fashion-mnist-train-{rank}.h5\"")]
+    Shard {
+        input: PathBuf,
+        /// Number of shard files (usually the number of ranks).
+        #[arg(long)]
+        parts: usize,
+        /// Directory for the shard files.
+        #[arg(long)]
+        out: PathBuf,
+        /// Features dataset name.
+        #[arg(long, default_value = "x")]
+        x: String,
+        /// Targets dataset name.
+        #[arg(long, default_value = "y")]
+        y: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Single-core SGEMM rate (GFLOP/s) of hvtrain's matrix crate on an MLP's step shapes.
+    #[command(after_help = "Example:\n  hvtrain bench gemm --layers 784,512,512,10 --batch 128")]
+    Gemm {
+        #[arg(long, value_delimiter = ',', default_value = "784,512,512,10")]
+        layers: Vec<usize>,
+        #[arg(long, default_value_t = 128)]
+        batch: usize,
+        /// Seconds to measure.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+    },
+}

@@ -1,0 +1,379 @@
+//! The job file: a TOML document, parsed strictly (unknown keys are errors), with
+//! `--set dotted.key=value` overrides applied before validation.
+//!
+//! Paths in the job file are taken relative to the working directory the job starts in
+//! (as for `srun`/`mpirun` in a batch script), not relative to the job file.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    pub data: DataCfg,
+    pub model: ModelCfg,
+    #[serde(default)]
+    pub training: TrainingCfg,
+    #[serde(default)]
+    pub optimizer: OptimizerCfg,
+    #[serde(default)]
+    pub distribution: DistributionCfg,
+    #[serde(default)]
+    pub output: OutputCfg,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataCfg {
+    /// Training data. `{rank}` in the path selects one file per rank; otherwise each rank
+    /// reads its own contiguous slice of the one file.
+    pub train: String,
+    /// Test data, split across ranks the same way. Optional.
+    #[serde(default)]
+    pub test: Option<String>,
+    #[serde(default = "default_x")]
+    pub x_dataset: String,
+    #[serde(default = "default_y")]
+    pub y_dataset: String,
+    /// Shuffle the order of samples every epoch (seeded by `training.seed` and the epoch).
+    #[serde(default = "yes")]
+    pub shuffle: bool,
+    /// Rows per contiguous block read from HDF5; blocks are shuffled, then rows within a window.
+    #[serde(default = "default_block")]
+    pub shuffle_block: usize,
+    /// Rows held in memory at once by the reader (a multiple of `shuffle_block`).
+    #[serde(default = "default_window")]
+    pub shuffle_window: usize,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    Relu,
+    Tanh,
+    Gelu,
+    Identity,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LossKind {
+    /// Classification: `y` holds integer class labels in [0, classes).
+    SoftmaxCrossEntropy,
+    /// Regression: `y` holds float32 targets [N, outputs]; loss is the mean over all elements.
+    Mse,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelCfg {
+    /// Layer widths, input first: [784, 512, 512, 10] is two hidden layers of 512.
+    pub layers: Vec<usize>,
+    #[serde(default = "default_activation")]
+    pub activation: Activation,
+    #[serde(default = "default_loss")]
+    pub loss: LossKind,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceChoice {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingCfg {
+    #[serde(default = "one")]
+    pub epochs: usize,
+    /// Samples per rank per step; the global batch is this times the number of ranks.
+    #[serde(default = "default_batch")]
+    pub batch_size: usize,
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default = "default_device")]
+    pub device: DeviceChoice,
+    /// Log a progress line every this many steps (0: only per epoch).
+    #[serde(default)]
+    pub log_every: usize,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerKind {
+    Sgd,
+    Adam,
+    Adamw,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizerCfg {
+    #[serde(default = "default_opt")]
+    pub kind: OptimizerKind,
+    #[serde(default = "default_lr")]
+    pub lr: f64,
+    #[serde(default)]
+    pub momentum: f64,
+    #[serde(default)]
+    pub nesterov: bool,
+    #[serde(default = "default_beta1")]
+    pub beta1: f64,
+    #[serde(default = "default_beta2")]
+    pub beta2: f64,
+    #[serde(default = "default_eps")]
+    pub eps: f64,
+    /// L2 penalty for sgd/adam (added to the gradient), decoupled decay for adamw. Weights only.
+    #[serde(default)]
+    pub weight_decay: f64,
+    /// Multiply `lr` by the number of ranks (the usual rule when the global batch grows with it).
+    #[serde(default)]
+    pub scale_lr_by_world_size: bool,
+    /// Ramp the learning rate linearly from lr/warmup_steps to lr over this many steps.
+    #[serde(default)]
+    pub warmup_steps: usize,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DistributionCfg {
+    /// Gradients are packed into buckets of at most this many MiB; each bucket is one
+    /// MPI_Allreduce. A tensor larger than this travels alone. 0 means one bucket per tensor.
+    #[serde(default = "default_fusion")]
+    pub fusion_threshold_mb: f64,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputCfg {
+    #[serde(default = "default_out")]
+    pub dir: String,
+}
+
+fn default_x() -> String { "x".into() }
+fn default_y() -> String { "y".into() }
+fn yes() -> bool { true }
+fn one() -> usize { 1 }
+fn default_block() -> usize { 256 }
+fn default_window() -> usize { 4096 }
+fn default_activation() -> Activation { Activation::Relu }
+fn default_loss() -> LossKind { LossKind::SoftmaxCrossEntropy }
+fn default_batch() -> usize { 32 }
+fn default_device() -> DeviceChoice { DeviceChoice::Auto }
+fn default_opt() -> OptimizerKind { OptimizerKind::Sgd }
+fn default_lr() -> f64 { 0.01 }
+fn default_beta1() -> f64 { 0.9 }
+fn default_beta2() -> f64 { 0.999 }
+fn default_eps() -> f64 { 1e-8 }
+fn default_fusion() -> f64 { 64.0 }
+fn default_out() -> String { "runs/default".into() }
+
+impl Default for TrainingCfg {
+    fn default() -> Self {
+        TrainingCfg { epochs: one(), batch_size: default_batch(), seed: 0, device: default_device(), log_every: 0 }
+    }
+}
+impl Default for OptimizerCfg {
+    fn default() -> Self {
+        OptimizerCfg {
+            kind: default_opt(), lr: default_lr(), momentum: 0.0, nesterov: false, beta1: default_beta1(),
+            beta2: default_beta2(), eps: default_eps(), weight_decay: 0.0, scale_lr_by_world_size: false,
+            warmup_steps: 0,
+        }
+    }
+}
+impl Default for DistributionCfg {
+    fn default() -> Self { DistributionCfg { fusion_threshold_mb: default_fusion() } }
+}
+impl Default for OutputCfg {
+    fn default() -> Self { OutputCfg { dir: default_out() } }
+}
+
+impl Job {
+    /// Read `path`, apply `overrides` (`dotted.key=value`, value in TOML syntax or a bare
+    /// string), deserialize strictly and validate.
+    pub fn load(path: &str, overrides: &[String]) -> Result<Job> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::config(path, "(file)", format!("cannot read the job file: {e}")))?;
+        Job::parse(path, &text, overrides)
+    }
+
+    /// As `load`, from text; `origin` names the source in errors.
+    pub fn parse(origin: &str, text: &str, overrides: &[String]) -> Result<Job> {
+        let mut doc: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| Error::config(origin, "(syntax)", one_line(&e.to_string())))?;
+        for o in overrides {
+            apply_override(origin, &mut doc, o)?;
+        }
+        let job: Job = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
+            let field = e.path().to_string();
+            Error::config(origin, field, one_line(&e.into_inner().to_string()))
+        })?;
+        job.validate(origin)?;
+        Ok(job)
+    }
+
+    fn validate(&self, origin: &str) -> Result<()> {
+        let bad = |field: &str, msg: String| Err(Error::config(origin, field, msg));
+        let m = &self.model;
+        if m.layers.len() < 2 {
+            return bad("model.layers", format!("needs at least an input and an output width, got {:?}", m.layers));
+        }
+        if let Some(i) = m.layers.iter().position(|&w| w == 0) {
+            return bad("model.layers", format!("width {i} is 0; every layer needs at least one unit"));
+        }
+        if m.loss == LossKind::SoftmaxCrossEntropy && *m.layers.last().unwrap() < 2 {
+            return bad("model.layers", "softmax_cross_entropy needs at least 2 output classes".into());
+        }
+        let t = &self.training;
+        if t.epochs == 0 {
+            return bad("training.epochs", "must be at least 1".into());
+        }
+        if t.batch_size == 0 {
+            return bad("training.batch_size", "must be at least 1 (it is the per-rank batch)".into());
+        }
+        let o = &self.optimizer;
+        if !(o.lr > 0.0 && o.lr.is_finite()) {
+            return bad("optimizer.lr", format!("must be a positive number, got {}", o.lr));
+        }
+        if !(0.0..1.0).contains(&o.momentum) {
+            return bad("optimizer.momentum", format!("must be in [0, 1), got {}", o.momentum));
+        }
+        if o.nesterov && o.momentum == 0.0 {
+            return bad("optimizer.nesterov", "needs optimizer.momentum > 0".into());
+        }
+        if !(0.0..1.0).contains(&o.beta1) {
+            return bad("optimizer.beta1", format!("must be in [0, 1), got {}", o.beta1));
+        }
+        if !(0.0..1.0).contains(&o.beta2) {
+            return bad("optimizer.beta2", format!("must be in [0, 1), got {}", o.beta2));
+        }
+        if !(o.eps > 0.0) {
+            return bad("optimizer.eps", format!("must be positive, got {}", o.eps));
+        }
+        if !(o.weight_decay >= 0.0 && o.weight_decay.is_finite()) {
+            return bad("optimizer.weight_decay", format!("must be >= 0, got {}", o.weight_decay));
+        }
+        let f = self.distribution.fusion_threshold_mb;
+        if !(f >= 0.0 && f.is_finite()) {
+            return bad("distribution.fusion_threshold_mb", format!("must be >= 0, got {f}"));
+        }
+        let d = &self.data;
+        if d.train.is_empty() {
+            return bad("data.train", "is empty; give the path of the training HDF5 file".into());
+        }
+        if d.shuffle_block == 0 {
+            return bad("data.shuffle_block", "must be at least 1".into());
+        }
+        if d.shuffle_window < d.shuffle_block {
+            return bad("data.shuffle_window", format!("must be >= data.shuffle_block ({})", d.shuffle_block));
+        }
+        if self.output.dir.is_empty() {
+            return bad("output.dir", "is empty".into());
+        }
+        Ok(())
+    }
+
+    /// A stable fingerprint of everything that must be equal on every rank.
+    pub fn fingerprint(&self) -> u64 {
+        fnv1a(serde_json::to_string(self).expect("job serializes").as_bytes())
+    }
+
+    pub fn fusion_threshold_bytes(&self) -> usize {
+        (self.distribution.fusion_threshold_mb * 1024.0 * 1024.0) as usize
+    }
+}
+
+fn apply_override(origin: &str, doc: &mut toml::Table, o: &str) -> Result<()> {
+    let (key, value) = o
+        .split_once('=')
+        .ok_or_else(|| Error::config(origin, o, "--set needs the form dotted.key=value"))?;
+    let key = key.trim();
+    let value = value.trim();
+    // A value is read as TOML (numbers, booleans, arrays, quoted strings); a bare word is a string.
+    let parsed: toml::Value = format!("v = {value}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()));
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(Error::config(origin, key, "--set key has an empty part"));
+    }
+    let mut table = doc;
+    for p in &parts[..parts.len() - 1] {
+        let entry = table.entry(p.to_string()).or_insert_with(|| toml::Value::Table(Default::default()));
+        table = entry
+            .as_table_mut()
+            .ok_or_else(|| Error::config(origin, key, format!("`{p}` is a value, not a section")))?;
+    }
+    table.insert(parts[parts.len() - 1].to_string(), parsed);
+    Ok(())
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// FNV-1a, 64 bit: tiny, stable, good enough to tell configs apart.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = "[data]\ntrain = \"t.h5\"\n[model]\nlayers = [4, 3]\n";
+
+    fn field_of(r: Result<Job>) -> String {
+        match r {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn minimal_job_gets_defaults() {
+        let j = Job::parse("job", MIN, &[]).unwrap();
+        assert_eq!(j.training.epochs, 1);
+        assert_eq!(j.model.activation, Activation::Relu);
+        assert_eq!(j.data.x_dataset, "x");
+        assert_eq!(j.distribution.fusion_threshold_mb, 64.0);
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_naming_it() {
+        let f = field_of(Job::parse("job", &format!("{MIN}[training]\nepochz = 3\n"), &[]));
+        assert!(f.contains("training"), "{f}");
+    }
+
+    #[test]
+    fn set_overrides_and_typos() {
+        let j = Job::parse("job", MIN, &["training.epochs=5".into(), "model.activation=tanh".into()]).unwrap();
+        assert_eq!(j.training.epochs, 5);
+        assert_eq!(j.model.activation, Activation::Tanh);
+        assert_eq!(field_of(Job::parse("job", MIN, &["optimizer.lr=0".into()])), "optimizer.lr");
+        assert_eq!(field_of(Job::parse("job", MIN, &["optimizer.lr=-1".into()])), "optimizer.lr");
+        assert_eq!(field_of(Job::parse("job", MIN, &["training.batch_size=0".into()])), "training.batch_size");
+        assert_eq!(field_of(Job::parse("job", MIN, &["model.activation=swish".into()])), "model.activation");
+        assert_eq!(field_of(Job::parse("job", MIN, &["model.layers=[4, 0, 3]".into()])), "model.layers");
+        assert!(field_of(Job::parse("job", MIN, &["model.depth=3".into()])).contains("model"));
+    }
+
+    #[test]
+    fn fingerprint_changes_with_config() {
+        let a = Job::parse("job", MIN, &[]).unwrap();
+        let b = Job::parse("job", MIN, &["optimizer.lr=0.5".into()]).unwrap();
+        assert_eq!(a.fingerprint(), Job::parse("other", MIN, &[]).unwrap().fingerprint());
+        assert_ne!(a.fingerprint(), b.fingerprint());
+    }
+}

@@ -1,0 +1,106 @@
+//! The converters behind `hvtrain data`: IDX (the MNIST format) to HDF5, and one HDF5 file
+//! into N shard files for `{rank}` paths.
+
+use super::h5;
+use crate::error::{Error, Result};
+use std::io::Read;
+use std::path::Path;
+
+/// An IDX array: dimensions and raw u8 elements (the only element type MNIST uses).
+struct Idx {
+    dims: Vec<usize>,
+    data: Vec<u8>,
+}
+
+fn read_idx(path: &Path) -> Result<Idx> {
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
+    let mut raw = Vec::new();
+    let is_gz = path.extension().is_some_and(|e| e == "gz");
+    let res = if is_gz { flate2::read::GzDecoder::new(f).read_to_end(&mut raw) } else { std::io::BufReader::new(f).read_to_end(&mut raw) };
+    res.map_err(|e| Error::io(path, if is_gz { "decompress (gzip)" } else { "read" }, e))?;
+    if raw.len() < 4 || raw[0] != 0 || raw[1] != 0 {
+        return Err(Error::data(path, "(header)", "not an IDX file: the magic number must start with two zero bytes"));
+    }
+    if raw[2] != 0x08 {
+        return Err(Error::data(path, "(header)", format!("element type 0x{:02x} is not supported; only unsigned bytes (0x08)", raw[2])));
+    }
+    let nd = raw[3] as usize;
+    let head = 4 + 4 * nd;
+    if raw.len() < head {
+        return Err(Error::data(path, "(header)", "truncated header"));
+    }
+    let dims: Vec<usize> = (0..nd).map(|i| u32::from_be_bytes(raw[4 + 4 * i..8 + 4 * i].try_into().unwrap()) as usize).collect();
+    let want: usize = dims.iter().product();
+    if raw.len() - head != want {
+        return Err(Error::data(path, "(data)", format!("dimensions {dims:?} need {want} bytes of data, the file has {}", raw.len() - head)));
+    }
+    Ok(Idx { dims, data: raw.split_off(head) })
+}
+
+/// Convert MNIST-style IDX images and labels into HDF5: `x` float32 [N, rows*cols] scaled
+/// to [0, 1], `y` int32 [N]. Returns (samples, features).
+pub fn import_idx(images: &Path, labels: &Path, out: &Path) -> Result<(usize, usize)> {
+    let img = read_idx(images)?;
+    let lab = read_idx(labels)?;
+    if img.dims.len() < 2 {
+        return Err(Error::data(images, "(header)", format!("images need at least 2 dimensions, found {:?}", img.dims)));
+    }
+    if lab.dims.len() != 1 {
+        return Err(Error::data(labels, "(header)", format!("labels must be 1-D, found {:?}", lab.dims)));
+    }
+    let n = img.dims[0];
+    if lab.dims[0] != n {
+        return Err(Error::data(labels, "(header)", format!("{} labels for {n} images in {}", lab.dims[0], images.display())));
+    }
+    let d = img.dims[1..].iter().product();
+    let x: Vec<f32> = img.data.iter().map(|&b| b as f32 / 255.0).collect();
+    let y: Vec<i32> = lab.data.iter().map(|&b| b as i32).collect();
+    let f = h5::create(out)?;
+    h5::write(&f, out, "x", &x, &[n, d])?;
+    h5::write(&f, out, "y", &y, &[n])?;
+    Ok((n, d))
+}
+
+/// Split `input` into `parts` files `DIR/<stem>-<i>.h5` of contiguous, balanced row ranges,
+/// copying datasets `x_name` and `y_name`. Returns the written paths.
+pub fn shard(input: &Path, parts: usize, out_dir: &Path, x_name: &str, y_name: &str) -> Result<Vec<std::path::PathBuf>> {
+    if parts == 0 {
+        return Err(Error::config("command line", "--parts", "must be at least 1"));
+    }
+    let f = h5::open(input)?;
+    let x = h5::dataset(&f, input, x_name)?;
+    let y = h5::dataset(&f, input, y_name)?;
+    let (xs, ys) = (x.shape(), y.shape());
+    if xs.len() != 2 {
+        return Err(Error::data(input, x_name, format!("must be 2-D, found shape {xs:?}")));
+    }
+    let n = xs[0];
+    if ys.first() != Some(&n) {
+        return Err(Error::data(input, y_name, format!("has {:?} rows, {x_name} has {n}", ys.first())));
+    }
+    if parts > n {
+        return Err(Error::data(input, x_name, format!("{n} samples cannot fill {parts} parts")));
+    }
+    let stem = input.file_stem().and_then(|s| s.to_str()).unwrap_or("part");
+    let y_is_int = h5::kind(&y, input, y_name)? == "int";
+    let mut written = Vec::new();
+    for i in 0..parts {
+        let (a, b) = (i * n / parts, (i + 1) * n / parts);
+        let path = out_dir.join(format!("{stem}-{i}.h5"));
+        let o = h5::create(&path)?;
+        let xa = x.read_slice_2d::<f32, _>((a..b, ..)).map_err(|e| Error::hdf5(input, format!("read {x_name}"), e))?;
+        h5::write(&o, &path, x_name, xa.as_slice().unwrap(), &[b - a, xs[1]])?;
+        let mut yshape = ys.clone();
+        yshape[0] = b - a;
+        let sel = (a..b, ..);
+        if y_is_int {
+            let ya = if ys.len() == 1 { y.read_slice_1d::<i32, _>(a..b).map(|v| v.to_vec()) } else { y.read_slice_2d::<i32, _>(sel).map(|v| v.iter().copied().collect()) };
+            h5::write(&o, &path, y_name, &ya.map_err(|e| Error::hdf5(input, format!("read {y_name}"), e))?, &yshape)?;
+        } else {
+            let ya = if ys.len() == 1 { y.read_slice_1d::<f32, _>(a..b).map(|v| v.to_vec()) } else { y.read_slice_2d::<f32, _>(sel).map(|v| v.iter().copied().collect()) };
+            h5::write(&o, &path, y_name, &ya.map_err(|e| Error::hdf5(input, format!("read {y_name}"), e))?, &yshape)?;
+        }
+        written.push(path);
+    }
+    Ok(written)
+}

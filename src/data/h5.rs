@@ -1,0 +1,52 @@
+//! Thin helpers over the `hdf5` crate that turn its errors into ones naming the file and
+//! the dataset, with a hint of how to fix them.
+
+use crate::error::{Error, Result};
+use hdf5::types::TypeDescriptor;
+use std::path::Path;
+
+pub fn open(path: &Path) -> Result<hdf5::File> {
+    if !path.exists() {
+        return Err(Error::data(path, "(file)", "no such file (check data.train / data.test, and `{rank}` for per-rank files)"));
+    }
+    hdf5::File::open(path).map_err(|e| Error::data(path, "(file)", format!("cannot open as HDF5 (not an HDF5 file, or damaged): {e}")))
+}
+
+pub fn dataset(file: &hdf5::File, path: &Path, name: &str) -> Result<hdf5::Dataset> {
+    file.dataset(name).map_err(|_| {
+        let found = file.member_names().unwrap_or_default().join(", ");
+        Error::data(path, name, format!("dataset not found (the file has: [{found}]); set data.x_dataset / data.y_dataset"))
+    })
+}
+
+/// The element type class of a dataset: "float", "int" or something else (named).
+pub fn kind(ds: &hdf5::Dataset, path: &Path, name: &str) -> Result<&'static str> {
+    let d = ds
+        .dtype()
+        .and_then(|t| t.to_descriptor())
+        .map_err(|e| Error::data(path, name, format!("unreadable element type: {e}")))?;
+    Ok(match d {
+        TypeDescriptor::Float(_) => "float",
+        TypeDescriptor::Integer(_) | TypeDescriptor::Unsigned(_) => "int",
+        _ => "other",
+    })
+}
+
+/// Create (or truncate) an HDF5 file for writing.
+pub fn create(path: &Path) -> Result<hdf5::File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create directory", e))?;
+    }
+    hdf5::File::create(path).map_err(|e| Error::hdf5(path, "create file", e))
+}
+
+/// Write a whole 1-D or 2-D f32/i32 array as dataset `name` (created, contiguous).
+pub fn write<T: hdf5::H5Type + Copy>(file: &hdf5::File, path: &Path, name: &str, data: &[T], shape: &[usize]) -> Result<()> {
+    assert_eq!(data.len(), shape.iter().product::<usize>(), "write {name}: shape does not match data");
+    let arr = ndarray::ArrayViewD::from_shape(ndarray::IxDyn(shape), data).expect("shape checked above");
+    file.new_dataset_builder()
+        .with_data(arr)
+        .create(name)
+        .map_err(|e| Error::hdf5(path, format!("write dataset {name}"), e))?;
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! The CPU reference backend: the matrix product and the element-wise kernels of a dense
+//! layer, on row-major `f32` slices. Every other backend is tested against these.
+//!
+//! Shapes are always row-major: activations are [batch, features], a weight is [in, out].
+
+use crate::config::Activation;
+
+/// Which operand is transposed in `gemm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trans {
+    N,
+    T,
+}
+
+/// C[m,n] = alpha * op(A)[m,k] · op(B)[k,n] + beta * C, all row-major.
+/// `a` holds A as [m,k] (Trans::N) or [k,m] (Trans::T); likewise `b` as [k,n] or [n,k].
+/// Transposes are expressed through strides: nothing is copied.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(m: usize, k: usize, n: usize, alpha: f32, a: &[f32], ta: Trans, b: &[f32], tb: Trans, beta: f32, c: &mut [f32]) {
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n, "gemm: operand too small");
+    let (rsa, csa) = match ta {
+        Trans::N => (k as isize, 1),
+        Trans::T => (1, m as isize),
+    };
+    let (rsb, csb) = match tb {
+        Trans::N => (n as isize, 1),
+        Trans::T => (1, k as isize),
+    };
+    // SAFETY: the asserts above keep every index that these strides reach inside the slices.
+    unsafe {
+        matrixmultiply::sgemm(m, k, n, alpha, a.as_ptr(), rsa, csa, b.as_ptr(), rsb, csb, beta, c.as_mut_ptr(), n as isize, 1);
+    }
+}
+
+/// out[r, :] = act(z[r, :]) where z = out + bias is formed in place: `out` holds x·W on entry.
+/// When `keep_z` is given, the pre-activation z is stored there (needed by backward for gelu/tanh).
+pub fn bias_act_forward(out: &mut [f32], bias: &[f32], act: Activation, mut keep_z: Option<&mut [f32]>) {
+    let n = bias.len();
+    for (r, row) in out.chunks_exact_mut(n).enumerate() {
+        for (j, v) in row.iter_mut().enumerate() {
+            *v += bias[j];
+        }
+        if let Some(z) = keep_z.as_deref_mut() {
+            z[r * n..(r + 1) * n].copy_from_slice(row);
+        }
+        act_forward_inplace(row, act);
+    }
+}
+
+pub fn act_forward_inplace(v: &mut [f32], act: Activation) {
+    match act {
+        Activation::Identity => {}
+        Activation::Relu => v.iter_mut().for_each(|x| *x = x.max(0.0)),
+        Activation::Tanh => v.iter_mut().for_each(|x| *x = x.tanh()),
+        Activation::Gelu => v.iter_mut().for_each(|x| *x = gelu(*x)),
+    }
+}
+
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+const GELU_C: f32 = 0.044_715;
+
+/// GELU, tanh approximation (as in GPT-2 and `jax.nn.gelu(approximate=True)`).
+pub fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + GELU_C * x * x * x)).tanh())
+}
+
+pub fn gelu_grad(x: f32) -> f32 {
+    let u = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
+    let t = u.tanh();
+    let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * x * x);
+    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
+}
+
+/// d[i] *= act'(z[i]), given the pre-activation `z` and the activation's output `a`.
+/// relu and tanh use `a` (cheaper); gelu needs `z`.
+pub fn act_backward_inplace(d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Activation) {
+    match act {
+        Activation::Identity => {}
+        Activation::Relu => d.iter_mut().zip(a).for_each(|(g, &y)| {
+            if y <= 0.0 {
+                *g = 0.0
+            }
+        }),
+        Activation::Tanh => d.iter_mut().zip(a).for_each(|(g, &y)| *g *= 1.0 - y * y),
+        Activation::Gelu => {
+            let z = z.expect("gelu backward needs the pre-activation");
+            d.iter_mut().zip(z).for_each(|(g, &x)| *g *= gelu_grad(x))
+        }
+    }
+}
+
+/// out[j] = sum over rows r of m[r, j]  (the bias gradient).
+pub fn column_sums(m: &[f32], cols: usize, out: &mut [f32]) {
+    out.iter_mut().for_each(|v| *v = 0.0);
+    for row in m.chunks_exact(cols) {
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o += v;
+        }
+    }
+}
+
+/// Softmax cross-entropy over `logits` [b, k] with integer `labels`.
+/// Writes d(mean loss)/d(logits) scaled by `grad_scale` (usually 1/b) into `dlogits`,
+/// and returns (sum of per-sample losses, number of correct argmax predictions).
+pub fn softmax_xent(logits: &[f32], labels: &[i32], k: usize, grad_scale: f32, dlogits: Option<&mut [f32]>) -> (f64, usize) {
+    let mut loss = 0.0f64;
+    let mut correct = 0usize;
+    let mut dl = dlogits;
+    for (r, row) in logits.chunks_exact(k).enumerate() {
+        let y = labels[r] as usize;
+        let (mut amax, mut max) = (0usize, f32::NEG_INFINITY);
+        for (j, &v) in row.iter().enumerate() {
+            if v > max {
+                max = v;
+                amax = j;
+            }
+        }
+        if amax == y {
+            correct += 1;
+        }
+        let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
+        let log_sum = sum.ln();
+        loss += (log_sum - (row[y] - max)) as f64;
+        if let Some(d) = dl.as_deref_mut() {
+            let drow = &mut d[r * k..(r + 1) * k];
+            let inv = 1.0 / sum;
+            for (j, (g, &v)) in drow.iter_mut().zip(row).enumerate() {
+                let p = (v - max).exp() * inv;
+                *g = grad_scale * (p - if j == y { 1.0 } else { 0.0 });
+            }
+        }
+    }
+    (loss, correct)
+}
+
+/// Mean squared error over `pred` [b, k] and `target` [b, k]: returns the sum over samples of
+/// the per-sample mean over the k outputs; the gradient of (that sum × grad_scale).
+pub fn mse(pred: &[f32], target: &[f32], k: usize, grad_scale: f32, dpred: Option<&mut [f32]>) -> f64 {
+    let mut loss = 0.0f64;
+    for (p, t) in pred.chunks_exact(k).zip(target.chunks_exact(k)) {
+        loss += p.iter().zip(t).map(|(&a, &b)| ((a - b) as f64).powi(2)).sum::<f64>() / k as f64;
+    }
+    if let Some(d) = dpred {
+        let s = 2.0 * grad_scale / k as f32;
+        d.iter_mut().zip(pred.iter().zip(target)).for_each(|(g, (&a, &b))| *g = s * (a - b));
+    }
+    loss
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(m: usize, k: usize, n: usize, a: &[f32], ta: Trans, b: &[f32], tb: Trans) -> Vec<f32> {
+        let at = |i: usize, p: usize| if ta == Trans::N { a[i * k + p] } else { a[p * m + i] };
+        let bt = |p: usize, j: usize| if tb == Trans::N { b[p * n + j] } else { b[j * k + p] };
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|p| at(i, p) * bt(p, j)).sum();
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn gemm_matches_naive_for_every_transpose() {
+        let (m, k, n) = (5, 7, 3);
+        let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
+        for ta in [Trans::N, Trans::T] {
+            for tb in [Trans::N, Trans::T] {
+                let mut c = vec![1.0; m * n];
+                gemm(m, k, n, 1.0, &a, ta, &b, tb, 0.0, &mut c);
+                let want = naive(m, k, n, &a, ta, &b, tb);
+                for (x, y) in c.iter().zip(&want) {
+                    assert!((x - y).abs() < 1e-5, "{ta:?}{tb:?}: {x} vs {y}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_xent_of_uniform_logits_is_log_k() {
+        let logits = vec![0.0f32; 2 * 4];
+        let mut d = vec![0.0; 8];
+        let (loss, _) = softmax_xent(&logits, &[1, 3], 4, 0.5, Some(&mut d));
+        assert!((loss / 2.0 - 4f64.ln()).abs() < 1e-6);
+        assert!((d[1] - 0.5 * (0.25 - 1.0)).abs() < 1e-6 && (d[0] - 0.125).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,31 @@
+//! The device seam: which backend runs the dense layers. The CPU backend (`cpu`) is always
+//! built and is the reference. `cuda` is the only module that touches cudarc; today it
+//! only probes for a usable GPU (the CUDA kernels are a later piece of work), so `auto`
+//! falls back to the CPU with one log line and `cuda` is a clear error.
+
+pub mod cpu;
+pub mod cuda;
+
+use crate::config::DeviceChoice;
+use crate::error::{Error, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Cpu,
+}
+
+/// Decide the backend for this rank. `local_rank` picks the GPU when there is one.
+pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Backend, String)> {
+    match choice {
+        DeviceChoice::Cpu => Ok((Backend::Cpu, "cpu (as configured)".into())),
+        DeviceChoice::Auto => Ok((Backend::Cpu, match cuda::probe() {
+            Ok(n) => format!("cpu: {n} GPU(s) visible, but this build's CUDA backend is not implemented yet; local rank {local_rank} runs on the CPU"),
+            Err(why) => format!("cpu ({why})"),
+        })),
+        DeviceChoice::Cuda => match cuda::probe() {
+            Ok(n) => Err(Error::Device(format!(
+                "training.device = \"cuda\": {n} GPU(s) found, but the CUDA backend is not implemented in this build yet; use device = \"cpu\" or \"auto\""))),
+            Err(why) => Err(Error::Device(format!("training.device = \"cuda\" but {why}; use device = \"cpu\" or \"auto\""))),
+        },
+    }
+}

@@ -1,0 +1,52 @@
+//! The one error type of hvtrain. Library code returns `Result<T>`; only `main.rs`
+//! turns an error into a message and an exit code (and, under MPI, an `MPI_Abort`).
+
+use std::path::PathBuf;
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A bad value in the job file or a `--set` override. `field` is the dotted key.
+    #[error("config {file}: field `{field}`: {msg}")]
+    Config { file: String, field: String, msg: String },
+
+    /// A problem with an input data file: missing, unreadable, wrong shape or bad values.
+    #[error("data {file}: {field}: {msg}")]
+    Data { file: PathBuf, field: String, msg: String },
+
+    /// HDF5 library error while touching `file`.
+    #[error("hdf5 {file}: {what}: {source}")]
+    Hdf5 { file: PathBuf, what: String, #[source] source: hdf5::Error },
+
+    /// Plain I/O error while touching `file`.
+    #[error("io {file}: {what}: {source}")]
+    Io { file: PathBuf, what: String, #[source] source: std::io::Error },
+
+    /// Ranks disagree about something they must share (config, model, fusion plan, step count).
+    #[error("ranks disagree: {0}")]
+    Mismatch(String),
+
+    /// A device (CPU/CUDA) problem: no driver, no GPU, an unsupported request.
+    #[error("device: {0}")]
+    Device(String),
+
+    /// Training diverged or produced non-finite numbers.
+    #[error("training: {0}")]
+    Training(String),
+}
+
+impl Error {
+    pub fn data(file: impl Into<PathBuf>, field: impl Into<String>, msg: impl Into<String>) -> Self {
+        Error::Data { file: file.into(), field: field.into(), msg: msg.into() }
+    }
+    pub fn config(file: impl Into<String>, field: impl Into<String>, msg: impl Into<String>) -> Self {
+        Error::Config { file: file.into(), field: field.into(), msg: msg.into() }
+    }
+    pub fn hdf5(file: impl Into<PathBuf>, what: impl Into<String>, source: hdf5::Error) -> Self {
+        Error::Hdf5 { file: file.into(), what: what.into(), source }
+    }
+    pub fn io(file: impl Into<PathBuf>, what: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { file: file.into(), what: what.into(), source }
+    }
+}

@@ -1,0 +1,121 @@
+//! hvtrain: parse the command line, start MPI when the command needs it, run, and decide
+//! the exit code. This is the only place that does the last two: an error on any rank is
+//! printed once (naming the rank) and ends the whole MPI job with MPI_Abort, so no rank is
+//! ever left waiting in a collective.
+
+mod bench_gemm;
+mod cli;
+mod config;
+mod data;
+mod device;
+mod dist;
+mod error;
+mod metrics;
+mod model;
+mod optim;
+mod rng;
+mod train;
+mod weights;
+
+use clap::Parser;
+use cli::{BenchCommand, Cli, Command, DataCommand};
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+/// This process's rank, for log lines and the panic hook (usize::MAX before MPI starts).
+static RANK: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+fn rank_tag() -> String {
+    match RANK.load(Ordering::Relaxed) {
+        usize::MAX => "-".into(),
+        r => r.to_string(),
+    }
+}
+
+fn init_logging() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format(|buf, rec| {
+            let ts = buf.timestamp_millis();
+            writeln!(buf, "[{ts} {} rank {}] {}", rec.level(), rank_tag(), rec.args())
+        })
+        .init();
+}
+
+fn main() {
+    let t_process = Instant::now();
+    let cli = Cli::parse();
+    init_logging();
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("hvtrain: internal error on rank {}: {info}", rank_tag());
+        dist::comm::abort_world(101);
+    }));
+
+    let code = match cli.command {
+        Command::Data(cmd) => finish(run_data(cmd)),
+        Command::Bench(BenchCommand::Gemm { layers, batch, seconds }) => {
+            bench_gemm::run(&layers, batch, seconds);
+            0
+        }
+        Command::Train(args) => with_mpi(|comm| {
+            let job = config::Job::load(&args.job, &args.set)?;
+            train::train(comm, &job, t_process)
+        }),
+        Command::Eval { job, weights } => with_mpi(|comm| {
+            let j = config::Job::load(&job.job, &job.set)?;
+            train::eval(comm, &j, &weights)
+        }),
+    };
+    std::process::exit(code);
+}
+
+/// Run `f` inside MPI. On error: print one line naming the rank and host, then abort the
+/// whole job (MPI_Abort) when there are other ranks to take down.
+fn with_mpi(f: impl FnOnce(&dist::Comm) -> error::Result<()>) -> i32 {
+    let comm = match dist::Comm::init() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("hvtrain: error: MPI start-up failed: {e}");
+            return 1;
+        }
+    };
+    RANK.store(comm.rank, Ordering::Relaxed);
+    match f(&comm) {
+        Ok(()) => {
+            drop(comm); // finalizes MPI
+            0
+        }
+        Err(e) => {
+            eprintln!("hvtrain: error on rank {} ({}): {e}", comm.rank, comm.host);
+            if comm.size > 1 {
+                comm.abort(1);
+            }
+            1
+        }
+    }
+}
+
+fn finish(r: error::Result<()>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("hvtrain: error: {e}");
+            1
+        }
+    }
+}
+
+fn run_data(cmd: DataCommand) -> error::Result<()> {
+    match cmd {
+        DataCommand::ImportIdx { images, labels, out } => {
+            let (n, d) = data::convert::import_idx(&images, &labels, &out)?;
+            log::info!("wrote {}: x float32 [{n}, {d}], y int32 [{n}]", out.display());
+        }
+        DataCommand::Shard { input, parts, out, x, y } => {
+            let paths = data::convert::shard(&input, parts, &out, &x, &y)?;
+            let stem = input.file_stem().and_then(|s| s.to_str()).unwrap_or("part");
+            log::info!("wrote {} shards; in a job file use: train = \"{}\"", paths.len(), out.join(format!("{stem}-{{rank}}.h5")).display());
+        }
+    }
+    Ok(())
+}

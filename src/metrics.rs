@@ -1,0 +1,42 @@
+//! Per-epoch metrics: the log line and `OUTPUT_DIR/metrics.jsonl` (rank 0 only), one JSON
+//! object per epoch.
+
+use crate::error::{Error, Result};
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct EpochMetrics {
+    pub epoch: usize,
+    pub train_loss: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_loss: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_accuracy: Option<f64>,
+    /// Global training samples per second of wall time in this epoch (evaluation excluded).
+    pub samples_per_sec: f64,
+    pub epoch_seconds: f64,
+    pub steps: usize,
+    pub ranks: usize,
+    pub lr: f64,
+}
+
+pub struct MetricsLog {
+    path: PathBuf,
+}
+
+impl MetricsLog {
+    /// Start a fresh metrics.jsonl in `dir`.
+    pub fn create(dir: &Path) -> Result<MetricsLog> {
+        let path = dir.join("metrics.jsonl");
+        std::fs::write(&path, b"").map_err(|e| Error::io(&path, "create", e))?;
+        Ok(MetricsLog { path })
+    }
+
+    pub fn append(&self, m: &EpochMetrics) -> Result<()> {
+        let mut f = std::fs::OpenOptions::new().append(true).open(&self.path).map_err(|e| Error::io(&self.path, "open", e))?;
+        let line = serde_json::to_string(m).expect("metrics serialize");
+        writeln!(f, "{line}").map_err(|e| Error::io(&self.path, "append", e))
+    }
+}

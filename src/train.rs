@@ -1,0 +1,222 @@
+//! The training loop and evaluation:
+//! batches -> forward/backward -> fused all-reduce -> optimizer -> metrics, per epoch.
+//!
+//! Every rank runs the same number of steps (the smallest shard decides) so that the
+//! collectives line up; what a rank drops to get there is logged.
+
+use crate::config::Job;
+use crate::data::loader::{Loader, LoaderCfg};
+use crate::data::shard::{Labels, Shard};
+use crate::device;
+use crate::dist::{check_agreement, Comm, FusionPlan, GradReducer};
+use crate::error::{Error, Result};
+use crate::metrics::{EpochMetrics, MetricsLog};
+use crate::model::{Mlp, Targets, Workspace};
+use crate::optim::Optimizer;
+use crate::weights;
+use log::{info, warn};
+use std::path::PathBuf;
+use std::time::Instant;
+
+pub fn build_model(job: &Job) -> Mlp {
+    Mlp::new(&job.model.layers, job.model.activation, job.model.loss)
+}
+
+/// Start-up shared by `train` and `eval`: placement log, device choice, cross-rank checks.
+fn start(comm: &Comm, job: &Job) -> Result<Mlp> {
+    let (_backend, how) = device::select(job.training.device, comm.local_rank)?;
+    info!("rank {}/{} on host {} (local rank {}/{}), device: {how}", comm.rank, comm.size, comm.host, comm.local_rank, comm.local_size);
+    check_agreement(comm, "the job configuration (job file + --set)", job.fingerprint())?;
+    Ok(build_model(job))
+}
+
+pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
+    let model = start(comm, job)?;
+    let tensors = model.tensors();
+    let lens: Vec<usize> = tensors.iter().map(|t| t.range.len()).collect();
+    let plan = FusionPlan::new(&lens, job.fusion_threshold_bytes());
+    // The gradient arena is laid out in fusion order, so buckets are arena ranges.
+    assert!(plan.slots.iter().zip(&tensors).all(|(s, t)| *s == t.range), "arena and fusion plan disagree");
+    check_agreement(comm, "the gradient fusion plan", plan.fingerprint())?;
+    if comm.rank == 0 {
+        info!(
+            "model {:?} ({} parameters, {:.2} MiB), {} fusion bucket(s) at threshold {} MiB: sizes {:?} KiB",
+            model.sizes, model.n_params, model.n_params as f64 * 4.0 / 1048576.0, plan.buckets.len(),
+            job.distribution.fusion_threshold_mb, plan.buckets.iter().map(|b| b.len() * 4 / 1024).collect::<Vec<_>>()
+        );
+    }
+
+    let out_dir = PathBuf::from(&job.output.dir);
+    let metrics = if comm.rank == 0 {
+        std::fs::create_dir_all(&out_dir).map_err(|e| Error::io(&out_dir, "create output.dir", e))?;
+        Some(MetricsLog::create(&out_dir)?)
+    } else {
+        None
+    };
+
+    let train_shard = Shard::open(&job.data, &job.data.train, comm.rank, comm.size, &model)?;
+    let test_shard = match &job.data.test {
+        Some(t) => Some(Shard::open(&job.data, t, comm.rank, comm.size, &model)?),
+        None => None,
+    };
+
+    let b = job.training.batch_size;
+    let local_n = train_shard.len();
+    let min_n = comm.all_reduce_min_u64(local_n as u64) as usize;
+    let steps = min_n / b;
+    if steps == 0 {
+        return Err(Error::config("job", "training.batch_size", format!(
+            "{b} is larger than the smallest rank's share of the training data ({min_n} samples); lower it or use fewer ranks")));
+    }
+    let dropped = local_n - steps * b;
+    if dropped > 0 {
+        info!("this rank uses {} of its {local_n} samples per epoch ({steps} full batches of {b}, the most every rank can run); {dropped} are left out each epoch (a different set each epoch when shuffling)", steps * b);
+    }
+    if comm.rank == 0 {
+        info!("{} epochs of {steps} steps, batch {b} per rank = {} global; {} training samples per epoch over {} rank(s)",
+            job.training.epochs, b * comm.size, steps * b * comm.size, comm.size);
+    }
+
+    let mut params = if comm.rank == 0 { model.init_params(job.training.seed) } else { vec![0.0; model.n_params] };
+    comm.broadcast_f32(&mut params);
+    let mut grads = vec![0.0f32; model.n_params];
+    let mut reduced = vec![0.0f32; model.n_params];
+    let reducer = GradReducer::new(plan);
+    let mut opt = Optimizer::new(&job.optimizer, tensors, model.n_params, comm.size);
+    let mut ws = Workspace::new(&model, b);
+    let loader = Loader::spawn(train_shard, LoaderCfg {
+        batch: b,
+        steps,
+        epochs: job.training.epochs,
+        shuffle: job.data.shuffle,
+        block: job.data.shuffle_block,
+        window: job.data.shuffle_window,
+        seed: job.training.seed,
+        rank: comm.rank,
+        depth: 4,
+    });
+
+    let inv_b = 1.0 / b as f32;
+    let inv_ranks = 1.0 / comm.size as f32;
+    let mut last: Option<EpochMetrics> = None;
+    for epoch in 1..=job.training.epochs {
+        let t0 = Instant::now();
+        let mut loss_sum = 0.0f64;
+        for step in 0..steps {
+            let batch = loader.next()?;
+            let targets = if batch.classes.is_empty() { Targets::Values(&batch.values) } else { Targets::Classes(&batch.classes) };
+            model.forward(&params, &batch.x, b, &mut ws);
+            let (l, _) = model.loss(targets, b, inv_b, &mut ws, true);
+            if !l.is_finite() {
+                return Err(Error::Training(format!(
+                    "loss became {l} at epoch {epoch}, step {} (global step {}) on rank {}; lower optimizer.lr or check the data",
+                    step + 1, opt.steps_taken() + 1, comm.rank)));
+            }
+            loss_sum += l;
+            model.backward(&params, &batch.x, b, &mut ws, &mut grads, |_| {});
+            reducer.reduce_all(comm, &grads, &mut reduced);
+            opt.update(&mut params, &reduced, inv_ranks);
+            loader.give_back(batch);
+            if epoch == 1 && step == 0 && comm.rank == 0 {
+                info!("first step done {:.3} s after start", t_process.elapsed().as_secs_f64());
+            }
+            let every = job.training.log_every;
+            if every > 0 && (step + 1) % every == 0 && comm.rank == 0 {
+                info!("epoch {epoch} step {}/{steps}: loss {:.4} (rank 0's batch)", step + 1, l / b as f64);
+            }
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        let mut sums = [loss_sum, (steps * b) as f64];
+        comm.all_reduce_sum_f64(&mut sums);
+        let (test_loss, test_acc) = match &test_shard {
+            Some(s) => {
+                let (l, a) = evaluate(comm, &model, &params, s)?;
+                (Some(l), a)
+            }
+            None => (None, None),
+        };
+        let m = EpochMetrics {
+            epoch,
+            train_loss: sums[0] / sums[1],
+            test_loss,
+            test_accuracy: test_acc,
+            samples_per_sec: (steps * b * comm.size) as f64 / secs,
+            epoch_seconds: secs,
+            steps,
+            ranks: comm.size,
+            lr: opt.lr(),
+        };
+        if let Some(log) = &metrics {
+            info!(
+                "epoch {epoch}/{}: train_loss {:.4}{}{} | {:.0} samples/s ({:.2} s)",
+                job.training.epochs,
+                m.train_loss,
+                m.test_loss.map(|l| format!(" test_loss {l:.4}")).unwrap_or_default(),
+                m.test_accuracy.map(|a| format!(" test_accuracy {a:.4}")).unwrap_or_default(),
+                m.samples_per_sec,
+                secs
+            );
+            log.append(&m)?;
+        }
+        last = Some(m);
+    }
+    drop(loader);
+
+    if comm.rank == 0 {
+        let path = out_dir.join("weights.h5");
+        weights::save(&model, &params, &path)?;
+        let m = last.expect("at least one epoch");
+        match m.test_accuracy {
+            Some(a) => info!("done: test accuracy {a:.4} after {} epochs; weights in {}", m.epoch, path.display()),
+            None => info!("done after {} epochs; weights in {}", m.epoch, path.display()),
+        }
+    }
+    Ok(())
+}
+
+/// Mean loss (and accuracy, for classification) over every rank's test shard.
+pub fn evaluate(comm: &Comm, model: &Mlp, params: &[f32], shard: &Shard) -> Result<(f64, Option<f64>)> {
+    const CHUNK: usize = 512;
+    let mut ws = Workspace::new(model, CHUNK);
+    let mut x = vec![0.0f32; CHUNK * shard.features];
+    let (mut loss, mut correct) = (0.0f64, 0usize);
+    let n = shard.len();
+    let mut start = 0;
+    while start < n {
+        let c = CHUNK.min(n - start);
+        shard.read_rows(start, c, &mut x)?;
+        model.forward(params, &x[..c * shard.features], c, &mut ws);
+        let t = match &shard.labels {
+            Labels::Classes(v) => Targets::Classes(&v[start..start + c]),
+            Labels::Values(v, k) => Targets::Values(&v[start * k..(start + c) * k]),
+        };
+        let (l, k) = model.loss(t, c, 1.0, &mut ws, false);
+        loss += l;
+        correct += k;
+        start += c;
+    }
+    let mut sums = [loss, correct as f64, n as f64];
+    comm.all_reduce_sum_f64(&mut sums);
+    if sums[2] == 0.0 {
+        warn!("the test set is empty");
+    }
+    let acc = matches!(shard.labels, Labels::Classes(_)).then(|| sums[1] / sums[2]);
+    Ok((sums[0] / sums[2], acc))
+}
+
+/// `hvtrain eval`: load weights, evaluate on the job's test data over all ranks.
+pub fn eval(comm: &Comm, job: &Job, weights_path: &std::path::Path) -> Result<()> {
+    let model = start(comm, job)?;
+    let test = job.data.test.as_ref().ok_or_else(|| Error::config("job", "data.test", "is not set; eval needs test data"))?;
+    let params = weights::load(&model, weights_path)?;
+    let shard = Shard::open(&job.data, test, comm.rank, comm.size, &model)?;
+    let (loss, acc) = evaluate(comm, &model, &params, &shard)?;
+    if comm.rank == 0 {
+        match acc {
+            Some(a) => info!("eval {}: test_loss {loss:.4} test_accuracy {a:.4}", weights_path.display()),
+            None => info!("eval {}: test_loss {loss:.6}", weights_path.display()),
+        }
+        println!("{}", serde_json::json!({"weights": weights_path.display().to_string(), "test_loss": loss, "test_accuracy": acc, "ranks": comm.size}));
+    }
+    Ok(())
+}

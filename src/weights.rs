@@ -1,0 +1,46 @@
+//! Final weights as HDF5: one dataset per layer's weight ([in, out], Keras' kernel layout)
+//! and bias, named `dense{l}/weight` and `dense{l}/bias`, plus the layer sizes as an
+//! attribute-free dataset `layers`. Readable with h5py:
+//! `h5py.File("weights.h5")["dense0/weight"][:]`.
+
+use crate::data::h5;
+use crate::error::{Error, Result};
+use crate::model::Mlp;
+use std::path::Path;
+
+/// Write to a temporary file and rename, so a crash never leaves a half-written file
+/// under the final name.
+pub fn save(model: &Mlp, params: &[f32], path: &Path) -> Result<()> {
+    let tmp = path.with_extension("h5.tmp");
+    {
+        let f = h5::create(&tmp)?;
+        let sizes: Vec<i64> = model.sizes.iter().map(|&s| s as i64).collect();
+        h5::write(&f, &tmp, "layers", &sizes, &[sizes.len()])?;
+        for (l, s) in model.layers.iter().enumerate() {
+            let g = f.create_group(&format!("dense{l}")).map_err(|e| Error::hdf5(&tmp, "create group", e))?;
+            drop(g);
+            h5::write(&f, &tmp, &format!("dense{l}/weight"), &params[s.w.clone()], &[s.inp, s.out])?;
+            h5::write(&f, &tmp, &format!("dense{l}/bias"), &params[s.b.clone()], &[s.out])?;
+        }
+        f.flush().map_err(|e| Error::hdf5(&tmp, "flush", e))?;
+    }
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename the finished weights file into place", e))
+}
+
+/// Load weights written by `save` into a parameter arena for `model`, checking the shapes.
+pub fn load(model: &Mlp, path: &Path) -> Result<Vec<f32>> {
+    let f = h5::open(path)?;
+    let mut params = vec![0.0f32; model.n_params];
+    for (l, s) in model.layers.iter().enumerate() {
+        for (name, range, shape) in [("weight", s.w.clone(), vec![s.inp, s.out]), ("bias", s.b.clone(), vec![s.out])] {
+            let field = format!("dense{l}/{name}");
+            let ds = h5::dataset(&f, path, &field)?;
+            if ds.shape() != shape {
+                return Err(Error::data(path, &field, format!("has shape {:?}, the model (model.layers = {:?}) needs {shape:?}", ds.shape(), model.sizes)));
+            }
+            let v: Vec<f32> = ds.read_raw().map_err(|e| Error::hdf5(path, format!("read {field}"), e))?;
+            params[range].copy_from_slice(&v);
+        }
+    }
+    Ok(params)
+}
