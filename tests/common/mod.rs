@@ -1,0 +1,144 @@
+//! Shared helpers for the integration tests: run the real `hvtrain` binary (alone or under
+//! a real `mpirun`, always bounded by `timeout`), and write small HDF5 inputs.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_hvtrain");
+
+/// MPI jobs from different tests must not run at once on a 2-core machine.
+static MPI_LOCK: Mutex<()> = Mutex::new(());
+
+pub fn mpi_lock() -> MutexGuard<'static, ()> {
+    MPI_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+    /// Everything the job printed, for assertion messages.
+    pub fn all(&self) -> String {
+        format!("exit {:?}\n--- stdout\n{}\n--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+fn finish(out: Output, t: Instant) -> Run {
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: t.elapsed(),
+    }
+}
+
+/// `mpirun -n ranks hvtrain ARGS...`, killed after `limit_s` seconds.
+pub fn mpirun(ranks: usize, args: &[&str], dir: &Path, limit_s: u64) -> Run {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", &limit_s.to_string(), "mpirun"]);
+    cmd.args(mpirun_flags());
+    cmd.args(["-n", &ranks.to_string(), BIN]);
+    cmd.args(args);
+    run_cmd(cmd, dir)
+}
+
+/// `mpirun -n 1 hvtrain A... : -n 1 hvtrain B...`: ranks started with different arguments.
+pub fn mpirun_mpmd(per_rank: &[Vec<&str>], dir: &Path, limit_s: u64) -> Run {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", &limit_s.to_string(), "mpirun"]);
+    cmd.args(mpirun_flags());
+    for (i, a) in per_rank.iter().enumerate() {
+        if i > 0 {
+            cmd.arg(":");
+        }
+        cmd.args(["-n", "1", BIN]);
+        cmd.args(a);
+    }
+    run_cmd(cmd, dir)
+}
+
+/// The binary alone (no mpirun): data commands, or a 1-rank singleton job.
+pub fn hvtrain(args: &[&str], dir: &Path, limit_s: u64) -> Run {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", &limit_s.to_string(), BIN]);
+    cmd.args(args);
+    run_cmd(cmd, dir)
+}
+
+fn mpirun_flags() -> Vec<&'static str> {
+    // Root is allowed via the environment below; more ranks than cores need oversubscribe,
+    // and yield_when_idle keeps busy-polling ranks from starving each other.
+    vec!["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
+}
+
+fn run_cmd(mut cmd: Command, dir: &Path) -> Run {
+    cmd.current_dir(dir)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
+    let t = Instant::now();
+    let out = cmd.output().expect("run timeout/mpirun (are coreutils and Open MPI installed?)");
+    finish(out, t)
+}
+
+/// A fresh, empty directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Write `x` float32 [n, d] and `y` int32 [n] (classes) to `path`.
+pub fn write_classes(path: &Path, x: &[f32], d: usize, y: &[i32]) {
+    let f = hdf5::File::create(path).unwrap();
+    let n = y.len();
+    assert_eq!(x.len(), n * d);
+    f.new_dataset_builder().with_data(ndarray::ArrayView2::from_shape((n, d), x).unwrap()).create("x").unwrap();
+    f.new_dataset_builder().with_data(ndarray::ArrayView1::from(y)).create("y").unwrap();
+}
+
+/// Deterministic pseudo-random data: n samples of d features in [-1, 1], labels in 0..k
+/// that depend on the features (so there is something to learn).
+pub fn synthetic(n: usize, d: usize, k: usize, seed: u64) -> (Vec<f32>, Vec<i32>) {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut next = || {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((s >> 33) as f64 / (1u64 << 31) as f64 * 2.0 - 1.0) as f32
+    };
+    let x: Vec<f32> = (0..n * d).map(|_| next()).collect();
+    let y = (0..n)
+        .map(|i| {
+            let row = &x[i * d..(i + 1) * d];
+            let v: f32 = row.iter().enumerate().map(|(j, v)| v * (j as f32 + 1.0)).sum();
+            ((v.abs() * 3.0) as usize % k) as i32
+        })
+        .collect();
+    (x, y)
+}
+
+/// Read a float dataset back (for comparing weights).
+pub fn read_f32(path: &Path, name: &str) -> Vec<f32> {
+    hdf5::File::open(path).unwrap().dataset(name).unwrap().read_raw().unwrap()
+}
+
+/// A small job file: model `layers`, data paths, output dir, extra TOML appended.
+pub fn job(dir: &Path, layers: &[usize], train: &str, test: Option<&str>, extra: &str) -> PathBuf {
+    let test = test.map(|t| format!("test = \"{t}\"\n")).unwrap_or_default();
+    let text = format!(
+        "[data]\ntrain = \"{train}\"\n{test}\n[model]\nlayers = {layers:?}\n\n[training]\nepochs = 1\nbatch_size = 4\nseed = 1\n\n[output]\ndir = \"out\"\n{extra}\n"
+    );
+    let p = dir.join("job.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}

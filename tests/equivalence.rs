@@ -1,0 +1,95 @@
+//! Data-parallel equivalence, under a real `mpirun`: K steps on 1 rank with global batch B
+//! must give the same weights (to float tolerance) as 2 and 3 ranks with B/n each, with a
+//! fusion threshold small enough for several buckets and large enough for one. This is the
+//! proof that gradient averaging and fusion are right.
+
+mod common;
+use common::*;
+use std::path::Path;
+
+const B: usize = 6; // global batch: divisible by 1, 2 and 3
+const STEPS: usize = 5;
+const D: usize = 6;
+const K: usize = 3;
+const LAYERS: [usize; 4] = [D, 10, 8, K];
+
+/// Lay out the global data so that on `n` ranks, rank r's i-th batch is the r-th slice of
+/// the 1-rank run's i-th batch (shuffle off): one file per rank.
+fn write_rank_files(dir: &Path, n: usize, x: &[f32], y: &[i32]) {
+    let b = B / n;
+    for r in 0..n {
+        let (mut xr, mut yr) = (Vec::new(), Vec::new());
+        for i in 0..STEPS {
+            let rows = i * B + r * b..i * B + (r + 1) * b;
+            xr.extend_from_slice(&x[rows.start * D..rows.end * D]);
+            yr.extend_from_slice(&y[rows]);
+        }
+        write_classes(&dir.join(format!("d-{r}.h5")), &xr, D, &yr);
+    }
+}
+
+fn train_weights(name: &str, n: usize, fusion_mb: f64, optimizer: &str) -> (Vec<Vec<f32>>, String) {
+    let dir = scratch(name);
+    let (x, y) = synthetic(B * STEPS, D, K, 7);
+    write_rank_files(&dir, n, &x, &y);
+    let extra = format!("{optimizer}\n[distribution]\nfusion_threshold_mb = {fusion_mb}\n");
+    job(&dir, &LAYERS, "d-{rank}.h5", None, &extra);
+    let bsz = format!("training.batch_size={}", B / n);
+    let run = mpirun(n, &["train", "job.toml", "--set", &bsz, "--set", "training.epochs=2", "--set", "data.shuffle=false", "--set", "model.activation=tanh"], &dir, 120);
+    assert!(run.ok(), "{name}: training failed\n{}", run.all());
+    let w = dir.join("out/weights.h5");
+    let tensors = (0..LAYERS.len() - 1)
+        .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
+        .map(|t| read_f32(&w, &t))
+        .collect();
+    (tensors, run.stderr)
+}
+
+fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    a.iter().zip(b).flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs())).fold(0.0, f32::max)
+}
+
+fn check(optimizer: &str, tag: &str) {
+    let _g = mpi_lock();
+    let (reference, _) = train_weights(&format!("eq-{tag}-1"), 1, 64.0, optimizer);
+    let initial_spread = reference.iter().flatten().fold(0.0f32, |m, v| m.max(v.abs()));
+    assert!(initial_spread > 0.0);
+    for n in [2, 3] {
+        for (fusion_mb, want_many) in [(0.0002, true), (64.0, false)] {
+            let (w, log) = train_weights(&format!("eq-{tag}-{n}-{fusion_mb}"), n, fusion_mb, optimizer);
+            let buckets = log
+                .lines()
+                .find_map(|l| l.split(" fusion bucket(s)").next().filter(|_| l.contains("fusion bucket(s)")).and_then(|s| s.rsplit(' ').next()?.parse::<usize>().ok()))
+                .expect("the log names the number of fusion buckets");
+            assert_eq!(buckets > 1, want_many, "threshold {fusion_mb} MiB gave {buckets} bucket(s)");
+            let diff = max_diff(&reference, &w);
+            assert!(diff < 1e-5, "{tag}: {n} ranks, fusion {fusion_mb} MiB ({buckets} buckets): weights differ from 1 rank by {diff}");
+        }
+    }
+}
+
+#[test]
+fn sgd_momentum_same_weights_on_1_2_3_ranks() {
+    check("[optimizer]\nkind = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n", "sgd");
+}
+
+#[test]
+fn adamw_same_weights_on_1_2_3_ranks() {
+    check("[optimizer]\nkind = \"adamw\"\nlr = 0.01\nweight_decay = 0.01\n", "adamw");
+}
+
+/// The equivalence must not hold by accident: a different data split gives other weights.
+#[test]
+fn equivalence_test_can_fail() {
+    let _g = mpi_lock();
+    let opt = "[optimizer]\nkind = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n";
+    let (a, _) = train_weights("eq-neg-1", 1, 64.0, opt);
+    let dir = scratch("eq-neg-2");
+    let (x, y) = synthetic(B * STEPS, D, K, 8); // other data
+    write_rank_files(&dir, 2, &x, &y);
+    job(&dir, &LAYERS, "d-{rank}.h5", None, opt);
+    let run = mpirun(2, &["train", "job.toml", "--set", "training.batch_size=3", "--set", "training.epochs=2", "--set", "data.shuffle=false", "--set", "model.activation=tanh"], &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    let w: Vec<Vec<f32>> = (0..3).flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")]).map(|t| read_f32(&dir.join("out/weights.h5"), &t)).collect();
+    assert!(max_diff(&a, &w) > 1e-3);
+}
