@@ -14,6 +14,7 @@ mod metrics;
 mod model;
 mod optim;
 mod rng;
+mod sys;
 mod train;
 mod weights;
 

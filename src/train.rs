@@ -118,7 +118,8 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
             opt.update(&mut params, &reduced, inv_ranks);
             loader.give_back(batch);
             if epoch == 1 && step == 0 && comm.rank == 0 {
-                info!("first step done {:.3} s after start", t_process.elapsed().as_secs_f64());
+                let since_exec = crate::sys::seconds_since_start().unwrap_or(f64::NAN);
+                info!("first step done {since_exec:.3} s after process start ({:.3} s after main)", t_process.elapsed().as_secs_f64());
             }
             let every = job.training.log_every;
             if every > 0 && (step + 1) % every == 0 && comm.rank == 0 {
@@ -161,6 +162,7 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
         last = Some(m);
     }
     drop(loader);
+    info!("peak RSS {:.1} MiB", crate::sys::peak_rss_mib().unwrap_or(f64::NAN));
 
     if comm.rank == 0 {
         let path = out_dir.join("weights.h5");

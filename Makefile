@@ -1,0 +1,50 @@
+# hvtrain: the two commands a newcomer needs.
+#   make demo   installs what is needed, builds, converts Fashion-MNIST to HDF5 and trains
+#               784-512-512-10 on 2 ranks with mpirun (CPU).
+#   make test   installs what is needed and runs every test, multi-rank ones under mpirun.
+# Other targets: deps, build, data, bench, clean.
+
+APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config dataset-fashion-mnist
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+BIN      := target/release/hvtrain
+FMNIST   := /usr/share/datasets/fashion-mnist
+RANKS    ?= 2
+JOB      ?= jobs/fashion-mnist.toml
+# Open MPI refuses to run as root without these; harmless otherwise.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+MPIRUN   := mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
+
+.PHONY: deps build data demo test bench clean
+
+deps:
+	@missing=$$(for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing Debian packages:" $$missing; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	else echo "make deps: Debian packages present"; fi
+	@command -v cargo >/dev/null || { echo "make deps: cargo not found; install Rust (https://rustup.rs), then re-run"; exit 1; }
+
+build: deps
+	cargo build --release
+
+data: build data/fashion-mnist-train.h5 data/fashion-mnist-test.h5
+
+data/fashion-mnist-train.h5:
+	$(BIN) data import-idx $(FMNIST)/train-images-idx3-ubyte.gz $(FMNIST)/train-labels-idx1-ubyte.gz $@
+
+data/fashion-mnist-test.h5:
+	$(BIN) data import-idx $(FMNIST)/t10k-images-idx3-ubyte.gz $(FMNIST)/t10k-labels-idx1-ubyte.gz $@
+
+demo: data
+	$(MPIRUN) -n $(RANKS) $(BIN) train $(JOB)
+
+test: build
+	cargo test --release
+
+bench: data
+	bash bench/run.sh
+
+clean:
+	cargo clean
+	rm -rf runs data/*.h5

@@ -1,0 +1,47 @@
+//! Process facts from Linux's /proc, for the log and the benchmarks: time since the process
+//! started (so "time to first step" includes MPI start-up and dynamic loading) and peak RSS.
+
+/// Seconds since this process was started by the kernel, if /proc tells.
+pub fn seconds_since_start() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Field 22 (starttime, in clock ticks since boot); the command name (field 2) may hold
+    // spaces, so count from the closing parenthesis.
+    let after = &stat[stat.rfind(')')? + 2..];
+    let start_ticks: f64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc_sysconf_clk_tck() } as f64;
+    Some(uptime - start_ticks / hz)
+}
+
+extern "C" {
+    fn sysconf(name: i32) -> i64;
+}
+
+unsafe fn libc_sysconf_clk_tck() -> i64 {
+    const SC_CLK_TCK: i32 = 2; // Linux
+    let v = sysconf(SC_CLK_TCK);
+    if v > 0 {
+        v
+    } else {
+        100
+    }
+}
+
+/// Peak resident set size (VmHWM) in MiB.
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn proc_facts_are_sane() {
+        let s = super::seconds_since_start().unwrap();
+        assert!((0.0..3600.0).contains(&s), "{s}");
+        let r = super::peak_rss_mib().unwrap();
+        assert!(r > 1.0 && r < 100_000.0, "{r}");
+    }
+}
