@@ -44,3 +44,31 @@ pub fn load(model: &Mlp, path: &Path) -> Result<Vec<f32>> {
     }
     Ok(params)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Activation, LossKind};
+
+    #[test]
+    fn save_load_round_trip_and_shape_check() {
+        let dir = std::env::temp_dir().join(format!("hvtrain-weights-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("w.h5");
+        let m = Mlp::new(&[5, 4, 3], Activation::Relu, LossKind::SoftmaxCrossEntropy);
+        let mut p = m.init_params(9);
+        p[m.layers[1].b.clone()].copy_from_slice(&[0.5, -0.25, 2.0]);
+        save(&m, &p, &path).unwrap();
+        assert!(!path.with_extension("h5.tmp").exists(), "temporary file must be renamed away");
+        assert_eq!(load(&m, &path).unwrap(), p);
+        // The file is plain HDF5 with [in, out] kernels, as h5py users expect.
+        let f = hdf5::File::open(&path).unwrap();
+        assert_eq!(f.dataset("dense0/weight").unwrap().shape(), vec![5, 4]);
+        assert_eq!(f.dataset("layers").unwrap().read_raw::<i64>().unwrap(), vec![5, 4, 3]);
+        // Another model's weights are refused with the dataset named.
+        let other = Mlp::new(&[5, 6, 3], Activation::Relu, LossKind::SoftmaxCrossEntropy);
+        let err = load(&other, &path).unwrap_err().to_string();
+        assert!(err.contains("dense0/weight") && err.contains("w.h5"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
