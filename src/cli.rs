@@ -23,12 +23,16 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Train the model described by a job file.
-    #[command(after_help = "Example:\n  mpirun -n 2 hvtrain train jobs/fashion-mnist.toml --set training.epochs=3 --set optimizer.lr=0.1\n\n\
+    #[command(
+        after_help = "Example:\n  mpirun -n 2 hvtrain train jobs/fashion-mnist.toml --set training.epochs=3 --set optimizer.lr=0.1\n\n\
 Writes OUTPUT_DIR/metrics.jsonl (one JSON object per epoch) and OUTPUT_DIR/weights.h5.\n\
-Exit code 0 on success, non-zero on any error; an error on one rank ends every rank.")]
+Exit code 0 on success, non-zero on any error; an error on one rank ends every rank."
+    )]
     Train(JobArgs),
     /// Evaluate saved weights on the job's test data.
-    #[command(after_help = "Example:\n  mpirun -n 2 hvtrain eval jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5")]
+    #[command(
+        after_help = "Example:\n  mpirun -n 2 hvtrain eval jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5"
+    )]
     Eval {
         #[command(flatten)]
         job: JobArgs,
@@ -56,11 +60,15 @@ pub struct JobArgs {
 #[derive(Subcommand, Debug)]
 pub enum DataCommand {
     /// Convert IDX files (the MNIST format, optionally .gz) to HDF5: x float32 [N, D] scaled to [0,1], y int32 [N].
-    #[command(after_help = "Example:\n  hvtrain data import-idx /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \\\n      /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz data/fashion-mnist-train.h5")]
+    #[command(
+        after_help = "Example:\n  hvtrain data import-idx /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \\\n      /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz data/fashion-mnist-train.h5"
+    )]
     ImportIdx { images: PathBuf, labels: PathBuf, out: PathBuf },
     /// Split one HDF5 file into N files of contiguous rows, for `{rank}` paths in a job file.
-    #[command(after_help = "Example:\n  hvtrain data shard data/fashion-mnist-train.h5 --parts 4 --out data/shards\n  \
-# then in the job file: train = \"data/shards/fashion-mnist-train-{rank}.h5\"")]
+    #[command(
+        after_help = "Example:\n  hvtrain data shard data/fashion-mnist-train.h5 --parts 4 --out data/shards\n  \
+# then in the job file: train = \"data/shards/fashion-mnist-train-{rank}.h5\""
+    )]
     Shard {
         input: PathBuf,
         /// Number of shard files (usually the number of ranks).

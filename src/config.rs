@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Job {
+    /// The job file this came from, for error messages (not serialized, not compared).
+    #[serde(skip)]
+    pub source: String,
     pub data: DataCfg,
     pub model: ModelCfg,
     #[serde(default)]
@@ -152,23 +155,57 @@ pub struct OutputCfg {
     pub dir: String,
 }
 
-fn default_x() -> String { "x".into() }
-fn default_y() -> String { "y".into() }
-fn yes() -> bool { true }
-fn one() -> usize { 1 }
-fn default_block() -> usize { 256 }
-fn default_window() -> usize { 4096 }
-fn default_activation() -> Activation { Activation::Relu }
-fn default_loss() -> LossKind { LossKind::SoftmaxCrossEntropy }
-fn default_batch() -> usize { 32 }
-fn default_device() -> DeviceChoice { DeviceChoice::Auto }
-fn default_opt() -> OptimizerKind { OptimizerKind::Sgd }
-fn default_lr() -> f64 { 0.01 }
-fn default_beta1() -> f64 { 0.9 }
-fn default_beta2() -> f64 { 0.999 }
-fn default_eps() -> f64 { 1e-8 }
-fn default_fusion() -> f64 { 64.0 }
-fn default_out() -> String { "runs/default".into() }
+fn default_x() -> String {
+    "x".into()
+}
+fn default_y() -> String {
+    "y".into()
+}
+fn yes() -> bool {
+    true
+}
+fn one() -> usize {
+    1
+}
+fn default_block() -> usize {
+    256
+}
+fn default_window() -> usize {
+    4096
+}
+fn default_activation() -> Activation {
+    Activation::Relu
+}
+fn default_loss() -> LossKind {
+    LossKind::SoftmaxCrossEntropy
+}
+fn default_batch() -> usize {
+    32
+}
+fn default_device() -> DeviceChoice {
+    DeviceChoice::Auto
+}
+fn default_opt() -> OptimizerKind {
+    OptimizerKind::Sgd
+}
+fn default_lr() -> f64 {
+    0.01
+}
+fn default_beta1() -> f64 {
+    0.9
+}
+fn default_beta2() -> f64 {
+    0.999
+}
+fn default_eps() -> f64 {
+    1e-8
+}
+fn default_fusion() -> f64 {
+    64.0
+}
+fn default_out() -> String {
+    "runs/default".into()
+}
 
 impl Default for TrainingCfg {
     fn default() -> Self {
@@ -178,17 +215,28 @@ impl Default for TrainingCfg {
 impl Default for OptimizerCfg {
     fn default() -> Self {
         OptimizerCfg {
-            kind: default_opt(), lr: default_lr(), momentum: 0.0, nesterov: false, beta1: default_beta1(),
-            beta2: default_beta2(), eps: default_eps(), weight_decay: 0.0, scale_lr_by_world_size: false,
+            kind: default_opt(),
+            lr: default_lr(),
+            momentum: 0.0,
+            nesterov: false,
+            beta1: default_beta1(),
+            beta2: default_beta2(),
+            eps: default_eps(),
+            weight_decay: 0.0,
+            scale_lr_by_world_size: false,
             warmup_steps: 0,
         }
     }
 }
 impl Default for DistributionCfg {
-    fn default() -> Self { DistributionCfg { fusion_threshold_mb: default_fusion() } }
+    fn default() -> Self {
+        DistributionCfg { fusion_threshold_mb: default_fusion() }
+    }
 }
 impl Default for OutputCfg {
-    fn default() -> Self { OutputCfg { dir: default_out() } }
+    fn default() -> Self {
+        OutputCfg { dir: default_out() }
+    }
 }
 
 impl Job {
@@ -202,17 +250,17 @@ impl Job {
 
     /// As `load`, from text; `origin` names the source in errors.
     pub fn parse(origin: &str, text: &str, overrides: &[String]) -> Result<Job> {
-        let mut doc: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| Error::config(origin, "(syntax)", one_line(&e.to_string())))?;
+        let mut doc: toml::Table =
+            text.parse().map_err(|e: toml::de::Error| Error::config(origin, "(syntax)", one_line(&e.to_string())))?;
         for o in overrides {
             apply_override(origin, &mut doc, o)?;
         }
-        let job: Job = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
+        let mut job: Job = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
             let field = e.path().to_string();
             Error::config(origin, field, one_line(&e.into_inner().to_string()))
         })?;
         job.validate(origin)?;
+        job.source = origin.to_string();
         Ok(job)
     }
 
@@ -288,9 +336,8 @@ impl Job {
 }
 
 fn apply_override(origin: &str, doc: &mut toml::Table, o: &str) -> Result<()> {
-    let (key, value) = o
-        .split_once('=')
-        .ok_or_else(|| Error::config(origin, o, "--set needs the form dotted.key=value"))?;
+    let (key, value) =
+        o.split_once('=').ok_or_else(|| Error::config(origin, o, "--set needs the form dotted.key=value"))?;
     let key = key.trim();
     let value = value.trim();
     // A value is read as TOML (numbers, booleans, arrays, quoted strings); a bare word is a string.

@@ -17,11 +17,21 @@ pub enum Error {
 
     /// HDF5 library error while touching `file`.
     #[error("hdf5 {file}: {what}: {source}")]
-    Hdf5 { file: PathBuf, what: String, #[source] source: hdf5::Error },
+    Hdf5 {
+        file: PathBuf,
+        what: String,
+        #[source]
+        source: hdf5::Error,
+    },
 
     /// Plain I/O error while touching `file`.
     #[error("io {file}: {what}: {source}")]
-    Io { file: PathBuf, what: String, #[source] source: std::io::Error },
+    Io {
+        file: PathBuf,
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
 
     /// Ranks disagree about something they must share (config, model, fusion plan, step count).
     #[error("ranks disagree: {0}")]

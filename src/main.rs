@@ -34,6 +34,12 @@ fn rank_tag() -> String {
     }
 }
 
+/// Write one whole line to stderr in a single call: ranks share the terminal, and a line
+/// written in pieces interleaves with other ranks' lines.
+fn say(line: String) {
+    let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
+}
+
 fn init_logging() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format(|buf, rec| {
@@ -48,7 +54,7 @@ fn main() {
     let cli = Cli::parse();
     init_logging();
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("hvtrain: internal error on rank {}: {info}", rank_tag());
+        say(format!("hvtrain: internal error on rank {}: {info}", rank_tag()));
         dist::comm::abort_world(101);
     }));
 
@@ -76,7 +82,7 @@ fn with_mpi(f: impl FnOnce(&dist::Comm) -> error::Result<()>) -> i32 {
     let comm = match dist::Comm::init() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("hvtrain: error: MPI start-up failed: {e}");
+            say(format!("hvtrain: error: MPI start-up failed: {e}"));
             return 1;
         }
     };
@@ -87,7 +93,7 @@ fn with_mpi(f: impl FnOnce(&dist::Comm) -> error::Result<()>) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("hvtrain: error on rank {} ({}): {e}", comm.rank, comm.host);
+            say(format!("hvtrain: error on rank {} ({}): {e}", comm.rank, comm.host));
             if comm.size > 1 {
                 comm.abort(1);
             }
@@ -100,7 +106,7 @@ fn finish(r: error::Result<()>) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("hvtrain: error: {e}");
+            say(format!("hvtrain: error: {e}"));
             1
         }
     }
@@ -115,7 +121,11 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
         DataCommand::Shard { input, parts, out, x, y } => {
             let paths = data::convert::shard(&input, parts, &out, &x, &y)?;
             let stem = input.file_stem().and_then(|s| s.to_str()).unwrap_or("part");
-            log::info!("wrote {} shards; in a job file use: train = \"{}\"", paths.len(), out.join(format!("{stem}-{{rank}}.h5")).display());
+            log::info!(
+                "wrote {} shards; in a job file use: train = \"{}\"",
+                paths.len(),
+                out.join(format!("{stem}-{{rank}}.h5")).display()
+            );
         }
     }
     Ok(())

@@ -35,7 +35,8 @@ impl MetricsLog {
     }
 
     pub fn append(&self, m: &EpochMetrics) -> Result<()> {
-        let mut f = std::fs::OpenOptions::new().append(true).open(&self.path).map_err(|e| Error::io(&self.path, "open", e))?;
+        let mut f =
+            std::fs::OpenOptions::new().append(true).open(&self.path).map_err(|e| Error::io(&self.path, "open", e))?;
         let line = serde_json::to_string(m).expect("metrics serialize");
         writeln!(f, "{line}").map_err(|e| Error::io(&self.path, "append", e))
     }

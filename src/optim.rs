@@ -53,7 +53,9 @@ impl Optimizer {
             let wd = if t.is_weight { c.weight_decay as f32 } else { 0.0 };
             let (p, g) = (&mut params[r.clone()], &grad_sum[r.clone()]);
             match c.kind {
-                OptimizerKind::Sgd => sgd(p, g, self.m.get_mut(r).unwrap_or(&mut []), grad_scale, lr, wd, c.momentum as f32, c.nesterov),
+                OptimizerKind::Sgd => {
+                    sgd(p, g, self.m.get_mut(r).unwrap_or(&mut []), grad_scale, lr, wd, c.momentum as f32, c.nesterov)
+                }
                 OptimizerKind::Adam | OptimizerKind::Adamw => {
                     let decoupled = c.kind == OptimizerKind::Adamw;
                     let bc1 = 1.0 - c.beta1.powi(self.step as i32);

@@ -25,7 +25,10 @@ pub fn build_model(job: &Job) -> Mlp {
 /// Start-up shared by `train` and `eval`: placement log, device choice, cross-rank checks.
 fn start(comm: &Comm, job: &Job) -> Result<Mlp> {
     let (_backend, how) = device::select(job.training.device, comm.local_rank)?;
-    info!("rank {}/{} on host {} (local rank {}/{}), device: {how}", comm.rank, comm.size, comm.host, comm.local_rank, comm.local_size);
+    info!(
+        "rank {}/{} on host {} (local rank {}/{}), device: {how}",
+        comm.rank, comm.size, comm.host, comm.local_rank, comm.local_size
+    );
     check_agreement(comm, "the job configuration (job file + --set)", job.fingerprint())?;
     Ok(build_model(job))
 }
@@ -41,8 +44,12 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
     if comm.rank == 0 {
         info!(
             "model {:?} ({} parameters, {:.2} MiB), {} fusion bucket(s) at threshold {} MiB: sizes {:?} KiB",
-            model.sizes, model.n_params, model.n_params as f64 * 4.0 / 1048576.0, plan.buckets.len(),
-            job.distribution.fusion_threshold_mb, plan.buckets.iter().map(|b| b.len() * 4 / 1024).collect::<Vec<_>>()
+            model.sizes,
+            model.n_params,
+            model.n_params as f64 * 4.0 / 1048576.0,
+            plan.buckets.len(),
+            job.distribution.fusion_threshold_mb,
+            plan.buckets.iter().map(|b| b.len() * 4 / 1024).collect::<Vec<_>>()
         );
     }
 
@@ -54,9 +61,9 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
         None
     };
 
-    let train_shard = Shard::open(&job.data, &job.data.train, comm.rank, comm.size, &model)?;
+    let train_shard = Shard::open(&job.data, "data.train", &job.data.train, comm.rank, comm.size, &model)?;
     let test_shard = match &job.data.test {
-        Some(t) => Some(Shard::open(&job.data, t, comm.rank, comm.size, &model)?),
+        Some(t) => Some(Shard::open(&job.data, "data.test", t, comm.rank, comm.size, &model)?),
         None => None,
     };
 
@@ -65,7 +72,7 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
     let min_n = comm.all_reduce_min_u64(local_n as u64) as usize;
     let steps = min_n / b;
     if steps == 0 {
-        return Err(Error::config("job", "training.batch_size", format!(
+        return Err(Error::config(&job.source, "training.batch_size", format!(
             "{b} is larger than the smallest rank's share of the training data ({min_n} samples); lower it or use fewer ranks")));
     }
     let dropped = local_n - steps * b;
@@ -73,8 +80,13 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
         info!("this rank uses {} of its {local_n} samples per epoch ({steps} full batches of {b}, the most every rank can run); {dropped} are left out each epoch (a different set each epoch when shuffling)", steps * b);
     }
     if comm.rank == 0 {
-        info!("{} epochs of {steps} steps, batch {b} per rank = {} global; {} training samples per epoch over {} rank(s)",
-            job.training.epochs, b * comm.size, steps * b * comm.size, comm.size);
+        info!(
+            "{} epochs of {steps} steps, batch {b} per rank = {} global; {} training samples per epoch over {} rank(s)",
+            job.training.epochs,
+            b * comm.size,
+            steps * b * comm.size,
+            comm.size
+        );
     }
 
     let mut params = if comm.rank == 0 { model.init_params(job.training.seed) } else { vec![0.0; model.n_params] };
@@ -84,17 +96,20 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
     let reducer = GradReducer::new(plan);
     let mut opt = Optimizer::new(&job.optimizer, tensors, model.n_params, comm.size);
     let mut ws = Workspace::new(&model, b);
-    let loader = Loader::spawn(train_shard, LoaderCfg {
-        batch: b,
-        steps,
-        epochs: job.training.epochs,
-        shuffle: job.data.shuffle,
-        block: job.data.shuffle_block,
-        window: job.data.shuffle_window,
-        seed: job.training.seed,
-        rank: comm.rank,
-        depth: 4,
-    });
+    let loader = Loader::spawn(
+        train_shard,
+        LoaderCfg {
+            batch: b,
+            steps,
+            epochs: job.training.epochs,
+            shuffle: job.data.shuffle,
+            block: job.data.shuffle_block,
+            window: job.data.shuffle_window,
+            seed: job.training.seed,
+            rank: comm.rank,
+            depth: 4,
+        },
+    );
 
     let inv_b = 1.0 / b as f32;
     let inv_ranks = 1.0 / comm.size as f32;
@@ -104,7 +119,11 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
         let mut loss_sum = 0.0f64;
         for step in 0..steps {
             let batch = loader.next()?;
-            let targets = if batch.classes.is_empty() { Targets::Values(&batch.values) } else { Targets::Classes(&batch.classes) };
+            let targets = if batch.classes.is_empty() {
+                Targets::Values(&batch.values)
+            } else {
+                Targets::Classes(&batch.classes)
+            };
             model.forward(&params, &batch.x, b, &mut ws);
             let (l, _) = model.loss(targets, b, inv_b, &mut ws, true);
             if !l.is_finite() {
@@ -119,7 +138,10 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
             loader.give_back(batch);
             if epoch == 1 && step == 0 && comm.rank == 0 {
                 let since_exec = crate::sys::seconds_since_start().unwrap_or(f64::NAN);
-                info!("first step done {since_exec:.3} s after process start ({:.3} s after main)", t_process.elapsed().as_secs_f64());
+                info!(
+                    "first step done {since_exec:.3} s after process start ({:.3} s after main)",
+                    t_process.elapsed().as_secs_f64()
+                );
             }
             let every = job.training.log_every;
             if every > 0 && (step + 1) % every == 0 && comm.rank == 0 {
@@ -209,16 +231,23 @@ pub fn evaluate(comm: &Comm, model: &Mlp, params: &[f32], shard: &Shard) -> Resu
 /// `hvtrain eval`: load weights, evaluate on the job's test data over all ranks.
 pub fn eval(comm: &Comm, job: &Job, weights_path: &std::path::Path) -> Result<()> {
     let model = start(comm, job)?;
-    let test = job.data.test.as_ref().ok_or_else(|| Error::config("job", "data.test", "is not set; eval needs test data"))?;
+    let test = job
+        .data
+        .test
+        .as_ref()
+        .ok_or_else(|| Error::config(&job.source, "data.test", "is not set; eval needs test data"))?;
     let params = weights::load(&model, weights_path)?;
-    let shard = Shard::open(&job.data, test, comm.rank, comm.size, &model)?;
+    let shard = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, &model)?;
     let (loss, acc) = evaluate(comm, &model, &params, &shard)?;
     if comm.rank == 0 {
         match acc {
             Some(a) => info!("eval {}: test_loss {loss:.4} test_accuracy {a:.4}", weights_path.display()),
             None => info!("eval {}: test_loss {loss:.6}", weights_path.display()),
         }
-        println!("{}", serde_json::json!({"weights": weights_path.display().to_string(), "test_loss": loss, "test_accuracy": acc, "ranks": comm.size}));
+        println!(
+            "{}",
+            serde_json::json!({"weights": weights_path.display().to_string(), "test_loss": loss, "test_accuracy": acc, "ranks": comm.size})
+        );
     }
     Ok(())
 }

@@ -29,14 +29,18 @@ pub fn save(model: &Mlp, params: &[f32], path: &Path) -> Result<()> {
 
 /// Load weights written by `save` into a parameter arena for `model`, checking the shapes.
 pub fn load(model: &Mlp, path: &Path) -> Result<Vec<f32>> {
-    let f = h5::open(path)?;
+    let f = h5::open(path, "--weights")?;
     let mut params = vec![0.0f32; model.n_params];
     for (l, s) in model.layers.iter().enumerate() {
         for (name, range, shape) in [("weight", s.w.clone(), vec![s.inp, s.out]), ("bias", s.b.clone(), vec![s.out])] {
             let field = format!("dense{l}/{name}");
             let ds = h5::dataset(&f, path, &field)?;
             if ds.shape() != shape {
-                return Err(Error::data(path, &field, format!("has shape {:?}, the model (model.layers = {:?}) needs {shape:?}", ds.shape(), model.sizes)));
+                return Err(Error::data(
+                    path,
+                    &field,
+                    format!("has shape {:?}, the model (model.layers = {:?}) needs {shape:?}", ds.shape(), model.sizes),
+                ));
             }
             let v: Vec<f32> = ds.read_raw().map_err(|e| Error::hdf5(path, format!("read {field}"), e))?;
             params[range].copy_from_slice(&v);

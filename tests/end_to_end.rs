@@ -28,7 +28,17 @@ fn fashion_mnist_slice_reaches_accuracy_on_2_ranks() {
     );
     for (split, n) in [("train", 12_000), ("t10k", 2_000)] {
         let full = dir.join(format!("{split}-full.h5"));
-        let r = hvtrain(&["data", "import-idx", &format!("{FMNIST}/{split}-images-idx3-ubyte.gz"), &format!("{FMNIST}/{split}-labels-idx1-ubyte.gz"), full.to_str().unwrap()], &dir, 60);
+        let r = hvtrain(
+            &[
+                "data",
+                "import-idx",
+                &format!("{FMNIST}/{split}-images-idx3-ubyte.gz"),
+                &format!("{FMNIST}/{split}-labels-idx1-ubyte.gz"),
+                full.to_str().unwrap(),
+            ],
+            &dir,
+            60,
+        );
         assert!(r.ok(), "{}", r.all());
         slice(&full, n, &dir.join(format!("{split}.h5")));
         std::fs::remove_file(&full).unwrap();
@@ -36,7 +46,8 @@ fn fashion_mnist_slice_reaches_accuracy_on_2_ranks() {
     let extra = "[optimizer]\nkind = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n";
     job(&dir, &[784, 256, 128, 10], "train.h5", Some("t10k.h5"), extra);
     let _g = mpi_lock();
-    let run = mpirun(2, &["train", "job.toml", "--set", "training.epochs=3", "--set", "training.batch_size=64"], &dir, 300);
+    let run =
+        mpirun(2, &["train", "job.toml", "--set", "training.epochs=3", "--set", "training.batch_size=64"], &dir, 300);
     assert!(run.ok(), "{}", run.all());
 
     let metrics = std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap();

@@ -35,7 +35,23 @@ fn train_weights(name: &str, n: usize, fusion_mb: f64, optimizer: &str) -> (Vec<
     let extra = format!("{optimizer}\n[distribution]\nfusion_threshold_mb = {fusion_mb}\n");
     job(&dir, &LAYERS, "d-{rank}.h5", None, &extra);
     let bsz = format!("training.batch_size={}", B / n);
-    let run = mpirun(n, &["train", "job.toml", "--set", &bsz, "--set", "training.epochs=2", "--set", "data.shuffle=false", "--set", "model.activation=tanh"], &dir, 120);
+    let run = mpirun(
+        n,
+        &[
+            "train",
+            "job.toml",
+            "--set",
+            &bsz,
+            "--set",
+            "training.epochs=2",
+            "--set",
+            "data.shuffle=false",
+            "--set",
+            "model.activation=tanh",
+        ],
+        &dir,
+        120,
+    );
     assert!(run.ok(), "{name}: training failed\n{}", run.all());
     let w = dir.join("out/weights.h5");
     let tensors = (0..LAYERS.len() - 1)
@@ -59,11 +75,19 @@ fn check(optimizer: &str, tag: &str) {
             let (w, log) = train_weights(&format!("eq-{tag}-{n}-{fusion_mb}"), n, fusion_mb, optimizer);
             let buckets = log
                 .lines()
-                .find_map(|l| l.split(" fusion bucket(s)").next().filter(|_| l.contains("fusion bucket(s)")).and_then(|s| s.rsplit(' ').next()?.parse::<usize>().ok()))
+                .find_map(|l| {
+                    l.split(" fusion bucket(s)")
+                        .next()
+                        .filter(|_| l.contains("fusion bucket(s)"))
+                        .and_then(|s| s.rsplit(' ').next()?.parse::<usize>().ok())
+                })
                 .expect("the log names the number of fusion buckets");
             assert_eq!(buckets > 1, want_many, "threshold {fusion_mb} MiB gave {buckets} bucket(s)");
             let diff = max_diff(&reference, &w);
-            assert!(diff < 1e-5, "{tag}: {n} ranks, fusion {fusion_mb} MiB ({buckets} buckets): weights differ from 1 rank by {diff}");
+            assert!(
+                diff < 1e-5,
+                "{tag}: {n} ranks, fusion {fusion_mb} MiB ({buckets} buckets): weights differ from 1 rank by {diff}"
+            );
         }
     }
 }
@@ -88,8 +112,27 @@ fn equivalence_test_can_fail() {
     let (x, y) = synthetic(B * STEPS, D, K, 8); // other data
     write_rank_files(&dir, 2, &x, &y);
     job(&dir, &LAYERS, "d-{rank}.h5", None, opt);
-    let run = mpirun(2, &["train", "job.toml", "--set", "training.batch_size=3", "--set", "training.epochs=2", "--set", "data.shuffle=false", "--set", "model.activation=tanh"], &dir, 120);
+    let run = mpirun(
+        2,
+        &[
+            "train",
+            "job.toml",
+            "--set",
+            "training.batch_size=3",
+            "--set",
+            "training.epochs=2",
+            "--set",
+            "data.shuffle=false",
+            "--set",
+            "model.activation=tanh",
+        ],
+        &dir,
+        120,
+    );
     assert!(run.ok(), "{}", run.all());
-    let w: Vec<Vec<f32>> = (0..3).flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")]).map(|t| read_f32(&dir.join("out/weights.h5"), &t)).collect();
+    let w: Vec<Vec<f32>> = (0..3)
+        .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
+        .map(|t| read_f32(&dir.join("out/weights.h5"), &t))
+        .collect();
     assert!(max_diff(&a, &w) > 1e-3);
 }

@@ -16,23 +16,36 @@ fn read_idx(path: &Path) -> Result<Idx> {
     let f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
     let mut raw = Vec::new();
     let is_gz = path.extension().is_some_and(|e| e == "gz");
-    let res = if is_gz { flate2::read::GzDecoder::new(f).read_to_end(&mut raw) } else { std::io::BufReader::new(f).read_to_end(&mut raw) };
+    let res = if is_gz {
+        flate2::read::GzDecoder::new(f).read_to_end(&mut raw)
+    } else {
+        std::io::BufReader::new(f).read_to_end(&mut raw)
+    };
     res.map_err(|e| Error::io(path, if is_gz { "decompress (gzip)" } else { "read" }, e))?;
     if raw.len() < 4 || raw[0] != 0 || raw[1] != 0 {
         return Err(Error::data(path, "(header)", "not an IDX file: the magic number must start with two zero bytes"));
     }
     if raw[2] != 0x08 {
-        return Err(Error::data(path, "(header)", format!("element type 0x{:02x} is not supported; only unsigned bytes (0x08)", raw[2])));
+        return Err(Error::data(
+            path,
+            "(header)",
+            format!("element type 0x{:02x} is not supported; only unsigned bytes (0x08)", raw[2]),
+        ));
     }
     let nd = raw[3] as usize;
     let head = 4 + 4 * nd;
     if raw.len() < head {
         return Err(Error::data(path, "(header)", "truncated header"));
     }
-    let dims: Vec<usize> = (0..nd).map(|i| u32::from_be_bytes(raw[4 + 4 * i..8 + 4 * i].try_into().unwrap()) as usize).collect();
+    let dims: Vec<usize> =
+        (0..nd).map(|i| u32::from_be_bytes(raw[4 + 4 * i..8 + 4 * i].try_into().unwrap()) as usize).collect();
     let want: usize = dims.iter().product();
     if raw.len() - head != want {
-        return Err(Error::data(path, "(data)", format!("dimensions {dims:?} need {want} bytes of data, the file has {}", raw.len() - head)));
+        return Err(Error::data(
+            path,
+            "(data)",
+            format!("dimensions {dims:?} need {want} bytes of data, the file has {}", raw.len() - head),
+        ));
     }
     Ok(Idx { dims, data: raw.split_off(head) })
 }
@@ -43,14 +56,22 @@ pub fn import_idx(images: &Path, labels: &Path, out: &Path) -> Result<(usize, us
     let img = read_idx(images)?;
     let lab = read_idx(labels)?;
     if img.dims.len() < 2 {
-        return Err(Error::data(images, "(header)", format!("images need at least 2 dimensions, found {:?}", img.dims)));
+        return Err(Error::data(
+            images,
+            "(header)",
+            format!("images need at least 2 dimensions, found {:?}", img.dims),
+        ));
     }
     if lab.dims.len() != 1 {
         return Err(Error::data(labels, "(header)", format!("labels must be 1-D, found {:?}", lab.dims)));
     }
     let n = img.dims[0];
     if lab.dims[0] != n {
-        return Err(Error::data(labels, "(header)", format!("{} labels for {n} images in {}", lab.dims[0], images.display())));
+        return Err(Error::data(
+            labels,
+            "(header)",
+            format!("{} labels for {n} images in {}", lab.dims[0], images.display()),
+        ));
     }
     let d = img.dims[1..].iter().product();
     let x: Vec<f32> = img.data.iter().map(|&b| b as f32 / 255.0).collect();
@@ -63,11 +84,17 @@ pub fn import_idx(images: &Path, labels: &Path, out: &Path) -> Result<(usize, us
 
 /// Split `input` into `parts` files `DIR/<stem>-<i>.h5` of contiguous, balanced row ranges,
 /// copying datasets `x_name` and `y_name`. Returns the written paths.
-pub fn shard(input: &Path, parts: usize, out_dir: &Path, x_name: &str, y_name: &str) -> Result<Vec<std::path::PathBuf>> {
+pub fn shard(
+    input: &Path,
+    parts: usize,
+    out_dir: &Path,
+    x_name: &str,
+    y_name: &str,
+) -> Result<Vec<std::path::PathBuf>> {
     if parts == 0 {
         return Err(Error::config("command line", "--parts", "must be at least 1"));
     }
-    let f = h5::open(input)?;
+    let f = h5::open(input, "(input file)")?;
     let x = h5::dataset(&f, input, x_name)?;
     let y = h5::dataset(&f, input, y_name)?;
     let (xs, ys) = (x.shape(), y.shape());
@@ -94,10 +121,18 @@ pub fn shard(input: &Path, parts: usize, out_dir: &Path, x_name: &str, y_name: &
         yshape[0] = b - a;
         let sel = (a..b, ..);
         if y_is_int {
-            let ya = if ys.len() == 1 { y.read_slice_1d::<i32, _>(a..b).map(|v| v.to_vec()) } else { y.read_slice_2d::<i32, _>(sel).map(|v| v.iter().copied().collect()) };
+            let ya = if ys.len() == 1 {
+                y.read_slice_1d::<i32, _>(a..b).map(|v| v.to_vec())
+            } else {
+                y.read_slice_2d::<i32, _>(sel).map(|v| v.iter().copied().collect())
+            };
             h5::write(&o, &path, y_name, &ya.map_err(|e| Error::hdf5(input, format!("read {y_name}"), e))?, &yshape)?;
         } else {
-            let ya = if ys.len() == 1 { y.read_slice_1d::<f32, _>(a..b).map(|v| v.to_vec()) } else { y.read_slice_2d::<f32, _>(sel).map(|v| v.iter().copied().collect()) };
+            let ya = if ys.len() == 1 {
+                y.read_slice_1d::<f32, _>(a..b).map(|v| v.to_vec())
+            } else {
+                y.read_slice_2d::<f32, _>(sel).map(|v| v.iter().copied().collect())
+            };
             h5::write(&o, &path, y_name, &ya.map_err(|e| Error::hdf5(input, format!("read {y_name}"), e))?, &yshape)?;
         }
         written.push(path);

@@ -5,17 +5,29 @@ use crate::error::{Error, Result};
 use hdf5::types::TypeDescriptor;
 use std::path::Path;
 
-pub fn open(path: &Path) -> Result<hdf5::File> {
+/// Open `path` for reading; `origin` says where the path came from (a job key such as
+/// `data.train`, or a command-line argument) so the error can say what to fix.
+pub fn open(path: &Path, origin: &str) -> Result<hdf5::File> {
     if !path.exists() {
-        return Err(Error::data(path, "(file)", "no such file (check data.train / data.test, and `{rank}` for per-rank files)"));
+        let hint = if origin.starts_with("data.") {
+            " (a `{rank}` in the path is replaced by each rank's number)"
+        } else {
+            ""
+        };
+        return Err(Error::data(path, origin, format!("no such file{hint}")));
     }
-    hdf5::File::open(path).map_err(|e| Error::data(path, "(file)", format!("cannot open as HDF5 (not an HDF5 file, or damaged): {e}")))
+    hdf5::File::open(path)
+        .map_err(|e| Error::data(path, origin, format!("cannot open as HDF5 (not an HDF5 file, or damaged): {e}")))
 }
 
 pub fn dataset(file: &hdf5::File, path: &Path, name: &str) -> Result<hdf5::Dataset> {
     file.dataset(name).map_err(|_| {
         let found = file.member_names().unwrap_or_default().join(", ");
-        Error::data(path, name, format!("dataset not found (the file has: [{found}]); set data.x_dataset / data.y_dataset"))
+        Error::data(
+            path,
+            name,
+            format!("dataset not found (the file has: [{found}]); set data.x_dataset / data.y_dataset"),
+        )
     })
 }
 
@@ -41,7 +53,13 @@ pub fn create(path: &Path) -> Result<hdf5::File> {
 }
 
 /// Write a whole 1-D or 2-D f32/i32 array as dataset `name` (created, contiguous).
-pub fn write<T: hdf5::H5Type + Copy>(file: &hdf5::File, path: &Path, name: &str, data: &[T], shape: &[usize]) -> Result<()> {
+pub fn write<T: hdf5::H5Type + Copy>(
+    file: &hdf5::File,
+    path: &Path,
+    name: &str,
+    data: &[T],
+    shape: &[usize],
+) -> Result<()> {
     assert_eq!(data.len(), shape.iter().product::<usize>(), "write {name}: shape does not match data");
     let arr = ndarray::ArrayViewD::from_shape(ndarray::IxDyn(shape), data).expect("shape checked above");
     file.new_dataset_builder()

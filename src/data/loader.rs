@@ -81,7 +81,8 @@ impl Drop for Loader {
 /// (start row, row count) blocks, plus whether to shuffle rows within each window.
 pub fn epoch_windows(n: usize, cfg: &LoaderCfg, epoch: usize) -> Vec<Vec<(usize, usize)>> {
     let block = cfg.block.min(n).max(1);
-    let mut blocks: Vec<(usize, usize)> = (0..n.div_ceil(block)).map(|i| (i * block, block.min(n - i * block))).collect();
+    let mut blocks: Vec<(usize, usize)> =
+        (0..n.div_ceil(block)).map(|i| (i * block, block.min(n - i * block))).collect();
     if cfg.shuffle {
         Rng::new(cfg.seed, 0xB10C_0000 ^ ((epoch as u64) << 20) ^ cfg.rank as u64).shuffle(&mut blocks);
     }

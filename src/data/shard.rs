@@ -40,9 +40,9 @@ pub fn resolve(template: &str, rank: usize) -> (PathBuf, bool) {
 }
 
 impl Shard {
-    pub fn open(cfg: &DataCfg, template: &str, rank: usize, ranks: usize, model: &Mlp) -> Result<Shard> {
+    pub fn open(cfg: &DataCfg, key: &str, template: &str, rank: usize, ranks: usize, model: &Mlp) -> Result<Shard> {
         let (path, whole) = resolve(template, rank);
-        let file = h5::open(&path)?;
+        let file = h5::open(&path, key)?;
         let xn = cfg.x_dataset.as_str();
         let yn = cfg.y_dataset.as_str();
         let x = h5::dataset(&file, &path, xn)?;
@@ -50,41 +50,86 @@ impl Shard {
 
         let xs = x.shape();
         if xs.len() != 2 || h5::kind(&x, &path, xn)? != "float" {
-            return Err(Error::data(&path, xn, format!("must be a 2-D float32 array [samples, features], found shape {xs:?} of {}", h5::kind(&x, &path, xn)?)));
+            return Err(Error::data(
+                &path,
+                xn,
+                format!(
+                    "must be a 2-D float32 array [samples, features], found shape {xs:?} of {}",
+                    h5::kind(&x, &path, xn)?
+                ),
+            ));
         }
         let (n, d) = (xs[0], xs[1]);
         if d != model.n_inputs() {
-            return Err(Error::data(&path, xn, format!(
-                "has {d} features per sample but the model's input width (model.layers[0]) is {}", model.n_inputs())));
+            return Err(Error::data(
+                &path,
+                xn,
+                format!(
+                    "has {d} features per sample but the model's input width (model.layers[0]) is {}",
+                    model.n_inputs()
+                ),
+            ));
         }
         let ys = y.shape();
         if ys.first() != Some(&n) {
-            return Err(Error::data(&path, yn, format!("has {} rows but {xn} has {n}; x and y must have one row per sample", ys.first().copied().unwrap_or(0))));
+            return Err(Error::data(
+                &path,
+                yn,
+                format!(
+                    "has {} rows but {xn} has {n}; x and y must have one row per sample",
+                    ys.first().copied().unwrap_or(0)
+                ),
+            ));
         }
         let rows = if whole { 0..n } else { rank * n / ranks..(rank + 1) * n / ranks };
         if rows.is_empty() {
-            return Err(Error::data(&path, xn, format!("rank {rank} gets no samples: the file has {n} rows for {ranks} ranks")));
+            return Err(Error::data(
+                &path,
+                xn,
+                format!("rank {rank} gets no samples: the file has {n} rows for {ranks} ranks"),
+            ));
         }
         let k = model.n_outputs();
         let labels = match model.loss {
             LossKind::SoftmaxCrossEntropy => {
                 if ys.len() != 1 || h5::kind(&y, &path, yn)? != "int" {
-                    return Err(Error::data(&path, yn, format!("softmax_cross_entropy needs 1-D integer class labels, found shape {ys:?} of {}", h5::kind(&y, &path, yn)?)));
+                    return Err(Error::data(
+                        &path,
+                        yn,
+                        format!(
+                            "softmax_cross_entropy needs 1-D integer class labels, found shape {ys:?} of {}",
+                            h5::kind(&y, &path, yn)?
+                        ),
+                    ));
                 }
                 let v: Vec<i32> = y
                     .read_slice_1d::<i32, _>(rows.clone())
                     .map_err(|e| Error::hdf5(&path, format!("read {yn}"), e))?
                     .to_vec();
                 if let Some(i) = v.iter().position(|&c| c < 0 || c as usize >= k) {
-                    return Err(Error::data(&path, yn, format!(
-                        "label {} at row {} is out of range: the model has {k} classes, so labels must be in 0..{}", v[i], rows.start + i, k - 1)));
+                    return Err(Error::data(
+                        &path,
+                        yn,
+                        format!(
+                            "label {} at row {} is out of range: the model has {k} classes, so labels must be in 0..{}",
+                            v[i],
+                            rows.start + i,
+                            k - 1
+                        ),
+                    ));
                 }
                 Labels::Classes(v)
             }
             LossKind::Mse => {
                 let width = if ys.len() == 1 { 1 } else { ys[1] };
                 if ys.len() > 2 || width != k || h5::kind(&y, &path, yn)? != "float" {
-                    return Err(Error::data(&path, yn, format!("mse needs float targets [samples, {k}] (the model's output width), found shape {ys:?}")));
+                    return Err(Error::data(
+                        &path,
+                        yn,
+                        format!(
+                            "mse needs float targets [samples, {k}] (the model's output width), found shape {ys:?}"
+                        ),
+                    ));
                 }
                 let v: Vec<f32> = if ys.len() == 1 {
                     y.read_slice_1d::<f32, _>(rows.clone()).map(|a| a.to_vec())
@@ -93,7 +138,11 @@ impl Shard {
                 }
                 .map_err(|e| Error::hdf5(&path, format!("read {yn}"), e))?;
                 if let Some(i) = v.iter().position(|t| !t.is_finite()) {
-                    return Err(Error::data(&path, yn, format!("non-finite target {} at row {}", v[i], rows.start + i / k)));
+                    return Err(Error::data(
+                        &path,
+                        yn,
+                        format!("non-finite target {} at row {}", v[i], rows.start + i / k),
+                    ));
                 }
                 Labels::Values(v, k)
             }
@@ -115,7 +164,11 @@ impl Shard {
             .map_err(|e| Error::hdf5(&self.path, format!("read {} rows {}..{}", self.x_name, a, a + count), e))?;
         let src = arr.as_slice().expect("hdf5 returns standard-layout arrays");
         if let Some(i) = src.iter().position(|v| !v.is_finite()) {
-            return Err(Error::data(&self.path, &self.x_name, format!("non-finite value {} at row {}, column {}", src[i], a + i / self.features, i % self.features)));
+            return Err(Error::data(
+                &self.path,
+                &self.x_name,
+                format!("non-finite value {} at row {}, column {}", src[i], a + i / self.features, i % self.features),
+            ));
         }
         out[..src.len()].copy_from_slice(src);
         Ok(())

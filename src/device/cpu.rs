@@ -16,7 +16,18 @@ pub enum Trans {
 /// `a` holds A as [m,k] (Trans::N) or [k,m] (Trans::T); likewise `b` as [k,n] or [n,k].
 /// Transposes are expressed through strides: nothing is copied.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm(m: usize, k: usize, n: usize, alpha: f32, a: &[f32], ta: Trans, b: &[f32], tb: Trans, beta: f32, c: &mut [f32]) {
+pub fn gemm(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: &[f32],
+    ta: Trans,
+    b: &[f32],
+    tb: Trans,
+    beta: f32,
+    c: &mut [f32],
+) {
     assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n, "gemm: operand too small");
     let (rsa, csa) = match ta {
         Trans::N => (k as isize, 1),
@@ -28,7 +39,22 @@ pub fn gemm(m: usize, k: usize, n: usize, alpha: f32, a: &[f32], ta: Trans, b: &
     };
     // SAFETY: the asserts above keep every index that these strides reach inside the slices.
     unsafe {
-        matrixmultiply::sgemm(m, k, n, alpha, a.as_ptr(), rsa, csa, b.as_ptr(), rsb, csb, beta, c.as_mut_ptr(), n as isize, 1);
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            alpha,
+            a.as_ptr(),
+            rsa,
+            csa,
+            b.as_ptr(),
+            rsb,
+            csb,
+            beta,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
     }
 }
 
@@ -102,7 +128,13 @@ pub fn column_sums(m: &[f32], cols: usize, out: &mut [f32]) {
 /// Softmax cross-entropy over `logits` [b, k] with integer `labels`.
 /// Writes d(mean loss)/d(logits) scaled by `grad_scale` (usually 1/b) into `dlogits`,
 /// and returns (sum of per-sample losses, number of correct argmax predictions).
-pub fn softmax_xent(logits: &[f32], labels: &[i32], k: usize, grad_scale: f32, dlogits: Option<&mut [f32]>) -> (f64, usize) {
+pub fn softmax_xent(
+    logits: &[f32],
+    labels: &[i32],
+    k: usize,
+    grad_scale: f32,
+    dlogits: Option<&mut [f32]>,
+) -> (f64, usize) {
     let mut loss = 0.0f64;
     let mut correct = 0usize;
     let mut dl = dlogits;

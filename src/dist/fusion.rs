@@ -86,7 +86,8 @@ mod tests {
     fn pack_unpack_round_trip() {
         let lens = [3, 1, 4, 2];
         let plan = FusionPlan::new(&lens, 16);
-        let tensors: Vec<Vec<f32>> = lens.iter().enumerate().map(|(i, &n)| (0..n).map(|j| (10 * i + j) as f32).collect()).collect();
+        let tensors: Vec<Vec<f32>> =
+            lens.iter().enumerate().map(|(i, &n)| (0..n).map(|j| (10 * i + j) as f32).collect()).collect();
         let mut buf = vec![0.0; plan.total_len()];
         plan.pack(&tensors.iter().map(|t| &t[..]).collect::<Vec<_>>(), &mut buf);
         let mut back: Vec<Vec<f32>> = lens.iter().map(|&n| vec![-1.0; n]).collect();

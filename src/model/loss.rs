@@ -14,7 +14,14 @@ pub enum Targets<'a> {
 }
 
 /// (sum of per-sample losses, correct predictions: classification only, else 0).
-pub fn compute(kind: LossKind, out: &[f32], targets: Targets, k: usize, grad_scale: f32, d: Option<&mut [f32]>) -> (f64, usize) {
+pub fn compute(
+    kind: LossKind,
+    out: &[f32],
+    targets: Targets,
+    k: usize,
+    grad_scale: f32,
+    d: Option<&mut [f32]>,
+) -> (f64, usize) {
     match (kind, targets) {
         (LossKind::SoftmaxCrossEntropy, Targets::Classes(y)) => cpu::softmax_xent(out, y, k, grad_scale, d),
         (LossKind::Mse, Targets::Values(t)) => (cpu::mse(out, t, k, grad_scale, d), 0),

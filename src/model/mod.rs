@@ -55,7 +55,13 @@ impl Mlp {
             off = b.end;
             layers[l] = Some(DenseSlot { inp, out, w, b });
         }
-        Mlp { sizes: sizes.to_vec(), act, loss, layers: layers.into_iter().map(Option::unwrap).collect(), n_params: off }
+        Mlp {
+            sizes: sizes.to_vec(),
+            act,
+            loss,
+            layers: layers.into_iter().map(Option::unwrap).collect(),
+            n_params: off,
+        }
     }
 
     pub fn n_inputs(&self) -> usize {
@@ -109,7 +115,14 @@ impl Mlp {
 
     /// Loss of the last `forward` against `targets`; fills the output gradient in `ws`
     /// scaled by `grad_scale` (1/b for a mean). Returns (sum of losses, correct predictions).
-    pub fn loss(&self, targets: Targets, b: usize, grad_scale: f32, ws: &mut Workspace, want_grad: bool) -> (f64, usize) {
+    pub fn loss(
+        &self,
+        targets: Targets,
+        b: usize,
+        grad_scale: f32,
+        ws: &mut Workspace,
+        want_grad: bool,
+    ) -> (f64, usize) {
         let k = self.n_outputs();
         let out = &ws.a[self.layers.len() - 1][..b * k];
         let d = if want_grad { Some(&mut ws.d[0][..b * k]) } else { None };
@@ -119,7 +132,15 @@ impl Mlp {
     /// Backward pass after `forward` and `loss` (with want_grad). Writes every gradient into
     /// `grads` (the arena layout) and calls `ready(l)` as soon as layer `l`'s are complete,
     /// last layer first: the hook where communication can start.
-    pub fn backward(&self, params: &[f32], x: &[f32], b: usize, ws: &mut Workspace, grads: &mut [f32], mut ready: impl FnMut(usize)) {
+    pub fn backward(
+        &self,
+        params: &[f32],
+        x: &[f32],
+        b: usize,
+        ws: &mut Workspace,
+        grads: &mut [f32],
+        mut ready: impl FnMut(usize),
+    ) {
         let Workspace { a, z, d, .. } = ws;
         let (d0, d1) = d.split_at_mut(1);
         let (mut dz, mut dprev) = (&mut d0[0], &mut d1[0]);
