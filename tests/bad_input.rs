@@ -204,3 +204,18 @@ fn singleton_missing_file() {
     assert_eq!(run.code, Some(1), "{}", run.all());
     assert_fails(&run, Some(0), &["missing.h5", "no such file", "data.train"]);
 }
+
+/// `device = "cuda"` where no GPU or driver is present: a clear error, never a panic.
+#[test]
+fn cuda_without_a_gpu_is_a_clear_error() {
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        eprintln!("skipped: this machine has an NVIDIA driver");
+        return;
+    }
+    let _g = common::mpi_lock();
+    let dir = setup("bad_cuda", "");
+    let run = train2(&dir, &["training.device=cuda"]);
+    let line = assert_fails(&run, None, &["device", "training.device = \"cuda\""]);
+    assert!(!run.stderr.contains("panicked"), "{}", run.all());
+    assert!(line.contains("use device = \"cpu\""), "{line}");
+}
