@@ -15,7 +15,7 @@ for f in data/fashion-mnist-train.h5 data/fashion-mnist-test.h5; do
   [ -f "$f" ] || { echo "run_peer: $f not found (run hvtrain's converter)" >&2; exit 2; }
 done
 LOG=$(mktemp -d)
-echo "run_peer: logs in $LOG"
+echo "run_peer: logs in $LOG; load average before run: $(cut -d" " -f1-3 /proc/loadavg) (other work on the CPUs skews results)"
 
 echo "run_peer: single process, $EPOCHS epochs"
 timeout "$LIMIT" "$PY" bench/peer_keras.py --mode single --epochs "$EPOCHS" >"$LOG/single.log" 2>&1 \
