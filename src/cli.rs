@@ -28,7 +28,7 @@ pub enum Command {
 Writes OUTPUT_DIR/metrics.jsonl (one JSON object per epoch) and OUTPUT_DIR/weights.h5.\n\
 Exit code 0 on success, non-zero on any error; an error on one rank ends every rank."
     )]
-    Train(JobArgs),
+    Train(TrainArgs),
     /// Evaluate saved weights on the job's test data.
     #[command(
         after_help = "Example:\n  mpirun -n 2 hvtrain eval jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5"
@@ -46,6 +46,15 @@ Exit code 0 on success, non-zero on any error; an error on one rank ends every r
     /// Micro-benchmarks of this machine, as hvtrain sees it.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Write a Chrome trace of every step's phases on every rank (opens in Perfetto).
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

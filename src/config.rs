@@ -144,8 +144,49 @@ pub struct OptimizerCfg {
 pub struct DistributionCfg {
     /// Gradients are packed into buckets of at most this many MiB; each bucket is one
     /// MPI_Allreduce. A tensor larger than this travels alone. 0 means one bucket per tensor.
+    /// Environment: HVTRAIN_FUSION_THRESHOLD (bytes, as Horovod's HOROVOD_FUSION_THRESHOLD).
     #[serde(default = "default_fusion")]
     pub fusion_threshold_mb: f64,
+    /// A smaller threshold for the first bucket in reduction order, so communication starts
+    /// sooner (PyTorch DDP does this with 1 MiB). 0: the same as the others.
+    /// Environment: HVTRAIN_FIRST_BUCKET (bytes).
+    #[serde(default)]
+    pub first_bucket_mb: f64,
+    /// Which end of the network fills buckets first: `backward` (the last layer's gradients,
+    /// ready first: best for overlap) or `forward`. Environment: HVTRAIN_BUCKET_ORDER.
+    #[serde(default = "default_order")]
+    pub bucket_order: BucketOrder,
+    /// Reduce a bucket on the communication thread as soon as backward has filled it, while
+    /// backward goes on. Environment: HVTRAIN_OVERLAP (0/1).
+    #[serde(default = "yes")]
+    pub overlap: bool,
+    /// Gradient compression on the wire: `none` (exact float32), `fp16` or `bf16`.
+    /// Environment: HVTRAIN_COMPRESSION.
+    #[serde(default = "default_compression")]
+    pub compression: Compression,
+    /// A collective that has not completed after this many seconds ends the job (a rank died,
+    /// hangs, or its node is gone). Environment: HVTRAIN_WATCHDOG_SECONDS.
+    #[serde(default = "default_watchdog")]
+    pub watchdog_seconds: f64,
+    /// Compare a checksum of the parameters across ranks every this many steps (0: never).
+    /// Environment: HVTRAIN_CHECK_EVERY.
+    #[serde(default = "default_check_every")]
+    pub check_every: usize,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum BucketOrder {
+    Backward,
+    Forward,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    None,
+    Fp16,
+    Bf16,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -153,6 +194,10 @@ pub struct DistributionCfg {
 pub struct OutputCfg {
     #[serde(default = "default_out")]
     pub dir: String,
+    /// Write a Chrome trace (Perfetto, chrome://tracing) of every step's phases on every
+    /// rank to this file. Also `hvtrain train --timeline FILE`, or HVTRAIN_TIMELINE.
+    #[serde(default)]
+    pub timeline: Option<String>,
 }
 
 fn default_x() -> String {
@@ -206,6 +251,18 @@ fn default_fusion() -> f64 {
 fn default_out() -> String {
     "runs/default".into()
 }
+fn default_order() -> BucketOrder {
+    BucketOrder::Backward
+}
+fn default_compression() -> Compression {
+    Compression::None
+}
+fn default_watchdog() -> f64 {
+    6.0
+}
+fn default_check_every() -> usize {
+    200
+}
 
 impl Default for TrainingCfg {
     fn default() -> Self {
@@ -230,12 +287,20 @@ impl Default for OptimizerCfg {
 }
 impl Default for DistributionCfg {
     fn default() -> Self {
-        DistributionCfg { fusion_threshold_mb: default_fusion() }
+        DistributionCfg {
+            fusion_threshold_mb: default_fusion(),
+            first_bucket_mb: 0.0,
+            bucket_order: default_order(),
+            overlap: true,
+            compression: default_compression(),
+            watchdog_seconds: default_watchdog(),
+            check_every: default_check_every(),
+        }
     }
 }
 impl Default for OutputCfg {
     fn default() -> Self {
-        OutputCfg { dir: default_out() }
+        OutputCfg { dir: default_out(), timeline: None }
     }
 }
 
@@ -246,6 +311,14 @@ impl Job {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::config(path, "(file)", format!("cannot read the job file: {e}")))?;
         Job::parse(path, &text, overrides)
+    }
+
+    /// As `load`, with the HVTRAIN_* environment variables applied between the job file
+    /// and `--set` (so the command line wins). Returns the variables used, for the log.
+    pub fn load_with_env(path: &str, overrides: &[String]) -> Result<(Job, Vec<String>)> {
+        let (mut sets, used) = env_overrides(path, |k| std::env::var(k).ok())?;
+        sets.extend_from_slice(overrides);
+        Ok((Job::load(path, &sets)?, used))
     }
 
     /// As `load`, from text; `origin` names the source in errors.
@@ -305,9 +378,14 @@ impl Job {
         if !(o.weight_decay >= 0.0 && o.weight_decay.is_finite()) {
             return bad("optimizer.weight_decay", format!("must be >= 0, got {}", o.weight_decay));
         }
-        let f = self.distribution.fusion_threshold_mb;
-        if !(f >= 0.0 && f.is_finite()) {
-            return bad("distribution.fusion_threshold_mb", format!("must be >= 0, got {f}"));
+        let dist = &self.distribution;
+        for (key, v) in [("fusion_threshold_mb", dist.fusion_threshold_mb), ("first_bucket_mb", dist.first_bucket_mb)] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return bad(&format!("distribution.{key}"), format!("must be >= 0, got {v}"));
+            }
+        }
+        if !(dist.watchdog_seconds > 0.0 && dist.watchdog_seconds.is_finite()) {
+            return bad("distribution.watchdog_seconds", format!("must be > 0, got {}", dist.watchdog_seconds));
         }
         let d = &self.data;
         if d.train.is_empty() {
@@ -333,6 +411,63 @@ impl Job {
     pub fn fusion_threshold_bytes(&self) -> usize {
         (self.distribution.fusion_threshold_mb * 1024.0 * 1024.0) as usize
     }
+
+    /// The first bucket's threshold: `first_bucket_mb` when set, else the common one.
+    pub fn first_bucket_bytes(&self) -> usize {
+        match self.distribution.first_bucket_mb {
+            f if f > 0.0 => (f * 1024.0 * 1024.0) as usize,
+            _ => self.fusion_threshold_bytes(),
+        }
+    }
+}
+
+/// The environment variables an HPC user sets instead of editing job files (Horovod-style),
+/// as `--set` overrides: (variable, job key, unit conversion).
+const ENV_KEYS: &[(&str, &str, Unit)] = &[
+    ("HVTRAIN_FUSION_THRESHOLD", "distribution.fusion_threshold_mb", Unit::BytesToMib),
+    ("HVTRAIN_FIRST_BUCKET", "distribution.first_bucket_mb", Unit::BytesToMib),
+    ("HVTRAIN_BUCKET_ORDER", "distribution.bucket_order", Unit::Word),
+    ("HVTRAIN_OVERLAP", "distribution.overlap", Unit::Bool),
+    ("HVTRAIN_COMPRESSION", "distribution.compression", Unit::Word),
+    ("HVTRAIN_WATCHDOG_SECONDS", "distribution.watchdog_seconds", Unit::Number),
+    ("HVTRAIN_CHECK_EVERY", "distribution.check_every", Unit::Number),
+    ("HVTRAIN_TIMELINE", "output.timeline", Unit::Word),
+];
+
+#[derive(Clone, Copy)]
+enum Unit {
+    BytesToMib,
+    Bool,
+    Number,
+    Word,
+}
+
+fn env_overrides(origin: &str, get: impl Fn(&str) -> Option<String>) -> Result<(Vec<String>, Vec<String>)> {
+    let (mut sets, mut used) = (Vec::new(), Vec::new());
+    for &(var, key, unit) in ENV_KEYS {
+        let Some(raw) = get(var) else { continue };
+        let v = raw.trim();
+        let bad = |what: &str| Error::config(origin, key, format!("environment variable {var}={raw:?}: {what}"));
+        let value = match unit {
+            Unit::BytesToMib => {
+                let b: f64 = v.parse().map_err(|_| bad("expected a number of bytes"))?;
+                format!("{}", b / (1024.0 * 1024.0))
+            }
+            Unit::Bool => match v {
+                "1" | "true" | "yes" | "on" => "true".into(),
+                "0" | "false" | "no" | "off" => "false".into(),
+                _ => return Err(bad("expected 0 or 1")),
+            },
+            Unit::Number => {
+                v.parse::<f64>().map_err(|_| bad("expected a number"))?;
+                v.to_string()
+            }
+            Unit::Word => format!("{:?}", v),
+        };
+        used.push(format!("{var}={v}"));
+        sets.push(format!("{key}={value}"));
+    }
+    Ok((sets, used))
 }
 
 fn apply_override(origin: &str, doc: &mut toml::Table, o: &str) -> Result<()> {
@@ -414,6 +549,27 @@ mod tests {
         assert_eq!(field_of(Job::parse("job", MIN, &["model.activation=swish".into()])), "model.activation");
         assert_eq!(field_of(Job::parse("job", MIN, &["model.layers=[4, 0, 3]".into()])), "model.layers");
         assert!(field_of(Job::parse("job", MIN, &["model.depth=3".into()])).contains("model"));
+    }
+
+    #[test]
+    fn environment_overrides_job_file_and_set_overrides_environment() {
+        let env = |k: &str| match k {
+            "HVTRAIN_FUSION_THRESHOLD" => Some("2097152".to_string()),
+            "HVTRAIN_OVERLAP" => Some("0".to_string()),
+            "HVTRAIN_COMPRESSION" => Some("bf16".to_string()),
+            _ => None,
+        };
+        let (mut sets, used) = env_overrides("job", env).unwrap();
+        assert_eq!(used.len(), 3);
+        sets.push("distribution.compression=fp16".into());
+        let j = Job::parse("job", MIN, &sets).unwrap();
+        assert_eq!(j.distribution.fusion_threshold_mb, 2.0);
+        assert!(!j.distribution.overlap);
+        assert_eq!(j.distribution.compression, Compression::Fp16);
+        let bad = env_overrides("job", |k| (k == "HVTRAIN_OVERLAP").then(|| "maybe".to_string()));
+        assert!(matches!(bad, Err(Error::Config { field, .. }) if field == "distribution.overlap"));
+        let bad = Job::parse("job", MIN, &["distribution.compression=fp8".into()]);
+        assert_eq!(field_of(bad), "distribution.compression");
     }
 
     #[test]

@@ -10,10 +10,12 @@ mod data;
 mod device;
 mod dist;
 mod error;
+mod fault;
 mod metrics;
 mod model;
 mod optim;
 mod rng;
+mod step;
 mod sys;
 mod train;
 mod weights;
@@ -36,8 +38,17 @@ fn rank_tag() -> String {
 
 /// Write one whole line to stderr in a single call: ranks share the terminal, and a line
 /// written in pieces interleaves with other ranks' lines.
-fn say(line: String) {
+pub(crate) fn say(line: String) {
     let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
+}
+
+/// Leave at once, running no exit handlers (they may block in MPI when the network is gone).
+pub(crate) fn hard_exit(code: i32) -> ! {
+    extern "C" {
+        fn _exit(code: i32) -> !;
+    }
+    // SAFETY: _exit has no preconditions.
+    unsafe { _exit(code) }
 }
 
 fn init_logging() {
@@ -65,11 +76,18 @@ fn main() {
             0
         }
         Command::Train(args) => with_mpi(|comm| {
-            let job = config::Job::load(&args.job, &args.set)?;
+            let mut sets = args.job.set.clone();
+            if let Some(t) = &args.timeline {
+                sets.push(format!("output.timeline={:?}", t.display().to_string()));
+            }
+            let (job, env) = config::Job::load_with_env(&args.job.job, &sets)?;
+            if comm.rank == 0 && !env.is_empty() {
+                log::info!("from the environment: {}", env.join(" "));
+            }
             train::train(comm, &job, t_process)
         }),
         Command::Eval { job, weights } => with_mpi(|comm| {
-            let j = config::Job::load(&job.job, &job.set)?;
+            let (j, _) = config::Job::load_with_env(&job.job, &job.set)?;
             train::eval(comm, &j, &weights)
         }),
     };

@@ -17,6 +17,9 @@ pub struct EpochMetrics {
     /// Global training samples per second of wall time in this epoch (evaluation excluded).
     pub samples_per_sec: f64,
     pub epoch_seconds: f64,
+    /// Mean time per step the optimizer waited for reduced gradients (communication not
+    /// hidden behind backward).
+    pub exposed_comm_ms_per_step: f64,
     pub steps: usize,
     pub ranks: usize,
     pub lr: f64,

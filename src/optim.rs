@@ -12,6 +12,7 @@ pub struct Optimizer {
     m: Vec<f32>,
     v: Vec<f32>,
     step: u64,
+    lr_now: f32,
 }
 
 impl Optimizer {
@@ -27,6 +28,7 @@ impl Optimizer {
             m: if needs_m { vec![0.0; n_params] } else { Vec::new() },
             v: if needs_v { vec![0.0; n_params] } else { Vec::new() },
             step: 0,
+            lr_now: 0.0,
         }
     }
 
@@ -40,15 +42,27 @@ impl Optimizer {
         }
     }
 
-    pub fn steps_taken(&self) -> u64 {
-        self.step
+    /// One whole step over every tensor.
+    #[cfg(test)]
+    pub fn update(&mut self, params: &mut [f32], grad_sum: &[f32], grad_scale: f32) {
+        self.begin_step();
+        let all: Vec<usize> = (0..self.tensors.len()).collect();
+        self.apply(params, grad_sum, grad_scale, &all);
     }
 
-    pub fn update(&mut self, params: &mut [f32], grad_sum: &[f32], grad_scale: f32) {
-        let lr = self.lr() as f32;
+    /// Start a step: fixes this step's learning rate and bias corrections. Then `apply` each
+    /// group of tensors as its reduced gradients arrive.
+    pub fn begin_step(&mut self) {
+        self.lr_now = self.lr() as f32;
         self.step += 1;
+    }
+
+    /// Update the tensors `which` (indices into the tensor list) from `grad_sum` × `grad_scale`.
+    pub fn apply(&mut self, params: &mut [f32], grad_sum: &[f32], grad_scale: f32, which: &[usize]) {
+        let lr = self.lr_now;
         let c = &self.cfg;
-        for t in &self.tensors {
+        for &ti in which {
+            let t = &self.tensors[ti];
             let r = t.range.clone();
             let wd = if t.is_weight { c.weight_decay as f32 } else { 0.0 };
             let (p, g) = (&mut params[r.clone()], &grad_sum[r.clone()]);

@@ -8,14 +8,19 @@ use crate::config::Job;
 use crate::data::loader::{Loader, LoaderCfg};
 use crate::data::shard::{Labels, Shard};
 use crate::device;
-use crate::dist::{check_agreement, Comm, FusionPlan, GradReducer};
+use crate::dist::timeline::Timeline;
+use crate::dist::watchdog::{Watchdog, MAIN};
+use crate::dist::{check_agreement, checksum, Comm, Engine, FusionPlan};
 use crate::error::{Error, Result};
 use crate::metrics::{EpochMetrics, MetricsLog};
 use crate::model::{Mlp, Targets, Workspace};
 use crate::optim::Optimizer;
+use crate::step::Stepper;
 use crate::weights;
 use log::{info, warn};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 use std::time::Instant;
 
 pub fn build_model(job: &Job) -> Mlp {
@@ -37,7 +42,8 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
     let model = start(comm, job)?;
     let tensors = model.tensors();
     let lens: Vec<usize> = tensors.iter().map(|t| t.range.len()).collect();
-    let plan = FusionPlan::new(&lens, job.fusion_threshold_bytes());
+    let d = &job.distribution;
+    let plan = FusionPlan::with_options(&lens, job.fusion_threshold_bytes(), job.first_bucket_bytes(), d.bucket_order);
     // The gradient arena is laid out in fusion order, so buckets are arena ranges.
     assert!(plan.slots.iter().zip(&tensors).all(|(s, t)| *s == t.range), "arena and fusion plan disagree");
     check_agreement(comm, "the gradient fusion plan", plan.fingerprint())?;
@@ -48,8 +54,20 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
             model.n_params,
             model.n_params as f64 * 4.0 / 1048576.0,
             plan.buckets.len(),
-            job.distribution.fusion_threshold_mb,
+            d.fusion_threshold_mb,
             plan.buckets.iter().map(|b| b.len() * 4 / 1024).collect::<Vec<_>>()
+        );
+        info!(
+            "engine: overlap {}, bucket order {:?}, first bucket {} MiB, compression {:?}, watchdog {} s, \
+             parameter check every {} steps, timeline {}, MPI thread level {:?}",
+            if d.overlap { "on" } else { "off" },
+            d.bucket_order,
+            job.first_bucket_bytes() as f64 / 1048576.0,
+            d.compression,
+            d.watchdog_seconds,
+            d.check_every,
+            job.output.timeline.as_deref().unwrap_or("off"),
+            comm.threading
         );
     }
 
@@ -91,11 +109,14 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
 
     let mut params = if comm.rank == 0 { model.init_params(job.training.seed) } else { vec![0.0; model.n_params] };
     comm.broadcast_f32(&mut params);
-    let mut grads = vec![0.0f32; model.n_params];
-    let mut reduced = vec![0.0f32; model.n_params];
-    let reducer = GradReducer::new(plan);
-    let mut opt = Optimizer::new(&job.optimizer, tensors, model.n_params, comm.size);
-    let mut ws = Workspace::new(&model, b);
+    let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), comm.rank);
+    comm.barrier(); // line the ranks' clocks up for the timeline
+    let timeline = job.output.timeline.as_ref().map(|_| Arc::new(Timeline::new(Instant::now())));
+    let chan = (comm.size > 1).then(|| comm.channel());
+    let engine = Engine::new(chan, plan, d.overlap, d.compression, timeline.clone(), Some(watchdog.share()));
+    let opt = Optimizer::new(&job.optimizer, tensors, model.n_params, comm.size);
+    let mut st = Stepper::new(model, params, opt, engine, b, timeline.clone());
+    let fault = crate::fault::from_env()?;
     let loader = Loader::spawn(
         train_shard,
         LoaderCfg {
@@ -111,32 +132,19 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
         },
     );
 
-    let inv_b = 1.0 / b as f32;
-    let inv_ranks = 1.0 / comm.size as f32;
     let mut last: Option<EpochMetrics> = None;
     for epoch in 1..=job.training.epochs {
         let t0 = Instant::now();
+        st.engine.exposed = Duration::ZERO;
         let mut loss_sum = 0.0f64;
-        for step in 0..steps {
+        for i in 0..steps {
+            let waiting = Instant::now();
             let batch = loader.next()?;
-            let targets = if batch.classes.is_empty() {
-                Targets::Values(&batch.values)
-            } else {
-                Targets::Classes(&batch.classes)
-            };
-            model.forward(&params, &batch.x, b, &mut ws);
-            let (l, _) = model.loss(targets, b, inv_b, &mut ws, true);
-            if !l.is_finite() {
-                return Err(Error::Training(format!(
-                    "loss became {l} at epoch {epoch}, step {} (global step {}) on rank {}; lower optimizer.lr or check the data",
-                    step + 1, opt.steps_taken() + 1, comm.rank)));
-            }
+            crate::fault::maybe_fire(&fault, comm.rank, st.step + 1)?;
+            let l = st.run(&batch, waiting).map_err(|e| in_step(e, epoch, i + 1, comm.rank))?;
             loss_sum += l;
-            model.backward(&params, &batch.x, b, &mut ws, &mut grads, |_| {});
-            reducer.reduce_all(comm, &grads, &mut reduced);
-            opt.update(&mut params, &reduced, inv_ranks);
             loader.give_back(batch);
-            if epoch == 1 && step == 0 && comm.rank == 0 {
+            if st.step == 1 && comm.rank == 0 {
                 let since_exec = crate::sys::seconds_since_start().unwrap_or(f64::NAN);
                 info!(
                     "first step done {since_exec:.3} s after process start ({:.3} s after main)",
@@ -144,20 +152,28 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
                 );
             }
             let every = job.training.log_every;
-            if every > 0 && (step + 1) % every == 0 && comm.rank == 0 {
-                info!("epoch {epoch} step {}/{steps}: loss {:.4} (rank 0's batch)", step + 1, l / b as f64);
+            if every > 0 && (i + 1) % every == 0 && comm.rank == 0 {
+                info!("epoch {epoch} step {}/{steps}: loss {:.4} (rank 0's batch)", i + 1, l / b as f64);
+            }
+            if d.check_every > 0 && st.step % d.check_every as u64 == 0 {
+                let _g = watchdog.guard(MAIN, "the parameter consistency check", st.step);
+                check_agreement(comm, &format!("the parameter checksum at step {}", st.step), checksum(&st.params))
+                    .map_err(|e| Error::Mismatch(format!("{e}: the model replicas have diverged")))?;
             }
         }
         let secs = t0.elapsed().as_secs_f64();
+        let exposed_ms = st.engine.exposed.as_secs_f64() * 1e3 / steps as f64;
+        let _g = watchdog.guard(MAIN, "the end-of-epoch metrics", st.step);
         let mut sums = [loss_sum, (steps * b) as f64];
         comm.all_reduce_sum_f64(&mut sums);
         let (test_loss, test_acc) = match &test_shard {
             Some(s) => {
-                let (l, a) = evaluate(comm, &model, &params, s)?;
+                let (l, a) = evaluate(comm, &st.model, &st.params, s)?;
                 (Some(l), a)
             }
             None => (None, None),
         };
+        drop(_g);
         let m = EpochMetrics {
             epoch,
             train_loss: sums[0] / sums[1],
@@ -165,30 +181,44 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
             test_accuracy: test_acc,
             samples_per_sec: (steps * b * comm.size) as f64 / secs,
             epoch_seconds: secs,
+            exposed_comm_ms_per_step: exposed_ms,
             steps,
             ranks: comm.size,
-            lr: opt.lr(),
+            lr: st.opt.lr(),
         };
         if let Some(log) = &metrics {
             info!(
-                "epoch {epoch}/{}: train_loss {:.4}{}{} | {:.0} samples/s ({:.2} s)",
+                "epoch {epoch}/{}: train_loss {:.4}{}{} | {:.0} samples/s ({:.2} s), exposed communication {:.3} ms/step",
                 job.training.epochs,
                 m.train_loss,
                 m.test_loss.map(|l| format!(" test_loss {l:.4}")).unwrap_or_default(),
                 m.test_accuracy.map(|a| format!(" test_accuracy {a:.4}")).unwrap_or_default(),
                 m.samples_per_sec,
-                secs
+                secs,
+                exposed_ms
             );
             log.append(&m)?;
         }
         last = Some(m);
     }
     drop(loader);
+    if let (Some(tl), Some(path)) = (&timeline, &job.output.timeline) {
+        let _g = watchdog.guard(MAIN, "gathering the timeline", st.step);
+        tl.write_all(comm, &comm.host, std::path::Path::new(path))
+            .map_err(|e| Error::io(path, "write the timeline", e))?;
+        if comm.rank == 0 {
+            info!(
+                "timeline of {} rank(s) written to {path} (open in https://ui.perfetto.dev or chrome://tracing)",
+                comm.size
+            );
+        }
+    }
     info!("peak RSS {:.1} MiB", crate::sys::peak_rss_mib().unwrap_or(f64::NAN));
+    let (model, params) = (&st.model, &st.params);
 
     if comm.rank == 0 {
         let path = out_dir.join("weights.h5");
-        weights::save(&model, &params, &path)?;
+        weights::save(model, params, &path)?;
         let m = last.expect("at least one epoch");
         match m.test_accuracy {
             Some(a) => info!("done: test accuracy {a:.4} after {} epochs; weights in {}", m.epoch, path.display()),
@@ -250,4 +280,12 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &std::path::Path) -> Result<()
         );
     }
     Ok(())
+}
+
+/// Say where in training an error happened.
+fn in_step(e: Error, epoch: usize, step: usize, rank: usize) -> Error {
+    match e {
+        Error::Training(m) => Error::Training(format!("rank {rank}, epoch {epoch}, step {step} of the epoch: {m}")),
+        other => other,
+    }
 }

@@ -1,5 +1,7 @@
 //! The only module that calls MPI: start-up, placement (rank, node-local rank, host),
-//! collectives, and abort. Everything else talks to MPI through `Comm`.
+//! collectives, point-to-point exchange for the compressed ring, and abort. Everything else
+//! talks to MPI through `Comm` (the main thread's, on MPI_COMM_WORLD) or `Channel` (a
+//! duplicate of it that the communication thread owns, so its traffic never matches ours).
 //!
 //! Collectives return `()` in rsmpi and errors go to MPI's handler (abort by default), so a
 //! failing collective ends the job rather than returning.
@@ -10,9 +12,86 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use mpi::Threading;
 
+/// Collectives over one communicator. `Send` so the communication thread can own one.
+pub struct Channel {
+    comm: SimpleCommunicator,
+    pub rank: usize,
+    pub size: usize,
+}
+
+// SAFETY: MPI is initialized with at least MPI_THREAD_SERIALIZED (checked in `Comm::init`),
+// and each Channel is used by one thread at a time: the main thread's by the main thread,
+// the engine's by the communication thread, which the main thread never runs MPI beside
+// (it waits for the engine to go idle first).
+unsafe impl Send for Channel {}
+
+impl Channel {
+    fn new(comm: SimpleCommunicator) -> Channel {
+        Channel { rank: comm.rank() as usize, size: comm.size() as usize, comm }
+    }
+
+    /// recv = elementwise sum over ranks of send.
+    pub fn all_reduce_sum_f32(&self, send: &[f32], recv: &mut [f32]) {
+        self.comm.all_reduce_into(send, recv, SystemOperation::sum());
+    }
+
+    /// In-place sum of small f64 vectors (metrics).
+    pub fn all_reduce_sum_f64(&self, v: &mut [f64]) {
+        let send = v.to_vec();
+        self.comm.all_reduce_into(&send[..], v, SystemOperation::sum());
+    }
+
+    pub fn all_reduce_min_u64(&self, x: u64) -> u64 {
+        let mut out = 0u64;
+        self.comm.all_reduce_into(&x, &mut out, SystemOperation::min());
+        out
+    }
+
+    /// Every rank's value, indexed by rank.
+    pub fn all_gather_u64(&self, x: u64) -> Vec<u64> {
+        let mut out = vec![0u64; self.size];
+        self.comm.all_gather_into(&x, &mut out[..]);
+        out
+    }
+
+    /// Every rank's bytes (of any length), indexed by rank.
+    pub fn all_gather_bytes(&self, mine: &[u8]) -> Vec<Vec<u8>> {
+        let counts: Vec<i32> = self.all_gather_u64(mine.len() as u64).iter().map(|&c| c as i32).collect();
+        let displs: Vec<i32> = counts
+            .iter()
+            .scan(0, |acc, &c| {
+                let d = *acc;
+                *acc += c;
+                Some(d)
+            })
+            .collect();
+        let mut all = vec![0u8; counts.iter().map(|&c| c as usize).sum()];
+        {
+            let mut part = mpi::datatype::PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+            self.comm.all_gather_varcount_into(mine, &mut part);
+        }
+        counts.iter().zip(&displs).map(|(&c, &d)| all[d as usize..(d + c) as usize].to_vec()).collect()
+    }
+
+    /// Overwrite `buf` on every rank with rank 0's.
+    pub fn broadcast_f32(&self, buf: &mut [f32]) {
+        self.comm.process_at_rank(0).broadcast_into(buf);
+    }
+
+    /// Send `out` to rank `to` while receiving `inp` from rank `from` (one ring step).
+    pub fn exchange_u16(&self, out: &[u16], to: usize, inp: &mut [u16], from: usize) {
+        mpi::point_to_point::send_receive_into(
+            out,
+            &self.comm.process_at_rank(to as i32),
+            inp,
+            &self.comm.process_at_rank(from as i32),
+        );
+    }
+}
+
 pub struct Comm {
     // Field order matters: communicators must be freed before the universe finalizes MPI.
-    world: SimpleCommunicator,
+    world: Channel,
     _node: SimpleCommunicator,
     _universe: Universe,
     pub rank: usize,
@@ -20,16 +99,21 @@ pub struct Comm {
     pub local_rank: usize,
     pub local_size: usize,
     pub host: String,
+    pub threading: Threading,
 }
 
 impl Comm {
-    /// Initialize MPI. Only the main thread calls MPI (MPI_THREAD_FUNNELED). Works as a
+    /// Initialize MPI, asking for MPI_THREAD_MULTIPLE and requiring at least SERIALIZED: the
+    /// communication thread makes MPI calls while the main thread computes. Works as a
     /// singleton too (`hvtrain train job.toml` without mpirun is a 1-rank job).
     pub fn init() -> Result<Comm, String> {
-        let (universe, granted) = mpi::initialize_with_threading(Threading::Funneled)
+        let (universe, granted) = mpi::initialize_with_threading(Threading::Multiple)
             .ok_or_else(|| "MPI was already initialized".to_string())?;
-        if granted < Threading::Funneled {
-            return Err(format!("MPI granted thread level {granted:?}; hvtrain needs at least Funneled"));
+        if granted < Threading::Serialized {
+            return Err(format!(
+                "the MPI library granted thread level {granted:?}; hvtrain's communication thread needs at least \
+                 MPI_THREAD_SERIALIZED (build Open MPI or MPICH with thread support)"
+            ));
         }
         let world = universe.world();
         // Node-local rank from a shared-memory split: right under any launcher.
@@ -41,49 +125,37 @@ impl Comm {
             local_rank: node.rank() as usize,
             local_size: node.size() as usize,
             host,
-            world,
+            threading: granted,
+            world: Channel::new(world),
             _node: node,
             _universe: universe,
         })
     }
 
+    /// A private duplicate of the world communicator, for the communication thread.
+    pub fn channel(&self) -> Channel {
+        Channel::new(self.world.comm.duplicate())
+    }
+
     /// End every rank of the job with `code`. Never returns.
     pub fn abort(&self, code: i32) -> ! {
-        self.world.abort(code)
+        self.world.comm.abort(code)
     }
 
-    /// recv = elementwise sum over ranks of send.
-    pub fn all_reduce_sum_f32(&self, send: &[f32], recv: &mut [f32]) {
-        self.world.all_reduce_into(send, recv, SystemOperation::sum());
-    }
-
-    /// In-place sum of small f64 vectors (metrics).
-    pub fn all_reduce_sum_f64(&self, v: &mut [f64]) {
-        let send = v.to_vec();
-        self.world.all_reduce_into(&send[..], v, SystemOperation::sum());
-    }
-
-    pub fn all_reduce_min_u64(&self, x: u64) -> u64 {
-        let mut out = 0u64;
-        self.world.all_reduce_into(&x, &mut out, SystemOperation::min());
-        out
-    }
-
-    /// Every rank's value, indexed by rank.
-    pub fn all_gather_u64(&self, x: u64) -> Vec<u64> {
-        let mut out = vec![0u64; self.size];
-        self.world.all_gather_into(&x, &mut out[..]);
-        out
-    }
-
-    /// Overwrite `buf` on every rank with rank 0's.
-    pub fn broadcast_f32(&self, buf: &mut [f32]) {
-        self.world.process_at_rank(0).broadcast_into(buf);
+    pub fn barrier(&self) {
+        self.world.comm.barrier();
     }
 }
 
-/// Abort the whole MPI job from a context that holds no `Comm` (the panic hook). Does
-/// nothing when MPI is not running.
+impl std::ops::Deref for Comm {
+    type Target = Channel;
+    fn deref(&self) -> &Channel {
+        &self.world
+    }
+}
+
+/// Abort the whole MPI job from a context that holds no `Comm` (the panic hook, the
+/// watchdog). Does nothing when MPI is not running.
 pub fn abort_world(code: i32) {
     if mpi::environment::is_initialized() && !mpi::environment::is_finalized() {
         // SAFETY: MPI is initialized and not finalized; MPI_Abort on COMM_WORLD is always valid then.

@@ -1,10 +1,15 @@
 //! The fusion plan: which gradient tensors travel together in one all-reduce.
 //!
-//! Tensors are taken in the order backward produces them and packed greedily into buckets
-//! of at most `threshold` bytes (Horovod's tensor fusion). A tensor larger than the
-//! threshold travels alone; a threshold of 0 gives one bucket per tensor. The plan is fixed
-//! at start-up, from the model alone, and checked once across ranks.
+//! Tensors are taken in bucket order and packed greedily into buckets of at most
+//! `threshold` bytes (Horovod's tensor fusion); the first bucket may have a smaller
+//! threshold of its own, so communication starts sooner (as PyTorch DDP does). A tensor
+//! larger than the threshold travels alone; a threshold of 0 gives one bucket per tensor.
+//! The plan is fixed at start-up, from the model alone, and checked once across ranks.
+//!
+//! Tensor offsets (`slots`) are always in the given (arena) order; with `BucketOrder::Forward`
+//! the buckets are formed from the other end, and each is still one contiguous range.
 
+use crate::config::BucketOrder;
 use std::ops::Range;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -15,6 +20,8 @@ pub struct FusionPlan {
     pub buckets: Vec<Range<usize>>,
     /// For each tensor, the bucket it belongs to.
     pub bucket_of: Vec<usize>,
+    /// For each bucket, its tensors (indices into `slots`).
+    pub members: Vec<Vec<usize>>,
     pub threshold_bytes: usize,
 }
 
@@ -24,27 +31,51 @@ const F32: usize = std::mem::size_of::<f32>();
 // paths); the CPU trainer writes gradients into the buckets directly.
 #[allow(dead_code)]
 impl FusionPlan {
-    /// `lens`: element counts of the tensors in readiness order.
+    /// `lens`: element counts of the tensors in readiness (arena) order.
     pub fn new(lens: &[usize], threshold_bytes: usize) -> FusionPlan {
+        FusionPlan::with_options(lens, threshold_bytes, threshold_bytes, BucketOrder::Backward)
+    }
+
+    pub fn with_options(lens: &[usize], threshold_bytes: usize, first_bytes: usize, order: BucketOrder) -> FusionPlan {
         let mut slots = Vec::with_capacity(lens.len());
-        let mut buckets = Vec::new();
-        let mut bucket_of = Vec::with_capacity(lens.len());
         let mut off = 0;
-        let mut start = 0;
         for &len in lens {
-            let used = (off - start) * F32;
-            if used > 0 && used + len * F32 > threshold_bytes {
-                buckets.push(start..off);
-                start = off;
-            }
             slots.push(off..off + len);
-            bucket_of.push(buckets.len());
             off += len;
         }
-        if off > start || lens.is_empty() {
-            buckets.push(start..off);
+        let order: Vec<usize> = match order {
+            BucketOrder::Backward => (0..lens.len()).collect(),
+            BucketOrder::Forward => (0..lens.len()).rev().collect(),
+        };
+        let mut members: Vec<Vec<usize>> = Vec::new();
+        let mut used = 0;
+        for &t in &order {
+            // The bucket being filled is the first one while there is at most one.
+            let limit = if members.len() <= 1 { first_bytes } else { threshold_bytes };
+            let bytes = lens[t] * F32;
+            match members.last_mut() {
+                Some(m) if used > 0 && used + bytes <= limit => {
+                    m.push(t);
+                    used += bytes;
+                }
+                _ => {
+                    members.push(vec![t]);
+                    used = bytes;
+                }
+            }
         }
-        FusionPlan { slots, buckets, bucket_of, threshold_bytes }
+        let mut bucket_of = vec![0; lens.len()];
+        let buckets = members
+            .iter()
+            .enumerate()
+            .map(|(b, m)| {
+                m.iter().for_each(|&t| bucket_of[t] = b);
+                let start = m.iter().map(|&t| slots[t].start).min().unwrap();
+                let end = m.iter().map(|&t| slots[t].end).max().unwrap();
+                start..end
+            })
+            .collect();
+        FusionPlan { slots, buckets, bucket_of, members, threshold_bytes }
     }
 
     pub fn total_len(&self) -> usize {
@@ -104,6 +135,19 @@ mod tests {
         // One float less: 3 and 1 no longer share.
         let plan = FusionPlan::new(&[3, 1, 4, 2], 15);
         assert_eq!(plan.buckets, vec![0..3, 3..4, 4..8, 8..10]);
+    }
+
+    #[test]
+    fn first_bucket_threshold_and_forward_order() {
+        // First bucket limited to 4 bytes: tensor 0 alone, then the 16-byte threshold.
+        let plan = FusionPlan::with_options(&[1, 1, 2, 1], 16, 4, BucketOrder::Backward);
+        assert_eq!(plan.buckets, vec![0..1, 1..5]);
+        assert_eq!(plan.members, vec![vec![0], vec![1, 2, 3]]);
+        // Forward order fills from the other end; buckets are still contiguous ranges.
+        let plan = FusionPlan::with_options(&[3, 1, 4, 2], 16, 16, BucketOrder::Forward);
+        assert_eq!(plan.buckets, vec![8..10, 4..8, 0..4]);
+        assert_eq!(plan.bucket_of, vec![2, 2, 1, 0]);
+        assert_eq!(plan.slots[0], 0..3);
     }
 
     #[test]

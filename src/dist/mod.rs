@@ -1,40 +1,24 @@
 //! Distribution: the MPI communicator (`comm`, the only MPI caller), the fusion plan
-//! (`fusion`), and the gradient averaging that puts them together.
+//! (`fusion`), the communication engine that reduces buckets on its own thread (`engine`),
+//! compressed rings (`compress`), the watchdog that ends hung jobs (`watchdog`) and the
+//! Chrome-trace timeline (`timeline`).
 
 pub mod comm;
+pub mod compress;
+pub mod engine;
 pub mod fusion;
+pub mod timeline;
+pub mod watchdog;
 
-pub use comm::Comm;
+pub use comm::{Channel, Comm};
+pub use engine::Engine;
 pub use fusion::FusionPlan;
 
 use crate::error::{Error, Result};
 
-/// Sums gradients across ranks bucket by bucket: one `MPI_Allreduce` per fusion bucket,
-/// from the local gradient arena into the reduced arena (same layout). The caller scales by
-/// 1/ranks inside the optimizer update.
-pub struct GradReducer {
-    pub plan: FusionPlan,
-}
-
-impl GradReducer {
-    pub fn new(plan: FusionPlan) -> GradReducer {
-        GradReducer { plan }
-    }
-
-    pub fn reduce_all(&self, comm: &Comm, local: &[f32], reduced: &mut [f32]) {
-        for b in &self.plan.buckets {
-            if comm.size == 1 {
-                reduced[b.clone()].copy_from_slice(&local[b.clone()]);
-            } else {
-                comm.all_reduce_sum_f32(&local[b.clone()], &mut reduced[b.clone()]);
-            }
-        }
-    }
-}
-
 /// Check that every rank holds the same value of `what` (e.g. a config fingerprint); on
 /// disagreement, every rank returns the same error naming the ranks that differ from rank 0.
-pub fn check_agreement(comm: &Comm, what: &str, value: u64) -> Result<()> {
+pub fn check_agreement(comm: &Channel, what: &str, value: u64) -> Result<()> {
     let all = comm.all_gather_u64(value);
     let differ: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
     if differ.is_empty() {
@@ -44,4 +28,15 @@ pub fn check_agreement(comm: &Comm, what: &str, value: u64) -> Result<()> {
             "{what} differs from rank 0's on rank(s) {differ:?}; start every rank with the same job file, --set options and build"
         )))
     }
+}
+
+/// A cheap fingerprint of a parameter vector: FNV-1a over 64-bit words of the f32 bits.
+/// Equal parameters give equal checksums; any bit that differs almost surely shows.
+pub fn checksum(params: &[f32]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for pair in params.chunks(2) {
+        let w = pair[0].to_bits() as u64 | (pair.get(1).map_or(0, |v| v.to_bits()) as u64) << 32;
+        h = (h ^ w).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }

@@ -1,0 +1,67 @@
+//! Fault injection for the fault-tolerance tests (and for users who want to see what their
+//! launcher does when a rank fails): `HVTRAIN_INJECT_FAULT=RANK:STEP:KIND` makes rank RANK
+//! fail at global step STEP with KIND = `error` (returns an error), `panic`, `kill`
+//! (SIGKILL to itself) or `hang` (stops making progress, as a rank on a lost node would).
+
+use crate::error::{Error, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Error,
+    Panic,
+    Kill,
+    Hang,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Fault {
+    pub rank: usize,
+    pub step: u64,
+    pub kind: Kind,
+}
+
+pub fn from_env() -> Result<Option<Fault>> {
+    let Ok(spec) = std::env::var("HVTRAIN_INJECT_FAULT") else { return Ok(None) };
+    let bad = || {
+        Error::config(
+            "environment",
+            "HVTRAIN_INJECT_FAULT",
+            format!("{spec:?}: expected RANK:STEP:error|panic|kill|hang"),
+        )
+    };
+    let parts: Vec<&str> = spec.split(':').collect();
+    let [rank, step, kind] = parts[..] else { return Err(bad()) };
+    let kind = match kind {
+        "error" => Kind::Error,
+        "panic" => Kind::Panic,
+        "kill" => Kind::Kill,
+        "hang" => Kind::Hang,
+        _ => return Err(bad()),
+    };
+    Ok(Some(Fault { rank: rank.parse().map_err(|_| bad())?, step: step.parse().map_err(|_| bad())?, kind }))
+}
+
+extern "C" {
+    fn getpid() -> i32;
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Fire the fault if it is this rank's and this step's.
+pub fn maybe_fire(f: &Option<Fault>, rank: usize, step: u64) -> Result<()> {
+    let Some(f) = f else { return Ok(()) };
+    if f.rank != rank || f.step != step {
+        return Ok(());
+    }
+    match f.kind {
+        Kind::Error => Err(Error::Training(format!("injected fault (HVTRAIN_INJECT_FAULT) at step {step}"))),
+        Kind::Panic => panic!("injected panic (HVTRAIN_INJECT_FAULT) at step {step}"),
+        Kind::Kill => {
+            // SAFETY: plain libc calls; SIGKILL (9) to ourselves.
+            unsafe { kill(getpid(), 9) };
+            unreachable!("SIGKILL returned")
+        }
+        Kind::Hang => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+    }
+}
