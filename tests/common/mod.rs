@@ -52,6 +52,20 @@ pub fn mpirun(ranks: usize, args: &[&str], dir: &Path, limit_s: u64) -> Run {
     run_cmd(cmd, dir)
 }
 
+/// As `mpirun`, with environment variables exported to every rank (`-x NAME`).
+pub fn mpirun_env(ranks: usize, env: &[(&str, &str)], args: &[&str], dir: &Path, limit_s: u64) -> Run {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", &limit_s.to_string(), "mpirun"]);
+    cmd.args(mpirun_flags());
+    for (k, v) in env {
+        cmd.env(k, v);
+        cmd.args(["-x", k]);
+    }
+    cmd.args(["-n", &ranks.to_string(), BIN]);
+    cmd.args(args);
+    run_cmd(cmd, dir)
+}
+
 /// `mpirun -n 1 hvtrain A... : -n 1 hvtrain B...`: ranks started with different arguments.
 pub fn mpirun_mpmd(per_rank: &[Vec<&str>], dir: &Path, limit_s: u64) -> Run {
     let mut cmd = Command::new("timeout");
