@@ -97,6 +97,21 @@ pub enum DataCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
+    /// All-reduce bandwidth, osu_allreduce-style: raw MPI_Allreduce vs the engine's fused path
+    /// on a gradient-like set of tensors of the same total size. Run under mpirun.
+    #[command(after_help = "Example:\n  mpirun -n 2 hvtrain bench allreduce --min-bytes 4096 --max-bytes 268435456")]
+    Allreduce {
+        #[arg(long, default_value_t = 4096)]
+        min_bytes: usize,
+        #[arg(long, default_value_t = 256 << 20)]
+        max_bytes: usize,
+        /// Fusion threshold of the fused path, MiB.
+        #[arg(long, default_value_t = 64.0)]
+        threshold_mb: f64,
+        /// Seconds to spend per size and path.
+        #[arg(long, default_value_t = 0.5)]
+        seconds: f64,
+    },
     /// Single-core SGEMM rate (GFLOP/s) of hvtrain's matrix crate on an MLP's step shapes.
     #[command(after_help = "Example:\n  hvtrain bench gemm --layers 784,512,512,10 --batch 128")]
     Gemm {

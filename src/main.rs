@@ -3,6 +3,7 @@
 //! printed once (naming the rank) and ends the whole MPI job with MPI_Abort, so no rank is
 //! ever left waiting in a collective.
 
+mod bench_allreduce;
 mod bench_gemm;
 mod cli;
 mod config;
@@ -71,6 +72,10 @@ fn main() {
 
     let code = match cli.command {
         Command::Data(cmd) => finish(run_data(cmd)),
+        Command::Bench(BenchCommand::Allreduce { min_bytes, max_bytes, threshold_mb, seconds }) => with_mpi(|comm| {
+            bench_allreduce::run(comm, min_bytes, max_bytes, threshold_mb, seconds);
+            Ok(())
+        }),
         Command::Bench(BenchCommand::Gemm { layers, batch, seconds }) => {
             bench_gemm::run(&layers, batch, seconds);
             0

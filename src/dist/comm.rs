@@ -47,6 +47,16 @@ impl Channel {
         out
     }
 
+    pub fn all_reduce_max_f64(&self, x: f64) -> f64 {
+        let mut out = 0.0f64;
+        self.comm.all_reduce_into(&x, &mut out, SystemOperation::max());
+        out
+    }
+
+    pub fn broadcast_f64(&self, buf: &mut [f64]) {
+        self.comm.process_at_rank(0).broadcast_into(buf);
+    }
+
     /// Every rank's value, indexed by rank.
     pub fn all_gather_u64(&self, x: u64) -> Vec<u64> {
         let mut out = vec![0u64; self.size];

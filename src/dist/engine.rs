@@ -17,8 +17,8 @@
 use super::comm::Channel;
 use super::compress::{self, Scratch};
 use super::fusion::FusionPlan;
-use super::timeline::{Timeline, COMM_TID};
-use super::watchdog::{SharedWatchdog, COMM};
+use super::timeline::{Timeline, COMM_TID, MAIN_TID};
+use super::watchdog::{SharedWatchdog, COMM, MAIN};
 use crate::config::Compression;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
@@ -36,6 +36,13 @@ struct Work {
 // until the bucket comes back (see the module contract).
 unsafe impl Send for Work {}
 
+struct Inline {
+    chan: Channel,
+    scratch: Scratch,
+    timeline: Option<Arc<Timeline>>,
+    watchdog: Option<SharedWatchdog>,
+}
+
 pub struct Engine {
     plan: FusionPlan,
     overlap: bool,
@@ -50,7 +57,9 @@ pub struct Engine {
     reduced: *mut f32,
     work: Option<Sender<Work>>,
     done: Option<Receiver<usize>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<Channel>>,
+    /// With overlap off, buckets are reduced right here on the calling thread: no hand-off.
+    inline: Option<Inline>,
     /// Time the main thread spent waiting for buckets (exposed communication), since reset.
     pub exposed: Duration,
 }
@@ -66,15 +75,19 @@ impl Engine {
         watchdog: Option<SharedWatchdog>,
     ) -> Engine {
         let ranks = chan.as_ref().map_or(1, |c| c.size);
-        let (mut work, mut done, mut thread) = (None, None, None);
-        if let Some(chan) = chan {
-            let (wtx, wrx) = channel::<Work>();
-            let (dtx, drx) = channel::<usize>();
-            let t = std::thread::Builder::new()
-                .name("hvtrain-comm".into())
-                .spawn(move || comm_loop(chan, wrx, dtx, compression, timeline, watchdog))
-                .expect("spawn communication thread");
-            (work, done, thread) = (Some(wtx), Some(drx), Some(t));
+        let (mut work, mut done, mut thread, mut inline) = (None, None, None, None);
+        match chan {
+            Some(chan) if overlap => {
+                let (wtx, wrx) = channel::<Work>();
+                let (dtx, drx) = channel::<usize>();
+                let t = std::thread::Builder::new()
+                    .name("hvtrain-comm".into())
+                    .spawn(move || comm_loop(chan, wrx, dtx, compression, timeline, watchdog))
+                    .expect("spawn communication thread");
+                (work, done, thread) = (Some(wtx), Some(drx), Some(t));
+            }
+            Some(chan) => inline = Some(Inline { chan, scratch: Scratch::default(), timeline, watchdog }),
+            None => {}
         }
         let n = plan.buckets.len();
         Engine {
@@ -92,6 +105,7 @@ impl Engine {
             work,
             done,
             thread,
+            inline,
             exposed: Duration::ZERO,
         }
     }
@@ -152,14 +166,19 @@ impl Engine {
         // SAFETY: in bounds (checked in begin_step); disjoint from what the main thread
         // touches until this bucket comes back.
         let (src, dst) = unsafe { (self.grads.add(r.start), self.reduced.add(r.start)) };
-        match &self.work {
-            Some(tx) => tx
-                .send(Work { bucket: b, src, dst, len: r.len(), step: self.step })
-                .expect("communication thread alive"),
-            None => {
-                // SAFETY: as above; single rank, so the "sum" is a copy.
-                unsafe { std::ptr::copy_nonoverlapping(src, dst, r.len()) };
-            }
+        if let Some(tx) = &self.work {
+            tx.send(Work { bucket: b, src, dst, len: r.len(), step: self.step }).expect("communication thread alive");
+        } else if let Some(inl) = &mut self.inline {
+            let t = Instant::now();
+            // SAFETY: as above; this thread is the only one touching the bucket now.
+            let (src, dst) =
+                unsafe { (std::slice::from_raw_parts(src, r.len()), std::slice::from_raw_parts_mut(dst, r.len())) };
+            let w = Bucket { index: b, step: self.step, tid: MAIN_TID, slot: MAIN };
+            reduce_bucket(&inl.chan, src, dst, self.compression, &mut inl.scratch, &inl.timeline, &inl.watchdog, &w);
+            self.exposed += t.elapsed();
+        } else {
+            // SAFETY: as above; single rank, so the "sum" is a copy.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst, r.len()) };
         }
     }
 
@@ -200,6 +219,18 @@ impl Drop for Engine {
     }
 }
 
+impl Engine {
+    /// Stop the communication thread and take its channel back (benchmarks reuse it, since
+    /// duplicating a communicator is a collective of its own).
+    pub fn into_channel(mut self) -> Channel {
+        if let Some(inline) = self.inline.take() {
+            return inline.chan;
+        }
+        self.work = None;
+        self.thread.take().expect("an engine with a channel").join().expect("communication thread ended cleanly")
+    }
+}
+
 fn comm_loop(
     chan: Channel,
     work: Receiver<Work>,
@@ -207,28 +238,53 @@ fn comm_loop(
     compression: Compression,
     timeline: Option<Arc<Timeline>>,
     watchdog: Option<SharedWatchdog>,
-) {
+) -> Channel {
     let mut scratch = Scratch::default();
     while let Ok(w) = work.recv() {
         // SAFETY: the module contract: this range is ours until we report it done.
         let (src, dst) =
             unsafe { (std::slice::from_raw_parts(w.src, w.len), std::slice::from_raw_parts_mut(w.dst, w.len)) };
-        let _guard = watchdog.as_ref().map(|wd| wd.guard(COMM, "all-reduce of a gradient bucket", w.step));
-        let t = Instant::now();
-        match compression {
-            Compression::None => chan.all_reduce_sum_f32(src, dst),
-            kind => compress::ring_allreduce_avg(&chan, src, dst, kind, &mut scratch),
-        }
-        if let Some(tl) = &timeline {
-            let what = match compression {
-                Compression::None => "all-reduce",
-                Compression::Fp16 => "all-reduce fp16 (pack, ring, unpack)",
-                Compression::Bf16 => "all-reduce bf16 (pack, ring, unpack)",
-            };
-            tl.span(COMM_TID, format!("{what} bucket {} ({} KiB)", w.bucket, w.len * 4 / 1024), t, w.step);
-        }
+        let b = Bucket { index: w.bucket, step: w.step, tid: COMM_TID, slot: COMM };
+        reduce_bucket(&chan, src, dst, compression, &mut scratch, &timeline, &watchdog, &b);
         if done.send(w.bucket).is_err() {
             break;
         }
+    }
+    chan
+}
+
+/// Which bucket is being reduced, by which thread (for the timeline and the watchdog).
+struct Bucket {
+    index: usize,
+    step: u64,
+    tid: u32,
+    slot: usize,
+}
+
+/// Reduce one bucket: exact float32 sum through MPI_Allreduce, or the compressed ring.
+#[allow(clippy::too_many_arguments)]
+fn reduce_bucket(
+    chan: &Channel,
+    src: &[f32],
+    dst: &mut [f32],
+    compression: Compression,
+    scratch: &mut Scratch,
+    timeline: &Option<Arc<Timeline>>,
+    watchdog: &Option<SharedWatchdog>,
+    b: &Bucket,
+) {
+    let _guard = watchdog.as_ref().map(|wd| wd.guard(b.slot, "all-reduce of a gradient bucket", b.step));
+    let t = Instant::now();
+    match compression {
+        Compression::None => chan.all_reduce_sum_f32(src, dst),
+        kind => compress::ring_allreduce_avg(chan, src, dst, kind, scratch),
+    }
+    if let Some(tl) = timeline {
+        let what = match compression {
+            Compression::None => "all-reduce",
+            Compression::Fp16 => "all-reduce fp16 (pack, ring, unpack)",
+            Compression::Bf16 => "all-reduce bf16 (pack, ring, unpack)",
+        };
+        tl.span(b.tid, format!("{what} bucket {} ({} KiB)", b.index, src.len() * 4 / 1024), t, b.step);
     }
 }

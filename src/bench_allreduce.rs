@@ -1,0 +1,110 @@
+//! `hvtrain bench allreduce` (run it under mpirun): osu_allreduce-style timings of
+//! (a) the raw `MPI_Allreduce` and (b) the engine's fused path on a realistic gradient set
+//! of the same total size, from 4 KiB to 256 MiB. Prints algbw and busbw
+//! (busbw = algbw × 2(n-1)/n, the figure NCCL and OSU report), one line per size.
+
+use crate::config::BucketOrder;
+use crate::config::Compression;
+use crate::dist::{Channel, Comm, Engine, FusionPlan};
+use std::time::Instant;
+
+/// Tensor sizes of an MLP-like gradient set totalling `total` floats: weight matrices of
+/// decreasing size, each followed by a bias about a thousandth its size.
+fn gradient_set(total: usize) -> Vec<usize> {
+    let shares = [0.40, 0.25, 0.15, 0.10, 0.06, 0.04];
+    let mut lens = Vec::new();
+    let mut left = total;
+    for (i, s) in shares.iter().enumerate() {
+        let w = if i + 1 == shares.len() { left } else { ((total as f64 * s) as usize).min(left) };
+        let b = (w / 1000).max(1).min(w);
+        lens.extend([w - b, b].into_iter().filter(|&x| x > 0));
+        left -= w;
+    }
+    lens.reverse(); // backward order: the last (smallest) layer first
+    lens
+}
+
+fn time_it(comm: &Comm, budget_s: f64, mut f: impl FnMut()) -> f64 {
+    f();
+    f(); // warm-up
+    comm.barrier();
+    // Agree on an iteration count from rank 0's estimate, so every rank calls the same number.
+    let t = Instant::now();
+    f();
+    let one = t.elapsed().as_secs_f64();
+    let mut iters = [((budget_s / one.max(1e-7)) as f64).clamp(3.0, 2000.0)];
+    comm.broadcast_f64(&mut iters);
+    let iters = iters[0] as usize;
+    comm.barrier();
+    let t = Instant::now();
+    for _ in 0..iters {
+        f();
+    }
+    let mine = t.elapsed().as_secs_f64() / iters as f64;
+    comm.all_reduce_max_f64(mine)
+}
+
+pub fn run(comm: &Comm, min_bytes: usize, max_bytes: usize, threshold_mb: f64, budget_s: f64) {
+    let n = comm.size as f64;
+    let bus = 2.0 * (n - 1.0) / n;
+    if comm.rank == 0 {
+        println!("# hvtrain bench allreduce: {} ranks, float32 sum, fusion threshold {threshold_mb} MiB", comm.size);
+        println!("# busbw in GB/s; fused = the engine's path with overlap off (reduced on the calling thread);");
+        println!("# threaded = with overlap on (handed to the communication thread and back)");
+        println!(
+            "# {:>10} {:>10} {:>9} {:>10} {:>9} {:>9} {:>11} {:>9} {:>9} {:>7} {:>7}",
+            "bytes",
+            "raw_us",
+            "raw_bus",
+            "fused_us",
+            "fused_bus",
+            "fused/raw",
+            "thread_us",
+            "thr_bus",
+            "thr/raw",
+            "tensors",
+            "buckets"
+        );
+    }
+    let chan = comm.channel();
+    let mut bytes = min_bytes;
+    let mut engine_chan = Some(comm.channel());
+    while bytes <= max_bytes {
+        let len = bytes / 4;
+        let send: Vec<f32> = (0..len).map(|i| (i % 97) as f32 * 0.01 + comm.rank as f32).collect();
+        let mut recv = vec![0.0f32; len];
+        let raw = time_it(comm, budget_s, || chan.all_reduce_sum_f32(&send, &mut recv));
+        let expect = (0..comm.size).map(|r| 0.01 * 3.0 + r as f32).sum::<f32>();
+        assert!((recv[3] - expect).abs() < 1e-3, "raw all-reduce gave a wrong sum");
+
+        let lens = gradient_set(len);
+        let thr = (threshold_mb * 1048576.0) as usize;
+        let plan = FusionPlan::with_options(&lens, thr, thr, BucketOrder::Backward);
+        let (tensors, buckets) = (lens.len(), plan.buckets.len());
+        let mut timed = |overlap: bool, chan: Channel| {
+            let mut engine = Engine::new(Some(chan), plan.clone(), overlap, Compression::None, None, None);
+            let t = time_it(comm, budget_s, || engine.reduce_all(&send, &mut recv));
+            assert!((recv[3] - expect).abs() < 1e-3, "fused all-reduce gave a wrong sum");
+            (t, engine.into_channel())
+        };
+        let (fused, c) = timed(false, engine_chan.take().unwrap());
+        let (threaded, c) = timed(true, c);
+        engine_chan = Some(c);
+
+        if comm.rank == 0 {
+            let gbs = |t: f64| bytes as f64 / t / 1e9 * bus;
+            println!(
+                "  {bytes:>10} {:>10.1} {:>9.3} {:>10.1} {:>9.3} {:>9.3} {:>11.1} {:>9.3} {:>9.3} {tensors:>7} {buckets:>7}",
+                raw * 1e6,
+                gbs(raw),
+                fused * 1e6,
+                gbs(fused),
+                raw / fused,
+                threaded * 1e6,
+                gbs(threaded),
+                raw / threaded
+            );
+        }
+        bytes *= 4;
+    }
+}
