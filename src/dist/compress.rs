@@ -9,27 +9,32 @@
 use super::comm::Channel;
 use crate::config::Compression;
 
-fn to_bits(x: f32, kind: Compression) -> u16 {
-    match kind {
-        Compression::Fp16 => half::f16::from_f32(x).to_bits(),
-        Compression::Bf16 => half::bf16::from_f32(x).to_bits(),
-        Compression::None => unreachable!("uncompressed buckets take MPI_Allreduce"),
-    }
-}
-
-fn from_bits(b: u16, kind: Compression) -> f32 {
-    match kind {
-        Compression::Fp16 => half::f16::from_bits(b).to_f32(),
-        Compression::Bf16 => half::bf16::from_bits(b).to_f32(),
-        Compression::None => unreachable!("uncompressed buckets take MPI_Allreduce"),
-    }
-}
-
 /// Reusable buffers for the ring.
 #[derive(Default)]
 pub struct Scratch {
     send: Vec<u16>,
     recv: Vec<u16>,
+    wide: Vec<f32>,
+}
+
+/// out = compressed src (whole slices; SIMD conversions where the CPU has them).
+fn compress(src: &[f32], out: &mut [u16], kind: Compression) {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    match kind {
+        Compression::Fp16 => out.reinterpret_cast_mut::<half::f16>().convert_from_f32_slice(src),
+        Compression::Bf16 => out.reinterpret_cast_mut::<half::bf16>().convert_from_f32_slice(src),
+        Compression::None => unreachable!("uncompressed buckets take MPI_Allreduce"),
+    }
+}
+
+/// wide = decompressed inp.
+fn decompress(inp: &[u16], wide: &mut [f32], kind: Compression) {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    match kind {
+        Compression::Fp16 => inp.reinterpret_cast::<half::f16>().convert_to_f32_slice(wide),
+        Compression::Bf16 => inp.reinterpret_cast::<half::bf16>().convert_to_f32_slice(wide),
+        Compression::None => unreachable!("uncompressed buckets take MPI_Allreduce"),
+    }
 }
 
 /// dst = average over ranks of src, through a compressed ring. `dst` doubles as the f32
@@ -47,38 +52,45 @@ pub fn ring_allreduce_avg(chan: &Channel, src: &[f32], dst: &mut [f32], kind: Co
     let biggest = len.div_ceil(n);
     s.send.resize(biggest, 0);
     s.recv.resize(biggest, 0);
+    s.wide.resize(biggest, 0.0);
 
     // Reduce-scatter: after n-1 steps rank r holds the full sum of chunk r+1.
     for step in 0..n - 1 {
         let (out, inp) = (chunk(r + n - step), chunk(r + 2 * n - step - 1));
-        for (o, &v) in s.send.iter_mut().zip(&dst[out.clone()]) {
-            *o = to_bits(v, kind);
-        }
+        compress(&dst[out.clone()], &mut s.send[..out.len()], kind);
         chan.exchange_u16(&s.send[..out.len()], next, &mut s.recv[..inp.len()], prev);
-        for (d, &b) in dst[inp.clone()].iter_mut().zip(&s.recv) {
-            *d += from_bits(b, kind);
-        }
+        decompress(&s.recv[..inp.len()], &mut s.wide[..inp.len()], kind);
+        dst[inp].iter_mut().zip(&s.wide).for_each(|(d, &v)| *d += v);
     }
     // The owner rounds its finished chunk once, exactly as the others will receive it.
     let own = chunk(r + 1);
-    dst[own].iter_mut().for_each(|v| *v = from_bits(to_bits(*v, kind), kind));
+    compress(&dst[own.clone()], &mut s.send[..own.len()], kind);
+    decompress(&s.send[..own.len()], &mut dst[own], kind);
 
     // All-gather: pass finished chunks around the ring.
     for step in 0..n - 1 {
         let (out, inp) = (chunk(r + 1 + n - step), chunk(r + n - step));
-        for (o, &v) in s.send.iter_mut().zip(&dst[out.clone()]) {
-            *o = to_bits(v, kind);
-        }
+        compress(&dst[out.clone()], &mut s.send[..out.len()], kind);
         chan.exchange_u16(&s.send[..out.len()], next, &mut s.recv[..inp.len()], prev);
-        for (d, &b) in dst[inp.clone()].iter_mut().zip(&s.recv) {
-            *d = from_bits(b, kind);
-        }
+        decompress(&s.recv[..inp.len()], &mut dst[inp], kind);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn to_bits(x: f32, kind: Compression) -> u16 {
+        let mut o = [0u16];
+        compress(&[x], &mut o, kind);
+        o[0]
+    }
+
+    fn from_bits(b: u16, kind: Compression) -> f32 {
+        let mut w = [0f32];
+        decompress(&[b], &mut w, kind);
+        w[0]
+    }
 
     #[test]
     fn round_trips_are_close() {
