@@ -163,17 +163,23 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
         }
         let secs = t0.elapsed().as_secs_f64();
         let exposed_ms = st.engine.exposed.as_secs_f64() * 1e3 / steps as f64;
-        let _g = watchdog.guard(MAIN, "the end-of-epoch metrics", st.step);
-        let mut sums = [loss_sum, (steps * b) as f64];
-        comm.all_reduce_sum_f64(&mut sums);
+        // Local work first; the watchdog then guards only the one collective.
+        let test = match &test_shard {
+            Some(sh) => evaluate_local(&st.model, &st.params, sh)?,
+            None => [0.0; 3],
+        };
+        let mut sums = [loss_sum, (steps * b) as f64, test[0], test[1], test[2]];
+        {
+            let _g = watchdog.guard(MAIN, "the end-of-epoch metrics", st.step);
+            comm.all_reduce_sum_f64(&mut sums);
+        }
         let (test_loss, test_acc) = match &test_shard {
-            Some(s) => {
-                let (l, a) = evaluate(comm, &st.model, &st.params, s)?;
+            Some(sh) => {
+                let (l, a) = eval_result(&sums[2..], sh);
                 (Some(l), a)
             }
             None => (None, None),
         };
-        drop(_g);
         let m = EpochMetrics {
             epoch,
             train_loss: sums[0] / sums[1],
@@ -229,7 +235,8 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
 }
 
 /// Mean loss (and accuracy, for classification) over every rank's test shard.
-pub fn evaluate(comm: &Comm, model: &Mlp, params: &[f32], shard: &Shard) -> Result<(f64, Option<f64>)> {
+/// This rank's test sums: [loss sum, correct predictions, samples]. Local work only.
+pub fn evaluate_local(model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
     const CHUNK: usize = 512;
     let mut ws = Workspace::new(model, CHUNK);
     let mut x = vec![0.0f32; CHUNK * shard.features];
@@ -249,13 +256,16 @@ pub fn evaluate(comm: &Comm, model: &Mlp, params: &[f32], shard: &Shard) -> Resu
         correct += k;
         start += c;
     }
-    let mut sums = [loss, correct as f64, n as f64];
-    comm.all_reduce_sum_f64(&mut sums);
+    Ok([loss, correct as f64, n as f64])
+}
+
+/// (mean loss, accuracy for classification) from sums added over every rank.
+fn eval_result(sums: &[f64], shard: &Shard) -> (f64, Option<f64>) {
     if sums[2] == 0.0 {
         warn!("the test set is empty");
     }
     let acc = matches!(shard.labels, Labels::Classes(_)).then(|| sums[1] / sums[2]);
-    Ok((sums[0] / sums[2], acc))
+    (sums[0] / sums[2], acc)
 }
 
 /// `hvtrain eval`: load weights, evaluate on the job's test data over all ranks.
@@ -268,7 +278,9 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &std::path::Path) -> Result<()
         .ok_or_else(|| Error::config(&job.source, "data.test", "is not set; eval needs test data"))?;
     let params = weights::load(&model, weights_path)?;
     let shard = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, &model)?;
-    let (loss, acc) = evaluate(comm, &model, &params, &shard)?;
+    let mut sums = evaluate_local(&model, &params, &shard)?;
+    comm.all_reduce_sum_f64(&mut sums);
+    let (loss, acc) = eval_result(&sums, &shard);
     if comm.rank == 0 {
         match acc {
             Some(a) => info!("eval {}: test_loss {loss:.4} test_accuracy {a:.4}", weights_path.display()),
