@@ -1,7 +1,8 @@
 //! Fault injection for the fault-tolerance tests (and for users who want to see what their
 //! launcher does when a rank fails): `HVTRAIN_INJECT_FAULT=RANK:STEP:KIND` makes rank RANK
 //! fail at global step STEP with KIND = `error` (returns an error), `panic`, `kill`
-//! (SIGKILL to itself) or `hang` (stops making progress, as a rank on a lost node would).
+//! (SIGKILL to itself), `hang` (stops making progress, as a rank on a lost node would) or
+//! `diverge` (nudges one parameter, as a bit flip would: the consistency check must catch it).
 
 use crate::error::{Error, Result};
 
@@ -11,6 +12,7 @@ pub enum Kind {
     Panic,
     Kill,
     Hang,
+    Diverge,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -26,7 +28,7 @@ pub fn from_env() -> Result<Option<Fault>> {
         Error::config(
             "environment",
             "HVTRAIN_INJECT_FAULT",
-            format!("{spec:?}: expected RANK:STEP:error|panic|kill|hang"),
+            format!("{spec:?}: expected RANK:STEP:error|panic|kill|hang|diverge"),
         )
     };
     let parts: Vec<&str> = spec.split(':').collect();
@@ -36,6 +38,7 @@ pub fn from_env() -> Result<Option<Fault>> {
         "panic" => Kind::Panic,
         "kill" => Kind::Kill,
         "hang" => Kind::Hang,
+        "diverge" => Kind::Diverge,
         _ => return Err(bad()),
     };
     Ok(Some(Fault { rank: rank.parse().map_err(|_| bad())?, step: step.parse().map_err(|_| bad())?, kind }))
@@ -47,7 +50,7 @@ extern "C" {
 }
 
 /// Fire the fault if it is this rank's and this step's.
-pub fn maybe_fire(f: &Option<Fault>, rank: usize, step: u64) -> Result<()> {
+pub fn maybe_fire(f: &Option<Fault>, rank: usize, step: u64, params: &mut [f32]) -> Result<()> {
     let Some(f) = f else { return Ok(()) };
     if f.rank != rank || f.step != step {
         return Ok(());
@@ -59,6 +62,10 @@ pub fn maybe_fire(f: &Option<Fault>, rank: usize, step: u64) -> Result<()> {
             // SAFETY: plain libc calls; SIGKILL (9) to ourselves.
             unsafe { kill(getpid(), 9) };
             unreachable!("SIGKILL returned")
+        }
+        Kind::Diverge => {
+            params[0] += 1.0;
+            Ok(())
         }
         Kind::Hang => loop {
             std::thread::sleep(std::time::Duration::from_secs(3600));

@@ -140,7 +140,7 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
         for i in 0..steps {
             let waiting = Instant::now();
             let batch = loader.next()?;
-            crate::fault::maybe_fire(&fault, comm.rank, st.step + 1)?;
+            crate::fault::maybe_fire(&fault, comm.rank, st.step + 1, &mut st.params)?;
             let l = st.run(&batch, waiting).map_err(|e| in_step(e, epoch, i + 1, comm.rank))?;
             loss_sum += l;
             loader.give_back(batch);

@@ -93,6 +93,31 @@ fn rank_hang_ends_job_by_watchdog_2_and_3_ranks() {
     trials(3, "hang");
 }
 
+/// One replica drifts (as after a bit flip): the periodic checksum comparison must stop the
+/// job and name the rank that differs.
+#[test]
+fn diverged_replica_is_caught_by_the_consistency_check() {
+    let _g = mpi_lock();
+    let dir = setup("fault-diverge");
+    let run = mpirun_env(
+        3,
+        &[("HVTRAIN_INJECT_FAULT", "2:30:diverge")],
+        &["train", "job.toml", "--set", "distribution.check_every=50"],
+        &dir,
+        60,
+    );
+    assert!(!run.ok(), "{}", run.all());
+    assert!(
+        run.stderr.contains("parameter checksum at step 50") && run.stderr.contains("rank(s) [2]"),
+        "{}",
+        run.all()
+    );
+    assert!(run.elapsed < Duration::from_secs(10), "{}", run.all());
+    // Without the fault the same job passes its checks.
+    let ok = mpirun(3, &["train", "job.toml", "--set", "distribution.check_every=50"], &dir, 60);
+    assert!(ok.ok(), "{}", ok.all());
+}
+
 #[test]
 fn timeline_has_every_phase_for_every_rank() {
     let _g = mpi_lock();
