@@ -25,8 +25,13 @@ pub enum Command {
     /// Train the model described by a job file.
     #[command(
         after_help = "Example:\n  mpirun -n 2 hvtrain train jobs/fashion-mnist.toml --set training.epochs=3 --set optimizer.lr=0.1\n\n\
-Writes OUTPUT_DIR/metrics.jsonl (one JSON object per epoch) and OUTPUT_DIR/weights.h5.\n\
-Exit code 0 on success, non-zero on any error; an error on one rank ends every rank."
+  srun --mpi=pmix hvtrain train jobs/fashion-mnist.toml --resume auto\n\n\
+Writes OUTPUT_DIR/metrics.jsonl (one JSON object per epoch), OUTPUT_DIR/weights.h5, and\n\
+checkpoints OUTPUT_DIR/ckpt-step*.h5 as the job's [checkpoint] section says.\n\n\
+Exit codes: 0 done; 1 error (any rank's error ends every rank); 2 bad command line;\n\
+3 watchdog (a collective stalled: a rank died or hangs); 75 stopped by SIGTERM/SIGINT/SIGUSR1\n\
+after writing a checkpoint (requeue and --resume auto); 101 internal error; 130 a second\n\
+signal before the checkpoint was done."
     )]
     Train(TrainArgs),
     /// Evaluate saved weights on the job's test data.
@@ -39,6 +44,22 @@ Exit code 0 on success, non-zero on any error; an error on one rank ends every r
         /// Weights file written by `hvtrain train` (OUTPUT_DIR/weights.h5).
         #[arg(long)]
         weights: PathBuf,
+    },
+    /// Run a trained model on new inputs (one process, no mpirun needed).
+    #[command(
+        after_help = "Example:\n  hvtrain predict jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5 \\\n      --input data/fashion-mnist-test.h5 --output predictions.h5\n\n\
+Reads the job's x_dataset from INPUT; writes `outputs` [N, K] and, for classification,\n\
+`classes` [N] and `probabilities` [N, K]. --weights takes weights.h5 or a checkpoint."
+    )]
+    Predict {
+        #[command(flatten)]
+        job: JobArgs,
+        #[arg(long)]
+        weights: PathBuf,
+        #[arg(long)]
+        input: PathBuf,
+        #[arg(long)]
+        output: PathBuf,
     },
     /// Prepare data: convert IDX to HDF5, split a file into per-rank shards.
     #[command(subcommand)]
@@ -55,6 +76,10 @@ pub struct TrainArgs {
     /// Write a Chrome trace of every step's phases on every rank (opens in Perfetto).
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<PathBuf>,
+    /// Continue from a checkpoint: `auto` (the newest valid one in output.dir; start fresh if
+    /// there is none) or a checkpoint file.
+    #[arg(long, value_name = "auto|FILE")]
+    pub resume: Option<String>,
 }
 
 #[derive(Args, Debug)]

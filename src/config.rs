@@ -23,6 +23,22 @@ pub struct Job {
     pub distribution: DistributionCfg,
     #[serde(default)]
     pub output: OutputCfg,
+    #[serde(default)]
+    pub checkpoint: CheckpointCfg,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointCfg {
+    /// Write a checkpoint every this many steps (0: off).
+    #[serde(default)]
+    pub every_steps: u64,
+    /// Write a checkpoint when this many minutes have passed since the last one (0: off).
+    #[serde(default)]
+    pub every_minutes: f64,
+    /// Checkpoints kept in output.dir (the newest ones); 0 is taken as 1.
+    #[serde(default = "default_keep")]
+    pub keep: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -251,6 +267,9 @@ fn default_fusion() -> f64 {
 fn default_out() -> String {
     "runs/default".into()
 }
+fn default_keep() -> usize {
+    3
+}
 fn default_order() -> BucketOrder {
     BucketOrder::Backward
 }
@@ -383,6 +402,10 @@ impl Job {
             if !(v >= 0.0 && v.is_finite()) {
                 return bad(&format!("distribution.{key}"), format!("must be >= 0, got {v}"));
             }
+        }
+        let ck = &self.checkpoint;
+        if !(ck.every_minutes >= 0.0 && ck.every_minutes.is_finite()) {
+            return bad("checkpoint.every_minutes", format!("must be >= 0, got {}", ck.every_minutes));
         }
         if !(dist.watchdog_seconds > 0.0 && dist.watchdog_seconds.is_finite()) {
             return bad("distribution.watchdog_seconds", format!("must be > 0, got {}", dist.watchdog_seconds));

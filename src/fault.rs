@@ -2,7 +2,8 @@
 //! launcher does when a rank fails): `HVTRAIN_INJECT_FAULT=RANK:STEP:KIND` makes rank RANK
 //! fail at global step STEP with KIND = `error` (returns an error), `panic`, `kill`
 //! (SIGKILL to itself), `hang` (stops making progress, as a rank on a lost node would) or
-//! `diverge` (nudges one parameter, as a bit flip would: the consistency check must catch it).
+//! `diverge` (nudges one parameter, as a bit flip would: the consistency check must catch it)
+//! or `kill_in_checkpoint` (SIGKILL while writing the first checkpoint at or after STEP).
 
 use crate::error::{Error, Result};
 
@@ -13,6 +14,7 @@ pub enum Kind {
     Kill,
     Hang,
     Diverge,
+    KillInCheckpoint,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -28,7 +30,7 @@ pub fn from_env() -> Result<Option<Fault>> {
         Error::config(
             "environment",
             "HVTRAIN_INJECT_FAULT",
-            format!("{spec:?}: expected RANK:STEP:error|panic|kill|hang|diverge"),
+            format!("{spec:?}: expected RANK:STEP:error|panic|kill|hang|diverge|kill_in_checkpoint"),
         )
     };
     let parts: Vec<&str> = spec.split(':').collect();
@@ -39,6 +41,7 @@ pub fn from_env() -> Result<Option<Fault>> {
         "kill" => Kind::Kill,
         "hang" => Kind::Hang,
         "diverge" => Kind::Diverge,
+        "kill_in_checkpoint" => Kind::KillInCheckpoint,
         _ => return Err(bad()),
     };
     Ok(Some(Fault { rank: rank.parse().map_err(|_| bad())?, step: step.parse().map_err(|_| bad())?, kind }))
@@ -52,17 +55,14 @@ extern "C" {
 /// Fire the fault if it is this rank's and this step's.
 pub fn maybe_fire(f: &Option<Fault>, rank: usize, step: u64, params: &mut [f32]) -> Result<()> {
     let Some(f) = f else { return Ok(()) };
-    if f.rank != rank || f.step != step {
+    if f.rank != rank || f.step != step || f.kind == Kind::KillInCheckpoint {
         return Ok(());
     }
     match f.kind {
         Kind::Error => Err(Error::Training(format!("injected fault (HVTRAIN_INJECT_FAULT) at step {step}"))),
         Kind::Panic => panic!("injected panic (HVTRAIN_INJECT_FAULT) at step {step}"),
-        Kind::Kill => {
-            // SAFETY: plain libc calls; SIGKILL (9) to ourselves.
-            unsafe { kill(getpid(), 9) };
-            unreachable!("SIGKILL returned")
-        }
+        Kind::Kill => die(),
+        Kind::KillInCheckpoint => Ok(()),
         Kind::Diverge => {
             params[0] += 1.0;
             Ok(())
@@ -70,5 +70,20 @@ pub fn maybe_fire(f: &Option<Fault>, rank: usize, step: u64, params: &mut [f32])
         Kind::Hang => loop {
             std::thread::sleep(std::time::Duration::from_secs(3600));
         },
+    }
+}
+
+fn die() -> ! {
+    // SAFETY: plain libc calls; SIGKILL (9) to ourselves.
+    unsafe { kill(getpid(), 9) };
+    unreachable!("SIGKILL returned")
+}
+
+/// Called while a checkpoint's temporary file is complete but not yet renamed.
+pub fn in_checkpoint(f: &Option<Fault>, rank: usize, step: u64) {
+    if let Some(f) = f {
+        if f.kind == Kind::KillInCheckpoint && f.rank == rank && step >= f.step {
+            die();
+        }
     }
 }

@@ -5,17 +5,20 @@
 
 mod bench_allreduce;
 mod bench_gemm;
+mod checkpoint;
 mod cli;
 mod config;
 mod data;
 mod device;
 mod dist;
 mod error;
+mod eval;
 mod fault;
 mod metrics;
 mod model;
 mod optim;
 mod rng;
+mod signals;
 mod step;
 mod sys;
 mod train;
@@ -72,9 +75,14 @@ fn main() {
 
     let code = match cli.command {
         Command::Data(cmd) => finish(run_data(cmd)),
+        Command::Predict { job, weights, input, output } => finish(
+            config::Job::load_with_env(&job.job, &job.set)
+                .and_then(|(j, _)| eval::predict(&j, &weights, &input, &output))
+                .map(|n| log::info!("wrote {} predictions to {}", n, output.display())),
+        ),
         Command::Bench(BenchCommand::Allreduce { min_bytes, max_bytes, threshold_mb, seconds }) => with_mpi(|comm| {
             bench_allreduce::run(comm, min_bytes, max_bytes, threshold_mb, seconds);
-            Ok(())
+            Ok(0)
         }),
         Command::Bench(BenchCommand::Gemm { layers, batch, seconds }) => {
             bench_gemm::run(&layers, batch, seconds);
@@ -89,11 +97,15 @@ fn main() {
             if comm.rank == 0 && !env.is_empty() {
                 log::info!("from the environment: {}", env.join(" "));
             }
-            train::train(comm, &job, t_process)
+            signals::install().map_err(|e| error::Error::Device(format!("cannot install signal handlers: {e}")))?;
+            match train::train(comm, &job, t_process, args.resume.as_deref().map(train::Resume::parse))? {
+                train::Outcome::Completed => Ok(0),
+                train::Outcome::Preempted => Ok(signals::EXIT_PREEMPTED),
+            }
         }),
         Command::Eval { job, weights } => with_mpi(|comm| {
             let (j, _) = config::Job::load_with_env(&job.job, &job.set)?;
-            train::eval(comm, &j, &weights)
+            eval::eval(comm, &j, &weights).map(|()| 0)
         }),
     };
     std::process::exit(code);
@@ -101,7 +113,7 @@ fn main() {
 
 /// Run `f` inside MPI. On error: print one line naming the rank and host, then abort the
 /// whole job (MPI_Abort) when there are other ranks to take down.
-fn with_mpi(f: impl FnOnce(&dist::Comm) -> error::Result<()>) -> i32 {
+fn with_mpi(f: impl FnOnce(&dist::Comm) -> error::Result<i32>) -> i32 {
     let comm = match dist::Comm::init() {
         Ok(c) => c,
         Err(e) => {
@@ -111,9 +123,9 @@ fn with_mpi(f: impl FnOnce(&dist::Comm) -> error::Result<()>) -> i32 {
     };
     RANK.store(comm.rank, Ordering::Relaxed);
     match f(&comm) {
-        Ok(()) => {
+        Ok(code) => {
             drop(comm); // finalizes MPI
-            0
+            code
         }
         Err(e) => {
             say(format!("hvtrain: error on rank {} ({}): {e}", comm.rank, comm.host));

@@ -30,10 +30,20 @@ pub struct MetricsLog {
 }
 
 impl MetricsLog {
-    /// Start a fresh metrics.jsonl in `dir`.
-    pub fn create(dir: &Path) -> Result<MetricsLog> {
+    /// Open `dir/metrics.jsonl` for a run whose first epoch to log is `first_epoch`: lines
+    /// of earlier epochs (a resumed run's) are kept, later ones dropped.
+    pub fn open(dir: &Path, first_epoch: usize) -> Result<MetricsLog> {
         let path = dir.join("metrics.jsonl");
-        std::fs::write(&path, b"").map_err(|e| Error::io(&path, "create", e))?;
+        let old = std::fs::read_to_string(&path).unwrap_or_default();
+        let kept: String = old
+            .lines()
+            .filter(|l| {
+                let e = serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v["epoch"].as_u64());
+                e.is_some_and(|e| (e as usize) < first_epoch)
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&path, kept).map_err(|e| Error::io(&path, "write", e))?;
         Ok(MetricsLog { path })
     }
 

@@ -42,6 +42,25 @@ impl Optimizer {
         }
     }
 
+    /// The state a checkpoint needs: (first moments / momentum, second moments, steps taken).
+    pub fn state(&self) -> (&[f32], &[f32], u64) {
+        (&self.m, &self.v, self.step)
+    }
+
+    /// Restore what `state` returned.
+    pub fn restore(&mut self, m: &[f32], v: &[f32], step: u64) -> Result<(), String> {
+        if m.len() != self.m.len() || v.len() != self.v.len() {
+            return Err(format!(
+                "optimizer state sizes (m {}, v {}) do not fit this optimizer (m {}, v {}): was it written with another optimizer.kind or momentum?",
+                m.len(), v.len(), self.m.len(), self.v.len()
+            ));
+        }
+        self.m.copy_from_slice(m);
+        self.v.copy_from_slice(v);
+        self.step = step;
+        Ok(())
+    }
+
     /// One whole step over every tensor.
     #[cfg(test)]
     pub fn update(&mut self, params: &mut [f32], grad_sum: &[f32], grad_scale: f32) {

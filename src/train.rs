@@ -1,44 +1,58 @@
-//! The training loop and evaluation:
-//! batches -> forward/backward -> fused all-reduce -> optimizer -> metrics, per epoch.
+//! The training run: start-up checks, resume, the epoch loop (batches -> `Stepper` ->
+//! metrics), checkpoints on schedule or on a preemption signal, and the final weights.
 //!
 //! Every rank runs the same number of steps (the smallest shard decides) so that the
-//! collectives line up; what a rank drops to get there is logged.
+//! collectives line up; what a rank drops to get there is logged. Each step ends with one
+//! tiny all-reduce that agrees on "stop now" (a signal reached some rank) and "checkpoint
+//! now" (rank 0's clock), so every rank stops at the same step boundary.
 
+use crate::checkpoint::{self, Checkpoint};
 use crate::config::Job;
 use crate::data::loader::{Loader, LoaderCfg};
-use crate::data::shard::{Labels, Shard};
-use crate::device;
+use crate::data::shard::Shard;
 use crate::dist::timeline::Timeline;
 use crate::dist::watchdog::{Watchdog, MAIN};
 use crate::dist::{check_agreement, checksum, Comm, Engine, FusionPlan};
 use crate::error::{Error, Result};
+use crate::eval::{eval_result, evaluate_local, start};
+use crate::fault::Fault;
 use crate::metrics::{EpochMetrics, MetricsLog};
-use crate::model::{Mlp, Targets, Workspace};
+use crate::model::Mlp;
 use crate::optim::Optimizer;
 use crate::step::Stepper;
 use crate::weights;
 use log::{info, warn};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-pub fn build_model(job: &Job) -> Mlp {
-    Mlp::new(&job.model.layers, job.model.activation, job.model.loss)
+/// How a run ended without error.
+pub enum Outcome {
+    Completed,
+    /// Stopped by a signal after writing this checkpoint.
+    Preempted,
 }
 
-/// Start-up shared by `train` and `eval`: placement log, device choice, cross-rank checks.
-fn start(comm: &Comm, job: &Job) -> Result<Mlp> {
-    let (_backend, how) = device::select(job.training.device, comm.local_rank)?;
-    info!(
-        "rank {}/{} on host {} (local rank {}/{}), device: {how}",
-        comm.rank, comm.size, comm.host, comm.local_rank, comm.local_size
-    );
-    check_agreement(comm, "the job configuration (job file + --set)", job.fingerprint())?;
-    Ok(build_model(job))
+/// `--resume`: `auto` (the newest valid checkpoint in output.dir, if any) or a file.
+pub enum Resume {
+    Auto,
+    File(PathBuf),
 }
 
-pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
+impl Resume {
+    pub fn parse(s: &str) -> Resume {
+        if s == "auto" {
+            Resume::Auto
+        } else {
+            Resume::File(PathBuf::from(s))
+        }
+    }
+}
+
+const STOP: u64 = 1;
+const CHECKPOINT: u64 = 2;
+
+pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>) -> Result<Outcome> {
     let model = start(comm, job)?;
     let tensors = model.tensors();
     let lens: Vec<usize> = tensors.iter().map(|t| t.range.len()).collect();
@@ -48,36 +62,11 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
     assert!(plan.slots.iter().zip(&tensors).all(|(s, t)| *s == t.range), "arena and fusion plan disagree");
     check_agreement(comm, "the gradient fusion plan", plan.fingerprint())?;
     if comm.rank == 0 {
-        info!(
-            "model {:?} ({} parameters, {:.2} MiB), {} fusion bucket(s) at threshold {} MiB: sizes {:?} KiB",
-            model.sizes,
-            model.n_params,
-            model.n_params as f64 * 4.0 / 1048576.0,
-            plan.buckets.len(),
-            d.fusion_threshold_mb,
-            plan.buckets.iter().map(|b| b.len() * 4 / 1024).collect::<Vec<_>>()
-        );
-        info!(
-            "engine: overlap {}, bucket order {:?}, first bucket {} MiB, compression {:?}, watchdog {} s, \
-             parameter check every {} steps, timeline {}, MPI thread level {:?}",
-            if d.overlap { "on" } else { "off" },
-            d.bucket_order,
-            job.first_bucket_bytes() as f64 / 1048576.0,
-            d.compression,
-            d.watchdog_seconds,
-            d.check_every,
-            job.output.timeline.as_deref().unwrap_or("off"),
-            comm.threading
-        );
+        log_setup(job, &model, &plan, comm);
     }
 
     let out_dir = PathBuf::from(&job.output.dir);
-    let metrics = if comm.rank == 0 {
-        std::fs::create_dir_all(&out_dir).map_err(|e| Error::io(&out_dir, "create output.dir", e))?;
-        Some(MetricsLog::create(&out_dir)?)
-    } else {
-        None
-    };
+    let ckpt = if comm.rank == 0 { prepare_output(job, &out_dir, &model, resume.as_ref(), comm.size)? } else { None };
 
     let train_shard = Shard::open(&job.data, "data.train", &job.data.train, comm.rank, comm.size, &model)?;
     let test_shard = match &job.data.test {
@@ -90,12 +79,19 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
     let min_n = comm.all_reduce_min_u64(local_n as u64) as usize;
     let steps = min_n / b;
     if steps == 0 {
-        return Err(Error::config(&job.source, "training.batch_size", format!(
-            "{b} is larger than the smallest rank's share of the training data ({min_n} samples); lower it or use fewer ranks")));
+        return Err(Error::config(
+            &job.source,
+            "training.batch_size",
+            format!("{b} is larger than the smallest rank's share of the training data ({min_n} samples); lower it or use fewer ranks"),
+        ));
     }
     let dropped = local_n - steps * b;
     if dropped > 0 {
-        info!("this rank uses {} of its {local_n} samples per epoch ({steps} full batches of {b}, the most every rank can run); {dropped} are left out each epoch (a different set each epoch when shuffling)", steps * b);
+        info!(
+            "this rank uses {} of its {local_n} samples per epoch ({steps} full batches of {b}, the most every rank can \
+             run); {dropped} are left out each epoch (a different set each epoch when shuffling)",
+            steps * b
+        );
     }
     if comm.rank == 0 {
         info!(
@@ -107,16 +103,45 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
         );
     }
 
-    let mut params = if comm.rank == 0 { model.init_params(job.training.seed) } else { vec![0.0; model.n_params] };
+    // Parameters, optimizer state and position: fresh from the seed, or rank 0's checkpoint.
+    let opt = Optimizer::new(&job.optimizer, tensors, model.n_params, comm.size);
+    let mut params = match &ckpt {
+        Some(c) => c.params.clone(),
+        None if comm.rank == 0 => model.init_params(job.training.seed),
+        None => vec![0.0; model.n_params],
+    };
     comm.broadcast_f32(&mut params);
+    let (m_len, v_len) = (opt.state().0.len(), opt.state().1.len());
+    let mut m = ckpt.as_ref().map_or(vec![0.0; m_len], |c| c.m.clone());
+    let mut v = ckpt.as_ref().map_or(vec![0.0; v_len], |c| c.v.clone());
+    if m.len() != m_len || v.len() != v_len {
+        return Err(Error::config(
+            &job.source,
+            "optimizer",
+            "the checkpoint's optimizer state does not fit this optimizer (another optimizer.kind or momentum?)",
+        ));
+    }
+    comm.broadcast_f32(&mut m);
+    comm.broadcast_f32(&mut v);
+    let mut pos = [0u64; 3]; // step, epoch index, step in epoch
+    if let Some(c) = &ckpt {
+        pos = [c.step, c.epoch as u64, c.step_in_epoch as u64];
+    }
+    comm.broadcast_u64(&mut pos);
+    let mut sums = ckpt.as_ref().map_or(vec![0.0; comm.size], |c| c.loss_sums.clone());
+    comm.broadcast_f64(&mut sums);
+    let (start_epoch, start_batch) = (pos[1] as usize, pos[2] as usize);
+
     let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), comm.rank);
     comm.barrier(); // line the ranks' clocks up for the timeline
     let timeline = job.output.timeline.as_ref().map(|_| Arc::new(Timeline::new(Instant::now())));
     let chan = (comm.size > 1).then(|| comm.channel());
     let engine = Engine::new(chan, plan, d.overlap, d.compression, timeline.clone(), Some(watchdog.share()));
-    let opt = Optimizer::new(&job.optimizer, tensors, model.n_params, comm.size);
     let mut st = Stepper::new(model, params, opt, engine, b, timeline.clone());
+    st.opt.restore(&m, &v, pos[0]).map_err(|e| Error::config(&job.source, "optimizer", e))?;
+    st.step = pos[0];
     let fault = crate::fault::from_env()?;
+    let metrics = if comm.rank == 0 { Some(MetricsLog::open(&out_dir, start_epoch + 1)?) } else { None };
     let loader = Loader::spawn(
         train_shard,
         LoaderCfg {
@@ -129,22 +154,27 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
             seed: job.training.seed,
             rank: comm.rank,
             depth: 4,
+            start_epoch,
+            start_batch,
         },
     );
+    let ctx = Ctx { comm, job, out_dir: &out_dir, fault, watchdog: &watchdog };
+    let mut last_ckpt = Instant::now();
 
     let mut last: Option<EpochMetrics> = None;
-    for epoch in 1..=job.training.epochs {
+    for epoch in start_epoch + 1..=job.training.epochs {
         let t0 = Instant::now();
         st.engine.exposed = Duration::ZERO;
-        let mut loss_sum = 0.0f64;
-        for i in 0..steps {
+        let first = if epoch == start_epoch + 1 { start_batch } else { 0 };
+        let mut loss_sum = if epoch == start_epoch + 1 { sums[comm.rank] } else { 0.0 };
+        for i in first..steps {
             let waiting = Instant::now();
             let batch = loader.next()?;
-            crate::fault::maybe_fire(&fault, comm.rank, st.step + 1, &mut st.params)?;
+            crate::fault::maybe_fire(&ctx.fault, comm.rank, st.step + 1, &mut st.params)?;
             let l = st.run(&batch, waiting).map_err(|e| in_step(e, epoch, i + 1, comm.rank))?;
             loss_sum += l;
             loader.give_back(batch);
-            if st.step == 1 && comm.rank == 0 {
+            if st.step == pos[0] + 1 && comm.rank == 0 {
                 let since_exec = crate::sys::seconds_since_start().unwrap_or(f64::NAN);
                 info!(
                     "first step done {since_exec:.3} s after process start ({:.3} s after main)",
@@ -160,32 +190,59 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
                 check_agreement(comm, &format!("the parameter checksum at step {}", st.step), checksum(&st.params))
                     .map_err(|e| Error::Mismatch(format!("{e}: the model replicas have diverged")))?;
             }
+            // Agree on stopping and checkpointing, so every rank acts at the same step.
+            let ck = &job.checkpoint;
+            let time_due = comm.rank == 0
+                && ck.every_minutes > 0.0
+                && last_ckpt.elapsed().as_secs_f64() >= ck.every_minutes * 60.0;
+            let mine = if crate::signals::stop_requested() { STOP } else { 0 } | if time_due { CHECKPOINT } else { 0 };
+            let flags = {
+                let _g = watchdog.guard(MAIN, "the end-of-step agreement", st.step);
+                comm.all_reduce_or_u64(mine)
+            };
+            let step_due = ck.every_steps > 0 && st.step % ck.every_steps == 0;
+            if step_due || flags & (STOP | CHECKPOINT) != 0 {
+                let path = save_checkpoint(&ctx, &st, epoch - 1, i + 1, loss_sum)?;
+                last_ckpt = Instant::now();
+                if flags & STOP != 0 {
+                    if comm.rank == 0 {
+                        info!(
+                            "stopped by a signal at step {}; resume with --resume auto (exit code {})",
+                            st.step,
+                            crate::signals::EXIT_PREEMPTED
+                        );
+                    }
+                    let _ = path;
+                    return Ok(Outcome::Preempted);
+                }
+            }
         }
         let secs = t0.elapsed().as_secs_f64();
-        let exposed_ms = st.engine.exposed.as_secs_f64() * 1e3 / steps as f64;
+        let done = steps - first;
+        let exposed_ms = st.engine.exposed.as_secs_f64() * 1e3 / done.max(1) as f64;
         // Local work first; the watchdog then guards only the one collective.
         let test = match &test_shard {
             Some(sh) => evaluate_local(&st.model, &st.params, sh)?,
             None => [0.0; 3],
         };
-        let mut sums = [loss_sum, (steps * b) as f64, test[0], test[1], test[2]];
+        let mut totals = [loss_sum, (steps * b) as f64, test[0], test[1], test[2]];
         {
             let _g = watchdog.guard(MAIN, "the end-of-epoch metrics", st.step);
-            comm.all_reduce_sum_f64(&mut sums);
+            comm.all_reduce_sum_f64(&mut totals);
         }
-        let (test_loss, test_acc) = match &test_shard {
+        let (test_loss, test_accuracy) = match &test_shard {
             Some(sh) => {
-                let (l, a) = eval_result(&sums[2..], sh);
+                let (l, a) = eval_result(&totals[2..], sh);
                 (Some(l), a)
             }
             None => (None, None),
         };
         let m = EpochMetrics {
             epoch,
-            train_loss: sums[0] / sums[1],
+            train_loss: totals[0] / totals[1],
             test_loss,
-            test_accuracy: test_acc,
-            samples_per_sec: (steps * b * comm.size) as f64 / secs,
+            test_accuracy,
+            samples_per_sec: (done * b * comm.size) as f64 / secs,
             epoch_seconds: secs,
             exposed_comm_ms_per_step: exposed_ms,
             steps,
@@ -210,8 +267,7 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
     drop(loader);
     if let (Some(tl), Some(path)) = (&timeline, &job.output.timeline) {
         let _g = watchdog.guard(MAIN, "gathering the timeline", st.step);
-        tl.write_all(comm, &comm.host, std::path::Path::new(path))
-            .map_err(|e| Error::io(path, "write the timeline", e))?;
+        tl.write_all(comm, &comm.host, Path::new(path)).map_err(|e| Error::io(path, "write the timeline", e))?;
         if comm.rank == 0 {
             info!(
                 "timeline of {} rank(s) written to {path} (open in https://ui.perfetto.dev or chrome://tracing)",
@@ -220,78 +276,170 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant) -> Result<()> {
         }
     }
     info!("peak RSS {:.1} MiB", crate::sys::peak_rss_mib().unwrap_or(f64::NAN));
-    let (model, params) = (&st.model, &st.params);
-
     if comm.rank == 0 {
         let path = out_dir.join("weights.h5");
-        weights::save(model, params, &path)?;
-        let m = last.expect("at least one epoch");
-        match m.test_accuracy {
-            Some(a) => info!("done: test accuracy {a:.4} after {} epochs; weights in {}", m.epoch, path.display()),
-            None => info!("done after {} epochs; weights in {}", m.epoch, path.display()),
+        weights::save(&st.model, &st.params, &path)?;
+        match last.and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {
+            Some((a, e)) => info!("done: test accuracy {a:.4} after {e} epochs; weights in {}", path.display()),
+            None => info!("done after {} steps; weights in {}", st.step, path.display()),
         }
     }
-    Ok(())
+    Ok(Outcome::Completed)
 }
 
-/// Mean loss (and accuracy, for classification) over every rank's test shard.
-/// This rank's test sums: [loss sum, correct predictions, samples]. Local work only.
-pub fn evaluate_local(model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
-    const CHUNK: usize = 512;
-    let mut ws = Workspace::new(model, CHUNK);
-    let mut x = vec![0.0f32; CHUNK * shard.features];
-    let (mut loss, mut correct) = (0.0f64, 0usize);
-    let n = shard.len();
-    let mut start = 0;
-    while start < n {
-        let c = CHUNK.min(n - start);
-        shard.read_rows(start, c, &mut x)?;
-        model.forward(params, &x[..c * shard.features], c, &mut ws);
-        let t = match &shard.labels {
-            Labels::Classes(v) => Targets::Classes(&v[start..start + c]),
-            Labels::Values(v, k) => Targets::Values(&v[start * k..(start + c) * k]),
-        };
-        let (l, k) = model.loss(t, c, 1.0, &mut ws, false);
-        loss += l;
-        correct += k;
-        start += c;
-    }
-    Ok([loss, correct as f64, n as f64])
+/// What checkpointing needs besides the step state.
+struct Ctx<'a> {
+    comm: &'a Comm,
+    job: &'a Job,
+    out_dir: &'a Path,
+    fault: Option<Fault>,
+    watchdog: &'a Watchdog,
 }
 
-/// (mean loss, accuracy for classification) from sums added over every rank.
-fn eval_result(sums: &[f64], shard: &Shard) -> (f64, Option<f64>) {
-    if sums[2] == 0.0 {
-        warn!("the test set is empty");
-    }
-    let acc = matches!(shard.labels, Labels::Classes(_)).then(|| sums[1] / sums[2]);
-    (sums[0] / sums[2], acc)
-}
-
-/// `hvtrain eval`: load weights, evaluate on the job's test data over all ranks.
-pub fn eval(comm: &Comm, job: &Job, weights_path: &std::path::Path) -> Result<()> {
-    let model = start(comm, job)?;
-    let test = job
-        .data
-        .test
-        .as_ref()
-        .ok_or_else(|| Error::config(&job.source, "data.test", "is not set; eval needs test data"))?;
-    let params = weights::load(&model, weights_path)?;
-    let shard = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, &model)?;
-    let mut sums = evaluate_local(&model, &params, &shard)?;
-    comm.all_reduce_sum_f64(&mut sums);
-    let (loss, acc) = eval_result(&sums, &shard);
+/// Collective: gather each rank's running loss, rank 0 writes the checkpoint, everyone waits
+/// for it (unguarded: a large write may take longer than the watchdog's deadline).
+fn save_checkpoint(
+    ctx: &Ctx,
+    st: &Stepper,
+    epoch_index: usize,
+    step_in_epoch: usize,
+    loss_sum: f64,
+) -> Result<PathBuf> {
+    let comm = ctx.comm;
+    let loss_sums = {
+        let _g = ctx.watchdog.guard(MAIN, "the checkpoint's loss gathering", st.step);
+        comm.all_gather_f64(loss_sum)
+    };
+    let path = ctx.out_dir.join(checkpoint::file_name(st.step));
     if comm.rank == 0 {
-        match acc {
-            Some(a) => info!("eval {}: test_loss {loss:.4} test_accuracy {a:.4}", weights_path.display()),
-            None => info!("eval {}: test_loss {loss:.6}", weights_path.display()),
+        let (m, v, step) = st.opt.state();
+        let c = Checkpoint {
+            step,
+            epoch: epoch_index,
+            step_in_epoch,
+            world_size: comm.size,
+            loss_sums,
+            params: st.params.clone(),
+            m: m.to_vec(),
+            v: v.to_vec(),
+            job_json: serde_json::to_string(ctx.job).expect("job serializes"),
+        };
+        let t = Instant::now();
+        checkpoint::save(ctx.out_dir, &st.model, &c, ctx.job.checkpoint.keep, || {
+            crate::fault::in_checkpoint(&ctx.fault, comm.rank, step)
+        })?;
+        info!("checkpoint {} written ({:.0} ms)", path.display(), t.elapsed().as_secs_f64() * 1e3);
+    }
+    comm.barrier();
+    Ok(path)
+}
+
+/// Rank 0, before training: create output.dir, refuse to overwrite an earlier run's
+/// checkpoints, and find the checkpoint to resume from.
+fn prepare_output(
+    job: &Job,
+    out_dir: &Path,
+    model: &Mlp,
+    resume: Option<&Resume>,
+    world: usize,
+) -> Result<Option<Checkpoint>> {
+    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, "create output.dir", e))?;
+    let probe = out_dir.join(".hvtrain-write-test");
+    std::fs::write(&probe, b"").map_err(|e| Error::io(out_dir, "write into output.dir", e))?;
+    let _ = std::fs::remove_file(&probe);
+    let found = match resume {
+        None => {
+            if let Some((_, p)) = checkpoint::list(out_dir).first() {
+                return Err(Error::config(
+                    &job.source,
+                    "output.dir",
+                    format!(
+                        "{} already holds checkpoints of an earlier run ({}); continue it with --resume auto, or choose another output.dir",
+                        out_dir.display(),
+                        p.display()
+                    ),
+                ));
+            }
+            None
         }
-        println!(
-            "{}",
-            serde_json::json!({"weights": weights_path.display().to_string(), "test_loss": loss, "test_accuracy": acc, "ranks": comm.size})
+        Some(Resume::File(p)) => Some((p.clone(), checkpoint::load(p, model)?)),
+        Some(Resume::Auto) => {
+            let f = checkpoint::newest_valid(out_dir, model)?;
+            if f.is_none() {
+                info!("--resume auto: no checkpoint in {}; starting from the beginning", out_dir.display());
+            }
+            f
+        }
+    };
+    let Some((path, c)) = found else { return Ok(None) };
+    if c.world_size != world {
+        return Err(Error::data(
+            &path,
+            "world_size",
+            format!(
+                "the checkpoint was written by {} ranks, this job has {world}: resume with {} ranks (each rank's data order depends on the rank count)",
+                c.world_size, c.world_size
+            ),
+        ));
+    }
+    let then: Job =
+        serde_json::from_str(&c.job_json).map_err(|e| Error::data(&path, "job_json", format!("unreadable: {e}")))?;
+    for (field, same) in [
+        ("training.batch_size", then.training.batch_size == job.training.batch_size),
+        ("training.seed", then.training.seed == job.training.seed),
+        ("data", serde_json::to_string(&then.data).ok() == serde_json::to_string(&job.data).ok()),
+        ("optimizer.kind", then.optimizer.kind == job.optimizer.kind),
+    ] {
+        if !same {
+            return Err(Error::data(
+                &path,
+                "job_json",
+                format!("{field} differs from this job's; an exact resume needs the same value"),
+            ));
+        }
+    }
+    if then.fingerprint() != job.fingerprint() {
+        warn!(
+            "the job configuration differs from the one that wrote {} (other than data, batch, seed)",
+            path.display()
         );
     }
-    Ok(())
+    info!(
+        "resuming from {} at step {} (epoch {}, step {} of it)",
+        path.display(),
+        c.step,
+        c.epoch + 1,
+        c.step_in_epoch
+    );
+    Ok(Some(c))
+}
+
+fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
+    let d = &job.distribution;
+    info!(
+        "model {:?} ({} parameters, {:.2} MiB), {} fusion bucket(s) at threshold {} MiB: sizes {:?} KiB",
+        model.sizes,
+        model.n_params,
+        model.n_params as f64 * 4.0 / 1048576.0,
+        plan.buckets.len(),
+        d.fusion_threshold_mb,
+        plan.buckets.iter().map(|b| b.len() * 4 / 1024).collect::<Vec<_>>()
+    );
+    info!(
+        "engine: overlap {}, bucket order {:?}, first bucket {} MiB, compression {:?}, watchdog {} s, \
+         parameter check every {} steps, timeline {}, MPI thread level {:?}; checkpoints every {} steps / {} min, keep {}",
+        if d.overlap { "on" } else { "off" },
+        d.bucket_order,
+        job.first_bucket_bytes() as f64 / 1048576.0,
+        d.compression,
+        d.watchdog_seconds,
+        d.check_every,
+        job.output.timeline.as_deref().unwrap_or("off"),
+        comm.threading,
+        job.checkpoint.every_steps,
+        job.checkpoint.every_minutes,
+        job.checkpoint.keep
+    );
 }
 
 /// Say where in training an error happened.

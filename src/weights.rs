@@ -27,14 +27,20 @@ pub fn save(model: &Mlp, params: &[f32], path: &Path) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename the finished weights file into place", e))
 }
 
-/// Load weights written by `save` into a parameter arena for `model`, checking the shapes.
+/// Load weights written by `save` (or a checkpoint) into a parameter arena for `model`,
+/// checking the shapes.
 pub fn load(model: &Mlp, path: &Path) -> Result<Vec<f32>> {
     let f = h5::open(path, "--weights")?;
+    read_params(&f, path, model)
+}
+
+/// The `dense{l}/weight` and `dense{l}/bias` datasets of an open file, as an arena.
+pub fn read_params(f: &hdf5::File, path: &Path, model: &Mlp) -> Result<Vec<f32>> {
     let mut params = vec![0.0f32; model.n_params];
     for (l, s) in model.layers.iter().enumerate() {
         for (name, range, shape) in [("weight", s.w.clone(), vec![s.inp, s.out]), ("bias", s.b.clone(), vec![s.out])] {
             let field = format!("dense{l}/{name}");
-            let ds = h5::dataset(&f, path, &field)?;
+            let ds = h5::dataset(f, path, &field)?;
             if ds.shape() != shape {
                 return Err(Error::data(
                     path,

@@ -33,6 +33,9 @@ pub struct LoaderCfg {
     pub rank: usize,
     /// Batches produced ahead of the consumer.
     pub depth: usize,
+    /// Where to start (resuming): epoch (0-based) and batches of it already done.
+    pub start_epoch: usize,
+    pub start_batch: usize,
 }
 
 pub struct Loader {
@@ -98,11 +101,29 @@ fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare
     };
     let mut window = vec![0.0f32; cfg.window.max(cfg.block) * d];
     let mut rows: Vec<usize> = Vec::with_capacity(cfg.window);
-    for epoch in 0..cfg.epochs {
+    for epoch in cfg.start_epoch..cfg.epochs {
+        if epoch == cfg.start_epoch && cfg.start_batch >= cfg.steps {
+            continue; // resumed at the very end of this epoch
+        }
         let mut rng = Rng::new(cfg.seed, 0x5A11_0000 ^ ((epoch as u64) << 20) ^ cfg.rank as u64);
         let mut batch = new_batch(spare, cfg.batch, d, k);
         let mut sent = 0;
+        // Resuming mid-epoch: replay the order without reading what was already trained on.
+        let mut skip = if epoch == cfg.start_epoch { cfg.start_batch * cfg.batch } else { 0 };
+        if epoch == cfg.start_epoch {
+            sent = cfg.start_batch;
+        }
         'epoch: for blocks in epoch_windows(shard.len(), cfg, epoch) {
+            let rows_in: usize = blocks.iter().map(|b| b.1).sum();
+            if skip >= rows_in {
+                // The whole window was consumed before the checkpoint: only keep the RNG in step.
+                let mut pos: Vec<usize> = (0..rows_in).collect();
+                if cfg.shuffle {
+                    rng.shuffle(&mut pos);
+                }
+                skip -= rows_in;
+                continue;
+            }
             // Fill the window: `rows[i]` is the shard row held at window position i.
             rows.clear();
             for &(start, count) in &blocks {
@@ -114,7 +135,7 @@ fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare
             if cfg.shuffle {
                 rng.shuffle(&mut pos);
             }
-            for p in pos {
+            for p in pos.into_iter().skip(std::mem::take(&mut skip)) {
                 batch.x.extend_from_slice(&window[p * d..(p + 1) * d]);
                 match &shard.labels {
                     Labels::Classes(c) => batch.classes.push(c[rows[p]]),
@@ -154,7 +175,19 @@ mod tests {
     use super::*;
 
     fn cfg(shuffle: bool) -> LoaderCfg {
-        LoaderCfg { batch: 4, steps: 10, epochs: 2, shuffle, block: 8, window: 24, seed: 3, rank: 0, depth: 2 }
+        LoaderCfg {
+            batch: 4,
+            steps: 10,
+            epochs: 2,
+            shuffle,
+            block: 8,
+            window: 24,
+            seed: 3,
+            rank: 0,
+            depth: 2,
+            start_epoch: 0,
+            start_batch: 0,
+        }
     }
 
     #[test]

@@ -53,6 +53,22 @@ impl Channel {
         out
     }
 
+    pub fn all_reduce_or_u64(&self, x: u64) -> u64 {
+        let mut out = 0u64;
+        self.comm.all_reduce_into(&x, &mut out, SystemOperation::bitwise_or());
+        out
+    }
+
+    pub fn all_gather_f64(&self, x: f64) -> Vec<f64> {
+        let mut out = vec![0f64; self.size];
+        self.comm.all_gather_into(&x, &mut out[..]);
+        out
+    }
+
+    pub fn broadcast_u64(&self, buf: &mut [u64]) {
+        self.comm.process_at_rank(0).broadcast_into(buf);
+    }
+
     pub fn broadcast_f64(&self, buf: &mut [f64]) {
         self.comm.process_at_rank(0).broadcast_into(buf);
     }

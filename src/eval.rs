@@ -1,0 +1,144 @@
+//! Evaluation and prediction: `hvtrain eval` (test metrics over all ranks) and
+//! `hvtrain predict` (outputs for new inputs), from final weights or a checkpoint.
+
+use crate::config::{Job, LossKind};
+use crate::data::h5;
+use crate::data::shard::{Labels, Shard};
+use crate::dist::{check_agreement, Comm};
+use crate::error::{Error, Result};
+use crate::model::{Mlp, Targets, Workspace};
+use crate::weights;
+use log::{info, warn};
+use std::path::Path;
+
+const CHUNK: usize = 512;
+
+pub fn build_model(job: &Job) -> Mlp {
+    Mlp::new(&job.model.layers, job.model.activation, job.model.loss)
+}
+
+/// Start-up shared by `train` and `eval`: placement log, device choice, cross-rank checks.
+pub fn start(comm: &Comm, job: &Job) -> Result<Mlp> {
+    let (_backend, how) = crate::device::select(job.training.device, comm.local_rank)?;
+    info!(
+        "rank {}/{} on host {} (local rank {}/{}), device: {how}",
+        comm.rank, comm.size, comm.host, comm.local_rank, comm.local_size
+    );
+    check_agreement(comm, "the job configuration (job file + --set)", job.fingerprint())?;
+    Ok(build_model(job))
+}
+
+/// This rank's test sums: [loss sum, correct predictions, samples]. Local work only.
+pub fn evaluate_local(model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
+    let mut ws = Workspace::new(model, CHUNK);
+    let mut x = vec![0.0f32; CHUNK * shard.features];
+    let (mut loss, mut correct) = (0.0f64, 0usize);
+    let n = shard.len();
+    let mut start = 0;
+    while start < n {
+        let c = CHUNK.min(n - start);
+        shard.read_rows(start, c, &mut x)?;
+        model.forward(params, &x[..c * shard.features], c, &mut ws);
+        let t = match &shard.labels {
+            Labels::Classes(v) => Targets::Classes(&v[start..start + c]),
+            Labels::Values(v, k) => Targets::Values(&v[start * k..(start + c) * k]),
+        };
+        let (l, k) = model.loss(t, c, 1.0, &mut ws, false);
+        loss += l;
+        correct += k;
+        start += c;
+    }
+    Ok([loss, correct as f64, n as f64])
+}
+
+/// (mean loss, accuracy for classification) from sums added over every rank.
+pub fn eval_result(sums: &[f64], shard: &Shard) -> (f64, Option<f64>) {
+    if sums[2] == 0.0 {
+        warn!("the test set is empty");
+    }
+    let acc = matches!(shard.labels, Labels::Classes(_)).then(|| sums[1] / sums[2]);
+    (sums[0] / sums[2], acc)
+}
+
+/// `hvtrain eval`: load weights (or a checkpoint), evaluate on the job's test data over all ranks.
+pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
+    let model = start(comm, job)?;
+    let test = job
+        .data
+        .test
+        .as_ref()
+        .ok_or_else(|| Error::config(&job.source, "data.test", "is not set; eval needs test data"))?;
+    let params = weights::load(&model, weights_path)?;
+    let shard = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, &model)?;
+    let mut sums = evaluate_local(&model, &params, &shard)?;
+    comm.all_reduce_sum_f64(&mut sums);
+    let (loss, acc) = eval_result(&sums, &shard);
+    if comm.rank == 0 {
+        match acc {
+            Some(a) => info!("eval {}: test_loss {loss:.4} test_accuracy {a:.4}", weights_path.display()),
+            None => info!("eval {}: test_loss {loss:.6}", weights_path.display()),
+        }
+        println!(
+            "{}",
+            serde_json::json!({"weights": weights_path.display().to_string(), "test_loss": loss, "test_accuracy": acc, "ranks": comm.size})
+        );
+    }
+    Ok(())
+}
+
+/// `hvtrain predict`: the model's outputs for every row of `input`'s features dataset
+/// (`data.x_dataset`), written to `output`: `outputs` float32 [N, K] (logits for
+/// classification, predictions for regression) and, for classification, `classes` int32 [N]
+/// and `probabilities` float32 [N, K]. A single process; no MPI needed.
+pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> Result<usize> {
+    let model = build_model(job);
+    let params = weights::load(&model, weights_path)?;
+    let f = h5::open(input, "--input")?;
+    let xn = &job.data.x_dataset;
+    let x = h5::dataset(&f, input, xn)?;
+    let shape = x.shape();
+    if shape.len() != 2 || shape[1] != model.n_inputs() || h5::kind(&x, input, xn)? != "float" {
+        return Err(Error::data(
+            input,
+            xn,
+            format!("must be float [N, {}] (model.layers[0]), found shape {shape:?}", model.n_inputs()),
+        ));
+    }
+    let (n, d, k) = (shape[0], shape[1], model.n_outputs());
+    let mut ws = Workspace::new(&model, CHUNK);
+    let mut outputs = Vec::with_capacity(n * k);
+    let mut start = 0;
+    while start < n {
+        let c = CHUNK.min(n - start);
+        let rows = x
+            .read_slice_2d::<f32, _>((start..start + c, ..))
+            .map_err(|e| Error::hdf5(input, format!("read {xn}"), e))?;
+        let rows = rows.as_slice().expect("standard layout");
+        if let Some(i) = rows.iter().position(|v| !v.is_finite()) {
+            return Err(Error::data(input, xn, format!("non-finite value at row {}, column {}", start + i / d, i % d)));
+        }
+        outputs.extend_from_slice(model.forward(&params, rows, c, &mut ws));
+        start += c;
+    }
+    let tmp = output.with_extension("h5.tmp");
+    {
+        let o = h5::create(&tmp)?;
+        h5::write(&o, &tmp, "outputs", &outputs, &[n, k])?;
+        if model.loss == LossKind::SoftmaxCrossEntropy {
+            let mut probs = outputs.clone();
+            let mut classes = Vec::with_capacity(n);
+            for row in probs.chunks_exact_mut(k) {
+                let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                row.iter_mut().for_each(|v| *v = (*v - max).exp());
+                let sum: f32 = row.iter().sum();
+                row.iter_mut().for_each(|v| *v /= sum);
+                let arg = row.iter().enumerate().fold(0, |best, (j, &v)| if v > row[best] { j } else { best });
+                classes.push(arg as i32);
+            }
+            h5::write(&o, &tmp, "probabilities", &probs, &[n, k])?;
+            h5::write(&o, &tmp, "classes", &classes, &[n])?;
+        }
+    }
+    std::fs::rename(&tmp, output).map_err(|e| Error::io(output, "rename the finished output into place", e))?;
+    Ok(n)
+}
