@@ -101,29 +101,25 @@ fn rank_pids(job_name: &str) -> Vec<String> {
 
 /// Start a long job in the background, then send `signals` to every rank (as Slurm's scancel
 /// does) once it is training.
-fn signalled_run(dir: &Path, job_name: &str, signals: &[&str]) -> (Option<i32>, String, Duration) {
+fn signalled_run(
+    dir: &Path,
+    job_name: &str,
+    signals: &[&str],
+    env: &[(&str, &str)],
+    extra: &[&str],
+) -> (Option<i32>, String, Duration) {
     let mut cmd = Command::new("timeout");
-    cmd.args([
-        "-k",
-        "5",
-        "60",
-        "mpirun",
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-        "-n",
-        "2",
-        BIN,
-        "train",
-        job_name,
-        "--set",
-        "training.epochs=400",
-    ])
-    .current_dir(dir)
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped());
+    cmd.args(["-k", "5", "60", "mpirun", "--oversubscribe", "--bind-to", "none"]);
+    for (k, v) in env {
+        cmd.env(k, v).args(["-x", k]);
+    }
+    cmd.args(["-n", "2", BIN, "train", job_name, "--set", "training.epochs=400"])
+        .args(extra)
+        .current_dir(dir)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
     let child = cmd.spawn().unwrap();
     let t = Instant::now();
     while !dir.join("out/ckpt-step000000037.h5").exists() && t.elapsed() < Duration::from_secs(20) {
@@ -131,10 +127,13 @@ fn signalled_run(dir: &Path, job_name: &str, signals: &[&str]) -> (Option<i32>, 
     }
     let pids = rank_pids(job_name);
     assert_eq!(pids.len(), 2, "two rank processes: {pids:?}");
-    let sent = Instant::now();
+    let mut sent = Instant::now();
     for s in signals {
+        // Let training get well past the first checkpoint (and a hang injected at step 50 start).
+        std::thread::sleep(Duration::from_millis(300));
+        sent = Instant::now();
         let st = Command::new("kill").arg(format!("-{s}")).args(&pids).status().unwrap();
-        assert!(st.success());
+        assert!(st.success(), "kill -{s} {pids:?}");
     }
     let out = child.wait_with_output().unwrap();
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned(), sent.elapsed())
@@ -146,7 +145,7 @@ fn sigterm_checkpoints_and_exits_75_then_resume_continues() {
     for sig in ["TERM", "USR1"] {
         let name = format!("sig{sig}-job.toml");
         let dir = setup(&format!("sigterm-{sig}"), &name);
-        let (code, stderr, took) = signalled_run(&dir, &name, &[sig]);
+        let (code, stderr, took) = signalled_run(&dir, &name, &[sig], &[], &[]);
         assert_eq!(code, Some(75), "SIG{sig}: documented exit code\n{stderr}");
         assert!(took < Duration::from_secs(10), "{took:?}");
         assert!(stderr.contains("stopped by a signal"), "{stderr}");
@@ -163,13 +162,18 @@ fn sigterm_checkpoints_and_exits_75_then_resume_continues() {
     }
 }
 
+/// The first signal asks for a checkpoint at the next step boundary; a second one, before that
+/// is done, exits at once with 130. To make "before that is done" certain, rank 0 stops making
+/// progress at step 50 (the boundary never comes) and the watchdog is set far off.
 #[test]
 fn second_signal_exits_at_once() {
     let _g = mpi_lock();
     let dir = setup("sigterm-twice", "twice-job.toml");
-    let (code, stderr, took) = signalled_run(&dir, "twice-job.toml", &["TERM", "TERM"]);
-    assert!(code.is_some_and(|c| c != 0 && c != 75), "exit {code:?}\n{stderr}");
-    assert!(took < Duration::from_secs(10));
+    let env = [("HVTRAIN_INJECT_FAULT", "0:50:hang")];
+    let (code, stderr, took) =
+        signalled_run(&dir, "twice-job.toml", &["TERM", "TERM"], &env, &["--set", "distribution.watchdog_seconds=60"]);
+    assert_eq!(code, Some(130), "exit {code:?}\n{stderr}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
 }
 
 #[test]
