@@ -5,7 +5,7 @@
 mod common;
 
 use common::{hvtrain, job, mpirun, mpirun_mpmd, scratch, write_classes, Run};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Samples in the default data file; with 2 ranks each gets 20 rows (5 batches of 4).
@@ -218,4 +218,361 @@ fn cuda_without_a_gpu_is_a_clear_error() {
     let line = assert_fails(&run, None, &["device", "training.device = \"cuda\""]);
     assert!(!run.stderr.contains("panicked"), "{}", run.all());
     assert!(line.contains("use device = \"cpu\""), "{line}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The rest of the catalogue (docs/errors.md lists every case with the message it prints).
+// ---------------------------------------------------------------------------------------
+
+/// Write `x` and `y` of any types and shapes to `path`.
+fn write_xy<X: hdf5::H5Type, Y: hdf5::H5Type>(path: &Path, x: &[X], xs: &[usize], y: &[Y], ys: &[usize]) {
+    let f = hdf5::File::create(path).unwrap();
+    common::write_dataset(&f, "x", x, xs);
+    common::write_dataset(&f, "y", y, ys);
+}
+
+/// A scratch dir whose `d.h5` holds the given x and y, and the default job file.
+fn setup_xy<X: hdf5::H5Type, Y: hdf5::H5Type>(name: &str, x: &[X], xs: &[usize], y: &[Y], ys: &[usize]) -> PathBuf {
+    let dir = scratch(name);
+    write_xy(&dir.join("d.h5"), x, xs, y, ys);
+    job(&dir, LAYERS, "d.h5", None, "");
+    dir
+}
+
+/// Print the line the user sees, so that a failing run shows it (and docs/errors.md can
+/// quote it).
+fn show(case: &str, line: &str) {
+    eprintln!("[{case}] {line}");
+}
+
+#[test]
+fn truncated_hdf5_file() {
+    let _g = common::mpi_lock();
+    let dir = setup("bad_truncated", "");
+    let bytes = std::fs::read(dir.join("d.h5")).unwrap();
+    std::fs::write(dir.join("d.h5"), &bytes[..bytes.len() / 2]).unwrap();
+    let run = train2(&dir, &[]);
+    let line = assert_fails(&run, None, &["d.h5", "data.train", "cannot open as HDF5"]);
+    show("truncated", &line);
+}
+
+#[test]
+fn corrupted_hdf5_file() {
+    let _g = common::mpi_lock();
+    // Bytes in the middle of the file (HDF5 metadata in a file this small) overwritten.
+    let dir = setup("bad_corrupted", "");
+    let mut bytes = std::fs::read(dir.join("d.h5")).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid - 64..mid + 64].fill(0xff);
+    std::fs::write(dir.join("d.h5"), &bytes).unwrap();
+    let run = train2(&dir, &["training.epochs=2"]);
+    let line = assert_fails(&run, None, &["d.h5"]);
+    assert!(line.contains("data d.h5: ") || line.contains("hdf5 d.h5: "), "{line}");
+    show("corrupted metadata", &line);
+
+    // The last bytes (the raw data of y, written last) overwritten with 0xff: labels of -1.
+    let dir = setup("bad_corrupted_tail", "");
+    let mut bytes = std::fs::read(dir.join("d.h5")).unwrap();
+    let n = bytes.len();
+    bytes[n - 8..].fill(0xff);
+    std::fs::write(dir.join("d.h5"), &bytes).unwrap();
+    let run = train2(&dir, &[]);
+    let line = assert_fails(&run, Some(1), &["d.h5", ": y:", "label -1", "row 38"]);
+    show("corrupted data", &line);
+}
+
+#[test]
+fn x_of_int32() {
+    let _g = common::mpi_lock();
+    let x: Vec<i32> = (0..(N * D) as i32).collect();
+    let (_, y) = data();
+    let dir = setup_xy("bad_x_int", &x, &[N, D], &y, &[N]);
+    let run = train2(&dir, &[]);
+    let line = assert_fails(&run, None, &["d.h5", ": x:", "2-D float32", "of int"]);
+    show("x int32", &line);
+}
+
+#[test]
+fn x_of_rank_one() {
+    let _g = common::mpi_lock();
+    let (x, y) = data();
+    let dir = setup_xy("bad_x_1d", &x, &[N * D], &y, &[N]);
+    let run = train2(&dir, &[]);
+    let line = assert_fails(&run, None, &["d.h5", ": x:", "2-D float32", "[200]"]);
+    show("x 1-D", &line);
+}
+
+#[test]
+fn y_of_rank_two_for_classification() {
+    let _g = common::mpi_lock();
+    let (x, y) = data();
+    let y2: Vec<i32> = y.iter().flat_map(|&c| [c, 0]).collect();
+    let dir = setup_xy("bad_y_2d", &x, &[N, D], &y2, &[N, 2]);
+    let run = train2(&dir, &[]);
+    let line = assert_fails(&run, None, &["d.h5", ": y:", "1-D integer class labels", "[40, 2]"]);
+    show("y 2-D", &line);
+}
+
+#[test]
+fn inf_in_x() {
+    let _g = common::mpi_lock();
+    // +inf in rank 0's half, -inf in rank 1's.
+    for (row, v, rank, name) in [(3, f32::INFINITY, 0, "inf"), (33, f32::NEG_INFINITY, 1, "-inf")] {
+        let dir = scratch("bad_inf");
+        let (mut x, y) = data();
+        x[row * D + 1] = v;
+        write_classes(&dir.join("d.h5"), &x, D, &y);
+        job(&dir, LAYERS, "d.h5", None, "");
+        let run = train2(&dir, &["training.epochs=3"]);
+        let row_s = format!("row {row}");
+        let value = format!("value {name} at");
+        let line = assert_fails(&run, Some(rank), &["d.h5", ": x:", &value, &row_s, "column 1"]);
+        show("inf in x", &line);
+    }
+}
+
+#[test]
+fn nan_in_y_for_mse() {
+    let _g = common::mpi_lock();
+    let (x, _) = data();
+    let mut y: Vec<f32> = (0..N * 2).map(|i| i as f32 / 10.0).collect();
+    y[27 * 2 + 1] = f32::NAN;
+    let dir = scratch("bad_nan_y");
+    write_xy(&dir.join("d.h5"), &x, &[N, D], &y, &[N, 2]);
+    job(&dir, &[5, 8, 2], "d.h5", None, "");
+    let run = train2(&dir, &["model.loss=mse"]);
+    let line = assert_fails(&run, Some(1), &["d.h5", ": y:", "non-finite target NaN", "row 27"]);
+    show("nan in y", &line);
+}
+
+#[test]
+fn empty_shard() {
+    let _g = common::mpi_lock();
+    // A file with no rows at all: every rank fails.
+    let x: Vec<f32> = Vec::new();
+    let y: Vec<i32> = Vec::new();
+    let dir = setup_xy("bad_empty", &x, &[0, D], &y, &[0]);
+    let run = train2(&dir, &[]);
+    let line = assert_fails(&run, None, &["d.h5", ": x:", "gets no samples", "0 rows"]);
+    show("empty file", &line);
+
+    // One rank's own file (`{rank}`) is empty: that rank names it.
+    let dir = scratch("bad_empty_rank");
+    let (x, y) = data();
+    write_classes(&dir.join("d-0.h5"), &x, D, &y);
+    write_xy(&dir.join("d-1.h5"), &Vec::<f32>::new(), &[0, D], &Vec::<i32>::new(), &[0]);
+    job(&dir, LAYERS, "d-{rank}.h5", None, "");
+    let run = train2(&dir, &[]);
+    let line = assert_fails(&run, Some(1), &["d-1.h5", ": x:", "gets no samples", "0 rows"]);
+    show("empty per-rank file", &line);
+}
+
+#[test]
+fn more_ranks_than_samples() {
+    let _g = common::mpi_lock();
+    let (x, y) = data();
+    let dir = setup_xy("bad_few_rows", &x[..3 * D], &[3, D], &y[..3], &[3]);
+    let run = mpirun(4, &["train", "job.toml"], &dir, 60);
+    let line = assert_fails(&run, None, &["d.h5", "gets no samples", "3 rows for 4 ranks"]);
+    show("more ranks than samples", &line);
+}
+
+#[test]
+fn ranks_started_with_different_job_files() {
+    let _g = common::mpi_lock();
+    let dir = setup("bad_two_job_files", "");
+    let a = std::fs::read_to_string(dir.join("job.toml")).unwrap();
+    std::fs::write(dir.join("job-a.toml"), &a).unwrap();
+    std::fs::write(dir.join("job-b.toml"), a.replace("batch_size = 4", "batch_size = 5")).unwrap();
+    let run = mpirun_mpmd(&[vec!["train", "job-a.toml"], vec!["train", "job-b.toml"]], &dir, 60);
+    let line = assert_fails(&run, None, &["ranks disagree", "job configuration", "[1]"]);
+    show("different job files", &line);
+}
+
+#[test]
+fn output_dir_is_a_regular_file() {
+    let _g = common::mpi_lock();
+    let dir = setup("bad_output_file", "");
+    std::fs::write(dir.join("taken"), "a regular file").unwrap();
+    let run = train2(&dir, &["output.dir=taken"]);
+    let line = assert_fails(&run, Some(0), &["taken", "output.dir"]);
+    show("output.dir is a file", &line);
+    assert_eq!(std::fs::read(dir.join("taken")).unwrap(), b"a regular file");
+}
+
+/// `mpirun -n 2 hvtrain train job.toml ARGS... --set S...`.
+fn train2_with(dir: &Path, args: &[&str], set: &[&str]) -> Run {
+    let mut all = vec!["train", "job.toml"];
+    all.extend_from_slice(args);
+    for s in set {
+        all.push("--set");
+        all.push(s);
+    }
+    mpirun(2, &all, dir, 60)
+}
+
+/// Assert that `out` holds exactly the files of `before`, byte for byte.
+fn assert_unchanged(out: &Path, before: &std::collections::BTreeMap<String, Vec<u8>>, case: &str) {
+    let now = common::snapshot(out);
+    let names = |m: &std::collections::BTreeMap<String, Vec<u8>>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&now), names(before), "{case}: the files in {} changed", out.display());
+    for (name, bytes) in before {
+        assert!(now[name] == *bytes, "{case}: {name} was overwritten");
+    }
+}
+
+/// A good run with checkpoints every 2 steps: out/ then holds ckpt-step 2 and 4 and weights.h5.
+fn trained(name: &str) -> PathBuf {
+    let dir = setup(name, "");
+    let run = train2(&dir, &["checkpoint.every_steps=2"]);
+    assert!(run.ok(), "{}", run.all());
+    assert_eq!(common::checkpoints(&dir.join("out")), ["ckpt-step000000002.h5", "ckpt-step000000004.h5"]);
+    assert!(dir.join("out/weights.h5").exists());
+    dir
+}
+
+#[test]
+fn checkpoint_from_a_different_model() {
+    let _g = common::mpi_lock();
+    let dir = trained("bad_ckpt_other_model");
+    let before = common::snapshot(&dir.join("out"));
+    let other = ["checkpoint.every_steps=2", "model.layers=[5, 9, 3]"];
+
+    let run = train2_with(&dir, &["--resume", "auto"], &other);
+    let line = assert_fails(&run, Some(0), &["out/ckpt-step000000004.h5", ": layers:", "[5, 8, 3]", "[5, 9, 3]"]);
+    show("--resume auto, other model", &line);
+    assert_unchanged(&dir.join("out"), &before, "--resume auto");
+
+    let run = train2_with(&dir, &["--resume", "out/ckpt-step000000002.h5"], &other);
+    let line = assert_fails(&run, Some(0), &["out/ckpt-step000000002.h5", ": layers:", "[5, 9, 3]"]);
+    show("--resume FILE, other model", &line);
+    assert_unchanged(&dir.join("out"), &before, "--resume FILE");
+}
+
+#[test]
+fn checkpoints_of_an_earlier_run_need_resume() {
+    let _g = common::mpi_lock();
+    let dir = trained("bad_ckpt_no_resume");
+    let before = common::snapshot(&dir.join("out"));
+    let run = train2(&dir, &["checkpoint.every_steps=2"]);
+    let line = assert_fails(&run, Some(0), &["job.toml", "output.dir", "already holds checkpoints", "--resume auto"]);
+    show("no --resume", &line);
+    assert_unchanged(&dir.join("out"), &before, "no --resume");
+}
+
+#[test]
+fn non_finite_loss_names_the_step_and_keeps_the_checkpoints() {
+    let _g = common::mpi_lock();
+    // With lr 1e10 the weights explode; the loss of step 6 (epoch 2, step 1 of 5) is NaN.
+    let dir = setup("bad_nan_loss", "");
+    let set = ["optimizer.lr=1e10", "checkpoint.every_steps=1", "training.epochs=3"];
+    let run = train2(&dir, &set);
+    let line = assert_fails(&run, None, &["training:", "the loss became", "at step 6", "optimizer.lr"]);
+    show("non-finite loss", &line);
+    let out = dir.join("out");
+    // keep = 3: the checkpoints of steps 3..5 remain; none for the failing step, no weights.
+    assert_eq!(common::checkpoints(&out), ["ckpt-step000000003.h5", "ckpt-step000000004.h5", "ckpt-step000000005.h5"]);
+    assert!(!out.join("weights.h5").exists(), "a failed run must not write weights.h5");
+    assert!(!std::fs::read_dir(&out).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".tmp")));
+    // Each remaining checkpoint is whole: eval loads it (checksums are verified on resume,
+    // eval reads the parameters).
+    for c in common::checkpoints(&out) {
+        let w = format!("out/{c}");
+        let run = common::hvtrain(&["eval", "job.toml", "--set", "data.test=\"d.h5\"", "--weights", &w], &dir, 60);
+        assert!(run.ok(), "eval {c}: {}", run.all());
+        assert!(run.stdout.contains("test_accuracy"), "{}", run.all());
+    }
+    // The oldest one still continues with a sane learning rate, to the end.
+    let run = train2_with(
+        &dir,
+        &["--resume", "out/ckpt-step000000003.h5"],
+        &["optimizer.lr=0.01", "checkpoint.every_steps=1", "training.epochs=3"],
+    );
+    assert!(run.ok(), "{}", run.all());
+}
+
+#[test]
+fn failed_runs_never_overwrite_checkpoints_or_weights() {
+    let _g = common::mpi_lock();
+    let dir = setup("bad_no_overwrite", "");
+    let run = train2(&dir, &["checkpoint.every_steps=5"]);
+    assert!(run.ok(), "{}", run.all());
+    let out = dir.join("out");
+    assert_eq!(common::checkpoints(&out), ["ckpt-step000000005.h5"]);
+    let keep = ["ckpt-step000000005.h5", "weights.h5"];
+    let before: std::collections::BTreeMap<String, Vec<u8>> =
+        common::snapshot(&out).into_iter().filter(|(n, _)| keep.contains(&n.as_str())).collect();
+    assert_eq!(before.len(), 2);
+    let same = |case: &str| {
+        let now = common::snapshot(&out);
+        for (name, bytes) in &before {
+            assert!(now.get(name) == Some(bytes), "{case}: {name} was overwritten or removed");
+        }
+        assert_eq!(common::checkpoints(&out), ["ckpt-step000000005.h5"], "{case}");
+    };
+    let resume = ["--resume", "auto"];
+
+    // The data file now has a bad label in rank 1's half.
+    let good = std::fs::read(dir.join("d.h5")).unwrap();
+    let (x, mut y) = data();
+    y[30] = 7;
+    write_classes(&dir.join("d.h5"), &x, D, &y);
+    let run = train2_with(&dir, &resume, &["checkpoint.every_steps=5", "training.epochs=2"]);
+    assert_fails(&run, Some(1), &["d.h5", ": y:", "label 7", "row 30"]);
+    same("bad label");
+    std::fs::write(dir.join("d.h5"), &good).unwrap();
+
+    // A bad config value.
+    let run = train2_with(&dir, &resume, &["checkpoint.every_steps=5", "optimizer.lr=-1"]);
+    assert_fails(&run, None, &["job.toml", "optimizer.lr", "must be a positive number"]);
+    same("bad config value");
+
+    // A model whose input width is not the data's (and not the checkpoint's).
+    let run = train2_with(&dir, &resume, &["checkpoint.every_steps=5", "model.layers=[6, 8, 3]"]);
+    assert_fails(&run, None, &["model.layers"]);
+    same("wrong width");
+
+    // Training goes on from step 5 and the loss becomes non-finite before the next checkpoint.
+    let run = train2_with(&dir, &resume, &["checkpoint.every_steps=5", "training.epochs=2", "optimizer.lr=1e30"]);
+    let line = assert_fails(&run, None, &["the loss became", "at step"]);
+    show("non-finite loss after resume", &line);
+    same("non-finite loss after resume");
+}
+
+#[test]
+fn output_dir_exists_but_is_not_writable() {
+    // Permissions do not stop root, so use sysfs: a directory where nobody, root included,
+    // may create a file.
+    if !Path::new("/sys/kernel").is_dir() {
+        eprintln!("skipped: no /sys/kernel");
+        return;
+    }
+    let _g = common::mpi_lock();
+    let dir = setup("bad_output_unwritable", "");
+    let run = train2(&dir, &["output.dir=\"/sys/kernel\""]);
+    let line = assert_fails(&run, Some(0), &["io /sys/kernel:", "write into output.dir"]);
+    show("output.dir not writable", &line);
+}
+
+#[test]
+fn more_bad_config_values() {
+    let _g = common::mpi_lock();
+    let dir = setup("bad_config_more", "");
+    let cases: &[(&str, &[&str])] = &[
+        ("optimizer.lr=-1", &["job.toml", "optimizer.lr", "must be a positive number, got -1"]),
+        ("optimizer.lr=nan", &["job.toml", "optimizer.lr", "must be a positive number, got NaN"]),
+        ("training.batch_size=-1", &["job.toml", "training.batch_size", "invalid value: integer `-1`"]),
+        ("training.epochs=0", &["job.toml", "training.epochs", "must be at least 1"]),
+        ("model.layers=[5,-8,3]", &["job.toml", "model.layers[1]", "invalid value: integer `-8`"]),
+        ("model.layers=[5]", &["job.toml", "model.layers", "needs at least an input and an output width"]),
+        ("model.loss=hinge", &["job.toml", "model.loss", "unknown variant `hinge`"]),
+        // Valid on its own, but larger than each rank's 20 samples.
+        ("training.batch_size=100", &["job.toml", "training.batch_size", "larger than the smallest rank's share"]),
+    ];
+    for (set, needles) in cases {
+        eprintln!("case --set {set}");
+        let run = train2(&dir, &[set]);
+        assert_fails(&run, None, needles);
+    }
+    assert!(!dir.join("out/weights.h5").exists());
 }

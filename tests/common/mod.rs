@@ -156,3 +156,33 @@ pub fn job(dir: &Path, layers: &[usize], train: &str, test: Option<&str>, extra:
     std::fs::write(&p, text).unwrap();
     p
 }
+
+/// Write one dataset `name` of any HDF5 element type and shape (1-D, 2-D, ...) into `f`.
+pub fn write_dataset<T: hdf5::H5Type>(f: &hdf5::File, name: &str, data: &[T], shape: &[usize]) {
+    let arr = ndarray::ArrayViewD::from_shape(ndarray::IxDyn(shape), data).unwrap();
+    f.new_dataset_builder().with_data(arr).create(name).unwrap();
+}
+
+/// Every regular file directly in `dir` with its bytes, by name (to prove nothing changed).
+pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+        .collect()
+}
+
+/// Names of the checkpoint files (`ckpt-step*.h5`) in `dir`, sorted.
+pub fn checkpoints(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("ckpt-step") && n.ends_with(".h5"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
