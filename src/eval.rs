@@ -24,8 +24,49 @@ pub fn start(comm: &Comm, job: &Job) -> Result<Mlp> {
         "rank {}/{} on host {} (local rank {}/{}), device: {how}",
         comm.rank, comm.size, comm.host, comm.local_rank, comm.local_size
     );
-    check_agreement(comm, "the job configuration (job file + --set)", job.fingerprint())?;
+    if let Err(e) = check_agreement(comm, "the job configuration (job file + --set)", job.fingerprint()) {
+        return Err(describe_job_difference(comm, job).unwrap_or(e));
+    }
     Ok(build_model(job))
+}
+
+/// Collective, after the fingerprints differed: name the ranks, their job files and the
+/// first keys whose values differ from rank 0's.
+fn describe_job_difference(comm: &Comm, job: &Job) -> Option<Error> {
+    let mine = serde_json::to_vec(&(job.source.as_str(), job)).ok()?;
+    let all = comm.all_gather_bytes(&mine);
+    let parse = |b: &[u8]| serde_json::from_slice::<(String, serde_json::Value)>(b).ok();
+    let (file0, job0) = parse(&all[0])?;
+    let mut parts = Vec::new();
+    for (r, bytes) in all.iter().enumerate().skip(1) {
+        let (file, other) = parse(bytes)?;
+        let mut keys = Vec::new();
+        diff("", &job0, &other, &mut keys);
+        if !keys.is_empty() {
+            let shown: Vec<String> = keys.iter().take(3).cloned().collect();
+            parts.push(format!("rank {r} (job file {file}) at {}", shown.join(", ")));
+        }
+    }
+    (!parts.is_empty()).then(|| {
+        Error::Mismatch(format!(
+            "the job configuration differs from rank 0's (job file {file0}): {}; start every rank with the same job file, --set options and HVTRAIN_* environment",
+            parts.join("; ")
+        ))
+    })
+}
+
+/// Dotted keys where two JSON documents differ, with both values.
+fn diff(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+            for (k, va) in x {
+                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                diff(&key, va, y.get(k).unwrap_or(&serde_json::Value::Null), out);
+            }
+        }
+        _ if a != b => out.push(format!("{prefix} ({a} vs {b})")),
+        _ => {}
+    }
 }
 
 /// This rank's test sums: [loss sum, correct predictions, samples]. Local work only.

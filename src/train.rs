@@ -132,7 +132,7 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>)
     comm.broadcast_f64(&mut sums);
     let (start_epoch, start_batch) = (pos[1] as usize, pos[2] as usize);
 
-    let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), comm.rank);
+    let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), comm.rank, comm.host.clone());
     comm.barrier(); // line the ranks' clocks up for the timeline
     let timeline = job.output.timeline.as_ref().map(|_| Arc::new(Timeline::new(Instant::now())));
     let chan = (comm.size > 1).then(|| comm.channel());
@@ -166,6 +166,7 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>)
         let t0 = Instant::now();
         st.engine.exposed = Duration::ZERO;
         let first = if epoch == start_epoch + 1 { start_batch } else { 0 };
+        let mut at_epoch_end = 0;
         let mut loss_sum = if epoch == start_epoch + 1 { sums[comm.rank] } else { 0.0 };
         for i in first..steps {
             let waiting = Instant::now();
@@ -201,8 +202,12 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>)
                 comm.all_reduce_or_u64(mine)
             };
             let step_due = ck.every_steps > 0 && st.step % ck.every_steps == 0;
-            if step_due || flags & (STOP | CHECKPOINT) != 0 {
-                let path = save_checkpoint(&ctx, &st, epoch - 1, i + 1, loss_sum)?;
+            let flags = flags | if step_due { CHECKPOINT } else { 0 };
+            if flags != 0 && i + 1 == steps {
+                // The epoch's last step: checkpoint after its metrics, as the start of the next.
+                at_epoch_end = flags;
+            } else if flags != 0 {
+                save_checkpoint(&ctx, &st, epoch - 1, i + 1, loss_sum)?;
                 last_ckpt = Instant::now();
                 if flags & STOP != 0 {
                     if comm.rank == 0 {
@@ -212,7 +217,6 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>)
                             crate::signals::EXIT_PREEMPTED
                         );
                     }
-                    let _ = path;
                     return Ok(Outcome::Preempted);
                 }
             }
@@ -263,6 +267,19 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>)
             log.append(&m)?;
         }
         last = Some(m);
+        if at_epoch_end != 0 {
+            save_checkpoint(&ctx, &st, epoch, 0, 0.0)?;
+            last_ckpt = Instant::now();
+            if at_epoch_end & STOP != 0 {
+                if comm.rank == 0 {
+                    info!(
+                        "stopped by a signal after epoch {epoch}; resume with --resume auto (exit code {})",
+                        crate::signals::EXIT_PREEMPTED
+                    );
+                }
+                return Ok(Outcome::Preempted);
+            }
+        }
     }
     drop(loader);
     if let (Some(tl), Some(path)) = (&timeline, &job.output.timeline) {

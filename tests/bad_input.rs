@@ -192,7 +192,7 @@ fn ranks_disagree_about_the_config() {
     let dir = setup("bad_disagree", "");
     let run =
         mpirun_mpmd(&[vec!["train", "job.toml"], vec!["train", "job.toml", "--set", "optimizer.lr=0.5"]], &dir, 60);
-    assert_fails(&run, None, &["ranks disagree", "differs", "[1]"]);
+    assert_fails(&run, None, &["ranks disagree", "rank 1 (job file job.toml) at optimizer.lr (0.01 vs 0.5)"]);
 }
 
 #[test]
@@ -385,7 +385,11 @@ fn ranks_started_with_different_job_files() {
     std::fs::write(dir.join("job-a.toml"), &a).unwrap();
     std::fs::write(dir.join("job-b.toml"), a.replace("batch_size = 4", "batch_size = 5")).unwrap();
     let run = mpirun_mpmd(&[vec!["train", "job-a.toml"], vec!["train", "job-b.toml"]], &dir, 60);
-    let line = assert_fails(&run, None, &["ranks disagree", "job configuration", "[1]"]);
+    let line = assert_fails(
+        &run,
+        None,
+        &["ranks disagree", "job file job-a.toml", "rank 1 (job file job-b.toml) at training.batch_size (4 vs 5)"],
+    );
     show("different job files", &line);
 }
 

@@ -21,13 +21,18 @@ pub fn open(path: &Path, origin: &str) -> Result<hdf5::File> {
 }
 
 pub fn dataset(file: &hdf5::File, path: &Path, name: &str) -> Result<hdf5::Dataset> {
-    file.dataset(name).map_err(|_| {
-        let found = file.member_names().unwrap_or_default().join(", ");
-        Error::data(
-            path,
-            name,
-            format!("dataset not found (the file has: [{found}]); set data.x_dataset / data.y_dataset"),
-        )
+    file.dataset(name).map_err(|e| {
+        let members = file.member_names().unwrap_or_default();
+        let top = name.split('/').next().unwrap_or(name);
+        if members.iter().any(|m| m == top) {
+            return Error::data(path, name, format!("cannot open the dataset (is the file damaged?): {e}"));
+        }
+        let hint = if name.starts_with("dense") || ["layers", "format", "step"].contains(&name) {
+            "is this a weights or checkpoint file written by hvtrain?"
+        } else {
+            "set data.x_dataset / data.y_dataset"
+        };
+        Error::data(path, name, format!("dataset not found (the file has: [{}]); {hint}", members.join(", ")))
     })
 }
 

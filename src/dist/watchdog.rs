@@ -43,13 +43,13 @@ impl Drop for Guard<'_> {
 }
 
 impl Watchdog {
-    pub fn start(deadline: Duration, rank: usize) -> Watchdog {
+    pub fn start(deadline: Duration, rank: usize, host: String) -> Watchdog {
         let slot = || Slot { since: AtomicU64::new(0), step: AtomicU64::new(0), what: Mutex::new("") };
         let state = Arc::new(State { t0: Instant::now(), slots: [slot(), slot()], stop: AtomicBool::new(false) });
         let s = state.clone();
         let thread = std::thread::Builder::new()
             .name("hvtrain-watchdog".into())
-            .spawn(move || watch(&s, deadline, rank))
+            .spawn(move || watch(&s, deadline, rank, &host))
             .expect("spawn watchdog thread");
         Watchdog { shared: SharedWatchdog { state }, thread: Some(thread) }
     }
@@ -90,7 +90,7 @@ impl Drop for Watchdog {
     }
 }
 
-fn watch(s: &State, deadline: Duration, rank: usize) {
+fn watch(s: &State, deadline: Duration, rank: usize, host: &str) {
     let limit = deadline.as_millis() as u64;
     while !s.stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(50));
@@ -101,7 +101,7 @@ fn watch(s: &State, deadline: Duration, rank: usize) {
                 let what = *slot.what.lock().unwrap();
                 let step = slot.step.load(Ordering::Relaxed);
                 crate::say(format!(
-                    "hvtrain: error on rank {rank}: {what} at step {step} has not completed after {:.1} s: another rank \
+                    "hvtrain: error on rank {rank} ({host}): {what} at step {step} has not completed after {:.1} s: another rank \
                      has died, hangs, or lost its network; ending the job (distribution.watchdog_seconds)",
                     deadline.as_secs_f64()
                 ));
