@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Weak-scaling model for hvtrain: predicts step time and efficiency at many ranks from a few
+measured inputs, for a given network. See bench/SCALING.md for the derivation.
+
+    step(p) = compute + exposed_comm(p)
+    allreduce(bytes, p) = 2*ceil(log2 p)*alpha + 2*(p-1)/p * bytes / bw     (Rabenseifner)
+    Buckets come from hvtrain's greedy fusion plan. Backward runs layer by layer (last first),
+    each taking its share of the step's backward FLOPs; a bucket is ready when its last
+    layer is done; buckets are reduced one after another on the communication thread.
+    exposed_comm(p) = time the last reduction ends after backward ends (overlap on), or
+                      the sum of all reductions (overlap off).
+    efficiency(p) = step(1) / step(p)    (fixed batch per rank: weak scaling)
+
+Usage: scaling_model.py MEASURED.json [--bw GBs] [--latency us] [--out PREFIX]
+"""
+import argparse, json, math
+
+RANKS = [1, 2, 4, 8, 64, 512, 4096]
+
+
+def allreduce(nbytes, p, alpha, bw):
+    if p == 1:
+        return 0.0
+    return 2 * math.ceil(math.log2(p)) * alpha + 2 * (p - 1) / p * nbytes / bw
+
+
+def tensors(layers):
+    """(bytes, layer) in backward order: last layer first, weight then bias (src/model)."""
+    t = []
+    for l in reversed(range(len(layers) - 1)):
+        t += [(4 * layers[l] * layers[l + 1], l), (4 * layers[l + 1], l)]
+    return t
+
+
+def plan(ts, threshold):
+    """hvtrain's greedy fusion plan (src/dist/fusion.rs): lists of tensors per bucket."""
+    buckets, used = [], 0
+    for t in ts:
+        if buckets and used > 0 and used + t[0] <= threshold:
+            buckets[-1].append(t)
+            used += t[0]
+        else:
+            buckets.append([t])
+            used = t[0]
+    return buckets
+
+
+def flops(layers, batch):
+    """(forward, per-layer backward) FLOPs of one step; layer 0 computes no input gradient."""
+    fwd = sum(2 * layers[l] * layers[l + 1] * batch for l in range(len(layers) - 1))
+    bwd = [2 * layers[l] * layers[l + 1] * batch * (1 if l == 0 else 2) for l in range(len(layers) - 1)]
+    return fwd, bwd
+
+
+def step_time(model, p, alpha, bw, overlap):
+    layers, batch = model["layers"], model["batch_per_rank"]
+    buckets = plan(tensors(layers), model["threshold_bytes"])
+    comm = [allreduce(sum(t[0] for t in b), p, alpha, bw) for b in buckets]
+    fwd, bwd = flops(layers, batch)
+    per_flop = model["compute_s"] / (fwd + sum(bwd))
+    # When each layer's backward ends, measured from the end of forward.
+    done, t = {}, 0.0
+    for l in reversed(range(len(layers) - 1)):
+        t += bwd[l] * per_flop
+        done[l] = t
+    backward_end = t
+    if overlap:
+        end = 0.0
+        for b, c in zip(buckets, comm):
+            ready = max(done[l] for _, l in b)
+            end = max(end, ready) + c
+        exposed = max(0.0, end - backward_end)
+    else:
+        exposed = sum(comm)
+    return model["compute_s"] + exposed, sum(comm), exposed, len(buckets)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("measured")
+    ap.add_argument("--bw", type=float, default=25.0, help="network bandwidth per link, GB/s (default 25: InfiniBand HDR)")
+    ap.add_argument("--latency", type=float, default=2.0, help="network latency, microseconds (default 2)")
+    ap.add_argument("--out", default=None, help="prefix for the .md report and .png plots")
+    a = ap.parse_args()
+    m = json.load(open(a.measured))
+    alpha, bw = a.latency * 1e-6, a.bw * 1e9
+    lines = [f"## Predicted weak scaling at {a.bw:g} GB/s, {a.latency:g} us", ""]
+    curves = {}
+    for model in m["models"]:
+        for overlap in (False, True):
+            name = f'{model["name"]} ({"overlap" if overlap else "no overlap"})'
+            base = step_time(model, 1, alpha, bw, overlap)[0]
+            rows = []
+            for p in RANKS:
+                t, comm, exposed, nb = step_time(model, p, alpha, bw, overlap)
+                rows.append((p, t, comm, exposed, base / t))
+            curves[name] = rows
+            lines += [f"### {name}", "",
+                      f'compute {model["compute_s"]*1e3:.2f} ms/step ({model["compute_source"]}), '
+                      f'{step_time(model, 1, alpha, bw, overlap)[3]} bucket(s) at {model["threshold_bytes"]/2**20:g} MiB, '
+                      f'{sum(t[0] for t in tensors(model["layers"]))/2**20:.1f} MiB of gradients, '
+                      f'batch {model["batch_per_rank"]}/rank', "",
+                      "| ranks | step (ms) | all-reduce (ms) | exposed (ms) | efficiency | samples/s (all ranks) |",
+                      "|---|---|---|---|---|---|"]
+            for p, t, comm, exposed, eff in rows:
+                lines.append(f"| {p} | {t*1e3:.2f} | {comm*1e3:.3f} | {exposed*1e3:.3f} | {eff*100:.1f}% | {p*model['batch_per_rank']/t:,.0f} |")
+            lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    if a.out:
+        open(a.out + ".md", "w").write(text + "\n")
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("(matplotlib missing: no plot; bench/scaling.sh sets up bench/.plotenv)")
+            return
+        fig, ax = plt.subplots(figsize=(11, 4.8))
+        for name, rows in curves.items():
+            ax.plot([r[0] for r in rows], [r[4] * 100 for r in rows], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("ranks (one per GPU/node slot)")
+        ax.set_ylabel("weak-scaling efficiency (%)")
+        ax.set_ylim(0, 105)
+        ax.set_title(f"hvtrain predicted weak scaling, {a.bw:g} GB/s, {a.latency:g} us")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.tight_layout()
+        fig.savefig(a.out + ".png", dpi=110)
+        print(f"wrote {a.out}.md and {a.out}.png")
+
+
+if __name__ == "__main__":
+    main()
