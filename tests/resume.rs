@@ -243,3 +243,36 @@ fn resume_with_another_number_of_ranks_is_refused() {
     );
     assert_eq!(before, std::fs::read(dir.join("out/weights.h5")).unwrap(), "weights.h5 untouched");
 }
+
+/// Time-based checkpoints: rank 0's clock decides, every rank agrees at the step boundary.
+#[test]
+fn checkpoints_every_few_milliseconds_by_the_clock() {
+    let _g = mpi_lock();
+    let dir = setup("ckpt-minutes", "job.toml");
+    let run = mpirun(
+        2,
+        &[
+            &ARGS[..],
+            &[
+                "--set",
+                "checkpoint.every_steps=0",
+                "--set",
+                "checkpoint.every_minutes=0.0003",
+                "--set",
+                "training.epochs=10",
+                "--set",
+                "checkpoint.keep=50",
+            ],
+        ]
+        .concat(),
+        &dir,
+        120,
+    );
+    assert!(run.ok(), "{}", run.all());
+    let n = std::fs::read_dir(dir.join("out"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ckpt-"))
+        .count();
+    assert!(n >= 2, "expected several time-based checkpoints (every 18 ms), found {n}\n{}", run.stderr);
+}
