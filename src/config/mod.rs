@@ -7,6 +7,9 @@
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
+mod env;
+use env::env_overrides;
+
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Job {
@@ -444,55 +447,6 @@ impl Job {
     }
 }
 
-/// The environment variables an HPC user sets instead of editing job files (Horovod-style),
-/// as `--set` overrides: (variable, job key, unit conversion).
-const ENV_KEYS: &[(&str, &str, Unit)] = &[
-    ("HVTRAIN_FUSION_THRESHOLD", "distribution.fusion_threshold_mb", Unit::BytesToMib),
-    ("HVTRAIN_FIRST_BUCKET", "distribution.first_bucket_mb", Unit::BytesToMib),
-    ("HVTRAIN_BUCKET_ORDER", "distribution.bucket_order", Unit::Word),
-    ("HVTRAIN_OVERLAP", "distribution.overlap", Unit::Bool),
-    ("HVTRAIN_COMPRESSION", "distribution.compression", Unit::Word),
-    ("HVTRAIN_WATCHDOG_SECONDS", "distribution.watchdog_seconds", Unit::Number),
-    ("HVTRAIN_CHECK_EVERY", "distribution.check_every", Unit::Number),
-    ("HVTRAIN_TIMELINE", "output.timeline", Unit::Word),
-];
-
-#[derive(Clone, Copy)]
-enum Unit {
-    BytesToMib,
-    Bool,
-    Number,
-    Word,
-}
-
-fn env_overrides(origin: &str, get: impl Fn(&str) -> Option<String>) -> Result<(Vec<String>, Vec<String>)> {
-    let (mut sets, mut used) = (Vec::new(), Vec::new());
-    for &(var, key, unit) in ENV_KEYS {
-        let Some(raw) = get(var) else { continue };
-        let v = raw.trim();
-        let bad = |what: &str| Error::config(origin, key, format!("environment variable {var}={raw:?}: {what}"));
-        let value = match unit {
-            Unit::BytesToMib => {
-                let b: f64 = v.parse().map_err(|_| bad("expected a number of bytes"))?;
-                format!("{}", b / (1024.0 * 1024.0))
-            }
-            Unit::Bool => match v {
-                "1" | "true" | "yes" | "on" => "true".into(),
-                "0" | "false" | "no" | "off" => "false".into(),
-                _ => return Err(bad("expected 0 or 1")),
-            },
-            Unit::Number => {
-                v.parse::<f64>().map_err(|_| bad("expected a number"))?;
-                v.to_string()
-            }
-            Unit::Word => format!("{:?}", v),
-        };
-        used.push(format!("{var}={v}"));
-        sets.push(format!("{key}={value}"));
-    }
-    Ok((sets, used))
-}
-
 fn apply_override(origin: &str, doc: &mut toml::Table, o: &str) -> Result<()> {
     let (key, value) =
         o.split_once('=').ok_or_else(|| Error::config(origin, o, "--set needs the form dotted.key=value"))?;
@@ -534,72 +488,4 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MIN: &str = "[data]\ntrain = \"t.h5\"\n[model]\nlayers = [4, 3]\n";
-
-    fn field_of(r: Result<Job>) -> String {
-        match r {
-            Err(Error::Config { field, .. }) => field,
-            other => panic!("expected a config error, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn minimal_job_gets_defaults() {
-        let j = Job::parse("job", MIN, &[]).unwrap();
-        assert_eq!(j.training.epochs, 1);
-        assert_eq!(j.model.activation, Activation::Relu);
-        assert_eq!(j.data.x_dataset, "x");
-        assert_eq!(j.distribution.fusion_threshold_mb, 64.0);
-    }
-
-    #[test]
-    fn unknown_key_is_an_error_naming_it() {
-        let f = field_of(Job::parse("job", &format!("{MIN}[training]\nepochz = 3\n"), &[]));
-        assert!(f.contains("training"), "{f}");
-    }
-
-    #[test]
-    fn set_overrides_and_typos() {
-        let j = Job::parse("job", MIN, &["training.epochs=5".into(), "model.activation=tanh".into()]).unwrap();
-        assert_eq!(j.training.epochs, 5);
-        assert_eq!(j.model.activation, Activation::Tanh);
-        assert_eq!(field_of(Job::parse("job", MIN, &["optimizer.lr=0".into()])), "optimizer.lr");
-        assert_eq!(field_of(Job::parse("job", MIN, &["optimizer.lr=-1".into()])), "optimizer.lr");
-        assert_eq!(field_of(Job::parse("job", MIN, &["training.batch_size=0".into()])), "training.batch_size");
-        assert_eq!(field_of(Job::parse("job", MIN, &["model.activation=swish".into()])), "model.activation");
-        assert_eq!(field_of(Job::parse("job", MIN, &["model.layers=[4, 0, 3]".into()])), "model.layers");
-        assert!(field_of(Job::parse("job", MIN, &["model.depth=3".into()])).contains("model"));
-    }
-
-    #[test]
-    fn environment_overrides_job_file_and_set_overrides_environment() {
-        let env = |k: &str| match k {
-            "HVTRAIN_FUSION_THRESHOLD" => Some("2097152".to_string()),
-            "HVTRAIN_OVERLAP" => Some("0".to_string()),
-            "HVTRAIN_COMPRESSION" => Some("bf16".to_string()),
-            _ => None,
-        };
-        let (mut sets, used) = env_overrides("job", env).unwrap();
-        assert_eq!(used.len(), 3);
-        sets.push("distribution.compression=fp16".into());
-        let j = Job::parse("job", MIN, &sets).unwrap();
-        assert_eq!(j.distribution.fusion_threshold_mb, 2.0);
-        assert!(!j.distribution.overlap);
-        assert_eq!(j.distribution.compression, Compression::Fp16);
-        let bad = env_overrides("job", |k| (k == "HVTRAIN_OVERLAP").then(|| "maybe".to_string()));
-        assert!(matches!(bad, Err(Error::Config { field, .. }) if field == "distribution.overlap"));
-        let bad = Job::parse("job", MIN, &["distribution.compression=fp8".into()]);
-        assert_eq!(field_of(bad), "distribution.compression");
-    }
-
-    #[test]
-    fn fingerprint_changes_with_config() {
-        let a = Job::parse("job", MIN, &[]).unwrap();
-        let b = Job::parse("job", MIN, &["optimizer.lr=0.5".into()]).unwrap();
-        assert_eq!(a.fingerprint(), Job::parse("other", MIN, &[]).unwrap().fingerprint());
-        assert_ne!(a.fingerprint(), b.fingerprint());
-    }
-}
+mod tests;
