@@ -5,6 +5,8 @@
 # Other targets: deps, build, data, bench, clean.
 
 APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config dataset-fashion-mnist
+# The test suite also starts a real single-node Slurm and makes hosts out of network namespaces.
+TEST_PKGS := slurm-wlm munge iproute2
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN      := target/release/hvtrain
 FMNIST   := /usr/share/datasets/fashion-mnist
@@ -15,15 +17,21 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN   := mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
 
-.PHONY: deps build data demo test bench clean
+.PHONY: deps test-deps install build data demo test bench clean
 
 deps:
-	@missing=$$(for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	@$(MAKE) --no-print-directory install PKGS="$(APT_PKGS)"
+	@command -v cargo >/dev/null || { echo "make deps: cargo not found; install Rust (https://rustup.rs), then re-run"; exit 1; }
+
+test-deps: deps
+	@$(MAKE) --no-print-directory install PKGS="$(TEST_PKGS)"
+
+install:
+	@missing=$$(for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "make deps: installing Debian packages:" $$missing; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
-	else echo "make deps: Debian packages present"; fi
-	@command -v cargo >/dev/null || { echo "make deps: cargo not found; install Rust (https://rustup.rs), then re-run"; exit 1; }
+	else echo "make deps: Debian packages present:" $(PKGS); fi
 
 build: deps
 	cargo build --release
@@ -39,7 +47,7 @@ data/fashion-mnist-test.h5:
 demo: data
 	$(MPIRUN) -n $(RANKS) $(BIN) train $(JOB)
 
-test: build
+test: test-deps build
 	cargo test --release
 
 bench: data

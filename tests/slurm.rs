@@ -46,6 +46,12 @@ impl Slurm {
             }
             panic!("Slurm is not installed here ({missing:?} not found), so the batch scripts in jobs/ cannot be tested: {how}");
         }
+        let uid = Command::new("id").arg("-u").output().unwrap().stdout;
+        assert_eq!(
+            String::from_utf8_lossy(&uid).trim(),
+            "0",
+            "the private Slurm runs its daemons as root: run this test as root"
+        );
         let state = PathBuf::from(STATE);
         // Daemons left by an earlier run that was killed before it could clean up.
         let _ = Command::new("timeout")
@@ -258,18 +264,22 @@ fn batch_scripts_under_a_real_slurm() {
             assert!(t1.elapsed() < Duration::from_secs(30), "job {id} not requeued: {state}, {restarts} restarts");
             std::thread::sleep(Duration::from_millis(200));
         }
-        // That hold also lets the first run's srun step finish cleaning up: its PMIx socket
-        // would clash with the requeued run's step of the same id. Wait for it instead.
+        // That hold also lets the first run finish cleaning up on the node: started at once,
+        // the requeued run's step would clash with the old one's PMIx socket, or its launch
+        // would meet the old run's revoked credential. Wait for that instead (the node idle,
+        // no step socket left, and a second more, as credentials have 1 s resolution).
         let t1 = Instant::now();
         let pmix = format!("stepd.slurm.pmix.{id}.");
-        while std::fs::read_dir(s.state.join("spool"))
-            .unwrap()
-            .flatten()
-            .any(|e| e.file_name().to_string_lossy().starts_with(&pmix))
-        {
-            assert!(t1.elapsed() < Duration::from_secs(30), "job {id}: the first run's step is still there after 30 s");
+        loop {
+            let idle = s.cmd("sinfo", &["-h", "-o", "%T"]).1.trim() == "idle";
+            let mut spool = std::fs::read_dir(s.state.join("spool")).unwrap().flatten();
+            if idle && !spool.any(|e| e.file_name().to_string_lossy().starts_with(&pmix)) {
+                break;
+            }
+            assert!(t1.elapsed() < Duration::from_secs(30), "job {id}: the first run is still on the node after 30 s");
             std::thread::sleep(Duration::from_millis(100));
         }
+        std::thread::sleep(Duration::from_millis(1100));
         let (ok, msg) = s.cmd("scontrol", &["update", &format!("JobId={id}"), "StartTime=now"]);
         assert!(ok, "scontrol update StartTime=now: {msg}");
         wait_output(&s, &dir, &id, "first step done", 2, 60);
