@@ -6,7 +6,7 @@
 
 APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config dataset-fashion-mnist
 # The test suite also starts a real single-node Slurm and makes hosts out of network namespaces.
-TEST_PKGS := slurm-wlm munge iproute2
+TEST_PKGS := slurm-wlm munge iproute2 procps util-linux
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN      := target/release/hvtrain
 FMNIST   := /usr/share/datasets/fashion-mnist

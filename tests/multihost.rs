@@ -34,9 +34,11 @@ const SUBNET: &str = "10.77.0.0/24";
 const FMNIST: &str = "/usr/share/datasets/fashion-mnist";
 /// The job a killed rank must end within (from mpirun's start).
 const KILL_BOUND: Duration = Duration::from_secs(10);
-/// The job must end within this long after host 3's link is cut: the watchdog's 3 s, a step,
-/// then mpirun giving up on the lost host's daemon (about 3 s, tcp_retries2 = 3 in
-/// setup.sh), with room for a loaded 2-core machine.
+/// The job must end within this long after host 3's link is cut. Measured 8.5-12 s: the
+/// watchdog's 3 s; up to 2 s more while the watchdog's MPI_Abort hangs on the lost peer before
+/// the rank exits anyway; then mpirun gives up on host 3's daemon when TCP stops
+/// retransmitting the kill order to it (about 6.5 s with tcp_retries2 = 3, set in setup.sh;
+/// ~15 min by Linux's default, and Open MPI's keepalive settings cover idle connections only).
 const CUT_BOUND: Duration = Duration::from_secs(15);
 const WATCHDOG: &str = "3";
 
@@ -358,10 +360,13 @@ fn rank_killed_on_host_2_ends_the_job() {
     assert!(l.run.elapsed < KILL_BOUND, "{what}: took {:?}, more than {KILL_BOUND:?}\n{}", l.run.elapsed, l.run.all());
 }
 
+/// When the link went down, and whether `ip` managed it.
+type Cut = (Instant, Result<(), String>);
+
 #[test]
 fn host_3_link_cut_ends_the_job_by_the_watchdog() {
     let h = Hosts::up("cut");
-    let cut: Arc<Mutex<Option<(Instant, Result<(), String>)>>> = Arc::default();
+    let cut: Arc<Mutex<Option<Cut>>> = Arc::default();
     let (c, br) = (cut.clone(), h.bridge_ns());
     let on_line = move |line: &str| {
         let mut c = c.lock().unwrap();
