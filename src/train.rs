@@ -160,6 +160,7 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>)
     );
     let ctx = Ctx { comm, job, out_dir: &out_dir, fault, watchdog: &watchdog };
     let mut last_ckpt = Instant::now();
+    let mut last_progress = Instant::now();
 
     let mut last: Option<EpochMetrics> = None;
     for epoch in start_epoch + 1..=job.training.epochs {
@@ -183,8 +184,26 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>)
                 );
             }
             let every = job.training.log_every;
-            if every > 0 && (i + 1) % every == 0 && comm.rank == 0 {
-                info!("epoch {epoch} step {}/{steps}: loss {:.4} (rank 0's batch)", i + 1, l / b as f64);
+            let by_steps = every > 0 && (i + 1) % every == 0;
+            let ps = job.training.progress_seconds;
+            let by_time = ps > 0.0 && last_progress.elapsed().as_secs_f64() >= ps;
+            if comm.rank == 0 && (by_steps || by_time) {
+                last_progress = Instant::now();
+                let done = i + 1 - first;
+                let rate = (done * b * comm.size) as f64 / t0.elapsed().as_secs_f64();
+                let left_epoch = (steps - i - 1) as f64 * t0.elapsed().as_secs_f64() / done as f64;
+                let left_run = left_epoch
+                    + (job.training.epochs - epoch) as f64 * steps as f64 * t0.elapsed().as_secs_f64() / done as f64;
+                info!(
+                    "epoch {epoch}/{}: step {}/{steps} ({:.0}%), loss {:.4} (rank 0's mean so far), {rate:.0} samples/s, \
+                     about {} left in the epoch, {} in the run",
+                    job.training.epochs,
+                    i + 1,
+                    100.0 * (i + 1) as f64 / steps as f64,
+                    loss_sum / ((i + 1) * b) as f64,
+                    human(left_epoch),
+                    human(left_run)
+                );
             }
             if d.check_every > 0 && st.step % d.check_every as u64 == 0 {
                 let _g = watchdog.guard(MAIN, "the parameter consistency check", st.step);
@@ -457,6 +476,16 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
         job.checkpoint.every_minutes,
         job.checkpoint.keep
     );
+}
+
+/// Seconds as "1h02m", "3m05s" or "12s".
+fn human(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+    }
 }
 
 /// Say where in training an error happened.

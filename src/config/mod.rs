@@ -120,6 +120,10 @@ pub struct TrainingCfg {
     /// Log a progress line every this many steps (0: only per epoch).
     #[serde(default)]
     pub log_every: usize,
+    /// Also log progress (step, running loss, samples/s, time left) at least this often,
+    /// in seconds (0: off).
+    #[serde(default = "default_progress")]
+    pub progress_seconds: f64,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -270,6 +274,9 @@ fn default_fusion() -> f64 {
 fn default_out() -> String {
     "runs/default".into()
 }
+fn default_progress() -> f64 {
+    30.0
+}
 fn default_keep() -> usize {
     3
 }
@@ -288,7 +295,14 @@ fn default_check_every() -> usize {
 
 impl Default for TrainingCfg {
     fn default() -> Self {
-        TrainingCfg { epochs: one(), batch_size: default_batch(), seed: 0, device: default_device(), log_every: 0 }
+        TrainingCfg {
+            epochs: one(),
+            batch_size: default_batch(),
+            seed: 0,
+            device: default_device(),
+            log_every: 0,
+            progress_seconds: default_progress(),
+        }
     }
 }
 impl Default for OptimizerCfg {
@@ -377,6 +391,9 @@ impl Job {
         }
         if t.batch_size == 0 {
             return bad("training.batch_size", "must be at least 1 (it is the per-rank batch)".into());
+        }
+        if !(t.progress_seconds >= 0.0 && t.progress_seconds.is_finite()) {
+            return bad("training.progress_seconds", format!("must be >= 0, got {}", t.progress_seconds));
         }
         let o = &self.optimizer;
         if !(o.lr > 0.0 && o.lr.is_finite()) {
