@@ -6,17 +6,11 @@
 #  3. the Fashion-MNIST job: overlap on/off, a small first bucket, fp16/bf16 compression.
 # Prints a markdown report and saves it as bench/results/engine-DATE.md.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/lib.sh"
 RANKS=${RANKS:-2}
 EPOCHS=${EPOCHS:-3}
-BIN=target/release/hvtrain
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN="mpirun --bind-to none -n $RANKS"
-[ -x "$BIN" ] || cargo build --release
-[ -f data/fashion-mnist-train.h5 ] || make data
 out=bench/results/engine-$(date +%F).md
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 # One training run; prints "samples/s steps/s exposed_ms" medians over epochs after the first.
 train() {

@@ -5,16 +5,10 @@
 # all in one run. Prints a markdown report and saves it under bench/results/.
 #   bash bench/run.sh            # EPOCHS=6 by default; PEER=0 skips the peer
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/lib.sh"
 EPOCHS=${EPOCHS:-6}
 PEER=${PEER:-1}
-BIN=target/release/hvtrain
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN="mpirun --bind-to none --mca mpi_yield_when_idle 1"
-[ -x "$BIN" ] || cargo build --release
-[ -f data/fashion-mnist-train.h5 ] || make data
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 # --- SGEMM ceiling: the step's exact GEMM shapes, one process, then two at once.
 $BIN bench gemm --batch 128 --seconds 3 > "$work/gemm1.json"

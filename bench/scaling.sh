@@ -6,21 +6,15 @@
 #   bash bench/scaling.sh [BW_GBs] [LATENCY_us]
 # Writes bench/results/scaling-DATE.{md,png} and scaling-measured-DATE.json. See bench/SCALING.md.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/lib.sh"
 BW=${1:-25}
 LAT=${2:-2}
 EPOCHS=${EPOCHS:-3}
-BIN=target/release/hvtrain
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN="mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1"
-[ -x "$BIN" ] || cargo build --release
-[ -f data/fashion-mnist-train.h5 ] || make data
 if [ ! -x bench/.plotenv/bin/python ]; then
   python3 -m venv bench/.plotenv && bench/.plotenv/bin/pip install -q matplotlib numpy
 fi
 day=$(date +%F)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 if [ "${REUSE:-0}" = 1 ] && [ -f "bench/results/scaling-measured-$day.json" ]; then
   echo "REUSE=1: re-running the model on bench/results/scaling-measured-$day.json"

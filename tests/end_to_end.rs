@@ -6,7 +6,6 @@ mod common;
 use common::*;
 use std::path::Path;
 
-const FMNIST: &str = "/usr/share/datasets/fashion-mnist";
 /// What 3 epochs on 12,000 training samples reliably reach (Keras gets about 0.84 on this
 /// slice); far above the 0.10 of guessing.
 const MIN_ACCURACY: f64 = 0.80;
@@ -22,24 +21,9 @@ fn slice(full: &Path, n: usize, out: &Path) {
 #[test]
 fn fashion_mnist_slice_reaches_accuracy_on_2_ranks() {
     let dir = scratch("e2e-fmnist");
-    assert!(
-        Path::new(FMNIST).join("train-images-idx3-ubyte.gz").exists(),
-        "Fashion-MNIST is missing: install the Debian package dataset-fashion-mnist (`make deps`)"
-    );
     for (split, n) in [("train", 12_000), ("t10k", 2_000)] {
         let full = dir.join(format!("{split}-full.h5"));
-        let r = hvtrain(
-            &[
-                "data",
-                "import-idx",
-                &format!("{FMNIST}/{split}-images-idx3-ubyte.gz"),
-                &format!("{FMNIST}/{split}-labels-idx1-ubyte.gz"),
-                full.to_str().unwrap(),
-            ],
-            &dir,
-            60,
-        );
-        assert!(r.ok(), "{}", r.all());
+        import_fashion_mnist(split, &full, &dir);
         slice(&full, n, &dir.join(format!("{split}.h5")));
         std::fs::remove_file(&full).unwrap();
     }

@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 const SUBNET: &str = "10.77.0.0/24";
-const FMNIST: &str = "/usr/share/datasets/fashion-mnist";
 /// The job a killed rank must end within (from mpirun's start).
 const KILL_BOUND: Duration = Duration::from_secs(10);
 /// The job must end within this long after host 3's link is cut. Measured 8.5-12 s: the
@@ -238,23 +237,8 @@ fn fashion_data() -> (String, String) {
     for (split, name) in [("train", "train.h5"), ("t10k", "test.h5")] {
         let out = dir.join(name);
         if !out.exists() {
-            assert!(
-                Path::new(FMNIST).join(format!("{split}-images-idx3-ubyte.gz")).exists(),
-                "Fashion-MNIST is missing: run `make data` (or install the Debian package dataset-fashion-mnist)"
-            );
             let tmp = dir.join(format!("{name}.part"));
-            let r = hvtrain(
-                &[
-                    "data",
-                    "import-idx",
-                    &format!("{FMNIST}/{split}-images-idx3-ubyte.gz"),
-                    &format!("{FMNIST}/{split}-labels-idx1-ubyte.gz"),
-                    tmp.to_str().unwrap(),
-                ],
-                &dir,
-                120,
-            );
-            assert!(r.ok(), "{}", r.all());
+            import_fashion_mnist(split, &tmp, &dir);
             std::fs::rename(&tmp, &out).unwrap();
         }
         paths.push(out.display().to_string());

@@ -186,3 +186,25 @@ pub fn checkpoints(dir: &Path) -> Vec<String> {
     v.sort();
     v
 }
+
+/// Convert one Fashion-MNIST split (`train` or `t10k`) from Debian's `dataset-fashion-mnist`
+/// into `out` with the real `hvtrain data import-idx`.
+pub fn import_fashion_mnist(split: &str, out: &Path, dir: &Path) {
+    const FMNIST: &str = "/usr/share/datasets/fashion-mnist";
+    assert!(
+        Path::new(FMNIST).join(format!("{split}-images-idx3-ubyte.gz")).exists(),
+        "Fashion-MNIST is missing: install the Debian package dataset-fashion-mnist (`make deps`)"
+    );
+    let r = hvtrain(
+        &[
+            "data",
+            "import-idx",
+            &format!("{FMNIST}/{split}-images-idx3-ubyte.gz"),
+            &format!("{FMNIST}/{split}-labels-idx1-ubyte.gz"),
+            out.to_str().unwrap(),
+        ],
+        dir,
+        120,
+    );
+    assert!(r.ok(), "{}", r.all());
+}
