@@ -6,7 +6,7 @@
 
 APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config dataset-fashion-mnist
 # The test suite also starts a real single-node Slurm and makes hosts out of network namespaces.
-TEST_PKGS := slurm-wlm munge iproute2 procps util-linux
+TEST_PKGS := slurm-wlm munge iproute2 procps util-linux libmpich-dev mpich
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN      := target/release/hvtrain
 FMNIST   := /usr/share/datasets/fashion-mnist
@@ -17,7 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN   := mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
 
-.PHONY: deps test-deps install build data demo test bench clean
+.PHONY: deps test-deps install build data demo test check-mpich bench clean
 
 deps:
 	@$(MAKE) --no-print-directory install PKGS="$(APT_PKGS)"
@@ -49,10 +49,22 @@ demo: data
 
 test: test-deps build
 	cargo test --release
+	$(MAKE) --no-print-directory check-mpich
+
+# The code must build against MPICH too: build with MPICH's wrapper into target-mpich/ and
+# train 2 ranks for one epoch under MPICH's mpirun (hydra).
+check-mpich: data
+	MPICC=mpicc.mpich cargo build --release --target-dir target-mpich
+	rm -rf runs/check-mpich
+	timeout 300 mpirun.mpich -n 2 target-mpich/release/hvtrain train $(JOB) --set training.epochs=1 \
+	  --set 'output.dir="runs/check-mpich"' 2>&1 | tee runs/check-mpich.log | grep -E "rank [0-9]/2 on|epoch 1/1:|done:"
+	ldd target-mpich/release/hvtrain | grep -q libmpich && grep -q "done: test accuracy" runs/check-mpich.log
+	@echo "check-mpich: built against MPICH and trained 2 ranks: ok"
 
 bench: data
 	bash bench/run.sh
 
 clean:
 	cargo clean
+	rm -rf target-mpich
 	rm -rf runs data/*.h5
