@@ -463,7 +463,7 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
     );
     info!(
         "engine: overlap {}, bucket order {:?}, first bucket {} MiB, compression {:?}, watchdog {} s, \
-         parameter check every {} steps, timeline {}, MPI thread level {:?}; checkpoints every {} steps / {} min, keep {}",
+         parameter check every {} steps, timeline {}, MPI thread level {:?}, CUDA-aware MPI {}; checkpoints every {} steps / {} min, keep {}",
         if d.overlap { "on" } else { "off" },
         d.bucket_order,
         job.first_bucket_bytes() as f64 / 1048576.0,
@@ -472,6 +472,11 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
         d.check_every,
         job.output.timeline.as_deref().unwrap_or("off"),
         comm.threading,
+        match comm.cuda_aware() {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "unknown",
+        },
         job.checkpoint.every_steps,
         job.checkpoint.every_minutes,
         job.checkpoint.keep

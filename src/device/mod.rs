@@ -14,12 +14,21 @@ pub enum Backend {
     Cpu,
 }
 
+/// The GPU a rank takes: its node-local rank modulo the visible devices, so several ranks
+/// may share one GPU (that is how a single GPU tests multi-rank runs).
+pub fn gpu_for(local_rank: usize, visible: usize) -> usize {
+    local_rank % visible.max(1)
+}
+
 /// Decide the backend for this rank. `local_rank` picks the GPU when there is one.
 pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Backend, String)> {
     match choice {
         DeviceChoice::Cpu => Ok((Backend::Cpu, "cpu (as configured)".into())),
         DeviceChoice::Auto => Ok((Backend::Cpu, match cuda::probe() {
-            Ok(n) => format!("cpu: {n} GPU(s) visible, but this build's CUDA backend is not implemented yet; local rank {local_rank} runs on the CPU"),
+            Ok(n) => format!(
+                "cpu: {n} GPU(s) visible (local rank {local_rank} would take GPU {}), but this build's CUDA backend is not implemented yet",
+                gpu_for(local_rank, n)
+            ),
             Err(why) => format!("cpu ({why})"),
         })),
         DeviceChoice::Cuda => match cuda::probe() {
@@ -27,5 +36,16 @@ pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Backend, Strin
                 "training.device = \"cuda\": {n} GPU(s) found, but the CUDA backend is not implemented in this build yet; use device = \"cpu\" or \"auto\""))),
             Err(why) => Err(Error::Device(format!("training.device = \"cuda\" but {why}; use device = \"cpu\" or \"auto\""))),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ranks_share_gpus_round_robin() {
+        let got: Vec<usize> = (0..5).map(|r| super::gpu_for(r, 2)).collect();
+        assert_eq!(got, vec![0, 1, 0, 1, 0]);
+        assert_eq!(super::gpu_for(3, 8), 3);
+        assert_eq!(super::gpu_for(3, 0), 0);
     }
 }

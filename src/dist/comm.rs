@@ -158,6 +158,23 @@ impl Comm {
         })
     }
 
+    /// Whether the MPI library takes CUDA device pointers, from `MPIX_Query_cuda_support`
+    /// (Open MPI and MPICH both have it), looked up at run time so that any MPI builds. None
+    /// when the library does not say.
+    pub fn cuda_aware(&self) -> Option<bool> {
+        extern "C" {
+            fn dlsym(handle: *mut std::ffi::c_void, symbol: *const std::ffi::c_char) -> *mut std::ffi::c_void;
+        }
+        // SAFETY: dlsym with RTLD_DEFAULT (null) only searches the loaded objects.
+        let sym = unsafe { dlsym(std::ptr::null_mut(), c"MPIX_Query_cuda_support".as_ptr()) };
+        if sym.is_null() {
+            return None;
+        }
+        // SAFETY: both libraries declare it `int MPIX_Query_cuda_support(void)`.
+        let query: extern "C" fn() -> std::ffi::c_int = unsafe { std::mem::transmute(sym) };
+        Some(query() != 0)
+    }
+
     /// A private duplicate of the world communicator, for the communication thread.
     pub fn channel(&self) -> Channel {
         Channel::new(self.world.comm.duplicate())
