@@ -55,7 +55,7 @@ test: test-deps build
 # train 2 ranks for one epoch under MPICH's mpirun (hydra).
 check-mpich: data
 	MPICC=mpicc.mpich cargo build --release --target-dir target-mpich
-	rm -rf runs/check-mpich
+	rm -rf runs/check-mpich && mkdir -p runs
 	timeout 300 mpirun.mpich -n 2 target-mpich/release/hvtrain train $(JOB) --set training.epochs=1 \
 	  --set 'output.dir="runs/check-mpich"' 2>&1 | tee runs/check-mpich.log | grep -E "rank [0-9]/2 on|epoch 1/1:|done:"
 	ldd target-mpich/release/hvtrain | grep -q libmpich && grep -q "done: test accuracy" runs/check-mpich.log
