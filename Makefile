@@ -45,7 +45,7 @@ data/fashion-mnist-test.h5:
 	$(BIN) data import-idx $(FMNIST)/t10k-images-idx3-ubyte.gz $(FMNIST)/t10k-labels-idx1-ubyte.gz $@
 
 demo: data
-	$(MPIRUN) -n $(RANKS) $(BIN) train $(JOB)
+	$(MPIRUN) -n $(RANKS) $(BIN) train $(JOB) --resume auto
 
 test: test-deps build
 	cargo test --release
