@@ -49,14 +49,12 @@ impl Shard {
         let y = h5::dataset(&file, &path, yn)?;
 
         let xs = x.shape();
-        if xs.len() != 2 || h5::kind(&x, &path, xn)? != "float" {
+        let x_kind = h5::kind(&x, &path, xn)?;
+        if xs.len() != 2 || x_kind != "float" {
             return Err(Error::data(
                 &path,
                 xn,
-                format!(
-                    "must be a 2-D float32 array [samples, features], found shape {xs:?} of {}",
-                    h5::kind(&x, &path, xn)?
-                ),
+                format!("must be a 2-D float32 array [samples, features], found shape {xs:?} of {x_kind}"),
             ));
         }
         let (n, d) = (xs[0], xs[1]);
@@ -92,14 +90,12 @@ impl Shard {
         let k = model.n_outputs();
         let labels = match model.loss {
             LossKind::SoftmaxCrossEntropy => {
-                if ys.len() != 1 || h5::kind(&y, &path, yn)? != "int" {
+                let y_kind = h5::kind(&y, &path, yn)?;
+                if ys.len() != 1 || y_kind != "int" {
                     return Err(Error::data(
                         &path,
                         yn,
-                        format!(
-                            "softmax_cross_entropy needs 1-D integer class labels, found shape {ys:?} of {}",
-                            h5::kind(&y, &path, yn)?
-                        ),
+                        format!("softmax_cross_entropy needs 1-D integer class labels, found shape {ys:?} of {y_kind}"),
                     ));
                 }
                 let v: Vec<i32> = y
