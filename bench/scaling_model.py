@@ -33,7 +33,7 @@ def tensors(layers):
 
 
 def plan(ts, threshold):
-    """hvtrain's greedy fusion plan (src/dist/fusion.rs): lists of tensors per bucket."""
+    """hvtrain's greedy fusion plan (src/parallel/fusion.rs): lists of tensors per bucket."""
     buckets, used = [], 0
     for t in ts:
         if buckets and used > 0 and used + t[0] <= threshold:

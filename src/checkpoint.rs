@@ -34,9 +34,9 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     fn checksum(&self) -> u64 {
-        let mut h = crate::dist::checksum(&self.params);
+        let mut h = crate::parallel::checksum(&self.params);
         for part in [&self.m, &self.v] {
-            h = h.rotate_left(17) ^ crate::dist::checksum(part);
+            h = h.rotate_left(17) ^ crate::parallel::checksum(part);
         }
         let ints = [self.step, self.epoch as u64, self.step_in_epoch as u64, self.world_size as u64];
         let mut bytes: Vec<u8> = ints.iter().flat_map(|i| i.to_le_bytes()).collect();

@@ -4,7 +4,7 @@
 use crate::config::{Job, LossKind};
 use crate::data::h5;
 use crate::data::shard::{Labels, Shard};
-use crate::dist::{check_agreement, Comm};
+use crate::parallel::{check_agreement, Comm};
 use crate::error::{Error, Result};
 use crate::model::{Mlp, Targets, Workspace};
 use crate::weights;

@@ -3,14 +3,13 @@
 //! printed once (naming the rank) and ends the whole MPI job with MPI_Abort, so no rank is
 //! ever left waiting in a collective.
 
-mod bench_allreduce;
-mod bench_gemm;
+mod bench;
 mod checkpoint;
 mod cli;
 mod config;
 mod data;
 mod device;
-mod dist;
+mod parallel;
 mod error;
 mod eval;
 mod fault;
@@ -70,7 +69,7 @@ fn main() {
     init_logging();
     std::panic::set_hook(Box::new(|info| {
         say(format!("hvtrain: internal error on rank {}: {info}", rank_tag()));
-        dist::comm::abort_world(101);
+        parallel::comm::abort_world(101);
     }));
 
     let code = match cli.command {
@@ -81,11 +80,11 @@ fn main() {
                 .map(|n| log::info!("wrote {} predictions to {}", n, output.display())),
         ),
         Command::Bench(BenchCommand::Allreduce { min_bytes, max_bytes, threshold_mb, seconds }) => with_mpi(|comm| {
-            bench_allreduce::run(comm, min_bytes, max_bytes, threshold_mb, seconds);
+            bench::allreduce::run(comm, min_bytes, max_bytes, threshold_mb, seconds);
             Ok(0)
         }),
         Command::Bench(BenchCommand::Gemm { layers, batch, seconds }) => {
-            bench_gemm::run(&layers, batch, seconds);
+            bench::gemm::run(&layers, batch, seconds);
             0
         }
         Command::Train(args) => with_mpi(|comm| {
@@ -113,8 +112,8 @@ fn main() {
 
 /// Run `f` inside MPI. On error: print one line naming the rank and host, then abort the
 /// whole job (MPI_Abort) when there are other ranks to take down.
-fn with_mpi(f: impl FnOnce(&dist::Comm) -> error::Result<i32>) -> i32 {
-    let comm = match dist::Comm::init() {
+fn with_mpi(f: impl FnOnce(&parallel::Comm) -> error::Result<i32>) -> i32 {
+    let comm = match parallel::Comm::init() {
         Ok(c) => c,
         Err(e) => {
             say(format!("hvtrain: error: MPI start-up failed: {e}"));

@@ -3,8 +3,8 @@
 //! as reduced gradients come back. Also the phases' timeline spans.
 
 use crate::data::loader::Batch;
-use crate::dist::timeline::{Timeline, MAIN_TID};
-use crate::dist::Engine;
+use crate::parallel::timeline::{Timeline, MAIN_TID};
+use crate::parallel::Engine;
 use crate::error::{Error, Result};
 use crate::model::{Mlp, Targets, Workspace};
 use crate::optim::Optimizer;

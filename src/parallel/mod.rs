@@ -1,4 +1,4 @@
-//! Distribution: the MPI communicator (`comm`, the only MPI caller), the fusion plan
+//! Parallel execution across ranks: the MPI communicator (`comm`, the only MPI caller), the fusion plan
 //! (`fusion`), the communication engine that reduces buckets on its own thread (`engine`),
 //! compressed rings (`compress`), the watchdog that ends hung jobs (`watchdog`) and the
 //! Chrome-trace timeline (`timeline`).

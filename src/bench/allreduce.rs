@@ -5,7 +5,7 @@
 
 use crate::config::BucketOrder;
 use crate::config::Compression;
-use crate::dist::{Channel, Comm, Engine, FusionPlan};
+use crate::parallel::{Channel, Comm, Engine, FusionPlan};
 use std::time::Instant;
 
 /// Tensor sizes of an MLP-like gradient set totalling `total` floats: weight matrices of

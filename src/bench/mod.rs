@@ -1,0 +1,6 @@
+//! `hvtrain bench ...`: measurements a user runs on their own machine before a long job.
+//! `gemm`: the SGEMM rate on a step's exact shapes; `allreduce`: raw `MPI_Allreduce` against
+//! the engine's fused path.
+
+pub mod allreduce;
+pub mod gemm;
