@@ -19,17 +19,23 @@ impl Optimizer {
     /// `world_size` scales the learning rate when `scale_lr_by_world_size` is set.
     pub fn new(cfg: &OptimizerCfg, tensors: Vec<TensorInfo>, n_params: usize, world_size: usize) -> Optimizer {
         let base_lr = if cfg.scale_lr_by_world_size { cfg.lr * world_size as f64 } else { cfg.lr };
-        let needs_m = cfg.kind != OptimizerKind::Sgd || cfg.momentum > 0.0;
-        let needs_v = cfg.kind != OptimizerKind::Sgd;
+        let (m_len, v_len) = Optimizer::state_lens(cfg, n_params);
         Optimizer {
             cfg: cfg.clone(),
             base_lr,
             tensors,
-            m: if needs_m { vec![0.0; n_params] } else { Vec::new() },
-            v: if needs_v { vec![0.0; n_params] } else { Vec::new() },
+            m: vec![0.0; m_len],
+            v: vec![0.0; v_len],
             step: 0,
             lr_now: 0.0,
         }
+    }
+
+    /// The lengths of the state (m, v) that `cfg` keeps for `n_params` parameters.
+    pub fn state_lens(cfg: &OptimizerCfg, n_params: usize) -> (usize, usize) {
+        let needs_m = cfg.kind != OptimizerKind::Sgd || cfg.momentum > 0.0;
+        let needs_v = cfg.kind != OptimizerKind::Sgd;
+        (if needs_m { n_params } else { 0 }, if needs_v { n_params } else { 0 })
     }
 
     /// The learning rate the next update will use.

@@ -1,0 +1,288 @@
+//! The epoch loop: batches from the loader through the `Stepper`, the progress line, the
+//! parameter consistency check, the per-step stop agreement, the end-of-epoch metrics, and
+//! at the end the timeline and the final weights.
+
+use super::restore::Start;
+use super::setup::Setup;
+use super::stop::{self, Ctx, CHECKPOINT, STOP};
+use super::{human, in_step, Outcome};
+use crate::config::Job;
+use crate::data::loader::{Loader, LoaderCfg};
+use crate::data::shard::Shard;
+use crate::error::{Error, Result};
+use crate::eval::{eval_result, evaluate_local};
+use crate::fault::Fault;
+use crate::metrics::{EpochMetrics, MetricsLog};
+use crate::optim::Optimizer;
+use crate::parallel::timeline::Timeline;
+use crate::parallel::watchdog::{Watchdog, MAIN};
+use crate::parallel::{check_agreement, checksum, Comm, Engine};
+use crate::step::Stepper;
+use crate::weights;
+use log::info;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub(super) struct Run<'a> {
+    comm: &'a Comm,
+    job: &'a Job,
+    st: Stepper,
+    loader: Option<Loader>,
+    test_shard: Option<Shard>,
+    metrics: Option<MetricsLog>,
+    watchdog: Watchdog,
+    timeline: Option<Arc<Timeline>>,
+    fault: Option<Fault>,
+    out_dir: PathBuf,
+    steps: usize,
+    /// Where this run started: global step, epochs done, steps of the next epoch done.
+    start_step: u64,
+    start_epoch: usize,
+    start_batch: usize,
+    start_loss_sum: f64,
+    t_process: Instant,
+    last: Option<EpochMetrics>,
+    last_ckpt: Instant,
+    last_progress: Instant,
+}
+
+impl<'a> Run<'a> {
+    pub fn new(comm: &'a Comm, job: &'a Job, setup: Setup, start: Start, t_process: Instant) -> Result<Run<'a>> {
+        let d = &job.distribution;
+        let b = job.training.batch_size;
+        let Setup { model, plan, train_shard, test_shard, steps, out_dir } = setup;
+        let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), comm.rank, comm.host.clone());
+        comm.barrier(); // line the ranks' clocks up for the timeline
+        let timeline = job.output.timeline.as_ref().map(|_| Arc::new(Timeline::new(Instant::now())));
+        let chan = (comm.size > 1).then(|| comm.channel());
+        let engine = Engine::new(chan, plan, d.overlap, d.compression, timeline.clone(), Some(watchdog.share()));
+        let opt = Optimizer::new(&job.optimizer, model.tensors(), model.n_params, comm.size);
+        let mut st = Stepper::new(model, start.params, opt, engine, b, timeline.clone());
+        st.opt.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
+        st.step = start.step;
+        let fault = crate::fault::from_env()?;
+        let metrics = if comm.rank == 0 { Some(MetricsLog::open(&out_dir, start.epoch + 1)?) } else { None };
+        let loader = Loader::spawn(
+            train_shard,
+            LoaderCfg {
+                batch: b,
+                steps,
+                epochs: job.training.epochs,
+                shuffle: job.data.shuffle,
+                block: job.data.shuffle_block,
+                window: job.data.shuffle_window,
+                seed: job.training.seed,
+                rank: comm.rank,
+                depth: 4,
+                start_epoch: start.epoch,
+                start_batch: start.step_in_epoch,
+            },
+        );
+        Ok(Run {
+            comm,
+            job,
+            st,
+            loader: Some(loader),
+            test_shard,
+            metrics,
+            watchdog,
+            timeline,
+            fault,
+            out_dir,
+            steps,
+            start_step: start.step,
+            start_epoch: start.epoch,
+            start_batch: start.step_in_epoch,
+            start_loss_sum: start.loss_sums[comm.rank],
+            t_process,
+            last: None,
+            last_ckpt: Instant::now(),
+            last_progress: Instant::now(),
+        })
+    }
+
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx { comm: self.comm, job: self.job, out_dir: &self.out_dir, fault: self.fault, watchdog: &self.watchdog }
+    }
+
+    /// Every remaining epoch; stops early (Preempted) when the ranks agree on a signal.
+    pub fn epochs(&mut self) -> Result<Outcome> {
+        for epoch in self.start_epoch + 1..=self.job.training.epochs {
+            let resumed = epoch == self.start_epoch + 1;
+            let (first, loss_sum) = if resumed { (self.start_batch, self.start_loss_sum) } else { (0, 0.0) };
+            if let Some(o) = self.epoch(epoch, first, loss_sum)? {
+                return Ok(o);
+            }
+        }
+        Ok(Outcome::Completed)
+    }
+
+    /// One epoch from step `first` of it; Some(Preempted) when a signal stopped it.
+    fn epoch(&mut self, epoch: usize, first: usize, mut loss_sum: f64) -> Result<Option<Outcome>> {
+        let (comm, job, steps) = (self.comm, self.job, self.steps);
+        let t0 = Instant::now();
+        self.st.engine.exposed = Duration::ZERO;
+        let mut at_epoch_end = 0;
+        for i in first..steps {
+            let waiting = Instant::now();
+            let loader = self.loader.as_ref().expect("loader alive until the last epoch ends");
+            let batch = loader.next()?;
+            crate::fault::maybe_fire(&self.fault, comm.rank, self.st.step + 1, &mut self.st.params)?;
+            let l = self.st.run(&batch, waiting).map_err(|e| in_step(e, epoch, i + 1, comm.rank))?;
+            loss_sum += l;
+            loader.give_back(batch);
+            if self.st.step == self.start_step + 1 && comm.rank == 0 {
+                let since_exec = crate::sys::seconds_since_start().unwrap_or(f64::NAN);
+                info!(
+                    "first step done {since_exec:.3} s after process start ({:.3} s after main)",
+                    self.t_process.elapsed().as_secs_f64()
+                );
+            }
+            self.progress(epoch, first, i, t0, loss_sum);
+            let d = &job.distribution;
+            if d.check_every > 0 && self.st.step % d.check_every as u64 == 0 {
+                let _g = self.watchdog.guard(MAIN, "the parameter consistency check", self.st.step);
+                check_agreement(comm, &format!("the parameter checksum at step {}", self.st.step), checksum(&self.st.params))
+                    .map_err(|e| Error::Mismatch(format!("{e}: the model replicas have diverged")))?;
+            }
+            // Agree on stopping and checkpointing, so every rank acts at the same step.
+            let ck = &job.checkpoint;
+            let time_due = comm.rank == 0
+                && ck.every_minutes > 0.0
+                && self.last_ckpt.elapsed().as_secs_f64() >= ck.every_minutes * 60.0;
+            let flags = stop::agree(comm, &self.watchdog, self.st.step, time_due);
+            let step_due = ck.every_steps > 0 && self.st.step % ck.every_steps == 0;
+            let flags = flags | if step_due { CHECKPOINT } else { 0 };
+            if flags != 0 && i + 1 == steps {
+                // The epoch's last step: checkpoint after its metrics, as the start of the next.
+                at_epoch_end = flags;
+            } else if flags != 0 {
+                stop::save_checkpoint(&self.ctx(), &self.st, epoch - 1, i + 1, loss_sum)?;
+                self.last_ckpt = Instant::now();
+                if flags & STOP != 0 {
+                    stop::log_stopped(comm, format!("at step {}", self.st.step));
+                    return Ok(Some(Outcome::Preempted));
+                }
+            }
+        }
+        self.end_of_epoch(epoch, first, t0, loss_sum)?;
+        if at_epoch_end != 0 {
+            stop::save_checkpoint(&self.ctx(), &self.st, epoch, 0, 0.0)?;
+            self.last_ckpt = Instant::now();
+            if at_epoch_end & STOP != 0 {
+                stop::log_stopped(comm, format!("after epoch {epoch}"));
+                return Ok(Some(Outcome::Preempted));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Rank 0's progress line, every `log_every` steps and/or `progress_seconds`.
+    fn progress(&mut self, epoch: usize, first: usize, i: usize, t0: Instant, loss_sum: f64) {
+        let (job, steps) = (self.job, self.steps);
+        let b = job.training.batch_size;
+        let every = job.training.log_every;
+        let by_steps = every > 0 && (i + 1) % every == 0;
+        let ps = job.training.progress_seconds;
+        let by_time = ps > 0.0 && self.last_progress.elapsed().as_secs_f64() >= ps;
+        if self.comm.rank != 0 || !(by_steps || by_time) {
+            return;
+        }
+        self.last_progress = Instant::now();
+        let done = i + 1 - first;
+        let rate = (done * b * self.comm.size) as f64 / t0.elapsed().as_secs_f64();
+        let per_step = t0.elapsed().as_secs_f64() / done as f64;
+        let left_epoch = (steps - i - 1) as f64 * per_step;
+        let left_run = left_epoch + (job.training.epochs - epoch) as f64 * steps as f64 * per_step;
+        info!(
+            "epoch {epoch}/{}: step {}/{steps} ({:.0}%), loss {:.4} (rank 0's mean so far), {rate:.0} samples/s, \
+             about {} left in the epoch, {} in the run",
+            job.training.epochs,
+            i + 1,
+            100.0 * (i + 1) as f64 / steps as f64,
+            loss_sum / ((i + 1) * b) as f64,
+            human(left_epoch),
+            human(left_run)
+        );
+    }
+
+    /// Test metrics (local work first; the watchdog then guards only the one collective),
+    /// the epoch line and `metrics.jsonl`.
+    fn end_of_epoch(&mut self, epoch: usize, first: usize, t0: Instant, loss_sum: f64) -> Result<()> {
+        let (comm, job, steps) = (self.comm, self.job, self.steps);
+        let b = job.training.batch_size;
+        let secs = t0.elapsed().as_secs_f64();
+        let done = steps - first;
+        let exposed_ms = self.st.engine.exposed.as_secs_f64() * 1e3 / done.max(1) as f64;
+        let test = match &self.test_shard {
+            Some(sh) => evaluate_local(&self.st.model, &self.st.params, sh)?,
+            None => [0.0; 3],
+        };
+        let mut totals = [loss_sum, (steps * b) as f64, test[0], test[1], test[2]];
+        {
+            let _g = self.watchdog.guard(MAIN, "the end-of-epoch metrics", self.st.step);
+            comm.all_reduce_sum_f64(&mut totals);
+        }
+        let (test_loss, test_accuracy) = match &self.test_shard {
+            Some(sh) => {
+                let (l, a) = eval_result(&totals[2..], sh);
+                (Some(l), a)
+            }
+            None => (None, None),
+        };
+        let m = EpochMetrics {
+            epoch,
+            train_loss: totals[0] / totals[1],
+            test_loss,
+            test_accuracy,
+            samples_per_sec: (done * b * comm.size) as f64 / secs,
+            epoch_seconds: secs,
+            exposed_comm_ms_per_step: exposed_ms,
+            steps,
+            ranks: comm.size,
+            lr: self.st.opt.lr(),
+        };
+        if let Some(log) = &self.metrics {
+            info!(
+                "epoch {epoch}/{}: train_loss {:.4}{}{} | {:.0} samples/s ({:.2} s), exposed communication {:.3} ms/step",
+                job.training.epochs,
+                m.train_loss,
+                m.test_loss.map(|l| format!(" test_loss {l:.4}")).unwrap_or_default(),
+                m.test_accuracy.map(|a| format!(" test_accuracy {a:.4}")).unwrap_or_default(),
+                m.samples_per_sec,
+                secs,
+                exposed_ms
+            );
+            log.append(&m)?;
+        }
+        self.last = Some(m);
+        Ok(())
+    }
+
+    /// After the last epoch: the timeline (collective) and rank 0's `weights.h5`.
+    pub fn finish(&mut self) -> Result<()> {
+        let comm = self.comm;
+        self.loader = None;
+        if let (Some(tl), Some(path)) = (&self.timeline, &self.job.output.timeline) {
+            let _g = self.watchdog.guard(MAIN, "gathering the timeline", self.st.step);
+            tl.write_all(comm, &comm.host, Path::new(path)).map_err(|e| Error::io(path, "write the timeline", e))?;
+            if comm.rank == 0 {
+                info!(
+                    "timeline of {} rank(s) written to {path} (open in https://ui.perfetto.dev or chrome://tracing)",
+                    comm.size
+                );
+            }
+        }
+        info!("peak RSS {:.1} MiB", crate::sys::peak_rss_mib().unwrap_or(f64::NAN));
+        if comm.rank == 0 {
+            let path = self.out_dir.join("weights.h5");
+            weights::save(&self.st.model, &self.st.params, &path)?;
+            match self.last.as_ref().and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {
+                Some((a, e)) => info!("done: test accuracy {a:.4} after {e} epochs; weights in {}", path.display()),
+                None => info!("done after {} steps; weights in {}", self.st.step, path.display()),
+            }
+        }
+        Ok(())
+    }
+}

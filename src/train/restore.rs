@@ -1,0 +1,143 @@
+//! Where a run starts (collective): rank 0 prepares output.dir and finds the checkpoint to
+//! continue from; every rank then receives the same parameters, optimizer state, position
+//! and running losses from rank 0.
+
+use super::setup::Setup;
+use super::Resume;
+use crate::checkpoint::{self, Checkpoint};
+use crate::config::Job;
+use crate::error::{Error, Result};
+use crate::model::Mlp;
+use crate::parallel::Comm;
+use log::{info, warn};
+use std::path::Path;
+
+/// The state a run starts from, the same on every rank.
+pub(super) struct Start {
+    pub params: Vec<f32>,
+    pub m: Vec<f32>,
+    pub v: Vec<f32>,
+    /// Global steps already taken.
+    pub step: u64,
+    /// Epochs already completed, and steps of the next one already taken.
+    pub epoch: usize,
+    pub step_in_epoch: usize,
+    /// Each rank's running loss sum in the epoch being resumed.
+    pub loss_sums: Vec<f64>,
+}
+
+/// Collective: the state this run starts from, the same on every rank.
+pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Resume>) -> Result<Start> {
+    let model = &setup.model;
+    let ckpt = if comm.rank == 0 { prepare_output(job, &setup.out_dir, model, resume, comm.size)? } else { None };
+    let (m_len, v_len) = crate::optim::Optimizer::state_lens(&job.optimizer, model.n_params);
+    let mut params = match &ckpt {
+        Some(c) => c.params.clone(),
+        None if comm.rank == 0 => model.init_params(job.training.seed),
+        None => vec![0.0; model.n_params],
+    };
+    comm.broadcast_f32(&mut params);
+    let mut m = ckpt.as_ref().map_or(vec![0.0; m_len], |c| c.m.clone());
+    let mut v = ckpt.as_ref().map_or(vec![0.0; v_len], |c| c.v.clone());
+    // Rank 0 decides whether the checkpoint's optimizer state fits; all ranks return its answer.
+    let mut ok = [u64::from(m.len() == m_len && v.len() == v_len)];
+    comm.broadcast_u64(&mut ok);
+    if ok[0] == 0 {
+        return Err(Error::config(
+            &job.source,
+            "optimizer",
+            "the checkpoint's optimizer state does not fit this optimizer (another optimizer.kind or momentum?)",
+        ));
+    }
+    comm.broadcast_f32(&mut m);
+    comm.broadcast_f32(&mut v);
+    let mut pos = [0u64; 3]; // step, epoch index, step in epoch
+    if let Some(c) = &ckpt {
+        pos = [c.step, c.epoch as u64, c.step_in_epoch as u64];
+    }
+    comm.broadcast_u64(&mut pos);
+    let mut loss_sums = ckpt.as_ref().map_or(vec![0.0; comm.size], |c| c.loss_sums.clone());
+    comm.broadcast_f64(&mut loss_sums);
+    Ok(Start { params, m, v, step: pos[0], epoch: pos[1] as usize, step_in_epoch: pos[2] as usize, loss_sums })
+}
+
+/// Rank 0, before training: create output.dir, refuse to overwrite an earlier run's
+/// checkpoints, and find the checkpoint to resume from.
+pub(super) fn prepare_output(
+    job: &Job,
+    out_dir: &Path,
+    model: &Mlp,
+    resume: Option<&Resume>,
+    world: usize,
+) -> Result<Option<Checkpoint>> {
+    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, "create output.dir", e))?;
+    let probe = out_dir.join(".hvtrain-write-test");
+    std::fs::write(&probe, b"").map_err(|e| Error::io(out_dir, "write into output.dir", e))?;
+    let _ = std::fs::remove_file(&probe);
+    let found = match resume {
+        None => {
+            if let Some((_, p)) = checkpoint::list(out_dir).first() {
+                return Err(Error::config(
+                    &job.source,
+                    "output.dir",
+                    format!(
+                        "{} already holds checkpoints of an earlier run ({}); continue it with --resume auto, or choose another output.dir",
+                        out_dir.display(),
+                        p.display()
+                    ),
+                ));
+            }
+            None
+        }
+        Some(Resume::File(p)) => Some((p.clone(), checkpoint::load(p, model)?)),
+        Some(Resume::Auto) => {
+            let f = checkpoint::newest_valid(out_dir, model)?;
+            if f.is_none() {
+                info!("--resume auto: no checkpoint in {}; starting from the beginning", out_dir.display());
+            }
+            f
+        }
+    };
+    let Some((path, c)) = found else { return Ok(None) };
+    if c.world_size != world {
+        return Err(Error::data(
+            &path,
+            "world_size",
+            format!(
+                "the checkpoint was written by {} ranks, this job has {world}: resume with {} ranks (each rank's data order depends on the rank count)",
+                c.world_size, c.world_size
+            ),
+        ));
+    }
+    let then: Job =
+        serde_json::from_str(&c.job_json).map_err(|e| Error::data(&path, "job_json", format!("unreadable: {e}")))?;
+    for (field, same) in [
+        ("training.batch_size", then.training.batch_size == job.training.batch_size),
+        ("training.seed", then.training.seed == job.training.seed),
+        ("data", serde_json::to_string(&then.data).ok() == serde_json::to_string(&job.data).ok()),
+        ("optimizer.kind", then.optimizer.kind == job.optimizer.kind),
+    ] {
+        if !same {
+            return Err(Error::data(
+                &path,
+                "job_json",
+                format!("{field} differs from this job's; an exact resume needs the same value"),
+            ));
+        }
+    }
+    if then.fingerprint() != job.fingerprint() {
+        warn!(
+            "the job configuration differs from the one that wrote {} (other than data, batch, seed)",
+            path.display()
+        );
+    }
+    info!(
+        "resuming from {} at step {} (epoch {}, step {} of it)",
+        path.display(),
+        c.step,
+        c.epoch + 1,
+        c.step_in_epoch
+    );
+    Ok(Some(c))
+}
+
