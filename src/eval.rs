@@ -6,6 +6,7 @@ use crate::data::h5;
 use crate::data::shard::{Labels, Shard};
 use crate::parallel::{check_agreement, Comm};
 use crate::error::{Error, Result};
+use crate::device::{Backend, Cpu};
 use crate::model::{Mlp, Targets, Workspace};
 use crate::weights;
 use log::{info, warn};
@@ -71,7 +72,17 @@ fn diff(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Ve
 
 /// This rank's test sums: [loss sum, correct predictions, samples]. Local work only.
 pub fn evaluate_local(model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
-    let mut ws = Workspace::new(model, CHUNK);
+    evaluate_on(&Cpu, model, params, shard)
+}
+
+/// `evaluate_local` on backend `be`: rows are read on the host, a chunk at a time, and
+/// uploaded.
+fn evaluate_on<B: Backend>(be: &B, model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
+    let mut ws = Workspace::new(be, model, CHUNK)?;
+    let params = be.upload(params)?;
+    let mut xd = be.zeros(CHUNK * shard.features)?;
+    let mut labels = be.labels(CHUNK)?;
+    let mut values = be.zeros(CHUNK * model.n_outputs())?;
     let mut x = vec![0.0f32; CHUNK * shard.features];
     let (mut loss, mut correct) = (0.0f64, 0usize);
     let n = shard.len();
@@ -79,12 +90,19 @@ pub fn evaluate_local(model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64
     while start < n {
         let c = CHUNK.min(n - start);
         shard.read_rows(start, c, &mut x)?;
-        model.forward(params, &x[..c * shard.features], c, &mut ws);
+        be.upload_into(&x[..c * shard.features], &mut xd)?;
+        model.forward(be, &params, &xd, c, &mut ws)?;
         let t = match &shard.labels {
-            Labels::Classes(v) => Targets::Classes(&v[start..start + c]),
-            Labels::Values(v, k) => Targets::Values(&v[start * k..(start + c) * k]),
+            Labels::Classes(v) => {
+                be.upload_labels(&v[start..start + c], &mut labels)?;
+                Targets::Classes(&labels)
+            }
+            Labels::Values(v, k) => {
+                be.upload_into(&v[start * k..(start + c) * k], &mut values)?;
+                Targets::Values(be.view(&values, 0..c * k))
+            }
         };
-        let (l, k) = model.loss(t, c, 1.0, &mut ws, false);
+        let (l, k) = model.loss(be, t, c, 1.0, &mut ws, false)?;
         loss += l;
         correct += k;
         start += c;
@@ -146,8 +164,13 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
         ));
     }
     let (n, d, k) = (shape[0], shape[1], model.n_outputs());
-    let mut ws = Workspace::new(&model, CHUNK);
-    let mut outputs = Vec::with_capacity(n * k);
+    let be = Cpu;
+    let mut ws = Workspace::new(&be, &model, CHUNK)?;
+    let params = be.upload(&params)?;
+    let mut xd = be.zeros(CHUNK * d)?;
+    let classify = model.loss == LossKind::SoftmaxCrossEntropy;
+    let mut outputs = vec![0.0f32; n * k];
+    let mut probs = if classify { vec![0.0f32; n * k] } else { Vec::new() };
     let mut start = 0;
     while start < n {
         let c = CHUNK.min(n - start);
@@ -158,24 +181,24 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
         if let Some(i) = rows.iter().position(|v| !v.is_finite()) {
             return Err(Error::data(input, xn, format!("non-finite value at row {}, column {}", start + i / d, i % d)));
         }
-        outputs.extend_from_slice(model.forward(&params, rows, c, &mut ws));
+        be.upload_into(rows, &mut xd)?;
+        model.forward(&be, &params, &xd, c, &mut ws)?;
+        ws.output_host(&be, &model, c, &mut outputs[start * k..(start + c) * k])?;
+        if classify {
+            be.softmax(ws.output_mut(&be, &model, c), k)?;
+            ws.output_host(&be, &model, c, &mut probs[start * k..(start + c) * k])?;
+        }
         start += c;
     }
     let tmp = output.with_extension("h5.tmp");
     {
         let o = h5::create(&tmp)?;
         h5::write(&o, &tmp, "outputs", &outputs, &[n, k])?;
-        if model.loss == LossKind::SoftmaxCrossEntropy {
-            let mut probs = outputs.clone();
-            let mut classes = Vec::with_capacity(n);
-            for row in probs.chunks_exact_mut(k) {
-                let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-                row.iter_mut().for_each(|v| *v = (*v - max).exp());
-                let sum: f32 = row.iter().sum();
-                row.iter_mut().for_each(|v| *v /= sum);
-                let arg = row.iter().enumerate().fold(0, |best, (j, &v)| if v > row[best] { j } else { best });
-                classes.push(arg as i32);
-            }
+        if classify {
+            let classes: Vec<i32> = probs
+                .chunks_exact(k)
+                .map(|row| row.iter().enumerate().fold(0, |best, (j, &v)| if v > row[best] { j } else { best }) as i32)
+                .collect();
             h5::write(&o, &tmp, "probabilities", &probs, &[n, k])?;
             h5::write(&o, &tmp, "classes", &classes, &[n])?;
         }

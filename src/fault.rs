@@ -5,7 +5,10 @@
 //! `diverge` (nudges one parameter, as a bit flip would: the consistency check must catch it)
 //! or `kill_in_checkpoint` (SIGKILL while writing the first checkpoint at or after STEP).
 
+use crate::device::Backend;
 use crate::error::{Error, Result};
+use crate::parallel::engine::HostBuf;
+use crate::step::Stepper;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -52,9 +55,13 @@ extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
 
-/// Fire the fault if it is this rank's and this step's.
-pub fn maybe_fire(f: &Option<Fault>, rank: usize, step: u64, params: &mut [f32]) -> Result<()> {
+/// Fire the fault if it is this rank's and the coming step's.
+pub fn maybe_fire<B: Backend>(f: &Option<Fault>, rank: usize, st: &mut Stepper<B>) -> Result<()>
+where
+    B::Buf: HostBuf,
+{
     let Some(f) = f else { return Ok(()) };
+    let step = st.step() + 1;
     if f.rank != rank || f.step != step || f.kind == Kind::KillInCheckpoint {
         return Ok(());
     }
@@ -64,8 +71,9 @@ pub fn maybe_fire(f: &Option<Fault>, rank: usize, step: u64, params: &mut [f32])
         Kind::Kill => die(),
         Kind::KillInCheckpoint => Ok(()),
         Kind::Diverge => {
-            params[0] += 1.0;
-            Ok(())
+            let mut p = st.params_host()?;
+            p[0] += 1.0;
+            st.set_params_host(&p)
         }
         Kind::Hang => loop {
             std::thread::sleep(std::time::Duration::from_secs(3600));

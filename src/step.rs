@@ -1,52 +1,106 @@
-//! One training step on one rank: forward, loss, backward with gradients handed to the
-//! communication engine as they become ready, then the optimizer applied bucket by bucket
-//! as reduced gradients come back. Also the phases' timeline spans.
+//! One training step on one rank: forward, loss, backward with each gradient tensor
+//! announced to the communication engine as soon as it is complete, then the optimizer
+//! applied to each bucket as it comes back reduced. Also the phases' timeline spans.
+//!
+//! The step owns the model's device state (parameters, optimizer state, workspace, the
+//! batch's staging buffers); the engine owns the gradient buckets (see `parallel::engine`).
+//! This is where the bucket contract is kept: backward writes a tensor only through
+//! `Engine::slot` before declaring it ready, and the optimizer reads only buckets that
+//! `wait_next` handed over.
 
 use crate::data::loader::Batch;
+use crate::device::Backend;
+use crate::error::{Error, Result};
+use crate::model::{GradSink, Mlp, Targets, Workspace};
+use crate::optim::Optimizer;
+use crate::parallel::engine::HostBuf;
 use crate::parallel::timeline::{Timeline, MAIN_TID};
 use crate::parallel::Engine;
-use crate::error::{Error, Result};
-use crate::model::{Mlp, Targets, Workspace};
-use crate::optim::Optimizer;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-pub struct Stepper {
-    pub model: Mlp,
-    pub params: Vec<f32>,
-    grads: Vec<f32>,
-    reduced: Vec<f32>,
-    ws: Workspace,
-    pub opt: Optimizer,
-    pub engine: Engine,
+pub struct Stepper<B: Backend>
+where
+    B::Buf: HostBuf,
+{
+    be: B,
+    model: Mlp,
+    params: B::Buf,
+    ws: Workspace<B>,
+    opt: Optimizer<B>,
+    engine: Engine<B::Buf>,
+    x: B::Buf,
+    labels: B::Labels,
+    values: B::Buf,
     timeline: Option<Arc<Timeline>>,
     batch: usize,
     /// Global steps taken.
-    pub step: u64,
+    step: u64,
 }
 
-impl Stepper {
+impl<B: Backend> Stepper<B>
+where
+    B::Buf: HostBuf,
+{
+    /// `params` in host memory (uploaded here); `batch` is the per-rank batch size.
     pub fn new(
+        be: B,
         model: Mlp,
-        params: Vec<f32>,
-        opt: Optimizer,
-        engine: Engine,
+        params: &[f32],
+        opt: Optimizer<B>,
+        engine: Engine<B::Buf>,
         batch: usize,
         timeline: Option<Arc<Timeline>>,
-    ) -> Stepper {
-        let n = model.n_params;
-        Stepper {
-            ws: Workspace::new(&model, batch),
+    ) -> Result<Stepper<B>> {
+        Ok(Stepper {
+            ws: Workspace::new(&be, &model, batch)?,
+            params: be.upload(params)?,
+            x: be.zeros(batch * model.n_inputs())?,
+            labels: be.labels(batch)?,
+            values: be.zeros(batch * model.n_outputs())?,
+            be,
             model,
-            params,
-            grads: vec![0.0; n],
-            reduced: vec![0.0; n],
             opt,
             engine,
             timeline,
             batch,
             step: 0,
-        }
+        })
+    }
+
+    pub fn model(&self) -> &Mlp {
+        &self.model
+    }
+    pub fn backend(&self) -> &B {
+        &self.be
+    }
+    /// Global steps taken.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+    pub fn opt(&self) -> &Optimizer<B> {
+        &self.opt
+    }
+    /// Continue from a checkpoint: optimizer state and the global step.
+    pub fn restore(&mut self, m: &[f32], v: &[f32], step: u64) -> std::result::Result<(), String> {
+        self.opt.restore(&self.be, m, v, step)?;
+        self.step = step;
+        Ok(())
+    }
+    /// The parameters, copied to host memory (checkpoints, checks, final weights).
+    pub fn params_host(&self) -> Result<Vec<f32>> {
+        let mut p = vec![0.0; self.model.n_params];
+        self.be.download(&self.params, 0..p.len(), &mut p)?;
+        Ok(p)
+    }
+    /// Replace the parameters (fault injection).
+    pub fn set_params_host(&mut self, p: &[f32]) -> Result<()> {
+        self.params = self.be.upload(p)?;
+        Ok(())
+    }
+    /// Time the optimizer waited for the network since the last call.
+    pub fn take_exposed(&mut self) -> Duration {
+        std::mem::take(&mut self.engine.exposed)
     }
 
     fn span(&self, name: impl Into<String>, t: Instant) {
@@ -60,12 +114,18 @@ impl Stepper {
     pub fn run(&mut self, batch: &Batch, waited_since: Instant) -> Result<f64> {
         self.step += 1;
         self.span("data wait", waited_since);
-        let b = self.batch;
+        let (be, b) = (&self.be, self.batch);
         let t = Instant::now();
-        let targets =
-            if batch.classes.is_empty() { Targets::Values(&batch.values) } else { Targets::Classes(&batch.classes) };
-        self.model.forward(&self.params, &batch.x, b, &mut self.ws);
-        let (loss, _) = self.model.loss(targets, b, 1.0 / b as f32, &mut self.ws, true);
+        be.upload_into(&batch.x, &mut self.x)?;
+        let targets = if batch.classes.is_empty() {
+            be.upload_into(&batch.values, &mut self.values)?;
+            Targets::Values(be.view(&self.values, 0..batch.values.len()))
+        } else {
+            be.upload_labels(&batch.classes, &mut self.labels)?;
+            Targets::Classes(&self.labels)
+        };
+        self.model.forward(be, &self.params, &self.x, b, &mut self.ws)?;
+        let (loss, _) = self.model.loss(be, targets, b, 1.0 / b as f32, &mut self.ws, true)?;
         self.span("forward + loss", t);
         if !loss.is_finite() {
             return Err(Error::Training(format!(
@@ -74,23 +134,9 @@ impl Stepper {
             )));
         }
 
-        // SAFETY: grads and reduced are fields of self, alive for the whole step; backward
-        // writes each tensor before declaring it ready and never again this step, and
-        // `reduced` is read below only for buckets that came back from wait_next.
-        unsafe { self.engine.begin_step(self.step, &self.grads, &mut self.reduced) };
-        let n_layers = self.model.layers.len();
-        let (engine, timeline, step) = (&mut self.engine, &self.timeline, self.step);
-        let mut mark = Instant::now();
-        self.model.backward(&self.params, &batch.x, b, &mut self.ws, &mut self.grads, |l| {
-            if let Some(tl) = timeline {
-                tl.span(MAIN_TID, format!("backward dense{l}"), mark, step);
-                mark = Instant::now();
-            }
-            // Tensor indices in arena order: layer l's weight and bias.
-            let w = 2 * (n_layers - 1 - l);
-            engine.tensor_ready(w);
-            engine.tensor_ready(w + 1);
-        });
+        self.engine.begin_step(self.step);
+        let mut sink = Sink { be, engine: &mut self.engine, timeline: &self.timeline, step: self.step, mark: Instant::now() };
+        self.model.backward(be, &self.params, &self.x, b, &mut self.ws, &mut sink)?;
         self.engine.flush();
 
         self.opt.begin_step();
@@ -98,12 +144,45 @@ impl Stepper {
         loop {
             let t = Instant::now();
             let Some(bucket) = self.engine.wait_next() else { break };
-            self.span(format!("wait for bucket {bucket}"), t);
+            let i = bucket.index;
+            self.span(format!("wait for bucket {i}"), t);
             let t = Instant::now();
-            let members = &self.engine.plan().members[bucket];
-            self.opt.apply(&mut self.params, &self.reduced, scale, members);
-            self.span(format!("optimizer bucket {bucket}"), t);
+            let offset = self.engine.plan().buckets[i].start;
+            let members = &self.engine.plan().members[i];
+            self.opt.apply(be, &mut self.params, &bucket.reduced, offset, scale, members)?;
+            self.engine.give_back(bucket);
+            self.span(format!("optimizer bucket {i}"), t);
         }
         Ok(loss)
+    }
+}
+
+/// Backward's gradient destination: the engine's buckets, plus the timeline's per-layer spans.
+struct Sink<'a, B: Backend>
+where
+    B::Buf: HostBuf,
+{
+    be: &'a B,
+    engine: &'a mut Engine<B::Buf>,
+    timeline: &'a Option<Arc<Timeline>>,
+    step: u64,
+    mark: Instant,
+}
+
+impl<B: Backend> GradSink<B> for Sink<'_, B>
+where
+    B::Buf: HostBuf,
+{
+    fn slot(&mut self, t: usize) -> B::ViewMut<'_> {
+        let (buf, range) = self.engine.slot(t);
+        self.be.view_mut(buf, range)
+    }
+
+    fn ready(&mut self, t: usize) {
+        if let Some(tl) = self.timeline {
+            tl.span(MAIN_TID, format!("backward tensor {t}"), self.mark, self.step);
+            self.mark = Instant::now();
+        }
+        self.engine.tensor_ready(t);
     }
 }

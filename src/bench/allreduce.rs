@@ -5,7 +5,7 @@
 
 use crate::config::BucketOrder;
 use crate::config::Compression;
-use crate::parallel::{Channel, Comm, Engine, FusionPlan};
+use crate::parallel::{reduce, Channel, Comm, Engine, FusionPlan};
 use std::time::Instant;
 
 /// Tensor sizes of an MLP-like gradient set totalling `total` floats: weight matrices of
@@ -82,10 +82,13 @@ pub fn run(comm: &Comm, min_bytes: usize, max_bytes: usize, threshold_mb: f64, b
         let plan = FusionPlan::with_options(&lens, thr, thr, BucketOrder::Backward);
         let (tensors, buckets) = (lens.len(), plan.buckets.len());
         let mut timed = |overlap: bool, chan: Channel| {
-            let mut engine = Engine::new(Some(chan), plan.clone(), overlap, Compression::None, None, None);
-            let t = time_it(comm, budget_s, || engine.reduce_all(&send, &mut recv));
+            let reducer = reduce::for_job(Some(chan), Compression::None);
+            let mut engine = Engine::new(reducer, plan.clone(), overlap, None, None, |n| vec![0.0f32; n]);
+            engine.load_grads(&send);
+            let t = time_it(comm, budget_s, || engine.reduce_all());
+            engine.reduced_arena(&mut recv);
             assert!((recv[3] - expect).abs() < 1e-3, "fused all-reduce gave a wrong sum");
-            (t, engine.into_channel())
+            (t, engine.into_channel().expect("a reducer with a channel"))
         };
         let (fused, c) = timed(false, engine_chan.take().unwrap());
         let (threaded, c) = timed(true, c);

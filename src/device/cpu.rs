@@ -3,13 +3,112 @@
 //!
 //! Shapes are always row-major: activations are [batch, features], a weight is [in, out].
 
+use super::backend::{AdamHyper, Backend, SgdHyper};
+pub use super::backend::Trans;
 use crate::config::Activation;
+use crate::error::Result;
+use std::ops::Range;
 
-/// Which operand is transposed in `gemm`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trans {
-    N,
-    T,
+/// The CPU backend: buffers are `Vec<f32>` in host memory, views are slices.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cpu;
+
+impl Backend for Cpu {
+    type Buf = Vec<f32>;
+    type Labels = Vec<i32>;
+    type View<'a> = &'a [f32];
+    type ViewMut<'a> = &'a mut [f32];
+
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+    fn zeros(&self, n: usize) -> Result<Vec<f32>> {
+        Ok(vec![0.0; n])
+    }
+    fn upload(&self, host: &[f32]) -> Result<Vec<f32>> {
+        Ok(host.to_vec())
+    }
+    fn upload_into(&self, host: &[f32], buf: &mut Vec<f32>) -> Result<()> {
+        buf[..host.len()].copy_from_slice(host);
+        Ok(())
+    }
+    fn upload_labels(&self, host: &[i32], buf: &mut Vec<i32>) -> Result<()> {
+        buf[..host.len()].copy_from_slice(host);
+        Ok(())
+    }
+    fn labels(&self, n: usize) -> Result<Vec<i32>> {
+        Ok(vec![0; n])
+    }
+    fn download(&self, buf: &Vec<f32>, range: Range<usize>, host: &mut [f32]) -> Result<()> {
+        host.copy_from_slice(&buf[range]);
+        Ok(())
+    }
+    fn len(&self, buf: &Vec<f32>) -> usize {
+        buf.len()
+    }
+    fn fill_zero(&self, v: &mut [f32]) -> Result<()> {
+        v.fill(0.0);
+        Ok(())
+    }
+    fn view<'a>(&self, buf: &'a Vec<f32>, r: Range<usize>) -> &'a [f32] {
+        &buf[r]
+    }
+    fn view_mut<'a>(&self, buf: &'a mut Vec<f32>, r: Range<usize>) -> &'a mut [f32] {
+        &mut buf[r]
+    }
+    fn gemm(
+        &self,
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f32,
+        a: &[f32],
+        ta: Trans,
+        b: &[f32],
+        tb: Trans,
+        beta: f32,
+        c: &mut [f32],
+    ) -> Result<()> {
+        gemm(m, k, n, alpha, a, ta, b, tb, beta, c);
+        Ok(())
+    }
+    fn bias_act(&self, out: &mut [f32], bias: &[f32], act: Activation, keep_z: Option<&mut [f32]>) -> Result<()> {
+        bias_act_forward(out, bias, act, keep_z);
+        Ok(())
+    }
+    fn act_backward(&self, d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Activation) -> Result<()> {
+        act_backward_inplace(d, a, z, act);
+        Ok(())
+    }
+    fn column_sums(&self, m: &[f32], cols: usize, out: &mut [f32]) -> Result<()> {
+        column_sums(m, cols, out);
+        Ok(())
+    }
+    fn softmax_xent(
+        &self,
+        logits: &[f32],
+        labels: &Vec<i32>,
+        k: usize,
+        grad_scale: f32,
+        d: Option<&mut [f32]>,
+    ) -> Result<(f64, usize)> {
+        Ok(softmax_xent(logits, &labels[..logits.len() / k], k, grad_scale, d))
+    }
+    fn mse(&self, pred: &[f32], target: &[f32], k: usize, grad_scale: f32, d: Option<&mut [f32]>) -> Result<f64> {
+        Ok(mse(pred, target, k, grad_scale, d))
+    }
+    fn softmax(&self, v: &mut [f32], k: usize) -> Result<()> {
+        softmax_rows(v, k);
+        Ok(())
+    }
+    fn sgd(&self, p: &mut [f32], g: &[f32], m: Option<&mut [f32]>, h: &SgdHyper) -> Result<()> {
+        sgd(p, g, m, h);
+        Ok(())
+    }
+    fn adam(&self, p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], h: &AdamHyper) -> Result<()> {
+        adam(p, g, m, v, h);
+        Ok(())
+    }
 }
 
 /// C[m,n] = alpha * op(A)[m,k] · op(B)[k,n] + beta * C, all row-major.
@@ -177,6 +276,43 @@ pub fn mse(pred: &[f32], target: &[f32], k: usize, grad_scale: f32, dpred: Optio
         d.iter_mut().zip(pred.iter().zip(target)).for_each(|(g, (&a, &b))| *g = s * (a - b));
     }
     loss
+}
+
+/// Row-wise softmax of [rows, k] in place.
+pub fn softmax_rows(v: &mut [f32], k: usize) {
+    for row in v.chunks_exact_mut(k) {
+        let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        row.iter_mut().for_each(|x| *x = (*x - max).exp());
+        let sum: f32 = row.iter().sum();
+        row.iter_mut().for_each(|x| *x /= sum);
+    }
+}
+
+/// SGD, optionally with momentum `m` (heavy ball or Nesterov), L2 weight decay in the gradient.
+pub fn sgd(p: &mut [f32], g: &[f32], m: Option<&mut [f32]>, h: &SgdHyper) {
+    let (lr, scale, wd, mu) = (h.lr, h.grad_scale, h.weight_decay, h.momentum);
+    let Some(m) = m else {
+        for (p, &g) in p.iter_mut().zip(g) {
+            *p -= lr * (g * scale + wd * *p);
+        }
+        return;
+    };
+    for ((p, &g), m) in p.iter_mut().zip(g).zip(m) {
+        let g = g * scale + wd * *p;
+        *m = mu * *m + g;
+        *p -= lr * if h.nesterov { g + mu * *m } else { *m };
+    }
+}
+
+/// Adam (L2 in the gradient) or AdamW (decoupled decay), with bias corrections.
+pub fn adam(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], h: &AdamHyper) {
+    let step = h.lr / h.bc1;
+    for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m).zip(v) {
+        let g = g * h.grad_scale + h.l2 * *p;
+        *m = h.b1 * *m + (1.0 - h.b1) * g;
+        *v = h.b2 * *v + (1.0 - h.b2) * g * g;
+        *p -= step * *m / (v.sqrt() / h.bc2_sqrt + h.eps) + h.decay * *p;
+    }
 }
 
 #[cfg(test)]

@@ -1,16 +1,24 @@
-//! The device seam: which backend runs the dense layers. The CPU backend (`cpu`) is always
-//! built and is the reference. `cuda` is the only module that touches cudarc; today it
-//! only probes for a usable GPU (the CUDA kernels are a later piece of work), so `auto`
-//! falls back to the CPU with one log line and `cuda` is a clear error.
+//! Devices: the backend seam (`backend::Backend`, every operation a step needs), the CPU
+//! reference backend (`cpu`, always built), and `cuda`, the only module that touches cudarc;
+//! today it only probes for a usable GPU (the CUDA backend is a later piece of work), so
+//! `auto` falls back to the CPU with one log line and `cuda` is a clear error.
+//! `select` is the one place that decides which backend a rank runs.
 
+pub mod backend;
+#[cfg(test)]
+mod conformance;
 pub mod cpu;
 pub mod cuda;
+
+pub use backend::{AdamHyper, Backend, SgdHyper, Trans};
+pub use cpu::Cpu;
 
 use crate::config::DeviceChoice;
 use crate::error::{Error, Result};
 
+/// The backends this build can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
+pub enum Kind {
     Cpu,
 }
 
@@ -21,10 +29,10 @@ pub fn gpu_for(local_rank: usize, visible: usize) -> usize {
 }
 
 /// Decide the backend for this rank. `local_rank` picks the GPU when there is one.
-pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Backend, String)> {
+pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Kind, String)> {
     match choice {
-        DeviceChoice::Cpu => Ok((Backend::Cpu, "cpu (as configured)".into())),
-        DeviceChoice::Auto => Ok((Backend::Cpu, match cuda::probe() {
+        DeviceChoice::Cpu => Ok((Kind::Cpu, "cpu (as configured)".into())),
+        DeviceChoice::Auto => Ok((Kind::Cpu, match cuda::probe() {
             Ok(n) => format!(
                 "cpu: {n} GPU(s) visible (local rank {local_rank} would take GPU {}), but this build's CUDA backend is not implemented yet",
                 gpu_for(local_rank, n)

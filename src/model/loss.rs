@@ -2,29 +2,41 @@
 //! for regression. Both return a sum over samples, so that ranks can add them up.
 
 use crate::config::LossKind;
-use crate::device::cpu;
+use crate::device::Backend;
+use crate::error::{Error, Result};
 
-/// The training targets of a batch.
-#[derive(Clone, Copy, Debug)]
-pub enum Targets<'a> {
-    /// Class labels, one per sample.
-    Classes(&'a [i32]),
+/// The training targets of a batch, on the device.
+pub enum Targets<'a, B: Backend + 'a> {
+    /// Class labels, one per sample (the first b of the buffer).
+    Classes(&'a B::Labels),
     /// Regression targets, [b, outputs].
-    Values(&'a [f32]),
+    Values(B::View<'a>),
 }
 
+impl<B: Backend> Clone for Targets<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B: Backend> Copy for Targets<'_, B> {}
+
 /// (sum of per-sample losses, correct predictions: classification only, else 0).
-pub fn compute(
+#[allow(clippy::too_many_arguments)]
+pub fn compute<B: Backend>(
+    be: &B,
     kind: LossKind,
-    out: &[f32],
-    targets: Targets,
+    out: B::View<'_>,
+    targets: Targets<B>,
+    _b: usize,
     k: usize,
     grad_scale: f32,
-    d: Option<&mut [f32]>,
-) -> (f64, usize) {
+    d: Option<B::ViewMut<'_>>,
+) -> Result<(f64, usize)> {
     match (kind, targets) {
-        (LossKind::SoftmaxCrossEntropy, Targets::Classes(y)) => cpu::softmax_xent(out, y, k, grad_scale, d),
-        (LossKind::Mse, Targets::Values(t)) => (cpu::mse(out, t, k, grad_scale, d), 0),
-        (kind, _) => panic!("loss {kind:?} got the wrong kind of targets (checked when the data is opened)"),
+        (LossKind::SoftmaxCrossEntropy, Targets::Classes(y)) => be.softmax_xent(out, y, k, grad_scale, d),
+        (LossKind::Mse, Targets::Values(t)) => Ok((be.mse(out, t, k, grad_scale, d)?, 0)),
+        (kind, _) => Err(Error::Training(format!(
+            "loss {kind:?} got the wrong kind of targets (an internal error: checked when the data is opened)"
+        ))),
     }
 }

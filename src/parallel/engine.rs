@@ -2,110 +2,140 @@
 //! on (Horovod's background loop, without the per-cycle negotiation: the plan is fixed and
 //! every rank produces tensors in the same order).
 //!
-//! Per step the training loop calls `begin_step`, then `tensor_ready` as backward finishes
-//! each tensor (a bucket is sent as soon as its last tensor is ready, when overlap is on),
-//! then `flush` (sends whatever is left: everything, when overlap is off), then `wait_next`
-//! once per bucket, in order, applying the optimizer to each bucket as it arrives. The same
-//! buckets are reduced by the same calls either way, so overlap does not change the result.
+//! Buckets are owned buffers that move: the engine keeps each bucket at home until backward
+//! has declared all of its tensors ready, then hands the bucket itself (not a pointer to it)
+//! to the communication thread, which reduces it and sends it back; `wait_next` gives the
+//! returned bucket to the optimizer, which hands it back with `give_back`. While a bucket is
+//! in flight nobody else can reach it, so the compiler enforces what used to be a comment.
 //!
-//! Buffers: the engine reads `grads[bucket]` and writes `reduced[bucket]` through raw
-//! pointers set by `begin_step`. The contract (kept by `train.rs`, and the reason those
-//! entry points are `unsafe`): between `begin_step` and the `wait_next` that returns a
-//! bucket, the caller neither writes that bucket's gradients after declaring them ready nor
-//! touches its part of `reduced`, and both buffers outlive the step.
+//! Per step: `begin_step`; backward writes each tensor's gradient into `slot(t)` and calls
+//! `tensor_ready(t)` (with overlap on, a bucket goes out as soon as its last tensor is
+//! ready); `flush` sends what is left (everything, with overlap off); then `wait_next` until
+//! it returns None. Buckets come back in the order they were sent, which depends on the
+//! bucket order and on overlap; the optimizer applies whichever bucket arrives, and the
+//! result does not depend on the order (each bucket's update touches only its tensors).
+//! Every rank sends the same buckets in the same order, so the collectives line up.
+//!
+//! The bookkeeping that keeps this honest (each tensor ready once, a bucket sent once and
+//! only when complete, every bucket back before the next step) is checked in release builds.
 
 use super::comm::Channel;
-use super::compress::{self, Scratch};
 use super::fusion::FusionPlan;
+use super::reduce::Reducer;
 use super::timeline::{Timeline, COMM_TID, MAIN_TID};
 use super::watchdog::{SharedWatchdog, COMM, MAIN};
-use crate::config::Compression;
+use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-struct Work {
-    bucket: usize,
-    src: *const f32,
-    dst: *mut f32,
-    len: usize,
+/// A gradient buffer the communication code can read and write in host memory.
+pub trait HostBuf: Send + 'static {
+    fn host(&self) -> &[f32];
+    fn host_mut(&mut self) -> &mut [f32];
+}
+
+impl HostBuf for Vec<f32> {
+    fn host(&self) -> &[f32] {
+        self
+    }
+    fn host_mut(&mut self) -> &mut [f32] {
+        self
+    }
+}
+
+/// One fusion bucket's buffers: this rank's gradients and, once reduced, the combination
+/// over ranks. Element 0 is arena element `FusionPlan::buckets[index].start`.
+pub struct Bucket<G> {
+    pub index: usize,
+    pub grads: G,
+    pub reduced: G,
+}
+
+struct Work<G> {
+    bucket: Bucket<G>,
     step: u64,
 }
 
-// SAFETY: the pointers address disjoint bucket ranges that the main thread leaves alone
-// until the bucket comes back (see the module contract).
-unsafe impl Send for Work {}
+/// Where buckets are reduced: on the communication thread (overlap on), or inline.
+enum Mode<G> {
+    Thread { work: Option<Sender<Work<G>>>, done: Receiver<Bucket<G>>, thread: Option<std::thread::JoinHandle<Box<dyn Reducer>>> },
+    Inline { reducer: Box<dyn Reducer>, ctx: Ctx, arrived: VecDeque<Bucket<G>> },
+}
 
-struct Inline {
-    chan: Channel,
-    scratch: Scratch,
+/// What the reducing thread needs besides the reducer: timeline and watchdog.
+struct Ctx {
     timeline: Option<Arc<Timeline>>,
     watchdog: Option<SharedWatchdog>,
+    tid: u32,
+    slot: usize,
 }
 
-pub struct Engine {
+pub struct Engine<G: HostBuf> {
     plan: FusionPlan,
     overlap: bool,
-    compression: Compression,
-    ranks: usize,
+    grad_scale: f32,
+    /// Buckets not in flight, by index.
+    home: Vec<Option<Bucket<G>>>,
+    /// Per bucket: tensors not yet ready this step; whether it was sent; whether it came back.
     remaining: Vec<usize>,
     sent: Vec<bool>,
-    next: usize,
+    back: Vec<bool>,
+    n_back: usize,
+    /// Per tensor: declared ready this step.
+    ready: Vec<bool>,
     step: u64,
     active: bool,
-    grads: *const f32,
-    reduced: *mut f32,
-    work: Option<Sender<Work>>,
-    done: Option<Receiver<usize>>,
-    thread: Option<std::thread::JoinHandle<Channel>>,
-    /// With overlap off, buckets are reduced right here on the calling thread: no hand-off.
-    inline: Option<Inline>,
+    mode: Mode<G>,
     /// Time the main thread spent waiting for buckets (exposed communication), since reset.
     pub exposed: Duration,
 }
 
-impl Engine {
-    /// `chan` is None on a single rank: buckets are then copied, nothing travels.
+impl<G: HostBuf> Engine<G> {
+    /// `alloc(n)` makes a zeroed buffer of n floats (on the device the gradients live on).
     pub fn new(
-        chan: Option<Channel>,
+        reducer: Box<dyn Reducer>,
         plan: FusionPlan,
         overlap: bool,
-        compression: Compression,
         timeline: Option<Arc<Timeline>>,
         watchdog: Option<SharedWatchdog>,
-    ) -> Engine {
-        let ranks = chan.as_ref().map_or(1, |c| c.size);
-        let (mut work, mut done, mut thread, mut inline) = (None, None, None, None);
-        match chan {
-            Some(chan) if overlap => {
-                let (wtx, wrx) = channel::<Work>();
-                let (dtx, drx) = channel::<usize>();
-                let t = std::thread::Builder::new()
-                    .name("hvtrain-comm".into())
-                    .spawn(move || comm_loop(chan, wrx, dtx, compression, timeline, watchdog))
-                    .expect("spawn communication thread");
-                (work, done, thread) = (Some(wtx), Some(drx), Some(t));
-            }
-            Some(chan) => inline = Some(Inline { chan, scratch: Scratch::default(), timeline, watchdog }),
-            None => {}
-        }
+        mut alloc: impl FnMut(usize) -> G,
+    ) -> Engine<G> {
+        let grad_scale = reducer.grad_scale();
+        let mode = if overlap {
+            let (wtx, wrx) = channel::<Work<G>>();
+            let (dtx, drx) = channel::<Bucket<G>>();
+            let ctx = Ctx { timeline, watchdog, tid: COMM_TID, slot: COMM };
+            let t = std::thread::Builder::new()
+                .name("hvtrain-comm".into())
+                .spawn(move || comm_loop(reducer, wrx, dtx, ctx))
+                .expect("spawn communication thread");
+            Mode::Thread { work: Some(wtx), done: drx, thread: Some(t) }
+        } else {
+            let ctx = Ctx { timeline, watchdog, tid: MAIN_TID, slot: MAIN };
+            Mode::Inline { reducer, ctx, arrived: VecDeque::new() }
+        };
         let n = plan.buckets.len();
+        let home = plan
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(index, r)| Some(Bucket { index, grads: alloc(r.len()), reduced: alloc(r.len()) }))
+            .collect();
         Engine {
             remaining: vec![0; n],
             sent: vec![false; n],
+            back: vec![false; n],
+            n_back: n,
+            ready: vec![false; plan.slots.len()],
+            home,
+            grad_scale,
             plan,
             overlap,
-            compression,
-            ranks,
-            next: 0,
             step: 0,
             active: false,
-            grads: std::ptr::null(),
-            reduced: std::ptr::null_mut(),
-            work,
-            done,
-            thread,
-            inline,
+            mode,
             exposed: Duration::ZERO,
         }
     }
@@ -114,36 +144,45 @@ impl Engine {
         &self.plan
     }
 
-    /// What the optimizer multiplies reduced gradients by: 1/ranks for the exact sum; 1 when
-    /// the compressed ring already averaged.
+    /// What the optimizer multiplies reduced gradients by (see `Reducer::grad_scale`).
     pub fn grad_scale(&self) -> f32 {
-        match self.compression {
-            Compression::None => 1.0 / self.ranks as f32,
-            _ => 1.0,
-        }
+        self.grad_scale
     }
 
-    /// Start a step whose gradients land in `grads` and whose reduced gradients go to `reduced`.
-    ///
-    /// # Safety
-    /// See the module contract: both buffers stay alive and are left alone as described
-    /// until every bucket of this step has come back from `wait_next`.
-    pub unsafe fn begin_step(&mut self, step: u64, grads: &[f32], reduced: &mut [f32]) {
-        assert!(grads.len() >= self.plan.total_len() && reduced.len() >= self.plan.total_len());
-        assert!(!self.active, "begin_step before the previous step's buckets all came back");
+    /// Start a step. Every bucket must be back from the previous one.
+    pub fn begin_step(&mut self, step: u64) {
+        assert!(
+            !self.active && self.home.iter().all(Option::is_some),
+            "begin_step before every bucket of step {} came back",
+            self.step
+        );
         self.active = true;
         for (b, m) in self.plan.members.iter().enumerate() {
             self.remaining[b] = m.len();
             self.sent[b] = false;
+            self.back[b] = false;
         }
-        self.next = 0;
+        self.ready.iter_mut().for_each(|r| *r = false);
+        self.n_back = 0;
         self.step = step;
-        self.grads = grads.as_ptr();
-        self.reduced = reduced.as_mut_ptr();
+    }
+
+    /// The buffer tensor `t`'s gradient goes into, and its range in it. Only while the
+    /// tensor has not been declared ready (its bucket is then still at home).
+    pub fn slot(&mut self, t: usize) -> (&mut G, Range<usize>) {
+        assert!(self.active && !self.ready[t], "tensor {t} written after it was declared ready");
+        let b = self.plan.bucket_of[t];
+        let start = self.plan.buckets[b].start;
+        let s = &self.plan.slots[t];
+        let range = s.start - start..s.end - start;
+        let bucket = self.home[b].as_mut().expect("a bucket with unready tensors is at home");
+        (&mut bucket.grads, range)
     }
 
     /// Backward has finished tensor `t`; with overlap on, its bucket goes out once complete.
     pub fn tensor_ready(&mut self, t: usize) {
+        assert!(self.active && !self.ready[t], "tensor {t} declared ready twice in step {}", self.step);
+        self.ready[t] = true;
         let b = self.plan.bucket_of[t];
         self.remaining[b] -= 1;
         if self.overlap && self.remaining[b] == 0 {
@@ -151,7 +190,8 @@ impl Engine {
         }
     }
 
-    /// Send every bucket not sent yet (all of them when overlap is off).
+    /// Send every bucket not sent yet (all of them when overlap is off). Every tensor must
+    /// have been declared ready.
     pub fn flush(&mut self) {
         for b in 0..self.plan.buckets.len() {
             if !self.sent[b] {
@@ -161,130 +201,128 @@ impl Engine {
     }
 
     fn send(&mut self, b: usize) {
+        assert!(self.remaining[b] == 0, "bucket {b} sent with {} tensor(s) not ready", self.remaining[b]);
         self.sent[b] = true;
-        let r = self.plan.buckets[b].clone();
-        // SAFETY: in bounds (checked in begin_step); disjoint from what the main thread
-        // touches until this bucket comes back.
-        let (src, dst) = unsafe { (self.grads.add(r.start), self.reduced.add(r.start)) };
-        if let Some(tx) = &self.work {
-            tx.send(Work { bucket: b, src, dst, len: r.len(), step: self.step }).expect("communication thread alive");
-        } else if let Some(inl) = &mut self.inline {
-            let t = Instant::now();
-            // SAFETY: as above; this thread is the only one touching the bucket now.
-            let (src, dst) =
-                unsafe { (std::slice::from_raw_parts(src, r.len()), std::slice::from_raw_parts_mut(dst, r.len())) };
-            let w = Bucket { index: b, step: self.step, tid: MAIN_TID, slot: MAIN };
-            reduce_bucket(&inl.chan, src, dst, self.compression, &mut inl.scratch, &inl.timeline, &inl.watchdog, &w);
-            self.exposed += t.elapsed();
-        } else {
-            // SAFETY: as above; single rank, so the "sum" is a copy.
-            unsafe { std::ptr::copy_nonoverlapping(src, dst, r.len()) };
+        let bucket = self.home[b].take().expect("a bucket is sent once per step");
+        let step = self.step;
+        match &mut self.mode {
+            Mode::Thread { work, .. } => {
+                work.as_ref().expect("engine running").send(Work { bucket, step }).expect("communication thread alive")
+            }
+            Mode::Inline { reducer, ctx, arrived } => {
+                let t = Instant::now();
+                let mut bucket = bucket;
+                reduce_bucket(reducer.as_mut(), &mut bucket, step, ctx);
+                arrived.push_back(bucket);
+                self.exposed += t.elapsed();
+            }
         }
     }
 
-    /// Wait for the next bucket in reduction order; returns its index, or None when the step
-    /// is complete. Every bucket must have been sent (`flush`).
-    pub fn wait_next(&mut self) -> Option<usize> {
-        if self.next == self.plan.buckets.len() {
+    /// The next reduced bucket, in the order buckets come back; None when the step is
+    /// complete. Every bucket must have been sent (`flush`). Hand it back with `give_back`.
+    pub fn wait_next(&mut self) -> Option<Bucket<G>> {
+        if self.n_back == self.plan.buckets.len() {
             self.active = false;
             return None;
         }
-        let b = self.next;
-        assert!(self.sent[b], "bucket {b} waited for before it was sent (flush first)");
-        if let Some(rx) = &self.done {
-            let t = Instant::now();
-            let got = rx.recv().expect("communication thread ended early");
-            self.exposed += t.elapsed();
-            debug_assert_eq!(got, b, "buckets come back in the order they were sent");
-        }
-        self.next += 1;
-        Some(b)
+        assert!(self.sent.iter().all(|&s| s), "wait_next before every bucket was sent (flush first)");
+        let bucket = match &mut self.mode {
+            Mode::Thread { done, .. } => {
+                let t = Instant::now();
+                let got = done.recv().expect("communication thread ended early");
+                self.exposed += t.elapsed();
+                got
+            }
+            Mode::Inline { arrived, .. } => arrived.pop_front().expect("inline buckets are reduced when sent"),
+        };
+        let b = bucket.index;
+        assert!(self.sent[b] && !self.back[b], "bucket {b} came back twice, or before it was sent");
+        self.back[b] = true;
+        self.n_back += 1;
+        Some(bucket)
     }
 
-    /// Reduce one buffer outright (benchmarks): send every bucket and wait for all.
-    pub fn reduce_all(&mut self, grads: &[f32], reduced: &mut [f32]) {
-        // SAFETY: both borrows outlive this call, which waits for every bucket.
-        unsafe { self.begin_step(self.step + 1, grads, reduced) };
+    /// Return a bucket that `wait_next` handed out.
+    pub fn give_back(&mut self, bucket: Bucket<G>) {
+        let b = bucket.index;
+        assert!(self.back[b] && self.home[b].is_none(), "bucket {b} given back twice");
+        self.home[b] = Some(bucket);
+    }
+
+    /// Reduce whatever the buckets hold, all of them, and wait (benchmarks, tests).
+    pub fn reduce_all(&mut self) {
+        self.begin_step(self.step + 1);
+        for t in 0..self.ready.len() {
+            self.tensor_ready(t);
+        }
         self.flush();
-        while self.wait_next().is_some() {}
-    }
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        self.work = None; // closes the queue: the thread ends
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        while let Some(b) = self.wait_next() {
+            self.give_back(b);
         }
     }
-}
 
-impl Engine {
+    /// Copy a whole arena of gradients into the buckets (benchmarks, tests).
+    pub fn load_grads(&mut self, arena: &[f32]) {
+        for (bucket, r) in self.home.iter_mut().zip(&self.plan.buckets) {
+            bucket.as_mut().expect("at home").grads.host_mut().copy_from_slice(&arena[r.clone()]);
+        }
+    }
+
+    /// Copy the reduced buckets out into a whole arena (benchmarks, tests).
+    pub fn reduced_arena(&self, out: &mut [f32]) {
+        for (bucket, r) in self.home.iter().zip(&self.plan.buckets) {
+            out[r.clone()].copy_from_slice(bucket.as_ref().expect("at home").reduced.host());
+        }
+    }
+
     /// Stop the communication thread and take its channel back (benchmarks reuse it, since
     /// duplicating a communicator is a collective of its own).
-    pub fn into_channel(mut self) -> Channel {
-        if let Some(inline) = self.inline.take() {
-            return inline.chan;
+    pub fn into_channel(mut self) -> Option<Channel> {
+        match std::mem::replace(&mut self.mode, Mode::Inline { reducer: Box::new(super::reduce::Local), ctx: Ctx { timeline: None, watchdog: None, tid: 0, slot: 0 }, arrived: VecDeque::new() }) {
+            Mode::Inline { reducer, .. } => reducer.into_channel(),
+            Mode::Thread { work, thread, .. } => {
+                drop(work); // closes the queue: the thread ends
+                thread.and_then(|t| t.join().ok()).and_then(|r| r.into_channel())
+            }
         }
-        self.work = None;
-        self.thread.take().expect("an engine with a channel").join().expect("communication thread ended cleanly")
     }
 }
 
-fn comm_loop(
-    chan: Channel,
-    work: Receiver<Work>,
-    done: Sender<usize>,
-    compression: Compression,
-    timeline: Option<Arc<Timeline>>,
-    watchdog: Option<SharedWatchdog>,
-) -> Channel {
-    let mut scratch = Scratch::default();
-    while let Ok(w) = work.recv() {
-        // SAFETY: the module contract: this range is ours until we report it done.
-        let (src, dst) =
-            unsafe { (std::slice::from_raw_parts(w.src, w.len), std::slice::from_raw_parts_mut(w.dst, w.len)) };
-        let b = Bucket { index: w.bucket, step: w.step, tid: COMM_TID, slot: COMM };
-        reduce_bucket(&chan, src, dst, compression, &mut scratch, &timeline, &watchdog, &b);
-        if done.send(w.bucket).is_err() {
+impl<G: HostBuf> Drop for Engine<G> {
+    fn drop(&mut self) {
+        if let Mode::Thread { work, thread, .. } = &mut self.mode {
+            *work = None; // closes the queue: the thread ends
+            if let Some(t) = thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn comm_loop<G: HostBuf>(
+    mut reducer: Box<dyn Reducer>,
+    work: Receiver<Work<G>>,
+    done: Sender<Bucket<G>>,
+    ctx: Ctx,
+) -> Box<dyn Reducer> {
+    while let Ok(Work { mut bucket, step }) = work.recv() {
+        reduce_bucket(reducer.as_mut(), &mut bucket, step, &ctx);
+        if done.send(bucket).is_err() {
             break;
         }
     }
-    chan
+    reducer
 }
 
-/// Which bucket is being reduced, by which thread (for the timeline and the watchdog).
-struct Bucket {
-    index: usize,
-    step: u64,
-    tid: u32,
-    slot: usize,
-}
-
-/// Reduce one bucket: exact float32 sum through MPI_Allreduce, or the compressed ring.
-#[allow(clippy::too_many_arguments)]
-fn reduce_bucket(
-    chan: &Channel,
-    src: &[f32],
-    dst: &mut [f32],
-    compression: Compression,
-    scratch: &mut Scratch,
-    timeline: &Option<Arc<Timeline>>,
-    watchdog: &Option<SharedWatchdog>,
-    b: &Bucket,
-) {
-    let _guard = watchdog.as_ref().map(|wd| wd.guard(b.slot, "all-reduce of a gradient bucket", b.step));
+/// Reduce one bucket, guarded by the watchdog and recorded on the timeline.
+fn reduce_bucket<G: HostBuf>(reducer: &mut dyn Reducer, bucket: &mut Bucket<G>, step: u64, ctx: &Ctx) {
+    let _guard = ctx.watchdog.as_ref().map(|wd| wd.guard(ctx.slot, "all-reduce of a gradient bucket", step));
     let t = Instant::now();
-    match compression {
-        Compression::None => chan.all_reduce_sum_f32(src, dst),
-        kind => compress::ring_allreduce_avg(chan, src, dst, kind, scratch),
-    }
-    if let Some(tl) = timeline {
-        let what = match compression {
-            Compression::None => "all-reduce",
-            Compression::Fp16 => "all-reduce fp16 (pack, ring, unpack)",
-            Compression::Bf16 => "all-reduce bf16 (pack, ring, unpack)",
-        };
-        tl.span(b.tid, format!("{what} bucket {} ({} KiB)", b.index, src.len() * 4 / 1024), t, b.step);
+    let Bucket { grads, reduced, index } = bucket;
+    reducer.reduce(grads.host(), reduced.host_mut());
+    if let Some(tl) = &ctx.timeline {
+        let kib = grads.host().len() * 4 / 1024;
+        tl.span(ctx.tid, format!("{} bucket {index} ({kib} KiB)", reducer.what()), t, step);
     }
 }

@@ -7,6 +7,7 @@ pub mod comm;
 pub mod compress;
 pub mod engine;
 pub mod fusion;
+pub mod reduce;
 pub mod timeline;
 pub mod watchdog;
 

@@ -17,6 +17,8 @@ use crate::optim::Optimizer;
 use crate::parallel::timeline::Timeline;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::{check_agreement, checksum, Comm, Engine};
+use crate::device::Cpu;
+use crate::parallel::reduce;
 use crate::step::Stepper;
 use crate::weights;
 use log::info;
@@ -27,7 +29,7 @@ use std::time::{Duration, Instant};
 pub(super) struct Run<'a> {
     comm: &'a Comm,
     job: &'a Job,
-    st: Stepper,
+    st: Stepper<Cpu>,
     loader: Option<Loader>,
     test_shard: Option<Shard>,
     metrics: Option<MetricsLog>,
@@ -55,12 +57,14 @@ impl<'a> Run<'a> {
         let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), comm.rank, comm.host.clone());
         comm.barrier(); // line the ranks' clocks up for the timeline
         let timeline = job.output.timeline.as_ref().map(|_| Arc::new(Timeline::new(Instant::now())));
-        let chan = (comm.size > 1).then(|| comm.channel());
-        let engine = Engine::new(chan, plan, d.overlap, d.compression, timeline.clone(), Some(watchdog.share()));
-        let opt = Optimizer::new(&job.optimizer, model.tensors(), model.n_params, comm.size);
-        let mut st = Stepper::new(model, start.params, opt, engine, b, timeline.clone());
-        st.opt.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
-        st.step = start.step;
+        let be = Cpu;
+        let reducer = reduce::for_job((comm.size > 1).then(|| comm.channel()), d.compression);
+        // One rank has nothing to overlap: no communication thread.
+        let overlap = d.overlap && comm.size > 1;
+        let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), |n| vec![0.0; n]);
+        let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, comm.size)?;
+        let mut st = Stepper::new(be, model, &start.params, opt, engine, b, timeline.clone())?;
+        st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
         let fault = crate::fault::from_env()?;
         let metrics = if comm.rank == 0 { Some(MetricsLog::open(&out_dir, start.epoch + 1)?) } else { None };
         let loader = Loader::spawn(
@@ -122,17 +126,17 @@ impl<'a> Run<'a> {
     fn epoch(&mut self, epoch: usize, first: usize, mut loss_sum: f64) -> Result<Option<Outcome>> {
         let (comm, job, steps) = (self.comm, self.job, self.steps);
         let t0 = Instant::now();
-        self.st.engine.exposed = Duration::ZERO;
+        self.st.take_exposed();
         let mut at_epoch_end = 0;
         for i in first..steps {
             let waiting = Instant::now();
             let loader = self.loader.as_ref().expect("loader alive until the last epoch ends");
             let batch = loader.next()?;
-            crate::fault::maybe_fire(&self.fault, comm.rank, self.st.step + 1, &mut self.st.params)?;
+            crate::fault::maybe_fire(&self.fault, comm.rank, &mut self.st)?;
             let l = self.st.run(&batch, waiting).map_err(|e| in_step(e, epoch, i + 1, comm.rank))?;
             loss_sum += l;
             loader.give_back(batch);
-            if self.st.step == self.start_step + 1 && comm.rank == 0 {
+            if self.st.step() == self.start_step + 1 && comm.rank == 0 {
                 let since_exec = crate::sys::seconds_since_start().unwrap_or(f64::NAN);
                 info!(
                     "first step done {since_exec:.3} s after process start ({:.3} s after main)",
@@ -141,9 +145,9 @@ impl<'a> Run<'a> {
             }
             self.progress(epoch, first, i, t0, loss_sum);
             let d = &job.distribution;
-            if d.check_every > 0 && self.st.step % d.check_every as u64 == 0 {
-                let _g = self.watchdog.guard(MAIN, "the parameter consistency check", self.st.step);
-                check_agreement(comm, &format!("the parameter checksum at step {}", self.st.step), checksum(&self.st.params))
+            if d.check_every > 0 && self.st.step() % d.check_every as u64 == 0 {
+                let _g = self.watchdog.guard(MAIN, "the parameter consistency check", self.st.step());
+                check_agreement(comm, &format!("the parameter checksum at step {}", self.st.step()), checksum(&self.st.params_host()?))
                     .map_err(|e| Error::Mismatch(format!("{e}: the model replicas have diverged")))?;
             }
             // Agree on stopping and checkpointing, so every rank acts at the same step.
@@ -151,8 +155,8 @@ impl<'a> Run<'a> {
             let time_due = comm.rank == 0
                 && ck.every_minutes > 0.0
                 && self.last_ckpt.elapsed().as_secs_f64() >= ck.every_minutes * 60.0;
-            let flags = stop::agree(comm, &self.watchdog, self.st.step, time_due);
-            let step_due = ck.every_steps > 0 && self.st.step % ck.every_steps == 0;
+            let flags = stop::agree(comm, &self.watchdog, self.st.step(), time_due);
+            let step_due = ck.every_steps > 0 && self.st.step() % ck.every_steps == 0;
             let flags = flags | if step_due { CHECKPOINT } else { 0 };
             if flags != 0 && i + 1 == steps {
                 // The epoch's last step: checkpoint after its metrics, as the start of the next.
@@ -161,7 +165,7 @@ impl<'a> Run<'a> {
                 stop::save_checkpoint(&self.ctx(), &self.st, epoch - 1, i + 1, loss_sum)?;
                 self.last_ckpt = Instant::now();
                 if flags & STOP != 0 {
-                    stop::log_stopped(comm, format!("at step {}", self.st.step));
+                    stop::log_stopped(comm, format!("at step {}", self.st.step()));
                     return Ok(Some(Outcome::Preempted));
                 }
             }
@@ -214,14 +218,14 @@ impl<'a> Run<'a> {
         let b = job.training.batch_size;
         let secs = t0.elapsed().as_secs_f64();
         let done = steps - first;
-        let exposed_ms = self.st.engine.exposed.as_secs_f64() * 1e3 / done.max(1) as f64;
+        let exposed_ms = self.st.take_exposed().as_secs_f64() * 1e3 / done.max(1) as f64;
         let test = match &self.test_shard {
-            Some(sh) => evaluate_local(&self.st.model, &self.st.params, sh)?,
+            Some(sh) => evaluate_local(self.st.model(), &self.st.params_host()?, sh)?,
             None => [0.0; 3],
         };
         let mut totals = [loss_sum, (steps * b) as f64, test[0], test[1], test[2]];
         {
-            let _g = self.watchdog.guard(MAIN, "the end-of-epoch metrics", self.st.step);
+            let _g = self.watchdog.guard(MAIN, "the end-of-epoch metrics", self.st.step());
             comm.all_reduce_sum_f64(&mut totals);
         }
         let (test_loss, test_accuracy) = match &self.test_shard {
@@ -241,7 +245,7 @@ impl<'a> Run<'a> {
             exposed_comm_ms_per_step: exposed_ms,
             steps,
             ranks: comm.size,
-            lr: self.st.opt.lr(),
+            lr: self.st.opt().lr(),
         };
         if let Some(log) = &self.metrics {
             info!(
@@ -265,7 +269,7 @@ impl<'a> Run<'a> {
         let comm = self.comm;
         self.loader = None;
         if let (Some(tl), Some(path)) = (&self.timeline, &self.job.output.timeline) {
-            let _g = self.watchdog.guard(MAIN, "gathering the timeline", self.st.step);
+            let _g = self.watchdog.guard(MAIN, "gathering the timeline", self.st.step());
             tl.write_all(comm, &comm.host, Path::new(path)).map_err(|e| Error::io(path, "write the timeline", e))?;
             if comm.rank == 0 {
                 info!(
@@ -277,10 +281,10 @@ impl<'a> Run<'a> {
         info!("peak RSS {:.1} MiB", crate::sys::peak_rss_mib().unwrap_or(f64::NAN));
         if comm.rank == 0 {
             let path = self.out_dir.join("weights.h5");
-            weights::save(&self.st.model, &self.st.params, &path)?;
+            weights::save(self.st.model(), &self.st.params_host()?, &path)?;
             match self.last.as_ref().and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {
                 Some((a, e)) => info!("done: test accuracy {a:.4} after {e} epochs; weights in {}", path.display()),
-                None => info!("done after {} steps; weights in {}", self.st.step, path.display()),
+                None => info!("done after {} steps; weights in {}", self.st.step(), path.display()),
             }
         }
         Ok(())

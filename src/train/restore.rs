@@ -30,7 +30,7 @@ pub(super) struct Start {
 pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Resume>) -> Result<Start> {
     let model = &setup.model;
     let ckpt = if comm.rank == 0 { prepare_output(job, &setup.out_dir, model, resume, comm.size)? } else { None };
-    let (m_len, v_len) = crate::optim::Optimizer::state_lens(&job.optimizer, model.n_params);
+    let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
     let mut params = match &ckpt {
         Some(c) => c.params.clone(),
         None if comm.rank == 0 => model.init_params(job.training.seed),

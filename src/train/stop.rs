@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::fault::Fault;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::Comm;
+use crate::device::Cpu;
 use crate::step::Stepper;
 use log::info;
 use std::path::{Path, PathBuf};
@@ -39,32 +40,32 @@ pub(super) struct Ctx<'a> {
 /// for it (unguarded: a large write may take longer than the watchdog's deadline).
 pub(super) fn save_checkpoint(
     ctx: &Ctx,
-    st: &Stepper,
+    st: &Stepper<Cpu>,
     epoch_index: usize,
     step_in_epoch: usize,
     loss_sum: f64,
 ) -> Result<PathBuf> {
     let comm = ctx.comm;
     let loss_sums = {
-        let _g = ctx.watchdog.guard(MAIN, "the checkpoint's loss gathering", st.step);
+        let _g = ctx.watchdog.guard(MAIN, "the checkpoint's loss gathering", st.step());
         comm.all_gather_f64(loss_sum)
     };
-    let path = ctx.out_dir.join(checkpoint::file_name(st.step));
+    let path = ctx.out_dir.join(checkpoint::file_name(st.step()));
     if comm.rank == 0 {
-        let (m, v, step) = st.opt.state();
+        let (m, v, step) = st.opt().state(st.backend())?;
         let c = Checkpoint {
             step,
             epoch: epoch_index,
             step_in_epoch,
             world_size: comm.size,
             loss_sums,
-            params: st.params.clone(),
-            m: m.to_vec(),
-            v: v.to_vec(),
+            params: st.params_host()?,
+            m,
+            v,
             job_json: serde_json::to_string(ctx.job).expect("job serializes"),
         };
         let t = Instant::now();
-        checkpoint::save(ctx.out_dir, &st.model, &c, ctx.job.checkpoint.keep, || {
+        checkpoint::save(ctx.out_dir, st.model(), &c, ctx.job.checkpoint.keep, || {
             crate::fault::in_checkpoint(&ctx.fault, comm.rank, step)
         })?;
         info!("checkpoint {} written ({:.0} ms)", path.display(), t.elapsed().as_secs_f64() * 1e3);

@@ -1,0 +1,163 @@
+//! The backend seam: every operation a training step, evaluation or prediction performs on
+//! device buffers, the optimizer updates included. The model (`model/`), the losses and the
+//! optimizer (`optim.rs`) are written against this trait only and never name a device;
+//! `device::cpu::Cpu` is the reference implementation, and every other backend is tested
+//! against it with the same generic tests (`device/conformance.rs`, `model/tests.rs`).
+//!
+//! Buffers are owned (`Buf`, `Labels`); operations take views of ranges of them (`View`,
+//! `ViewMut`), so a gradient bucket, a layer's weight or a batch's rows are addressed without
+//! copies, and Rust's borrow rules say which buffers an operation reads and which it writes.
+//! Shapes are row-major: activations [batch, features], a weight [in, out].
+//!
+//! Every operation returns `Result`: a GPU can fail at any call (out of memory, a launch
+//! error, a lost device), and that failure must end the job with a clear line, not a panic.
+
+use crate::config::Activation;
+use crate::error::Result;
+use std::ops::Range;
+
+/// Which operand is transposed in `gemm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trans {
+    N,
+    T,
+}
+
+/// One SGD (momentum, Nesterov) update's hyperparameters.
+#[derive(Clone, Copy, Debug)]
+pub struct SgdHyper {
+    pub lr: f32,
+    /// Multiplies the incoming gradient (e.g. to turn a sum into a mean).
+    pub grad_scale: f32,
+    pub weight_decay: f32,
+    pub momentum: f32,
+    pub nesterov: bool,
+}
+
+/// One Adam/AdamW update's hyperparameters, bias corrections included.
+#[derive(Clone, Copy, Debug)]
+pub struct AdamHyper {
+    pub lr: f32,
+    pub grad_scale: f32,
+    pub b1: f32,
+    pub b2: f32,
+    pub eps: f32,
+    /// 1 - beta1^t.
+    pub bc1: f32,
+    /// sqrt(1 - beta2^t).
+    pub bc2_sqrt: f32,
+    /// L2 penalty added to the gradient (Adam with weight decay).
+    pub l2: f32,
+    /// Decoupled decay lr × weight_decay (AdamW).
+    pub decay: f32,
+}
+
+/// A device that runs the dense layers. See the module comment for the contract.
+pub trait Backend: Send {
+    /// An owned buffer of f32 in the device's memory.
+    type Buf: Send + 'static;
+    /// An owned buffer of i32 class labels in the device's memory.
+    type Labels: Send + 'static;
+    /// A read-only view of part of a `Buf`.
+    type View<'a>: Copy
+    where
+        Self: 'a;
+    /// A writable view of part of a `Buf`.
+    type ViewMut<'a>
+    where
+        Self: 'a;
+
+    /// For log lines: "cpu", "cuda:0 (NVIDIA H100 ...)".
+    fn name(&self) -> String;
+
+    // ---- memory ----
+    fn zeros(&self, n: usize) -> Result<Self::Buf>;
+    fn upload(&self, host: &[f32]) -> Result<Self::Buf>;
+    /// Copy `host` into the start of `buf` (a batch into its staging buffer).
+    fn upload_into(&self, host: &[f32], buf: &mut Self::Buf) -> Result<()>;
+    fn upload_labels(&self, host: &[i32], buf: &mut Self::Labels) -> Result<()>;
+    fn labels(&self, n: usize) -> Result<Self::Labels>;
+    /// Copy `buf[range]` to `host` (`host.len() == range.len()`).
+    fn download(&self, buf: &Self::Buf, range: Range<usize>, host: &mut [f32]) -> Result<()>;
+    fn len(&self, buf: &Self::Buf) -> usize;
+    fn fill_zero(&self, v: Self::ViewMut<'_>) -> Result<()>;
+    fn view<'a>(&self, buf: &'a Self::Buf, r: Range<usize>) -> Self::View<'a>;
+    fn view_mut<'a>(&self, buf: &'a mut Self::Buf, r: Range<usize>) -> Self::ViewMut<'a>;
+
+    // ---- dense layer ----
+    /// C[m,n] = alpha · op(A)[m,k] · op(B)[k,n] + beta · C. `a` holds A as [m,k] (N) or
+    /// [k,m] (T); `b` holds B as [k,n] (N) or [n,k] (T).
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &self,
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f32,
+        a: Self::View<'_>,
+        ta: Trans,
+        b: Self::View<'_>,
+        tb: Trans,
+        beta: f32,
+        c: Self::ViewMut<'_>,
+    ) -> Result<()>;
+    /// out[r, :] = act(out[r, :] + bias); the pre-activation goes to `keep_z` when given.
+    fn bias_act(
+        &self,
+        out: Self::ViewMut<'_>,
+        bias: Self::View<'_>,
+        act: Activation,
+        keep_z: Option<Self::ViewMut<'_>>,
+    ) -> Result<()>;
+    /// d *= act'(z), from the activation's output `a` (relu, tanh) or input `z` (gelu).
+    fn act_backward(
+        &self,
+        d: Self::ViewMut<'_>,
+        a: Self::View<'_>,
+        z: Option<Self::View<'_>>,
+        act: Activation,
+    ) -> Result<()>;
+    /// out[j] = Σ_r m[r, j] (the bias gradient).
+    fn column_sums(&self, m: Self::View<'_>, cols: usize, out: Self::ViewMut<'_>) -> Result<()>;
+
+    // ---- losses ----
+    /// Softmax cross-entropy of `logits` [b, k] against `labels[..b]`: (Σ losses, correct
+    /// argmax predictions); the gradient × `grad_scale` into `d` when given.
+    fn softmax_xent(
+        &self,
+        logits: Self::View<'_>,
+        labels: &Self::Labels,
+        k: usize,
+        grad_scale: f32,
+        d: Option<Self::ViewMut<'_>>,
+    ) -> Result<(f64, usize)>;
+    /// Σ over samples of the mean squared error over k outputs; gradient × `grad_scale`.
+    fn mse(
+        &self,
+        pred: Self::View<'_>,
+        target: Self::View<'_>,
+        k: usize,
+        grad_scale: f32,
+        d: Option<Self::ViewMut<'_>>,
+    ) -> Result<f64>;
+    /// Row-wise softmax of [rows, k] in place (probabilities for `predict`).
+    fn softmax(&self, v: Self::ViewMut<'_>, k: usize) -> Result<()>;
+
+    // ---- optimizer ----
+    /// p -= lr · update(g · grad_scale + wd · p), with momentum buffer `m` when given.
+    fn sgd(
+        &self,
+        p: Self::ViewMut<'_>,
+        g: Self::View<'_>,
+        m: Option<Self::ViewMut<'_>>,
+        h: &SgdHyper,
+    ) -> Result<()>;
+    fn adam(
+        &self,
+        p: Self::ViewMut<'_>,
+        g: Self::View<'_>,
+        m: Self::ViewMut<'_>,
+        v: Self::ViewMut<'_>,
+        h: &AdamHyper,
+    ) -> Result<()>;
+}

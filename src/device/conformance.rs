@@ -1,0 +1,239 @@
+//! Conformance tests for the backend seam, written once against `Backend` and run on every
+//! backend: each operation on random, odd shapes against a plain f64 reference written here
+//! (not the CPU backend's code), with a tolerance that a float32 implementation must meet.
+//! A new backend adds one line per test at the bottom.
+
+use super::backend::{AdamHyper, Backend, SgdHyper, Trans};
+use super::cpu::{gelu, gelu_grad, Cpu};
+use crate::config::Activation;
+use crate::rng::Rng;
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng::new(seed, 7);
+    (0..n).map(|_| (r.uniform() * 2.0 - 1.0) as f32).collect()
+}
+
+fn host<B: Backend>(be: &B, buf: &B::Buf, n: usize) -> Vec<f32> {
+    let mut v = vec![0.0; n];
+    be.download(buf, 0..n, &mut v).unwrap();
+    v
+}
+
+fn close(got: &[f32], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!((g as f64 - w).abs() <= tol * (1.0 + w.abs()), "{what}[{i}]: got {g}, want {w}");
+    }
+}
+
+/// Odd shapes, including 1 and sizes that are not multiples of any vector width.
+const SHAPES: [(usize, usize, usize); 5] = [(1, 1, 1), (3, 5, 7), (17, 1, 9), (33, 65, 31), (2, 129, 3)];
+
+fn gemm<B: Backend>(be: &B) {
+    for (seed, &(m, k, n)) in SHAPES.iter().enumerate() {
+        for ta in [Trans::N, Trans::T] {
+            for tb in [Trans::N, Trans::T] {
+                let (a, b, c0) = (random(m * k, seed as u64), random(k * n, 100 + seed as u64), random(m * n, 200));
+                let at = |i: usize, p: usize| if ta == Trans::N { a[i * k + p] } else { a[p * m + i] } as f64;
+                let bt = |p: usize, j: usize| if tb == Trans::N { b[p * n + j] } else { b[j * k + p] } as f64;
+                let (alpha, beta) = (0.75f32, 0.5f32);
+                let want: Vec<f64> = (0..m * n)
+                    .map(|ij| {
+                        let (i, j) = (ij / n, ij % n);
+                        alpha as f64 * (0..k).map(|p| at(i, p) * bt(p, j)).sum::<f64>() + beta as f64 * c0[ij] as f64
+                    })
+                    .collect();
+                let (ad, bd, mut cd) = (be.upload(&a).unwrap(), be.upload(&b).unwrap(), be.upload(&c0).unwrap());
+                let (av, bv) = (be.view(&ad, 0..a.len()), be.view(&bd, 0..b.len()));
+                be.gemm(m, k, n, alpha, av, ta, bv, tb, beta, be.view_mut(&mut cd, 0..m * n)).unwrap();
+                close(&host(be, &cd, m * n), &want, 1e-5, &format!("gemm {m}x{k}x{n} {ta:?}{tb:?}"));
+            }
+        }
+    }
+}
+
+fn act_ref(act: Activation, z: f64) -> f64 {
+    match act {
+        Activation::Identity => z,
+        Activation::Relu => z.max(0.0),
+        Activation::Tanh => z.tanh(),
+        Activation::Gelu => gelu(z as f32) as f64,
+    }
+}
+
+fn elementwise<B: Backend>(be: &B) {
+    for act in [Activation::Identity, Activation::Relu, Activation::Tanh, Activation::Gelu] {
+        for &(rows, cols) in &[(1usize, 1usize), (7, 13), (33, 5)] {
+            let (x, bias, d) = (random(rows * cols, 1), random(cols, 2), random(rows * cols, 3));
+            let z: Vec<f64> = (0..rows * cols).map(|i| x[i] as f64 + bias[i % cols] as f64).collect();
+            let mut out = be.upload(&x).unwrap();
+            let mut keep = be.zeros(rows * cols).unwrap();
+            let bd = be.upload(&bias).unwrap();
+            let keep_z = (act == Activation::Gelu).then(|| be.view_mut(&mut keep, 0..rows * cols));
+            be.bias_act(be.view_mut(&mut out, 0..rows * cols), be.view(&bd, 0..cols), act, keep_z).unwrap();
+            let a = host(be, &out, rows * cols);
+            close(&a, &z.iter().map(|&z| act_ref(act, z)).collect::<Vec<_>>(), 1e-6, &format!("bias_act {act:?}"));
+            if act == Activation::Gelu {
+                close(&host(be, &keep, rows * cols), &z, 1e-6, "bias_act keeps z");
+            }
+            // Backward: d * act'(z).
+            let deriv = |i: usize| match act {
+                Activation::Identity => 1.0,
+                Activation::Relu => (z[i] > 0.0) as u8 as f64,
+                Activation::Tanh => 1.0 - z[i].tanh().powi(2),
+                Activation::Gelu => gelu_grad(z[i] as f32) as f64,
+            };
+            let want: Vec<f64> = (0..rows * cols).map(|i| d[i] as f64 * deriv(i)).collect();
+            let mut dd = be.upload(&d).unwrap();
+            let zin = (act == Activation::Gelu).then(|| be.view(&keep, 0..rows * cols));
+            be.act_backward(be.view_mut(&mut dd, 0..rows * cols), be.view(&out, 0..rows * cols), zin, act).unwrap();
+            close(&host(be, &dd, rows * cols), &want, 1e-5, &format!("act_backward {act:?}"));
+        }
+    }
+    // Column sums.
+    let (rows, cols) = (37, 11);
+    let m = random(rows * cols, 4);
+    let want: Vec<f64> = (0..cols).map(|j| (0..rows).map(|r| m[r * cols + j] as f64).sum()).collect();
+    let md = be.upload(&m).unwrap();
+    let mut out = be.upload(&vec![9.0; cols]).unwrap();
+    be.column_sums(be.view(&md, 0..rows * cols), cols, be.view_mut(&mut out, 0..cols)).unwrap();
+    close(&host(be, &out, cols), &want, 1e-5, "column_sums");
+}
+
+fn losses<B: Backend>(be: &B) {
+    let (b, k) = (9, 7);
+    let logits: Vec<f32> = random(b * k, 5).iter().map(|v| v * 8.0).collect();
+    let labels: Vec<i32> = (0..b as i32).map(|i| (i * 3) % k as i32).collect();
+    let scale = 1.0 / b as f32;
+    let (mut loss, mut correct, mut grad) = (0.0f64, 0usize, vec![0.0f64; b * k]);
+    for r in 0..b {
+        let row: Vec<f64> = logits[r * k..(r + 1) * k].iter().map(|&v| v as f64).collect();
+        let max = row.iter().cloned().fold(f64::MIN, f64::max);
+        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
+        loss += sum.ln() - (row[labels[r] as usize] - max);
+        let arg = (0..k).fold(0, |best, j| if row[j] > row[best] { j } else { best });
+        correct += (arg == labels[r] as usize) as usize;
+        for j in 0..k {
+            let p = (row[j] - max).exp() / sum;
+            grad[r * k + j] = scale as f64 * (p - (j == labels[r] as usize) as u8 as f64);
+        }
+    }
+    let ld = be.upload(&logits).unwrap();
+    let mut lab = be.labels(b).unwrap();
+    be.upload_labels(&labels, &mut lab).unwrap();
+    let mut d = be.zeros(b * k).unwrap();
+    let (l, c) = be.softmax_xent(be.view(&ld, 0..b * k), &lab, k, scale, Some(be.view_mut(&mut d, 0..b * k))).unwrap();
+    assert!((l - loss).abs() < 1e-4 * loss.abs().max(1.0), "softmax_xent loss {l} vs {loss}");
+    assert_eq!(c, correct, "softmax_xent correct predictions");
+    close(&host(be, &d, b * k), &grad, 1e-5, "softmax_xent gradient");
+
+    let target = random(b * k, 6);
+    let mut mse = 0.0;
+    let mut mg = vec![0.0; b * k];
+    for i in 0..b * k {
+        let e = logits[i] as f64 - target[i] as f64;
+        mse += e * e / k as f64;
+        mg[i] = 2.0 * scale as f64 / k as f64 * e;
+    }
+    let td = be.upload(&target).unwrap();
+    let got = be.mse(be.view(&ld, 0..b * k), be.view(&td, 0..b * k), k, scale, Some(be.view_mut(&mut d, 0..b * k))).unwrap();
+    assert!((got - mse).abs() < 1e-4 * mse, "mse {got} vs {mse}");
+    close(&host(be, &d, b * k), &mg, 1e-5, "mse gradient");
+
+    let mut sd = be.upload(&logits).unwrap();
+    be.softmax(be.view_mut(&mut sd, 0..b * k), k).unwrap();
+    let probs = host(be, &sd, b * k);
+    for r in 0..b {
+        let want: Vec<f64> = (0..k).map(|j| (grad[r * k + j] / scale as f64) + (j == labels[r] as usize) as u8 as f64).collect();
+        close(&probs[r * k..(r + 1) * k], &want, 1e-5, "softmax");
+    }
+}
+
+fn optimizers<B: Backend>(be: &B) {
+    let n = 23;
+    let (p0, g, m0, v0) = (random(n, 8), random(n, 9), random(n, 10), random(n, 11).iter().map(|v| v.abs()).collect::<Vec<_>>());
+    for (momentum, nesterov) in [(0.0f32, false), (0.9, false), (0.9, true)] {
+        let h = SgdHyper { lr: 0.1, grad_scale: 0.5, weight_decay: 0.01, momentum, nesterov };
+        let (mut wp, mut wm) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            let gi = g[i] as f64 * 0.5 + 0.01 * p0[i] as f64;
+            let (p, m) = if momentum == 0.0 {
+                (p0[i] as f64 - 0.1 * gi, 0.0)
+            } else {
+                let m = momentum as f64 * m0[i] as f64 + gi;
+                (p0[i] as f64 - 0.1 * if nesterov { gi + momentum as f64 * m } else { m }, m)
+            };
+            wp.push(p);
+            wm.push(m);
+        }
+        let (mut pd, gd, mut md) = (be.upload(&p0).unwrap(), be.upload(&g).unwrap(), be.upload(&m0).unwrap());
+        let mv = (momentum > 0.0).then(|| be.view_mut(&mut md, 0..n));
+        be.sgd(be.view_mut(&mut pd, 0..n), be.view(&gd, 0..n), mv, &h).unwrap();
+        close(&host(be, &pd, n), &wp, 1e-6, &format!("sgd momentum {momentum} nesterov {nesterov}"));
+        if momentum > 0.0 {
+            close(&host(be, &md, n), &wm, 1e-6, "sgd momentum buffer");
+        }
+    }
+    for decoupled in [false, true] {
+        let (lr, b1, b2, eps, wd, t) = (0.01f64, 0.9f64, 0.999f64, 1e-7f64, 0.1f64, 3);
+        let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+        let h = AdamHyper {
+            lr: lr as f32,
+            grad_scale: 0.25,
+            b1: b1 as f32,
+            b2: b2 as f32,
+            eps: eps as f32,
+            bc1: bc1 as f32,
+            bc2_sqrt: bc2.sqrt() as f32,
+            l2: if decoupled { 0.0 } else { wd as f32 },
+            decay: if decoupled { (lr * wd) as f32 } else { 0.0 },
+        };
+        let mut wp = Vec::new();
+        for i in 0..n {
+            let p = p0[i] as f64;
+            let gi = g[i] as f64 * 0.25 + if decoupled { 0.0 } else { wd * p };
+            let m = b1 * m0[i] as f64 + (1.0 - b1) * gi;
+            let v = b2 * v0[i] as f64 + (1.0 - b2) * gi * gi;
+            wp.push(p - lr * (m / bc1) / ((v / bc2).sqrt() + eps) - if decoupled { lr * wd * p } else { 0.0 });
+        }
+        let (mut pd, gd) = (be.upload(&p0).unwrap(), be.upload(&g).unwrap());
+        let (mut md, mut vd) = (be.upload(&m0).unwrap(), be.upload(&v0).unwrap());
+        let (pv, mv, vv) = (be.view_mut(&mut pd, 0..n), be.view_mut(&mut md, 0..n), be.view_mut(&mut vd, 0..n));
+        be.adam(pv, be.view(&gd, 0..n), mv, vv, &h).unwrap();
+        close(&host(be, &pd, n), &wp, 1e-5, &format!("adam decoupled={decoupled}"));
+    }
+}
+
+fn memory<B: Backend>(be: &B) {
+    let h = random(19, 12);
+    let mut d = be.zeros(25).unwrap();
+    be.upload_into(&h, &mut d).unwrap();
+    let mut back = vec![0.0; 5];
+    be.download(&d, 3..8, &mut back).unwrap();
+    assert_eq!(&back[..], &h[3..8]);
+    assert_eq!(be.len(&d), 25);
+    be.fill_zero(be.view_mut(&mut d, 0..10)).unwrap();
+    assert!(host(be, &d, 25)[..10].iter().all(|&v| v == 0.0));
+    assert!(!be.name().is_empty());
+}
+
+#[test]
+fn cpu_gemm() {
+    gemm(&Cpu);
+}
+#[test]
+fn cpu_elementwise() {
+    elementwise(&Cpu);
+}
+#[test]
+fn cpu_losses() {
+    losses(&Cpu);
+}
+#[test]
+fn cpu_optimizers() {
+    optimizers(&Cpu);
+}
+#[test]
+fn cpu_memory() {
+    memory(&Cpu);
+}
