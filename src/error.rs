@@ -37,9 +37,22 @@ pub enum Error {
     #[error("ranks disagree: {0}")]
     Mismatch(String),
 
-    /// A device (CPU/CUDA) problem: no driver, no GPU, an unsupported request.
+    /// A device choice that cannot be met: `device = "cuda"` on a machine without one.
     #[error("device: {0}")]
     Device(String),
+
+    /// The CUDA driver or a CUDA library failed: not loadable, too old, out of memory, a
+    /// failed launch. The message names the library or the sizes involved.
+    #[error("cuda: {0}")]
+    Cuda(String),
+
+    /// MPI failed to start or cannot give what hvtrain needs (thread level).
+    #[error("mpi: {0}")]
+    Mpi(String),
+
+    /// The preemption signal handlers (SIGTERM, SIGINT, SIGUSR1) could not be installed.
+    #[error("signals: cannot install the handlers for SIGTERM/SIGINT/SIGUSR1: {0}")]
+    Signal(#[source] std::io::Error),
 
     /// Training diverged or produced non-finite numbers.
     #[error("training: {0}")]

@@ -96,7 +96,7 @@ fn main() {
             if comm.rank == 0 && !env.is_empty() {
                 log::info!("from the environment: {}", env.join(" "));
             }
-            signals::install().map_err(|e| error::Error::Device(format!("cannot install signal handlers: {e}")))?;
+            signals::install().map_err(error::Error::Signal)?;
             match train::train(comm, &job, t_process, args.resume.as_deref().map(train::Resume::parse))? {
                 train::Outcome::Completed => Ok(0),
                 train::Outcome::Preempted => Ok(signals::EXIT_PREEMPTED),

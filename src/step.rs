@@ -52,9 +52,12 @@ where
         batch: usize,
         timeline: Option<Arc<Timeline>>,
     ) -> Result<Stepper<B>> {
+        assert_eq!(params.len(), model.n_params, "parameter arena of another model");
+        let params = be.upload(params)?;
+        assert_eq!(be.len(&params), model.n_params, "the backend's upload changed the length");
         Ok(Stepper {
             ws: Workspace::new(&be, &model, batch)?,
-            params: be.upload(params)?,
+            params,
             x: be.zeros(batch * model.n_inputs())?,
             labels: be.labels(batch)?,
             values: be.zeros(batch * model.n_outputs())?,

@@ -42,7 +42,7 @@ pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Kind, String)>
         DeviceChoice::Cuda => match cuda::probe() {
             Ok(n) => Err(Error::Device(format!(
                 "training.device = \"cuda\": {n} GPU(s) found, but the CUDA backend is not implemented in this build yet; use device = \"cpu\" or \"auto\""))),
-            Err(why) => Err(Error::Device(format!("training.device = \"cuda\" but {why}; use device = \"cpu\" or \"auto\""))),
+            Err(why) => Err(Error::Cuda(format!("training.device = \"cuda\" but {why}; use device = \"cpu\" or \"auto\""))),
         },
     }
 }

@@ -214,11 +214,6 @@ impl<B: Backend> Workspace<B> {
         Ok(())
     }
 
-    /// The last forward's outputs for `b` samples: [b, outputs].
-    pub fn output<'a>(&'a self, be: &B, model: &Mlp, b: usize) -> B::View<'a> {
-        be.view(&self.a[model.layers.len() - 1], 0..b * model.n_outputs())
-    }
-
     /// The last forward's outputs, writable (softmax in place for `predict`).
     pub fn output_mut<'a>(&'a mut self, be: &B, model: &Mlp, b: usize) -> B::ViewMut<'a> {
         be.view_mut(&mut self.a[model.layers.len() - 1], 0..b * model.n_outputs())

@@ -132,14 +132,15 @@ impl Comm {
     /// Initialize MPI, asking for MPI_THREAD_MULTIPLE and requiring at least SERIALIZED: the
     /// communication thread makes MPI calls while the main thread computes. Works as a
     /// singleton too (`hvtrain train job.toml` without mpirun is a 1-rank job).
-    pub fn init() -> Result<Comm, String> {
+    pub fn init() -> crate::error::Result<Comm> {
+        use crate::error::Error;
         let (universe, granted) = mpi::initialize_with_threading(Threading::Multiple)
-            .ok_or_else(|| "MPI was already initialized".to_string())?;
+            .ok_or_else(|| Error::Mpi("MPI was already initialized".to_string()))?;
         if granted < Threading::Serialized {
-            return Err(format!(
+            return Err(Error::Mpi(format!(
                 "the MPI library granted thread level {granted:?}; hvtrain's communication thread needs at least \
                  MPI_THREAD_SERIALIZED (build Open MPI or MPICH with thread support)"
-            ));
+            )));
         }
         let world = universe.world();
         // Node-local rank from a shared-memory split: right under any launcher.

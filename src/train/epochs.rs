@@ -17,7 +17,7 @@ use crate::optim::Optimizer;
 use crate::parallel::timeline::Timeline;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::{check_agreement, checksum, Comm, Engine};
-use crate::device::Cpu;
+use crate::device::{Backend, Cpu};
 use crate::parallel::reduce;
 use crate::step::Stepper;
 use crate::weights;
@@ -58,6 +58,9 @@ impl<'a> Run<'a> {
         comm.barrier(); // line the ranks' clocks up for the timeline
         let timeline = job.output.timeline.as_ref().map(|_| Arc::new(Timeline::new(Instant::now())));
         let be = Cpu;
+        if comm.rank == 0 {
+            info!("backend: {} on every rank", be.name());
+        }
         let reducer = reduce::for_job((comm.size > 1).then(|| comm.channel()), d.compression);
         // One rank has nothing to overlap: no communication thread.
         let overlap = d.overlap && comm.size > 1;
