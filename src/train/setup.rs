@@ -4,7 +4,7 @@
 use crate::config::Job;
 use crate::data::shard::Shard;
 use crate::error::{Error, Result};
-use crate::eval::start;
+use crate::eval::{expect, start};
 use crate::model::Mlp;
 use crate::parallel::{check_agreement, Comm, FusionPlan};
 use log::info;
@@ -35,9 +35,10 @@ impl Setup {
             log_setup(job, &model, &plan, comm);
         }
 
-        let train_shard = Shard::open(&job.data, "data.train", &job.data.train, comm.rank, comm.size, &model)?;
+        let want = expect(&model);
+        let train_shard = Shard::open(&job.data, "data.train", &job.data.train, comm.rank, comm.size, want)?;
         let test_shard = match &job.data.test {
-            Some(t) => Some(Shard::open(&job.data, "data.test", t, comm.rank, comm.size, &model)?),
+            Some(t) => Some(Shard::open(&job.data, "data.test", t, comm.rank, comm.size, want)?),
             None => None,
         };
 
