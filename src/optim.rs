@@ -1,6 +1,7 @@
 //! Optimizers over the flat parameter arena: SGD (momentum, Nesterov), Adam and AdamW,
-//! with optional linear warm-up. Gradients arrive as the *sum* over ranks; `grad_scale`
-//! (1 / ranks) turns them into the average inside the same pass, saving a sweep.
+//! with optional linear warm-up. Gradients arrive as the *sum* over ranks, each rank's
+//! already divided by the step's global row count, so `grad_scale` is 1 in training (the
+//! factor is kept for callers whose sums need scaling inside the same pass).
 
 use crate::config::{OptimizerCfg, OptimizerKind};
 use crate::model::TensorInfo;

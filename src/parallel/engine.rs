@@ -47,7 +47,6 @@ pub struct Engine {
     plan: FusionPlan,
     overlap: bool,
     compression: Compression,
-    ranks: usize,
     remaining: Vec<usize>,
     sent: Vec<bool>,
     next: usize,
@@ -74,7 +73,6 @@ impl Engine {
         timeline: Option<Arc<Timeline>>,
         watchdog: Option<SharedWatchdog>,
     ) -> Engine {
-        let ranks = chan.as_ref().map_or(1, |c| c.size);
         let (mut work, mut done, mut thread, mut inline) = (None, None, None, None);
         match chan {
             Some(chan) if overlap => {
@@ -96,7 +94,6 @@ impl Engine {
             plan,
             overlap,
             compression,
-            ranks,
             next: 0,
             step: 0,
             active: false,
@@ -114,13 +111,11 @@ impl Engine {
         &self.plan
     }
 
-    /// What the optimizer multiplies reduced gradients by: 1/ranks for the exact sum; 1 when
-    /// the compressed ring already averaged.
+    /// What the optimizer multiplies reduced gradients by: 1, since each rank already divided
+    /// its gradients by the step's global row count, so the sum (exact or compressed) is the
+    /// mean.
     pub fn grad_scale(&self) -> f32 {
-        match self.compression {
-            Compression::None => 1.0 / self.ranks as f32,
-            _ => 1.0,
-        }
+        1.0
     }
 
     /// Start a step whose gradients land in `grads` and whose reduced gradients go to `reduced`.
@@ -277,7 +272,7 @@ fn reduce_bucket(
     let t = Instant::now();
     match compression {
         Compression::None => chan.all_reduce_sum_f32(src, dst),
-        kind => compress::ring_allreduce_avg(chan, src, dst, kind, scratch),
+        kind => compress::ring_allreduce_sum(chan, src, dst, kind, scratch),
     }
     if let Some(tl) = timeline {
         let what = match compression {
