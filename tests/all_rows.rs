@@ -86,11 +86,18 @@ fn check_every_row_once(name: &str, sizes: &[usize], ranks: usize, b: usize, wan
         job(&dir, &LAYERS, "d-{rank}.h5", None, "");
         let bs = format!("training.batch_size={b}");
         let sh = format!("data.shuffle={shuffle}");
-        let run = train(&dir, ranks, &[&bs, &sh, "training.epochs=2", "data.shuffle_block=8", "data.shuffle_window=16"]);
+        let run =
+            train(&dir, ranks, &[&bs, &sh, "training.epochs=2", "data.shuffle_block=8", "data.shuffle_window=16"]);
         assert!(run.ok(), "{name}, shuffle {shuffle}: training failed\n{}", run.all());
         let used = rows_used(&run.stderr, 2);
         for (e, &(rows, digest, lines)) in used.iter().enumerate() {
-            assert_eq!(lines, ranks, "{name}, shuffle {shuffle}, epoch {}: one loader line per rank\n{}", e + 1, run.all());
+            assert_eq!(
+                lines,
+                ranks,
+                "{name}, shuffle {shuffle}, epoch {}: one loader line per rank\n{}",
+                e + 1,
+                run.all()
+            );
             assert_eq!(rows, total, "{name}, shuffle {shuffle}, epoch {}: rows used\n{}", e + 1, run.all());
             assert_eq!(digest, want_digest, "{name}, shuffle {shuffle}, epoch {}: not every row exactly once", e + 1);
         }

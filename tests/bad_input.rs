@@ -579,6 +579,10 @@ fn more_bad_config_values() {
     // Larger than each rank's 20 samples: one short batch per epoch, unless data.drop_last
     // asks for full batches only.
     let run = train2(&dir, &["training.batch_size=100", "data.drop_last=true"]);
-    assert_fails(&run, None, &["job.toml", "training.batch_size", "larger than the smallest rank's share", "drop_last"]);
+    assert_fails(
+        &run,
+        None,
+        &["job.toml", "training.batch_size", "larger than the smallest rank's share", "drop_last"],
+    );
     assert!(!dir.join("out/weights.h5").exists());
 }

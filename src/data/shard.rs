@@ -160,10 +160,9 @@ impl Shard {
 
 /// Read file rows a..a+n of one part into `out`, rejecting non-finite values.
 fn read_part(p: &Part, x_name: &str, a: usize, n: usize, d: usize, out: &mut [f32]) -> Result<()> {
-    let arr = p
-        .x
-        .read_slice_2d::<f32, _>((a..a + n, ..))
-        .map_err(|e| Error::hdf5(&p.path, format!("read {} rows {}..{}", x_name, a, a + n), e))?;
+    let arr =
+        p.x.read_slice_2d::<f32, _>((a..a + n, ..))
+            .map_err(|e| Error::hdf5(&p.path, format!("read {} rows {}..{}", x_name, a, a + n), e))?;
     let src = arr.as_slice().expect("hdf5 returns standard-layout arrays");
     if let Some(i) = src.iter().position(|v| !v.is_finite()) {
         return Err(Error::data(
@@ -210,10 +209,7 @@ fn open_part(
         return Err(Error::data(
             &path,
             xn,
-            format!(
-                "has {d} features per sample but the model's input width (model.layers[0]) is {}",
-                want.inputs
-            ),
+            format!("has {d} features per sample but the model's input width (model.layers[0]) is {}", want.inputs),
         ));
     }
     let ys = y.shape();
@@ -270,9 +266,7 @@ fn open_part(
                 return Err(Error::data(
                     &path,
                     yn,
-                    format!(
-                        "mse needs float targets [samples, {k}] (the model's output width), found shape {ys:?}"
-                    ),
+                    format!("mse needs float targets [samples, {k}] (the model's output width), found shape {ys:?}"),
                 ));
             }
             let v: Vec<f32> = if ys.len() == 1 {

@@ -46,7 +46,8 @@ impl Setup {
         };
 
         let b = job.training.batch_size;
-        let shares: Vec<usize> = comm.all_gather_u64(train_shard.len() as u64).into_iter().map(|n| n as usize).collect();
+        let shares: Vec<usize> =
+            comm.all_gather_u64(train_shard.len() as u64).into_iter().map(|n| n as usize).collect();
         let schedule = Schedule::new(shares, b, job.data.drop_last);
         if schedule.steps == 0 {
             let min_n = schedule.shares.iter().min().copied().unwrap_or(0);
@@ -153,4 +154,3 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
         job.checkpoint.keep
     );
 }
-
