@@ -3,7 +3,7 @@
 
 use crate::config::{Job, LossKind};
 use crate::data::h5;
-use crate::data::shard::{Labels, Shard};
+use crate::data::shard::{Expect, Labels, Shard};
 use crate::parallel::{check_agreement, Comm};
 use crate::error::{Error, Result};
 use crate::device::{Backend, Cpu};
@@ -16,6 +16,11 @@ const CHUNK: usize = 512;
 
 pub fn build_model(job: &Job) -> Mlp {
     Mlp::new(&job.model.layers, job.model.activation, job.model.loss)
+}
+
+/// What `model` needs of its data, for opening a `Shard`.
+pub fn expect(model: &Mlp) -> Expect {
+    Expect { inputs: model.n_inputs(), outputs: model.n_outputs(), loss: model.loss }
 }
 
 /// Start-up shared by `train` and `eval`: placement log, device choice, cross-rank checks.
@@ -128,7 +133,7 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
         .as_ref()
         .ok_or_else(|| Error::config(&job.source, "data.test", "is not set; eval needs test data"))?;
     let params = weights::load(&model, weights_path)?;
-    let shard = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, &model)?;
+    let shard = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, expect(&model))?;
     let mut sums = evaluate_local(&model, &params, &shard)?;
     comm.all_reduce_sum_f64(&mut sums);
     let (loss, acc) = eval_result(&sums, &shard);

@@ -21,6 +21,9 @@ pub struct EpochMetrics {
     /// hidden behind backward).
     pub exposed_comm_ms_per_step: f64,
     pub steps: usize,
+    /// Training rows used in the epoch, summed over ranks (every row once, unless
+    /// `data.drop_last`).
+    pub samples: usize,
     pub ranks: usize,
     pub lr: f64,
 }

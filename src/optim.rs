@@ -1,8 +1,9 @@
 //! Optimizers over the flat parameter arena: SGD (momentum, Nesterov), Adam and AdamW,
 //! with optional linear warm-up. This file holds the schedule, the state and the per-tensor
 //! hyperparameters; the element-wise update runs on the backend (`Backend::sgd`/`adam`), so
-//! it runs where the parameters live. Gradients arrive as the reducer left them; `grad_scale`
-//! turns them into the average inside the same pass, saving a sweep.
+//! it runs where the parameters live. Gradients arrive as the sum over ranks, each rank's
+//! already divided by the step's global row count, so `grad_scale` is 1 in training (the
+//! factor is kept for callers whose sums need scaling inside the same pass).
 
 use crate::config::{OptimizerCfg, OptimizerKind};
 use crate::device::{AdamHyper, Backend, SgdHyper};

@@ -112,12 +112,30 @@ where
         }
     }
 
-    /// Run one step on `batch`; returns the sum of the batch's per-sample losses.
+    /// Run one step on `batch` (`batch.rows` rows: the batch size, fewer for a short last
+    /// batch, 0 when this rank has run out this epoch); returns the sum of the batch's
+    /// per-sample losses. `global_rows` is the step's row count over all ranks: gradients are
+    /// scaled by 1/global_rows, so the reduced sum is already the mean over the step's rows,
+    /// each rank weighted by the rows it used.
     /// `waited_since` is when the loop started waiting for this batch (for the timeline).
-    pub fn run(&mut self, batch: &Batch, waited_since: Instant) -> Result<f64> {
+    pub fn run(&mut self, batch: &Batch, global_rows: usize, waited_since: Instant) -> Result<f64> {
+        assert!(batch.rows <= self.batch && batch.rows <= global_rows && global_rows > 0, "bad step row counts");
         self.step += 1;
-        self.span("data wait", waited_since);
-        let (be, b) = (&self.be, self.batch);
+        self.span(if batch.rows == 0 { "data wait (no rows left)" } else { "data wait" }, waited_since);
+        if batch.rows == 0 {
+            // No compute, zero gradients; every tensor is still announced, in backward's
+            // order, so this rank's collectives line up with the others'.
+            self.engine.begin_step(self.step);
+            for t in 0..self.model.tensors().len() {
+                let (buf, range) = self.engine.slot(t);
+                self.be.fill_zero(self.be.view_mut(buf, range))?;
+                self.engine.tensor_ready(t);
+            }
+            self.engine.flush();
+            self.apply_buckets()?;
+            return Ok(0.0);
+        }
+        let (be, b) = (&self.be, batch.rows);
         let t = Instant::now();
         be.upload_into(&batch.x, &mut self.x)?;
         let targets = if batch.classes.is_empty() {
@@ -128,7 +146,7 @@ where
             Targets::Classes(&self.labels)
         };
         self.model.forward(be, &self.params, &self.x, b, &mut self.ws)?;
-        let (loss, _) = self.model.loss(be, targets, b, 1.0 / b as f32, &mut self.ws, true)?;
+        let (loss, _) = self.model.loss(be, targets, b, 1.0 / global_rows as f32, &mut self.ws, true)?;
         self.span("forward + loss", t);
         if !loss.is_finite() {
             return Err(Error::Training(format!(
@@ -141,7 +159,13 @@ where
         let mut sink = Sink { be, engine: &mut self.engine, timeline: &self.timeline, step: self.step, mark: Instant::now() };
         self.model.backward(be, &self.params, &self.x, b, &mut self.ws, &mut sink)?;
         self.engine.flush();
+        self.apply_buckets()?;
+        Ok(loss)
+    }
 
+    /// The optimizer on each bucket as it comes back reduced.
+    fn apply_buckets(&mut self) -> Result<()> {
+        let be = &self.be;
         self.opt.begin_step();
         let scale = self.engine.grad_scale();
         loop {
@@ -156,7 +180,7 @@ where
             self.engine.give_back(bucket);
             self.span(format!("optimizer bucket {i}"), t);
         }
-        Ok(loss)
+        Ok(())
     }
 }
 

@@ -570,13 +570,19 @@ fn more_bad_config_values() {
         ("model.layers=[5,-8,3]", &["job.toml", "model.layers[1]", "invalid value: integer `-8`"]),
         ("model.layers=[5]", &["job.toml", "model.layers", "needs at least an input and an output width"]),
         ("model.loss=hinge", &["job.toml", "model.loss", "unknown variant `hinge`"]),
-        // Valid on its own, but larger than each rank's 20 samples.
-        ("training.batch_size=100", &["job.toml", "training.batch_size", "larger than the smallest rank's share"]),
     ];
     for (set, needles) in cases {
         eprintln!("case --set {set}");
         let run = train2(&dir, &[set]);
         assert_fails(&run, None, needles);
     }
+    // Larger than each rank's 20 samples: one short batch per epoch, unless data.drop_last
+    // asks for full batches only.
+    let run = train2(&dir, &["training.batch_size=100", "data.drop_last=true"]);
+    assert_fails(
+        &run,
+        None,
+        &["job.toml", "training.batch_size", "larger than the smallest rank's share", "drop_last"],
+    );
     assert!(!dir.join("out/weights.h5").exists());
 }

@@ -284,7 +284,7 @@ fn fashion_mnist_on_3_hosts_matches_one_host() {
         let want = format!("rank {r}/3 on host h{} (local rank 0/1)", r + 1);
         assert!(three.run.stderr.contains(&want), "3 hosts: no {want:?} in the log\n{}", three.run.all());
     }
-    // 2 epochs x 156 steps of a 2.6 MB all-reduce: each host sends and receives GBs.
+    // 2 epochs x 157 steps of a 2.6 MB all-reduce: each host sends and receives GBs.
     for (i, b) in moved.iter().enumerate() {
         assert!(*b > 100_000_000, "only {b} bytes crossed host h{}'s link", i + 1);
     }

@@ -66,6 +66,11 @@ pub struct DataCfg {
     /// Rows held in memory at once by the reader (a multiple of `shuffle_block`).
     #[serde(default = "default_window")]
     pub shuffle_window: usize,
+    /// Leave out each rank's rows past the smallest share's full batches, every epoch (the
+    /// old behaviour; logged at warn). Off: every row is used once per epoch, with short
+    /// last batches and the gradient average weighted by the rows each rank used.
+    #[serde(default)]
+    pub drop_last: bool,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]

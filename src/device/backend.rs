@@ -80,7 +80,6 @@ pub trait Backend: Send {
     /// Copy `buf[range]` to `host` (`host.len() == range.len()`).
     fn download(&self, buf: &Self::Buf, range: Range<usize>, host: &mut [f32]) -> Result<()>;
     fn len(&self, buf: &Self::Buf) -> usize;
-    #[allow(dead_code)] // the data path for a rank with no rows in a step will use it
     fn fill_zero(&self, v: Self::ViewMut<'_>) -> Result<()>;
     fn view<'a>(&self, buf: &'a Self::Buf, r: Range<usize>) -> Self::View<'a>;
     fn view_mut<'a>(&self, buf: &'a mut Self::Buf, r: Range<usize>) -> Self::ViewMut<'a>;

@@ -41,12 +41,6 @@ impl Channel {
         self.comm.all_reduce_into(&send[..], v, SystemOperation::sum());
     }
 
-    pub fn all_reduce_min_u64(&self, x: u64) -> u64 {
-        let mut out = 0u64;
-        self.comm.all_reduce_into(&x, &mut out, SystemOperation::min());
-        out
-    }
-
     pub fn all_reduce_max_f64(&self, x: f64) -> f64 {
         let mut out = 0.0f64;
         self.comm.all_reduce_into(&x, &mut out, SystemOperation::max());

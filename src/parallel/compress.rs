@@ -1,10 +1,13 @@
 //! Gradient compression on the wire: a ring all-reduce of fp16 or bf16 values (MPI has no
 //! half-precision sum, so we run the ring ourselves over point-to-point exchanges).
 //!
-//! Averaging without overflow: each rank scales its gradients by 1/n *before* compressing,
-//! so partial sums stay near the gradients' own magnitude. Partial sums travel compressed
-//! and are added in f32; each chunk's final value is rounded once by the rank that owns it
-//! and then travels unchanged, so every rank ends with bit-identical averages.
+//! Summing without overflow: each rank's gradients arrive already divided by the step's
+//! global row count (the rows all ranks use in the step; see `Stepper::run`), so every
+//! summand is a per-sample gradient sum over the global count, and every partial sum is
+//! bounded by the largest per-sample gradient: it stays near the gradients' own magnitude,
+//! and the full sum is the global mean. Partial sums travel compressed and are added in f32;
+//! each chunk's final value is rounded once by the rank that owns it and then travels
+//! unchanged, so every rank ends with bit-identical results.
 
 use super::comm::Channel;
 use crate::config::Compression;
@@ -37,12 +40,11 @@ fn decompress(inp: &[u16], wide: &mut [f32], kind: Compression) {
     }
 }
 
-/// dst = average over ranks of src, through a compressed ring. `dst` doubles as the f32
-/// accumulator.
-pub fn ring_allreduce_avg(chan: &Channel, src: &[f32], dst: &mut [f32], kind: Compression, s: &mut Scratch) {
+/// dst = sum over ranks of src (already divided by the step's global row count), through a
+/// compressed ring. `dst` doubles as the f32 accumulator.
+pub fn ring_allreduce_sum(chan: &Channel, src: &[f32], dst: &mut [f32], kind: Compression, s: &mut Scratch) {
     let (n, r) = (chan.size, chan.rank);
-    let inv = 1.0 / n as f32;
-    dst.iter_mut().zip(src).for_each(|(d, &g)| *d = g * inv);
+    dst.copy_from_slice(src);
     if n == 1 {
         return;
     }

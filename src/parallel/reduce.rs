@@ -12,7 +12,8 @@ pub trait Reducer: Send {
     /// Combine this rank's `grads` of one bucket with the other ranks' into `out` (both the
     /// bucket's length). Every rank calls it for the same buckets in the same order.
     fn reduce(&mut self, grads: &[f32], out: &mut [f32]);
-    /// What the optimizer multiplies `out` by to get the average gradient.
+    /// What the optimizer multiplies `out` by to get the average gradient (1 for the sums
+    /// here: the step already divided every rank's gradients by the global row count).
     fn grad_scale(&self) -> f32;
     /// For the timeline: "all-reduce", "all-reduce fp16 (pack, ring, unpack)", ...
     fn what(&self) -> &'static str;
@@ -47,7 +48,8 @@ impl Reducer for Local {
     }
 }
 
-/// The exact float32 sum through `MPI_Allreduce`; the optimizer divides by the rank count.
+/// The exact float32 sum through `MPI_Allreduce`. Each rank's gradients arrive already
+/// divided by the step's global row count, so the sum is the mean.
 pub struct AllReduce {
     chan: Channel,
 }
@@ -57,7 +59,7 @@ impl Reducer for AllReduce {
         self.chan.all_reduce_sum_f32(grads, out);
     }
     fn grad_scale(&self) -> f32 {
-        1.0 / self.chan.size as f32
+        1.0
     }
     fn what(&self) -> &'static str {
         "all-reduce"
@@ -67,7 +69,7 @@ impl Reducer for AllReduce {
     }
 }
 
-/// The fp16/bf16 ring (`compress.rs`): it already averages, so the scale is 1.
+/// The fp16/bf16 ring (`compress.rs`): a sum, like `AllReduce`, carried in half precision.
 pub struct CompressedRing {
     chan: Channel,
     kind: Compression,
@@ -76,7 +78,7 @@ pub struct CompressedRing {
 
 impl Reducer for CompressedRing {
     fn reduce(&mut self, grads: &[f32], out: &mut [f32]) {
-        compress::ring_allreduce_avg(&self.chan, grads, out, self.kind, &mut self.scratch);
+        compress::ring_allreduce_sum(&self.chan, grads, out, self.kind, &mut self.scratch);
     }
     fn grad_scale(&self) -> f32 {
         1.0

@@ -7,7 +7,7 @@ use super::setup::Setup;
 use super::stop::{self, Ctx, CHECKPOINT, STOP};
 use super::{human, in_step, Outcome};
 use crate::config::Job;
-use crate::data::loader::{Loader, LoaderCfg};
+use crate::data::loader::{Loader, LoaderCfg, Schedule};
 use crate::data::shard::Shard;
 use crate::error::{Error, Result};
 use crate::eval::{eval_result, evaluate_local};
@@ -37,6 +37,8 @@ pub(super) struct Run<'a> {
     timeline: Option<Arc<Timeline>>,
     fault: Option<Fault>,
     out_dir: PathBuf,
+    /// Steps per epoch and the rows of every rank in each.
+    sched: Schedule,
     steps: usize,
     /// Where this run started: global step, epochs done, steps of the next epoch done.
     start_step: u64,
@@ -53,7 +55,8 @@ impl<'a> Run<'a> {
     pub fn new(comm: &'a Comm, job: &'a Job, setup: Setup, start: Start, t_process: Instant) -> Result<Run<'a>> {
         let d = &job.distribution;
         let b = job.training.batch_size;
-        let Setup { model, plan, train_shard, test_shard, steps, out_dir } = setup;
+        let Setup { model, plan, train_shard, test_shard, schedule, out_dir } = setup;
+        let steps = schedule.steps;
         let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), comm.rank, comm.host.clone());
         comm.barrier(); // line the ranks' clocks up for the timeline
         let timeline = job.output.timeline.as_ref().map(|_| Arc::new(Timeline::new(Instant::now())));
@@ -97,6 +100,7 @@ impl<'a> Run<'a> {
             timeline,
             fault,
             out_dir,
+            sched: schedule,
             steps,
             start_step: start.step,
             start_epoch: start.epoch,
@@ -136,7 +140,10 @@ impl<'a> Run<'a> {
             let loader = self.loader.as_ref().expect("loader alive until the last epoch ends");
             let batch = loader.next()?;
             crate::fault::maybe_fire(&self.fault, comm.rank, &mut self.st)?;
-            let l = self.st.run(&batch, waiting).map_err(|e| in_step(e, epoch, i + 1, comm.rank))?;
+            // The loader and the schedule are two views of one rule; they must agree.
+            assert_eq!(batch.rows, self.sched.rows(comm.rank, i), "loader and schedule disagree at step {i}");
+            let global_rows = self.sched.global_rows(i);
+            let l = self.st.run(&batch, global_rows, waiting).map_err(|e| in_step(e, epoch, i + 1, comm.rank))?;
             loss_sum += l;
             loader.give_back(batch);
             if self.st.step() == self.start_step + 1 && comm.rank == 0 {
@@ -188,7 +195,6 @@ impl<'a> Run<'a> {
     /// Rank 0's progress line, every `log_every` steps and/or `progress_seconds`.
     fn progress(&mut self, epoch: usize, first: usize, i: usize, t0: Instant, loss_sum: f64) {
         let (job, steps) = (self.job, self.steps);
-        let b = job.training.batch_size;
         let every = job.training.log_every;
         let by_steps = every > 0 && (i + 1) % every == 0;
         let ps = job.training.progress_seconds;
@@ -198,7 +204,7 @@ impl<'a> Run<'a> {
         }
         self.last_progress = Instant::now();
         let done = i + 1 - first;
-        let rate = (done * b * self.comm.size) as f64 / t0.elapsed().as_secs_f64();
+        let rate = self.sched.global_rows_in(first, i + 1) as f64 / t0.elapsed().as_secs_f64();
         let per_step = t0.elapsed().as_secs_f64() / done as f64;
         let left_epoch = (steps - i - 1) as f64 * per_step;
         let left_run = left_epoch + (job.training.epochs - epoch) as f64 * steps as f64 * per_step;
@@ -208,7 +214,7 @@ impl<'a> Run<'a> {
             job.training.epochs,
             i + 1,
             100.0 * (i + 1) as f64 / steps as f64,
-            loss_sum / ((i + 1) * b) as f64,
+            loss_sum / self.sched.rows_before(0, i + 1) as f64,
             human(left_epoch),
             human(left_run)
         );
@@ -218,7 +224,6 @@ impl<'a> Run<'a> {
     /// the epoch line and `metrics.jsonl`.
     fn end_of_epoch(&mut self, epoch: usize, first: usize, t0: Instant, loss_sum: f64) -> Result<()> {
         let (comm, job, steps) = (self.comm, self.job, self.steps);
-        let b = job.training.batch_size;
         let secs = t0.elapsed().as_secs_f64();
         let done = steps - first;
         let exposed_ms = self.st.take_exposed().as_secs_f64() * 1e3 / done.max(1) as f64;
@@ -226,7 +231,8 @@ impl<'a> Run<'a> {
             Some(sh) => evaluate_local(self.st.model(), &self.st.params_host()?, sh)?,
             None => [0.0; 3],
         };
-        let mut totals = [loss_sum, (steps * b) as f64, test[0], test[1], test[2]];
+        // The rows this rank uses in the whole epoch (also before a resume), summed over ranks.
+        let mut totals = [loss_sum, self.sched.epoch_rows(comm.rank) as f64, test[0], test[1], test[2]];
         {
             let _g = self.watchdog.guard(MAIN, "the end-of-epoch metrics", self.st.step());
             comm.all_reduce_sum_f64(&mut totals);
@@ -243,20 +249,22 @@ impl<'a> Run<'a> {
             train_loss: totals[0] / totals[1],
             test_loss,
             test_accuracy,
-            samples_per_sec: (done * b * comm.size) as f64 / secs,
+            samples_per_sec: self.sched.global_rows_in(first, steps) as f64 / secs,
             epoch_seconds: secs,
             exposed_comm_ms_per_step: exposed_ms,
             steps,
+            samples: totals[1] as usize,
             ranks: comm.size,
             lr: self.st.opt().lr(),
         };
         if let Some(log) = &self.metrics {
             info!(
-                "epoch {epoch}/{}: train_loss {:.4}{}{} | {:.0} samples/s ({:.2} s), exposed communication {:.3} ms/step",
+                "epoch {epoch}/{}: train_loss {:.4}{}{} | {} samples, {:.0} samples/s ({:.2} s), exposed communication {:.3} ms/step",
                 job.training.epochs,
                 m.train_loss,
                 m.test_loss.map(|l| format!(" test_loss {l:.4}")).unwrap_or_default(),
                 m.test_accuracy.map(|a| format!(" test_accuracy {a:.4}")).unwrap_or_default(),
+                m.samples,
                 m.samples_per_sec,
                 secs,
                 exposed_ms

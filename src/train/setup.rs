@@ -1,13 +1,15 @@
 //! Start-up of a training run (collective): the model, the fusion plan checked across ranks,
-//! this rank's shards, and the number of steps every rank runs per epoch.
+//! this rank's shards, and the schedule of rows every rank uses at each step (the same on
+//! every rank: every rank's share is all-gathered once).
 
 use crate::config::Job;
+use crate::data::loader::Schedule;
 use crate::data::shard::Shard;
 use crate::error::{Error, Result};
-use crate::eval::start;
+use crate::eval::{expect, start};
 use crate::model::Mlp;
 use crate::parallel::{check_agreement, Comm, FusionPlan};
-use log::info;
+use log::{debug, info, warn};
 use std::path::PathBuf;
 
 pub(super) struct Setup {
@@ -15,8 +17,8 @@ pub(super) struct Setup {
     pub plan: FusionPlan,
     pub train_shard: Shard,
     pub test_shard: Option<Shard>,
-    /// Steps per epoch, the same on every rank.
-    pub steps: usize,
+    /// Steps per epoch (the same on every rank) and the rows of each rank in each step.
+    pub schedule: Schedule,
     pub out_dir: PathBuf,
 }
 
@@ -35,41 +37,88 @@ impl Setup {
             log_setup(job, &model, &plan, comm);
         }
 
-        let train_shard = Shard::open(&job.data, "data.train", &job.data.train, comm.rank, comm.size, &model)?;
+        let want = expect(&model);
+        let train_shard = Shard::open(&job.data, "data.train", &job.data.train, comm.rank, comm.size, want)?;
+        debug!("training data: {} ({} rows)", train_shard.describe(), train_shard.len());
         let test_shard = match &job.data.test {
-            Some(t) => Some(Shard::open(&job.data, "data.test", t, comm.rank, comm.size, &model)?),
+            Some(t) => Some(Shard::open(&job.data, "data.test", t, comm.rank, comm.size, want)?),
             None => None,
         };
 
         let b = job.training.batch_size;
-        let local_n = train_shard.len();
-        let min_n = comm.all_reduce_min_u64(local_n as u64) as usize;
-        let steps = min_n / b;
-        if steps == 0 {
+        let shares: Vec<usize> =
+            comm.all_gather_u64(train_shard.len() as u64).into_iter().map(|n| n as usize).collect();
+        let schedule = Schedule::new(shares, b, job.data.drop_last);
+        if schedule.steps == 0 {
+            let min_n = schedule.shares.iter().min().copied().unwrap_or(0);
             return Err(Error::config(
                 &job.source,
                 "training.batch_size",
-                format!("{b} is larger than the smallest rank's share of the training data ({min_n} samples); lower it or use fewer ranks"),
+                format!(
+                    "{b} is larger than the smallest rank's share of the training data ({min_n} samples), so \
+                     data.drop_last = true leaves no full batch; lower it, use fewer ranks, or set data.drop_last = false"
+                ),
             ));
         }
-        let dropped = local_n - steps * b;
-        if dropped > 0 {
-            info!(
-                "this rank uses {} of its {local_n} samples per epoch ({steps} full batches of {b}, the most every rank can \
-                 run); {dropped} are left out each epoch (a different set each epoch when shuffling)",
-                steps * b
-            );
-        }
         if comm.rank == 0 {
-            info!(
-                "{} epochs of {steps} steps, batch {b} per rank = {} global; {} training samples per epoch over {} rank(s)",
-                job.training.epochs,
-                b * comm.size,
-                steps * b * comm.size,
-                comm.size
+            log_schedule(job, &schedule);
+        }
+        Ok(Setup { model, plan, train_shard, test_shard, schedule, out_dir: PathBuf::from(&job.output.dir) })
+    }
+}
+
+/// Rank 0: how many rows each epoch uses, the short and empty batches, or (drop_last) what
+/// is left out, at warn.
+fn log_schedule(job: &Job, s: &Schedule) {
+    let (b, steps, ranks) = (s.batch, s.steps, s.shares.len());
+    let total: usize = s.shares.iter().sum();
+    let used = s.global_rows_in(0, steps);
+    info!(
+        "{} epochs of {steps} steps, batch {b} per rank = up to {} global; {used} of the {total} training samples per \
+         epoch over {ranks} rank(s)",
+        job.training.epochs,
+        b * ranks
+    );
+    if s.drop_last {
+        if used < total {
+            let per_rank: Vec<String> = (0..ranks)
+                .filter(|&r| s.shares[r] > s.epoch_rows(r))
+                .map(|r| format!("rank {r} {} of {}", s.shares[r] - s.epoch_rows(r), s.shares[r]))
+                .collect();
+            warn!(
+                "data.drop_last = true: {} of the {total} training rows are dropped every epoch ({steps} full batches \
+                 of {b} per rank, the most every rank can run; dropped: {}{}); a different set each epoch when shuffling",
+                total - used,
+                per_rank[..per_rank.len().min(8)].join(", "),
+                if per_rank.len() > 8 { ", ..." } else { "" }
             );
         }
-        Ok(Setup { model, plan, train_shard, test_shard, steps, out_dir: PathBuf::from(&job.output.dir) })
+        return;
+    }
+    // Ranks with fewer rows end the epoch with a short batch and/or empty steps.
+    let uneven: Vec<String> = (0..ranks)
+        .filter(|&r| s.shares[r] != steps * b)
+        .map(|r| {
+            let (full, rest) = (s.shares[r] / b, s.shares[r] % b);
+            let empty = steps - s.shares[r].div_ceil(b);
+            let mut t = format!("rank {r}: {full} full batch(es)");
+            if rest > 0 {
+                t += &format!(", one of {rest} rows");
+            }
+            if empty > 0 {
+                t += &format!(", {empty} empty step(s)");
+            }
+            t
+        })
+        .collect();
+    if !uneven.is_empty() {
+        let shown = uneven.iter().take(8).cloned().collect::<Vec<_>>().join("; ");
+        info!(
+            "every row is used once per epoch; shares differ or do not divide by the batch, so {} rank(s) end the epoch \
+             with a short batch or empty steps ({shown}{}); the gradient average is weighted by the rows each rank uses",
+            uneven.len(),
+            if uneven.len() > 8 { "; ..." } else { "" }
+        );
     }
 }
 
@@ -105,4 +154,3 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
         job.checkpoint.keep
     );
 }
-

@@ -96,10 +96,11 @@ fn mpirun_flags() -> Vec<&'static str> {
 }
 
 fn run_cmd(mut cmd: Command, dir: &Path) -> Run {
-    cmd.current_dir(dir)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
+    // A RUST_LOG given by the test (`mpirun_env`) wins over the test runner's own.
+    if !cmd.get_envs().any(|(k, _)| k == "RUST_LOG") {
+        cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
+    }
+    cmd.current_dir(dir).env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     let t = Instant::now();
     let out = cmd.output().expect("run timeout/mpirun (are coreutils and Open MPI installed?)");
     finish(out, t)
