@@ -153,7 +153,7 @@ fn bad_config_values() {
     let _g = common::mpi_lock();
     let dir = setup("bad_config", "");
     let cases: &[(&str, &[&str])] = &[
-        ("optimizer.lr=0", &["job.toml", "optimizer.lr", "must be a positive number"]),
+        ("optimizer.lr=0", &["job.toml", "optimizer.lr", "must be greater than 0 and at most 1e30, got 0"]),
         ("training.batch_size=0", &["job.toml", "training.batch_size", "must be at least 1"]),
         ("model.activation=swish", &["job.toml", "model.activation", "unknown variant `swish`"]),
         ("training.epochz=3", &["job.toml", "training.epochz", "unknown field `epochz`"]),
@@ -528,7 +528,7 @@ fn failed_runs_never_overwrite_checkpoints_or_weights() {
 
     // A bad config value.
     let run = train2_with(&dir, &resume, &["checkpoint.every_steps=5", "optimizer.lr=-1"]);
-    assert_fails(&run, None, &["job.toml", "optimizer.lr", "must be a positive number"]);
+    assert_fails(&run, None, &["job.toml", "optimizer.lr", "must be greater than 0"]);
     same("bad config value");
 
     // A model whose input width is not the data's (and not the checkpoint's).
@@ -563,8 +563,8 @@ fn more_bad_config_values() {
     let _g = common::mpi_lock();
     let dir = setup("bad_config_more", "");
     let cases: &[(&str, &[&str])] = &[
-        ("optimizer.lr=-1", &["job.toml", "optimizer.lr", "must be a positive number, got -1"]),
-        ("optimizer.lr=nan", &["job.toml", "optimizer.lr", "must be a positive number, got NaN"]),
+        ("optimizer.lr=-1", &["job.toml", "optimizer.lr", "must be greater than 0 and at most 1e30, got -1"]),
+        ("optimizer.lr=nan", &["job.toml", "optimizer.lr", "must be greater than 0 and at most 1e30, got NaN"]),
         ("training.batch_size=-1", &["job.toml", "training.batch_size", "invalid value: integer `-1`"]),
         ("training.epochs=0", &["job.toml", "training.epochs", "must be at least 1"]),
         ("model.layers=[5,-8,3]", &["job.toml", "model.layers[1]", "invalid value: integer `-8`"]),
@@ -579,4 +579,48 @@ fn more_bad_config_values() {
         assert_fails(&run, None, needles);
     }
     assert!(!dir.join("out/weights.h5").exists());
+}
+
+/// Durations and counts out of their range (issue: `watchdog_seconds = 1e20` passed validation
+/// and then panicked converting it to a `Duration`): a clear error naming the key and the
+/// allowed range, exit 1, no panic; from the job file, `--set` and the environment alike.
+#[test]
+fn out_of_range_duration_is_a_clear_error_not_a_panic() {
+    let _g = common::mpi_lock();
+    let dir = setup("bad_watchdog", "[distribution]\nwatchdog_seconds = 1e20\n");
+    let range = "must be at least 0.1 and at most 31536000 seconds";
+    let no_panic = |run: &Run| {
+        assert!(!run.stderr.contains("panicked") && !run.stderr.contains("internal error"), "{}", run.all());
+    };
+    // Alone (a singleton): exactly exit 1.
+    let run = hvtrain(&["train", "job.toml"], &dir, 60);
+    assert_eq!(run.code, Some(1), "{}", run.all());
+    let got = format!("{range}, got 1e20");
+    let line = assert_fails(&run, Some(0), &["job.toml", "distribution.watchdog_seconds", &got]);
+    no_panic(&run);
+    show("watchdog_seconds = 1e20", &line);
+    // Under mpirun, every rank refuses it; mpirun passes on exit 1.
+    let run = train2(&dir, &[]);
+    assert_eq!(run.code, Some(1), "{}", run.all());
+    assert_fails(&run, None, &["job.toml", "distribution.watchdog_seconds", &got]);
+    no_panic(&run);
+    // Under a millisecond, by --set and by the environment (which names the variable).
+    let run = train2(&dir, &["distribution.watchdog_seconds=0.0005"]);
+    assert_eq!(run.code, Some(1), "{}", run.all());
+    assert_fails(&run, None, &["distribution.watchdog_seconds", &format!("{range}, got 0.0005")]);
+    no_panic(&run);
+    let dir = setup("bad_watchdog_env", "");
+    let run = common::mpirun_env(2, &[("HVTRAIN_WATCHDOG_SECONDS", "0.0005")], &["train", "job.toml"], &dir, 60);
+    assert_eq!(run.code, Some(1), "{}", run.all());
+    let line = assert_fails(
+        &run,
+        None,
+        &["distribution.watchdog_seconds", "environment variable HVTRAIN_WATCHDOG_SECONDS=\"0.0005\"", range],
+    );
+    no_panic(&run);
+    show("HVTRAIN_WATCHDOG_SECONDS=0.0005", &line);
+    // A count: far more epochs than anyone runs.
+    let run = train2(&dir, &["training.epochs=5000000"]);
+    let line = assert_fails(&run, None, &["training.epochs", "must be at least 1 and at most 1000000, got 5000000"]);
+    show("training.epochs = 5000000", &line);
 }
