@@ -624,3 +624,45 @@ fn out_of_range_duration_is_a_clear_error_not_a_panic() {
     let line = assert_fails(&run, None, &["training.epochs", "must be at least 1 and at most 1000000, got 5000000"]);
     show("training.epochs = 5000000", &line);
 }
+
+/// A checkpoint whose stored numbers were changed (one bit of a weight, a plausible value that
+/// no HDF5 check sees) is caught by the checkpoint's checksum: `--resume FILE` refuses it
+/// naming the checksum, `--resume auto` skips it with a warning and takes the one before.
+#[test]
+fn checkpoint_with_a_flipped_bit_fails_its_checksum() {
+    let _g = common::mpi_lock();
+    let dir = trained("bad_ckpt_checksum");
+    let ckpt = dir.join("out/ckpt-step000000004.h5");
+    let offset = {
+        let f = hdf5::File::open(&ckpt).unwrap();
+        let ds = f.dataset("dense0/weight").unwrap();
+        ds.offset().expect("dense0/weight is stored contiguously, at a known offset")
+    };
+    let mut bytes = std::fs::read(&ckpt).unwrap();
+    // The low byte of the first float32 (little-endian): the weight changes in its last bits.
+    bytes[offset as usize] ^= 0x01;
+    std::fs::write(&ckpt, &bytes).unwrap();
+    let before = common::snapshot(&dir.join("out"));
+    // The file still opens and reads: only the checksum can tell.
+    let w: Vec<f32> = hdf5::File::open(&ckpt).unwrap().dataset("dense0/weight").unwrap().read_raw().unwrap();
+    assert!(w.iter().all(|v| v.is_finite()));
+
+    let set = ["checkpoint.every_steps=2", "training.epochs=2"];
+    let run = train2_with(&dir, &["--resume", "out/ckpt-step000000004.h5"], &set);
+    assert_eq!(run.code, Some(1), "{}", run.all());
+    let line = assert_fails(
+        &run,
+        Some(0),
+        &["out/ckpt-step000000004.h5", ": checksum:", "does not match the contents: the file is damaged"],
+    );
+    show("checkpoint with a flipped bit, --resume FILE", &line);
+    assert_unchanged(&dir.join("out"), &before, "--resume FILE of a damaged checkpoint");
+
+    let run = train2_with(&dir, &["--resume", "auto"], &set);
+    assert!(run.ok(), "{}", run.all());
+    let warned = run.stderr.lines().any(|l| {
+        l.contains("skipping checkpoint out/ckpt-step000000004.h5") && l.contains("checksum: does not match the contents")
+    });
+    assert!(warned, "--resume auto must skip the damaged checkpoint, naming its checksum\n{}", run.all());
+    assert!(run.stderr.contains("resuming from out/ckpt-step000000002.h5 at step 2"), "{}", run.all());
+}
