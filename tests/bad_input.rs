@@ -153,7 +153,7 @@ fn bad_config_values() {
     let _g = common::mpi_lock();
     let dir = setup("bad_config", "");
     let cases: &[(&str, &[&str])] = &[
-        ("optimizer.lr=0", &["job.toml", "optimizer.lr", "must be a positive number"]),
+        ("optimizer.lr=0", &["job.toml", "optimizer.lr", "must be greater than 0 and at most 1e30, got 0"]),
         ("training.batch_size=0", &["job.toml", "training.batch_size", "must be at least 1"]),
         ("model.activation=swish", &["job.toml", "model.activation", "unknown variant `swish`"]),
         ("training.epochz=3", &["job.toml", "training.epochz", "unknown field `epochz`"]),
@@ -528,7 +528,7 @@ fn failed_runs_never_overwrite_checkpoints_or_weights() {
 
     // A bad config value.
     let run = train2_with(&dir, &resume, &["checkpoint.every_steps=5", "optimizer.lr=-1"]);
-    assert_fails(&run, None, &["job.toml", "optimizer.lr", "must be a positive number"]);
+    assert_fails(&run, None, &["job.toml", "optimizer.lr", "must be greater than 0"]);
     same("bad config value");
 
     // A model whose input width is not the data's (and not the checkpoint's).
@@ -563,8 +563,8 @@ fn more_bad_config_values() {
     let _g = common::mpi_lock();
     let dir = setup("bad_config_more", "");
     let cases: &[(&str, &[&str])] = &[
-        ("optimizer.lr=-1", &["job.toml", "optimizer.lr", "must be a positive number, got -1"]),
-        ("optimizer.lr=nan", &["job.toml", "optimizer.lr", "must be a positive number, got NaN"]),
+        ("optimizer.lr=-1", &["job.toml", "optimizer.lr", "must be greater than 0 and at most 1e30, got -1"]),
+        ("optimizer.lr=nan", &["job.toml", "optimizer.lr", "must be greater than 0 and at most 1e30, got NaN"]),
         ("training.batch_size=-1", &["job.toml", "training.batch_size", "invalid value: integer `-1`"]),
         ("training.epochs=0", &["job.toml", "training.epochs", "must be at least 1"]),
         ("model.layers=[5,-8,3]", &["job.toml", "model.layers[1]", "invalid value: integer `-8`"]),
@@ -585,4 +585,90 @@ fn more_bad_config_values() {
         &["job.toml", "training.batch_size", "larger than the smallest rank's share", "drop_last"],
     );
     assert!(!dir.join("out/weights.h5").exists());
+}
+
+/// Durations and counts out of their range (issue: `watchdog_seconds = 1e20` passed validation
+/// and then panicked converting it to a `Duration`): a clear error naming the key and the
+/// allowed range, exit 1, no panic; from the job file, `--set` and the environment alike.
+#[test]
+fn out_of_range_duration_is_a_clear_error_not_a_panic() {
+    let _g = common::mpi_lock();
+    let dir = setup("bad_watchdog", "[distribution]\nwatchdog_seconds = 1e20\n");
+    let range = "must be at least 0.1 and at most 31536000 seconds";
+    let no_panic = |run: &Run| {
+        assert!(!run.stderr.contains("panicked") && !run.stderr.contains("internal error"), "{}", run.all());
+    };
+    // Alone (a singleton): exactly exit 1.
+    let run = hvtrain(&["train", "job.toml"], &dir, 60);
+    assert_eq!(run.code, Some(1), "{}", run.all());
+    let got = format!("{range}, got 1e20");
+    let line = assert_fails(&run, Some(0), &["job.toml", "distribution.watchdog_seconds", &got]);
+    no_panic(&run);
+    show("watchdog_seconds = 1e20", &line);
+    // Under mpirun, every rank refuses it; mpirun passes on exit 1.
+    let run = train2(&dir, &[]);
+    assert_eq!(run.code, Some(1), "{}", run.all());
+    assert_fails(&run, None, &["job.toml", "distribution.watchdog_seconds", &got]);
+    no_panic(&run);
+    // Under a millisecond, by --set and by the environment (which names the variable).
+    let run = train2(&dir, &["distribution.watchdog_seconds=0.0005"]);
+    assert_eq!(run.code, Some(1), "{}", run.all());
+    assert_fails(&run, None, &["distribution.watchdog_seconds", &format!("{range}, got 0.0005")]);
+    no_panic(&run);
+    let dir = setup("bad_watchdog_env", "");
+    let run = common::mpirun_env(2, &[("HVTRAIN_WATCHDOG_SECONDS", "0.0005")], &["train", "job.toml"], &dir, 60);
+    assert_eq!(run.code, Some(1), "{}", run.all());
+    let line = assert_fails(
+        &run,
+        None,
+        &["distribution.watchdog_seconds", "environment variable HVTRAIN_WATCHDOG_SECONDS=\"0.0005\"", range],
+    );
+    no_panic(&run);
+    show("HVTRAIN_WATCHDOG_SECONDS=0.0005", &line);
+    // A count: far more epochs than anyone runs.
+    let run = train2(&dir, &["training.epochs=5000000"]);
+    let line = assert_fails(&run, None, &["training.epochs", "must be at least 1 and at most 1000000, got 5000000"]);
+    show("training.epochs = 5000000", &line);
+}
+
+/// A checkpoint whose stored numbers were changed (one bit of a weight, a plausible value that
+/// no HDF5 check sees) is caught by the checkpoint's checksum: `--resume FILE` refuses it
+/// naming the checksum, `--resume auto` skips it with a warning and takes the one before.
+#[test]
+fn checkpoint_with_a_flipped_bit_fails_its_checksum() {
+    let _g = common::mpi_lock();
+    let dir = trained("bad_ckpt_checksum");
+    let ckpt = dir.join("out/ckpt-step000000004.h5");
+    let offset = {
+        let f = hdf5::File::open(&ckpt).unwrap();
+        let ds = f.dataset("dense0/weight").unwrap();
+        ds.offset().expect("dense0/weight is stored contiguously, at a known offset")
+    };
+    let mut bytes = std::fs::read(&ckpt).unwrap();
+    // The low byte of the first float32 (little-endian): the weight changes in its last bits.
+    bytes[offset as usize] ^= 0x01;
+    std::fs::write(&ckpt, &bytes).unwrap();
+    let before = common::snapshot(&dir.join("out"));
+    // The file still opens and reads: only the checksum can tell.
+    let w: Vec<f32> = hdf5::File::open(&ckpt).unwrap().dataset("dense0/weight").unwrap().read_raw().unwrap();
+    assert!(w.iter().all(|v| v.is_finite()));
+
+    let set = ["checkpoint.every_steps=2", "training.epochs=2"];
+    let run = train2_with(&dir, &["--resume", "out/ckpt-step000000004.h5"], &set);
+    assert_eq!(run.code, Some(1), "{}", run.all());
+    let line = assert_fails(
+        &run,
+        Some(0),
+        &["out/ckpt-step000000004.h5", ": checksum:", "does not match the contents: the file is damaged"],
+    );
+    show("checkpoint with a flipped bit, --resume FILE", &line);
+    assert_unchanged(&dir.join("out"), &before, "--resume FILE of a damaged checkpoint");
+
+    let run = train2_with(&dir, &["--resume", "auto"], &set);
+    assert!(run.ok(), "{}", run.all());
+    let warned = run.stderr.lines().any(|l| {
+        l.contains("skipping checkpoint out/ckpt-step000000004.h5") && l.contains("checksum: does not match the contents")
+    });
+    assert!(warned, "--resume auto must skip the damaged checkpoint, naming its checksum\n{}", run.all());
+    assert!(run.stderr.contains("resuming from out/ckpt-step000000002.h5 at step 2"), "{}", run.all());
 }

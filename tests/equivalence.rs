@@ -40,6 +40,21 @@ fn train_weights_with(
     data_seed: u64,
     sets: &[&str],
 ) -> (Vec<Vec<f32>>, String) {
+    try_train(name, n, fusion_mb, optimizer, data_seed, sets, &[])
+        .unwrap_or_else(|run| panic!("{name}: training failed\n{}", run.all()))
+}
+
+/// As `train_weights_with`, with environment variables for every rank; the failed run as Err.
+#[allow(clippy::result_large_err)]
+fn try_train(
+    name: &str,
+    n: usize,
+    fusion_mb: f64,
+    optimizer: &str,
+    data_seed: u64,
+    sets: &[&str],
+    env: &[(&str, &str)],
+) -> Result<(Vec<Vec<f32>>, String), Run> {
     let dir = scratch(name);
     let (x, y) = synthetic(B * STEPS, D, K, data_seed);
     write_rank_files(&dir, n, &x, &y);
@@ -50,14 +65,16 @@ fn train_weights_with(
     for set in ["data.shuffle=false", "model.activation=tanh"].iter().chain(sets) {
         args.extend(["--set", set]);
     }
-    let run = mpirun(n, &args, &dir, 120);
-    assert!(run.ok(), "{name}: training failed\n{}", run.all());
+    let run = mpirun_env(n, env, &args, &dir, 120);
+    if !run.ok() {
+        return Err(run);
+    }
     let w = dir.join("out/weights.h5");
     let tensors = (0..LAYERS.len() - 1)
         .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
         .map(|t| read_f32(&w, &t))
         .collect();
-    (tensors, run.stderr)
+    Ok((tensors, run.stderr))
 }
 
 fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
@@ -101,6 +118,21 @@ fn adamw_same_weights_on_1_2_3_ranks() {
     check("[optimizer]\nkind = \"adamw\"\nlr = 0.01\nweight_decay = 0.01\n", "adamw");
 }
 
+// AdamW divides the gradient by its own running magnitude, so a missing (or doubled) 1/ranks
+// average hardly shows in its weights (eps = 1e-8 is all that sees the scale). Plain SGD moves
+// the weights by lr × gradient; Adam with an L2 penalty (added to the gradient) and a large
+// eps sees the gradient's scale too. Both must still match 1 rank on the same global batch.
+
+#[test]
+fn plain_sgd_same_weights_on_1_2_3_ranks() {
+    check("[optimizer]\nkind = \"sgd\"\nlr = 0.2\n", "sgd-plain");
+}
+
+#[test]
+fn adam_with_l2_and_large_eps_same_weights_on_1_2_3_ranks() {
+    check("[optimizer]\nkind = \"adam\"\nlr = 0.01\neps = 0.01\nweight_decay = 0.05\n", "adam");
+}
+
 /// The equivalence must not hold by accident: a different data split gives other weights.
 #[test]
 fn equivalence_test_can_fail() {
@@ -129,13 +161,38 @@ fn overlap_on_off_identical_and_compression_within_tolerance() {
             for first in ["0", "0.0001"] {
                 let set_mode = format!("distribution.compression={mode}");
                 let set_first = format!("distribution.first_bucket_mb={first}");
-                let (w, _) =
-                    train_weights_with(&format!("eq-{mode}-{n}-{first}"), n, 0.0002, opt, 7, &[&set_mode, &set_first]);
+                // Every rank must end each step with bit-identical parameters: the ranks compare
+                // a checksum of them after every step (check_every = 1), and a difference in
+                // any bit on any rank fails the run (see compressed_ranks_that_differ_are_caught).
+                let sets = [set_mode.as_str(), &set_first, "distribution.check_every=1"];
+                let (w, log) = train_weights_with(&format!("eq-{mode}-{n}-{first}"), n, 0.0002, opt, 7, &sets);
+                assert!(log.contains("parameter check every 1 steps"), "the check must run every step\n{log}");
                 let d = max_diff(&reference, &w);
                 eprintln!("{n} ranks, {mode}, first bucket {first} MiB: max weight difference {d:e}");
                 assert!(d < tol, "{n} ranks, {mode}: weights differ from exact by {d} (tolerance {tol})");
                 assert!(d > 0.0, "{mode} compression should not be bit-exact; was it applied?");
             }
         }
+    }
+}
+
+/// The control for the per-step comparison above: with compression on, one rank's parameters
+/// nudged at step 3 (the `diverge` fault) must fail the check at step 3, naming that rank.
+#[test]
+fn compressed_ranks_that_differ_are_caught() {
+    let _g = mpi_lock();
+    let opt = "[optimizer]\nkind = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n";
+    for (n, rank) in [(2, "1"), (3, "2")] {
+        let fault = format!("{rank}:3:diverge");
+        let sets = ["distribution.compression=fp16", "distribution.check_every=1"];
+        let env = [("HVTRAIN_INJECT_FAULT", fault.as_str())];
+        let run = try_train(&format!("eq-diverge-{n}"), n, 0.0002, opt, 7, &sets, &env).err();
+        let run = run.unwrap_or_else(|| panic!("{n} ranks: rank {rank} diverged at step 3 and the run succeeded"));
+        assert!(
+            run.stderr.contains("the parameter checksum at step 3 differs")
+                && run.stderr.contains(&format!("rank(s) [{rank}]")),
+            "{}",
+            run.all()
+        );
     }
 }

@@ -149,16 +149,13 @@ fn sigterm_checkpoints_and_exits_75_then_resume_continues() {
         assert_eq!(code, Some(75), "SIG{sig}: documented exit code\n{stderr}");
         assert!(took < Duration::from_secs(10), "{took:?}");
         assert!(stderr.contains("stopped by a signal"), "{stderr}");
-        let newest = std::fs::read_dir(dir.join("out"))
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".h5"))
-            .count();
-        assert!(newest >= 1);
-        // The checkpoint written at the signal is the newest and resumes.
+        // A checkpoint of the very step the job stopped at (4800 samples / 2 ranks / batch 4
+        // = 600 steps per epoch), not just the periodic one of step 37.
+        let step = assert_stop_checkpoint(&dir.join("out"), &stderr, 600);
+        // It is the newest, and the run resumes from it.
         let resumed = mpirun(2, &["train", &name, "--set", "training.epochs=1", "--resume", "auto"], &dir, 60);
-        assert!(resumed.ok(), "{}", resumed.all());
-        assert!(resumed.stderr.contains("resuming from"), "{}", resumed.all());
+        let from = format!("resuming from out/ckpt-step{step:09}.h5 at step {step}");
+        assert!(resumed.stderr.contains(&from), "SIG{sig}: expected {from:?}\n{}", resumed.all());
     }
 }
 

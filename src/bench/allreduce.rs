@@ -44,6 +44,20 @@ fn time_it(comm: &Comm, budget_s: f64, mut f: impl FnMut()) -> f64 {
     comm.all_reduce_max_f64(mine)
 }
 
+/// Every element of `got` against `want`; panics (which aborts the job) naming the path, the
+/// size and the first wrong element.
+fn check(what: &str, bytes: usize, got: &[f32], want: &[f32]) {
+    let wrong = got.iter().zip(want).position(|(g, w)| !((g - w).abs() <= 1e-4 + 1e-5 * w.abs()));
+    if let Some(i) = wrong {
+        panic!(
+            "bench allreduce: the {what} all-reduce of {bytes} bytes gave a wrong sum: element {i} of {} is {}, expected {}",
+            got.len(),
+            got[i],
+            want[i]
+        );
+    }
+}
+
 pub fn run(comm: &Comm, min_bytes: usize, max_bytes: usize, threshold_mb: f64, budget_s: f64) {
     let n = comm.size as f64;
     let bus = 2.0 * (n - 1.0) / n;
@@ -69,25 +83,31 @@ pub fn run(comm: &Comm, min_bytes: usize, max_bytes: usize, threshold_mb: f64, b
     let chan = comm.channel();
     let mut bytes = min_bytes;
     let mut engine_chan = Some(comm.channel());
+    // What rank r sends at element i; the expected sum is computed from it here, apart from
+    // MPI and the engine, and every path writes into its own buffer, reset before it runs.
+    let value = |i: usize, r: usize| (i % 97) as f32 * 0.01 + r as f32;
     while bytes <= max_bytes {
         let len = bytes / 4;
-        let send: Vec<f32> = (0..len).map(|i| (i % 97) as f32 * 0.01 + comm.rank as f32).collect();
-        let mut recv = vec![0.0f32; len];
+        let send: Vec<f32> = (0..len).map(|i| value(i, comm.rank)).collect();
+        let expect: Vec<f32> = (0..len).map(|i| (0..comm.size).map(|r| value(i, r)).sum()).collect();
+        let mut recv = vec![f32::NAN; len];
         let raw = time_it(comm, budget_s, || chan.all_reduce_sum_f32(&send, &mut recv));
-        let expect = (0..comm.size).map(|r| 0.01 * 3.0 + r as f32).sum::<f32>();
-        assert!((recv[3] - expect).abs() < 1e-3, "raw all-reduce gave a wrong sum");
+        check("raw MPI_Allreduce", bytes, &recv, &expect);
 
         let lens = gradient_set(len);
         let thr = (threshold_mb * 1048576.0) as usize;
         let plan = FusionPlan::with_options(&lens, thr, thr, BucketOrder::Backward);
         let (tensors, buckets) = (lens.len(), plan.buckets.len());
+        let mut fused_out = vec![f32::NAN; len];
         let mut timed = |overlap: bool, chan: Channel| {
             let reducer = reduce::for_job(Some(chan), Compression::None);
-            let mut engine = Engine::new(reducer, plan.clone(), overlap, None, None, |n| vec![0.0f32; n]);
+            let mut engine = Engine::new(reducer, plan.clone(), overlap, None, None, |n| vec![f32::NAN; n]);
             engine.load_grads(&send);
             let t = time_it(comm, budget_s, || engine.reduce_all());
-            engine.reduced_arena(&mut recv);
-            assert!((recv[3] - expect).abs() < 1e-3, "fused all-reduce gave a wrong sum");
+            fused_out.fill(f32::NAN);
+            engine.reduced_arena(&mut fused_out);
+            let what = if overlap { "fused (threaded)" } else { "fused" };
+            check(what, bytes, &fused_out, &expect);
             (t, engine.into_channel().expect("a reducer with a channel"))
         };
         let (fused, c) = timed(false, engine_chan.take().unwrap());

@@ -1,26 +1,33 @@
 //! HVTRAIN_* environment variables, applied as `--set` overrides between the job file and
-//! the command line (Horovod users set HOROVOD_* the same way).
+//! the command line (Horovod users set HOROVOD_* the same way). Numbers are checked here
+//! against the same bounds as the job file's keys, so that an error names the variable.
 
+use super::{limits, num, Span};
 use crate::error::{Error, Result};
 
 /// The environment variables an HPC user sets instead of editing job files (Horovod-style),
 /// as `--set` overrides: (variable, job key, unit conversion).
 const ENV_KEYS: &[(&str, &str, Unit)] = &[
-    ("HVTRAIN_FUSION_THRESHOLD", "distribution.fusion_threshold_mb", Unit::BytesToMib),
-    ("HVTRAIN_FIRST_BUCKET", "distribution.first_bucket_mb", Unit::BytesToMib),
+    ("HVTRAIN_FUSION_THRESHOLD", "distribution.fusion_threshold_mb", Unit::BytesToMib(limits::FUSION_MB)),
+    ("HVTRAIN_FIRST_BUCKET", "distribution.first_bucket_mb", Unit::BytesToMib(limits::FUSION_MB)),
     ("HVTRAIN_BUCKET_ORDER", "distribution.bucket_order", Unit::Word),
     ("HVTRAIN_OVERLAP", "distribution.overlap", Unit::Bool),
     ("HVTRAIN_COMPRESSION", "distribution.compression", Unit::Word),
-    ("HVTRAIN_WATCHDOG_SECONDS", "distribution.watchdog_seconds", Unit::Number),
-    ("HVTRAIN_CHECK_EVERY", "distribution.check_every", Unit::Number),
+    ("HVTRAIN_WATCHDOG_SECONDS", "distribution.watchdog_seconds", Unit::Number(limits::WATCHDOG_SECONDS)),
+    ("HVTRAIN_CHECK_EVERY", "distribution.check_every", Unit::Count(limits::CHECK_EVERY)),
     ("HVTRAIN_TIMELINE", "output.timeline", Unit::Word),
 ];
 
+const MIB: f64 = 1024.0 * 1024.0;
+
 #[derive(Clone, Copy)]
 enum Unit {
-    BytesToMib,
+    /// Bytes in the variable, MiB in the key; the bounds are the key's (MiB).
+    BytesToMib(Span),
     Bool,
-    Number,
+    Number(Span),
+    /// A whole number.
+    Count(Span),
     Word,
 }
 
@@ -31,18 +38,33 @@ pub fn env_overrides(origin: &str, get: impl Fn(&str) -> Option<String>) -> Resu
         let v = raw.trim();
         let bad = |what: &str| Error::config(origin, key, format!("environment variable {var}={raw:?}: {what}"));
         let value = match unit {
-            Unit::BytesToMib => {
+            Unit::BytesToMib(span) => {
                 let b: f64 = v.parse().map_err(|_| bad("expected a number of bytes"))?;
-                format!("{}", b / (1024.0 * 1024.0))
+                let bytes = Span { lo: span.lo * MIB, hi: span.hi * MIB, unit: "bytes", ..span };
+                if !bytes.allows(b) {
+                    return Err(bad(&bytes.error(&num(b))));
+                }
+                format!("{}", b / MIB)
             }
             Unit::Bool => match v {
                 "1" | "true" | "yes" | "on" => "true".into(),
                 "0" | "false" | "no" | "off" => "false".into(),
                 _ => return Err(bad("expected 0 or 1")),
             },
-            Unit::Number => {
-                v.parse::<f64>().map_err(|_| bad("expected a number"))?;
-                v.to_string()
+            Unit::Number(span) => {
+                let x: f64 = v.parse().map_err(|_| bad("expected a number"))?;
+                if !span.allows(x) {
+                    return Err(bad(&span.error(&num(x))));
+                }
+                // Written back in TOML's syntax (Rust's `1e20` is not a TOML float).
+                format!("{x:?}")
+            }
+            Unit::Count(span) => {
+                let n: u64 = v.parse().map_err(|_| bad(&format!("expected a whole number, {}", span.describe())))?;
+                if !span.allows(n as f64) {
+                    return Err(bad(&span.error(&n.to_string())));
+                }
+                n.to_string()
             }
             Unit::Word => format!("{:?}", v),
         };

@@ -381,69 +381,93 @@ impl Job {
     fn validate(&self, origin: &str) -> Result<()> {
         let bad = |field: &str, msg: String| Err(Error::config(origin, field, msg));
         let m = &self.model;
-        if m.layers.len() < 2 {
-            return bad("model.layers", format!("needs at least an input and an output width, got {:?}", m.layers));
+        let l = limits::LAYER_COUNT;
+        if m.layers.len() < 2 || m.layers.len() as u64 > l.1 {
+            return bad(
+                "model.layers",
+                format!(
+                    "needs at least an input and an output width, got {:?} (allowed: {} to {} widths)",
+                    abbreviate(&m.layers),
+                    l.0,
+                    l.1
+                ),
+            );
         }
-        if let Some(i) = m.layers.iter().position(|&w| w == 0) {
-            return bad("model.layers", format!("width {i} is 0; every layer needs at least one unit"));
+        let w = limits::LAYER_WIDTH;
+        if let Some(i) = m.layers.iter().position(|&v| v == 0) {
+            return bad(
+                "model.layers",
+                format!("width {i} is 0; every layer needs at least one unit (allowed: {} to {})", w.0, w.1),
+            );
+        }
+        if let Some(i) = m.layers.iter().position(|&v| v as u64 > w.1) {
+            return bad("model.layers", format!("width {i} is {}; allowed: {} to {}", m.layers[i], w.0, w.1));
+        }
+        let n_params: u128 = m.layers.windows(2).map(|p| (p[0] as u128 + 1) * p[1] as u128).sum();
+        if n_params > limits::MAX_PARAMS as u128 {
+            return bad(
+                "model.layers",
+                format!(
+                    "{:?} has {n_params} parameters; at most {} are allowed (MPI element counts are 32-bit)",
+                    abbreviate(&m.layers),
+                    limits::MAX_PARAMS
+                ),
+            );
         }
         if m.loss == LossKind::SoftmaxCrossEntropy && *m.layers.last().unwrap() < 2 {
             return bad("model.layers", "softmax_cross_entropy needs at least 2 output classes".into());
         }
         let t = &self.training;
-        if t.epochs == 0 {
-            return bad("training.epochs", "must be at least 1".into());
-        }
-        if t.batch_size == 0 {
-            return bad("training.batch_size", "must be at least 1 (it is the per-rank batch)".into());
-        }
-        if !(t.progress_seconds >= 0.0 && t.progress_seconds.is_finite()) {
-            return bad("training.progress_seconds", format!("must be >= 0, got {}", t.progress_seconds));
-        }
         let o = &self.optimizer;
-        if !(o.lr > 0.0 && o.lr.is_finite()) {
-            return bad("optimizer.lr", format!("must be a positive number, got {}", o.lr));
+        let dist = &self.distribution;
+        let ck = &self.checkpoint;
+        let d = &self.data;
+        let counts: [(&str, u64, Span); 9] = [
+            ("training.epochs", t.epochs as u64, limits::EPOCHS),
+            ("training.batch_size", t.batch_size as u64, limits::BATCH_SIZE),
+            ("training.log_every", t.log_every as u64, limits::LOG_EVERY),
+            ("optimizer.warmup_steps", o.warmup_steps as u64, limits::WARMUP_STEPS),
+            ("distribution.check_every", dist.check_every as u64, limits::CHECK_EVERY),
+            ("checkpoint.every_steps", ck.every_steps, limits::EVERY_STEPS),
+            ("checkpoint.keep", ck.keep as u64, limits::KEEP),
+            ("data.shuffle_block", d.shuffle_block as u64, limits::SHUFFLE_BLOCK),
+            ("data.shuffle_window", d.shuffle_window as u64, limits::SHUFFLE_WINDOW),
+        ];
+        // (training.seed needs no bound: every u64 is a seed.)
+        for (field, v, span) in counts {
+            if !span.allows(v as f64) {
+                return bad(field, span.error(&v.to_string()));
+            }
         }
-        if !(0.0..1.0).contains(&o.momentum) {
-            return bad("optimizer.momentum", format!("must be in [0, 1), got {}", o.momentum));
+        if d.shuffle_window < d.shuffle_block {
+            return bad(
+                "data.shuffle_window",
+                format!("must be >= data.shuffle_block ({}), got {}", d.shuffle_block, d.shuffle_window),
+            );
+        }
+        let reals: [(&str, f64, Span); 11] = [
+            ("training.progress_seconds", t.progress_seconds, limits::PROGRESS_SECONDS),
+            ("optimizer.lr", o.lr, limits::LR),
+            ("optimizer.momentum", o.momentum, limits::MOMENTUM),
+            ("optimizer.beta1", o.beta1, limits::BETA),
+            ("optimizer.beta2", o.beta2, limits::BETA),
+            ("optimizer.eps", o.eps, limits::EPS),
+            ("optimizer.weight_decay", o.weight_decay, limits::WEIGHT_DECAY),
+            ("distribution.fusion_threshold_mb", dist.fusion_threshold_mb, limits::FUSION_MB),
+            ("distribution.first_bucket_mb", dist.first_bucket_mb, limits::FUSION_MB),
+            ("distribution.watchdog_seconds", dist.watchdog_seconds, limits::WATCHDOG_SECONDS),
+            ("checkpoint.every_minutes", ck.every_minutes, limits::EVERY_MINUTES),
+        ];
+        for (field, v, span) in reals {
+            if !span.allows(v) {
+                return bad(field, span.error(&num(v)));
+            }
         }
         if o.nesterov && o.momentum == 0.0 {
             return bad("optimizer.nesterov", "needs optimizer.momentum > 0".into());
         }
-        if !(0.0..1.0).contains(&o.beta1) {
-            return bad("optimizer.beta1", format!("must be in [0, 1), got {}", o.beta1));
-        }
-        if !(0.0..1.0).contains(&o.beta2) {
-            return bad("optimizer.beta2", format!("must be in [0, 1), got {}", o.beta2));
-        }
-        if !(o.eps > 0.0) {
-            return bad("optimizer.eps", format!("must be positive, got {}", o.eps));
-        }
-        if !(o.weight_decay >= 0.0 && o.weight_decay.is_finite()) {
-            return bad("optimizer.weight_decay", format!("must be >= 0, got {}", o.weight_decay));
-        }
-        let dist = &self.distribution;
-        for (key, v) in [("fusion_threshold_mb", dist.fusion_threshold_mb), ("first_bucket_mb", dist.first_bucket_mb)] {
-            if !(v >= 0.0 && v.is_finite()) {
-                return bad(&format!("distribution.{key}"), format!("must be >= 0, got {v}"));
-            }
-        }
-        let ck = &self.checkpoint;
-        if !(ck.every_minutes >= 0.0 && ck.every_minutes.is_finite()) {
-            return bad("checkpoint.every_minutes", format!("must be >= 0, got {}", ck.every_minutes));
-        }
-        if !(dist.watchdog_seconds > 0.0 && dist.watchdog_seconds.is_finite()) {
-            return bad("distribution.watchdog_seconds", format!("must be > 0, got {}", dist.watchdog_seconds));
-        }
-        let d = &self.data;
         if d.train.is_empty() {
             return bad("data.train", "is empty; give the path of the training HDF5 file".into());
-        }
-        if d.shuffle_block == 0 {
-            return bad("data.shuffle_block", "must be at least 1".into());
-        }
-        if d.shuffle_window < d.shuffle_block {
-            return bad("data.shuffle_window", format!("must be >= data.shuffle_block ({})", d.shuffle_block));
         }
         if self.output.dir.is_empty() {
             return bad("output.dir", "is empty".into());
@@ -467,6 +491,116 @@ impl Job {
             _ => self.fusion_threshold_bytes(),
         }
     }
+}
+
+/// The allowed values of a numeric field: from `lo` to `hi`, each end included unless
+/// `lo_open` / `hi_open`; 0 is allowed too when `off` (0 meaning "off"). NaN never is.
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    pub lo: f64,
+    pub lo_open: bool,
+    pub hi: f64,
+    pub hi_open: bool,
+    pub off: bool,
+    pub unit: &'static str,
+}
+
+impl Span {
+    const fn new(lo: f64, hi: f64, unit: &'static str) -> Span {
+        Span { lo, lo_open: false, hi, hi_open: false, off: false, unit }
+    }
+    /// As `new`, with 0 also allowed, meaning off.
+    const fn or_off(lo: f64, hi: f64, unit: &'static str) -> Span {
+        Span { off: true, ..Span::new(lo, hi, unit) }
+    }
+    /// Greater than `lo`, at most `hi`.
+    const fn above(lo: f64, hi: f64) -> Span {
+        Span { lo_open: true, ..Span::new(lo, hi, "") }
+    }
+    /// At least `lo`, less than `hi`.
+    const fn below(lo: f64, hi: f64) -> Span {
+        Span { hi_open: true, ..Span::new(lo, hi, "") }
+    }
+
+    pub fn allows(&self, v: f64) -> bool {
+        let above_lo = if self.lo_open { v > self.lo } else { v >= self.lo };
+        let below_hi = if self.hi_open { v < self.hi } else { v <= self.hi };
+        (self.off && v == 0.0) || (above_lo && below_hi)
+    }
+
+    /// "at least 0.1 and at most 31536000 seconds", "0 (off) or ...".
+    pub fn describe(&self) -> String {
+        let unit = if self.unit.is_empty() { String::new() } else { format!(" {}", self.unit) };
+        let lo =
+            if self.lo_open { format!("greater than {}", num(self.lo)) } else { format!("at least {}", num(self.lo)) };
+        let hi = if self.hi_open { format!("less than {}", num(self.hi)) } else { format!("at most {}", num(self.hi)) };
+        let range = format!("{lo} and {hi}{unit}");
+        if self.off {
+            format!("0 (off) or {range}")
+        } else {
+            range
+        }
+    }
+
+    /// The message for a value outside: "must be at least 1 and at most 1000000, got 0".
+    pub fn error(&self, got: &str) -> String {
+        format!("must be {}, got {got}", self.describe())
+    }
+}
+
+/// A number as a person writes it: 0.1, 604800, 1e20, 2e-5.
+pub fn num(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && (v.abs() >= 1e9 || v.abs() < 1e-4) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// A long list of widths, shortened for an error message.
+fn abbreviate(v: &[usize]) -> String {
+    if v.len() <= 8 {
+        format!("{v:?}")
+    } else {
+        format!("[{}, {}, {}, ... ({} widths)]", v[0], v[1], v[2], v.len())
+    }
+}
+
+/// The bounds of every numeric field, checked by `validate` (and, for the HVTRAIN_*
+/// variables, by `env`). Durations are bounded so that they convert to `Duration`s without
+/// overflow and are longer than the granularity they are checked at; counts so that no
+/// allocation or MPI count derived from them can overflow.
+pub mod limits {
+    use super::Span;
+
+    /// A year: the longest duration any field accepts.
+    pub const YEAR_S: f64 = 365.0 * 24.0 * 3600.0;
+    pub const EPOCHS: Span = Span::new(1.0, 1e6, "");
+    pub const BATCH_SIZE: Span = Span::new(1.0, 1_048_576.0, "samples per rank");
+    pub const LOG_EVERY: Span = Span::or_off(1.0, 1e9, "steps");
+    pub const PROGRESS_SECONDS: Span = Span::or_off(0.001, YEAR_S, "seconds");
+    pub const LR: Span = Span::above(0.0, 1e30);
+    pub const MOMENTUM: Span = Span::below(0.0, 1.0);
+    pub const BETA: Span = Span::below(0.0, 1.0);
+    pub const EPS: Span = Span::new(1e-30, 1.0, "");
+    pub const WEIGHT_DECAY: Span = Span::new(0.0, 1000.0, "");
+    pub const WARMUP_STEPS: Span = Span::or_off(1.0, 1e9, "steps");
+    /// A bucket of 8192 MiB holds 2^31 float32: MPI's element count limit.
+    pub const FUSION_MB: Span = Span::new(0.0, 8192.0, "MiB");
+    /// The watchdog looks every 50 ms, so a shorter deadline means nothing.
+    pub const WATCHDOG_SECONDS: Span = Span::new(0.1, YEAR_S, "seconds");
+    pub const CHECK_EVERY: Span = Span::or_off(1.0, 1e9, "steps");
+    pub const EVERY_STEPS: Span = Span::or_off(1.0, 1e12, "steps");
+    /// 2e-5 minutes is 1.2 ms.
+    pub const EVERY_MINUTES: Span = Span::or_off(2e-5, YEAR_S / 60.0, "minutes");
+    pub const KEEP: Span = Span::new(0.0, 1e6, "checkpoints (0 is taken as 1)");
+    pub const SHUFFLE_BLOCK: Span = Span::new(1.0, 1_048_576.0, "rows");
+    pub const SHUFFLE_WINDOW: Span = Span::new(1.0, 16_777_216.0, "rows");
+    /// Widths in `model.layers`: (fewest, most).
+    pub const LAYER_COUNT: (u64, u64) = (2, 1024);
+    pub const LAYER_WIDTH: (u64, u64) = (1, 16_777_216);
+    /// Parameters in the whole model: MPI element counts are 32-bit.
+    pub const MAX_PARAMS: u64 = i32::MAX as u64;
 }
 
 fn apply_override(origin: &str, doc: &mut toml::Table, o: &str) -> Result<()> {

@@ -68,3 +68,228 @@ fn fingerprint_changes_with_config() {
     assert_eq!(a.fingerprint(), Job::parse("other", MIN, &[]).unwrap().fingerprint());
     assert_ne!(a.fingerprint(), b.fingerprint());
 }
+
+fn msg_of(r: Result<Job>) -> (String, String) {
+    match r {
+        Err(Error::Config { field, msg, .. }) => (field, msg),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}
+
+/// Every numeric key: its bounds are accepted, the values just outside (and NaN, inf, negative
+/// where the type allows them) are refused with an error naming the key and the allowed range.
+#[test]
+fn every_numeric_field_is_bounded() {
+    // (key, accepted values, refused values, a fragment of the allowed range, other --set needed)
+    let cases: &[(&str, &[&str], &[&str], &str, &[&str])] = &[
+        ("training.epochs", &["1", "1000000"], &["0", "1000001"], "at least 1 and at most 1000000", &[]),
+        (
+            "training.batch_size",
+            &["1", "1048576"],
+            &["0", "1048577"],
+            "at least 1 and at most 1048576 samples per rank",
+            &[],
+        ),
+        (
+            "training.log_every",
+            &["0", "1", "1000000000"],
+            &["1000000001"],
+            "0 (off) or at least 1 and at most 1e9",
+            &[],
+        ),
+        (
+            "training.progress_seconds",
+            &["0", "0.001", "31536000"],
+            &["0.0009", "31536001", "-1", "nan", "inf", "1e20"],
+            "0 (off) or at least 0.001 and at most 31536000 seconds",
+            &[],
+        ),
+        (
+            "optimizer.lr",
+            &["1e-12", "1e30"],
+            &["0", "-1", "1.1e30", "nan", "inf"],
+            "greater than 0 and at most 1e30",
+            &[],
+        ),
+        ("optimizer.momentum", &["0", "0.999"], &["-0.1", "1", "nan"], "at least 0 and less than 1", &[]),
+        ("optimizer.beta1", &["0", "0.999"], &["-0.1", "1", "nan"], "at least 0 and less than 1", &[]),
+        ("optimizer.beta2", &["0", "0.9999"], &["-0.1", "1", "nan"], "at least 0 and less than 1", &[]),
+        ("optimizer.eps", &["1e-30", "1"], &["0", "1e-31", "1.5", "nan", "-1e-8"], "at least 1e-30 and at most 1", &[]),
+        (
+            "optimizer.weight_decay",
+            &["0", "1000"],
+            &["-1e-9", "1000.5", "nan", "inf"],
+            "at least 0 and at most 1000",
+            &[],
+        ),
+        (
+            "optimizer.warmup_steps",
+            &["0", "1000000000"],
+            &["1000000001"],
+            "0 (off) or at least 1 and at most 1e9 steps",
+            &[],
+        ),
+        (
+            "distribution.fusion_threshold_mb",
+            &["0", "0.0002", "8192"],
+            &["-1", "8193", "nan", "inf"],
+            "at least 0 and at most 8192 MiB",
+            &[],
+        ),
+        (
+            "distribution.first_bucket_mb",
+            &["0", "8192"],
+            &["-0.5", "8192.5", "nan", "inf"],
+            "at least 0 and at most 8192 MiB",
+            &[],
+        ),
+        (
+            "distribution.watchdog_seconds",
+            &["0.1", "6", "31536000"],
+            &["0", "0.0005", "0.09", "-3", "31536001", "1e20", "nan", "inf"],
+            "at least 0.1 and at most 31536000 seconds",
+            &[],
+        ),
+        (
+            "distribution.check_every",
+            &["0", "1000000000"],
+            &["1000000001"],
+            "0 (off) or at least 1 and at most 1e9 steps",
+            &[],
+        ),
+        (
+            "checkpoint.every_steps",
+            &["0", "1000000000000"],
+            &["1000000000001"],
+            "0 (off) or at least 1 and at most 1e12 steps",
+            &[],
+        ),
+        (
+            "checkpoint.every_minutes",
+            &["0", "0.00002", "0.0003", "525600"],
+            &["0.00001", "525601", "-1", "nan", "inf"],
+            "0 (off) or at least 2e-5 and at most 525600 minutes",
+            &[],
+        ),
+        ("checkpoint.keep", &["0", "1", "1000000"], &["1000001"], "at least 0 and at most 1000000 checkpoints", &[]),
+        (
+            "data.shuffle_block",
+            &["1", "1048576"],
+            &["0", "1048577"],
+            "at least 1 and at most 1048576 rows",
+            &["data.shuffle_window=16777216"],
+        ),
+        (
+            "data.shuffle_window",
+            &["1", "16777216"],
+            &["0", "16777217"],
+            "at least 1 and at most 16777216 rows",
+            &["data.shuffle_block=1"],
+        ),
+    ];
+    for (key, good, bad, range, with) in cases {
+        let sets = |v: &str| -> Vec<String> {
+            with.iter().map(|s| s.to_string()).chain(std::iter::once(format!("{key}={v}"))).collect()
+        };
+        for v in *good {
+            if let Err(e) = Job::parse("job", MIN, &sets(v)) {
+                panic!("{key} = {v} must be accepted: {e}");
+            }
+        }
+        for v in *bad {
+            let (field, msg) = msg_of(Job::parse("job", MIN, &sets(v)));
+            assert_eq!(field, *key, "{key} = {v}: {msg}");
+            // Out-of-type values (a float for a count) are serde's errors; ours name the range.
+            assert!(msg.contains(range), "{key} = {v}: the message must give the range {range:?}: {msg}");
+            assert!(msg.contains("got "), "{key} = {v}: the message must give the value: {msg}");
+        }
+    }
+    // Counts given as negative numbers or fractions are refused by their type, naming the key.
+    for key in ["training.epochs", "checkpoint.keep", "distribution.check_every", "checkpoint.every_steps"] {
+        for v in ["-1", "1.5", "1e20"] {
+            assert_eq!(field_of(Job::parse("job", MIN, &[format!("{key}={v}")])), key, "{key} = {v}");
+        }
+    }
+}
+
+#[test]
+fn the_watchdog_of_the_issue_is_refused_clearly() {
+    for v in ["1e20", "0.0005"] {
+        let (field, msg) = msg_of(Job::parse("job", MIN, &[format!("distribution.watchdog_seconds={v}")]));
+        assert_eq!(field, "distribution.watchdog_seconds");
+        assert_eq!(msg, format!("must be at least 0.1 and at most 31536000 seconds, got {v}"));
+    }
+}
+
+#[test]
+fn model_layers_are_bounded() {
+    let layers = |v: &str| Job::parse("job", MIN, &[format!("model.layers={v}")]);
+    assert!(layers("[4, 16777216, 3]").is_ok());
+    assert!(layers("[32766, 65536]").is_ok(), "2^31 - 65536 parameters");
+    let wide = format!("[{}]", vec!["2"; 1024].join(", "));
+    assert!(layers(&wide).is_ok(), "1024 widths");
+    let cases: &[(String, &str)] = &[
+        ("[4]".into(), "allowed: 2 to 1024 widths"),
+        (format!("[{}]", vec!["2"; 1025].join(", ")), "allowed: 2 to 1024 widths"),
+        ("[4, 0, 3]".into(), "width 1 is 0; every layer needs at least one unit (allowed: 1 to 16777216)"),
+        ("[4, 16777217, 3]".into(), "width 1 is 16777217; allowed: 1 to 16777216"),
+        ("[32767, 65536]".into(), "has 2147483648 parameters; at most 2147483647 are allowed"),
+        ("[65536, 65536, 65536, 3]".into(), "at most 2147483647 are allowed"),
+    ];
+    for (v, want) in cases {
+        let (field, msg) = msg_of(layers(v));
+        assert_eq!(field, "model.layers");
+        assert!(msg.contains(want), "model.layers = {}: {msg}", &v[..v.len().min(40)]);
+    }
+}
+
+/// The HVTRAIN_* variables are checked against the same bounds, naming the variable, the key
+/// and the range (in the variable's unit).
+#[test]
+fn environment_values_are_bounded() {
+    let one =
+        |var: &'static str, value: &'static str| env_overrides("job", move |k| (k == var).then(|| value.to_string()));
+    let ok = [
+        ("HVTRAIN_WATCHDOG_SECONDS", "0.1", "distribution.watchdog_seconds=0.1"),
+        ("HVTRAIN_WATCHDOG_SECONDS", "6", "distribution.watchdog_seconds=6.0"),
+        ("HVTRAIN_CHECK_EVERY", "0", "distribution.check_every=0"),
+        ("HVTRAIN_CHECK_EVERY", "1000000000", "distribution.check_every=1000000000"),
+        ("HVTRAIN_FUSION_THRESHOLD", "0", "distribution.fusion_threshold_mb=0"),
+        ("HVTRAIN_FUSION_THRESHOLD", "8589934592", "distribution.fusion_threshold_mb=8192"),
+        ("HVTRAIN_FIRST_BUCKET", "1048576", "distribution.first_bucket_mb=1"),
+    ];
+    for (var, value, want) in ok {
+        let (sets, _) = one(var, value).unwrap_or_else(|e| panic!("{var}={value}: {e}"));
+        assert_eq!(sets, [want]);
+        Job::parse("job", MIN, &sets).unwrap_or_else(|e| panic!("{var}={value}: {e}"));
+    }
+    let bad = [
+        ("HVTRAIN_WATCHDOG_SECONDS", "1e20", "at least 0.1 and at most 31536000 seconds, got 1e20"),
+        ("HVTRAIN_WATCHDOG_SECONDS", "0.0005", "at least 0.1 and at most 31536000 seconds, got 0.0005"),
+        ("HVTRAIN_WATCHDOG_SECONDS", "nan", "got NaN"),
+        ("HVTRAIN_WATCHDOG_SECONDS", "soon", "expected a number"),
+        ("HVTRAIN_CHECK_EVERY", "1000000001", "0 (off) or at least 1 and at most 1e9 steps, got 1000000001"),
+        ("HVTRAIN_CHECK_EVERY", "1.5", "expected a whole number, 0 (off) or at least 1 and at most 1e9 steps"),
+        ("HVTRAIN_CHECK_EVERY", "-1", "expected a whole number"),
+        ("HVTRAIN_FUSION_THRESHOLD", "-1", "at least 0 and at most 8.589934592e9 bytes, got -1"),
+        ("HVTRAIN_FUSION_THRESHOLD", "8589934593", "at most 8.589934592e9 bytes"),
+        ("HVTRAIN_FIRST_BUCKET", "inf", "at most 8.589934592e9 bytes, got inf"),
+    ];
+    let keys = [
+        ("HVTRAIN_WATCHDOG_SECONDS", "distribution.watchdog_seconds"),
+        ("HVTRAIN_CHECK_EVERY", "distribution.check_every"),
+        ("HVTRAIN_FUSION_THRESHOLD", "distribution.fusion_threshold_mb"),
+        ("HVTRAIN_FIRST_BUCKET", "distribution.first_bucket_mb"),
+    ];
+    for (var, value, want) in bad {
+        match one(var, value) {
+            Err(Error::Config { field, msg, .. }) => {
+                let key = keys.iter().find(|k| k.0 == var).unwrap().1;
+                assert_eq!(field, key, "{var}={value}");
+                assert!(msg.contains(&format!("environment variable {var}=")), "{var}={value}: {msg}");
+                assert!(msg.contains(want), "{var}={value}: want {want:?} in {msg}");
+            }
+            other => panic!("{var}={value}: expected an error, got {other:?}"),
+        }
+    }
+}

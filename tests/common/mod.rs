@@ -209,3 +209,43 @@ pub fn import_fashion_mnist(split: &str, out: &Path, dir: &Path) {
     );
     assert!(r.ok(), "{}", r.all());
 }
+
+/// The global step at which a signal stopped the job, from rank 0's line "stopped by a signal
+/// at step N" (or "after epoch E": the step E × `steps_per_epoch`) in `log`.
+pub fn stop_step(log: &str, steps_per_epoch: u64) -> u64 {
+    let rest = log
+        .split("stopped by a signal ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no \"stopped by a signal\" line in the log\n{log}"));
+    let number = |s: &str| s.split(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse::<u64>().ok());
+    if let Some(n) = rest.strip_prefix("at step ").and_then(number) {
+        n
+    } else if let Some(e) = rest.strip_prefix("after epoch ").and_then(number) {
+        e * steps_per_epoch
+    } else {
+        panic!("cannot read the step from the stop line {:?}", rest.lines().next());
+    }
+}
+
+/// The `step` stored in a checkpoint file.
+pub fn checkpoint_step(path: &Path) -> u64 {
+    let f = hdf5::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let v: Vec<i64> = f.dataset("step").unwrap().read_raw().unwrap();
+    v[0] as u64
+}
+
+/// A signal must make the job write a checkpoint at the step where it stops (an earlier
+/// periodic checkpoint does not count): `out`/ckpt-step{N:09}.h5 exists and stores step N,
+/// N read from the stop line in `log`. Returns N.
+pub fn assert_stop_checkpoint(out: &Path, log: &str, steps_per_epoch: u64) -> u64 {
+    let n = stop_step(log, steps_per_epoch);
+    let path = out.join(format!("ckpt-step{n:09}.h5"));
+    assert!(
+        path.exists(),
+        "the job stopped at step {n} but wrote no checkpoint there: {} is missing (checkpoints: {:?})\n{log}",
+        path.display(),
+        checkpoints(out)
+    );
+    assert_eq!(checkpoint_step(&path), n, "{} stores another step", path.display());
+    n
+}
