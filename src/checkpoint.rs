@@ -345,9 +345,18 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
 pub fn newest_valid(dir: &Path, model: &Mlp) -> Result<Option<(PathBuf, Checkpoint)>> {
     let mut metas: Vec<Meta> = list(dir).into_iter().map(|(s, p)| meta(s, p)).collect();
     metas.sort_by(|a, b| b.written_at.cmp(&a.written_at).then(b.step.cmp(&a.step)));
+    // Unreadable files sort last; say so when one of them has a higher step than the choice.
+    let unreadable: Vec<Meta> = metas.iter().filter(|m| m.lineage.is_none()).cloned().collect();
     for m in metas {
         match load(&m.path, model) {
-            Ok(c) => return Ok(Some((m.path, c))),
+            Ok(c) => {
+                for u in unreadable.iter().filter(|u| u.step > c.step) {
+                    if let Err(e) = load(&u.path, model) {
+                        log::warn!("skipping checkpoint {}: {e}", u.path.display());
+                    }
+                }
+                return Ok(Some((m.path, c)));
+            }
             Err(e @ Error::Checkpoint { kind: CheckpointKind::OtherModel | CheckpointKind::Format, .. }) => {
                 return Err(e)
             }
