@@ -1,8 +1,9 @@
 //! The stop checkpoint survives however a preemption's signals arrive. `timeout` and
 //! `scancel` signal `mpirun` as well as the ranks; `mpirun` then signals the ranks again and
 //! kills them a second later, and a second signal to `mpirun` makes it exit at once (its ranks
-//! are torn down a few seconds after). Each try sends SIGTERM to `timeout`, `mpirun` and both
-//! ranks in a random order with random delays, then checks that a checkpoint of the step the
+//! are torn down a few seconds after). Each try sends SIGTERM to `timeout`, `mpirun` and each
+//! rank twice (directly, and again as `mpirun` or a scheduler would pass it on), in a random
+//! order with random delays, most of them zero (back to back, from this process), then checks that a checkpoint of the step the
 //! job stopped at exists, that `--resume auto` continues from it, and that the resumed run
 //! ends with weights bit-identical to a run that was never interrupted (so what was written
 //! is a completed step's state, never a step in flight).
@@ -18,8 +19,8 @@ use std::time::{Duration, Instant};
 const D: usize = 8;
 const LAYERS: [usize; 4] = [D, 256, 256, 3];
 const TRIES: usize = 20;
-/// About 3000 steps of about a millisecond: the signals (within 2 s of the first step) come
-/// mid-run.
+/// About 3000 steps of about a millisecond: the signals (within a second of the first step)
+/// come mid-run.
 const EPOCHS: &str = "training.epochs=40";
 
 fn setup(name: &str) -> PathBuf {
@@ -45,6 +46,10 @@ fn pick(seed: &mut u64, n: u64) -> u64 {
     (*seed >> 33) % n
 }
 
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
 fn children(pid: u32) -> Vec<u32> {
     let out = Command::new("pgrep").args(["-P", &pid.to_string()]).output().unwrap();
     String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect()
@@ -59,7 +64,7 @@ fn step_of(name: &str) -> u64 {
     name.strip_prefix("ckpt-step").and_then(|s| s.strip_suffix(".h5")).unwrap().parse().unwrap()
 }
 
-/// One try: start the job under `timeout 300 mpirun`, wait until it trains, signal the four
+/// One try: start the job under `timeout 300 mpirun`, wait until it trains, signal the
 /// processes in a random order. Returns (the signal order, the log, the checkpoints left).
 fn signalled(dir: &Path, out: &str, seed: &mut u64) -> (String, String, Vec<String>) {
     let mut child = Command::new("timeout")
@@ -91,16 +96,26 @@ fn signalled(dir: &Path, out: &str, seed: &mut u64) -> (String, String, Vec<Stri
     assert_eq!(mpirun.len(), 1, "one mpirun under timeout");
     let ranks = children(mpirun[0]);
     assert_eq!(ranks.len(), 2, "two ranks under mpirun: {ranks:?}");
-    let mut targets = vec![("timeout", timeout_pid), ("mpirun", mpirun[0]), ("rank", ranks[0]), ("rank", ranks[1])];
+    let mut targets = vec![
+        ("timeout", timeout_pid),
+        ("mpirun", mpirun[0]),
+        ("rank a", ranks[0]),
+        ("rank b", ranks[1]),
+        ("rank a", ranks[0]),
+        ("rank b", ranks[1]),
+    ];
     for i in (1..targets.len()).rev() {
         targets.swap(i, pick(seed, i as u64 + 1) as usize);
     }
-    std::thread::sleep(Duration::from_millis(100 + pick(seed, 400)));
+    std::thread::sleep(Duration::from_millis(100 + pick(seed, 300)));
     let mut order = Vec::new();
     for (name, pid) in targets {
-        let delay = [0, 0, 1, 5, 20, 50, 150, 400][pick(seed, 8) as usize];
-        std::thread::sleep(Duration::from_millis(delay));
-        let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        let delay = [0, 0, 0, 0, 1, 2, 5, 20][pick(seed, 8) as usize];
+        if delay > 0 {
+            std::thread::sleep(Duration::from_millis(delay));
+        }
+        // SAFETY: plain kill(2) of a process this test started.
+        unsafe { kill(pid as i32, 15) };
         order.push(format!("+{delay}ms {name}"));
     }
     let status = child.wait().unwrap();
