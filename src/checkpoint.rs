@@ -204,7 +204,8 @@ fn meta(step: u64, path: PathBuf) -> Meta {
         if format < 2 {
             return Some((Lineage::LEGACY, i64::MIN));
         }
-        let l = Lineage { run_id: one_u("run_id")?, parent_run: one_u("parent_run")?, parent_step: one("parent_step")? };
+        let l =
+            Lineage { run_id: one_u("run_id")?, parent_run: one_u("parent_run")?, parent_step: one("parent_step")? };
         Some((l, one("written_at")?))
     };
     match read() {

@@ -182,4 +182,3 @@ pub(super) fn prepare_output(
     );
     Ok(Some(c))
 }
-
