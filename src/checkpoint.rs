@@ -2,22 +2,72 @@
 //! `OUTPUT_DIR/ckpt-step000001234.h5`, readable with h5py:
 //!
 //! - `dense{l}/weight`, `dense{l}/bias`, `layers`: the parameters, laid out as `weights.h5`
-//!   (so `eval --weights` and `predict --weights` take a checkpoint as well);
+//!   (the same writer, `weights::write_layers`), so `eval --weights` and `predict --weights`
+//!   take a checkpoint as well;
 //! - `optimizer/m`, `optimizer/v`: momentum / Adam moments (absent when the optimizer has none);
 //! - `step`, `epoch`, `step_in_epoch`, `world_size`: where training stands. The data order is
 //!   a pure function of (seed, epoch, rank), so this position is all the loader needs;
 //! - `loss_sums`: each rank's running loss sum in the current epoch, so its metrics are exact;
+//!   `loss_sums_exact` is 0 when rank 0 wrote a stop checkpoint on its own and estimated the
+//!   other ranks' last batch;
+//! - lineage (format 2): `run_id` (new at every start), `parent_run` and `parent_step` (the
+//!   checkpoint that run resumed from; `parent_step` -1 for a fresh run), `written_at` (Unix
+//!   milliseconds);
 //! - `job_json`: the job configuration (UTF-8 bytes); `checksum`: FNV-1a over all of the above.
 //!
-//! Writing is atomic (temporary file, fsync, rename, fsync of the directory): a crash mid-write
-//! never damages the newest good checkpoint. The last `keep` are kept.
+//! Writing is atomic and durable (temporary file, fsync, rename, fsync of the directory:
+//! `weights::commit`): a crash mid-write never damages the newest good checkpoint.
+//!
+//! Lineage: after `--resume` from an older checkpoint, the files of the abandoned run with
+//! higher steps are still there. `--resume auto` takes the most recently written valid
+//! checkpoint (the live run's newest), and keep-K counts only the live run's lineage (its own
+//! files and its ancestors' up to where it branched off), never deleting other files.
 
 use crate::data::h5;
-use crate::error::{Error, Result};
+use crate::error::{CheckpointKind, Error, Result};
 use crate::model::Mlp;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-pub const FORMAT: i64 = 1;
+/// The format written; format 1 (no lineage) is still read.
+pub const FORMAT: i64 = 2;
+
+/// Which run wrote a checkpoint, and where that run came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lineage {
+    pub run_id: u64,
+    /// The run this one resumed from (meaningful when `parent_step >= 0`).
+    pub parent_run: u64,
+    /// The step it resumed from; -1 for a fresh run.
+    pub parent_step: i64,
+}
+
+impl Lineage {
+    /// A new run: a fresh random id, with the checkpoint it resumes from (if any) as parent.
+    pub fn new_run(parent: Option<&Checkpoint>) -> Lineage {
+        Lineage {
+            run_id: fresh_run_id(),
+            parent_run: parent.map_or(0, |c| c.lineage.run_id),
+            parent_step: parent.map_or(-1, |c| c.step as i64),
+        }
+    }
+    /// What a format-1 checkpoint (written before lineage existed) counts as.
+    const LEGACY: Lineage = Lineage { run_id: 0, parent_run: 0, parent_step: -1 };
+}
+
+/// Not 0 (the id of format-1 checkpoints): time, process id and address-space randomness.
+fn fresh_run_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u32(std::process::id());
+    h.finish().max(1)
+}
+
+/// Unix time in milliseconds, for `written_at`.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Checkpoint {
@@ -26,19 +76,30 @@ pub struct Checkpoint {
     pub step_in_epoch: usize,
     pub world_size: usize,
     pub loss_sums: Vec<f64>,
+    /// False when the other ranks' last batch losses were estimated (a stop checkpoint that
+    /// rank 0 wrote without hearing from them).
+    pub loss_sums_exact: bool,
     pub params: Vec<f32>,
     pub m: Vec<f32>,
     pub v: Vec<f32>,
     pub job_json: String,
+    pub lineage: Lineage,
+    /// Unix milliseconds; i64::MIN for format 1.
+    pub written_at: i64,
 }
 
 impl Checkpoint {
-    fn checksum(&self) -> u64 {
+    fn checksum(&self, format: i64) -> u64 {
         let mut h = crate::parallel::checksum(&self.params);
         for part in [&self.m, &self.v] {
             h = h.rotate_left(17) ^ crate::parallel::checksum(part);
         }
-        let ints = [self.step, self.epoch as u64, self.step_in_epoch as u64, self.world_size as u64];
+        let mut ints = vec![self.step, self.epoch as u64, self.step_in_epoch as u64, self.world_size as u64];
+        if format >= 2 {
+            let l = &self.lineage;
+            ints.extend([l.run_id, l.parent_run, l.parent_step as u64, self.written_at as u64]);
+            ints.push(u64::from(self.loss_sums_exact));
+        }
         let mut bytes: Vec<u8> = ints.iter().flat_map(|i| i.to_le_bytes()).collect();
         bytes.extend(self.loss_sums.iter().flat_map(|x| x.to_le_bytes()));
         bytes.extend(self.job_json.as_bytes());
@@ -66,21 +127,30 @@ pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
     v
 }
 
-/// Write `c` atomically into `dir`, then delete all but the newest `keep` checkpoints.
-/// `before_rename` runs when the temporary file is complete (fault injection).
+/// Delete the temporary files a crash mid-write leaves (`ckpt-step*.h5.tmp`,
+/// `weights.h5.tmp`); returns their names.
+pub fn remove_stale_tmp(dir: &Path) -> Vec<String> {
+    let mut gone = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(name) = e.file_name().into_string() else { continue };
+        let ours = (name.starts_with("ckpt-step") && name.ends_with(".h5.tmp")) || name == "weights.h5.tmp";
+        if ours && std::fs::remove_file(e.path()).is_ok() {
+            gone.push(name);
+        }
+    }
+    gone.sort();
+    gone
+}
+
+/// Write `c` atomically into `dir`, then delete all but the newest `keep` checkpoints of its
+/// lineage. `before_rename` runs when the temporary file is complete (fault injection).
 pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename: impl FnOnce()) -> Result<PathBuf> {
     let path = dir.join(file_name(c.step));
-    let tmp = dir.join(format!("{}.tmp", file_name(c.step)));
+    let tmp = crate::weights::tmp_path(&path);
     {
         let f = h5::create(&tmp)?;
         let w = |name: &str, data: &[f32], shape: &[usize]| h5::write(&f, &tmp, name, data, shape);
-        let sizes: Vec<i64> = model.sizes.iter().map(|&s| s as i64).collect();
-        h5::write(&f, &tmp, "layers", &sizes, &[sizes.len()])?;
-        for (l, s) in model.layers.iter().enumerate() {
-            f.create_group(&format!("dense{l}")).map_err(|e| Error::hdf5(&tmp, "create group", e))?;
-            w(&format!("dense{l}/weight"), &c.params[s.w.clone()], &[s.inp, s.out])?;
-            w(&format!("dense{l}/bias"), &c.params[s.b.clone()], &[s.out])?;
-        }
+        crate::weights::write_layers(&f, &tmp, model, &c.params)?;
         if !c.m.is_empty() || !c.v.is_empty() {
             f.create_group("optimizer").map_err(|e| Error::hdf5(&tmp, "create group", e))?;
         }
@@ -90,26 +160,92 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
         if !c.v.is_empty() {
             w("optimizer/v", &c.v, &[c.v.len()])?;
         }
-        for (name, v) in [("format", FORMAT), ("step", c.step as i64), ("epoch", c.epoch as i64)] {
+        let l = &c.lineage;
+        for (name, v) in [
+            ("format", FORMAT),
+            ("step", c.step as i64),
+            ("epoch", c.epoch as i64),
+            ("step_in_epoch", c.step_in_epoch as i64),
+            ("world_size", c.world_size as i64),
+            ("loss_sums_exact", i64::from(c.loss_sums_exact)),
+            ("parent_step", l.parent_step),
+            ("written_at", c.written_at),
+        ] {
             h5::write(&f, &tmp, name, &[v], &[1])?;
         }
-        for (name, v) in [("step_in_epoch", c.step_in_epoch), ("world_size", c.world_size)] {
-            h5::write(&f, &tmp, name, &[v as i64], &[1])?;
-        }
+        h5::write(&f, &tmp, "run_id", &[l.run_id], &[1])?;
+        h5::write(&f, &tmp, "parent_run", &[l.parent_run], &[1])?;
         h5::write(&f, &tmp, "loss_sums", &c.loss_sums, &[c.loss_sums.len()])?;
         h5::write(&f, &tmp, "job_json", c.job_json.as_bytes(), &[c.job_json.len()])?;
-        h5::write(&f, &tmp, "checksum", &[c.checksum()], &[1])?;
+        h5::write(&f, &tmp, "checksum", &[c.checksum(FORMAT)], &[1])?;
         f.flush().map_err(|e| Error::hdf5(&tmp, "flush", e))?;
     }
-    before_rename();
-    let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all()).map_err(|e| Error::io(p, "fsync", e));
-    sync(&tmp)?;
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, "rename the finished checkpoint into place", e))?;
-    sync(dir)?;
-    for (_, old) in list(dir).into_iter().skip(keep.max(1)) {
-        let _ = std::fs::remove_file(old);
-    }
+    crate::weights::commit(&tmp, &path, "rename the finished checkpoint into place", before_rename)?;
+    prune(dir, c, keep);
     Ok(path)
+}
+
+/// What `--resume auto` and keep-K need of a checkpoint, read without its arrays.
+#[derive(Clone, Debug)]
+struct Meta {
+    step: u64,
+    path: PathBuf,
+    /// None when unreadable (damaged, or not a checkpoint).
+    lineage: Option<Lineage>,
+    written_at: i64,
+}
+
+fn meta(step: u64, path: PathBuf) -> Meta {
+    let read = || -> Option<(Lineage, i64)> {
+        let f = hdf5::File::open(&path).ok()?;
+        let one = |name: &str| f.dataset(name).ok()?.read_raw::<i64>().ok()?.first().copied();
+        let one_u = |name: &str| f.dataset(name).ok()?.read_raw::<u64>().ok()?.first().copied();
+        let format = one("format")?;
+        if format < 2 {
+            return Some((Lineage::LEGACY, i64::MIN));
+        }
+        let l =
+            Lineage { run_id: one_u("run_id")?, parent_run: one_u("parent_run")?, parent_step: one("parent_step")? };
+        Some((l, one("written_at")?))
+    };
+    match read() {
+        Some((l, t)) => Meta { step, path, lineage: Some(l), written_at: t },
+        None => Meta { step, path, lineage: None, written_at: i64::MIN },
+    }
+}
+
+/// The checkpoints of `dir` that belong to the lineage of `run`: its own, and its ancestors'
+/// up to the step each child branched off at. Unreadable files count as members (so that
+/// damaged files still age out). Newest (highest step) first.
+fn lineage_members(metas: &[Meta], run: Lineage) -> Vec<&Meta> {
+    // Every run's own lineage, from any of its files.
+    let runs: HashMap<u64, Lineage> = metas.iter().filter_map(|m| m.lineage).map(|l| (l.run_id, l)).collect();
+    let mut members: Vec<&Meta> = metas.iter().filter(|m| m.lineage.is_none()).collect();
+    let (mut cur, mut limit, mut seen) = (run, u64::MAX, HashSet::new());
+    loop {
+        members.extend(metas.iter().filter(|m| m.lineage.is_some_and(|l| l.run_id == cur.run_id) && m.step <= limit));
+        if cur.parent_step < 0 || !seen.insert(cur.run_id) {
+            break;
+        }
+        limit = cur.parent_step as u64;
+        match runs.get(&cur.parent_run) {
+            Some(p) => cur = *p,
+            None => break, // none of the parent's files is left
+        }
+    }
+    members.sort_by(|a, b| b.step.cmp(&a.step).then(b.written_at.cmp(&a.written_at)));
+    members
+}
+
+/// Keep-K within `c`'s lineage: delete all but its newest `keep` checkpoints; files of other
+/// lineages (an abandoned branch, another run) are left alone.
+fn prune(dir: &Path, c: &Checkpoint, keep: usize) {
+    let metas: Vec<Meta> = list(dir).into_iter().map(|(s, p)| meta(s, p)).collect();
+    for m in lineage_members(&metas, c.lineage).into_iter().skip(keep.max(1)) {
+        if m.step != c.step {
+            let _ = std::fs::remove_file(&m.path);
+        }
+    }
 }
 
 fn read1(f: &hdf5::File, path: &Path, name: &str) -> Result<i64> {
@@ -118,18 +254,46 @@ fn read1(f: &hdf5::File, path: &Path, name: &str) -> Result<i64> {
     v.first().copied().ok_or_else(|| Error::data(path, name, "is empty"))
 }
 
-/// Load and verify a checkpoint for `model`: shapes, format and checksum.
+fn read1_u64(f: &hdf5::File, path: &Path, name: &str) -> Result<u64> {
+    let v: Vec<u64> =
+        h5::dataset(f, path, name)?.read_raw().map_err(|e| Error::hdf5(path, format!("read {name}"), e))?;
+    v.first().copied().ok_or_else(|| Error::data(path, name, "is empty"))
+}
+
+/// Any error while reading a checkpoint that is not already typed means damage.
+fn damaged(e: Error) -> Error {
+    match e {
+        Error::Data { file, field, msg } => Error::checkpoint(file, field, CheckpointKind::Damaged, msg),
+        Error::Hdf5 { file, what, source } => {
+            Error::checkpoint(file, what, CheckpointKind::Damaged, format!("{source} (is the file damaged?)"))
+        }
+        Error::Io { file, what, source } => Error::checkpoint(file, what, CheckpointKind::Damaged, source.to_string()),
+        other => other,
+    }
+}
+
+/// Load and verify a checkpoint for `model`: shapes, format and checksum. Errors are
+/// `Error::Checkpoint`, whose kind tells damage from another model's file.
 pub fn load(path: &Path, model: &Mlp) -> Result<Checkpoint> {
+    load_inner(path, model).map_err(damaged)
+}
+
+fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
     let f = h5::open(path, "--resume")?;
     let format = read1(&f, path, "format")?;
-    if format != FORMAT {
-        return Err(Error::data(path, "format", format!("is {format}; this hvtrain reads checkpoint format {FORMAT}")));
+    if !(1..=FORMAT).contains(&format) {
+        return Err(Error::checkpoint(
+            path,
+            "format",
+            CheckpointKind::Format,
+            format!("is {format}; this hvtrain reads checkpoint formats 1 to {FORMAT}"),
+        ));
     }
     let sizes: Vec<i64> =
         h5::dataset(&f, path, "layers")?.read_raw().map_err(|e| Error::hdf5(path, "read layers", e))?;
     let want: Vec<i64> = model.sizes.iter().map(|&s| s as i64).collect();
     if sizes != want {
-        return Err(Error::data(path, "layers", format!(
+        return Err(Error::checkpoint(path, "layers", CheckpointKind::OtherModel, format!(
             "the checkpoint is of a model with layers {sizes:?}, this job's model.layers is {want:?}; resume with the job that wrote it")));
     }
     let params = crate::weights::read_params(&f, path, model)?;
@@ -146,34 +310,74 @@ pub fn load(path: &Path, model: &Mlp) -> Result<Checkpoint> {
         h5::dataset(&f, path, "job_json")?.read_raw().map_err(|e| Error::hdf5(path, "read job_json", e))?;
     let stored: Vec<u64> =
         h5::dataset(&f, path, "checksum")?.read_raw().map_err(|e| Error::hdf5(path, "read checksum", e))?;
+    let (lineage, written_at, loss_sums_exact) = if format >= 2 {
+        let l = Lineage {
+            run_id: read1_u64(&f, path, "run_id")?,
+            parent_run: read1_u64(&f, path, "parent_run")?,
+            parent_step: read1(&f, path, "parent_step")?,
+        };
+        (l, read1(&f, path, "written_at")?, read1(&f, path, "loss_sums_exact")? != 0)
+    } else {
+        (Lineage::LEGACY, i64::MIN, true)
+    };
     let c = Checkpoint {
         step: read1(&f, path, "step")? as u64,
         epoch: read1(&f, path, "epoch")? as usize,
         step_in_epoch: read1(&f, path, "step_in_epoch")? as usize,
         world_size: read1(&f, path, "world_size")? as usize,
         loss_sums,
+        loss_sums_exact,
         params,
         m,
         v,
         job_json: String::from_utf8(json).map_err(|_| Error::data(path, "job_json", "is not UTF-8"))?,
+        lineage,
+        written_at,
     };
-    if stored.first() != Some(&c.checksum()) {
+    if stored.first() != Some(&c.checksum(format)) {
         return Err(Error::data(path, "checksum", "does not match the contents: the file is damaged"));
     }
     Ok(c)
 }
 
-/// The newest checkpoint in `dir` that loads and verifies, skipping damaged ones with a
-/// warning. Errors that are not about damage (another model) are returned.
+/// The live run's newest checkpoint in `dir` that loads and verifies: candidates are tried
+/// most recently written first (format-1 files, which carry no time, by step after them),
+/// damaged ones skipped with a warning. A checkpoint of another model or format is an error.
 pub fn newest_valid(dir: &Path, model: &Mlp) -> Result<Option<(PathBuf, Checkpoint)>> {
-    for (_, path) in list(dir) {
-        match load(&path, model) {
-            Ok(c) => return Ok(Some((path, c))),
-            Err(e @ Error::Data { .. }) if e.to_string().contains("layers") => return Err(e),
-            Err(e) => log::warn!("skipping checkpoint {}: {e}", path.display()),
+    let mut metas: Vec<Meta> = list(dir).into_iter().map(|(s, p)| meta(s, p)).collect();
+    metas.sort_by(|a, b| b.written_at.cmp(&a.written_at).then(b.step.cmp(&a.step)));
+    // Unreadable files sort last; say so when one of them has a higher step than the choice.
+    let unreadable: Vec<Meta> = metas.iter().filter(|m| m.lineage.is_none()).cloned().collect();
+    for m in metas {
+        match load(&m.path, model) {
+            Ok(c) => {
+                for u in unreadable.iter().filter(|u| u.step > c.step) {
+                    if let Err(e) = load(&u.path, model) {
+                        log::warn!("skipping checkpoint {}: {e}", u.path.display());
+                    }
+                }
+                return Ok(Some((m.path, c)));
+            }
+            Err(e @ Error::Checkpoint { kind: CheckpointKind::OtherModel | CheckpointKind::Format, .. }) => {
+                return Err(e)
+            }
+            Err(e) => log::warn!("skipping checkpoint {}: {e}", m.path.display()),
         }
     }
     Ok(None)
+}
+
+/// Checkpoints in `dir` with a higher step than the one `run` resumed from that are not in
+/// its lineage: an abandoned branch, which `--resume auto` will not choose and keep-K will not
+/// delete (for the start-up log).
+pub fn abandoned_newer(dir: &Path, run: Lineage) -> Vec<PathBuf> {
+    let metas: Vec<Meta> = list(dir).into_iter().map(|(s, p)| meta(s, p)).collect();
+    let from = run.parent_step.max(0) as u64;
+    let members: HashSet<&Path> = lineage_members(&metas, run).into_iter().map(|m| m.path.as_path()).collect();
+    let mut v: Vec<PathBuf> =
+        metas.iter().filter(|m| m.step > from && !members.contains(m.path.as_path())).map(|m| m.path.clone()).collect();
+    v.sort();
+    v
 }
 
 #[cfg(test)]
@@ -181,7 +385,13 @@ mod tests {
     use super::*;
     use crate::config::{Activation, LossKind};
 
+    const RUN_A: Lineage = Lineage { run_id: 11, parent_run: 0, parent_step: -1 };
+
     fn sample(model: &Mlp, step: u64) -> Checkpoint {
+        sample_of(model, step, RUN_A, step as i64)
+    }
+
+    fn sample_of(model: &Mlp, step: u64, lineage: Lineage, written_at: i64) -> Checkpoint {
         let params = model.init_params(step);
         let n = params.len();
         Checkpoint {
@@ -190,19 +400,37 @@ mod tests {
             step_in_epoch: 7,
             world_size: 3,
             loss_sums: vec![1.5, 2.5, 3.5],
+            loss_sums_exact: step % 2 == 0,
             m: params.iter().map(|p| p * 0.5).collect(),
             v: vec![0.25; n],
             params,
             job_json: "{\"a\":1}".into(),
+            lineage,
+            written_at,
         }
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("hvtrain-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn model() -> Mlp {
+        Mlp::new(&[4, 5, 3], Activation::Tanh, LossKind::SoftmaxCrossEntropy)
+    }
+
+    fn truncate(path: &Path) {
+        let mut bytes = std::fs::read(path).unwrap();
+        bytes.truncate(bytes.len() / 2);
+        std::fs::write(path, bytes).unwrap();
     }
 
     #[test]
     fn round_trip_keep_and_damage() {
-        let dir = std::env::temp_dir().join(format!("hvtrain-ckpt-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let model = Mlp::new(&[4, 5, 3], Activation::Tanh, LossKind::SoftmaxCrossEntropy);
+        let dir = scratch("ckpt");
+        let model = model();
         for step in [10, 20, 30, 40] {
             save(&dir, &model, &sample(&model, step), 3, || {}).unwrap();
         }
@@ -210,17 +438,75 @@ mod tests {
         assert_eq!(steps, vec![40, 30, 20], "keeps the newest 3");
         assert_eq!(load(&dir.join(file_name(30)), &model).unwrap(), sample(&model, 30));
         // Damage the newest: the one before it is chosen, with a warning.
-        let newest = dir.join(file_name(40));
-        let mut bytes = std::fs::read(&newest).unwrap();
-        let mid = bytes.len() / 2;
-        bytes.truncate(mid);
-        std::fs::write(&newest, bytes).unwrap();
+        truncate(&dir.join(file_name(40)));
         let (path, c) = newest_valid(&dir, &model).unwrap().unwrap();
         assert_eq!((path, c.step), (dir.join(file_name(30)), 30));
         // Another model's checkpoint is refused, naming the field.
         let other = Mlp::new(&[4, 6, 3], Activation::Tanh, LossKind::SoftmaxCrossEntropy);
-        let e = load(&dir.join(file_name(30)), &other).unwrap_err().to_string();
-        assert!(e.contains("layers") && e.contains(&file_name(30)), "{e}");
+        let e = load(&dir.join(file_name(30)), &other).unwrap_err();
+        assert!(matches!(e, Error::Checkpoint { kind: CheckpointKind::OtherModel, .. }), "{e:?}");
+        let e = e.to_string();
+        assert!(e.contains(": layers:") && e.contains(&file_name(30)), "{e}");
+        assert!(matches!(newest_valid(&dir, &other), Err(Error::Checkpoint { kind: CheckpointKind::OtherModel, .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Damage is told from another model by the error's type, not its text: a damaged file
+    /// whose path (or message) mentions "layers" is still skipped.
+    #[test]
+    fn damage_is_skipped_whatever_the_path_says() {
+        let dir = scratch("layers-ckpt");
+        let model = model();
+        for step in [10, 20] {
+            save(&dir, &model, &sample(&model, step), 3, || {}).unwrap();
+        }
+        truncate(&dir.join(file_name(20)));
+        let e = load(&dir.join(file_name(20)), &model).unwrap_err();
+        assert!(matches!(e, Error::Checkpoint { kind: CheckpointKind::Damaged, .. }), "{e:?}");
+        let (path, _) = newest_valid(&dir, &model).unwrap().expect("the older one");
+        assert_eq!(path, dir.join(file_name(10)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Run A writes steps 100..500 (keep 3); run B resumes from A's step 300 and writes 350,
+    /// 360, 370. Auto picks B's newest, keep-K counts B's lineage only and leaves A's
+    /// abandoned 400 and 500 alone.
+    #[test]
+    fn lineage_decides_auto_and_keep() {
+        let dir = scratch("ckpt-lineage");
+        let model = model();
+        for step in [100, 200, 300, 400, 500] {
+            save(&dir, &model, &sample(&model, step), 3, || {}).unwrap();
+        }
+        let from = load(&dir.join(file_name(300)), &model).unwrap();
+        let run_b = Lineage::new_run(Some(&from));
+        assert_eq!((run_b.parent_run, run_b.parent_step), (RUN_A.run_id, 300));
+        assert_ne!(run_b.run_id, RUN_A.run_id);
+        save(&dir, &model, &sample_of(&model, 350, run_b, 1000), 3, || {}).unwrap();
+        let (path, c) = newest_valid(&dir, &model).unwrap().unwrap();
+        assert_eq!((path, c.lineage), (dir.join(file_name(350)), run_b), "auto takes the live run's newest");
+        let steps = |d: &Path| list(d).iter().map(|e| e.0).collect::<Vec<_>>();
+        assert_eq!(steps(&dir), vec![500, 400, 350, 300], "B's parent is kept");
+        for (i, step) in [360, 370].into_iter().enumerate() {
+            save(&dir, &model, &sample_of(&model, step, run_b, 1001 + i as i64), 3, || {}).unwrap();
+        }
+        assert_eq!(steps(&dir), vec![500, 400, 370, 360, 350], "keep 3 of B's lineage; A's branch untouched");
+        assert_eq!(newest_valid(&dir, &model).unwrap().unwrap().1.step, 370);
+        assert_eq!(abandoned_newer(&dir, run_b), vec![dir.join(file_name(400)), dir.join(file_name(500))]);
+        // B's newest damaged: B's previous one, not A's newer-step files.
+        truncate(&dir.join(file_name(370)));
+        assert_eq!(newest_valid(&dir, &model).unwrap().unwrap().1.step, 360);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn stale_temporary_files_are_removed() {
+        let dir = scratch("ckpt-tmp");
+        for name in ["ckpt-step000000007.h5.tmp", "weights.h5.tmp", "notes.tmp", "ckpt-step000000003.h5"] {
+            std::fs::write(dir.join(name), b"x").unwrap();
+        }
+        assert_eq!(remove_stale_tmp(&dir), vec!["ckpt-step000000007.h5.tmp", "weights.h5.tmp"]);
+        assert!(dir.join("notes.tmp").exists() && dir.join("ckpt-step000000003.h5").exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

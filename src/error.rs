@@ -15,6 +15,11 @@ pub enum Error {
     #[error("data {file}: {field}: {msg}")]
     Data { file: PathBuf, field: String, msg: String },
 
+    /// A checkpoint that cannot be used; `kind` says whether it is damaged (another one may
+    /// do) or fine but not this job's (no other one will do either).
+    #[error("checkpoint {file}: {field}: {msg}")]
+    Checkpoint { file: PathBuf, field: String, kind: CheckpointKind, msg: String },
+
     /// HDF5 library error while touching `file`.
     #[error("hdf5 {file}: {what}: {source}")]
     Hdf5 {
@@ -59,9 +64,28 @@ pub enum Error {
     Training(String),
 }
 
+/// Why a checkpoint cannot be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointKind {
+    /// Unreadable, truncated, a dataset missing, or the checksum does not match.
+    Damaged,
+    /// Whole, but of another model (layers).
+    OtherModel,
+    /// Whole, but of a checkpoint format this hvtrain does not read.
+    Format,
+}
+
 impl Error {
     pub fn data(file: impl Into<PathBuf>, field: impl Into<String>, msg: impl Into<String>) -> Self {
         Error::Data { file: file.into(), field: field.into(), msg: msg.into() }
+    }
+    pub fn checkpoint(
+        file: impl Into<PathBuf>,
+        field: impl Into<String>,
+        kind: CheckpointKind,
+        msg: impl Into<String>,
+    ) -> Self {
+        Error::Checkpoint { file: file.into(), field: field.into(), kind, msg: msg.into() }
     }
     pub fn config(file: impl Into<String>, field: impl Into<String>, msg: impl Into<String>) -> Self {
         Error::Config { file: file.into(), field: field.into(), msg: msg.into() }

@@ -2,29 +2,58 @@
 //! and bias, named `dense{l}/weight` and `dense{l}/bias`, plus the layer sizes as an
 //! attribute-free dataset `layers`. Readable with h5py:
 //! `h5py.File("weights.h5")["dense0/weight"][:]`.
+//!
+//! Checkpoints hold the parameters in the same layout: `write_layers` and `read_params` are
+//! the one writer and reader of it, and `commit` the one way both kinds of file are put in
+//! place (fsync, rename, fsync of the directory).
 
 use crate::data::h5;
 use crate::error::{Error, Result};
 use crate::model::Mlp;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Write to a temporary file and rename, so a crash never leaves a half-written file
 /// under the final name.
 pub fn save(model: &Mlp, params: &[f32], path: &Path) -> Result<()> {
-    let tmp = path.with_extension("h5.tmp");
+    let tmp = tmp_path(path);
     {
         let f = h5::create(&tmp)?;
-        let sizes: Vec<i64> = model.sizes.iter().map(|&s| s as i64).collect();
-        h5::write(&f, &tmp, "layers", &sizes, &[sizes.len()])?;
-        for (l, s) in model.layers.iter().enumerate() {
-            let g = f.create_group(&format!("dense{l}")).map_err(|e| Error::hdf5(&tmp, "create group", e))?;
-            drop(g);
-            h5::write(&f, &tmp, &format!("dense{l}/weight"), &params[s.w.clone()], &[s.inp, s.out])?;
-            h5::write(&f, &tmp, &format!("dense{l}/bias"), &params[s.b.clone()], &[s.out])?;
-        }
+        write_layers(&f, &tmp, model, params)?;
         f.flush().map_err(|e| Error::hdf5(&tmp, "flush", e))?;
     }
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename the finished weights file into place", e))
+    commit(&tmp, path, "rename the finished weights file into place", || {})
+}
+
+/// The temporary name a file is written under before `commit` renames it: `NAME.tmp`.
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".tmp");
+    PathBuf::from(s)
+}
+
+/// `layers` and `dense{l}/weight` ([in, out]), `dense{l}/bias` of the arena `params`, into
+/// an open file (`path` names it in errors).
+pub fn write_layers(f: &hdf5::File, path: &Path, model: &Mlp, params: &[f32]) -> Result<()> {
+    let sizes: Vec<i64> = model.sizes.iter().map(|&s| s as i64).collect();
+    h5::write(f, path, "layers", &sizes, &[sizes.len()])?;
+    for (l, s) in model.layers.iter().enumerate() {
+        f.create_group(&format!("dense{l}")).map_err(|e| Error::hdf5(path, "create group", e))?;
+        h5::write(f, path, &format!("dense{l}/weight"), &params[s.w.clone()], &[s.inp, s.out])?;
+        h5::write(f, path, &format!("dense{l}/bias"), &params[s.b.clone()], &[s.out])?;
+    }
+    Ok(())
+}
+
+/// Put the finished (closed) file `tmp` in place as `path`, durably: fsync it, run
+/// `before_rename` (fault injection), rename, fsync the directory. Only when this returns is
+/// the file there after a crash or power loss, so only then may it be announced.
+pub fn commit(tmp: &Path, path: &Path, what: &str, before_rename: impl FnOnce()) -> Result<()> {
+    let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all()).map_err(|e| Error::io(p, "fsync", e));
+    sync(tmp)?;
+    before_rename();
+    std::fs::rename(tmp, path).map_err(|e| Error::io(path, what, e))?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    sync(dir)
 }
 
 /// Load weights written by `save` (or a checkpoint) into a parameter arena for `model`,
@@ -69,7 +98,7 @@ mod tests {
         let mut p = m.init_params(9);
         p[m.layers[1].b.clone()].copy_from_slice(&[0.5, -0.25, 2.0]);
         save(&m, &p, &path).unwrap();
-        assert!(!path.with_extension("h5.tmp").exists(), "temporary file must be renamed away");
+        assert!(!tmp_path(&path).exists(), "temporary file must be renamed away");
         assert_eq!(load(&m, &path).unwrap(), p);
         // The file is plain HDF5 with [in, out] kernels, as h5py users expect.
         let f = hdf5::File::open(&path).unwrap();

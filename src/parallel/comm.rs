@@ -47,18 +47,6 @@ impl Channel {
         out
     }
 
-    pub fn all_reduce_or_u64(&self, x: u64) -> u64 {
-        let mut out = 0u64;
-        self.comm.all_reduce_into(&x, &mut out, SystemOperation::bitwise_or());
-        out
-    }
-
-    pub fn all_gather_f64(&self, x: f64) -> Vec<f64> {
-        let mut out = vec![0f64; self.size];
-        self.comm.all_gather_into(&x, &mut out[..]);
-        out
-    }
-
     pub fn broadcast_u64(&self, buf: &mut [u64]) {
         self.comm.process_at_rank(0).broadcast_into(buf);
     }
@@ -71,6 +59,13 @@ impl Channel {
     pub fn all_gather_u64(&self, x: u64) -> Vec<u64> {
         let mut out = vec![0u64; self.size];
         self.comm.all_gather_into(&x, &mut out[..]);
+        out
+    }
+
+    /// Every rank's `mine` (the same length on every rank), concatenated in rank order.
+    pub fn all_gather_u64s(&self, mine: &[u64]) -> Vec<u64> {
+        let mut out = vec![0u64; mine.len() * self.size];
+        self.comm.all_gather_into(mine, &mut out[..]);
         out
     }
 

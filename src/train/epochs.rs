@@ -4,7 +4,7 @@
 
 use super::restore::Start;
 use super::setup::Setup;
-use super::stop::{self, Ctx, CHECKPOINT, STOP};
+use super::stop::{self, Boundary, Ctx, StopState};
 use super::{human, in_step, Outcome};
 use crate::config::Job;
 use crate::data::loader::{Loader, LoaderCfg, Schedule};
@@ -49,6 +49,7 @@ pub(super) struct Run<'a> {
     last: Option<EpochMetrics>,
     last_ckpt: Instant,
     last_progress: Instant,
+    stop: StopState,
 }
 
 impl<'a> Run<'a> {
@@ -106,6 +107,7 @@ impl<'a> Run<'a> {
             start_epoch: start.epoch,
             start_batch: start.step_in_epoch,
             start_loss_sum: start.loss_sums[comm.rank],
+            stop: StopState::new(start.lineage, start.loss_sums.clone()),
             t_process,
             last: None,
             last_ckpt: Instant::now(),
@@ -114,7 +116,14 @@ impl<'a> Run<'a> {
     }
 
     fn ctx(&self) -> Ctx<'_> {
-        Ctx { comm: self.comm, job: self.job, out_dir: &self.out_dir, fault: self.fault, watchdog: &self.watchdog }
+        Ctx {
+            comm: self.comm,
+            job: self.job,
+            out_dir: &self.out_dir,
+            fault: self.fault,
+            watchdog: &self.watchdog,
+            stop: &self.stop,
+        }
     }
 
     /// Every remaining epoch; stops early (Preempted) when the ranks agree on a signal.
@@ -134,7 +143,7 @@ impl<'a> Run<'a> {
         let (comm, job, steps) = (self.comm, self.job, self.steps);
         let t0 = Instant::now();
         self.st.take_exposed();
-        let mut at_epoch_end = 0;
+        let mut at_epoch_end = false;
         for i in first..steps {
             let waiting = Instant::now();
             let loader = self.loader.as_ref().expect("loader alive until the last epoch ends");
@@ -165,29 +174,21 @@ impl<'a> Run<'a> {
             let time_due = comm.rank == 0
                 && ck.every_minutes > 0.0
                 && self.last_ckpt.elapsed().as_secs_f64() >= ck.every_minutes * 60.0;
-            let flags = stop::agree(comm, &self.watchdog, self.st.step(), time_due);
-            let step_due = ck.every_steps > 0 && self.st.step() % ck.every_steps == 0;
-            let flags = flags | if step_due { CHECKPOINT } else { 0 };
-            if flags != 0 && i + 1 == steps {
+            match stop::at_boundary(&self.ctx(), &self.st, epoch - 1, i + 1, loss_sum, time_due)? {
+                Boundary::Stopped => return Ok(Some(Outcome::Preempted)),
                 // The epoch's last step: checkpoint after its metrics, as the start of the next.
-                at_epoch_end = flags;
-            } else if flags != 0 {
-                stop::save_checkpoint(&self.ctx(), &self.st, epoch - 1, i + 1, loss_sum)?;
-                self.last_ckpt = Instant::now();
-                if flags & STOP != 0 {
-                    stop::log_stopped(comm, format!("at step {}", self.st.step()));
-                    return Ok(Some(Outcome::Preempted));
+                Boundary::Checkpoint if i + 1 == steps => at_epoch_end = true,
+                Boundary::Checkpoint => {
+                    stop::save_checkpoint(&self.ctx(), &self.st, epoch - 1, i + 1)?;
+                    self.last_ckpt = Instant::now();
                 }
+                Boundary::Continue => {}
             }
         }
         self.end_of_epoch(epoch, first, t0, loss_sum)?;
-        if at_epoch_end != 0 {
-            stop::save_checkpoint(&self.ctx(), &self.st, epoch, 0, 0.0)?;
+        if at_epoch_end {
+            stop::save_checkpoint(&self.ctx(), &self.st, epoch, 0)?;
             self.last_ckpt = Instant::now();
-            if at_epoch_end & STOP != 0 {
-                stop::log_stopped(comm, format!("after epoch {epoch}"));
-                return Ok(Some(Outcome::Preempted));
-            }
         }
         Ok(None)
     }

@@ -4,7 +4,7 @@
 
 use super::setup::Setup;
 use super::Resume;
-use crate::checkpoint::{self, Checkpoint};
+use crate::checkpoint::{self, Checkpoint, Lineage};
 use crate::config::Job;
 use crate::error::{Error, Result};
 use crate::model::Mlp;
@@ -24,6 +24,8 @@ pub(super) struct Start {
     pub step_in_epoch: usize,
     /// Each rank's running loss sum in the epoch being resumed.
     pub loss_sums: Vec<f64>,
+    /// This run's lineage: a fresh run id, and the checkpoint it continues from.
+    pub lineage: Lineage,
 }
 
 /// Collective: the state this run starts from, the same on every rank.
@@ -58,7 +60,42 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     comm.broadcast_u64(&mut pos);
     let mut loss_sums = ckpt.as_ref().map_or(vec![0.0; comm.size], |c| c.loss_sums.clone());
     comm.broadcast_f64(&mut loss_sums);
-    Ok(Start { params, m, v, step: pos[0], epoch: pos[1] as usize, step_in_epoch: pos[2] as usize, loss_sums })
+    let l = Lineage::new_run(ckpt.as_ref());
+    if comm.rank == 0 {
+        lineage_notes(&setup.out_dir, l, ckpt.as_ref());
+    }
+    let mut ids = [l.run_id, l.parent_run, l.parent_step as u64];
+    comm.broadcast_u64(&mut ids);
+    let lineage = Lineage { run_id: ids[0], parent_run: ids[1], parent_step: ids[2] as i64 };
+    let (step, epoch, step_in_epoch) = (pos[0], pos[1] as usize, pos[2] as usize);
+    Ok(Start { params, m, v, step, epoch, step_in_epoch, loss_sums, lineage })
+}
+
+/// Rank 0's start-up lines about the checkpoint lineage: the run id, and the files of an
+/// abandoned branch (newer checkpoints of the run resumed from) that `--resume auto` will not
+/// choose and keep-K will not delete.
+fn lineage_notes(out_dir: &Path, l: Lineage, from: Option<&Checkpoint>) {
+    info!("run id {:016x}", l.run_id);
+    if let Some(c) = from {
+        if !c.loss_sums_exact {
+            info!(
+                "the checkpoint was written by rank 0 alone at a stop: the other ranks' loss of its last step was estimated, \
+                 so this epoch's train_loss is approximate (weights and optimizer state are exact)"
+            );
+        }
+        let newer = checkpoint::abandoned_newer(out_dir, l);
+        if !newer.is_empty() {
+            let names: Vec<String> = newer.iter().map(|p| p.display().to_string()).collect();
+            warn!(
+                "{} checkpoint(s) newer than step {} belong to the run this one branches off from and are abandoned: {}; \
+                 --resume auto will not choose them, keep-K will not delete them (a checkpoint of this run at the same step \
+                 replaces one)",
+                newer.len(),
+                c.step,
+                names.join(", ")
+            );
+        }
+    }
 }
 
 /// Rank 0, before training: create output.dir, refuse to overwrite an earlier run's
@@ -98,6 +135,11 @@ pub(super) fn prepare_output(
             f
         }
     };
+    // What a crash mid-write left behind: never a valid file, and never picked up.
+    let stale = checkpoint::remove_stale_tmp(out_dir);
+    if !stale.is_empty() {
+        info!("removed {} unfinished file(s) of an interrupted write: {}", stale.len(), stale.join(", "));
+    }
     let Some((path, c)) = found else { return Ok(None) };
     if c.world_size != world {
         return Err(Error::data(
@@ -140,4 +182,3 @@ pub(super) fn prepare_output(
     );
     Ok(Some(c))
 }
-

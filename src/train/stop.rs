@@ -1,11 +1,21 @@
-//! Stopping and checkpointing at a step boundary that every rank agrees on, and the
-//! checkpoint writer.
+//! Stopping and checkpointing at a step boundary, and the checkpoint writer.
 //!
 //! A signal may reach ranks at different moments, and only rank 0 watches the clock for
-//! time-based checkpoints, so each step ends with one 8-byte all-reduce (bitwise OR) of
-//! these flags; only then does anyone stop or checkpoint.
+//! time-based checkpoints, so each step ends with one small all-gather of every rank's flags
+//! and running loss sum; only then does anyone checkpoint.
+//!
+//! The stop checkpoint is different: the signal that asks for it often comes with the end of
+//! the job (`mpirun` kills the ranks a second after it is signalled, and a rank whose peer
+//! died in a collective never returns from it). So it depends on no other rank. The replicas
+//! are identical, and at a step boundary rank 0's parameters and optimizer state are those of
+//! the last completed step (a step in flight updates them bucket by bucket, so nothing is
+//! ever written from inside a step). Rank 0, seeing a stop request of its own at the boundary,
+//! writes the stop checkpoint at once, before the agreement; the other ranks' loss sums of
+//! this last step are then estimated (see `Checkpoint::loss_sums_exact`). When rank 0 learns
+//! of the stop only from the agreement, it writes right after it, with exact sums. The other
+//! ranks wait for the write at an unguarded barrier, then all exit with 75.
 
-use crate::checkpoint::{self, Checkpoint};
+use crate::checkpoint::{self, Checkpoint, Lineage};
 use crate::config::Job;
 use crate::error::Result;
 use crate::fault::Fault;
@@ -14,17 +24,33 @@ use crate::parallel::Comm;
 use crate::device::Cpu;
 use crate::step::Stepper;
 use log::info;
+use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub(super) const STOP: u64 = 1;
 pub(super) const CHECKPOINT: u64 = 2;
 
-/// Collective, once per step: this rank's wishes in, the job's decision out.
-pub(super) fn agree(comm: &Comm, watchdog: &Watchdog, step: u64, time_due: bool) -> u64 {
-    let mine = if crate::signals::stop_requested() { STOP } else { 0 } | if time_due { CHECKPOINT } else { 0 };
-    let _g = watchdog.guard(MAIN, "the end-of-step agreement", step);
-    comm.all_reduce_or_u64(mine)
+/// What the boundary needs to remember from step to step.
+pub(super) struct StopState {
+    /// This run's lineage, written into every checkpoint.
+    pub lineage: Lineage,
+    last_boundary: Cell<Option<Instant>>,
+    /// Every rank's running loss sum in the epoch, as of the last agreement.
+    known_sums: RefCell<Vec<f64>>,
+    /// Bytes per second of the last checkpoint write (see `write_first`).
+    write_rate: Cell<Option<f64>>,
+}
+
+impl StopState {
+    pub fn new(lineage: Lineage, start_sums: Vec<f64>) -> StopState {
+        StopState {
+            lineage,
+            last_boundary: Cell::new(None),
+            known_sums: RefCell::new(start_sums),
+            write_rate: Cell::new(None),
+        }
+    }
 }
 
 /// What checkpointing needs besides the step state.
@@ -34,49 +60,148 @@ pub(super) struct Ctx<'a> {
     pub out_dir: &'a Path,
     pub fault: Option<Fault>,
     pub watchdog: &'a Watchdog,
+    pub stop: &'a StopState,
 }
 
-/// Collective: gather each rank's running loss, rank 0 writes the checkpoint, everyone waits
-/// for it (unguarded: a large write may take longer than the watchdog's deadline).
-pub(super) fn save_checkpoint(
+/// What the loop does after a step boundary.
+pub(super) enum Boundary {
+    Continue,
+    /// A periodic checkpoint is due (every rank agrees).
+    Checkpoint,
+    /// Stopped by a signal: the stop checkpoint is written; exit with 75.
+    Stopped,
+}
+
+/// Collective, once per step (after step `step_in_epoch` of epoch `epoch_index + 1`, whose
+/// running loss on this rank is `loss_sum`): stop, checkpoint, or go on.
+pub(super) fn at_boundary(
     ctx: &Ctx,
     st: &Stepper<Cpu>,
     epoch_index: usize,
     step_in_epoch: usize,
     loss_sum: f64,
-) -> Result<PathBuf> {
-    let comm = ctx.comm;
-    let loss_sums = {
-        let _g = ctx.watchdog.guard(MAIN, "the checkpoint's loss gathering", st.step());
-        comm.all_gather_f64(loss_sum)
-    };
-    let path = ctx.out_dir.join(checkpoint::file_name(st.step()));
-    if comm.rank == 0 {
-        let (m, v, step) = st.opt().state(st.backend())?;
-        let c = Checkpoint {
-            step,
-            epoch: epoch_index,
-            step_in_epoch,
-            world_size: comm.size,
-            loss_sums,
-            params: st.params_host()?,
-            m,
-            v,
-            job_json: serde_json::to_string(ctx.job).expect("job serializes"),
-        };
-        let t = Instant::now();
-        checkpoint::save(ctx.out_dir, st.model(), &c, ctx.job.checkpoint.keep, || {
-            crate::fault::in_checkpoint(&ctx.fault, comm.rank, step)
-        })?;
-        info!("checkpoint {} written ({:.0} ms)", path.display(), t.elapsed().as_secs_f64() * 1e3);
+    time_due: bool,
+) -> Result<Boundary> {
+    let (comm, state) = (ctx.comm, ctx.stop);
+    let now = Instant::now();
+    if let Some(prev) = state.last_boundary.replace(Some(now)) {
+        crate::signals::set_step_time(now - prev);
     }
-    comm.barrier();
+    if step_in_epoch == 1 {
+        state.known_sums.replace(vec![0.0; comm.size]);
+    }
+    let mut written = false;
+    if comm.rank == 0 && crate::signals::stop_requested() && write_first(ctx, st) {
+        // Others' sums up to the previous step are known; their last batch is estimated by
+        // rank 0's own.
+        let known = state.known_sums.borrow().clone();
+        let batch = loss_sum - known[0];
+        let mut sums: Vec<f64> = known.iter().map(|s| s + batch).collect();
+        sums[0] = loss_sum;
+        write_stop(ctx, st, epoch_index, step_in_epoch, sums, comm.size == 1)?;
+        written = true;
+    }
+    let mine = if crate::signals::stop_requested() { STOP } else { 0 } | if time_due { CHECKPOINT } else { 0 };
+    let all = {
+        let _g = ctx.watchdog.guard(MAIN, "the end-of-step agreement", st.step());
+        comm.all_gather_u64s(&[mine, loss_sum.to_bits()])
+    };
+    let flags = all.chunks(2).fold(0, |acc, r| acc | r[0]);
+    state.known_sums.replace(all.chunks(2).map(|r| f64::from_bits(r[1])).collect());
+    if flags & STOP != 0 {
+        if comm.rank == 0 && !written {
+            let sums = state.known_sums.borrow().clone();
+            write_stop(ctx, st, epoch_index, step_in_epoch, sums, true)?;
+        }
+        comm.barrier(); // unguarded: rank 0's write may outlast the watchdog's deadline
+        if comm.rank == 0 {
+            info!(
+                "stopped by a signal at step {}; resume with --resume auto (exit code {})",
+                st.step(),
+                crate::signals::EXIT_PREEMPTED
+            );
+        }
+        return Ok(Boundary::Stopped);
+    }
+    let every = ctx.job.checkpoint.every_steps;
+    let step_due = every > 0 && st.step() % every == 0;
+    Ok(if flags & CHECKPOINT != 0 || step_due { Boundary::Checkpoint } else { Boundary::Continue })
+}
+
+/// Whether rank 0 may write the stop checkpoint before the agreement: the other ranks wait
+/// in the (guarded) agreement meanwhile, so the write must be well within the watchdog's
+/// deadline. Estimated from the last write's rate, or 100 MB/s before any.
+fn write_first(ctx: &Ctx, st: &Stepper<Cpu>) -> bool {
+    if ctx.comm.size == 1 {
+        return true;
+    }
+    let n = st.model().n_params;
+    let (m, v) = crate::optim::state_lens(&ctx.job.optimizer, n);
+    let bytes = 4.0 * (n + m + v) as f64;
+    let secs = bytes / ctx.stop.write_rate.get().unwrap_or(100e6);
+    secs < ctx.job.distribution.watchdog_seconds / 3.0
+}
+
+/// Rank 0: the stop checkpoint, on its own. Signals that arrive meanwhile wait for the rename.
+fn write_stop(
+    ctx: &Ctx,
+    st: &Stepper<Cpu>,
+    epoch_index: usize,
+    step_in_epoch: usize,
+    loss_sums: Vec<f64>,
+    exact: bool,
+) -> Result<PathBuf> {
+    crate::signals::writing_stop_checkpoint();
+    let path = write(ctx, st, epoch_index, step_in_epoch, loss_sums, exact)?;
+    crate::signals::stop_checkpoint_written();
     Ok(path)
 }
 
-/// Rank 0's line when a signal stopped the run.
-pub(super) fn log_stopped(comm: &Comm, when: String) {
+/// Rank 0: build and write a checkpoint of the state after step `st.step`.
+fn write(
+    ctx: &Ctx,
+    st: &Stepper<Cpu>,
+    epoch_index: usize,
+    step_in_epoch: usize,
+    loss_sums: Vec<f64>,
+    exact: bool,
+) -> Result<PathBuf> {
+    let (m, v, step) = st.opt().state(st.backend())?;
+    let c = Checkpoint {
+        step,
+        epoch: epoch_index,
+        step_in_epoch,
+        world_size: ctx.comm.size,
+        loss_sums,
+        loss_sums_exact: exact,
+        params: st.params_host()?,
+        m,
+        v,
+        job_json: serde_json::to_string(ctx.job).expect("job serializes"),
+        lineage: ctx.stop.lineage,
+        written_at: checkpoint::now_ms(),
+    };
+    let t = Instant::now();
+    let path = checkpoint::save(ctx.out_dir, st.model(), &c, ctx.job.checkpoint.keep, || {
+        crate::fault::in_checkpoint(&ctx.fault, ctx.comm.rank, step)
+    })?;
+    let secs = t.elapsed().as_secs_f64();
+    let bytes = 4.0 * (c.params.len() + c.m.len() + c.v.len()) as f64;
+    ctx.stop.write_rate.set(Some(bytes / secs.max(1e-3)));
+    info!("checkpoint {} written ({:.0} ms)", path.display(), secs * 1e3);
+    Ok(path)
+}
+
+/// Collective: a periodic checkpoint after the agreement said so. Rank 0 writes it with the
+/// loss sums the agreement carried; everyone waits for it (unguarded: a large write may take
+/// longer than the watchdog's deadline). At an epoch's start (`step_in_epoch` 0) the sums are 0.
+pub(super) fn save_checkpoint(ctx: &Ctx, st: &Stepper<Cpu>, epoch_index: usize, step_in_epoch: usize) -> Result<PathBuf> {
+    let comm = ctx.comm;
+    let path = ctx.out_dir.join(checkpoint::file_name(st.step()));
     if comm.rank == 0 {
-        info!("stopped by a signal {when}; resume with --resume auto (exit code {})", crate::signals::EXIT_PREEMPTED);
+        let sums = if step_in_epoch == 0 { vec![0.0; comm.size] } else { ctx.stop.known_sums.borrow().clone() };
+        write(ctx, st, epoch_index, step_in_epoch, sums, true)?;
     }
+    comm.barrier();
+    Ok(path)
 }
