@@ -187,10 +187,17 @@ pub struct DistributionCfg {
     /// Environment: HVTRAIN_COMPRESSION.
     #[serde(default = "default_compression")]
     pub compression: Compression,
-    /// A collective that has not completed after this many seconds ends the job (a rank died,
-    /// hangs, or its node is gone). Environment: HVTRAIN_WATCHDOG_SECONDS.
+    /// A rank whose heartbeats stop for this many seconds is dead, stopped or unreachable, and
+    /// the job ends. A rank that is only slow keeps sending heartbeats, so this is not a
+    /// deadline on any operation (it was one before heartbeats; it still is when MPI grants
+    /// no MPI_THREAD_MULTIPLE). Environment: HVTRAIN_WATCHDOG_SECONDS.
     #[serde(default = "default_watchdog")]
     pub watchdog_seconds: f64,
+    /// The job ends when every rank is alive but none has completed a step or moved on to
+    /// another phase for this many seconds: the longest any single phase (one step, a
+    /// checkpoint write, a data read, an evaluation) may take. Environment: HVTRAIN_STALL_SECONDS.
+    #[serde(default = "default_stall")]
+    pub stall_seconds: f64,
     /// Compare a checksum of the parameters across ranks every this many steps (0: never).
     /// Environment: HVTRAIN_CHECK_EVERY.
     #[serde(default = "default_check_every")]
@@ -287,7 +294,10 @@ fn default_compression() -> Compression {
     Compression::None
 }
 fn default_watchdog() -> f64 {
-    6.0
+    8.0
+}
+fn default_stall() -> f64 {
+    600.0
 }
 fn default_check_every() -> usize {
     200
@@ -330,6 +340,7 @@ impl Default for DistributionCfg {
             overlap: true,
             compression: default_compression(),
             watchdog_seconds: default_watchdog(),
+            stall_seconds: default_stall(),
             check_every: default_check_every(),
         }
     }
@@ -427,8 +438,24 @@ impl Job {
         if !(ck.every_minutes >= 0.0 && ck.every_minutes.is_finite()) {
             return bad("checkpoint.every_minutes", format!("must be >= 0, got {}", ck.every_minutes));
         }
-        if !(dist.watchdog_seconds > 0.0 && dist.watchdog_seconds.is_finite()) {
-            return bad("distribution.watchdog_seconds", format!("must be > 0, got {}", dist.watchdog_seconds));
+        if !(dist.watchdog_seconds >= 1.0 && dist.watchdog_seconds <= 3600.0) {
+            return bad(
+                "distribution.watchdog_seconds",
+                format!(
+                    "must be between 1 and 3600 (seconds without a heartbeat before a rank is taken for dead), got {}",
+                    dist.watchdog_seconds
+                ),
+            );
+        }
+        if !(dist.stall_seconds >= 1.0 && dist.stall_seconds <= 604800.0) {
+            return bad(
+                "distribution.stall_seconds",
+                format!(
+                    "must be between 1 and 604800 (seconds without progress on any rank before the job is ended as \
+                     stalled), got {}",
+                    dist.stall_seconds
+                ),
+            );
         }
         let d = &self.data;
         if d.train.is_empty() {

@@ -68,3 +68,22 @@ fn fingerprint_changes_with_config() {
     assert_eq!(a.fingerprint(), Job::parse("other", MIN, &[]).unwrap().fingerprint());
     assert_ne!(a.fingerprint(), b.fingerprint());
 }
+
+#[test]
+fn liveness_limits_have_bounds_and_errors_name_the_field() {
+    let j = Job::parse("job", MIN, &[]).unwrap();
+    assert_eq!((j.distribution.watchdog_seconds, j.distribution.stall_seconds), (8.0, 600.0));
+    let j = Job::parse("job", MIN, &["distribution.stall_seconds=5".into()]).unwrap();
+    assert_eq!(j.distribution.stall_seconds, 5.0);
+    for bad in ["0", "-3", "0.5", "1e9", "nan", "inf"] {
+        let r = Job::parse("job", MIN, &[format!("distribution.stall_seconds={bad}")]);
+        assert_eq!(field_of(r), "distribution.stall_seconds", "stall_seconds = {bad}");
+    }
+    for bad in ["0", "0.5", "7200"] {
+        let r = Job::parse("job", MIN, &[format!("distribution.watchdog_seconds={bad}")]);
+        assert_eq!(field_of(r), "distribution.watchdog_seconds", "watchdog_seconds = {bad}");
+    }
+    let env = |k: &str| (k == "HVTRAIN_STALL_SECONDS").then(|| "42".to_string());
+    let (sets, _) = env_overrides("job", env).unwrap();
+    assert_eq!(sets, vec!["distribution.stall_seconds=42".to_string()]);
+}
