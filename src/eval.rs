@@ -4,6 +4,8 @@
 use crate::config::{Job, LossKind};
 use crate::data::h5;
 use crate::data::shard::{Labels, Shard};
+use crate::fault::At;
+use crate::parallel::liveness;
 use crate::parallel::{check_agreement, Comm};
 use crate::error::{Error, Result};
 use crate::model::{Mlp, Targets, Workspace};
@@ -19,11 +21,14 @@ pub fn build_model(job: &Job) -> Mlp {
 
 /// Start-up shared by `train` and `eval`: placement log, device choice, cross-rank checks.
 pub fn start(comm: &Comm, job: &Job) -> Result<Mlp> {
+    liveness::configure(job.distribution.watchdog_seconds, job.distribution.stall_seconds);
+    crate::fault::point(At::Start)?;
     let (_backend, how) = crate::device::select(job.training.device, comm.local_rank)?;
     info!(
         "rank {}/{} on host {} (local rank {}/{}), device: {how}",
         comm.rank, comm.size, comm.host, comm.local_rank, comm.local_size
     );
+    let _p = liveness::phase("checking that every rank has the same job configuration");
     if let Err(e) = check_agreement(comm, "the job configuration (job file + --set)", job.fingerprint()) {
         return Err(describe_job_difference(comm, job).unwrap_or(e));
     }
@@ -71,6 +76,8 @@ fn diff(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Ve
 
 /// This rank's test sums: [loss sum, correct predictions, samples]. Local work only.
 pub fn evaluate_local(model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
+    let _p = liveness::phase("evaluating the test data");
+    crate::fault::point(At::Eval)?;
     let mut ws = Workspace::new(model, CHUNK);
     let mut x = vec![0.0f32; CHUNK * shard.features];
     let (mut loss, mut correct) = (0.0f64, 0usize);
@@ -88,6 +95,7 @@ pub fn evaluate_local(model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64
         loss += l;
         correct += k;
         start += c;
+        liveness::progress();
     }
     Ok([loss, correct as f64, n as f64])
 }
@@ -109,10 +117,19 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
         .test
         .as_ref()
         .ok_or_else(|| Error::config(&job.source, "data.test", "is not set; eval needs test data"))?;
-    let params = weights::load(&model, weights_path)?;
-    let shard = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, &model)?;
+    let params = {
+        let _p = liveness::phase("loading the weights");
+        weights::load(&model, weights_path)?
+    };
+    let shard = {
+        let _p = liveness::phase("opening the test data");
+        Shard::open(&job.data, "data.test", test, comm.rank, comm.size, &model)?
+    };
     let mut sums = evaluate_local(&model, &params, &shard)?;
-    comm.all_reduce_sum_f64(&mut sums);
+    {
+        let _p = liveness::phase("the all-reduce of the evaluation's sums");
+        comm.all_reduce_sum_f64(&mut sums);
+    }
     let (loss, acc) = eval_result(&sums, &shard);
     if comm.rank == 0 {
         match acc {

@@ -6,6 +6,7 @@ use crate::data::shard::Shard;
 use crate::error::{Error, Result};
 use crate::eval::start;
 use crate::model::Mlp;
+use crate::parallel::liveness::phase;
 use crate::parallel::{check_agreement, Comm, FusionPlan};
 use log::info;
 use std::path::PathBuf;
@@ -30,11 +31,14 @@ impl Setup {
             FusionPlan::with_options(&lens, job.fusion_threshold_bytes(), job.first_bucket_bytes(), d.bucket_order);
         // The gradient arena is laid out in fusion order, so buckets are arena ranges.
         assert!(plan.slots.iter().zip(&tensors).all(|(s, t)| *s == t.range), "arena and fusion plan disagree");
+        let p = phase("checking that every rank has the same fusion plan");
         check_agreement(comm, "the gradient fusion plan", plan.fingerprint())?;
+        drop(p);
         if comm.rank == 0 {
             log_setup(job, &model, &plan, comm);
         }
 
+        let p = phase("opening the training and test data");
         let train_shard = Shard::open(&job.data, "data.train", &job.data.train, comm.rank, comm.size, &model)?;
         let test_shard = match &job.data.test {
             Some(t) => Some(Shard::open(&job.data, "data.test", t, comm.rank, comm.size, &model)?),
@@ -43,6 +47,8 @@ impl Setup {
 
         let b = job.training.batch_size;
         let local_n = train_shard.len();
+        drop(p);
+        let _p = phase("agreeing on the steps per epoch");
         let min_n = comm.all_reduce_min_u64(local_n as u64) as usize;
         let steps = min_n / b;
         if steps == 0 {
@@ -85,7 +91,7 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
         plan.buckets.iter().map(|b| b.len() * 4 / 1024).collect::<Vec<_>>()
     );
     info!(
-        "engine: overlap {}, bucket order {:?}, first bucket {} MiB, compression {:?}, watchdog {} s, \
+        "engine: overlap {}, bucket order {:?}, first bucket {} MiB, compression {:?}, liveness limit {} s, \
          parameter check every {} steps, timeline {}, MPI thread level {:?}, CUDA-aware MPI {}; checkpoints every {} steps / {} min, keep {}",
         if d.overlap { "on" } else { "off" },
         d.bucket_order,

@@ -9,6 +9,7 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::config::Job;
 use crate::error::Result;
 use crate::fault::Fault;
+use crate::parallel::liveness;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::Comm;
 use crate::step::Stepper;
@@ -36,7 +37,8 @@ pub(super) struct Ctx<'a> {
 }
 
 /// Collective: gather each rank's running loss, rank 0 writes the checkpoint, everyone waits
-/// for it (unguarded: a large write may take longer than the watchdog's deadline).
+/// for it (no deadline: a large write takes as long as it takes; heartbeats tell a slow write
+/// from a dead rank).
 pub(super) fn save_checkpoint(
     ctx: &Ctx,
     st: &Stepper,
@@ -64,11 +66,13 @@ pub(super) fn save_checkpoint(
             job_json: serde_json::to_string(ctx.job).expect("job serializes"),
         };
         let t = Instant::now();
+        let _p = liveness::phase_at("writing a checkpoint", step);
         checkpoint::save(ctx.out_dir, &st.model, &c, ctx.job.checkpoint.keep, || {
             crate::fault::in_checkpoint(&ctx.fault, comm.rank, step)
         })?;
         info!("checkpoint {} written ({:.0} ms)", path.display(), t.elapsed().as_secs_f64() * 1e3);
     }
+    let _p = liveness::phase_at("waiting at the barrier for rank 0's checkpoint write", st.step);
     comm.barrier();
     Ok(path)
 }
