@@ -6,7 +6,7 @@
 //!
 //! - `error` (returns an error), `panic`, `kill` (SIGKILL to itself);
 //! - `hang` (stops making progress but stays alive, as a deadlock would: a stall);
-//! - `stop` (SIGSTOP to itself: every thread stops, as on a frozen node);
+//! - `stop` (SIGSTOP to itself, 1.5 s later: every thread stops, as on a frozen node);
 //! - `slow=SECONDS` (sleeps that long, then goes on: a slow rank, which must not be killed);
 //! - `diverge` (nudges one parameter, as a bit flip would: the consistency check must catch it);
 //! - `kill_in_checkpoint`, `stop_in_checkpoint`, `slow_checkpoint=SECONDS`: the same, while
@@ -138,6 +138,9 @@ fn fire(kind: Kind, when: &str) -> Result<()> {
             std::thread::sleep(Duration::from_secs(3600));
         },
         Kind::Stop => {
+            // First let a heartbeat (one a second) carry this phase, so the message that names
+            // this rank can say where it stopped.
+            std::thread::sleep(Duration::from_millis(1500));
             log::info!("injected fault (HVTRAIN_INJECT_FAULT): stopping this process (SIGSTOP) {when}");
             signal_self(19); // returns once someone sends SIGCONT
             Ok(())

@@ -361,9 +361,13 @@ fn run(b: Beacon, host: String, finishing: &AtomicBool) {
                     moved |= std::mem::replace(&mut progress_seen[p.rank], r.progress) != r.progress;
                 }
             }
+            // A stall is declared only while every rank is heard from; a silent one is the
+            // silence limit's business (it may be stopped, not stalled).
+            let all_heard =
+                peers.iter().all(|p| p.said_bye || now.saturating_duration_since(p.heard_at) < 3 * interval(silence_s));
             if moved {
                 moved_at = now;
-            } else if now.saturating_duration_since(moved_at).as_secs_f64() > stall_s {
+            } else if all_heard && now.saturating_duration_since(moved_at).as_secs_f64() > stall_s {
                 stalled(&host, &peers, now.saturating_duration_since(moved_at), stall_s);
             }
         }
