@@ -134,9 +134,12 @@ fn fire(kind: Kind, when: &str) -> Result<()> {
             signal_self(9);
             unreachable!("SIGKILL returned")
         }
-        Kind::Hang => loop {
-            std::thread::sleep(Duration::from_secs(3600));
-        },
+        Kind::Hang => {
+            log::info!("injected fault (HVTRAIN_INJECT_FAULT): hanging (alive, making no progress) {when}");
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
         Kind::Stop => {
             // First let a heartbeat (one a second) carry this phase, so the message that names
             // this rank can say where it stopped.

@@ -10,11 +10,14 @@
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const D: usize = 8;
-/// A stopped rank must end the job within this long (the liveness limit is 8 s by default).
+/// A stopped rank must end the job within this long after it stopped (the liveness limit is
+/// 8 s by default); a hang, within this long after it began, with `stall_seconds = 5`.
 const GONE_BOUND: Duration = Duration::from_secs(15);
+/// Bound on a whole failing run with a stopped or hung rank (start-up and training included).
+const RUN_BOUND: Duration = Duration::from_secs(45);
 
 /// A job long enough that every fault fires mid-training (400 steps per epoch per rank), with
 /// the default liveness settings.
@@ -36,14 +39,42 @@ fn seed() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
 }
 
-/// Run `args` with `spec` injected; returns the run after checking it failed.
+/// Run `args` with `spec` injected; returns the run after checking it failed. For faults
+/// that log when they fire (stop, hang), also checks that the job ended within GONE_BOUND
+/// of that moment, and says how long it took.
 fn failing(dir: &Path, ranks: usize, spec: &str, args: &[&str], bound: Duration) -> Run {
     let run = mpirun_env(ranks, &[("HVTRAIN_INJECT_FAULT", spec)], args, dir, 60);
+    let ended = SystemTime::now();
     let what = format!("{ranks} ranks, fault {spec}");
     assert!(!run.ok(), "{what}: the job must fail\n{}", run.all());
     // (mpirun itself exits 137 when a rank died of SIGKILL; the elapsed time tells a hang.)
     assert!(run.elapsed < bound, "{what}: took {:?}, more than {bound:?}\n{}", run.elapsed, run.all());
+    if let Some(fired) = fired_at(&run) {
+        let after = ended.duration_since(fired).unwrap_or_default();
+        eprintln!("{what}: the job ended {:.2} s after the fault fired", after.as_secs_f64());
+        assert!(after < GONE_BOUND, "{what}: ended {after:?} after the fault fired\n{}", run.all());
+    }
     run
+}
+
+/// When a stop or hang fault fired: the UTC timestamp of the line it logged,
+/// "[2026-11-21T08:44:21.663Z INFO rank 1] injected fault (HVTRAIN_INJECT_FAULT): stopping ...".
+fn fired_at(run: &Run) -> Option<SystemTime> {
+    let line = run.stderr.lines().find(|l| {
+        l.contains("injected fault (HVTRAIN_INJECT_FAULT): stopping") || l.contains("injected fault (HVTRAIN_INJECT_FAULT): hanging")
+    })?;
+    let t = line.get(1..24)?; // 2026-11-21T08:44:21.663
+    let n = |r: std::ops::Range<usize>| t.get(r).and_then(|v| v.parse::<i64>().ok());
+    let (y, m, d) = (n(0..4)?, n(5..7)?, n(8..10)?);
+    let (hh, mm, ss, ms) = (n(11..13)?, n(14..16)?, n(17..19)?, n(20..23)?);
+    // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
+    let days = era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+    let millis = ((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + ms;
+    Some(UNIX_EPOCH + Duration::from_millis(millis as u64))
 }
 
 /// The line of the rank that noticed `rank` was gone, e.g. "hvtrain: error on rank 0 (vm):
@@ -62,7 +93,7 @@ fn gone_line(run: &Run, rank: u64, what: &str) -> String {
 fn trial(dir: &Path, ranks: usize, kind: &str, rank: u64, step: u64) {
     let spec = format!("{rank}:{step}:{kind}");
     let stall = ["train", "job.toml", "--set", "training.epochs=50", "--set", "distribution.stall_seconds=5"];
-    let bound = if kind == "stop" || kind == "hang" { GONE_BOUND } else { Duration::from_secs(10) };
+    let bound = if kind == "stop" || kind == "hang" { RUN_BOUND } else { Duration::from_secs(10) };
     let run = failing(dir, ranks, &spec, &stall, bound);
     let what = format!("{ranks} ranks, fault {spec}");
     match kind {
@@ -153,7 +184,7 @@ fn rank_sigstop_at_start_up_ends_job() {
     for ranks in [2, 3] {
         let rank = pick(&mut seed, ranks as u64);
         let spec = format!("{rank}:start:stop");
-        let run = failing(&dir, ranks, &spec, &["train", "job.toml"], GONE_BOUND);
+        let run = failing(&dir, ranks, &spec, &["train", "job.toml"], RUN_BOUND);
         gone_line(&run, rank, &format!("{ranks} ranks, train, fault {spec}"));
     }
 }
@@ -165,10 +196,10 @@ fn rank_sigstop_during_evaluation_ends_job() {
     let dir = setup("fault-stop-eval");
     let trained = mpirun(2, &["train", "job.toml"], &dir, 60);
     assert!(trained.ok(), "{}", trained.all());
-    let run = failing(&dir, 2, "1:eval:stop", &["eval", "job.toml", "--weights", "out/weights.h5"], GONE_BOUND);
+    let run = failing(&dir, 2, "1:eval:stop", &["eval", "job.toml", "--weights", "out/weights.h5"], RUN_BOUND);
     let line = gone_line(&run, 1, "2 ranks, eval, fault 1:eval:stop");
     assert!(line.contains("evaluating the test data"), "{line}");
-    let run = failing(&dir, 3, "0:eval:stop", &["train", "job.toml", "--set", "output.dir=\"out2\""], GONE_BOUND);
+    let run = failing(&dir, 3, "0:eval:stop", &["train", "job.toml", "--set", "output.dir=\"out2\""], RUN_BOUND);
     let line = gone_line(&run, 0, "3 ranks, train, fault 0:eval:stop (end-of-epoch evaluation)");
     assert!(line.contains("evaluating the test data"), "{line}");
 }
@@ -180,7 +211,7 @@ fn rank_sigstop_while_writing_a_checkpoint_ends_job() {
     let _g = mpi_lock();
     let dir = setup("fault-stop-ckpt");
     let args = ["train", "job.toml", "--set", "training.epochs=50", "--set", "checkpoint.every_steps=10"];
-    let run = failing(&dir, 2, "0:20:stop_in_checkpoint", &args, GONE_BOUND);
+    let run = failing(&dir, 2, "0:20:stop_in_checkpoint", &args, RUN_BOUND);
     let line = gone_line(&run, 0, "2 ranks, fault 0:20:stop_in_checkpoint");
     assert!(line.contains("writing a checkpoint at step 20"), "{line}");
 }
