@@ -29,9 +29,10 @@ pub enum Command {
 Writes OUTPUT_DIR/metrics.jsonl (one JSON object per epoch), OUTPUT_DIR/weights.h5, and\n\
 checkpoints OUTPUT_DIR/ckpt-step*.h5 as the job's [checkpoint] section says.\n\n\
 Exit codes: 0 done; 1 error (any rank's error ends every rank); 2 bad command line;\n\
-3 watchdog (a collective stalled: a rank died or hangs); 75 stopped by SIGTERM/SIGINT/SIGUSR1\n\
-after writing a checkpoint (requeue and --resume auto); 101 internal error; 130 a second\n\
-signal before the checkpoint was done."
+3 a rank is gone (no heartbeat for distribution.watchdog_seconds: dead, stopped or\n\
+unreachable); 4 stalled (no rank made progress for distribution.stall_seconds); 75 stopped\n\
+by SIGTERM/SIGINT/SIGUSR1 after writing a checkpoint (requeue and --resume auto); 101\n\
+internal error; 130 a second signal before the checkpoint was done."
     )]
     Train(TrainArgs),
     /// Evaluate saved weights on the job's test data.

@@ -4,6 +4,8 @@
 use crate::config::{Job, LossKind};
 use crate::data::h5;
 use crate::data::shard::{Expect, Labels, Shard};
+use crate::fault::At;
+use crate::parallel::liveness;
 use crate::parallel::{check_agreement, Comm};
 use crate::error::{Error, Result};
 use crate::device::{Backend, Cpu};
@@ -25,11 +27,14 @@ pub fn expect(model: &Mlp) -> Expect {
 
 /// Start-up shared by `train` and `eval`: placement log, device choice, cross-rank checks.
 pub fn start(comm: &Comm, job: &Job) -> Result<Mlp> {
+    liveness::configure(job.distribution.watchdog_seconds, job.distribution.stall_seconds);
+    crate::fault::point(At::Start)?;
     let (_backend, how) = crate::device::select(job.training.device, comm.local_rank)?;
     info!(
         "rank {}/{} on host {} (local rank {}/{}), device: {how}",
         comm.rank, comm.size, comm.host, comm.local_rank, comm.local_size
     );
+    let _p = liveness::phase("checking that every rank has the same job configuration");
     if let Err(e) = check_agreement(comm, "the job configuration (job file + --set)", job.fingerprint()) {
         return Err(describe_job_difference(comm, job).unwrap_or(e));
     }
@@ -83,6 +88,8 @@ pub fn evaluate_local(model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64
 /// `evaluate_local` on backend `be`: rows are read on the host, a chunk at a time, and
 /// uploaded.
 fn evaluate_on<B: Backend>(be: &B, model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
+    let _p = liveness::phase("evaluating the test data");
+    crate::fault::point(At::Eval)?;
     let mut ws = Workspace::new(be, model, CHUNK)?;
     let params = be.upload(params)?;
     let mut xd = be.zeros(CHUNK * shard.features)?;
@@ -111,6 +118,7 @@ fn evaluate_on<B: Backend>(be: &B, model: &Mlp, params: &[f32], shard: &Shard) -
         loss += l;
         correct += k;
         start += c;
+        liveness::progress();
     }
     Ok([loss, correct as f64, n as f64])
 }
@@ -132,10 +140,19 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
         .test
         .as_ref()
         .ok_or_else(|| Error::config(&job.source, "data.test", "is not set; eval needs test data"))?;
-    let params = weights::load(&model, weights_path)?;
-    let shard = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, expect(&model))?;
+    let params = {
+        let _p = liveness::phase("loading the weights");
+        weights::load(&model, weights_path)?
+    };
+    let shard = {
+        let _p = liveness::phase("opening the test data");
+        Shard::open(&job.data, "data.test", test, comm.rank, comm.size, expect(&model))?
+    };
     let mut sums = evaluate_local(&model, &params, &shard)?;
-    comm.all_reduce_sum_f64(&mut sums);
+    {
+        let _p = liveness::phase("the all-reduce of the evaluation's sums");
+        comm.all_reduce_sum_f64(&mut sums);
+    }
     let (loss, acc) = eval_result(&sums, &shard);
     if comm.rank == 0 {
         match acc {

@@ -1,14 +1,23 @@
 //! Fault injection for the fault-tolerance tests (and for users who want to see what their
-//! launcher does when a rank fails): `HVTRAIN_INJECT_FAULT=RANK:STEP:KIND` makes rank RANK
-//! fail at global step STEP with KIND = `error` (returns an error), `panic`, `kill`
-//! (SIGKILL to itself), `hang` (stops making progress, as a rank on a lost node would) or
-//! `diverge` (nudges one parameter, as a bit flip would: the consistency check must catch it)
-//! or `kill_in_checkpoint` (SIGKILL while writing the first checkpoint at or after STEP).
+//! launcher does when a rank fails): `HVTRAIN_INJECT_FAULT=RANK:WHEN:KIND` makes rank RANK
+//! fail at WHEN, which is a global training step, `start` (start-up of `train` and `eval`,
+//! before the ranks first agree on the job) or `eval` (before the local evaluation of
+//! `hvtrain eval` and of every end-of-epoch evaluation), with KIND =
+//!
+//! - `error` (returns an error), `panic`, `kill` (SIGKILL to itself);
+//! - `hang` (stops making progress but stays alive, as a deadlock would: a stall);
+//! - `stop` (SIGSTOP to itself, 1.5 s later: every thread stops, as on a frozen node);
+//! - `slow=SECONDS` (sleeps that long, then goes on: a slow rank, which must not be killed);
+//! - `diverge` (nudges one parameter, as a bit flip would: the consistency check must catch it);
+//! - `kill_in_checkpoint`, `stop_in_checkpoint`, `slow_checkpoint=SECONDS`: the same, while
+//!   rank 0 writes the first checkpoint at or after step WHEN (only rank 0 writes checkpoints).
 
 use crate::device::Backend;
 use crate::error::{Error, Result};
 use crate::parallel::engine::HostBuf;
 use crate::step::Stepper;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -16,38 +25,81 @@ pub enum Kind {
     Panic,
     Kill,
     Hang,
+    Stop,
+    /// Milliseconds.
+    Slow(u64),
     Diverge,
     KillInCheckpoint,
+    StopInCheckpoint,
+    /// Milliseconds.
+    SlowCheckpoint(u64),
+}
+
+impl Kind {
+    fn in_checkpoint(self) -> bool {
+        matches!(self, Kind::KillInCheckpoint | Kind::StopInCheckpoint | Kind::SlowCheckpoint(_))
+    }
+}
+
+/// Where a fault fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum At {
+    Step(u64),
+    Start,
+    Eval,
 }
 
 #[derive(Clone, Copy, Debug)]
 pub struct Fault {
     pub rank: usize,
-    pub step: u64,
+    pub at: At,
     pub kind: Kind,
 }
 
+const USAGE: &str = "expected RANK:STEP|start|eval:error|panic|kill|hang|stop|slow=SECONDS|diverge|kill_in_checkpoint|\
+                     stop_in_checkpoint|slow_checkpoint=SECONDS";
+
 pub fn from_env() -> Result<Option<Fault>> {
     let Ok(spec) = std::env::var("HVTRAIN_INJECT_FAULT") else { return Ok(None) };
-    let bad = || {
-        Error::config(
-            "environment",
-            "HVTRAIN_INJECT_FAULT",
-            format!("{spec:?}: expected RANK:STEP:error|panic|kill|hang|diverge|kill_in_checkpoint"),
-        )
-    };
+    parse(&spec).map(Some)
+}
+
+fn parse(spec: &str) -> Result<Fault> {
+    let bad = || Error::config("environment", "HVTRAIN_INJECT_FAULT", format!("{spec:?}: {USAGE}"));
     let parts: Vec<&str> = spec.split(':').collect();
-    let [rank, step, kind] = parts[..] else { return Err(bad()) };
-    let kind = match kind {
-        "error" => Kind::Error,
-        "panic" => Kind::Panic,
-        "kill" => Kind::Kill,
-        "hang" => Kind::Hang,
-        "diverge" => Kind::Diverge,
-        "kill_in_checkpoint" => Kind::KillInCheckpoint,
-        _ => return Err(bad()),
+    let [rank, at, kind] = parts[..] else { return Err(bad()) };
+    let secs = |v: &str| -> Result<u64> {
+        let s: f64 = v.parse().map_err(|_| bad())?;
+        if !(s >= 0.0 && s.is_finite()) {
+            return Err(bad());
+        }
+        Ok((s * 1000.0) as u64)
     };
-    Ok(Some(Fault { rank: rank.parse().map_err(|_| bad())?, step: step.parse().map_err(|_| bad())?, kind }))
+    let kind = match kind.split_once('=') {
+        Some(("slow", v)) => Kind::Slow(secs(v)?),
+        Some(("slow_checkpoint", v)) => Kind::SlowCheckpoint(secs(v)?),
+        Some(_) => return Err(bad()),
+        None => match kind {
+            "error" => Kind::Error,
+            "panic" => Kind::Panic,
+            "kill" => Kind::Kill,
+            "hang" => Kind::Hang,
+            "stop" => Kind::Stop,
+            "diverge" => Kind::Diverge,
+            "kill_in_checkpoint" => Kind::KillInCheckpoint,
+            "stop_in_checkpoint" => Kind::StopInCheckpoint,
+            _ => return Err(bad()),
+        },
+    };
+    let at = match at {
+        "start" => At::Start,
+        "eval" => At::Eval,
+        n => At::Step(n.parse().map_err(|_| bad())?),
+    };
+    if kind.in_checkpoint() && !matches!(at, At::Step(_)) {
+        return Err(bad());
+    }
+    Ok(Fault { rank: rank.parse().map_err(|_| bad())?, at, kind })
 }
 
 extern "C" {
@@ -62,36 +114,93 @@ where
 {
     let Some(f) = f else { return Ok(()) };
     let step = st.step() + 1;
-    if f.rank != rank || f.step != step || f.kind == Kind::KillInCheckpoint {
+    if f.rank != rank || f.at != At::Step(step) || f.kind.in_checkpoint() {
         return Ok(());
     }
-    match f.kind {
-        Kind::Error => Err(Error::Training(format!("injected fault (HVTRAIN_INJECT_FAULT) at step {step}"))),
-        Kind::Panic => panic!("injected panic (HVTRAIN_INJECT_FAULT) at step {step}"),
-        Kind::Kill => die(),
-        Kind::KillInCheckpoint => Ok(()),
-        Kind::Diverge => {
-            let mut p = st.params_host()?;
-            p[0] += 1.0;
-            st.set_params_host(&p)
+    if f.kind == Kind::Diverge {
+        let mut p = st.params_host()?;
+        p[0] += 1.0;
+        return st.set_params_host(&p);
+    }
+    fire(f.kind, &format!("at step {step}"))
+}
+
+/// Fire the fault if it is this rank's and names this point (`At::Start`, `At::Eval`).
+pub fn point(at: At) -> Result<()> {
+    let Some(f) = from_env()? else { return Ok(()) };
+    if f.at != at || f.rank != crate::RANK.load(Ordering::Relaxed) || f.kind == Kind::Diverge {
+        return Ok(());
+    }
+    fire(f.kind, &format!("at {at:?}").to_lowercase())
+}
+
+fn fire(kind: Kind, when: &str) -> Result<()> {
+    match kind {
+        Kind::Error => Err(Error::Training(format!("injected fault (HVTRAIN_INJECT_FAULT) {when}"))),
+        Kind::Panic => panic!("injected panic (HVTRAIN_INJECT_FAULT) {when}"),
+        Kind::Kill => {
+            signal_self(9);
+            unreachable!("SIGKILL returned")
         }
-        Kind::Hang => loop {
-            std::thread::sleep(std::time::Duration::from_secs(3600));
-        },
+        Kind::Hang => {
+            log::info!("injected fault (HVTRAIN_INJECT_FAULT): hanging (alive, making no progress) {when}");
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+        Kind::Stop => {
+            // First let a heartbeat (one a second) carry this phase, so the message that names
+            // this rank can say where it stopped.
+            std::thread::sleep(Duration::from_millis(1500));
+            log::info!("injected fault (HVTRAIN_INJECT_FAULT): stopping this process (SIGSTOP) {when}");
+            signal_self(19); // returns once someone sends SIGCONT
+            Ok(())
+        }
+        Kind::Slow(ms) => {
+            log::info!("injected fault (HVTRAIN_INJECT_FAULT): sleeping {:.1} s {when}", ms as f64 / 1e3);
+            std::thread::sleep(Duration::from_millis(ms));
+            Ok(())
+        }
+        Kind::Diverge | Kind::KillInCheckpoint | Kind::StopInCheckpoint | Kind::SlowCheckpoint(_) => Ok(()),
     }
 }
 
-fn die() -> ! {
-    // SAFETY: plain libc calls; SIGKILL (9) to ourselves.
-    unsafe { kill(getpid(), 9) };
-    unreachable!("SIGKILL returned")
+fn signal_self(sig: i32) {
+    // SAFETY: plain libc calls; a signal to ourselves.
+    unsafe { kill(getpid(), sig) };
 }
 
 /// Called while a checkpoint's temporary file is complete but not yet renamed.
 pub fn in_checkpoint(f: &Option<Fault>, rank: usize, step: u64) {
-    if let Some(f) = f {
-        if f.kind == Kind::KillInCheckpoint && f.rank == rank && step >= f.step {
-            die();
+    let Some(f) = f else { return };
+    let At::Step(from) = f.at else { return };
+    static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if f.rank != rank || step < from || !f.kind.in_checkpoint() || FIRED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let when = format!("while writing the checkpoint of step {step}");
+    let _ = match f.kind {
+        Kind::KillInCheckpoint => fire(Kind::Kill, &when),
+        Kind::StopInCheckpoint => fire(Kind::Stop, &when),
+        Kind::SlowCheckpoint(ms) => fire(Kind::Slow(ms), &when),
+        _ => Ok(()),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse() {
+        let f = parse("1:50:slow=20").unwrap();
+        assert_eq!((f.rank, f.at, f.kind), (1, At::Step(50), Kind::Slow(20_000)));
+        assert_eq!(parse("0:start:stop").unwrap().at, At::Start);
+        assert_eq!(parse("2:eval:hang").unwrap().at, At::Eval);
+        assert_eq!(parse("0:20:slow_checkpoint=1.5").unwrap().kind, Kind::SlowCheckpoint(1500));
+        assert_eq!(parse("0:20:stop_in_checkpoint").unwrap().kind, Kind::StopInCheckpoint);
+        for bad in ["1:50", "1:50:slow", "1:50:slow=-1", "1:x:kill", "1:start:kill_in_checkpoint", "1:5:fast=2"] {
+            assert!(parse(bad).is_err(), "{bad}");
         }
     }
 }

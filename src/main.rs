@@ -80,6 +80,7 @@ fn main() {
                 .map(|n| log::info!("wrote {} predictions to {}", n, output.display())),
         ),
         Command::Bench(BenchCommand::Allreduce { min_bytes, max_bytes, threshold_mb, seconds }) => with_mpi(|comm| {
+            parallel::liveness::set("bench allreduce");
             bench::allreduce::run(comm, min_bytes, max_bytes, threshold_mb, seconds);
             Ok(0)
         }),
@@ -121,8 +122,13 @@ fn with_mpi(f: impl FnOnce(&parallel::Comm) -> error::Result<i32>) -> i32 {
         }
     };
     RANK.store(comm.rank, Ordering::Relaxed);
+    // Heartbeats from here to the end, so that a rank stopped or gone at any point ends the job.
+    let live = parallel::liveness::Liveness::start(&comm);
     match f(&comm) {
         Ok(code) => {
+            if let Some(l) = live {
+                l.finish(); // waits, still heartbeating, until every rank is done
+            }
             drop(comm); // finalizes MPI
             code
         }

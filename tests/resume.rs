@@ -161,7 +161,8 @@ fn sigterm_checkpoints_and_exits_75_then_resume_continues() {
 
 /// The first signal asks for a checkpoint at the next step boundary; a second one, before that
 /// is done, exits at once with 130. To make "before that is done" certain, rank 0 stops making
-/// progress at step 50 (the boundary never comes) and the watchdog is set far off.
+/// progress at step 50 (the boundary never comes); a hang is a stall, ended only after
+/// `distribution.stall_seconds` (600 s by default), and the heartbeat limit is set far off too.
 #[test]
 fn second_signal_exits_at_once() {
     let _g = mpi_lock();

@@ -14,6 +14,7 @@ const ENV_KEYS: &[(&str, &str, Unit)] = &[
     ("HVTRAIN_OVERLAP", "distribution.overlap", Unit::Bool),
     ("HVTRAIN_COMPRESSION", "distribution.compression", Unit::Word),
     ("HVTRAIN_WATCHDOG_SECONDS", "distribution.watchdog_seconds", Unit::Number(limits::WATCHDOG_SECONDS)),
+    ("HVTRAIN_STALL_SECONDS", "distribution.stall_seconds", Unit::Number(limits::STALL_SECONDS)),
     ("HVTRAIN_CHECK_EVERY", "distribution.check_every", Unit::Count(limits::CHECK_EVERY)),
     ("HVTRAIN_TIMELINE", "output.timeline", Unit::Word),
 ];

@@ -192,10 +192,17 @@ pub struct DistributionCfg {
     /// Environment: HVTRAIN_COMPRESSION.
     #[serde(default = "default_compression")]
     pub compression: Compression,
-    /// A collective that has not completed after this many seconds ends the job (a rank died,
-    /// hangs, or its node is gone). Environment: HVTRAIN_WATCHDOG_SECONDS.
+    /// A rank whose heartbeats stop for this many seconds is dead, stopped or unreachable, and
+    /// the job ends. A rank that is only slow keeps sending heartbeats, so this is not a
+    /// deadline on any operation (it was one before heartbeats; it still is when MPI grants
+    /// no MPI_THREAD_MULTIPLE). Environment: HVTRAIN_WATCHDOG_SECONDS.
     #[serde(default = "default_watchdog")]
     pub watchdog_seconds: f64,
+    /// The job ends when every rank is alive but none has completed a step or moved on to
+    /// another phase for this many seconds: the longest any single phase (one step, a
+    /// checkpoint write, a data read, an evaluation) may take. Environment: HVTRAIN_STALL_SECONDS.
+    #[serde(default = "default_stall")]
+    pub stall_seconds: f64,
     /// Compare a checksum of the parameters across ranks every this many steps (0: never).
     /// Environment: HVTRAIN_CHECK_EVERY.
     #[serde(default = "default_check_every")]
@@ -292,7 +299,10 @@ fn default_compression() -> Compression {
     Compression::None
 }
 fn default_watchdog() -> f64 {
-    6.0
+    8.0
+}
+fn default_stall() -> f64 {
+    600.0
 }
 fn default_check_every() -> usize {
     200
@@ -335,6 +345,7 @@ impl Default for DistributionCfg {
             overlap: true,
             compression: default_compression(),
             watchdog_seconds: default_watchdog(),
+            stall_seconds: default_stall(),
             check_every: default_check_every(),
         }
     }
@@ -445,7 +456,7 @@ impl Job {
                 format!("must be >= data.shuffle_block ({}), got {}", d.shuffle_block, d.shuffle_window),
             );
         }
-        let reals: [(&str, f64, Span); 11] = [
+        let reals: [(&str, f64, Span); 12] = [
             ("training.progress_seconds", t.progress_seconds, limits::PROGRESS_SECONDS),
             ("optimizer.lr", o.lr, limits::LR),
             ("optimizer.momentum", o.momentum, limits::MOMENTUM),
@@ -456,6 +467,7 @@ impl Job {
             ("distribution.fusion_threshold_mb", dist.fusion_threshold_mb, limits::FUSION_MB),
             ("distribution.first_bucket_mb", dist.first_bucket_mb, limits::FUSION_MB),
             ("distribution.watchdog_seconds", dist.watchdog_seconds, limits::WATCHDOG_SECONDS),
+            ("distribution.stall_seconds", dist.stall_seconds, limits::STALL_SECONDS),
             ("checkpoint.every_minutes", ck.every_minutes, limits::EVERY_MINUTES),
         ];
         for (field, v, span) in reals {
@@ -528,7 +540,7 @@ impl Span {
         (self.off && v == 0.0) || (above_lo && below_hi)
     }
 
-    /// "at least 0.1 and at most 31536000 seconds", "0 (off) or ...".
+    /// "at least 1 and at most 3600 seconds without a heartbeat", "0 (off) or ...".
     pub fn describe(&self) -> String {
         let unit = if self.unit.is_empty() { String::new() } else { format!(" {}", self.unit) };
         let lo =
@@ -587,8 +599,12 @@ pub mod limits {
     pub const WARMUP_STEPS: Span = Span::or_off(1.0, 1e9, "steps");
     /// A bucket of 8192 MiB holds 2^31 float32: MPI's element count limit.
     pub const FUSION_MB: Span = Span::new(0.0, 8192.0, "MiB");
-    /// The watchdog looks every 50 ms, so a shorter deadline means nothing.
-    pub const WATCHDOG_SECONDS: Span = Span::new(0.1, YEAR_S, "seconds");
+    /// Seconds without a heartbeat before a rank is taken for dead. Heartbeats go out once a
+    /// second, so less than 1 s would call healthy ranks dead; more than an hour is no
+    /// longer a failure detector.
+    pub const WATCHDOG_SECONDS: Span = Span::new(1.0, 3600.0, "seconds without a heartbeat");
+    /// Seconds without progress on any rank before the job is ended as stalled (a week at most).
+    pub const STALL_SECONDS: Span = Span::new(1.0, 604_800.0, "seconds without progress");
     pub const CHECK_EVERY: Span = Span::or_off(1.0, 1e9, "steps");
     pub const EVERY_STEPS: Span = Span::or_off(1.0, 1e12, "steps");
     /// 2e-5 minutes is 1.2 ms.

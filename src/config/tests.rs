@@ -145,9 +145,9 @@ fn every_numeric_field_is_bounded() {
         ),
         (
             "distribution.watchdog_seconds",
-            &["0.1", "6", "31536000"],
-            &["0", "0.0005", "0.09", "-3", "31536001", "1e20", "nan", "inf"],
-            "at least 0.1 and at most 31536000 seconds",
+            &["1", "8", "3600"],
+            &["0", "0.0005", "0.99", "-3", "3601", "1e20", "nan", "inf"],
+            "at least 1 and at most 3600 seconds without a heartbeat",
             &[],
         ),
         (
@@ -217,7 +217,7 @@ fn the_watchdog_of_the_issue_is_refused_clearly() {
     for v in ["1e20", "0.0005"] {
         let (field, msg) = msg_of(Job::parse("job", MIN, &[format!("distribution.watchdog_seconds={v}")]));
         assert_eq!(field, "distribution.watchdog_seconds");
-        assert_eq!(msg, format!("must be at least 0.1 and at most 31536000 seconds, got {v}"));
+        assert_eq!(msg, format!("must be at least 1 and at most 3600 seconds without a heartbeat, got {v}"));
     }
 }
 
@@ -250,7 +250,7 @@ fn environment_values_are_bounded() {
     let one =
         |var: &'static str, value: &'static str| env_overrides("job", move |k| (k == var).then(|| value.to_string()));
     let ok = [
-        ("HVTRAIN_WATCHDOG_SECONDS", "0.1", "distribution.watchdog_seconds=0.1"),
+        ("HVTRAIN_WATCHDOG_SECONDS", "1", "distribution.watchdog_seconds=1.0"),
         ("HVTRAIN_WATCHDOG_SECONDS", "6", "distribution.watchdog_seconds=6.0"),
         ("HVTRAIN_CHECK_EVERY", "0", "distribution.check_every=0"),
         ("HVTRAIN_CHECK_EVERY", "1000000000", "distribution.check_every=1000000000"),
@@ -264,8 +264,8 @@ fn environment_values_are_bounded() {
         Job::parse("job", MIN, &sets).unwrap_or_else(|e| panic!("{var}={value}: {e}"));
     }
     let bad = [
-        ("HVTRAIN_WATCHDOG_SECONDS", "1e20", "at least 0.1 and at most 31536000 seconds, got 1e20"),
-        ("HVTRAIN_WATCHDOG_SECONDS", "0.0005", "at least 0.1 and at most 31536000 seconds, got 0.0005"),
+        ("HVTRAIN_WATCHDOG_SECONDS", "1e20", "at least 1 and at most 3600 seconds without a heartbeat, got 1e20"),
+        ("HVTRAIN_WATCHDOG_SECONDS", "0.0005", "at least 1 and at most 3600 seconds without a heartbeat, got 0.0005"),
         ("HVTRAIN_WATCHDOG_SECONDS", "nan", "got NaN"),
         ("HVTRAIN_WATCHDOG_SECONDS", "soon", "expected a number"),
         ("HVTRAIN_CHECK_EVERY", "1000000001", "0 (off) or at least 1 and at most 1e9 steps, got 1000000001"),
@@ -292,4 +292,23 @@ fn environment_values_are_bounded() {
             other => panic!("{var}={value}: expected an error, got {other:?}"),
         }
     }
+}
+
+#[test]
+fn liveness_limits_have_bounds_and_errors_name_the_field() {
+    let j = Job::parse("job", MIN, &[]).unwrap();
+    assert_eq!((j.distribution.watchdog_seconds, j.distribution.stall_seconds), (8.0, 600.0));
+    let j = Job::parse("job", MIN, &["distribution.stall_seconds=5".into()]).unwrap();
+    assert_eq!(j.distribution.stall_seconds, 5.0);
+    for bad in ["0", "-3", "0.5", "1e9", "nan", "inf"] {
+        let r = Job::parse("job", MIN, &[format!("distribution.stall_seconds={bad}")]);
+        assert_eq!(field_of(r), "distribution.stall_seconds", "stall_seconds = {bad}");
+    }
+    for bad in ["0", "0.5", "7200"] {
+        let r = Job::parse("job", MIN, &[format!("distribution.watchdog_seconds={bad}")]);
+        assert_eq!(field_of(r), "distribution.watchdog_seconds", "watchdog_seconds = {bad}");
+    }
+    let env = |k: &str| (k == "HVTRAIN_STALL_SECONDS").then(|| "42".to_string());
+    let (sets, _) = env_overrides("job", env).unwrap();
+    assert_eq!(sets, vec!["distribution.stall_seconds=42".to_string()]);
 }

@@ -5,9 +5,15 @@
 //!
 //! Collectives return `()` in rsmpi and errors go to MPI's handler (abort by default), so a
 //! failing collective ends the job rather than returning.
+//!
+//! `Beacon` is the third kind of user: the liveness thread's own duplicate communicator, on
+//! which it only ever makes non-blocking calls (`MPI_Isend`, `MPI_Irecv`, `MPI_Ibarrier`,
+//! polled with `MPI_Test`), so it never waits on another rank.
 
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
+use mpi::ffi;
+use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use mpi::Threading;
@@ -121,9 +127,16 @@ impl Comm {
     /// Initialize MPI, asking for MPI_THREAD_MULTIPLE and requiring at least SERIALIZED: the
     /// communication thread makes MPI calls while the main thread computes. Works as a
     /// singleton too (`hvtrain train job.toml` without mpirun is a 1-rank job).
+    ///
+    /// `HVTRAIN_MPI_THREADS=serialized` asks for SERIALIZED only, to test the fallback of an MPI
+    /// library without MPI_THREAD_MULTIPLE (no heartbeat thread; see `liveness.rs`).
     pub fn init() -> crate::error::Result<Comm> {
         use crate::error::Error;
-        let (universe, granted) = mpi::initialize_with_threading(Threading::Multiple)
+        let ask = match std::env::var("HVTRAIN_MPI_THREADS").as_deref() {
+            Ok("serialized") => Threading::Serialized,
+            _ => Threading::Multiple,
+        };
+        let (universe, granted) = mpi::initialize_with_threading(ask)
             .ok_or_else(|| Error::Mpi("MPI was already initialized".to_string()))?;
         if granted < Threading::Serialized {
             return Err(Error::Mpi(format!(
@@ -170,6 +183,15 @@ impl Comm {
         Channel::new(self.world.comm.duplicate())
     }
 
+    /// The liveness thread's communicator: another duplicate of the world communicator, so
+    /// heartbeats never match any other message. Collective (call it on every rank). Only
+    /// worth having when MPI granted MPI_THREAD_MULTIPLE: the liveness thread calls MPI while
+    /// the other threads are inside MPI too.
+    pub fn beacon(&self) -> Beacon {
+        let comm = self.world.comm.duplicate();
+        Beacon { rank: comm.rank() as usize, size: comm.size() as usize, comm }
+    }
+
     /// End every rank of the job with `code`. Never returns.
     pub fn abort(&self, code: i32) -> ! {
         self.world.comm.abort(code)
@@ -187,8 +209,129 @@ impl std::ops::Deref for Comm {
     }
 }
 
+/// Words in one heartbeat (see `liveness.rs` for their meaning).
+pub const BEAT_WORDS: usize = 20;
+const BEAT_TAG: i32 = 0x4842; // "HB"
+
+/// Non-blocking point-to-point and barrier on a private communicator, for the liveness
+/// thread. Every call returns at once; a `Pending` is polled with `test`.
+pub struct Beacon {
+    comm: SimpleCommunicator,
+    pub rank: usize,
+    pub size: usize,
+}
+
+// SAFETY: MPI_THREAD_MULTIPLE was granted (the caller checks `Comm::threading`), and only the
+// liveness thread uses this communicator after it is created.
+unsafe impl Send for Beacon {}
+
+/// One outstanding non-blocking operation and the buffer it reads or fills (boxed, so it
+/// does not move while MPI holds its address).
+pub struct Pending {
+    req: ffi::MPI_Request,
+    buf: Box<[u64; BEAT_WORDS]>,
+    kind: PendingKind,
+    done: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PendingKind {
+    Send,
+    Recv,
+    Barrier,
+}
+
+// SAFETY: a request handle may be completed from any thread under MPI_THREAD_MULTIPLE; the
+// buffer moves with it.
+unsafe impl Send for Pending {}
+
+impl Beacon {
+    fn request(&self, kind: PendingKind, buf: Box<[u64; BEAT_WORDS]>, peer: usize) -> Pending {
+        // SAFETY: RSMPI_REQUEST_NULL is a valid initial value; every call below writes `req`.
+        let mut p = Pending { req: unsafe { ffi::RSMPI_REQUEST_NULL }, buf, kind, done: false };
+        let ty = u64::equivalent_datatype().as_raw();
+        let comm = self.comm.as_raw();
+        let n = BEAT_WORDS as i32;
+        // SAFETY: the buffer is heap-allocated and owned by `p`, which is not dropped while the
+        // request is active (see `Drop`); the communicator is valid until `self` is dropped.
+        unsafe {
+            match kind {
+                PendingKind::Send => {
+                    ffi::MPI_Isend(p.buf.as_ptr().cast(), n, ty, peer as i32, BEAT_TAG, comm, &mut p.req);
+                }
+                PendingKind::Recv => {
+                    ffi::MPI_Irecv(p.buf.as_mut_ptr().cast(), n, ty, peer as i32, BEAT_TAG, comm, &mut p.req);
+                }
+                PendingKind::Barrier => {
+                    ffi::MPI_Ibarrier(comm, &mut p.req);
+                }
+            }
+        }
+        p
+    }
+
+    /// Start sending `msg` to `to`.
+    pub fn isend(&self, to: usize, msg: &[u64; BEAT_WORDS]) -> Pending {
+        self.request(PendingKind::Send, Box::new(*msg), to)
+    }
+
+    /// Start receiving one heartbeat from `from`.
+    pub fn irecv(&self, from: usize) -> Pending {
+        self.request(PendingKind::Recv, Box::new([0; BEAT_WORDS]), from)
+    }
+
+    /// Start a barrier over every rank (it completes once all have started it).
+    pub fn ibarrier(&self) -> Pending {
+        self.request(PendingKind::Barrier, Box::new([0; BEAT_WORDS]), 0)
+    }
+}
+
+impl Pending {
+    /// Whether the operation has completed (MPI_Test; never waits). Stays true once true.
+    pub fn test(&mut self) -> bool {
+        if !self.done {
+            let mut flag: std::ffi::c_int = 0;
+            // SAFETY: `req` is an active request of ours (or already null, which MPI_Test accepts).
+            unsafe { ffi::MPI_Test(&mut self.req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            self.done = flag != 0;
+        }
+        self.done
+    }
+
+    /// The received words (meaningful once a receive has completed).
+    pub fn message(&self) -> &[u64; BEAT_WORDS] {
+        &self.buf
+    }
+}
+
+impl Drop for Pending {
+    /// An operation still active is let go without waiting on the peer: a receive is cancelled
+    /// (and completes at once locally); a send or barrier request is left to MPI and its
+    /// buffer leaked (a few hundred bytes, only at the end or when abandoning a stopped peer).
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // SAFETY: `req` is an active request of ours.
+        unsafe {
+            match self.kind {
+                PendingKind::Recv => {
+                    ffi::MPI_Cancel(&mut self.req);
+                    ffi::MPI_Wait(&mut self.req, ffi::RSMPI_STATUS_IGNORE);
+                }
+                PendingKind::Send => {
+                    ffi::MPI_Request_free(&mut self.req);
+                    std::mem::forget(std::mem::replace(&mut self.buf, Box::new([0; BEAT_WORDS])));
+                }
+                // Freeing a non-blocking collective's request is not allowed: leave it.
+                PendingKind::Barrier => {}
+            }
+        }
+    }
+}
+
 /// Abort the whole MPI job from a context that holds no `Comm` (the panic hook, the
-/// watchdog). Does nothing when MPI is not running.
+/// watchdog, the liveness thread). Does nothing when MPI is not running.
 pub fn abort_world(code: i32) {
     if mpi::environment::is_initialized() && !mpi::environment::is_finalized() {
         // SAFETY: MPI is initialized and not finalized; MPI_Abort on COMM_WORLD is always valid then.

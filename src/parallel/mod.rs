@@ -1,12 +1,14 @@
 //! Parallel execution across ranks: the MPI communicator (`comm`, the only MPI caller), the fusion plan
 //! (`fusion`), the communication engine that reduces buckets on its own thread (`engine`),
-//! compressed rings (`compress`), the watchdog that ends hung jobs (`watchdog`) and the
-//! Chrome-trace timeline (`timeline`).
+//! compressed rings (`compress`), the heartbeats that tell a slow rank from a gone one and end
+//! stalled jobs (`liveness`), the phases the waits record (`watchdog`, a deadline only without
+//! heartbeats) and the Chrome-trace timeline (`timeline`).
 
 pub mod comm;
 pub mod compress;
 pub mod engine;
 pub mod fusion;
+pub mod liveness;
 pub mod reduce;
 pub mod timeline;
 pub mod watchdog;

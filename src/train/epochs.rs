@@ -15,6 +15,7 @@ use crate::fault::Fault;
 use crate::metrics::{EpochMetrics, MetricsLog};
 use crate::optim::Optimizer;
 use crate::parallel::timeline::Timeline;
+use crate::parallel::liveness;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::{check_agreement, checksum, Comm, Engine};
 use crate::device::{Backend, Cpu};
@@ -59,6 +60,7 @@ impl<'a> Run<'a> {
         let Setup { model, plan, train_shard, test_shard, schedule, out_dir } = setup;
         let steps = schedule.steps;
         let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), comm.rank, comm.host.clone());
+        let p = liveness::phase("starting the communication engine");
         comm.barrier(); // line the ranks' clocks up for the timeline
         let timeline = job.output.timeline.as_ref().map(|_| Arc::new(Timeline::new(Instant::now())));
         let be = Cpu;
@@ -69,6 +71,7 @@ impl<'a> Run<'a> {
         // One rank has nothing to overlap: no communication thread.
         let overlap = d.overlap && comm.size > 1;
         let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), |n| vec![0.0; n]);
+        drop(p);
         let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, comm.size)?;
         let mut st = Stepper::new(be, model, &start.params, opt, engine, b, timeline.clone())?;
         st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
@@ -128,6 +131,7 @@ impl<'a> Run<'a> {
 
     /// Every remaining epoch; stops early (Preempted) when the ranks agree on a signal.
     pub fn epochs(&mut self) -> Result<Outcome> {
+        liveness::set("training");
         for epoch in self.start_epoch + 1..=self.job.training.epochs {
             let resumed = epoch == self.start_epoch + 1;
             let (first, loss_sum) = if resumed { (self.start_batch, self.start_loss_sum) } else { (0, 0.0) };
@@ -147,12 +151,17 @@ impl<'a> Run<'a> {
         for i in first..steps {
             let waiting = Instant::now();
             let loader = self.loader.as_ref().expect("loader alive until the last epoch ends");
-            let batch = loader.next()?;
+            let batch = {
+                let _p = liveness::phase_at("waiting for the data loader", self.st.step() + 1);
+                loader.next()?
+            };
+            let _p = liveness::phase_at("a training step (forward, backward, optimizer)", self.st.step() + 1);
             crate::fault::maybe_fire(&self.fault, comm.rank, &mut self.st)?;
             // The loader and the schedule are two views of one rule; they must agree.
             assert_eq!(batch.rows, self.sched.rows(comm.rank, i), "loader and schedule disagree at step {i}");
             let global_rows = self.sched.global_rows(i);
             let l = self.st.run(&batch, global_rows, waiting).map_err(|e| in_step(e, epoch, i + 1, comm.rank))?;
+            liveness::step_done(self.st.step());
             loss_sum += l;
             loader.give_back(batch);
             if self.st.step() == self.start_step + 1 && comm.rank == 0 {
@@ -292,6 +301,7 @@ impl<'a> Run<'a> {
         }
         info!("peak RSS {:.1} MiB", crate::sys::peak_rss_mib().unwrap_or(f64::NAN));
         if comm.rank == 0 {
+            let _p = liveness::phase("writing weights.h5");
             let path = self.out_dir.join("weights.h5");
             weights::save(self.st.model(), &self.st.params_host()?, &path)?;
             match self.last.as_ref().and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {

@@ -31,7 +31,10 @@ pub(super) struct Start {
 /// Collective: the state this run starts from, the same on every rank.
 pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Resume>) -> Result<Start> {
     let model = &setup.model;
+    let p = crate::parallel::liveness::phase("preparing output.dir and reading the checkpoint to resume from");
     let ckpt = if comm.rank == 0 { prepare_output(job, &setup.out_dir, model, resume, comm.size)? } else { None };
+    drop(p);
+    let _p = crate::parallel::liveness::phase("receiving the starting state from rank 0");
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
     let mut params = match &ckpt {
         Some(c) => c.params.clone(),

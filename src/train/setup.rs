@@ -8,6 +8,7 @@ use crate::data::shard::Shard;
 use crate::error::{Error, Result};
 use crate::eval::{expect, start};
 use crate::model::Mlp;
+use crate::parallel::liveness::phase;
 use crate::parallel::{check_agreement, Comm, FusionPlan};
 use log::{debug, info, warn};
 use std::path::PathBuf;
@@ -32,11 +33,14 @@ impl Setup {
             FusionPlan::with_options(&lens, job.fusion_threshold_bytes(), job.first_bucket_bytes(), d.bucket_order);
         // The gradient arena is laid out in fusion order, so buckets are arena ranges.
         assert!(plan.slots.iter().zip(&tensors).all(|(s, t)| *s == t.range), "arena and fusion plan disagree");
+        let p = phase("checking that every rank has the same fusion plan");
         check_agreement(comm, "the gradient fusion plan", plan.fingerprint())?;
+        drop(p);
         if comm.rank == 0 {
             log_setup(job, &model, &plan, comm);
         }
 
+        let p = phase("opening the training and test data");
         let want = expect(&model);
         let train_shard = Shard::open(&job.data, "data.train", &job.data.train, comm.rank, comm.size, want)?;
         debug!("training data: {} ({} rows)", train_shard.describe(), train_shard.len());
@@ -46,6 +50,8 @@ impl Setup {
         };
 
         let b = job.training.batch_size;
+        drop(p);
+        let _p = phase("agreeing on the rows of every step");
         let shares: Vec<usize> =
             comm.all_gather_u64(train_shard.len() as u64).into_iter().map(|n| n as usize).collect();
         let schedule = Schedule::new(shares, b, job.data.drop_last);
@@ -134,7 +140,7 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
         plan.buckets.iter().map(|b| b.len() * 4 / 1024).collect::<Vec<_>>()
     );
     info!(
-        "engine: overlap {}, bucket order {:?}, first bucket {} MiB, compression {:?}, watchdog {} s, \
+        "engine: overlap {}, bucket order {:?}, first bucket {} MiB, compression {:?}, liveness limit {} s, \
          parameter check every {} steps, timeline {}, MPI thread level {:?}, CUDA-aware MPI {}; checkpoints every {} steps / {} min, keep {}",
         if d.overlap { "on" } else { "off" },
         d.bucket_order,

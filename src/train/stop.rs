@@ -19,6 +19,7 @@ use crate::checkpoint::{self, Checkpoint, Lineage};
 use crate::config::Job;
 use crate::error::Result;
 use crate::fault::Fault;
+use crate::parallel::liveness;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::Comm;
 use crate::device::Cpu;
@@ -113,7 +114,8 @@ pub(super) fn at_boundary(
             let sums = state.known_sums.borrow().clone();
             write_stop(ctx, st, epoch_index, step_in_epoch, sums, true)?;
         }
-        comm.barrier(); // unguarded: rank 0's write may outlast the watchdog's deadline
+        let _p = liveness::phase_at("waiting at the barrier for rank 0's stop checkpoint", st.step());
+        comm.barrier(); // no deadline: heartbeats tell a slow write from a dead rank
         if comm.rank == 0 {
             info!(
                 "stopped by a signal at step {}; resume with --resume auto (exit code {})",
@@ -182,6 +184,7 @@ fn write(
         written_at: checkpoint::now_ms(),
     };
     let t = Instant::now();
+    let _p = liveness::phase_at("writing a checkpoint", step);
     let path = checkpoint::save(ctx.out_dir, st.model(), &c, ctx.job.checkpoint.keep, || {
         crate::fault::in_checkpoint(&ctx.fault, ctx.comm.rank, step)
     })?;
@@ -202,6 +205,7 @@ pub(super) fn save_checkpoint(ctx: &Ctx, st: &Stepper<Cpu>, epoch_index: usize, 
         let sums = if step_in_epoch == 0 { vec![0.0; comm.size] } else { ctx.stop.known_sums.borrow().clone() };
         write(ctx, st, epoch_index, step_in_epoch, sums, true)?;
     }
+    let _p = liveness::phase_at("waiting at the barrier for rank 0's checkpoint write", st.step());
     comm.barrier();
     Ok(path)
 }
