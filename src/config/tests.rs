@@ -310,5 +310,5 @@ fn liveness_limits_have_bounds_and_errors_name_the_field() {
     }
     let env = |k: &str| (k == "HVTRAIN_STALL_SECONDS").then(|| "42".to_string());
     let (sets, _) = env_overrides("job", env).unwrap();
-    assert_eq!(sets, vec!["distribution.stall_seconds=42".to_string()]);
+    assert_eq!(sets, vec!["distribution.stall_seconds=42.0".to_string()]);
 }
