@@ -11,9 +11,13 @@ measured inputs, for a given network. See bench/SCALING.md for the derivation.
                       the sum of all reductions (overlap off).
     efficiency(p) = step(1) / step(p)    (fixed batch per rank: weak scaling)
 
-Usage: scaling_model.py MEASURED.json [--bw GBs] [--latency us] [--out PREFIX]
+    Model check (this machine): step(p) = compute(p) + exposed_comm(p) with compute(p) the
+    measured step of p independent 1-rank runs sharing the machine and alpha, bw fitted to
+    raw MPI_Allreduce at p ranks; nothing in it is fitted to the measured p-rank steps.
+
+Usage: scaling_model.py MEASURED.json [--bw GBs] [--latency us] [--gpu-tflops T] [--out PREFIX]
 """
-import argparse, json, math
+import argparse, json, math, statistics
 
 RANKS = [1, 2, 4, 8, 64, 512, 4096]
 
@@ -52,7 +56,9 @@ def flops(layers, batch):
     return fwd, bwd
 
 
-def step_time(model, p, alpha, bw, overlap):
+def step_time(model, p, alpha, bw, overlap, compute_s=None):
+    """(step, all-reduce total, exposed, buckets) in seconds; compute_s overrides the model's."""
+    model = dict(model, compute_s=model["compute_s"] if compute_s is None else compute_s)
     layers, batch = model["layers"], model["batch_per_rank"]
     buckets = plan(tensors(layers), model["threshold_bytes"])
     comm = [allreduce(sum(t[0] for t in b), p, alpha, bw) for b in buckets]
@@ -75,18 +81,90 @@ def step_time(model, p, alpha, bw, overlap):
     return model["compute_s"] + exposed, sum(comm), exposed, len(buckets)
 
 
+def models(m, gpu_tflops=None):
+    """The jobs to predict. Compute comes from measurements in m, except a GPU rank's, which is
+    the --gpu-tflops parameter (no GPU was measured)."""
+    fm = [784, 512, 512, 10]
+    big = m["gemm_big"]["layers"]
+    nparams = sum(big[i] * big[i + 1] + big[i + 1] for i in range(len(big) - 1))
+    c1 = m["runs"]["1-64"]["step_ms"] / 1e3
+    g = m["gemm_big"]
+    big_cpu = g["flop_per_sample"] * g["batch"] / (g["gflops"] * 1e9)
+    T = 64 << 20
+    out = [
+        {"name": "Fashion-MNIST 784-512-512-10, CPU rank", "layers": fm, "batch_per_rank": 128, "compute_s": c1,
+         "compute_source": "measured: 1-rank step here", "threshold_bytes": T},
+        {"name": "Fashion-MNIST, 1 MiB buckets", "layers": fm, "batch_per_rank": 128, "compute_s": c1,
+         "compute_source": "measured: 1-rank step here", "threshold_bytes": 1 << 20},
+        {"name": f"large MLP {'-'.join(map(str, big))} ({nparams/1e6:.0f}M params), CPU rank", "layers": big,
+         "batch_per_rank": g["batch"], "compute_s": big_cpu,
+         "compute_source": f"measured: the step's GEMMs at {g['gflops']:.0f} GFLOP/s (`hvtrain bench gemm`, one process; "
+                           "GEMMs only, the rest of the step left out)", "threshold_bytes": T},
+    ]
+    if gpu_tflops:
+        src = f"6 x params x batch at {gpu_tflops:g} TFLOP/s: a parameter given with --gpu-tflops, not measured"
+        for thr in (T, 16 << 20):
+            out.append({"name": f"large MLP, GPU rank at {gpu_tflops:g} TFLOP/s (parameter), {thr >> 20} MiB buckets",
+                        "layers": big, "batch_per_rank": 4096, "compute_s": 6 * nparams * 4096 / (gpu_tflops * 1e12),
+                        "compute_source": src, "threshold_bytes": thr})
+    return out
+
+
+def check(m):
+    """Predicted vs measured step at each measured p > 1 on this machine (overlap on, the
+    runs' setting). Inputs: compute(p) measured with p independent 1-rank runs at once,
+    alpha and bw fitted to raw MPI_Allreduce at p ranks. No term is fitted to these steps."""
+    fm = models(m)[0]
+    rows = []
+    for r in m["runs"].values():
+        p = r["ranks"]
+        if p == 1:
+            continue
+        f = m["allreduce_fit"][str(p)]
+        compute = m["contention"][str(p)]["step_ms"] / 1e3
+        t, comm, exposed, nb = step_time(dict(fm, threshold_bytes=r["fusion_mb"] << 20), p, f["alpha_us"] * 1e-6,
+                                         f["bw_GBs"] * 1e9, overlap=True, compute_s=compute)
+        rows.append({"ranks": p, "fusion_mb": r["fusion_mb"], "buckets": nb, "compute_ms": compute * 1e3,
+                     "exposed_pred_ms": exposed * 1e3, "exposed_meas_ms": r["exposed_ms"],
+                     "predicted_ms": t * 1e3, "measured_ms": r["step_ms"], "error": t * 1e3 / r["step_ms"] - 1})
+    return rows
+
+
+def check_lines(m):
+    rows = check(m)
+    L = ["## Model check on this machine", "",
+         "Predicted step = compute(p) + modelled exposed all-reduce. compute(p): median step of p independent "
+         "1-rank runs at once (measured contention for the 2 vCPUs); all-reduce: alpha, beta fitted to raw "
+         "MPI_Allreduce at p ranks. No term is fitted to the p-rank steps below, so every row is a held-out point.", "",
+         "| ranks | fusion | buckets | compute(p) (ms) | exposed predicted (ms) | exposed measured (ms) | "
+         "predicted step (ms) | measured step (ms) | error |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    for c in rows:
+        L.append(f"| {c['ranks']} | {'%d MiB' % c['fusion_mb'] if c['fusion_mb'] else 'off'} | {c['buckets']} | "
+                 f"{c['compute_ms']:.2f} | {c['exposed_pred_ms']:.3f} | {c['exposed_meas_ms']:.3f} | "
+                 f"{c['predicted_ms']:.2f} | {c['measured_ms']:.2f} | {c['error']*100:+.1f} % |")
+    errs = [abs(c["error"]) for c in rows]
+    L += ["", f"Largest error {max(errs)*100:.1f} %, mean {statistics.mean(errs)*100:.1f} % over {len(rows)} held-out points.", ""]
+    return L
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("measured")
     ap.add_argument("--bw", type=float, default=25.0, help="network bandwidth per link, GB/s (default 25: InfiniBand HDR)")
     ap.add_argument("--latency", type=float, default=2.0, help="network latency, microseconds (default 2)")
+    ap.add_argument("--gpu-tflops", type=float, default=None,
+                    help="also predict a GPU rank computing at this many TFLOP/s (a parameter: no GPU is measured)")
     ap.add_argument("--out", default=None, help="prefix for the .md report and .png plots")
     a = ap.parse_args()
     m = json.load(open(a.measured))
     alpha, bw = a.latency * 1e-6, a.bw * 1e9
-    lines = [f"## Predicted weak scaling at {a.bw:g} GB/s, {a.latency:g} us", ""]
+    lines = check_lines(m)
+    lines += [f"## Predicted weak scaling at {a.bw:g} GB/s, {a.latency:g} us (extrapolated)", "",
+              "Compute per rank is held at its measured 1-rank value (each rank on its own cores); the network is "
+              "the one named on the command line, not measured. See bench/SCALING.md for how far to trust these rows.", ""]
     curves = {}
-    for model in m["models"]:
+    for model in models(m, a.gpu_tflops):
         for overlap in (False, True):
             name = f'{model["name"]} ({"overlap" if overlap else "no overlap"})'
             base = step_time(model, 1, alpha, bw, overlap)[0]
