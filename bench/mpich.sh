@@ -12,7 +12,7 @@ REPEATS=${REPEATS:-2}
 MBIN=target-mpich/release/hvtrain
 MPICC=mpicc.mpich cargo build --release --target-dir target-mpich 2> "$work/build.log" \
   || { tail -30 "$work/build.log" >&2; exit 1; }
-ldd "$MBIN" | grep -q libmpich || { echo "mpich.sh: $MBIN does not link libmpich" >&2; exit 1; }
+ldd "$MBIN" | grep libmpich > /dev/null || { echo "mpich.sh: $MBIN does not link libmpich" >&2; exit 1; }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # Launchers: Open MPI as bench/run.sh runs it; MPICH's hydra with its defaults (it passes the
@@ -44,13 +44,13 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 python3 - "$work" "$EPOCHS" "$REPEATS" "$(git rev-parse --short HEAD)" \
-  "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) vCPUs" "$(mpirun --version | head -1)" \
+  "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) vCPUs" "$(mpirun --version | head -1 | grep -o "[0-9.]*$")" \
   "$(mpirun.mpich --version | sed -n 's/^ *Version: *//p' | head -1)" "$load_before" "$load_after" \
   "$(ldd "$MBIN" | grep -o 'libmpich[^ ]*' | head -1)" <<'PY'
 import json, re, statistics as st, sys, datetime
 work, E, R, commit, machine, ompi_v, mpich_v, lb, la, libname = sys.argv[1:]
 R = int(R)
-libs = {"ompi": f"Open MPI ({ompi_v})", "mpich": f"MPICH {mpich_v}"}
+libs = {"ompi": f"Open MPI {ompi_v}", "mpich": f"MPICH {mpich_v}"}
 def metrics(lib):
     return [[json.loads(l) for l in open(f"{work}/{lib}-{r}/metrics.jsonl")] for r in range(1, R + 1)]
 def log(lib, r): return open(f"{work}/{lib}-{r}.log").read()
