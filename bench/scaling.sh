@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Scaling report: measures on this machine (1, 2 and oversubscribed 4 ranks, fusion on/off;
-# the compute slowdown of p processes sharing the machine; all-reduce latency alpha and time
-# per byte beta; the SGEMM rate of a large MLP's step), checks the model against the p-rank
-# steps, then predicts step time and weak-scaling efficiency at 8..4096 ranks for the
+# all-reduce latency alpha and time per byte beta; the SGEMM rate of a large MLP's step),
+# calibrates the model on the p-rank steps (with held-out errors), then predicts step time and weak-scaling efficiency at 8..4096 ranks for the
 # Fashion-MNIST job and a large MLP on a given network (default 25 GB/s, 2 us: InfiniBand HDR).
 #   bash bench/scaling.sh [BW_GBs] [LATENCY_us] [GPU_TFLOPS]
 # GPU_TFLOPS (optional, no default) adds a GPU-rank prediction at that rate: a parameter you
-# choose, not a measurement. REUSE=1 re-runs only the model on today's measured JSON.
+# choose, not a measurement. REUSE=1 re-runs only the model on today's measured JSON
+# (measuring the GEMM rate first if that JSON has none).
 # Writes bench/results/scaling-DATE.{md,png} and scaling-measured-DATE.json. See bench/SCALING.md.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -21,8 +21,22 @@ if [ ! -x bench/.plotenv/bin/python ]; then
 fi
 day=$(date +%F)
 
-if [ "${REUSE:-0}" = 1 ] && [ -f "bench/results/scaling-measured-$day.json" ]; then
-  echo "REUSE=1: re-running the model on bench/results/scaling-measured-$day.json"
+json=bench/results/scaling-measured-$day.json
+if [ "${REUSE:-0}" = 1 ] && [ -f "$json" ]; then
+  echo "REUSE=1: re-running the model on $json"
+  if ! grep -q '"gemm_big"' "$json"; then
+    load=$(cut -d' ' -f1-3 /proc/loadavg)
+    $BIN bench gemm --layers $BIG --batch 128 --seconds 5 > "$work/gemm-big.json"
+    python3 - "$json" "$work/gemm-big.json" "$load" "$(git rev-parse --short HEAD)" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+g = json.load(open(sys.argv[2])); g.update(load_before=sys.argv[3], commit=sys.argv[4], added_by="REUSE=1")
+m["gemm_big"] = g
+for k in ("models", "model_check"):  # the old script's model output: scaling_model.py computes these now
+    m.pop(k, None)
+json.dump(m, open(sys.argv[1], "w"), indent=1)
+PY
+  fi
 else
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 # The CPU rate of a large MLP's step, measured (one process).
@@ -36,17 +50,6 @@ for p in 1 2 4; do
     $MPIRUN -n $p $BIN train jobs/fashion-mnist.toml --set training.epochs=$EPOCHS --set training.batch_size=128 \
       --set distribution.fusion_threshold_mb=$fusion --set output.dir="\"$dir\"" 2> "$dir.log"
   done
-  # Compute under contention, no communication: p independent 1-rank runs at once.
-  if [ $p -gt 1 ]; then
-    pids=()
-    for i in $(seq $p); do
-      dir="$work/solo-$p-$i"
-      $MPIRUN -n 1 $BIN train jobs/fashion-mnist.toml --set training.epochs=$EPOCHS --set training.batch_size=128 \
-        --set output.dir="\"$dir\"" 2> "$dir.log" &
-      pids+=($!)
-    done
-    for pid in "${pids[@]}"; do wait "$pid"; done
-  fi
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -80,16 +83,7 @@ for p in (1, 2, 4):
                                  "step_ms": statistics.median(steps), "step_min_ms": min(steps), "step_max_ms": max(steps),
                                  "exposed_ms": statistics.median(e["exposed_comm_ms_per_step"] for e in m)}
 out["runs"] = runs
-# compute(p): median over the p independent processes of their median step.
-cont = {}
-for p in (2, 4):
-    steps = []
-    for i in range(1, p + 1):
-        m = [json.loads(l) for l in open(f"{work}/solo-{p}-{i}/metrics.jsonl")][1:]
-        steps.append(statistics.median(e["epoch_seconds"] / e["steps"] for e in m) * 1e3)
-    cont[str(p)] = {"processes": p, "step_ms": statistics.median(steps), "min_ms": min(steps), "max_ms": max(steps)}
-out["contention"] = cont
-out["gemm_big"] = json.load(open(f"{work}/gemm-big.json"))
+out["gemm_big"] = dict(json.load(open(f"{work}/gemm-big.json")), load_before=lb, commit=out["commit"])
 path = f"bench/results/scaling-measured-{day}.json"
 json.dump(out, open(path, "w"), indent=1)
 print(f"saved {path}")
@@ -99,27 +93,28 @@ fi
 pre=bench/results/scaling-$day
 bench/.plotenv/bin/python bench/scaling_model.py "bench/results/scaling-measured-$day.json" --bw "$BW" --latency "$LAT" \
   ${GPU:+--gpu-tflops "$GPU"} --out "$pre" > "$work/pred.md"
-bench/.plotenv/bin/python - "bench/results/scaling-measured-$day.json" "$pre.md" "$BW" "$LAT" "$GPU" <<'PY'
+bench/.plotenv/bin/python - "bench/results/scaling-measured-$day.json" "$pre.md" "$BW" "$LAT" "$GPU" "${REUSE:-0}" "$(git rev-parse --short HEAD)" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1])); pred = open(sys.argv[2]).read()
 args = " ".join(a for a in sys.argv[3:6] if a)
+reuse, head = sys.argv[6] == "1", sys.argv[7]
 g = m["gemm_big"]
 L = [f"# Scaling report, {m['date']}", "",
-     f"- command: `bash bench/scaling.sh {args}`, hvtrain commit {m['commit']}; machine: {m['machine']}, {m['vcpus']} vCPUs "
-     "(4 ranks are oversubscribed)",
-     f"- load average (1/5/15 min) before the measurements: {m['load_before']}; after: {m['load_after']}. The vCPUs were "
-     "shared with other work, so the measured figures are noisy: each is one run; the step min..max is over its epochs after the first.",
+     f"- command: `{'REUSE=1 ' if reuse else ''}bash bench/scaling.sh {args}`, hvtrain commit {head}; machine: {m['machine']}, "
+     f"{m.get('vcpus', 2)} vCPUs (4 ranks are oversubscribed)",
+     f"- training runs and all-reduce fit: measured by `bench/scaling.sh` at commit {m['commit']} on {m['date']}; load average "
+     f"before/after: {m.get('load_before', 'not recorded')} / {m.get('load_after', 'not recorded')}. Each is one run; "
+     "the step min..max, where given, is over its epochs after the first."
+     + (" This report re-ran only the model on them (REUSE=1)." if reuse else ""),
+     f"- GEMM rate of the large MLP: measured at commit {g.get('commit', m['commit'])}, load average before: "
+     f"{g.get('load_before', 'not recorded')}. A load above 2 means other work shared the 2 vCPUs and the rate is low by about that factor.",
      "- model, its inputs and how far to trust it: [bench/SCALING.md](../SCALING.md); plot: scaling-" + m['date'] + ".png", "",
      f"## Measured here (Fashion-MNIST job, batch 128 per rank, {len(m['runs'])} runs, medians over epochs after the first)", "",
      "| ranks | fusion | samples/s | step (ms) | step min..max (ms) | exposed comm (ms/step) |", "|---|---|---|---|---|---|"]
 for r in m["runs"].values():
+    mm = f"{r['step_min_ms']:.2f}..{r['step_max_ms']:.2f}" if "step_min_ms" in r else "not recorded"
     L.append(f"| {r['ranks']} | {'64 MiB' if r['fusion_mb'] else 'off'} | {r['samples_per_sec']:,.0f} | {r['step_ms']:.2f} | "
-             f"{r['step_min_ms']:.2f}..{r['step_max_ms']:.2f} | {r['exposed_ms']:.3f} |")
-L += ["", "Compute under contention: p independent 1-rank runs at once (no communication), step per process:", "",
-      "| processes | median step (ms) | min..max over processes (ms) |", "|---|---|---|"]
-L.append(f"| 1 | {m['runs']['1-64']['step_ms']:.2f} | (the 1-rank run above) |")
-for c in m["contention"].values():
-    L.append(f"| {c['processes']} | {c['step_ms']:.2f} | {c['min_ms']:.2f}..{c['max_ms']:.2f} |")
+             f"{mm} | {r['exposed_ms']:.3f} |")
 L += ["", "All-reduce fit t = alpha + beta x 2(p-1)/p x bytes (raw MPI_Allreduce, shared memory, 4 KiB..16 MiB):", "",
       "| ranks | alpha (us) | beta (ns/byte) | 1/beta (GB/s) |", "|---|---|---|---|"]
 for p, f in m["allreduce_fit"].items():
