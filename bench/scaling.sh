@@ -6,7 +6,7 @@
 #   bash bench/scaling.sh [BW_GBs] [LATENCY_us] [GPU_TFLOPS]
 # GPU_TFLOPS (optional, no default) adds a GPU-rank prediction at that rate: a parameter you
 # choose, not a measurement. REUSE=1 re-runs only the model on today's measured JSON
-# (measuring the GEMM rate first if that JSON has none).
+# (measuring the GEMM rate first if that JSON has none, or if REGEMM=1).
 # Writes bench/results/scaling-DATE.{md,png} and scaling-measured-DATE.json. See bench/SCALING.md.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -24,7 +24,7 @@ day=$(date +%F)
 json=bench/results/scaling-measured-$day.json
 if [ "${REUSE:-0}" = 1 ] && [ -f "$json" ]; then
   echo "REUSE=1: re-running the model on $json"
-  if ! grep -q '"gemm_big"' "$json"; then
+  if ! grep -q '"gemm_big"' "$json" || [ "${REGEMM:-0}" = 1 ]; then
     load=$(cut -d' ' -f1-3 /proc/loadavg)
     $BIN bench gemm --layers $BIG --batch 128 --seconds 5 > "$work/gemm-big.json"
     python3 - "$json" "$work/gemm-big.json" "$load" "$(git rev-parse --short HEAD)" <<'PY'
@@ -93,14 +93,14 @@ fi
 pre=bench/results/scaling-$day
 bench/.plotenv/bin/python bench/scaling_model.py "bench/results/scaling-measured-$day.json" --bw "$BW" --latency "$LAT" \
   ${GPU:+--gpu-tflops "$GPU"} --out "$pre" > "$work/pred.md"
-bench/.plotenv/bin/python - "bench/results/scaling-measured-$day.json" "$pre.md" "$BW" "$LAT" "$GPU" "${REUSE:-0}" "$(git rev-parse --short HEAD)" <<'PY'
+bench/.plotenv/bin/python - "bench/results/scaling-measured-$day.json" "$pre.md" "$BW" "$LAT" "$GPU" "${REUSE:-0}" "$(git rev-parse --short HEAD)" "${REGEMM:-0}" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1])); pred = open(sys.argv[2]).read()
 args = " ".join(a for a in sys.argv[3:6] if a)
-reuse, head = sys.argv[6] == "1", sys.argv[7]
+reuse, head, regemm = sys.argv[6] == "1", sys.argv[7], sys.argv[8] == "1"
 g = m["gemm_big"]
 L = [f"# Scaling report, {m['date']}", "",
-     f"- command: `{'REUSE=1 ' if reuse else ''}bash bench/scaling.sh {args}`, hvtrain commit {head}; machine: {m['machine']}, "
+     f"- command: `{'REUSE=1 ' if reuse else ''}{'REGEMM=1 ' if reuse and regemm else ''}bash bench/scaling.sh {args}`, hvtrain commit {head}; machine: {m['machine']}, "
      f"{m.get('vcpus', 2)} vCPUs (4 ranks are oversubscribed)",
      f"- training runs and all-reduce fit: measured by `bench/scaling.sh` at commit {m['commit']} on {m['date']}; load average "
      f"before/after: {m.get('load_before', 'not recorded')} / {m.get('load_after', 'not recorded')}. Each is one run; "
