@@ -9,6 +9,7 @@ source "$(dirname "$0")/lib.sh"
 EPOCHS=${EPOCHS:-6}
 PEER=${PEER:-1}
 MPIRUN="mpirun --bind-to none --mca mpi_yield_when_idle 1"
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- SGEMM ceiling: the step's exact GEMM shapes, one process, then two at once.
 $BIN bench gemm --batch 128 --seconds 3 > "$work/gemm1.json"
@@ -28,9 +29,9 @@ if [ "$PEER" = 1 ] && [ -x bench/.venv/bin/python ]; then
   bash bench/run_peer.sh "$EPOCHS" > "$work/peer.log" 2>&1 || echo "peer run failed; see below" >&2
 fi
 
-python3 - "$work" "$EPOCHS" <<'PY'
+python3 - "$work" "$EPOCHS" "$LOAD" <<'PY'
 import json, re, statistics, subprocess, sys, os, datetime, platform
-work, epochs = sys.argv[1], int(sys.argv[2])
+work, epochs, load = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def j(p): return json.load(open(os.path.join(work, p)))
 g1 = j("gemm1.json"); g2 = [j("gemm2a.json"), j("gemm2b.json")]
 params = 784*512 + 512 + 512*512 + 512 + 512*10 + 10
@@ -46,7 +47,7 @@ for ranks in (1, 2):
     ceiling = g1["gflops"] if ranks == 1 else sum(g["gflops"] for g in g2)
     med = statistics.median(sps)
     rows.append(("hvtrain", f"{ranks} rank(s), batch {256//ranks}/rank", med, min(sps), max(sps), first, rss,
-                 m[-1].get("test_accuracy"), f"{med*model_flop/1e9:.0f} GFLOP/s model, {100*med*step_flop/1e9/ceiling:.0f}% of SGEMM {ceiling:.0f}"))
+                 m[-1].get("test_accuracy"), f"{med*step_flop/1e9:.0f} GFLOP/s = {100*med*step_flop/1e9/ceiling:.0f}% of SGEMM {ceiling:.0f}"))
 peer_log = os.path.join(work, "peer.log")
 if os.path.exists(peer_log):
     for line in open(peer_log):
@@ -63,7 +64,12 @@ out = [f"# Fashion-MNIST benchmark, {datetime.date.today()}", "",
        "- samples/s: global, median over epochs after the first (min..max); first step: seconds from process start",
        f"- SGEMM (matrixmultiply, the step's 8 GEMM shapes, batch 128): one process {g1['gflops']:.1f} GFLOP/s; "
        f"two at once {g2[0]['gflops']:.1f} + {g2[1]['gflops']:.1f} GFLOP/s",
-       f"- FLOP per sample: {model_flop/1e6:.2f} M by 6 x parameters; {step_flop/1e6:.2f} M actually multiplied", "",
+       f"- FLOP rate: samples/s x {step_flop/1e6:.2f} MFLOP per sample, the FLOPs the step's GEMMs multiply, the same count "
+       f"`hvtrain bench gemm` reports its GFLOP/s in, so the two divide; the SGEMM rate is one process's for 1 rank and the "
+       f"sum of two processes at once for 2 ranks. (6 x parameters would count {model_flop/1e6:.2f} MFLOP per sample: it "
+       f"includes layer 0's input gradient, which the step does not compute; it is not used here.)",
+       f"- load average (1/5/15 min) before the run: {load}; the 2 vCPUs may have been shared with other work: "
+       "compare only rows of one run, and read the min..max column", "",
        "| system | setup | samples/s | min..max | first step (s) | peak RSS/rank (MiB) | test acc | FLOP rate |",
        "|---|---|---|---|---|---|---|---|"]
 for r in rows:
