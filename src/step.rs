@@ -33,6 +33,8 @@ where
     labels: B::Labels,
     values: B::Buf,
     timeline: Option<Arc<Timeline>>,
+    /// Tensor names in arena order, for the timeline's backward spans.
+    names: Vec<String>,
     batch: usize,
     /// Global steps taken.
     step: u64,
@@ -61,6 +63,7 @@ where
             x: be.zeros(batch * model.n_inputs())?,
             labels: be.labels(batch)?,
             values: be.zeros(batch * model.n_outputs())?,
+            names: model.tensors().into_iter().map(|t| t.name).collect(),
             be,
             model,
             opt,
@@ -156,7 +159,14 @@ where
         }
 
         self.engine.begin_step(self.step);
-        let mut sink = Sink { be, engine: &mut self.engine, timeline: &self.timeline, step: self.step, mark: Instant::now() };
+        let mut sink = Sink {
+            be,
+            engine: &mut self.engine,
+            timeline: &self.timeline,
+            names: &self.names,
+            step: self.step,
+            mark: Instant::now(),
+        };
         self.model.backward(be, &self.params, &self.x, b, &mut self.ws, &mut sink)?;
         self.engine.flush();
         self.apply_buckets()?;
@@ -192,6 +202,7 @@ where
     be: &'a B,
     engine: &'a mut Engine<B::Buf>,
     timeline: &'a Option<Arc<Timeline>>,
+    names: &'a [String],
     step: u64,
     mark: Instant,
 }
@@ -207,7 +218,7 @@ where
 
     fn ready(&mut self, t: usize) {
         if let Some(tl) = self.timeline {
-            tl.span(MAIN_TID, format!("backward tensor {t}"), self.mark, self.step);
+            tl.span(MAIN_TID, format!("backward {}", self.names[t]), self.mark, self.step);
             self.mark = Instant::now();
         }
         self.engine.tensor_ready(t);
