@@ -4,12 +4,12 @@
 use crate::config::{Job, LossKind};
 use crate::data::h5;
 use crate::data::shard::{Expect, Labels, Shard};
+use crate::device::{Backend, Cpu};
+use crate::error::{Error, Result};
 use crate::fault::At;
+use crate::model::{Mlp, Targets, Workspace};
 use crate::parallel::liveness;
 use crate::parallel::{check_agreement, Comm};
-use crate::error::{Error, Result};
-use crate::device::{Backend, Cpu};
-use crate::model::{Mlp, Targets, Workspace};
 use crate::weights;
 use log::{info, warn};
 use std::path::Path;

@@ -32,7 +32,13 @@ pub struct Optimizer<B: Backend> {
 
 impl<B: Backend> Optimizer<B> {
     /// `world_size` scales the learning rate when `scale_lr_by_world_size` is set.
-    pub fn new(be: &B, cfg: &OptimizerCfg, tensors: Vec<TensorInfo>, n_params: usize, world_size: usize) -> Result<Self> {
+    pub fn new(
+        be: &B,
+        cfg: &OptimizerCfg,
+        tensors: Vec<TensorInfo>,
+        n_params: usize,
+        world_size: usize,
+    ) -> Result<Self> {
         let base_lr = if cfg.scale_lr_by_world_size { cfg.lr * world_size as f64 } else { cfg.lr };
         let (m_len, v_len) = state_lens(cfg, n_params);
         Ok(Optimizer {

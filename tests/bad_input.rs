@@ -667,7 +667,8 @@ fn checkpoint_with_a_flipped_bit_fails_its_checksum() {
     let run = train2_with(&dir, &["--resume", "auto"], &set);
     assert!(run.ok(), "{}", run.all());
     let warned = run.stderr.lines().any(|l| {
-        l.contains("skipping checkpoint out/ckpt-step000000004.h5") && l.contains("checksum: does not match the contents")
+        l.contains("skipping checkpoint out/ckpt-step000000004.h5")
+            && l.contains("checksum: does not match the contents")
     });
     assert!(warned, "--resume auto must skip the damaged checkpoint, naming its checksum\n{}", run.all());
     assert!(run.stderr.contains("resuming from out/ckpt-step000000002.h5 at step 2"), "{}", run.all());

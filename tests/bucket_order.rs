@@ -41,7 +41,12 @@ fn train(name: &str, ranks: usize, order: &str, overlap: bool, buckets: &str) ->
         "[optimizer]\nkind = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n[distribution]\nbucket_order = \"{order}\"\noverlap = {overlap}\n{buckets}\n"
     );
     job(&dir, &LAYERS, "d.h5", None, &extra);
-    let run = mpirun(ranks, &["train", "job.toml", "--set", "training.epochs=3", "--set", "training.batch_size=8"], &dir, 120);
+    let run = mpirun(
+        ranks,
+        &["train", "job.toml", "--set", "training.epochs=3", "--set", "training.batch_size=8"],
+        &dir,
+        120,
+    );
     assert!(run.ok(), "{name}: training failed\n{}", run.all());
     (weights(&dir), run.stderr)
 }

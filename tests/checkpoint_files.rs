@@ -50,7 +50,16 @@ fn weights_and_checkpoints_are_fsynced_with_their_directory() {
     let _g = mpi_lock();
     let dir = setup("files-fsync");
     let st = Command::new("timeout")
-        .args(["60", "strace", "-f", "-qq", "-o", "trace.txt", "-e", "trace=openat,fsync,fdatasync,rename,renameat,renameat2"])
+        .args([
+            "60",
+            "strace",
+            "-f",
+            "-qq",
+            "-o",
+            "trace.txt",
+            "-e",
+            "trace=openat,fsync,fdatasync,rename,renameat,renameat2",
+        ])
         .arg(BIN)
         .args(["train", "job.toml"])
         .current_dir(&dir)
@@ -111,7 +120,12 @@ fn damaged_checkpoint_is_skipped_whatever_its_path() {
         60,
     );
     assert!(run.ok(), "{}", run.all());
-    assert!(run.stderr.contains("skipping checkpoint") && run.stderr.contains("resuming from layers-out/ckpt-step000000004.h5"), "{}", run.all());
+    assert!(
+        run.stderr.contains("skipping checkpoint")
+            && run.stderr.contains("resuming from layers-out/ckpt-step000000004.h5"),
+        "{}",
+        run.all()
+    );
 }
 
 /// `--resume FILE` from an older checkpoint starts a new branch: keep-K then counts that
@@ -138,10 +152,24 @@ fn resume_auto_follows_the_live_branch() {
     assert!(b_err.contains("abandoned"), "B's start-up names A's newer checkpoints\n{b_err}");
     assert_eq!(
         checkpoints(&out),
-        ["ckpt-step000000020.h5", "ckpt-step000000021.h5", "ckpt-step000000022.h5", "ckpt-step000000024.h5", "ckpt-step000000028.h5"],
+        [
+            "ckpt-step000000020.h5",
+            "ckpt-step000000021.h5",
+            "ckpt-step000000022.h5",
+            "ckpt-step000000024.h5",
+            "ckpt-step000000028.h5"
+        ],
         "keep 3 of B's lineage (22, 21 and A's 20); A's abandoned 24 and 28 untouched"
     );
-    let c = hvtrain(&["train", "job.toml", "--set", "training.epochs=3", "--set", "checkpoint.every_steps=1", "--resume", "auto"], &dir, 60);
+    let c = hvtrain(
+        &["train", "job.toml", "--set", "training.epochs=3", "--set", "checkpoint.every_steps=1", "--resume", "auto"],
+        &dir,
+        60,
+    );
     assert!(c.ok(), "{}", c.all());
-    assert!(c.stderr.contains("resuming from out/ckpt-step000000022.h5"), "auto continues B, not A's step 28\n{}", c.all());
+    assert!(
+        c.stderr.contains("resuming from out/ckpt-step000000022.h5"),
+        "auto continues B, not A's step 28\n{}",
+        c.all()
+    );
 }

@@ -61,7 +61,8 @@ fn failing(dir: &Path, ranks: usize, spec: &str, args: &[&str], bound: Duration)
 /// "[2026-11-21T08:44:21.663Z INFO rank 1] injected fault (HVTRAIN_INJECT_FAULT): stopping ...".
 fn fired_at(run: &Run) -> Option<SystemTime> {
     let line = run.stderr.lines().find(|l| {
-        l.contains("injected fault (HVTRAIN_INJECT_FAULT): stopping") || l.contains("injected fault (HVTRAIN_INJECT_FAULT): hanging")
+        l.contains("injected fault (HVTRAIN_INJECT_FAULT): stopping")
+            || l.contains("injected fault (HVTRAIN_INJECT_FAULT): hanging")
     })?;
     let t = line.get(1..24)?; // 2026-11-21T08:44:21.663
     let n = |r: std::ops::Range<usize>| t.get(r).and_then(|v| v.parse::<i64>().ok());

@@ -387,8 +387,7 @@ fn host_3_link_cut_ends_the_job_by_the_heartbeats() {
     }
     let after = (l.started + l.run.elapsed).saturating_duration_since(at);
     let cut_t = at.duration_since(l.started);
-    let fired =
-        l.lines.iter().find(|(_, s)| s.contains("has sent no heartbeat")).map(|(t, _)| t.saturating_sub(cut_t));
+    let fired = l.lines.iter().find(|(_, s)| s.contains("has sent no heartbeat")).map(|(t, _)| t.saturating_sub(cut_t));
     eprintln!(
         "3 hosts, h3's link cut at {:.2} s: a silent rank named {} later, job ended {:.2} s after the cut ({:.2} s in all) \
          with exit {:?}",
@@ -400,7 +399,8 @@ fn host_3_link_cut_ends_the_job_by_the_heartbeats() {
     );
     assert!(!l.run.ok(), "the job must fail\n{}", l.run.all());
     assert!(
-        l.run.stderr.contains("has sent no heartbeat") && l.run.stderr.contains(&format!("watchdog_seconds = {WATCHDOG}")),
+        l.run.stderr.contains("has sent no heartbeat")
+            && l.run.stderr.contains(&format!("watchdog_seconds = {WATCHDOG}")),
         "the heartbeats must end the job\n{}",
         l.run.all()
     );

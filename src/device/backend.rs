@@ -145,13 +145,7 @@ pub trait Backend: Send {
 
     // ---- optimizer ----
     /// p -= lr · update(g · grad_scale + wd · p), with momentum buffer `m` when given.
-    fn sgd(
-        &self,
-        p: Self::ViewMut<'_>,
-        g: Self::View<'_>,
-        m: Option<Self::ViewMut<'_>>,
-        h: &SgdHyper,
-    ) -> Result<()>;
+    fn sgd(&self, p: Self::ViewMut<'_>, g: Self::View<'_>, m: Option<Self::ViewMut<'_>>, h: &SgdHyper) -> Result<()>;
     fn adam(
         &self,
         p: Self::ViewMut<'_>,

@@ -136,7 +136,8 @@ fn losses<B: Backend>(be: &B) {
         mg[i] = 2.0 * scale as f64 / k as f64 * e;
     }
     let td = be.upload(&target).unwrap();
-    let got = be.mse(be.view(&ld, 0..b * k), be.view(&td, 0..b * k), k, scale, Some(be.view_mut(&mut d, 0..b * k))).unwrap();
+    let got =
+        be.mse(be.view(&ld, 0..b * k), be.view(&td, 0..b * k), k, scale, Some(be.view_mut(&mut d, 0..b * k))).unwrap();
     assert!((got - mse).abs() < 1e-4 * mse, "mse {got} vs {mse}");
     close(&host(be, &d, b * k), &mg, 1e-5, "mse gradient");
 
@@ -144,14 +145,16 @@ fn losses<B: Backend>(be: &B) {
     be.softmax(be.view_mut(&mut sd, 0..b * k), k).unwrap();
     let probs = host(be, &sd, b * k);
     for r in 0..b {
-        let want: Vec<f64> = (0..k).map(|j| (grad[r * k + j] / scale as f64) + (j == labels[r] as usize) as u8 as f64).collect();
+        let want: Vec<f64> =
+            (0..k).map(|j| (grad[r * k + j] / scale as f64) + (j == labels[r] as usize) as u8 as f64).collect();
         close(&probs[r * k..(r + 1) * k], &want, 1e-5, "softmax");
     }
 }
 
 fn optimizers<B: Backend>(be: &B) {
     let n = 23;
-    let (p0, g, m0, v0) = (random(n, 8), random(n, 9), random(n, 10), random(n, 11).iter().map(|v| v.abs()).collect::<Vec<_>>());
+    let (p0, g, m0, v0) =
+        (random(n, 8), random(n, 9), random(n, 10), random(n, 11).iter().map(|v| v.abs()).collect::<Vec<_>>());
     for (momentum, nesterov) in [(0.0f32, false), (0.9, false), (0.9, true)] {
         let h = SgdHyper { lr: 0.1, grad_scale: 0.5, weight_decay: 0.01, momentum, nesterov };
         let (mut wp, mut wm) = (Vec::new(), Vec::new());

@@ -3,8 +3,8 @@
 //!
 //! Shapes are always row-major: activations are [batch, features], a weight is [in, out].
 
-use super::backend::{AdamHyper, Backend, SgdHyper};
 pub use super::backend::Trans;
+use super::backend::{AdamHyper, Backend, SgdHyper};
 use crate::config::Activation;
 use crate::error::Result;
 use std::ops::Range;

@@ -107,7 +107,14 @@ impl Mlp {
 
     /// Forward pass of `b` samples `x` [b, inputs] (the first b rows of `x`); the outputs
     /// [b, outputs] are then `ws.output(..)`.
-    pub fn forward<B: Backend>(&self, be: &B, params: &B::Buf, x: &B::Buf, b: usize, ws: &mut Workspace<B>) -> Result<()> {
+    pub fn forward<B: Backend>(
+        &self,
+        be: &B,
+        params: &B::Buf,
+        x: &B::Buf,
+        b: usize,
+        ws: &mut Workspace<B>,
+    ) -> Result<()> {
         ws.ensure(be, self, b)?;
         let n = self.layers.len();
         for (l, s) in self.layers.iter().enumerate() {

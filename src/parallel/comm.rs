@@ -136,8 +136,8 @@ impl Comm {
             Ok("serialized") => Threading::Serialized,
             _ => Threading::Multiple,
         };
-        let (universe, granted) = mpi::initialize_with_threading(ask)
-            .ok_or_else(|| Error::Mpi("MPI was already initialized".to_string()))?;
+        let (universe, granted) =
+            mpi::initialize_with_threading(ask).ok_or_else(|| Error::Mpi("MPI was already initialized".to_string()))?;
         if granted < Threading::Serialized {
             return Err(Error::Mpi(format!(
                 "the MPI library granted thread level {granted:?}; hvtrain's communication thread needs at least \

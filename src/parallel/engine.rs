@@ -60,8 +60,16 @@ struct Work<G> {
 
 /// Where buckets are reduced: on the communication thread (overlap on), or inline.
 enum Mode<G> {
-    Thread { work: Option<Sender<Work<G>>>, done: Receiver<Bucket<G>>, thread: Option<std::thread::JoinHandle<Box<dyn Reducer>>> },
-    Inline { reducer: Box<dyn Reducer>, ctx: Ctx, arrived: VecDeque<Bucket<G>> },
+    Thread {
+        work: Option<Sender<Work<G>>>,
+        done: Receiver<Bucket<G>>,
+        thread: Option<std::thread::JoinHandle<Box<dyn Reducer>>>,
+    },
+    Inline {
+        reducer: Box<dyn Reducer>,
+        ctx: Ctx,
+        arrived: VecDeque<Bucket<G>>,
+    },
 }
 
 /// What the reducing thread needs besides the reducer: timeline and watchdog.
@@ -279,7 +287,14 @@ impl<G: HostBuf> Engine<G> {
     /// Stop the communication thread and take its channel back (benchmarks reuse it, since
     /// duplicating a communicator is a collective of its own).
     pub fn into_channel(mut self) -> Option<Channel> {
-        match std::mem::replace(&mut self.mode, Mode::Inline { reducer: Box::new(super::reduce::Local), ctx: Ctx { timeline: None, watchdog: None, tid: 0, slot: 0 }, arrived: VecDeque::new() }) {
+        match std::mem::replace(
+            &mut self.mode,
+            Mode::Inline {
+                reducer: Box::new(super::reduce::Local),
+                ctx: Ctx { timeline: None, watchdog: None, tid: 0, slot: 0 },
+                arrived: VecDeque::new(),
+            },
+        ) {
             Mode::Inline { reducer, .. } => reducer.into_channel(),
             Mode::Thread { work, thread, .. } => {
                 drop(work); // closes the queue: the thread ends

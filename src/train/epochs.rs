@@ -9,17 +9,17 @@ use super::{human, in_step, Outcome};
 use crate::config::Job;
 use crate::data::loader::{Loader, LoaderCfg, Schedule};
 use crate::data::shard::Shard;
+use crate::device::{Backend, Cpu};
 use crate::error::{Error, Result};
 use crate::eval::{eval_result, evaluate_local};
 use crate::fault::Fault;
 use crate::metrics::{EpochMetrics, MetricsLog};
 use crate::optim::Optimizer;
-use crate::parallel::timeline::Timeline;
 use crate::parallel::liveness;
+use crate::parallel::reduce;
+use crate::parallel::timeline::Timeline;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::{check_agreement, checksum, Comm, Engine};
-use crate::device::{Backend, Cpu};
-use crate::parallel::reduce;
 use crate::step::Stepper;
 use crate::weights;
 use log::info;
@@ -175,8 +175,12 @@ impl<'a> Run<'a> {
             let d = &job.distribution;
             if d.check_every > 0 && self.st.step() % d.check_every as u64 == 0 {
                 let _g = self.watchdog.guard(MAIN, "the parameter consistency check", self.st.step());
-                check_agreement(comm, &format!("the parameter checksum at step {}", self.st.step()), checksum(&self.st.params_host()?))
-                    .map_err(|e| Error::Mismatch(format!("{e}: the model replicas have diverged")))?;
+                check_agreement(
+                    comm,
+                    &format!("the parameter checksum at step {}", self.st.step()),
+                    checksum(&self.st.params_host()?),
+                )
+                .map_err(|e| Error::Mismatch(format!("{e}: the model replicas have diverged")))?;
             }
             // Agree on stopping and checkpointing, so every rank acts at the same step.
             let ck = &job.checkpoint;

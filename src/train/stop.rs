@@ -17,12 +17,12 @@
 
 use crate::checkpoint::{self, Checkpoint, Lineage};
 use crate::config::Job;
+use crate::device::Cpu;
 use crate::error::Result;
 use crate::fault::Fault;
 use crate::parallel::liveness;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::Comm;
-use crate::device::Cpu;
 use crate::step::Stepper;
 use log::info;
 use std::cell::{Cell, RefCell};
@@ -198,7 +198,12 @@ fn write(
 /// Collective: a periodic checkpoint after the agreement said so. Rank 0 writes it with the
 /// loss sums the agreement carried; everyone waits for it (unguarded: a large write may take
 /// longer than the watchdog's deadline). At an epoch's start (`step_in_epoch` 0) the sums are 0.
-pub(super) fn save_checkpoint(ctx: &Ctx, st: &Stepper<Cpu>, epoch_index: usize, step_in_epoch: usize) -> Result<PathBuf> {
+pub(super) fn save_checkpoint(
+    ctx: &Ctx,
+    st: &Stepper<Cpu>,
+    epoch_index: usize,
+    step_in_epoch: usize,
+) -> Result<PathBuf> {
     let comm = ctx.comm;
     let path = ctx.out_dir.join(checkpoint::file_name(st.step()));
     if comm.rank == 0 {
