@@ -129,7 +129,7 @@ where
             // No compute, zero gradients; every tensor is still announced, in backward's
             // order, so this rank's collectives line up with the others'.
             self.engine.begin_step(self.step);
-            for t in 0..self.model.tensors().len() {
+            for t in 0..self.names.len() {
                 let (buf, range) = self.engine.slot(t);
                 self.be.fill_zero(self.be.view_mut(buf, range))?;
                 self.engine.tensor_ready(t);

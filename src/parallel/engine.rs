@@ -287,31 +287,24 @@ impl<G: HostBuf> Engine<G> {
     /// Stop the communication thread and take its channel back (benchmarks reuse it, since
     /// duplicating a communicator is a collective of its own).
     pub fn into_channel(mut self) -> Option<Channel> {
-        match std::mem::replace(
-            &mut self.mode,
-            Mode::Inline {
-                reducer: Box::new(super::reduce::Local),
-                ctx: Ctx { timeline: None, watchdog: None, tid: 0, slot: 0 },
-                arrived: VecDeque::new(),
-            },
-        ) {
-            Mode::Inline { reducer, .. } => reducer.into_channel(),
-            Mode::Thread { work, thread, .. } => {
-                drop(work); // closes the queue: the thread ends
-                thread.and_then(|t| t.join().ok()).and_then(|r| r.into_channel())
-            }
-        }
+        let reducer = match &mut self.mode {
+            Mode::Inline { reducer, .. } => std::mem::replace(reducer, Box::new(super::reduce::Local)),
+            Mode::Thread { .. } => self.stop_thread()?,
+        };
+        reducer.into_channel()
+    }
+
+    /// Close the communication thread's queue, wait for it to end, and take its reducer back.
+    fn stop_thread(&mut self) -> Option<Box<dyn Reducer>> {
+        let Mode::Thread { work, thread, .. } = &mut self.mode else { return None };
+        *work = None; // closes the queue: the thread ends
+        thread.take()?.join().ok()
     }
 }
 
 impl<G: HostBuf> Drop for Engine<G> {
     fn drop(&mut self) {
-        if let Mode::Thread { work, thread, .. } = &mut self.mode {
-            *work = None; // closes the queue: the thread ends
-            if let Some(t) = thread.take() {
-                let _ = t.join();
-            }
-        }
+        self.stop_thread();
     }
 }
 
