@@ -92,6 +92,10 @@ fn gone_line(run: &Run, rank: u64, what: &str) -> String {
 }
 
 fn trial(dir: &Path, ranks: usize, kind: &str, rank: u64, step: u64) {
+    // Each trial is a new run. (When mpirun ends the job it sends SIGTERM to the ranks left,
+    // and a rank 0 resumed at a step boundary may write its stop checkpoint, as it should: the
+    // next trial must not find it.)
+    let _ = std::fs::remove_dir_all(dir.join("out"));
     let spec = format!("{rank}:{step}:{kind}");
     let stall = ["train", "job.toml", "--set", "training.epochs=50", "--set", "distribution.stall_seconds=5"];
     let bound = if kind == "stop" || kind == "hang" { RUN_BOUND } else { Duration::from_secs(10) };
@@ -184,6 +188,7 @@ fn rank_sigstop_at_start_up_ends_job() {
     let mut seed = seed();
     for ranks in [2, 3] {
         let rank = pick(&mut seed, ranks as u64);
+        let _ = std::fs::remove_dir_all(dir.join("out"));
         let spec = format!("{rank}:start:stop");
         let run = failing(&dir, ranks, &spec, &["train", "job.toml"], RUN_BOUND);
         gone_line(&run, rank, &format!("{ranks} ranks, train, fault {spec}"));
