@@ -1,0 +1,238 @@
+// hvtrain's element-wise GPU kernels: one source, compiled two ways.
+//  - On a GPU node, NVRTC compiles it at run time (once per process, for the device's own
+//    architecture); `make test` also compiles it with the real NVRTC, without a GPU, to PTX
+//    for compute_70 and to SASS for sm_80 and sm_90 (src/device/cuda/nvrtc.rs).
+//  - In `cargo test`, the system C++ compiler compiles it through a host shim
+//    (src/device/cuda/shim.cpp), where a launch is a loop over the grid, and each kernel is
+//    checked against the CPU backend (src/device/cpu.rs) on random shapes.
+// So: no __shared__, no __syncthreads, no atomics, no intrinsics the shim lacks. Every kernel
+// is a grid-stride loop (any grid size is correct) over elements or over rows; reductions
+// that would need a block (the loss sums) write one value per row, which the host adds.
+// Numbers follow src/device/cpu.rs operation by operation, so the two agree to rounding.
+//
+// Activations: 0 identity, 1 relu, 2 tanh, 3 gelu (tanh approximation). Pointers documented
+// "may be null" are passed as 0 when absent.
+
+#define HV_GRID_STRIDE(i, n) \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (long long)blockDim.x * gridDim.x)
+
+#define HV_IDENTITY 0
+#define HV_RELU 1
+#define HV_TANH 2
+#define HV_GELU 3
+
+// NVRTC compiles without system headers, so no INFINITY or NAN from <math.h>.
+#define HV_NEG_INF __uint_as_float(0xff800000u)
+#define HV_NAN __uint_as_float(0x7fc00000u)
+
+__device__ __forceinline__ float hv_gelu(float x) {
+    const float u = 0.7978846f * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+__device__ __forceinline__ float hv_gelu_grad(float x) {
+    const float u = 0.7978846f * (x + 0.044715f * x * x * x);
+    const float t = tanhf(u);
+    const float du = 0.7978846f * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+__device__ __forceinline__ float hv_act(float x, int act) {
+    switch (act) {
+    case HV_RELU: return fmaxf(x, 0.0f);
+    case HV_TANH: return tanhf(x);
+    case HV_GELU: return hv_gelu(x);
+    default: return x;
+    }
+}
+
+// v[i] = value.
+extern "C" __global__ void hv_fill(float* v, long long n, float value) {
+    HV_GRID_STRIDE(i, n) { v[i] = value; }
+}
+
+// out[r, j] = act(out[r, j] + bias[j]) over [rows, cols]; the pre-activation to keep_z
+// (may be null).
+extern "C" __global__ void hv_bias_act(float* out, const float* bias, float* keep_z, long long rows, int cols,
+                                       int act) {
+    HV_GRID_STRIDE(i, rows * cols) {
+        const float z = out[i] + bias[i % cols];
+        if (keep_z) keep_z[i] = z;
+        out[i] = hv_act(z, act);
+    }
+}
+
+// d[i] *= act'(.), from the activation's output a (relu, tanh) or its input z (gelu; z may
+// be null for the others).
+extern "C" __global__ void hv_act_backward(float* d, const float* a, const float* z, long long n, int act) {
+    HV_GRID_STRIDE(i, n) {
+        switch (act) {
+        case HV_RELU:
+            if (a[i] <= 0.0f) d[i] = 0.0f;
+            break;
+        case HV_TANH: d[i] *= 1.0f - a[i] * a[i]; break;
+        case HV_GELU: d[i] *= hv_gelu_grad(z[i]); break;
+        default: break;
+        }
+    }
+}
+
+// Softmax cross-entropy, one thread per row of logits [rows, k]: row_loss[r] = the row's
+// loss, row_correct[r] = 1 when the (first) argmax is the label; the gradient × grad_scale
+// into d (may be null). A label outside [0, k) gives a NaN loss (the step reports it).
+extern "C" __global__ void hv_softmax_xent(const float* logits, const int* labels, long long rows, int k,
+                                           float grad_scale, float* d, float* row_loss, int* row_correct) {
+    HV_GRID_STRIDE(r, rows) {
+        const float* row = logits + r * k;
+        const int y = labels[r];
+        int amax = 0;
+        float mx = HV_NEG_INF;
+        for (int j = 0; j < k; ++j) {
+            if (row[j] > mx) {
+                mx = row[j];
+                amax = j;
+            }
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < k; ++j) sum += expf(row[j] - mx);
+        if (y < 0 || y >= k) {
+            row_loss[r] = HV_NAN;
+            row_correct[r] = 0;
+            continue;
+        }
+        row_loss[r] = logf(sum) - (row[y] - mx);
+        row_correct[r] = amax == y ? 1 : 0;
+        if (d) {
+            const float inv = 1.0f / sum;
+            float* drow = d + r * k;
+            for (int j = 0; j < k; ++j) {
+                const float p = expf(row[j] - mx) * inv;
+                drow[j] = grad_scale * (p - (j == y ? 1.0f : 0.0f));
+            }
+        }
+    }
+}
+
+// Mean squared error, one thread per row of [rows, k]: row_loss[r] = mean over the row of
+// (pred - target)^2; d (may be null) = 2 · grad_scale / k · (pred - target).
+extern "C" __global__ void hv_mse(const float* pred, const float* target, long long rows, int k, float grad_scale,
+                                  float* d, float* row_loss) {
+    HV_GRID_STRIDE(r, rows) {
+        const float s = 2.0f * grad_scale / (float)k;
+        float acc = 0.0f;
+        for (int j = 0; j < k; ++j) {
+            const float e = pred[r * k + j] - target[r * k + j];
+            acc += e * e;
+            if (d) d[r * k + j] = s * e;
+        }
+        row_loss[r] = acc / (float)k;
+    }
+}
+
+// Row-wise softmax of [rows, k] in place, one thread per row.
+extern "C" __global__ void hv_softmax_rows(float* v, long long rows, int k) {
+    HV_GRID_STRIDE(r, rows) {
+        float* row = v + r * k;
+        float mx = HV_NEG_INF;
+        for (int j = 0; j < k; ++j) mx = fmaxf(mx, row[j]);
+        float sum = 0.0f;
+        for (int j = 0; j < k; ++j) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        for (int j = 0; j < k; ++j) row[j] /= sum;
+    }
+}
+
+// SGD: g' = g · grad_scale + wd · p; without momentum (m null) p -= lr · g'; with it
+// m = mu · m + g' and p -= lr · (nesterov ? g' + mu · m : m).
+extern "C" __global__ void hv_sgd(float* p, const float* g, float* m, long long n, float lr, float grad_scale,
+                                  float wd, float mu, int nesterov) {
+    HV_GRID_STRIDE(i, n) {
+        const float gi = g[i] * grad_scale + wd * p[i];
+        if (!m) {
+            p[i] -= lr * gi;
+        } else {
+            const float mi = mu * m[i] + gi;
+            m[i] = mi;
+            p[i] -= lr * (nesterov ? gi + mu * mi : mi);
+        }
+    }
+}
+
+// Adam (l2: L2 penalty in the gradient) or AdamW (decay = lr · weight_decay, decoupled);
+// bc1 = 1 - beta1^t, bc2_sqrt = sqrt(1 - beta2^t).
+extern "C" __global__ void hv_adam(float* p, const float* g, float* m, float* v, long long n, float lr,
+                                   float grad_scale, float b1, float b2, float eps, float bc1, float bc2_sqrt,
+                                   float l2, float decay) {
+    const float step = lr / bc1;
+    HV_GRID_STRIDE(i, n) {
+        const float pi = p[i];
+        const float gi = g[i] * grad_scale + l2 * pi;
+        const float mi = b1 * m[i] + (1.0f - b1) * gi;
+        const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - (step * mi / (sqrtf(vi) / bc2_sqrt + eps) + decay * pi);
+    }
+}
+
+// ---- fp16 / bf16 packing for compressed gradient exchange (bit-exact with the `half`
+// crate that the CPU path uses: round to nearest, ties to even) ----
+
+__device__ __forceinline__ unsigned short hv_f32_to_bf16(float f) {
+    const unsigned int x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x0040u);  // NaN stays NaN
+    const unsigned int round_bit = 0x00008000u;
+    unsigned int h = x >> 16;
+    if ((x & round_bit) && (x & (3u * round_bit - 1u))) h += 1;
+    return (unsigned short)h;
+}
+
+__device__ __forceinline__ float hv_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
+
+__device__ __forceinline__ unsigned short hv_f32_to_f16(float f) {
+    const unsigned int x = __float_as_uint(f);
+    const unsigned int sign = x & 0x80000000u, exp = x & 0x7f800000u, man = x & 0x007fffffu;
+    const unsigned int hsign = sign >> 16;
+    if (exp == 0x7f800000u) return (unsigned short)(hsign | 0x7c00u | (man ? 0x0200u : 0u) | (man >> 13));
+    const int hexp = (int)(exp >> 23) - 127 + 15;
+    if (hexp >= 0x1f) return (unsigned short)(hsign | 0x7c00u);  // overflow: infinity
+    if (hexp <= 0) {                                              // subnormal or zero
+        if (14 - hexp > 24) return (unsigned short)hsign;
+        const unsigned int m = man | 0x00800000u;
+        unsigned int hman = m >> (14 - hexp);
+        const unsigned int round_bit = 1u << (13 - hexp);
+        if ((m & round_bit) && (m & (3u * round_bit - 1u))) hman += 1;
+        return (unsigned short)(hsign | hman);
+    }
+    unsigned int h = hsign | ((unsigned int)hexp << 10) | (man >> 13);
+    const unsigned int round_bit = 0x00001000u;
+    if ((man & round_bit) && (man & (3u * round_bit - 1u))) h += 1;
+    return (unsigned short)h;
+}
+
+__device__ __forceinline__ float hv_f16_to_f32(unsigned short h) {
+    const unsigned int sign = ((unsigned int)h & 0x8000u) << 16;
+    const unsigned int exp = h & 0x7c00u, man = h & 0x03ffu;
+    if (exp == 0x7c00u) return __uint_as_float(sign | 0x7f800000u | (man ? 0x00400000u | (man << 13) : 0u));
+    if (exp == 0) {  // zero or subnormal: man · 2^-24, exact in f32
+        const float v = (float)man * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    return __uint_as_float(sign | (((exp >> 10) + 112u) << 23) | (man << 13));
+}
+
+extern "C" __global__ void hv_pack_f16(const float* x, unsigned short* out, long long n) {
+    HV_GRID_STRIDE(i, n) { out[i] = hv_f32_to_f16(x[i]); }
+}
+extern "C" __global__ void hv_unpack_f16(const unsigned short* in, float* out, long long n) {
+    HV_GRID_STRIDE(i, n) { out[i] = hv_f16_to_f32(in[i]); }
+}
+extern "C" __global__ void hv_pack_bf16(const float* x, unsigned short* out, long long n) {
+    HV_GRID_STRIDE(i, n) { out[i] = hv_f32_to_bf16(x[i]); }
+}
+extern "C" __global__ void hv_unpack_bf16(const unsigned short* in, float* out, long long n) {
+    HV_GRID_STRIDE(i, n) { out[i] = hv_bf16_to_f32(in[i]); }
+}

@@ -1,0 +1,70 @@
+//! Launch geometry of the element-wise kernels (`kernels.cu`), shared by the CUDA launches
+//! and by the host shim that runs the same kernels on the CPU in tests, so the tests run the
+//! grids the GPU runs. Every kernel is a grid-stride loop, so any grid is correct; the cap
+//! only bounds the launch size (a grid-stride loop then covers the rest).
+
+/// Threads per block.
+pub const BLOCK: u32 = 256;
+/// At most this many blocks (8 per SM on a 132-SM H100 and more: enough to fill the GPU).
+pub const MAX_GRID: u32 = 4096;
+
+/// (blocks, threads per block) for `n` independent work items (elements or rows).
+pub fn grid_1d(n: usize) -> (u32, u32) {
+    let blocks = n.div_ceil(BLOCK as usize).clamp(1, MAX_GRID as usize) as u32;
+    (blocks, BLOCK)
+}
+
+/// The kernels of `kernels.cu`, by name: what NVRTC must produce and the module must hold.
+pub const KERNELS: &[&str] = &[
+    "hv_fill",
+    "hv_bias_act",
+    "hv_act_backward",
+    "hv_softmax_xent",
+    "hv_mse",
+    "hv_softmax_rows",
+    "hv_sgd",
+    "hv_adam",
+    "hv_pack_f16",
+    "hv_unpack_f16",
+    "hv_pack_bf16",
+    "hv_unpack_bf16",
+];
+
+/// The kernel source, compiled by NVRTC at run time.
+pub const SOURCE: &str = include_str!("kernels.cu");
+
+/// The activation codes `kernels.cu` uses.
+pub fn act_code(act: crate::config::Activation) -> i32 {
+    use crate::config::Activation::*;
+    match act {
+        Identity => 0,
+        Relu => 1,
+        Tanh => 2,
+        Gelu => 3,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_cover_every_item_and_stay_capped() {
+        for n in [0usize, 1, 255, 256, 257, 1 << 20, 1 << 30] {
+            let (g, b) = grid_1d(n);
+            assert!(g >= 1 && g <= MAX_GRID && b == BLOCK);
+            // With a grid-stride loop, coverage needs only g·b ≥ 1; below the cap the grid
+            // covers n in one pass.
+            if n <= (MAX_GRID * BLOCK) as usize {
+                assert!(g as usize * b as usize >= n, "n = {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_kernel_is_in_the_source() {
+        for k in KERNELS {
+            assert!(SOURCE.contains(&format!("__global__ void {k}(")), "{k} missing from kernels.cu");
+        }
+    }
+}

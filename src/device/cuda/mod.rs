@@ -1,0 +1,8 @@
+//! The only module that touches cudarc (CUDA is loaded at run time: the build needs no CUDA).
+//! `probe` finds the driver before anything else is called (cudarc panics when it cannot
+//! load a library); `kernels.cu` holds the element-wise kernels and `launch` their geometry.
+
+pub mod launch;
+mod probe;
+
+pub use probe::probe;
