@@ -183,6 +183,10 @@ where
             let Some(bucket) = self.engine.wait_next() else { break };
             let i = bucket.index;
             self.span(format!("wait for bucket {i}"), t);
+            if let Some(e) = &bucket.failed {
+                return Err(Error::Cuda(e.clone()));
+            }
+            bucket.reduced.before_use().map_err(Error::Cuda)?;
             let t = Instant::now();
             let offset = self.engine.plan().buckets[i].start;
             let members = &self.engine.plan().members[i];

@@ -30,10 +30,28 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A gradient buffer the communication code can read and write in host memory.
+/// A gradient buffer the communication code can read and write in host memory. For a
+/// buffer in host memory (the CPU backend) the staging hooks do nothing; a GPU buffer keeps a
+/// pinned host copy, and the hooks move the data and order the GPU's streams:
+/// `written` (main thread, when backward has queued its last write to the bucket) →
+/// `to_host` (communication thread: waits for those writes, copies device → host) → the
+/// reduction on `host`/`host_mut` → `to_device` (host → device, on a copy stream) →
+/// `before_use` (main thread: the optimizer's work waits for that copy).
 pub trait HostBuf: Send + 'static {
     fn host(&self) -> &[f32];
     fn host_mut(&mut self) -> &mut [f32];
+    fn written(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    fn to_host(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    fn to_device(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    fn before_use(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 impl HostBuf for Vec<f32> {
@@ -51,6 +69,9 @@ pub struct Bucket<G> {
     pub index: usize,
     pub grads: G,
     pub reduced: G,
+    /// Set when staging the bucket between device and host failed (a GPU error on the
+    /// communication thread): the step reports it and the job ends.
+    pub failed: Option<String>,
 }
 
 struct Work<G> {
@@ -129,7 +150,7 @@ impl<G: HostBuf> Engine<G> {
             .buckets
             .iter()
             .enumerate()
-            .map(|(index, r)| Some(Bucket { index, grads: alloc(r.len()), reduced: alloc(r.len()) }))
+            .map(|(index, r)| Some(Bucket { index, grads: alloc(r.len()), reduced: alloc(r.len()), failed: None }))
             .collect();
         Engine {
             remaining: vec![0; n],
@@ -211,7 +232,10 @@ impl<G: HostBuf> Engine<G> {
     fn send(&mut self, b: usize) {
         assert!(self.remaining[b] == 0, "bucket {b} sent with {} tensor(s) not ready", self.remaining[b]);
         self.sent[b] = true;
-        let bucket = self.home[b].take().expect("a bucket is sent once per step");
+        let mut bucket = self.home[b].take().expect("a bucket is sent once per step");
+        if let Err(e) = bucket.grads.written() {
+            bucket.failed.get_or_insert(e);
+        }
         let step = self.step;
         match &mut self.mode {
             Mode::Thread { work, .. } => {
@@ -327,8 +351,19 @@ fn comm_loop<G: HostBuf>(
 fn reduce_bucket<G: HostBuf>(reducer: &mut dyn Reducer, bucket: &mut Bucket<G>, step: u64, ctx: &Ctx) {
     let _guard = ctx.watchdog.as_ref().map(|wd| wd.guard(ctx.slot, "all-reduce of a gradient bucket", step));
     let t = Instant::now();
-    let Bucket { grads, reduced, index } = bucket;
+    let Bucket { grads, reduced, index, failed } = bucket;
+    if failed.is_some() {
+        return; // the step reports it; the job ends
+    }
+    if let Err(e) = grads.to_host() {
+        *failed = Some(format!("copying gradient bucket {index} to the host: {e}"));
+        return;
+    }
     reducer.reduce(grads.host(), reduced.host_mut());
+    if let Err(e) = reduced.to_device() {
+        *failed = Some(format!("copying reduced gradient bucket {index} to the device: {e}"));
+        return;
+    }
     if let Some(tl) = &ctx.timeline {
         let kib = grads.host().len() * 4 / 1024;
         tl.span(ctx.tid, format!("{} bucket {index} ({kib} KiB)", reducer.what()), t, step);

@@ -2,6 +2,7 @@
 //! `probe` finds the driver before anything else is called (cudarc panics when it cannot
 //! load a library); `kernels.cu` holds the element-wise kernels and `launch` their geometry.
 
+mod gemm_map;
 pub mod launch;
 mod probe;
 
