@@ -112,6 +112,16 @@ pub enum DeviceChoice {
     Cuda,
 }
 
+/// The dense layers' arithmetic on a GPU: exact float32 (SGEMM), or TF32 tensor cores
+/// (inputs rounded to 10 mantissa bits, sums in float32). The CPU always computes in fp32.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    #[default]
+    Fp32,
+    Tf32,
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrainingCfg {
@@ -124,6 +134,9 @@ pub struct TrainingCfg {
     pub seed: u64,
     #[serde(default = "default_device")]
     pub device: DeviceChoice,
+    /// "fp32" (default) or "tf32" (TF32 tensor cores on the GPU; the CPU ignores it).
+    #[serde(default)]
+    pub precision: Precision,
     /// Log a progress line every this many steps (0: only per epoch).
     #[serde(default)]
     pub log_every: usize,
@@ -317,6 +330,7 @@ impl Default for TrainingCfg {
             batch_size: default_batch(),
             seed: 0,
             device: default_device(),
+            precision: Precision::Fp32,
             log_every: 0,
             progress_seconds: default_progress(),
         }

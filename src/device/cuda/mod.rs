@@ -1,9 +1,19 @@
-//! The only module that touches cudarc (CUDA is loaded at run time: the build needs no CUDA).
-//! `probe` finds the driver before anything else is called (cudarc panics when it cannot
-//! load a library); `kernels.cu` holds the element-wise kernels and `launch` their geometry.
+//! The CUDA backend, and the only module that touches cudarc (CUDA is loaded at run time:
+//! the build needs no CUDA toolkit).
+//!
+//! - `probe`: finds the driver and libraries before anything else is called (cudarc panics
+//!   when it cannot load a library), and turns their absence into one clear line;
+//! - `backend`: `Cuda`, the `Backend` on one GPU (cuBLAS for the products, our kernels for
+//!   the rest), and `DevBuf`, device memory with a pinned host copy for gradient buckets;
+//! - `gemm_map`: the row-major → cuBLAS argument mapping, a pure function;
+//! - `kernels.cu`, `launch`, `module`: the element-wise kernels, their launch geometry, and
+//!   their compilation by NVRTC at start-up.
 
+mod backend;
 mod gemm_map;
 pub mod launch;
+mod module;
 mod probe;
 
-pub use probe::probe;
+pub use backend::{Cuda, DevBuf};
+pub use probe::{check_libraries, probe};

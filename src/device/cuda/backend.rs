@@ -1,0 +1,498 @@
+//! The CUDA backend: `Backend` on one GPU. Buffers live in device memory; the dense layers'
+//! products go through cuBLAS (SGEMM, or TF32 tensor cores with `precision = "tf32"`), the
+//! element-wise work through our kernels (`kernels.cu`, compiled by NVRTC at start-up for
+//! this GPU's architecture, `module.rs`). Everything runs on one compute stream; a second
+//! stream carries gradient buckets to and from pinned host memory for the communication
+//! thread (`DevBuf`'s `HostBuf` hooks), and cudarc's per-buffer events order the two
+//! streams (a copy waits for the kernels that wrote its source, and the optimizer for the
+//! copy that wrote its gradients).
+
+use super::gemm_map::{cublas_args, Op};
+use super::launch::{act_code, grid_1d};
+use super::module::Kernels;
+use crate::config::{Activation, Precision};
+use crate::device::backend::{AdamHyper, Backend, SgdHyper, Trans};
+use crate::error::{Error, Result};
+use crate::parallel::engine::HostBuf;
+use cudarc::cublas::{sys as blas_sys, CudaBlas, Gemm, GemmConfig};
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DriverError, LaunchConfig, PinnedHostSlice,
+    PushKernelArg,
+};
+use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// One GPU, its streams, cuBLAS handle and kernels.
+pub struct Cuda {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    copy: Arc<CudaStream>,
+    blas: CudaBlas,
+    k: Kernels,
+    name: String,
+    /// Ones for column sums as a GEMM (ones[1, rows] · m[rows, cols]), grown on demand.
+    ones: RefCell<Option<CudaSlice<f32>>>,
+    /// Per-row loss and correct-prediction scratch for the loss kernels, grown on demand.
+    rows: RefCell<Option<(CudaSlice<f32>, CudaSlice<i32>)>>,
+}
+
+/// A device buffer; gradient buckets also carry a pinned host copy (`staged`).
+pub struct DevBuf {
+    dev: CudaSlice<f32>,
+    /// The logical length (the allocation holds at least one element).
+    len: usize,
+    stage: Option<Stage>,
+}
+
+struct Stage {
+    host: PinnedHostSlice<f32>,
+    copy: Arc<CudaStream>,
+}
+
+/// A read-only range of a `DevBuf`.
+#[derive(Clone, Copy)]
+pub struct DView<'a> {
+    buf: &'a CudaSlice<f32>,
+    start: usize,
+    len: usize,
+}
+
+/// A writable range of a `DevBuf`.
+pub struct DViewMut<'a> {
+    buf: &'a mut CudaSlice<f32>,
+    start: usize,
+    len: usize,
+}
+
+impl<'a> DView<'a> {
+    fn cu(&self) -> CudaView<'a, f32> {
+        self.buf.slice(self.start..self.start + self.len)
+    }
+}
+
+impl<'a> DViewMut<'a> {
+    fn cu(self) -> CudaViewMut<'a, f32> {
+        let (start, len) = (self.start, self.len);
+        self.buf.slice_mut(start..start + len)
+    }
+}
+
+/// A driver error as one line, with what was being done.
+fn drv(what: &str) -> impl Fn(DriverError) -> Error + '_ {
+    move |e| Error::Cuda(format!("{what}: {e}"))
+}
+
+impl Cuda {
+    /// Open GPU `ordinal`: context, streams, cuBLAS, and the kernels (compiled here).
+    pub fn new(ordinal: usize, precision: Precision) -> Result<Cuda> {
+        super::probe::check_libraries()?;
+        let ctx = CudaContext::new(ordinal).map_err(drv(&format!("opening GPU {ordinal}")))?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        let (major, minor) = ctx.compute_capability().map_err(drv("reading the GPU's compute capability"))?;
+        let stream = ctx.new_stream().map_err(drv("creating a stream"))?;
+        let copy = ctx.new_stream().map_err(drv("creating a copy stream"))?;
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::Cuda(format!("starting cuBLAS: {e}")))?;
+        let mode = match precision {
+            Precision::Fp32 => blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH,
+            Precision::Tf32 => blas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
+        };
+        // SAFETY: a valid handle from CudaBlas::new; the mode is a documented value.
+        unsafe { blas_sys::cublasSetMathMode(*blas.handle(), mode) }
+            .result()
+            .map_err(|e| Error::Cuda(format!("setting cuBLAS's math mode: {e}")))?;
+        let k = Kernels::load(&ctx, (major, minor))?;
+        let (free, total) = ctx.mem_get_info().unwrap_or((0, 0));
+        let name = format!(
+            "cuda:{ordinal} ({name}, sm_{major}{minor}, {:.1} of {:.1} GiB free, {})",
+            free as f64 / (1u64 << 30) as f64,
+            total as f64 / (1u64 << 30) as f64,
+            match precision {
+                Precision::Fp32 => "fp32 SGEMM",
+                Precision::Tf32 => "TF32 tensor cores",
+            }
+        );
+        Ok(Cuda { ctx, stream, copy, blas, k, name, ones: RefCell::new(None), rows: RefCell::new(None) })
+    }
+
+    /// Allocate, naming the sizes asked for and free when the GPU is out of memory.
+    fn alloc(&self, n: usize) -> Result<CudaSlice<f32>> {
+        self.stream.alloc_zeros::<f32>(n.max(1)).map_err(|e| self.oom(e, n * 4))
+    }
+
+    fn oom(&self, e: DriverError, bytes: usize) -> Error {
+        let (free, total) = self.ctx.mem_get_info().unwrap_or((0, 0));
+        let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
+        Error::Cuda(format!(
+            "allocating {:.1} MiB on {}: {e} ({:.1} MiB free of {:.1} MiB); lower training.batch_size or the model size, or share the GPU among fewer ranks",
+            mib(bytes),
+            self.name,
+            mib(free),
+            mib(total)
+        ))
+    }
+
+    /// A gradient bucket: device memory plus a pinned host copy for the communication thread.
+    pub fn staged(&self, n: usize) -> Result<DevBuf> {
+        let dev = self.alloc(n)?;
+        // SAFETY: page-locked host memory, zero-initialized by the driver's allocation flags
+        // being plain (not write-combined, which the CPU reads slowly).
+        let host = unsafe { self.ctx.alloc_pinned_with_flags::<f32>(n.max(1), 0) }.map_err(|e| self.oom(e, n * 4))?;
+        Ok(DevBuf { dev, len: n, stage: Some(Stage { host, copy: self.copy.clone() }) })
+    }
+
+    fn ones(&self, n: usize) -> Result<()> {
+        let mut o = self.ones.borrow_mut();
+        if o.as_ref().is_none_or(|s| s.len() < n) {
+            let mut s = self.alloc(n)?;
+            self.launch_fill(&mut s.slice_mut(0..n), n, 1.0)?;
+            *o = Some(s);
+        }
+        Ok(())
+    }
+
+    fn row_scratch(&self, rows: usize) -> Result<()> {
+        let mut r = self.rows.borrow_mut();
+        if r.as_ref().is_none_or(|(l, _)| l.len() < rows) {
+            let l = self.alloc(rows)?;
+            let c = self.stream.alloc_zeros::<i32>(rows.max(1)).map_err(|e| self.oom(e, rows * 4))?;
+            *r = Some((l, c));
+        }
+        Ok(())
+    }
+
+    fn cfg(n: usize) -> LaunchConfig {
+        let (g, b) = grid_1d(n);
+        LaunchConfig { grid_dim: (g, 1, 1), block_dim: (b, 1, 1), shared_mem_bytes: 0 }
+    }
+
+    fn launch_fill(&self, v: &mut CudaViewMut<'_, f32>, n: usize, value: f32) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let n64 = n as i64;
+        let mut l = self.stream.launch_builder(&self.k.fill);
+        l.arg(v).arg(&n64).arg(&value);
+        // SAFETY: hv_fill(float*, long long, float) with a buffer of n floats.
+        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching hv_fill"))?;
+        Ok(())
+    }
+
+    /// Download `n` values of a scratch buffer and wait for them.
+    fn read_f32(&self, s: &CudaSlice<f32>, n: usize) -> Result<Vec<f32>> {
+        let mut v = vec![0.0f32; n];
+        if n > 0 {
+            self.stream.memcpy_dtoh(&s.slice(0..n), &mut v[..]).map_err(drv("reading a result back"))?;
+        }
+        self.stream.synchronize().map_err(drv("waiting for the GPU"))?;
+        Ok(v)
+    }
+}
+
+/// NULL for a kernel's optional pointer argument.
+const NULL: u64 = 0;
+
+impl Backend for Cuda {
+    type Buf = DevBuf;
+    type Labels = CudaSlice<i32>;
+    type View<'a> = DView<'a>;
+    type ViewMut<'a> = DViewMut<'a>;
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn zeros(&self, n: usize) -> Result<DevBuf> {
+        Ok(DevBuf { dev: self.alloc(n)?, len: n, stage: None })
+    }
+    fn upload(&self, host: &[f32]) -> Result<DevBuf> {
+        let mut b = self.zeros(host.len())?;
+        self.upload_into(host, &mut b)?;
+        Ok(b)
+    }
+    fn upload_into(&self, host: &[f32], buf: &mut DevBuf) -> Result<()> {
+        assert!(host.len() <= buf.len, "upload of {} floats into a buffer of {}", host.len(), buf.len);
+        if !host.is_empty() {
+            self.stream
+                .memcpy_htod(host, &mut buf.dev.slice_mut(0..host.len()))
+                .map_err(drv("copying to the GPU"))?;
+        }
+        Ok(())
+    }
+    fn upload_labels(&self, host: &[i32], buf: &mut CudaSlice<i32>) -> Result<()> {
+        if !host.is_empty() {
+            self.stream.memcpy_htod(host, &mut buf.slice_mut(0..host.len())).map_err(drv("copying labels to the GPU"))?;
+        }
+        Ok(())
+    }
+    fn labels(&self, n: usize) -> Result<CudaSlice<i32>> {
+        self.stream.alloc_zeros::<i32>(n.max(1)).map_err(|e| self.oom(e, n * 4))
+    }
+    fn download(&self, buf: &DevBuf, range: Range<usize>, host: &mut [f32]) -> Result<()> {
+        assert!(range.end <= buf.len && host.len() == range.len(), "download out of range");
+        if !host.is_empty() {
+            self.stream.memcpy_dtoh(&buf.dev.slice(range), host).map_err(drv("copying from the GPU"))?;
+        }
+        self.stream.synchronize().map_err(drv("waiting for the GPU"))
+    }
+    fn len(&self, buf: &DevBuf) -> usize {
+        buf.len
+    }
+    fn fill_zero(&self, v: DViewMut<'_>) -> Result<()> {
+        let n = v.len;
+        self.launch_fill(&mut v.cu(), n, 0.0)
+    }
+    fn view<'a>(&self, buf: &'a DevBuf, r: Range<usize>) -> DView<'a> {
+        assert!(r.start <= r.end && r.end <= buf.len, "view {r:?} of a buffer of {}", buf.len);
+        DView { buf: &buf.dev, start: r.start, len: r.len() }
+    }
+    fn view_mut<'a>(&self, buf: &'a mut DevBuf, r: Range<usize>) -> DViewMut<'a> {
+        assert!(r.start <= r.end && r.end <= buf.len, "view {r:?} of a buffer of {}", buf.len);
+        DViewMut { buf: &mut buf.dev, start: r.start, len: r.len() }
+    }
+
+    fn gemm(
+        &self,
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f32,
+        a: DView<'_>,
+        ta: Trans,
+        b: DView<'_>,
+        tb: Trans,
+        beta: f32,
+        c: DViewMut<'_>,
+    ) -> Result<()> {
+        assert!(a.len >= m * k && b.len >= k * n && c.len >= m * n, "gemm: operand too small");
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        let g = cublas_args(m, k, n, ta, tb);
+        let op = |o: Op| match o {
+            Op::N => blas_sys::cublasOperation_t::CUBLAS_OP_N,
+            Op::T => blas_sys::cublasOperation_t::CUBLAS_OP_T,
+        };
+        let int = |v: usize| i32::try_from(v).map_err(|_| Error::Cuda(format!("gemm dimension {v} exceeds cuBLAS's int")));
+        let cfg = GemmConfig {
+            transa: op(g.transa),
+            transb: op(g.transb),
+            m: int(g.m)?,
+            n: int(g.n)?,
+            k: int(g.k)?,
+            alpha,
+            lda: int(g.lda)?,
+            ldb: int(g.ldb)?,
+            beta,
+            ldc: int(g.ldc)?,
+        };
+        // cuBLAS's A is our b, its B our a (see gemm_map).
+        let (ca, cb) = (b.cu(), a.cu());
+        // SAFETY: the asserts above and gemm_map's tested arguments keep every access inside
+        // the views.
+        let mut cc = c.cu();
+        unsafe { self.blas.gemm(cfg, &ca, &cb, &mut cc) }.map_err(|e| Error::Cuda(format!("cuBLAS gemm: {e}")))
+    }
+
+    fn bias_act(&self, out: DViewMut<'_>, bias: DView<'_>, act: Activation, keep_z: Option<DViewMut<'_>>) -> Result<()> {
+        let cols = bias.len;
+        if out.len == 0 {
+            return Ok(());
+        }
+        let (rows, cols32, code) = ((out.len / cols) as i64, cols as i32, act_code(act));
+        let n = out.len;
+        let bias = bias.cu();
+        let mut o = out.cu();
+        let mut l = self.stream.launch_builder(&self.k.bias_act);
+        l.arg(&mut o).arg(&bias);
+        let mut z = keep_z.map(DViewMut::cu);
+        match z.as_mut() {
+            Some(z) => l.arg(z),
+            None => l.arg(&NULL),
+        };
+        l.arg(&rows).arg(&cols32).arg(&code);
+        // SAFETY: hv_bias_act(float*, const float*, float*, long long, int, int) over rows·cols.
+        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching hv_bias_act"))?;
+        Ok(())
+    }
+
+    fn act_backward(&self, d: DViewMut<'_>, a: DView<'_>, z: Option<DView<'_>>, act: Activation) -> Result<()> {
+        let n = d.len;
+        if n == 0 || act == Activation::Identity {
+            return Ok(());
+        }
+        let (n64, code) = (n as i64, act_code(act));
+        let a = a.cu();
+        let zv = z.map(|z| z.cu());
+        let mut dv = d.cu();
+        let mut l = self.stream.launch_builder(&self.k.act_backward);
+        l.arg(&mut dv).arg(&a);
+        match &zv {
+            Some(z) => l.arg(z),
+            None => l.arg(&NULL),
+        };
+        l.arg(&n64).arg(&code);
+        // SAFETY: hv_act_backward(float*, const float*, const float*, long long, int).
+        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching hv_act_backward"))?;
+        Ok(())
+    }
+
+    fn column_sums(&self, m: DView<'_>, cols: usize, out: DViewMut<'_>) -> Result<()> {
+        let rows = m.len / cols;
+        if rows == 0 {
+            return self.fill_zero(out);
+        }
+        self.ones(rows)?;
+        let ones = self.ones.borrow();
+        let ones = ones.as_ref().expect("grown above");
+        let ov = DView { buf: ones, start: 0, len: rows };
+        // out[1, cols] = ones[1, rows] · m[rows, cols]
+        self.gemm(1, rows, cols, 1.0, ov, Trans::N, m, Trans::N, 0.0, out)
+    }
+
+    fn softmax_xent(
+        &self,
+        logits: DView<'_>,
+        labels: &CudaSlice<i32>,
+        k: usize,
+        grad_scale: f32,
+        d: Option<DViewMut<'_>>,
+    ) -> Result<(f64, usize)> {
+        let rows = logits.len / k;
+        if rows == 0 {
+            return Ok((0.0, 0));
+        }
+        self.row_scratch(rows)?;
+        let mut scratch = self.rows.borrow_mut();
+        let (loss, correct) = scratch.as_mut().expect("grown above");
+        {
+            let lv = logits.cu();
+            let (rows64, k32) = (rows as i64, k as i32);
+            let mut dv = d.map(DViewMut::cu);
+            let mut l = self.stream.launch_builder(&self.k.softmax_xent);
+            l.arg(&lv).arg(labels).arg(&rows64).arg(&k32).arg(&grad_scale);
+            match dv.as_mut() {
+                Some(dv) => l.arg(dv),
+                None => l.arg(&NULL),
+            };
+            l.arg(&mut *loss).arg(&mut *correct);
+            // SAFETY: hv_softmax_xent(const float*, const int*, long long, int, float, float*,
+            // float*, int*) over `rows` rows; labels and scratch hold at least `rows`.
+            unsafe { l.launch(Self::cfg(rows)) }.map_err(drv("launching hv_softmax_xent"))?;
+        }
+        let losses = self.read_f32(loss, rows)?;
+        let mut c = vec![0i32; rows];
+        self.stream.memcpy_dtoh(&correct.slice(0..rows), &mut c[..]).map_err(drv("reading a result back"))?;
+        self.stream.synchronize().map_err(drv("waiting for the GPU"))?;
+        Ok((losses.iter().map(|&v| v as f64).sum(), c.iter().filter(|&&v| v != 0).count()))
+    }
+
+    fn mse(&self, pred: DView<'_>, target: DView<'_>, k: usize, grad_scale: f32, d: Option<DViewMut<'_>>) -> Result<f64> {
+        let rows = pred.len / k;
+        if rows == 0 {
+            return Ok(0.0);
+        }
+        self.row_scratch(rows)?;
+        let mut scratch = self.rows.borrow_mut();
+        let (loss, _) = scratch.as_mut().expect("grown above");
+        {
+            let (pv, tv) = (pred.cu(), target.cu());
+            let (rows64, k32) = (rows as i64, k as i32);
+            let mut dv = d.map(DViewMut::cu);
+            let mut l = self.stream.launch_builder(&self.k.mse);
+            l.arg(&pv).arg(&tv).arg(&rows64).arg(&k32).arg(&grad_scale);
+            match dv.as_mut() {
+                Some(dv) => l.arg(dv),
+                None => l.arg(&NULL),
+            };
+            l.arg(&mut *loss);
+            // SAFETY: hv_mse(const float*, const float*, long long, int, float, float*, float*).
+            unsafe { l.launch(Self::cfg(rows)) }.map_err(drv("launching hv_mse"))?;
+        }
+        Ok(self.read_f32(loss, rows)?.iter().map(|&v| v as f64).sum())
+    }
+
+    fn softmax(&self, v: DViewMut<'_>, k: usize) -> Result<()> {
+        let rows = v.len / k;
+        if rows == 0 {
+            return Ok(());
+        }
+        let (rows64, k32) = (rows as i64, k as i32);
+        let mut vv = v.cu();
+        let mut l = self.stream.launch_builder(&self.k.softmax_rows);
+        l.arg(&mut vv).arg(&rows64).arg(&k32);
+        // SAFETY: hv_softmax_rows(float*, long long, int).
+        unsafe { l.launch(Self::cfg(rows)) }.map_err(drv("launching hv_softmax_rows"))?;
+        Ok(())
+    }
+
+    fn sgd(&self, p: DViewMut<'_>, g: DView<'_>, m: Option<DViewMut<'_>>, h: &SgdHyper) -> Result<()> {
+        let n = p.len;
+        if n == 0 {
+            return Ok(());
+        }
+        let (n64, nesterov) = (n as i64, h.nesterov as i32);
+        let gv = g.cu();
+        let mut pv = p.cu();
+        let mut mv = m.map(DViewMut::cu);
+        let mut l = self.stream.launch_builder(&self.k.sgd);
+        l.arg(&mut pv).arg(&gv);
+        match mv.as_mut() {
+            Some(mv) => l.arg(mv),
+            None => l.arg(&NULL),
+        };
+        l.arg(&n64).arg(&h.lr).arg(&h.grad_scale).arg(&h.weight_decay).arg(&h.momentum).arg(&nesterov);
+        // SAFETY: hv_sgd(float*, const float*, float*, long long, float, float, float, float, int).
+        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching hv_sgd"))?;
+        Ok(())
+    }
+
+    fn adam(&self, p: DViewMut<'_>, g: DView<'_>, m: DViewMut<'_>, v: DViewMut<'_>, h: &AdamHyper) -> Result<()> {
+        let n = p.len;
+        if n == 0 {
+            return Ok(());
+        }
+        let n64 = n as i64;
+        let gv = g.cu();
+        let (mut pv, mut mv, mut vv) = (p.cu(), m.cu(), v.cu());
+        let mut l = self.stream.launch_builder(&self.k.adam);
+        l.arg(&mut pv).arg(&gv).arg(&mut mv).arg(&mut vv).arg(&n64);
+        l.arg(&h.lr).arg(&h.grad_scale).arg(&h.b1).arg(&h.b2).arg(&h.eps).arg(&h.bc1).arg(&h.bc2_sqrt);
+        l.arg(&h.l2).arg(&h.decay);
+        // SAFETY: hv_adam(float*, const float*, float*, float*, long long, float × 9).
+        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching hv_adam"))?;
+        Ok(())
+    }
+}
+
+impl HostBuf for DevBuf {
+    fn host(&self) -> &[f32] {
+        let s = self.stage.as_ref().expect("a gradient bucket is staged");
+        &s.host.as_slice().expect("pinned host memory")[..self.len]
+    }
+    fn host_mut(&mut self) -> &mut [f32] {
+        let len = self.len;
+        let s = self.stage.as_mut().expect("a gradient bucket is staged");
+        &mut s.host.as_mut_slice().expect("pinned host memory")[..len]
+    }
+    /// cudarc's per-buffer events already order the copy after backward's writes.
+    fn written(&mut self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+    fn to_host(&mut self) -> std::result::Result<(), String> {
+        let Some(s) = self.stage.as_mut() else { return Ok(()) };
+        if self.len == 0 {
+            return Ok(());
+        }
+        s.copy.memcpy_dtoh(&self.dev.slice(0..self.len), &mut s.host).map_err(|e| e.to_string())?;
+        s.copy.synchronize().map_err(|e| e.to_string())
+    }
+    fn to_device(&mut self) -> std::result::Result<(), String> {
+        let Some(s) = self.stage.as_mut() else { return Ok(()) };
+        if self.len == 0 {
+            return Ok(());
+        }
+        // Asynchronous: the optimizer's kernels wait for it through the buffer's write event.
+        s.copy.memcpy_htod(&s.host, &mut self.dev.slice_mut(0..self.len)).map_err(|e| e.to_string())
+    }
+}

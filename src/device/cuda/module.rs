@@ -1,0 +1,81 @@
+//! The kernels of `kernels.cu`, compiled by NVRTC for this GPU's architecture once per
+//! process (the PTX is cached by architecture, so several contexts in one process compile
+//! once), loaded into the context, and looked up by name.
+
+use super::launch::SOURCE;
+use crate::error::{Error, Result};
+use cudarc::driver::{CudaContext, CudaFunction};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub struct Kernels {
+    pub fill: CudaFunction,
+    pub bias_act: CudaFunction,
+    pub act_backward: CudaFunction,
+    pub softmax_xent: CudaFunction,
+    pub mse: CudaFunction,
+    pub softmax_rows: CudaFunction,
+    pub sgd: CudaFunction,
+    pub adam: CudaFunction,
+    pub pack_f16: CudaFunction,
+    pub unpack_f16: CudaFunction,
+    pub pack_bf16: CudaFunction,
+    pub unpack_bf16: CudaFunction,
+}
+
+/// PTX for `compute_XY`, compiled once per process.
+fn ptx_for(arch: &'static str) -> Result<String> {
+    static CACHE: OnceLock<Mutex<HashMap<&'static str, String>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(p) = cache.lock().expect("ptx cache").get(arch) {
+        return Ok(p.clone());
+    }
+    let t = std::time::Instant::now();
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch),
+        options: vec!["-lineinfo".into()],
+        name: Some("kernels.cu".into()),
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts)
+        .map_err(|e| Error::Cuda(format!("NVRTC could not compile kernels.cu for {arch}: {e}")))?
+        .to_src();
+    log::debug!("NVRTC compiled kernels.cu for {arch} in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+    cache.lock().expect("ptx cache").insert(arch, ptx.clone());
+    Ok(ptx)
+}
+
+/// `compute_XY` as a static string (NVRTC's options take `&'static str`).
+fn arch_name(major: i32, minor: i32) -> &'static str {
+    static NAMES: OnceLock<Mutex<HashMap<(i32, i32), &'static str>>> = OnceLock::new();
+    let names = NAMES.get_or_init(Default::default);
+    let mut n = names.lock().expect("arch names");
+    n.entry((major, minor)).or_insert_with(|| Box::leak(format!("compute_{major}{minor}").into_boxed_str()))
+}
+
+impl Kernels {
+    pub fn load(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Kernels> {
+        let arch = arch_name(major, minor);
+        let ptx = ptx_for(arch)?;
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| Error::Cuda(format!("loading the kernels compiled for {arch}: {e}; is the driver older than the NVRTC library?")))?;
+        let f = |name: &str| {
+            module.load_function(name).map_err(|e| Error::Cuda(format!("kernel {name} missing from the module: {e}")))
+        };
+        Ok(Kernels {
+            fill: f("hv_fill")?,
+            bias_act: f("hv_bias_act")?,
+            act_backward: f("hv_act_backward")?,
+            softmax_xent: f("hv_softmax_xent")?,
+            mse: f("hv_mse")?,
+            softmax_rows: f("hv_softmax_rows")?,
+            sgd: f("hv_sgd")?,
+            adam: f("hv_adam")?,
+            pack_f16: f("hv_pack_f16")?,
+            unpack_f16: f("hv_unpack_f16")?,
+            pack_bf16: f("hv_pack_bf16")?,
+            unpack_bf16: f("hv_unpack_bf16")?,
+        })
+    }
+}
