@@ -54,8 +54,9 @@ pub struct AdamHyper {
 
 /// A device that runs the dense layers. See the module comment for the contract.
 pub trait Backend: Send {
-    /// An owned buffer of f32 in the device's memory.
-    type Buf: Send + 'static;
+    /// An owned buffer of f32 in the device's memory (gradient buckets also stage through
+    /// host memory for the communication thread: `HostBuf`).
+    type Buf: crate::parallel::engine::HostBuf;
     /// An owned buffer of i32 class labels in the device's memory.
     type Labels: Send + 'static;
     /// A read-only view of part of a `Buf`.
@@ -72,6 +73,11 @@ pub trait Backend: Send {
 
     // ---- memory ----
     fn zeros(&self, n: usize) -> Result<Self::Buf>;
+    /// A zeroed buffer that the communication thread can also reach in host memory (a
+    /// gradient bucket: pinned host memory beside the device's, on a GPU).
+    fn staged(&self, n: usize) -> Result<Self::Buf> {
+        self.zeros(n)
+    }
     fn upload(&self, host: &[f32]) -> Result<Self::Buf>;
     /// Copy `host` into the start of `buf` (a batch into its staging buffer).
     fn upload_into(&self, host: &[f32], buf: &mut Self::Buf) -> Result<()>;
@@ -142,6 +148,11 @@ pub trait Backend: Send {
     ) -> Result<f64>;
     /// Row-wise softmax of [rows, k] in place (probabilities for `predict`).
     fn softmax(&self, v: Self::ViewMut<'_>, k: usize) -> Result<()>;
+
+    // ---- compression ----
+    /// Round `v` in place to fp16 or bf16 and back (round to nearest, ties to even): the
+    /// packing that compressed gradient exchange applies, bit-exact on every backend.
+    fn round_half(&self, v: Self::ViewMut<'_>, kind: crate::config::Compression) -> Result<()>;
 
     // ---- optimizer ----
     /// p -= lr · update(g · grad_scale + wd · p), with momentum buffer `m` when given.

@@ -4,7 +4,7 @@
 //! A new backend adds one line per test at the bottom.
 
 use super::backend::{AdamHyper, Backend, SgdHyper, Trans};
-use super::cpu::{gelu, gelu_grad, Cpu};
+use super::cpu::{gelu, gelu_grad};
 use crate::config::Activation;
 use crate::rng::Rng;
 
@@ -220,23 +220,113 @@ fn memory<B: Backend>(be: &B) {
     assert!(!be.name().is_empty());
 }
 
-#[test]
-fn cpu_gemm() {
-    gemm(&Cpu);
+/// fp16/bf16 rounding, bit-exact against the `half` crate (what the CPU path puts on the
+/// wire): random bit patterns over the whole float range, and the special values.
+fn half<B: Backend>(be: &B) {
+    use crate::config::Compression;
+    let mut r = Rng::new(17, 3);
+    let mut v: Vec<f32> = (0..4099).map(|_| f32::from_bits((r.uniform() * u32::MAX as f64) as u32)).collect();
+    v.extend([0.0, -0.0, 1.0, -1.0, 65504.0, 65520.0, 1e6, -1e6, 6e-8, 3e-8, 1e-40, f32::INFINITY, f32::NEG_INFINITY]);
+    v.extend([1.0 + 1.0 / 2048.0, 1.0 + 3.0 / 2048.0, 1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0]); // ties
+    for kind in [Compression::Fp16, Compression::Bf16] {
+        let mut want = v.clone();
+        crate::parallel::compress::round_trip(&mut want, kind);
+        let mut d = be.upload(&v).unwrap();
+        be.round_half(be.view_mut(&mut d, 0..v.len()), kind).unwrap();
+        let got = host(be, &d, v.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{kind:?} of {:e} (#{i}): {g:e} vs {w:e}", v[i]);
+        }
+    }
 }
-#[test]
-fn cpu_elementwise() {
-    elementwise(&Cpu);
+
+/// Through the model: finite-difference gradient checks, and one step's gradients against
+/// the CPU backend (`model::gradcheck`).
+fn model<B: Backend>(be: &B, tol: f64) {
+    use crate::config::LossKind;
+    use crate::model::gradcheck;
+    for (act, loss) in [
+        (Activation::Relu, LossKind::SoftmaxCrossEntropy),
+        (Activation::Gelu, LossKind::SoftmaxCrossEntropy),
+        (Activation::Tanh, LossKind::Mse),
+    ] {
+        gradcheck::check(be, act, loss);
+        gradcheck::step_matches_cpu(be, act, loss, tol);
+    }
 }
-#[test]
-fn cpu_losses() {
-    losses(&Cpu);
+
+/// Every check, each caught and reported: (name, Ok or the failure's message). `step_tol`
+/// is the tolerance of the step-against-CPU check (1e-4 for float32, 2e-2 for TF32).
+pub fn suite<B: Backend>(be: &B, step_tol: f64) -> Vec<(&'static str, std::result::Result<(), String>)> {
+    let checks: Vec<(&'static str, Box<dyn Fn()>)> = vec![
+        ("memory (upload, download, views, fill)", Box::new(|| memory(be))),
+        ("gemm (every transpose, odd shapes)", Box::new(|| gemm(be))),
+        ("element-wise (bias + activation, activation backward, column sums)", Box::new(|| elementwise(be))),
+        ("losses (softmax cross-entropy, MSE, softmax)", Box::new(|| losses(be))),
+        ("optimizers (SGD, momentum, Nesterov, Adam, AdamW)", Box::new(|| optimizers(be))),
+        ("fp16/bf16 packing (bit-exact)", Box::new(|| half(be))),
+        ("model (gradient checks, one step against the CPU)", Box::new(|| model(be, step_tol))),
+    ];
+    checks
+        .into_iter()
+        .map(|(name, f)| {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|e| {
+                e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+            });
+            (name, r)
+        })
+        .collect()
 }
-#[test]
-fn cpu_optimizers() {
-    optimizers(&Cpu);
-}
-#[test]
-fn cpu_memory() {
-    memory(&Cpu);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Cpu;
+
+    #[test]
+    fn cpu_gemm() {
+        gemm(&Cpu);
+    }
+    #[test]
+    fn cpu_elementwise() {
+        elementwise(&Cpu);
+    }
+    #[test]
+    fn cpu_losses() {
+        losses(&Cpu);
+    }
+    #[test]
+    fn cpu_optimizers() {
+        optimizers(&Cpu);
+    }
+    #[test]
+    fn cpu_memory() {
+        memory(&Cpu);
+    }
+    #[test]
+    fn cpu_half() {
+        half(&Cpu);
+    }
+    #[test]
+    fn cpu_suite_passes_and_catches_failures() {
+        let r = suite(&Cpu, 1e-4);
+        assert!(r.iter().all(|(_, r)| r.is_ok()), "{r:?}");
+        assert_eq!(r.len(), 7);
+    }
+
+    /// The same suite on the GPU when there is one; without one it says so and passes (the
+    /// GPU check, `run-gpu-check.sh`, runs it on a real GPU through `hvtrain selftest`).
+    #[test]
+    fn cuda_suite() {
+        let n = match crate::device::cuda::probe() {
+            Ok(n) => n,
+            Err(why) => {
+                eprintln!("skipped: no GPU ({why})");
+                return;
+            }
+        };
+        let be = crate::device::cuda::Cuda::new(0, crate::config::Precision::Fp32).expect("open GPU 0");
+        let failed: Vec<_> = suite(&be, 1e-4).into_iter().filter(|(_, r)| r.is_err()).collect();
+        assert!(failed.is_empty(), "on {} ({n} GPU(s)): {failed:?}", be.name());
+    }
 }

@@ -101,6 +101,12 @@ impl Backend for Cpu {
         softmax_rows(v, k);
         Ok(())
     }
+    fn round_half(&self, v: &mut [f32], kind: crate::config::Compression) -> Result<()> {
+        if kind != crate::config::Compression::None {
+            crate::parallel::compress::round_trip(v, kind);
+        }
+        Ok(())
+    }
     fn sgd(&self, p: &mut [f32], g: &[f32], m: Option<&mut [f32]>, h: &SgdHyper) -> Result<()> {
         sgd(p, g, m, h);
         Ok(())

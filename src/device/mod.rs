@@ -1,12 +1,11 @@
 //! Devices: the backend seam (`backend::Backend`, every operation a step needs), the CPU
-//! reference backend (`cpu`, always built), and `cuda`, the only module that touches cudarc;
-//! today it only probes for a usable GPU (the CUDA backend is a later piece of work), so
-//! `auto` falls back to the CPU with one log line and `cuda` is a clear error.
-//! `select` is the one place that decides which backend a rank runs.
+//! reference backend (`cpu`, always built), and `cuda`, the CUDA backend and the only module
+//! that touches cudarc. `select` is the one place that decides which backend a rank runs:
+//! `auto` takes the GPU when a driver, a GPU and the CUDA libraries are there and falls back
+//! to the CPU with one log line saying why not; `cuda` without them is a clear error.
 
 pub mod backend;
-#[cfg(test)]
-mod conformance;
+pub mod conformance;
 pub mod cpu;
 pub mod cuda;
 
@@ -20,6 +19,8 @@ use crate::error::{Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Cpu,
+    /// The GPU of this ordinal (node-local rank modulo the visible GPUs).
+    Cuda(usize),
 }
 
 /// The GPU a rank takes: its node-local rank modulo the visible devices, so several ranks
@@ -30,21 +31,35 @@ pub fn gpu_for(local_rank: usize, visible: usize) -> usize {
 
 /// Decide the backend for this rank. `local_rank` picks the GPU when there is one.
 pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Kind, String)> {
+    let gpu = || -> std::result::Result<(usize, usize), String> {
+        let n = cuda::probe()?;
+        cuda::check_libraries().map_err(|e| e.to_string())?;
+        Ok((gpu_for(local_rank, n), n))
+    };
     match choice {
         DeviceChoice::Cpu => Ok((Kind::Cpu, "cpu (as configured)".into())),
-        DeviceChoice::Auto => Ok((Kind::Cpu, match cuda::probe() {
-            Ok(n) => format!(
-                "cpu: {n} GPU(s) visible (local rank {local_rank} would take GPU {}), but this build's CUDA backend is not implemented yet",
-                gpu_for(local_rank, n)
-            ),
-            Err(why) => format!("cpu ({why})"),
-        })),
-        DeviceChoice::Cuda => match cuda::probe() {
-            Ok(n) => Err(Error::Device(format!(
-                "training.device = \"cuda\": {n} GPU(s) found, but the CUDA backend is not implemented in this build yet; use device = \"cpu\" or \"auto\""))),
+        DeviceChoice::Auto => Ok(match gpu() {
+            Ok((g, n)) => (Kind::Cuda(g), format!("cuda:{g} of {n} GPU(s) (training.device = \"auto\")")),
+            Err(why) => (Kind::Cpu, format!("cpu ({why})")),
+        }),
+        DeviceChoice::Cuda => match gpu() {
+            Ok((g, n)) => Ok((Kind::Cuda(g), format!("cuda:{g} of {n} GPU(s)"))),
             Err(why) => Err(Error::Cuda(format!("training.device = \"cuda\" but {why}; use device = \"cpu\" or \"auto\""))),
         },
     }
+}
+
+/// Run `f` with the backend `kind` names (opened here: on a GPU, context, cuBLAS, kernels).
+pub fn with_backend<T>(kind: Kind, precision: crate::config::Precision, f: impl WithBackend<T>) -> Result<T> {
+    match kind {
+        Kind::Cpu => f.run(Cpu),
+        Kind::Cuda(g) => f.run(cuda::Cuda::new(g, precision)?),
+    }
+}
+
+/// A computation generic over the backend (a closure cannot be generic in Rust).
+pub trait WithBackend<T> {
+    fn run<B: Backend>(self, be: B) -> Result<T>;
 }
 
 #[cfg(test)]

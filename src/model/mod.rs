@@ -7,6 +7,7 @@
 //! "gradient as bucket view"). Every operation goes through `device::Backend`, so the same
 //! code runs on every device.
 
+pub mod gradcheck;
 pub mod loss;
 
 use crate::config::{Activation, LossKind};

@@ -40,6 +40,14 @@ fn decompress(inp: &[u16], wide: &mut [f32], kind: Compression) {
     }
 }
 
+/// Round `v` in place through fp16 or bf16 (what a value becomes on the wire); the CPU's
+/// half of the backend seam's `round_half`.
+pub fn round_trip(v: &mut [f32], kind: Compression) {
+    let mut bits = vec![0u16; v.len()];
+    compress(v, &mut bits, kind);
+    decompress(&bits, v, kind);
+}
+
 /// dst = sum over ranks of src (already divided by the step's global row count), through a
 /// compressed ring. `dst` doubles as the f32 accumulator.
 pub fn ring_allreduce_sum(chan: &Channel, src: &[f32], dst: &mut [f32], kind: Compression, s: &mut Scratch) {

@@ -9,7 +9,7 @@ use super::{human, in_step, Outcome};
 use crate::config::Job;
 use crate::data::loader::{Loader, LoaderCfg, Schedule};
 use crate::data::shard::Shard;
-use crate::device::{Backend, Cpu};
+use crate::device::Backend;
 use crate::error::{Error, Result};
 use crate::eval::{eval_result, evaluate_local};
 use crate::fault::Fault;
@@ -27,10 +27,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub(super) struct Run<'a> {
+pub(super) struct Run<'a, B: Backend> {
     comm: &'a Comm,
     job: &'a Job,
-    st: Stepper<Cpu>,
+    st: Stepper<B>,
     loader: Option<Loader>,
     test_shard: Option<Shard>,
     metrics: Option<MetricsLog>,
@@ -53,8 +53,15 @@ pub(super) struct Run<'a> {
     stop: StopState,
 }
 
-impl<'a> Run<'a> {
-    pub fn new(comm: &'a Comm, job: &'a Job, setup: Setup, start: Start, t_process: Instant) -> Result<Run<'a>> {
+impl<'a, B: Backend> Run<'a, B> {
+    pub fn new(
+        be: B,
+        comm: &'a Comm,
+        job: &'a Job,
+        setup: Setup,
+        start: Start,
+        t_process: Instant,
+    ) -> Result<Run<'a, B>> {
         let d = &job.distribution;
         let b = job.training.batch_size;
         let Setup { model, plan, train_shard, test_shard, schedule, out_dir } = setup;
@@ -63,14 +70,21 @@ impl<'a> Run<'a> {
         let p = liveness::phase("starting the communication engine");
         comm.barrier(); // line the ranks' clocks up for the timeline
         let timeline = job.output.timeline.as_ref().map(|_| Arc::new(Timeline::new(Instant::now())));
-        let be = Cpu;
         if comm.rank == 0 {
             info!("backend: {} on every rank", be.name());
         }
         let reducer = reduce::for_job((comm.size > 1).then(|| comm.channel()), d.compression);
         // One rank has nothing to overlap: no communication thread.
         let overlap = d.overlap && comm.size > 1;
-        let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), |n| vec![0.0; n]);
+        // Each bucket's two buffers (this rank's gradients, the reduced ones), made here so
+        // that a failed allocation is an error, not a panic inside the engine.
+        let mut pool = Vec::with_capacity(2 * plan.buckets.len());
+        for r in plan.buckets.iter().rev() {
+            pool.push(be.staged(r.len())?);
+            pool.push(be.staged(r.len())?);
+        }
+        let alloc = move |_n: usize| pool.pop().expect("one staged buffer per bucket and role");
+        let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
         drop(p);
         let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, comm.size)?;
         let mut st = Stepper::new(be, model, &start.params, opt, engine, b, timeline.clone())?;

@@ -51,12 +51,28 @@ impl Resume {
 pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>) -> Result<Outcome> {
     let setup = setup::Setup::new(comm, job)?;
     let start = restore::restore(comm, job, &setup, resume.as_ref())?;
-    let mut run = epochs::Run::new(comm, job, setup, start, t_process)?;
-    let outcome = run.epochs()?;
-    if let Outcome::Completed = outcome {
-        run.finish()?;
+    let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
+    crate::device::with_backend(kind, job.training.precision, Train { comm, job, setup, start, t_process })
+}
+
+/// The rest of `train`, on the chosen backend.
+struct Train<'a> {
+    comm: &'a Comm,
+    job: &'a Job,
+    setup: setup::Setup,
+    start: restore::Start,
+    t_process: Instant,
+}
+
+impl crate::device::WithBackend<Outcome> for Train<'_> {
+    fn run<B: crate::device::Backend>(self, be: B) -> Result<Outcome> {
+        let mut run = epochs::Run::new(be, self.comm, self.job, self.setup, self.start, self.t_process)?;
+        let outcome = run.epochs()?;
+        if let Outcome::Completed = outcome {
+            run.finish()?;
+        }
+        Ok(outcome)
     }
-    Ok(outcome)
 }
 
 /// Seconds as "1h02m", "3m05s" or "12s".

@@ -17,7 +17,7 @@
 
 use crate::checkpoint::{self, Checkpoint, Lineage};
 use crate::config::Job;
-use crate::device::Cpu;
+use crate::device::Backend;
 use crate::error::Result;
 use crate::fault::Fault;
 use crate::parallel::liveness;
@@ -75,9 +75,9 @@ pub(super) enum Boundary {
 
 /// Collective, once per step (after step `step_in_epoch` of epoch `epoch_index + 1`, whose
 /// running loss on this rank is `loss_sum`): stop, checkpoint, or go on.
-pub(super) fn at_boundary(
+pub(super) fn at_boundary<B: Backend>(
     ctx: &Ctx,
-    st: &Stepper<Cpu>,
+    st: &Stepper<B>,
     epoch_index: usize,
     step_in_epoch: usize,
     loss_sum: f64,
@@ -133,7 +133,7 @@ pub(super) fn at_boundary(
 /// Whether rank 0 may write the stop checkpoint before the agreement: the other ranks wait
 /// in the (guarded) agreement meanwhile, so the write must be well within the watchdog's
 /// deadline. Estimated from the last write's rate, or 100 MB/s before any.
-fn write_first(ctx: &Ctx, st: &Stepper<Cpu>) -> bool {
+fn write_first<B: Backend>(ctx: &Ctx, st: &Stepper<B>) -> bool {
     if ctx.comm.size == 1 {
         return true;
     }
@@ -145,9 +145,9 @@ fn write_first(ctx: &Ctx, st: &Stepper<Cpu>) -> bool {
 }
 
 /// Rank 0: the stop checkpoint, on its own. Signals that arrive meanwhile wait for the rename.
-fn write_stop(
+fn write_stop<B: Backend>(
     ctx: &Ctx,
-    st: &Stepper<Cpu>,
+    st: &Stepper<B>,
     epoch_index: usize,
     step_in_epoch: usize,
     loss_sums: Vec<f64>,
@@ -160,9 +160,9 @@ fn write_stop(
 }
 
 /// Rank 0: build and write a checkpoint of the state after step `st.step`.
-fn write(
+fn write<B: Backend>(
     ctx: &Ctx,
-    st: &Stepper<Cpu>,
+    st: &Stepper<B>,
     epoch_index: usize,
     step_in_epoch: usize,
     loss_sums: Vec<f64>,
@@ -198,9 +198,9 @@ fn write(
 /// Collective: a periodic checkpoint after the agreement said so. Rank 0 writes it with the
 /// loss sums the agreement carried; everyone waits for it (unguarded: a large write may take
 /// longer than the watchdog's deadline). At an epoch's start (`step_in_epoch` 0) the sums are 0.
-pub(super) fn save_checkpoint(
+pub(super) fn save_checkpoint<B: Backend>(
     ctx: &Ctx,
-    st: &Stepper<Cpu>,
+    st: &Stepper<B>,
     epoch_index: usize,
     step_in_epoch: usize,
 ) -> Result<PathBuf> {

@@ -133,7 +133,7 @@ impl Cuda {
     }
 
     /// A gradient bucket: device memory plus a pinned host copy for the communication thread.
-    pub fn staged(&self, n: usize) -> Result<DevBuf> {
+    fn staged_buf(&self, n: usize) -> Result<DevBuf> {
         let dev = self.alloc(n)?;
         // SAFETY: page-locked host memory, zero-initialized by the driver's allocation flags
         // being plain (not write-combined, which the CPU reads slowly).
@@ -204,6 +204,9 @@ impl Backend for Cuda {
 
     fn zeros(&self, n: usize) -> Result<DevBuf> {
         Ok(DevBuf { dev: self.alloc(n)?, len: n, stage: None })
+    }
+    fn staged(&self, n: usize) -> Result<DevBuf> {
+        self.staged_buf(n)
     }
     fn upload(&self, host: &[f32]) -> Result<DevBuf> {
         let mut b = self.zeros(host.len())?;
@@ -423,6 +426,31 @@ impl Backend for Cuda {
         l.arg(&mut vv).arg(&rows64).arg(&k32);
         // SAFETY: hv_softmax_rows(float*, long long, int).
         unsafe { l.launch(Self::cfg(rows)) }.map_err(drv("launching hv_softmax_rows"))?;
+        Ok(())
+    }
+
+    fn round_half(&self, v: DViewMut<'_>, kind: crate::config::Compression) -> Result<()> {
+        use crate::config::Compression;
+        let n = v.len;
+        let (pack, unpack) = match kind {
+            Compression::None => return Ok(()),
+            Compression::Fp16 => (&self.k.pack_f16, &self.k.unpack_f16),
+            Compression::Bf16 => (&self.k.pack_bf16, &self.k.unpack_bf16),
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        let mut bits = self.stream.alloc_zeros::<u16>(n).map_err(|e| self.oom(e, n * 2))?;
+        let n64 = n as i64;
+        let mut vv = v.cu();
+        let mut l = self.stream.launch_builder(pack);
+        l.arg(&mut vv).arg(&mut bits).arg(&n64);
+        // SAFETY: hv_pack_*(const float*, unsigned short*, long long) over n elements.
+        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching the half-precision pack"))?;
+        let mut l = self.stream.launch_builder(unpack);
+        l.arg(&bits).arg(&mut vv).arg(&n64);
+        // SAFETY: hv_unpack_*(const unsigned short*, float*, long long) over n elements.
+        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching the half-precision unpack"))?;
         Ok(())
     }
 

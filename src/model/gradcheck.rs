@@ -1,0 +1,158 @@
+//! Backend checks through the model, written once against `Backend` and run by the unit
+//! tests (CPU, and CUDA when a GPU is present) and by `hvtrain selftest` on any node:
+//! finite-difference gradient checks (`check`), and one training step's gradients and
+//! update against the CPU reference backend (`step_matches_cpu`). Failures are panics with
+//! the values (the caller catches them to report).
+
+use super::*;
+use crate::device::Cpu;
+use crate::rng::Rng;
+
+/// Gradients into one arena-shaped buffer, recording the order tensors became ready.
+struct Plain<'a, B: Backend> {
+    be: &'a B,
+    buf: &'a mut B::Buf,
+    ranges: Vec<Range<usize>>,
+    order: Vec<usize>,
+}
+
+impl<B: Backend> GradSink<B> for Plain<'_, B> {
+    fn slot(&mut self, t: usize) -> B::ViewMut<'_> {
+        self.be.view_mut(self.buf, self.ranges[t].clone())
+    }
+    fn ready(&mut self, t: usize) {
+        self.order.push(t);
+    }
+}
+
+fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut r = Rng::new(seed, 99);
+    (0..n).map(|_| ((r.uniform() * 2.0 - 1.0) as f32) * scale).collect()
+}
+
+fn mean_loss<B: Backend>(be: &B, m: &Mlp, p: &[f32], x: &B::Buf, t: Targets<B>, b: usize) -> f64 {
+    let mut ws = Workspace::new(be, m, b).unwrap();
+    let p = be.upload(p).unwrap();
+    m.forward(be, &p, x, b, &mut ws).unwrap();
+    m.loss(be, t, b, 1.0, &mut ws, false).unwrap().0 / b as f64
+}
+
+/// Finite differences against backward, on backend `be` (every backend runs this).
+pub fn check<B: Backend>(be: &B, act: Activation, loss: LossKind) {
+    let sizes = [5, 7, 6, 3];
+    let b = 4;
+    let m = Mlp::new(&sizes, act, loss);
+    let mut p = m.init_params(11);
+    // Non-zero biases so that bias gradients are exercised away from the symmetric point.
+    for s in &m.layers {
+        for (i, v) in p[s.b.clone()].iter_mut().enumerate() {
+            *v = 0.1 * (i as f32 - 1.0);
+        }
+    }
+    let x = random(b * sizes[0], 1, 1.0);
+    let labels = vec![0i32, 2, 1, 2];
+    let values = random(b * 3, 2, 1.0);
+    let xd = be.upload(&x).unwrap();
+    let mut ld = be.labels(b).unwrap();
+    be.upload_labels(&labels, &mut ld).unwrap();
+    let vd = be.upload(&values).unwrap();
+    let t = match loss {
+        LossKind::SoftmaxCrossEntropy => Targets::Classes(&ld),
+        LossKind::Mse => Targets::Values(be.view(&vd, 0..values.len())),
+    };
+
+    let mut ws = Workspace::new(be, &m, b).unwrap();
+    let pd = be.upload(&p).unwrap();
+    let mut gd = be.zeros(m.n_params).unwrap();
+    m.forward(be, &pd, &xd, b, &mut ws).unwrap();
+    m.loss(be, t, b, 1.0 / b as f32, &mut ws, true).unwrap();
+    let ranges = m.tensors().into_iter().map(|t| t.range).collect();
+    let mut sink = Plain { be, buf: &mut gd, ranges, order: Vec::new() };
+    m.backward(be, &pd, &xd, b, &mut ws, &mut sink).unwrap();
+    assert_eq!(sink.order, (0..2 * m.layers.len()).collect::<Vec<_>>(), "tensors must become ready in arena order");
+    let mut g = vec![0.0f32; m.n_params];
+    be.download(&gd, 0..m.n_params, &mut g).unwrap();
+
+    let h = if act == Activation::Relu { 1e-3 } else { 1e-2 };
+    let mut worst = 0.0f64;
+    for i in 0..m.n_params {
+        let orig = p[i];
+        p[i] = orig + h;
+        let up = mean_loss(be, &m, &p, &xd, t, b);
+        p[i] = orig - h;
+        let down = mean_loss(be, &m, &p, &xd, t, b);
+        p[i] = orig;
+        let numeric = (up - down) / (2.0 * h as f64);
+        let err = (numeric - g[i] as f64).abs() / (1e-2 + numeric.abs().max((g[i] as f64).abs()));
+        worst = worst.max(err);
+        assert!(err < 3e-2, "{act:?}/{loss:?}: param {i}: analytic {} numeric {numeric}", g[i]);
+    }
+    assert!(worst.is_finite());
+}
+
+
+/// Gradients of one step on `be` against the CPU backend on the same data: a model large
+/// enough for real GEMM tiles (129 rows, odd widths), every parameter. Tolerance 1e-3
+/// relative to the gradient's largest magnitude: float32 sums in another order (cuBLAS tiles,
+/// fused multiply-adds) differ by ~1e-6 relative, TF32 by ~1e-3.
+pub fn step_matches_cpu<B: Backend>(be: &B, act: Activation, loss: LossKind, tol: f64) {
+    let sizes = [37, 65, 33, 5];
+    let b = 129;
+    let m = Mlp::new(&sizes, act, loss);
+    let p = m.init_params(3);
+    let x = random(b * sizes[0], 4, 1.0);
+    let labels: Vec<i32> = (0..b).map(|i| (i * 7 % 5) as i32).collect();
+    let values = random(b * 5, 5, 1.0);
+    let run = |be: &B| -> (Vec<f32>, f64) {
+        let xd = be.upload(&x).unwrap();
+        let mut ld = be.labels(b).unwrap();
+        be.upload_labels(&labels, &mut ld).unwrap();
+        let vd = be.upload(&values).unwrap();
+        let t = match loss {
+            LossKind::SoftmaxCrossEntropy => Targets::Classes(&ld),
+            LossKind::Mse => Targets::Values(be.view(&vd, 0..values.len())),
+        };
+        let mut ws = Workspace::new(be, &m, b).unwrap();
+        let pd = be.upload(&p).unwrap();
+        let mut gd = be.zeros(m.n_params).unwrap();
+        m.forward(be, &pd, &xd, b, &mut ws).unwrap();
+        let (l, _) = m.loss(be, t, b, 1.0 / b as f32, &mut ws, true).unwrap();
+        let ranges = m.tensors().into_iter().map(|t| t.range).collect();
+        let mut sink = Plain { be, buf: &mut gd, ranges, order: Vec::new() };
+        m.backward(be, &pd, &xd, b, &mut ws, &mut sink).unwrap();
+        let mut g = vec![0.0f32; m.n_params];
+        be.download(&gd, 0..m.n_params, &mut g).unwrap();
+        (g, l)
+    };
+    let (got, loss_got) = run(be);
+    let (want, loss_want) = {
+        // The same computation on the CPU reference backend.
+        let cpu = Cpu;
+        let xd = x.clone();
+        let mut ws = Workspace::new(&cpu, &m, b).unwrap();
+        let mut gd = vec![0.0f32; m.n_params];
+        m.forward(&cpu, &p, &xd, b, &mut ws).unwrap();
+        let t = match loss {
+            LossKind::SoftmaxCrossEntropy => Targets::Classes(&labels),
+            LossKind::Mse => Targets::Values(&values[..]),
+        };
+        let (l, _) = m.loss(&cpu, t, b, 1.0 / b as f32, &mut ws, true).unwrap();
+        let ranges = m.tensors().into_iter().map(|t| t.range).collect();
+        let mut sink = Plain { be: &cpu, buf: &mut gd, ranges, order: Vec::new() };
+        m.backward(&cpu, &p, &xd, b, &mut ws, &mut sink).unwrap();
+        (gd, l)
+    };
+    assert!(
+        (loss_got - loss_want).abs() <= tol * (1.0 + loss_want.abs()),
+        "{act:?}/{loss:?}: loss {loss_got} on {}, {loss_want} on the CPU",
+        be.name()
+    );
+    let scale = want.iter().fold(0.0f32, |a, &v| a.max(v.abs())) as f64;
+    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g as f64 - w as f64).abs() <= tol * scale.max(1e-6),
+            "{act:?}/{loss:?}: gradient {i}: {g} on {}, {w} on the CPU (largest {scale})",
+            be.name()
+        );
+    }
+}
