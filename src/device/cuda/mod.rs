@@ -3,6 +3,7 @@
 //! load a library); `kernels.cu` holds the element-wise kernels and `launch` their geometry.
 
 pub mod launch;
+pub mod nvrtc;
 mod probe;
 
 pub use probe::probe;
