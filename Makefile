@@ -4,7 +4,7 @@
 #   make test   installs what is needed and runs every test, multi-rank ones under mpirun.
 # Other targets: deps, build, data, bench, nvrtc, clean.
 
-APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config dataset-fashion-mnist
+APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config g++ dataset-fashion-mnist
 # The test suite also starts a real single-node Slurm and makes hosts out of network namespaces.
 TEST_PKGS := slurm-wlm munge iproute2 procps util-linux libmpich-dev mpich
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -5,5 +5,7 @@
 pub mod launch;
 pub mod nvrtc;
 mod probe;
+#[cfg(test)]
+mod shim;
 
 pub use probe::probe;
