@@ -2,9 +2,9 @@
 #   make demo   installs what is needed, builds, converts Fashion-MNIST to HDF5 and trains
 #               784-512-512-10 on 2 ranks with mpirun (CPU).
 #   make test   installs what is needed and runs every test, multi-rank ones under mpirun.
-# Other targets: deps, build, data, bench, clean.
+# Other targets: deps, build, data, bench, nvrtc, clean.
 
-APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config dataset-fashion-mnist
+APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config g++ dataset-fashion-mnist
 # The test suite also starts a real single-node Slurm and makes hosts out of network namespaces.
 TEST_PKGS := slurm-wlm munge iproute2 procps util-linux libmpich-dev mpich
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -17,7 +17,16 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN   := mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
 
-.PHONY: deps test-deps install build data demo test check-mpich bench clean
+.PHONY: deps test-deps install build data demo test check-mpich bench nvrtc clean
+
+# NVRTC (CUDA's run-time compiler) from PyPI, unpacked: `make test` compiles every GPU kernel
+# with it, without a GPU or a CUDA install (src/device/cuda/nvrtc.rs). Pinned: 12.x still
+# targets compute_70 (Volta), which CUDA 13 dropped.
+NVRTC_VERSION := 12.9.86
+NVRTC_WHEEL   := nvidia_cuda_nvrtc_cu12-$(NVRTC_VERSION)-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl
+NVRTC_SHA256  := 210cf05005a447e29214e9ce50851e83fc5f4358df8b453155d5e1918094dcb4
+NVRTC_DIR     := target/nvrtc
+NVRTC_LIB     := $(CURDIR)/$(NVRTC_DIR)/nvidia/cuda_nvrtc/lib
 
 deps:
 	@$(MAKE) --no-print-directory install PKGS="$(APT_PKGS)"
@@ -47,8 +56,8 @@ data/fashion-mnist-test.h5:
 demo: data
 	$(MPIRUN) -n $(RANKS) $(BIN) train $(JOB) --resume auto
 
-test: test-deps build
-	cargo test --release
+test: test-deps build nvrtc
+	LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH HVTRAIN_REQUIRE_NVRTC=1 cargo test --release
 	$(MAKE) --no-print-directory check-mpich
 
 # The code must build against MPICH too: build with MPICH's wrapper into target-mpich/ and
@@ -63,6 +72,20 @@ check-mpich: data
 
 bench: data
 	bash bench/run.sh
+
+# Skipped when this version is already unpacked (the stamp names it).
+nvrtc: $(NVRTC_DIR)/.version-$(NVRTC_VERSION)
+
+$(NVRTC_DIR)/.version-$(NVRTC_VERSION):
+	rm -rf $(NVRTC_DIR) && mkdir -p $(NVRTC_DIR)/wheel
+	python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+	  --python-version 3 --implementation py --abi none \
+	  --dest $(NVRTC_DIR)/wheel nvidia-cuda-nvrtc-cu12==$(NVRTC_VERSION)
+	echo "$(NVRTC_SHA256)  $(NVRTC_DIR)/wheel/$(NVRTC_WHEEL)" | sha256sum --check --quiet
+	python3 -m zipfile -e $(NVRTC_DIR)/wheel/$(NVRTC_WHEEL) $(NVRTC_DIR)
+	test -e $(NVRTC_LIB)/libnvrtc.so.12
+	rm -rf $(NVRTC_DIR)/wheel
+	touch $@
 
 clean:
 	cargo clean

@@ -6,14 +6,19 @@
 //! - `backend`: `Cuda`, the `Backend` on one GPU (cuBLAS for the products, our kernels for
 //!   the rest), and `DevBuf`, device memory with a pinned host copy for gradient buckets;
 //! - `gemm_map`: the row-major → cuBLAS argument mapping, a pure function;
-//! - `kernels.cu`, `launch`, `module`: the element-wise kernels, their launch geometry, and
-//!   their compilation by NVRTC at start-up.
+//! - `kernels.cu`, `launch`, `nvrtc`, `module`: the element-wise kernels, their launch
+//!   geometry, their compilation by NVRTC, and their loading at start-up;
+//! - `shim.cpp`, `shim` (tests): the same kernels compiled by the host C++ compiler and
+//!   checked against the CPU backend.
 
 mod backend;
 mod gemm_map;
 pub mod launch;
 mod module;
+pub mod nvrtc;
 mod probe;
+#[cfg(test)]
+mod shim;
 
-pub use backend::{Cuda, DevBuf};
+pub use backend::Cuda;
 pub use probe::{check_libraries, probe};

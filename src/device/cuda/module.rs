@@ -2,7 +2,6 @@
 //! process (the PTX is cached by architecture, so several contexts in one process compile
 //! once), loaded into the context, and looked up by name.
 
-use super::launch::SOURCE;
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaContext, CudaFunction};
 use std::collections::HashMap;
@@ -23,40 +22,25 @@ pub struct Kernels {
     pub unpack_bf16: CudaFunction,
 }
 
-/// PTX for `compute_XY`, compiled once per process.
-fn ptx_for(arch: &'static str) -> Result<String> {
-    static CACHE: OnceLock<Mutex<HashMap<&'static str, String>>> = OnceLock::new();
+/// PTX for `compute_XY` (NVRTC, `nvrtc.rs`), compiled once per process.
+fn ptx_for(arch: &str) -> Result<String> {
+    static CACHE: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(p) = cache.lock().expect("ptx cache").get(arch) {
         return Ok(p.clone());
     }
     let t = std::time::Instant::now();
-    let opts = cudarc::nvrtc::CompileOptions {
-        arch: Some(arch),
-        options: vec!["-lineinfo".into()],
-        name: Some("kernels.cu".into()),
-        ..Default::default()
-    };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts)
-        .map_err(|e| Error::Cuda(format!("NVRTC could not compile kernels.cu for {arch}: {e}")))?
-        .to_src();
+    let ptx = super::nvrtc::compile_ptx(arch)
+        .map_err(|e| Error::Cuda(format!("NVRTC could not compile kernels.cu for {arch}: {e}")))?;
     log::debug!("NVRTC compiled kernels.cu for {arch} in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
-    cache.lock().expect("ptx cache").insert(arch, ptx.clone());
+    cache.lock().expect("ptx cache").insert(arch.to_string(), ptx.clone());
     Ok(ptx)
-}
-
-/// `compute_XY` as a static string (NVRTC's options take `&'static str`).
-fn arch_name(major: i32, minor: i32) -> &'static str {
-    static NAMES: OnceLock<Mutex<HashMap<(i32, i32), &'static str>>> = OnceLock::new();
-    let names = NAMES.get_or_init(Default::default);
-    let mut n = names.lock().expect("arch names");
-    n.entry((major, minor)).or_insert_with(|| Box::leak(format!("compute_{major}{minor}").into_boxed_str()))
 }
 
 impl Kernels {
     pub fn load(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Kernels> {
-        let arch = arch_name(major, minor);
-        let ptx = ptx_for(arch)?;
+        let arch = format!("compute_{major}{minor}");
+        let ptx = ptx_for(&arch)?;
         let module = ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
             .map_err(|e| Error::Cuda(format!("loading the kernels compiled for {arch}: {e}; is the driver older than the NVRTC library?")))?;

@@ -1,0 +1,653 @@
+//! Every GPU kernel's logic, run on the CPU: `kernels.cu` compiled by the system C++ compiler
+//! through `shim.cpp` (built by build.rs), where a launch is a loop over the grid. Each
+//! kernel runs with the grid the GPU gets (`launch::grid_1d`) and with deliberately small
+//! grids (1 block of 32 threads, 3 blocks of 64), so that every grid-stride loop goes round
+//! more than once, on random shapes with odd sizes, and is checked against the CPU backend
+//! (`device::cpu`), which is what the GPU must match. Every output buffer has guard
+//! elements past its end that no kernel may touch.
+//!
+//! Tolerances:
+//! - Element-wise outputs (bias+activation, activation backward, gradients of both losses,
+//!   softmax, SGD, Adam): |shim - cpu| ≤ 4·ε_f32·max(|cpu|, 1), inputs being of order 1.
+//!   The kernels follow cpu.rs operation by operation and the shim is built with
+//!   -ffp-contract=off (Rust never fuses a multiply-add), so on one machine the two differ
+//!   only where C's and Rust's math functions (tanhf, expf, logf) might; both call the same
+//!   libm here and agree to the bit, and 4 ulps leave room for another libm. A logic error
+//!   (a wrong constant, term or index) is far outside that.
+//! - Per-row losses: cross-entropy as above (the same f32 operations); MSE within
+//!   (k + 2)·ε_f32·cpu, because the kernel sums a row's k squares in f32 where cpu.rs sums
+//!   them in f64 (k roundings of positive terms, plus the square and the division).
+//! - Argmax counts: exact. fp16/bf16 pack and unpack: bit-exact against the `half` crate (the
+//!   CPU's compression path), NaN only required to stay NaN.
+//!
+//! A real GPU differs more (NVCC/NVRTC fuse multiply-adds by default; CUDA's tanhf and expf
+//! are within 2 ulps): that is for the CUDA backend's own conformance tests on a GPU.
+
+use super::launch::{act_code, grid_1d};
+use crate::config::Activation;
+use crate::device::cpu;
+use crate::device::{AdamHyper, SgdHyper};
+use crate::rng::Rng;
+use std::ptr::{null, null_mut};
+
+extern "C" {
+    fn hvshim_hv_fill(g: u32, b: u32, v: *mut f32, n: i64, value: f32);
+    fn hvshim_hv_bias_act(
+        g: u32,
+        b: u32,
+        out: *mut f32,
+        bias: *const f32,
+        keep_z: *mut f32,
+        rows: i64,
+        cols: i32,
+        act: i32,
+    );
+    fn hvshim_hv_act_backward(g: u32, b: u32, d: *mut f32, a: *const f32, z: *const f32, n: i64, act: i32);
+    fn hvshim_hv_softmax_xent(
+        g: u32,
+        b: u32,
+        logits: *const f32,
+        labels: *const i32,
+        rows: i64,
+        k: i32,
+        grad_scale: f32,
+        d: *mut f32,
+        row_loss: *mut f32,
+        row_correct: *mut i32,
+    );
+    fn hvshim_hv_mse(
+        g: u32,
+        b: u32,
+        pred: *const f32,
+        target: *const f32,
+        rows: i64,
+        k: i32,
+        grad_scale: f32,
+        d: *mut f32,
+        row_loss: *mut f32,
+    );
+    fn hvshim_hv_softmax_rows(g: u32, b: u32, v: *mut f32, rows: i64, k: i32);
+    fn hvshim_hv_sgd(
+        g: u32,
+        b: u32,
+        p: *mut f32,
+        grad: *const f32,
+        m: *mut f32,
+        n: i64,
+        lr: f32,
+        grad_scale: f32,
+        wd: f32,
+        mu: f32,
+        nesterov: i32,
+    );
+    fn hvshim_hv_adam(
+        g: u32,
+        b: u32,
+        p: *mut f32,
+        grad: *const f32,
+        m: *mut f32,
+        v: *mut f32,
+        n: i64,
+        lr: f32,
+        grad_scale: f32,
+        b1: f32,
+        b2: f32,
+        eps: f32,
+        bc1: f32,
+        bc2_sqrt: f32,
+        l2: f32,
+        decay: f32,
+    );
+    fn hvshim_hv_pack_f16(g: u32, b: u32, x: *const f32, out: *mut u16, n: i64);
+    fn hvshim_hv_unpack_f16(g: u32, b: u32, inp: *const u16, out: *mut f32, n: i64);
+    fn hvshim_hv_pack_bf16(g: u32, b: u32, x: *const f32, out: *mut u16, n: i64);
+    fn hvshim_hv_unpack_bf16(g: u32, b: u32, inp: *const u16, out: *mut f32, n: i64);
+}
+
+const ACTS: [Activation; 4] = [Activation::Identity, Activation::Relu, Activation::Tanh, Activation::Gelu];
+/// Rows (or element counts) and columns, odd ones included.
+const ROWS: [usize; 5] = [1, 3, 17, 129, 1000];
+const COLS: [usize; 5] = [1, 3, 10, 17, 129];
+/// Element counts for the element-wise kernels.
+const SIZES: [usize; 8] = [1, 2, 3, 17, 129, 1000, 4099, 70_001];
+
+/// The GPU's grid for `n` items, then grids small enough that every grid-stride loop loops.
+fn grids(n: usize) -> [(u32, u32); 3] {
+    [grid_1d(n), (1, 32), (3, 64)]
+}
+
+/// |got - want| ≤ 4·ε_f32·max(|want|, 1), element by element (see the module comment).
+const ULPS: f32 = 4.0;
+
+fn assert_close(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let tol = ULPS * f32::EPSILON * w.abs().max(1.0);
+        assert!((g - w).abs() <= tol, "{what}: [{i}] shim {g:e} vs cpu {w:e} (|diff| {:e} > {tol:e})", (g - w).abs());
+    }
+}
+
+fn random(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| (rng.uniform() * 2.0 - 1.0) as f32 * scale).collect()
+}
+
+const GUARD: usize = 3;
+const SENTINEL: f32 = -7777.25;
+
+/// `v` with guard elements appended.
+fn guarded(mut v: Vec<f32>) -> Vec<f32> {
+    v.extend([SENTINEL; GUARD]);
+    v
+}
+
+/// `v` without its guard elements, which must be untouched.
+fn body<'a>(what: &str, v: &'a [f32]) -> &'a [f32] {
+    let n = v.len() - GUARD;
+    assert!(v[n..].iter().all(|&x| x == SENTINEL), "{what}: a kernel wrote past the end: {:?}", &v[n..]);
+    &v[..n]
+}
+
+fn ptr_or_null(v: &mut Option<Vec<f32>>) -> *mut f32 {
+    v.as_mut().map_or(null_mut(), |v| v.as_mut_ptr())
+}
+
+#[test]
+fn fill_sets_every_element() {
+    for n in SIZES {
+        for (g, b) in grids(n) {
+            let mut v = guarded(vec![0.0; n]);
+            // SAFETY: `v` holds n elements (and the guard).
+            unsafe { hvshim_hv_fill(g, b, v.as_mut_ptr(), n as i64, 2.5) };
+            assert!(body("fill", &v).iter().all(|&x| x == 2.5), "fill n={n} grid {g}x{b}");
+        }
+    }
+}
+
+#[test]
+fn bias_act_matches_cpu() {
+    let mut rng = Rng::new(11, 0);
+    for rows in ROWS {
+        for cols in COLS {
+            let x = random(&mut rng, rows * cols, 3.0);
+            let bias = random(&mut rng, cols, 1.0);
+            for act in ACTS {
+                for keep in [false, true] {
+                    let mut want = x.clone();
+                    let mut want_z = vec![0.0; rows * cols];
+                    cpu::bias_act_forward(&mut want, &bias, act, keep.then_some(&mut want_z[..]));
+                    for (g, b) in grids(rows * cols) {
+                        let what = format!("bias_act {rows}x{cols} {act:?} keep_z={keep} grid {g}x{b}");
+                        let mut out = guarded(x.clone());
+                        let mut z = keep.then(|| guarded(vec![0.0; rows * cols]));
+                        // SAFETY: out and z hold rows·cols elements, bias cols.
+                        unsafe {
+                            let zp = ptr_or_null(&mut z);
+                            hvshim_hv_bias_act(
+                                g,
+                                b,
+                                out.as_mut_ptr(),
+                                bias.as_ptr(),
+                                zp,
+                                rows as i64,
+                                cols as i32,
+                                act_code(act),
+                            );
+                        }
+                        assert_close(&what, body(&what, &out), &want);
+                        if let Some(z) = &z {
+                            assert_close(&format!("{what} z"), body(&what, z), &want_z);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn act_backward_matches_cpu() {
+    let mut rng = Rng::new(12, 0);
+    for n in SIZES {
+        let z = random(&mut rng, n, 4.0);
+        let d = random(&mut rng, n, 1.0);
+        for act in ACTS {
+            let mut a = z.clone();
+            cpu::act_forward_inplace(&mut a, act);
+            // gelu needs z; the others must work with z absent (null) or present.
+            let with_z: &[bool] = if act == Activation::Gelu { &[true] } else { &[false, true] };
+            for &pass_z in with_z {
+                let mut want = d.clone();
+                cpu::act_backward_inplace(&mut want, &a, pass_z.then_some(&z[..]), act);
+                for (g, b) in grids(n) {
+                    let what = format!("act_backward n={n} {act:?} z={pass_z} grid {g}x{b}");
+                    let mut got = guarded(d.clone());
+                    let zp = if pass_z { z.as_ptr() } else { null() };
+                    // SAFETY: d, a and z (when passed) hold n elements.
+                    unsafe { hvshim_hv_act_backward(g, b, got.as_mut_ptr(), a.as_ptr(), zp, n as i64, act_code(act)) };
+                    assert_close(&what, body(&what, &got), &want);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn softmax_xent_matches_cpu() {
+    let mut rng = Rng::new(13, 0);
+    for rows in ROWS {
+        for k in COLS {
+            let logits = random(&mut rng, rows * k, 6.0);
+            let labels: Vec<i32> = (0..rows).map(|_| rng.below(k) as i32).collect();
+            let gs = 1.0 / rows as f32;
+            let mut want_d = vec![0.0; rows * k];
+            let (want_sum, want_correct) = cpu::softmax_xent(&logits, &labels, k, gs, Some(&mut want_d));
+            // Per-row losses and hits from the CPU, one row at a time.
+            let per_row: Vec<(f64, usize)> =
+                (0..rows).map(|r| cpu::softmax_xent(&logits[r * k..][..k], &labels[r..][..1], k, gs, None)).collect();
+            for with_d in [false, true] {
+                for (g, b) in grids(rows) {
+                    let what = format!("softmax_xent {rows}x{k} d={with_d} grid {g}x{b}");
+                    let mut d = with_d.then(|| guarded(vec![0.0; rows * k]));
+                    let mut loss = guarded(vec![0.0; rows]);
+                    let mut correct = vec![-1i32; rows + GUARD];
+                    // SAFETY: logits and d hold rows·k elements, labels, loss and correct rows.
+                    unsafe {
+                        let dp = ptr_or_null(&mut d);
+                        hvshim_hv_softmax_xent(
+                            g,
+                            b,
+                            logits.as_ptr(),
+                            labels.as_ptr(),
+                            rows as i64,
+                            k as i32,
+                            gs,
+                            dp,
+                            loss.as_mut_ptr(),
+                            correct.as_mut_ptr(),
+                        );
+                    }
+                    let loss = body(&what, &loss);
+                    assert!(correct[rows..].iter().all(|&c| c == -1), "{what}: row_correct written past the end");
+                    for (r, &(l, c)) in per_row.iter().enumerate() {
+                        assert_close(&format!("{what} loss row {r}"), &[loss[r]], &[l as f32]);
+                        assert_eq!(correct[r], c as i32, "{what}: correct, row {r}");
+                    }
+                    let sum: f64 = loss.iter().map(|&l| l as f64).sum();
+                    let hits: i32 = correct[..rows].iter().sum();
+                    let tol = ULPS as f64 * f32::EPSILON as f64 * want_sum.max(1.0);
+                    assert!((sum - want_sum).abs() <= tol, "{what}: loss sum {sum:e} vs cpu {want_sum:e}");
+                    assert_eq!(hits as usize, want_correct, "{what}: correct count");
+                    if let Some(d) = &d {
+                        assert_close(&format!("{what} d"), body(&what, d), &want_d);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn softmax_xent_with_a_label_out_of_range_is_nan() {
+    let logits = [0.5f32, -1.0, 2.0, 0.0, 1.0, 3.0, 1.0, 1.0, 1.0];
+    let labels = [-1i32, 3, 2];
+    let (mut loss, mut correct) = ([0.0f32; 3], [7i32; 3]);
+    // SAFETY: 3 rows of 3.
+    unsafe {
+        hvshim_hv_softmax_xent(
+            1,
+            32,
+            logits.as_ptr(),
+            labels.as_ptr(),
+            3,
+            3,
+            1.0,
+            null_mut(),
+            loss.as_mut_ptr(),
+            correct.as_mut_ptr(),
+        )
+    };
+    assert!(loss[0].is_nan() && loss[1].is_nan() && loss[2].is_finite(), "{loss:?}");
+    assert_eq!(correct, [0, 0, 0]);
+}
+
+#[test]
+fn mse_matches_cpu() {
+    let mut rng = Rng::new(14, 0);
+    for rows in ROWS {
+        for k in COLS {
+            let pred = random(&mut rng, rows * k, 2.0);
+            let target = random(&mut rng, rows * k, 2.0);
+            let gs = 1.0 / rows as f32;
+            let mut want_d = vec![0.0; rows * k];
+            cpu::mse(&pred, &target, k, gs, Some(&mut want_d));
+            let per_row: Vec<f64> =
+                (0..rows).map(|r| cpu::mse(&pred[r * k..][..k], &target[r * k..][..k], k, gs, None)).collect();
+            // The kernel sums a row in f32, cpu.rs in f64 (see the module comment).
+            let row_tol = (k as f64 + 2.0) * f32::EPSILON as f64;
+            for with_d in [false, true] {
+                for (g, b) in grids(rows) {
+                    let what = format!("mse {rows}x{k} d={with_d} grid {g}x{b}");
+                    let mut d = with_d.then(|| guarded(vec![0.0; rows * k]));
+                    let mut loss = guarded(vec![0.0; rows]);
+                    // SAFETY: pred, target and d hold rows·k elements, loss rows.
+                    unsafe {
+                        let dp = ptr_or_null(&mut d);
+                        hvshim_hv_mse(
+                            g,
+                            b,
+                            pred.as_ptr(),
+                            target.as_ptr(),
+                            rows as i64,
+                            k as i32,
+                            gs,
+                            dp,
+                            loss.as_mut_ptr(),
+                        );
+                    }
+                    for (r, (&got, &want)) in body(&what, &loss).iter().zip(&per_row).enumerate() {
+                        assert!(
+                            (got as f64 - want).abs() <= row_tol * want + f32::MIN_POSITIVE as f64,
+                            "{what}: row {r} loss {got:e} vs cpu {want:e}"
+                        );
+                    }
+                    if let Some(d) = &d {
+                        assert_close(&format!("{what} d"), body(&what, d), &want_d);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn softmax_rows_matches_cpu() {
+    let mut rng = Rng::new(15, 0);
+    for rows in ROWS {
+        for k in COLS {
+            let v = random(&mut rng, rows * k, 8.0);
+            let mut want = v.clone();
+            cpu::softmax_rows(&mut want, k);
+            for (g, b) in grids(rows) {
+                let what = format!("softmax_rows {rows}x{k} grid {g}x{b}");
+                let mut got = guarded(v.clone());
+                // SAFETY: rows·k elements.
+                unsafe { hvshim_hv_softmax_rows(g, b, got.as_mut_ptr(), rows as i64, k as i32) };
+                assert_close(&what, body(&what, &got), &want);
+            }
+        }
+    }
+}
+
+#[test]
+fn sgd_matches_cpu() {
+    let mut rng = Rng::new(16, 0);
+    for n in SIZES {
+        let p0 = random(&mut rng, n, 1.0);
+        let m0 = random(&mut rng, n, 0.1);
+        let grads: Vec<Vec<f32>> = (0..3).map(|_| random(&mut rng, n, 5.0)).collect();
+        for momentum in [false, true] {
+            for nesterov in [false, true] {
+                for wd in [0.0, 1e-3] {
+                    let h = SgdHyper { lr: 0.05, grad_scale: 1.0 / 7.0, weight_decay: wd, momentum: 0.9, nesterov };
+                    for (g, b) in grids(n) {
+                        let what = format!("sgd n={n} momentum={momentum} nesterov={nesterov} wd={wd} grid {g}x{b}");
+                        let (mut wp, mut wm) = (p0.clone(), m0.clone());
+                        let mut p = guarded(p0.clone());
+                        let mut m = momentum.then(|| guarded(m0.clone()));
+                        // Three steps, so the momentum carries over.
+                        for grad in &grads {
+                            cpu::sgd(&mut wp, grad, momentum.then_some(&mut wm[..]), &h);
+                            // SAFETY: p, grad and m hold n elements.
+                            unsafe {
+                                let mp = ptr_or_null(&mut m);
+                                let (lr, gs, mu) = (h.lr, h.grad_scale, h.momentum);
+                                hvshim_hv_sgd(
+                                    g,
+                                    b,
+                                    p.as_mut_ptr(),
+                                    grad.as_ptr(),
+                                    mp,
+                                    n as i64,
+                                    lr,
+                                    gs,
+                                    wd,
+                                    mu,
+                                    nesterov as i32,
+                                );
+                            }
+                        }
+                        assert_close(&what, body(&what, &p), &wp);
+                        if let Some(m) = &m {
+                            assert_close(&format!("{what} m"), body(&what, m), &wm);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn adam_matches_cpu() {
+    let mut rng = Rng::new(17, 0);
+    let (b1, b2, lr) = (0.9f32, 0.999f32, 1e-3f32);
+    for n in SIZES {
+        let p0 = random(&mut rng, n, 1.0);
+        let m0 = random(&mut rng, n, 0.01);
+        let v0: Vec<f32> = random(&mut rng, n, 1e-3).iter().map(|x| x.abs()).collect();
+        let grads: Vec<Vec<f32>> = (0..3).map(|_| random(&mut rng, n, 5.0)).collect();
+        // Plain Adam, Adam with an L2 penalty, AdamW (decoupled decay).
+        for (l2, decay) in [(0.0, 0.0), (0.01, 0.0), (0.0, lr * 0.05)] {
+            for t0 in [0, 99] {
+                for (g, b) in grids(n) {
+                    let what = format!("adam n={n} l2={l2} decay={decay} t0={t0} grid {g}x{b}");
+                    let (mut wp, mut wm, mut wv) = (p0.clone(), m0.clone(), v0.clone());
+                    let (mut p, mut m, mut v) = (guarded(p0.clone()), guarded(m0.clone()), guarded(v0.clone()));
+                    for (step, grad) in grads.iter().enumerate() {
+                        let t = (t0 + step + 1) as i32;
+                        let h = AdamHyper {
+                            lr,
+                            grad_scale: 1.0 / 3.0,
+                            b1,
+                            b2,
+                            eps: 1e-8,
+                            bc1: 1.0 - b1.powi(t),
+                            bc2_sqrt: (1.0 - b2.powi(t)).sqrt(),
+                            l2,
+                            decay,
+                        };
+                        cpu::adam(&mut wp, grad, &mut wm, &mut wv, &h);
+                        // SAFETY: p, grad, m and v hold n elements.
+                        unsafe {
+                            hvshim_hv_adam(
+                                g,
+                                b,
+                                p.as_mut_ptr(),
+                                grad.as_ptr(),
+                                m.as_mut_ptr(),
+                                v.as_mut_ptr(),
+                                n as i64,
+                                h.lr,
+                                h.grad_scale,
+                                h.b1,
+                                h.b2,
+                                h.eps,
+                                h.bc1,
+                                h.bc2_sqrt,
+                                h.l2,
+                                h.decay,
+                            );
+                        }
+                    }
+                    assert_close(&what, body(&what, &p), &wp);
+                    assert_close(&format!("{what} m"), body(&what, &m), &wm);
+                    assert_close(&format!("{what} v"), body(&what, &v), &wv);
+                }
+            }
+        }
+    }
+}
+
+// ---- fp16 / bf16: bit-exact against the `half` crate ----
+
+/// f32 inputs for the packers: specials, every rounding tie of both formats (and its
+/// neighbours), overflow and underflow edges, random bit patterns over all of f32 and
+/// random values within fp16's range.
+fn pack_inputs() -> Vec<f32> {
+    let mut xs: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        f32::MIN,
+        f32::MIN_POSITIVE,
+        f32::from_bits(1),           // the smallest f32 subnormal
+        65504.0,                     // fp16 max
+        65519.996,                   // just below the tie: 65504
+        65520.0,                     // the tie between 65504 and 65536: to even, infinity
+        65536.0,                     // overflow
+        1e6,                         // overflow (fp16), fine (bf16)
+        2f32.powi(-24),              // the smallest fp16 subnormal
+        2f32.powi(-25),              // half of it: a tie, to even (zero)
+        f32::from_bits(0x3300_0001), // just above that tie: the smallest subnormal
+        2f32.powi(-26),              // underflow to zero
+        1e-10,                       // underflow to zero
+        f32::from_bits(0x7f7f_8000), // bf16 tie at the top: to even, infinity
+        f32::from_bits(0x7f7f_7fff), // just below: bf16 max
+        f32::from_bits(0x7fc0_0000), // NaNs: quiet, signalling, negative, payloads
+        f32::from_bits(0x7f80_0001),
+        f32::from_bits(0xffc0_0001),
+        f32::from_bits(0x7fff_ffff),
+        f32::from_bits(0x7f80_2000),
+    ];
+    // fp16 ties: the midpoint between every pair of adjacent finite fp16 values (65536 stands
+    // in for the value after the largest), exact in f32, and its f32 neighbours.
+    for h in 0u16..0x7c00 {
+        let lo = half::f16::from_bits(h).to_f32() as f64;
+        let hi = if h == 0x7bff { 65536.0 } else { half::f16::from_bits(h + 1).to_f32() as f64 };
+        let mid = ((lo + hi) / 2.0) as f32;
+        for x in [mid, f32::from_bits(mid.to_bits() - 1), f32::from_bits(mid.to_bits() + 1)] {
+            xs.extend([x, -x]);
+        }
+    }
+    // bf16 ties and their neighbours, under every upper half (NaNs and infinities included).
+    for hi in 0u32..=0xffff {
+        for lo in [0x0000, 0x7fff, 0x8000, 0x8001] {
+            xs.push(f32::from_bits(hi << 16 | lo));
+        }
+    }
+    let mut rng = Rng::new(18, 0);
+    for _ in 0..300_000 {
+        xs.push(f32::from_bits(rng.next_u64() as u32));
+        // Exponents from 2^-27 to 2^17: fp16's subnormals, normals and overflow.
+        let bits = rng.next_u64();
+        let exp = 100 + (bits >> 32) % 45;
+        xs.push(f32::from_bits((bits as u32 & 0x807f_ffff) | (exp as u32) << 23));
+    }
+    xs
+}
+
+/// Runs a packer over `xs` with each grid and checks it against the `half` crate, bit for bit
+/// (NaN: only that it stays NaN).
+fn check_pack(
+    what: &str,
+    xs: &[f32],
+    shim: unsafe extern "C" fn(u32, u32, *const f32, *mut u16, i64),
+    scalar: impl Fn(f32) -> u16,
+    slice: impl Fn(&[f32], &mut [u16]),
+    is_nan: impl Fn(u16) -> bool,
+) {
+    let mut want = vec![0u16; xs.len()];
+    slice(xs, &mut want);
+    for (g, b) in [grid_1d(xs.len()), (3, 64)] {
+        let mut got = vec![0xdeadu16; xs.len() + GUARD];
+        // SAFETY: xs.len() elements in and out.
+        unsafe { shim(g, b, xs.as_ptr(), got.as_mut_ptr(), xs.len() as i64) };
+        assert!(got[xs.len()..].iter().all(|&x| x == 0xdead), "{what}: wrote past the end");
+        for (i, &x) in xs.iter().enumerate() {
+            if x.is_nan() {
+                assert!(is_nan(got[i]), "{what}: NaN {:#010x} became {:#06x}", x.to_bits(), got[i]);
+                continue;
+            }
+            assert_eq!(got[i], scalar(x), "{what}: {x:e} ({:#010x}) grid {g}x{b}", x.to_bits());
+            assert_eq!(got[i], want[i], "{what}: {x:e} ({:#010x}), slice conversion", x.to_bits());
+        }
+    }
+}
+
+/// Runs an unpacker over every 16-bit pattern and checks it against the `half` crate.
+fn check_unpack(
+    what: &str,
+    shim: unsafe extern "C" fn(u32, u32, *const u16, *mut f32, i64),
+    scalar: impl Fn(u16) -> f32,
+    slice: impl Fn(&[u16], &mut [f32]),
+) {
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let mut want = vec![0f32; all.len()];
+    slice(&all, &mut want);
+    for (g, b) in [grid_1d(all.len()), (1, 32)] {
+        let mut got = guarded(vec![0f32; all.len()]);
+        // SAFETY: 65536 elements in and out.
+        unsafe { shim(g, b, all.as_ptr(), got.as_mut_ptr(), all.len() as i64) };
+        let got = body(what, &got);
+        for (&h, (&x, &w)) in all.iter().zip(got.iter().zip(&want)) {
+            let s = scalar(h);
+            if s.is_nan() {
+                assert!(x.is_nan() && w.is_nan(), "{what}: {h:#06x} is NaN, shim gave {x:e}");
+                continue;
+            }
+            assert_eq!(x.to_bits(), s.to_bits(), "{what}: {h:#06x}: shim {x:e} vs half {s:e}");
+            assert_eq!(x.to_bits(), w.to_bits(), "{what}: {h:#06x}: shim {x:e} vs half slice {w:e}");
+        }
+    }
+}
+
+#[test]
+fn fp16_and_bf16_pack_bit_exact_with_half() {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    use half::{bf16, f16};
+    let xs = pack_inputs();
+    check_pack(
+        "pack_f16",
+        &xs,
+        hvshim_hv_pack_f16,
+        |x| f16::from_f32(x).to_bits(),
+        |x, o| o.reinterpret_cast_mut::<f16>().convert_from_f32_slice(x),
+        |h| f16::from_bits(h).is_nan(),
+    );
+    check_pack(
+        "pack_bf16",
+        &xs,
+        hvshim_hv_pack_bf16,
+        |x| bf16::from_f32(x).to_bits(),
+        |x, o| o.reinterpret_cast_mut::<bf16>().convert_from_f32_slice(x),
+        |h| bf16::from_bits(h).is_nan(),
+    );
+}
+
+#[test]
+fn fp16_and_bf16_unpack_bit_exact_with_half() {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    use half::{bf16, f16};
+    check_unpack(
+        "unpack_f16",
+        hvshim_hv_unpack_f16,
+        |h| f16::from_bits(h).to_f32(),
+        |h, o| h.reinterpret_cast::<f16>().convert_to_f32_slice(o),
+    );
+    check_unpack(
+        "unpack_bf16",
+        hvshim_hv_unpack_bf16,
+        |h| bf16::from_bits(h).to_f32(),
+        |h, o| h.reinterpret_cast::<bf16>().convert_to_f32_slice(o),
+    );
+}
+
+#[test]
+fn every_kernel_has_a_shim() {
+    let src = include_str!("shim.cpp");
+    for k in super::launch::KERNELS {
+        assert!(src.contains(&format!("void hvshim_{k}(")), "{k} has no hvshim_{k} in shim.cpp");
+    }
+}
