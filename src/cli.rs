@@ -65,6 +65,16 @@ Reads the job's x_dataset from INPUT; writes `outputs` [N, K] and, for classific
     /// Prepare data: convert IDX to HDF5, split a file into per-rank shards.
     #[command(subcommand)]
     Data(DataCommand),
+    /// Check a node's backend: every backend operation, gradient checks and one training
+    /// step against the CPU reference, and fp16/bf16 packing bit for bit. Exit 0 when all pass.
+    #[command(
+        after_help = "Example:\n  hvtrain selftest --device cuda     # on a new GPU node, before a long job\n\n\
+With --device cuda it also checks a step with TF32 tensor cores (looser tolerance)."
+    )]
+    Selftest {
+        #[arg(long, value_enum, default_value = "auto")]
+        device: DeviceArg,
+    },
     /// Micro-benchmarks of this machine, as hvtrain sees it.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -138,6 +148,30 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 0.5)]
         seconds: f64,
     },
+    /// Training steps per second of one MLP on one device (CPU or GPU, no MPI), and the
+    /// GEMM rate of the step's own matrix products on that device in the same run.
+    #[command(
+        after_help = "Example:\n  hvtrain bench step --device cuda --layers 784,4096,4096,4096,10 --batch 8192 --precision tf32\n\n\
+Prints one JSON object (samples_per_s, step_tflops, gemm_tflops, fraction_of_gemm, ...),\n\
+also written to --json FILE. The PyTorch peer on the same shapes: bench/torch_peer.py."
+    )]
+    Step {
+        #[arg(long, value_enum, default_value = "auto")]
+        device: DeviceArg,
+        #[arg(long, value_delimiter = ',', default_value = "784,512,512,10")]
+        layers: Vec<usize>,
+        #[arg(long, default_value_t = 1024)]
+        batch: usize,
+        #[arg(long, value_enum, default_value = "fp32")]
+        precision: PrecisionArg,
+        /// Timed steps (after --warmup untimed ones).
+        #[arg(long, default_value_t = 50)]
+        steps: usize,
+        #[arg(long, default_value_t = 10)]
+        warmup: usize,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Single-core SGEMM rate (GFLOP/s) of hvtrain's matrix crate on an MLP's step shapes.
     #[command(after_help = "Example:\n  hvtrain bench gemm --layers 784,512,512,10 --batch 128")]
     Gemm {
@@ -149,4 +183,38 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
     },
+}
+
+/// `--device` on the command line (the job file's `training.device`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum DeviceArg {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl DeviceArg {
+    pub fn choice(self) -> crate::config::DeviceChoice {
+        match self {
+            DeviceArg::Auto => crate::config::DeviceChoice::Auto,
+            DeviceArg::Cpu => crate::config::DeviceChoice::Cpu,
+            DeviceArg::Cuda => crate::config::DeviceChoice::Cuda,
+        }
+    }
+}
+
+/// `--precision` on the command line (the job file's `training.precision`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum PrecisionArg {
+    Fp32,
+    Tf32,
+}
+
+impl PrecisionArg {
+    pub fn precision(self) -> crate::config::Precision {
+        match self {
+            PrecisionArg::Fp32 => crate::config::Precision::Fp32,
+            PrecisionArg::Tf32 => crate::config::Precision::Tf32,
+        }
+    }
 }

@@ -84,6 +84,10 @@ fn main() {
             bench::allreduce::run(comm, min_bytes, max_bytes, threshold_mb, seconds);
             Ok(0)
         }),
+        Command::Bench(BenchCommand::Step { device, layers, batch, precision, steps, warmup, json }) => {
+            finish(bench_step(device, layers, batch, precision, steps, warmup, json))
+        }
+        Command::Selftest { device } => selftest(device),
         Command::Bench(BenchCommand::Gemm { layers, batch, seconds }) => {
             bench::gemm::run(&layers, batch, seconds);
             0
@@ -140,6 +144,95 @@ fn with_mpi(f: impl FnOnce(&parallel::Comm) -> error::Result<i32>) -> i32 {
             1
         }
     }
+}
+
+fn bench_step(
+    device: cli::DeviceArg,
+    layers: Vec<usize>,
+    batch: usize,
+    precision: cli::PrecisionArg,
+    steps: usize,
+    warmup: usize,
+    json: Option<std::path::PathBuf>,
+) -> error::Result<()> {
+    if layers.len() < 2 || layers.contains(&0) || batch == 0 || steps == 0 {
+        return Err(error::Error::Device("bench step: --layers needs two or more sizes > 0, --batch and --steps > 0".into()));
+    }
+    let (kind, how) = device::select(device.choice(), 0)?;
+    log::info!("bench step on {how}");
+    let b = bench::step::StepBench { layers, batch, steps, warmup, precision: precision.precision() };
+    let out = device::with_backend(kind, b.precision, &b)?;
+    println!("{out}");
+    if let Some(p) = json {
+        std::fs::write(&p, format!("{out}\n")).map_err(|e| error::Error::io(&p, "writing the benchmark result", e))?;
+    }
+    Ok(())
+}
+
+/// `hvtrain selftest`: the conformance suite on this node's backend, as a table.
+fn selftest(device: cli::DeviceArg) -> i32 {
+    let run = || -> error::Result<bool> {
+        let (kind, how) = device::select(device.choice(), 0)?;
+        println!("hvtrain selftest on {how}");
+        let mut ok = true;
+        let mut report = |name: &str, r: &std::result::Result<(), String>| {
+            match r {
+                Ok(()) => println!("  ok    {name}"),
+                Err(e) => println!("  FAIL  {name}: {e}"),
+            }
+            ok &= r.is_ok();
+        };
+        struct Suite;
+        impl device::WithBackend<Vec<(&'static str, std::result::Result<(), String>)>> for Suite {
+            fn run<B: device::Backend>(self, be: B) -> error::Result<Vec<(&'static str, std::result::Result<(), String>)>> {
+                println!("  backend: {}", be.name());
+                Ok(device::conformance::suite(&be, 1e-4))
+            }
+        }
+        // Quiet the panic messages of failing checks: the table reports them.
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let results = device::with_backend(kind, config::Precision::Fp32, Suite);
+        std::panic::set_hook(hook);
+        for (name, r) in results? {
+            report(name, &r);
+        }
+        if let device::Kind::Cuda(_) = kind {
+            struct Tf32;
+            impl device::WithBackend<std::result::Result<(), String>> for Tf32 {
+                fn run<B: device::Backend>(self, be: B) -> error::Result<std::result::Result<(), String>> {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        use config::{Activation, LossKind};
+                        model::gradcheck::step_matches_cpu(&be, Activation::Relu, LossKind::SoftmaxCrossEntropy, 2e-2)
+                    }));
+                    Ok(r.map_err(|e| e.downcast_ref::<String>().cloned().unwrap_or_default()))
+                }
+            }
+            std::panic::set_hook(Box::new(|_| {}));
+            let r = device::with_backend(kind, config::Precision::Tf32, Tf32);
+            std::panic::set_hook(hook_default());
+            report("one step with TF32 tensor cores against the CPU (tolerance 2e-2)", &r?);
+        }
+        Ok(ok)
+    };
+    match run() {
+        Ok(true) => {
+            println!("selftest: all checks passed");
+            0
+        }
+        Ok(false) => {
+            println!("selftest: FAILED");
+            1
+        }
+        Err(e) => {
+            say(format!("hvtrain: error: {e}"));
+            1
+        }
+    }
+}
+
+fn hook_default() -> Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static> {
+    Box::new(|info| eprintln!("{info}"))
 }
 
 fn finish(r: error::Result<()>) -> i32 {

@@ -4,3 +4,4 @@
 
 pub mod allreduce;
 pub mod gemm;
+pub mod step;

@@ -1,0 +1,128 @@
+//! `hvtrain bench step`: training steps per second of one MLP on one device (no MPI, one
+//! rank: the step without communication), and the GEMM rate on the step's own matrix
+//! products measured in the same run on the same device, so the step's FLOP rate reads as a
+//! fraction of what the matrix library gives. Synthetic data; each step uploads its batch,
+//! as training does. The PyTorch peer on the same shapes is `bench/torch_peer.py`.
+
+use crate::config::{Activation, LossKind, OptimizerCfg, Precision};
+use crate::data::loader::Batch;
+use crate::device::{Backend, Trans, WithBackend};
+use crate::error::Result;
+use crate::model::Mlp;
+use crate::optim::Optimizer;
+use crate::parallel::fusion::FusionPlan;
+use crate::parallel::{reduce, Engine};
+use crate::rng::Rng;
+use crate::step::Stepper;
+use std::time::Instant;
+
+pub struct StepBench {
+    pub layers: Vec<usize>,
+    pub batch: usize,
+    pub steps: usize,
+    pub warmup: usize,
+    pub precision: Precision,
+}
+
+/// The matrix products of one training step, (m, k, n, ta, tb), as `Mlp` issues them:
+/// forward x·W, weight gradient xᵀ·d, and input gradient d·Wᵀ for every layer but the first
+/// (nothing needs the gradient of the data).
+fn step_gemms(layers: &[usize], batch: usize) -> Vec<(usize, usize, usize, Trans, Trans)> {
+    let mut shapes = Vec::new();
+    for (l, w) in layers.windows(2).enumerate() {
+        shapes.push((batch, w[0], w[1], Trans::N, Trans::N));
+        shapes.push((w[0], batch, w[1], Trans::T, Trans::N));
+        if l > 0 {
+            shapes.push((batch, w[1], w[0], Trans::N, Trans::T));
+        }
+    }
+    shapes
+}
+
+/// FLOPs of one training step's matrix products (the element-wise work is not counted).
+pub fn step_flops(layers: &[usize], batch: usize) -> f64 {
+    step_gemms(layers, batch).iter().map(|&(m, k, n, _, _)| 2.0 * (m * k * n) as f64).sum()
+}
+
+impl WithBackend<serde_json::Value> for &StepBench {
+    fn run<B: Backend>(self, be: B) -> Result<serde_json::Value> {
+        let (layers, b) = (&self.layers, self.batch);
+        let model = Mlp::new(layers, Activation::Relu, LossKind::SoftmaxCrossEntropy);
+        let params = model.init_params(1);
+        let lens: Vec<usize> = model.tensors().iter().map(|t| t.range.len()).collect();
+        let plan = FusionPlan::new(&lens, 64 << 20);
+        let mut pool = Vec::new();
+        for r in plan.buckets.iter().rev() {
+            pool.push(be.staged(r.len())?);
+            pool.push(be.staged(r.len())?);
+        }
+        let engine = Engine::new(reduce::for_job(None, crate::config::Compression::None), plan, false, None, None, move |_| {
+            pool.pop().expect("one buffer per bucket and role")
+        });
+        let cfg = OptimizerCfg { lr: 0.01, ..Default::default() };
+        let opt = Optimizer::new(&be, &cfg, model.tensors(), model.n_params, 1)?;
+        let name = be.name();
+        let mut st = Stepper::new(be, model, &params, opt, engine, b, None)?;
+        let mut r = Rng::new(2, 5);
+        let k = *layers.last().expect("layers");
+        let batch = Batch {
+            rows: b,
+            x: (0..b * layers[0]).map(|_| r.uniform() as f32).collect(),
+            classes: (0..b).map(|i| (i % k) as i32).collect(),
+            values: Vec::new(),
+        };
+        for _ in 0..self.warmup {
+            st.run(&batch, b, Instant::now())?;
+        }
+        st.params_host()?; // waits for the device
+        let t = Instant::now();
+        for _ in 0..self.steps {
+            st.run(&batch, b, Instant::now())?;
+        }
+        st.params_host()?;
+        let secs = t.elapsed().as_secs_f64();
+        let flops = step_flops(layers, b);
+        let gemm = gemm_rate(st.backend(), layers, b)?;
+        let step_tflops = flops * self.steps as f64 / secs / 1e12;
+        Ok(serde_json::json!({
+            "device": name, "layers": layers, "batch": b, "precision": format!("{:?}", self.precision).to_lowercase(),
+            "steps": self.steps, "seconds": secs,
+            "samples_per_s": (b * self.steps) as f64 / secs,
+            "step_ms": secs * 1e3 / self.steps as f64,
+            "step_tflops": step_tflops,
+            "gemm_tflops": gemm,
+            "fraction_of_gemm": step_tflops / gemm,
+        }))
+    }
+}
+
+/// TFLOP/s of the step's own matrix products (`step_gemms`) on
+/// `be`, back to back, timed over repeats until at least 0.5 s has passed.
+fn gemm_rate<B: Backend>(be: &B, layers: &[usize], batch: usize) -> Result<f64> {
+    let shapes = step_gemms(layers, batch);
+    let mut bufs = Vec::new();
+    for &(m, k, n, _, _) in &shapes {
+        bufs.push((be.upload(&vec![0.5f32; m * k])?, be.upload(&vec![0.25f32; k * n])?, be.zeros(m * n)?));
+    }
+    let flops: f64 = shapes.iter().map(|&(m, k, n, _, _)| 2.0 * (m * k * n) as f64).sum();
+    let once = |bufs: &mut Vec<(B::Buf, B::Buf, B::Buf)>| -> Result<()> {
+        for (&(m, k, n, ta, tb), (a, b, c)) in shapes.iter().zip(bufs.iter_mut()) {
+            let (av, bv) = (be.view(a, 0..m * k), be.view(b, 0..k * n));
+            be.gemm(m, k, n, 1.0, av, ta, bv, tb, 0.0, be.view_mut(c, 0..m * n))?;
+        }
+        Ok(())
+    };
+    let mut sync = [0.0f32];
+    once(&mut bufs)?;
+    be.download(&bufs[0].2, 0..1, &mut sync)?;
+    let (t, mut reps) = (Instant::now(), 0u64);
+    while reps < 3 || t.elapsed().as_secs_f64() < 0.5 {
+        once(&mut bufs)?;
+        reps += 1;
+        if reps % 4 == 0 {
+            be.download(&bufs[0].2, 0..1, &mut sync)?;
+        }
+    }
+    be.download(&bufs[0].2, 0..1, &mut sync)?;
+    Ok(flops * reps as f64 / t.elapsed().as_secs_f64() / 1e12)
+}
