@@ -17,7 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN   := mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
 
-.PHONY: deps test-deps install build data demo test check-mpich bench clean
+.PHONY: deps test-deps install build data demo test check-mpich bench clean gpu-bundle
 
 deps:
 	@$(MAKE) --no-print-directory install PKGS="$(APT_PKGS)"
@@ -68,3 +68,9 @@ clean:
 	cargo clean
 	rm -rf target-mpich
 	rm -rf runs data/*.h5
+
+# The GPU check's bundle (docs/gpu-check.md): target/gpu-bundle/ (hvtrain, its libraries, a
+# relocated Open MPI, Fashion-MNIST, the check scripts) and target/gpu-bundle.tar.xz to carry
+# to a GPU machine, where `bash gpu-bundle/run-gpu-check.sh LOGDIR` runs it.
+gpu-bundle: build
+	bash tools/gpu-bundle.sh
