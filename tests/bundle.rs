@@ -145,10 +145,17 @@ fn bundle_layout_and_libraries_are_self_contained() {
             }
             let real = Path::new(path).canonicalize().unwrap_or_else(|_| PathBuf::from(path));
             if !real.starts_with(&b) {
-                bad.push(format!("{}: {name} => {path} (outside the bundle, not glibc)", f.strip_prefix(&b).unwrap().display()));
+                bad.push(format!(
+                    "{}: {name} => {path} (outside the bundle, not glibc)",
+                    f.strip_prefix(&b).unwrap().display()
+                ));
             }
         }
-        assert!(out.status.success() || text.contains("not a dynamic executable"), "ldd {} failed: {text}", f.display());
+        assert!(
+            out.status.success() || text.contains("not a dynamic executable"),
+            "ldd {} failed: {text}",
+            f.display()
+        );
     }
     assert!(bad.is_empty(), "{} unresolved or outside dependencies:\n{}", bad.len(), bad.join("\n"));
     println!("ldd: {} ELF files, every dependency inside the bundle or glibc", elves.len());
@@ -183,14 +190,19 @@ fn bundle_trains_2_ranks_with_the_system_mpi_and_hdf5_hidden() {
     let dir = scratch("bundle-hidden");
 
     // May we make a mount namespace at all (root, no seccomp/container rule against it)?
-    let probe = Command::new("unshare").args(["-m", "sh", "-c", "mount --make-rprivate / && mount -t tmpfs none /mnt"]).output();
+    let probe = Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount --make-rprivate / && mount -t tmpfs none /mnt"])
+        .output();
     let probe_err = match &probe {
         Ok(o) if o.status.success() => None,
         Ok(o) => Some(String::from_utf8_lossy(&o.stderr).into_owned()),
         Err(e) => Some(e.to_string()),
     };
     if let Some(e) = probe_err {
-        let msg = format!("unshare -m / mount are not permitted here ({}), so the hidden-system run cannot be done", e.trim());
+        let msg = format!(
+            "unshare -m / mount are not permitted here ({}), so the hidden-system run cannot be done",
+            e.trim()
+        );
         assert!(!require(), "{msg} (HVTRAIN_REQUIRE_BUNDLE=1)");
         println!("skipped: {msg}");
         return;
@@ -254,7 +266,10 @@ fn bundle_trains_2_ranks_with_the_system_mpi_and_hdf5_hidden() {
     std::fs::write(dir.join("log.txt"), &all).unwrap();
     assert!(out.status.code() != Some(97), "{all}");
     assert!(all.contains(&format!("mpirun: {}/ompi/bin/mpirun", b.display())), "not the bundle's mpirun\n{all}");
-    assert!(out.status.success() && all.contains("done:"), "the bundle did not train with the system's MPI/HDF5 hidden\n{all}");
+    assert!(
+        out.status.success() && all.contains("done:"),
+        "the bundle did not train with the system's MPI/HDF5 hidden\n{all}"
+    );
     println!(
         "trained 2 ranks with the bundle alone ({} system libraries and {} folders hidden) in {:.1} s",
         libs.len(),
