@@ -17,7 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN   := mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
 
-.PHONY: deps test-deps install build data demo test check-mpich bench nvrtc clean
+.PHONY: deps test-deps install build data demo test check-mpich bench nvrtc clean gpu-bundle
 
 # NVRTC (CUDA's run-time compiler) from PyPI, unpacked: `make test` compiles every GPU kernel
 # with it, without a GPU or a CUDA install (src/device/cuda/nvrtc.rs). Pinned: 12.x still
@@ -56,8 +56,8 @@ data/fashion-mnist-test.h5:
 demo: data
 	$(MPIRUN) -n $(RANKS) $(BIN) train $(JOB) --resume auto
 
-test: test-deps build nvrtc
-	LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH HVTRAIN_REQUIRE_NVRTC=1 cargo test --release
+test: test-deps build nvrtc gpu-bundle
+	LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH HVTRAIN_REQUIRE_NVRTC=1 HVTRAIN_REQUIRE_BUNDLE=1 cargo test --release
 	$(MAKE) --no-print-directory check-mpich
 
 # The code must build against MPICH too: build with MPICH's wrapper into target-mpich/ and
@@ -91,3 +91,9 @@ clean:
 	cargo clean
 	rm -rf target-mpich
 	rm -rf runs data/*.h5
+
+# The GPU check's bundle (docs/gpu-check.md): target/gpu-bundle/ (hvtrain, its libraries, a
+# relocated Open MPI, Fashion-MNIST, the check scripts) and target/gpu-bundle.tar.xz to carry
+# to a GPU machine, where `bash gpu-bundle/run-gpu-check.sh LOGDIR` runs it.
+gpu-bundle: build
+	bash tools/gpu-bundle.sh

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# GPU benchmark: hvtrain's training step against a PyTorch eager peer, one GPU, same shapes.
+#   bash bench/gpu.sh LOGDIR
+# For layers 784-4096-4096-4096-10 and 784-512-512-10, batch 1024 and 8192, precision fp32
+# and tf32, it runs
+#   hvtrain bench step --device cuda --layers L --batch B --precision P --steps N --json F
+#   python3 bench/torch_peer.py --layers L --batch B --precision P --steps N --json F
+# and writes LOGDIR/gpu-bench.md (a markdown table) and LOGDIR/gpu-bench.json.
+# Targets: hvtrain samples/s >= 1.2 x torch's; on the large model hvtrain's step FLOP rate
+# >= 70 % of its GEMM rate (gemm_tflops, what cuBLAS does on the step's GEMM shapes alone).
+# Environment: HV (hvtrain binary: bin/hvtrain in a bundle, else target/release/hvtrain),
+# HV_LD_LIBRARY_PATH (LD_LIBRARY_PATH for hvtrain only; python3 always runs without one),
+# PYTHON (python3), STEPS (50), WARMUP (10), LIMIT (seconds per run, 180), SHAPES (override
+# the list: "784,512,512,10:1024:fp32 ..."), STRICT=1 (exit 1 when a target is missed too),
+# DEADLINE (epoch seconds: runs that would not fit are skipped, and count as failed).
+# Exit: 0 when every run produced its JSON (and, with STRICT=1, every target was met), else 1.
+set -uo pipefail
+LOGDIR=${1:?usage: bash bench/gpu.sh LOGDIR}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+if [ -z "${HV:-}" ]; then
+  if [ -x "$ROOT/bin/hvtrain" ]; then HV="$ROOT/bin/hvtrain"; else HV="$ROOT/target/release/hvtrain"; fi
+fi
+PYTHON=${PYTHON:-python3}
+STEPS=${STEPS:-50}
+WARMUP=${WARMUP:-10}
+LIMIT=${LIMIT:-180}
+LARGE=784,4096,4096,4096,10
+SMALL=784,512,512,10
+if [ -z "${SHAPES:-}" ]; then
+  SHAPES=""
+  for L in $LARGE $SMALL; do for B in 1024 8192; do for P in fp32 tf32; do SHAPES+="$L:$B:$P "; done; done; done
+fi
+mkdir -p "$LOGDIR/bench"
+D="$LOGDIR/bench"
+hv() { LD_LIBRARY_PATH="${HV_LD_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}}" timeout -k 5 "$LIMIT" "$HV" "$@"; }
+py() { env -u LD_LIBRARY_PATH timeout -k 5 "$LIMIT" "$PYTHON" "$@"; }
+
+failed=0
+for s in $SHAPES; do
+  IFS=: read -r L B P <<< "$s"
+  tag="${L//,/-}_b${B}_${P}"
+  echo "== $tag"
+  if [ -n "${DEADLINE:-}" ]; then   # run-gpu-check.sh's time budget: skip what does not fit
+    left=$((DEADLINE - $(date +%s)))
+    if [ "$left" -lt 30 ]; then echo "   skipped: out of time"; failed=1; continue; fi
+    [ "$LIMIT" -gt $((left / 2)) ] && LIMIT=$((left / 2))
+  fi
+  hv bench step --device cuda --layers "$L" --batch "$B" --precision "$P" --steps "$STEPS" \
+    --json "$D/hv_$tag.json" > "$D/hv_$tag.log" 2>&1
+  rc=$?
+  if [ $rc != 0 ] || [ ! -s "$D/hv_$tag.json" ]; then
+    echo "   hvtrain bench step failed (exit $rc): $D/hv_$tag.log"; tail -5 "$D/hv_$tag.log" | sed 's/^/   | /'; failed=1
+  fi
+  py "$HERE/torch_peer.py" --layers "$L" --batch "$B" --precision "$P" --steps "$STEPS" --warmup "$WARMUP" \
+    --json "$D/torch_$tag.json" > "$D/torch_$tag.log" 2>&1
+  rc=$?
+  if [ $rc != 0 ] || [ ! -s "$D/torch_$tag.json" ]; then
+    echo "   torch_peer failed (exit $rc): $D/torch_$tag.log"; tail -5 "$D/torch_$tag.log" | sed 's/^/   | /'; failed=1
+  fi
+done
+
+env -u LD_LIBRARY_PATH "$PYTHON" - "$D" "$LOGDIR" "$LARGE" "$STEPS" $SHAPES <<'PY'
+import json, os, sys
+d, logdir, large, steps, shapes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+
+def load(p):
+    try:
+        with open(p) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+def num(j, k):
+    v = (j or {}).get(k)
+    return float(v) if isinstance(v, (int, float)) else None
+
+def fmt(v, spec):
+    return "–" if v is None else format(v, spec)
+
+rows, out, missed, met = [], [], 0, 0
+for s in shapes:
+    L, B, P = s.split(":")
+    tag = f"{L.replace(',', '-')}_b{B}_{P}"
+    hv, pt = load(f"{d}/hv_{tag}.json"), load(f"{d}/torch_{tag}.json")
+    hs, ts = num(hv, "samples_per_s"), num(pt, "samples_per_s")
+    htf, gtf, ttf = num(hv, "step_tflops"), num(hv, "gemm_tflops"), num(pt, "step_tflops")
+    ratio = hs / ts if hs and ts else None
+    frac = htf / gtf if htf and gtf else None
+    notes = []
+    if ratio is not None:
+        if ratio >= 1.2: met += 1
+        else: missed += 1; notes.append("ratio < 1.2")
+    if L == large and frac is not None:
+        if frac >= 0.70: met += 1
+        else: missed += 1; notes.append("step/GEMM < 70 %")
+    if hv is None: notes.append("no hvtrain result")
+    if pt is None: notes.append("no torch result")
+    rows.append(f"| {L.replace(',', '-')} | {B} | {P} | {fmt(hs, ',.0f')} | {fmt(ts, ',.0f')} | {fmt(ratio, '.2f')}× | "
+                f"{fmt(htf, '.1f')} | {fmt(gtf, '.1f')} | {fmt(100*frac if frac else None, '.0f')} % | {fmt(ttf, '.1f')} | "
+                f"{'; '.join(notes) or 'ok'} |")
+    out.append({"layers": L, "batch": int(B), "precision": P, "hvtrain": hv, "torch": pt,
+                "ratio": ratio, "step_over_gemm": frac})
+
+dev = next((j["torch"].get("device_name") for j in out if j["torch"]), None)
+tv = next((j["torch"].get("torch_version") for j in out if j["torch"]), None)
+md = [f"# GPU step benchmark: hvtrain vs PyTorch eager ({dev or 'GPU ?'}, torch {tv or '?'}, {steps} timed steps)", "",
+      "Targets: samples/s ratio hvtrain/torch ≥ 1.2×; on 784-4096-4096-4096-10, hvtrain's step FLOP rate ≥ 70 % of its GEMM rate.",
+      "FLOP/step = 6 × batch × Σ in·out. One process, one GPU, synthetic data on the GPU, SGD lr 0.01.", "",
+      "| layers | batch | precision | hvtrain samples/s | torch samples/s | ratio | hvtrain step TFLOP/s | hvtrain GEMM TFLOP/s | step/GEMM | torch TFLOP/s | notes |",
+      "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"] + rows + ["",
+      f"Targets met: {met}, missed: {missed}."]
+open(os.path.join(logdir, "gpu-bench.md"), "w").write("\n".join(md) + "\n")
+json.dump({"rows": out, "targets_met": met, "targets_missed": missed}, open(os.path.join(logdir, "gpu-bench.json"), "w"), indent=1)
+print("\n".join(md))
+PY
+[ $? = 0 ] || failed=1
+if [ "${STRICT:-0}" = 1 ]; then
+  env -u LD_LIBRARY_PATH "$PYTHON" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["targets_missed"] > 0)' \
+    "$LOGDIR/gpu-bench.json" || failed=1
+fi
+exit $failed

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# The GPU check, run on the GPU machine from an unpacked bundle (docs/gpu-check.md):
+#   tar xJf gpu-bundle.tar.xz && bash gpu-bundle/run-gpu-check.sh LOGDIR
+# Uses only the bundle (hvtrain, its libraries, a relocated Open MPI) plus the machine's glibc,
+# NVIDIA driver, CUDA libraries (cuBLAS, NVRTC) and python3/PyTorch. Phases, each run even if
+# an earlier one failed; one log file per phase under LOGDIR and LOGDIR/summary.md:
+#   0 environment  nvidia-smi, glibc, which MPI the machine has, the bundle's mpirun, CUDA libs
+#   a selftest     bin/hvtrain selftest --device cuda (conformance tests on the GPU)
+#   b train        convert Fashion-MNIST, train 2 ranks sharing the GPU (device cuda), the same
+#                  on the CPU, compare (tools/compare_runs.py: test accuracy within 0.5 points,
+#                  the first 20 steps' losses within the tolerances printed there)
+#   c bench        bash bench/gpu.sh: hvtrain bench step vs bench/torch_peer.py
+# Exit status: 0 when every phase passed, 1 otherwise.
+# Environment: EPOCHS (3, for both training runs), BUDGET (seconds for the whole check, 540),
+# MPI_EXTRA (more mpirun options), STEPS (bench steps, 50), SKIP ("selftest train bench": any).
+set -uo pipefail
+B=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LOGDIR=${1:?usage: bash run-gpu-check.sh LOGDIR}
+mkdir -p "$LOGDIR" && LOGDIR=$(cd "$LOGDIR" && pwd)
+EPOCHS=${EPOCHS:-3}
+BUDGET=${BUDGET:-540}
+SKIP=${SKIP:-}
+T0=$(date +%s)
+DEADLINE=$((T0 + BUDGET))
+cd "$B"
+
+# --- Environment: the bundle's Open MPI and libraries; LD_LIBRARY_PATH only for hvtrain/mpirun.
+SYS_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+SYS_PATH=$PATH
+# shellcheck source=/dev/null
+. "$B/env.sh"
+HV_LD_LIBRARY_PATH=$LD_LIBRARY_PATH
+if [ -n "$SYS_LD_LIBRARY_PATH" ]; then export LD_LIBRARY_PATH=$SYS_LD_LIBRARY_PATH; else unset LD_LIBRARY_PATH; fi
+
+# CUDA libraries hvtrain loads at run time (cudarc dlopen): libcuda (driver), libcublas(Lt),
+# libnvrtc. If the loader does not know them, look in the usual toolkit folders and in
+# PyTorch's pip packages, and append what is found to hvtrain's library path.
+cuda_note=""
+for lib in libcublas.so libnvrtc.so; do
+  if ! ldconfig -p 2>/dev/null | grep -q "$lib"; then
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
+             $(env -u LD_LIBRARY_PATH python3 -c 'import site,glob; [print(p) for s in site.getsitepackages() for p in glob.glob(s+"/nvidia/*/lib")]' 2>/dev/null); do
+      if ls "$d"/$lib.* >/dev/null 2>&1 && [[ ":$HV_LD_LIBRARY_PATH:" != *":$d:"* ]]; then
+        HV_LD_LIBRARY_PATH="$HV_LD_LIBRARY_PATH:$d"; cuda_note+="$lib from $d; "; break
+      fi
+    done
+  fi
+done
+export HV_LD_LIBRARY_PATH HV="$B/bin/hvtrain"
+hv() { LD_LIBRARY_PATH="$HV_LD_LIBRARY_PATH" "$@"; }   # run a bundle command with its libraries
+left() { echo $((DEADLINE - $(date +%s))); }
+cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$((l > 5 ? l : 5))" || echo "$1"; }
+
+declare -a NAMES STATUS SECS LOGS
+record() { NAMES+=("$1"); STATUS+=("$2"); SECS+=("$3"); LOGS+=("$4"); echo "[$(date +%T)] $1: $2 (${3}s, $4)"; }
+skipped() { [[ " $SKIP " == *" $1 "* ]]; }
+
+# --- 0. Environment.
+{
+  echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)   host: $(hostname)   kernel: $(uname -r)"
+  echo "# bundle: $B"; cat "$B/MANIFEST.txt" 2>/dev/null | sed -n '1,6p'
+  echo; echo "# nvidia-smi"; nvidia-smi 2>&1 || echo "nvidia-smi failed"
+  echo; echo "# glibc"; ldd --version 2>&1 | head -1
+  echo; echo "# MPI on this machine (not used: the bundle brings its own)"
+  for c in mpirun mpiexec orterun prterun srun; do p=$(PATH=$SYS_PATH command -v "$c" 2>/dev/null) && echo "$c: $p"; done
+  ( PATH=$SYS_PATH; unset OPAL_PREFIX PMIX_PREFIX PMIX_INSTALL_PREFIX; command -v mpirun >/dev/null && mpirun --version 2>&1 | head -2 ) || echo "no mpirun on the system PATH"
+  ls -d /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/libmpi.so* /opt/hpcx* /usr/local/openmpi* 2>/dev/null
+  echo; echo "# the bundle's mpirun (OPAL_PREFIX=$OPAL_PREFIX)"; hv mpirun --version 2>&1 | head -2
+  echo; echo "# CUDA libraries for hvtrain"; ldconfig -p 2>/dev/null | grep -E "libcuda\.so|libcublas(Lt)?\.so|libnvrtc\.so" || true
+  echo "added to hvtrain's library path: ${cuda_note:-nothing}"
+  echo "hvtrain LD_LIBRARY_PATH: $HV_LD_LIBRARY_PATH"
+  echo; echo "# python / torch"; env -u LD_LIBRARY_PATH python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -1
+  echo; echo "# bin/hvtrain loads"; hv ldd "$HV" | grep -E "not found|=> /" | grep -v "$B/lib" || true; hv "$HV" --version 2>&1 || hv "$HV" --help 2>&1 | head -3
+} > "$LOGDIR/00-env.log" 2>&1
+GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+GPU=${GPU:-"no GPU seen by nvidia-smi"}
+echo "GPU: $GPU"; sed -n '/# MPI on this machine/,/# CUDA/p' "$LOGDIR/00-env.log" | head -12
+[ -n "$cuda_note" ] && echo "CUDA libraries added to hvtrain's path: $cuda_note"
+
+# --- a. Conformance tests on the GPU.
+if skipped selftest; then record selftest skipped 0 -; else
+  t=$(date +%s)
+  hv timeout -k 5 "$(cap 150)" "$HV" selftest --device cuda > "$LOGDIR/01-selftest.log" 2>&1
+  rc=$?
+  record selftest "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 01-selftest.log
+fi
+
+# --- b. Fashion-MNIST on 2 ranks sharing the GPU, then on the CPU; compare.
+MPIFLAGS=(-n 2 --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none)
+# shellcheck disable=SC2206
+[ -n "${MPI_EXTRA:-}" ] && MPIFLAGS+=($MPI_EXTRA)
+train() {  # train DEVICE LOGFILE: 2 ranks; retried once over TCP if shared memory looks broken
+  local dev=$1 log=$2 out="$LOGDIR/runs/$1" rc
+  local args=(train jobs/fashion-mnist.toml --set "training.device=\"$dev\"" --set "output.dir=\"$out\""
+              --set "training.epochs=$EPOCHS" --set training.log_every=1)
+  rm -rf "$out"; mkdir -p "$LOGDIR/runs"
+  echo "+ mpirun ${MPIFLAGS[*]} bin/hvtrain ${args[*]}" > "$log"
+  hv timeout -k 5 "$(cap 200)" mpirun "${MPIFLAGS[@]}" -x LD_LIBRARY_PATH "$HV" "${args[@]}" >> "$log" 2>&1
+  rc=$?
+  if [ $rc != 0 ] && ! grep -q "done:" "$log" && grep -qiE "vader|btl|shared ?mem|shmem|mmap|single.copy" "$log"; then
+    rm -rf "$out"
+    echo "+ exit $rc, retrying with --mca btl self,tcp" >> "$log"
+    hv timeout -k 5 "$(cap 200)" mpirun "${MPIFLAGS[@]}" --mca btl self,tcp -x LD_LIBRARY_PATH "$HV" "${args[@]}" >> "$log" 2>&1
+    rc=$?
+  fi
+  [ $rc = 0 ] && grep -q "done:" "$log"
+}
+if skipped train; then record train skipped 0 -; else
+  t=$(date +%s)
+  {
+    for split in train t10k; do
+      name=$([ $split = train ] && echo train || echo test)
+      [ -s "data/fashion-mnist-$name.h5" ] && { echo "data/fashion-mnist-$name.h5 exists"; continue; }
+      hv timeout 120 "$HV" data import-idx "data/$split-images-idx3-ubyte.gz" "data/$split-labels-idx1-ubyte.gz" "data/fashion-mnist-$name.h5" || exit 1
+    done
+  } > "$LOGDIR/02-data.log" 2>&1
+  rc=$?
+  record data "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 02-data.log
+  t=$(date +%s); train cuda "$LOGDIR/03-train-cuda.log"; rc=$?
+  record "train cuda (2 ranks, $EPOCHS epochs)" "$([ $rc = 0 ] && echo pass || echo FAIL)" $(($(date +%s) - t)) 03-train-cuda.log
+  t=$(date +%s); train cpu "$LOGDIR/04-train-cpu.log"; rc=$?
+  record "train cpu (2 ranks, $EPOCHS epochs)" "$([ $rc = 0 ] && echo pass || echo FAIL)" $(($(date +%s) - t)) 04-train-cpu.log
+  t=$(date +%s)
+  env -u LD_LIBRARY_PATH python3 tools/compare_runs.py --ref-log "$LOGDIR/04-train-cpu.log" --ref-dir "$LOGDIR/runs/cpu" \
+    --log "$LOGDIR/03-train-cuda.log" --dir "$LOGDIR/runs/cuda" --expect-device cuda \
+    --markdown "$LOGDIR/compare.md" > "$LOGDIR/05-compare.log" 2>&1
+  rc=$?
+  record "compare cuda vs cpu" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 05-compare.log
+  grep -E "test accuracy|largest|verdict" "$LOGDIR/05-compare.log" | sed 's/^/    /'
+fi
+
+# --- c. Step benchmark against PyTorch.
+if skipped bench; then record bench skipped 0 -; else
+  t=$(date +%s)
+  DEADLINE=$DEADLINE bash bench/gpu.sh "$LOGDIR" > "$LOGDIR/06-bench.log" 2>&1
+  rc=$?
+  record "bench (hvtrain vs torch)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 06-bench.log
+  grep -E "^Targets met" "$LOGDIR/gpu-bench.md" 2>/dev/null | sed 's/^/    /'
+fi
+
+# --- d. Summary.
+fail=0
+{
+  echo "# hvtrain GPU check"
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ), host $(hostname), $(($(date +%s) - T0)) s"
+  echo "- GPU: $GPU"
+  echo "- glibc: $(ldd --version 2>&1 | head -1)"
+  echo "- bundle: $(sed -n 2p "$B/MANIFEST.txt" 2>/dev/null)"
+  echo "- MPI: the bundle's $(hv mpirun --version 2>&1 | head -1); on the system: $(grep -E '^(mpirun|mpiexec|srun): /' "$LOGDIR/00-env.log" | paste -sd' ' | grep . || echo none)"
+  echo "- epochs per training run: $EPOCHS"
+  echo
+  echo "| phase | result | seconds | log |"
+  echo "|---|---|---:|---|"
+  for i in "${!NAMES[@]}"; do
+    echo "| ${NAMES[$i]} | ${STATUS[$i]} | ${SECS[$i]} | ${LOGS[$i]} |"
+    [[ "${STATUS[$i]}" == FAIL* ]] && fail=1
+  done
+  echo
+  [ -f "$LOGDIR/compare.md" ] && { echo "## CUDA vs CPU training"; echo; cat "$LOGDIR/compare.md"; echo; }
+  [ -f "$LOGDIR/gpu-bench.md" ] && { sed 's/^# /## /' "$LOGDIR/gpu-bench.md"; echo; }
+  echo "Overall: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+} > "$LOGDIR/summary.md"
+echo "summary: $LOGDIR/summary.md -> $([ $fail = 0 ] && echo PASS || echo FAIL)"
+exit $fail
