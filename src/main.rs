@@ -156,7 +156,9 @@ fn bench_step(
     json: Option<std::path::PathBuf>,
 ) -> error::Result<()> {
     if layers.len() < 2 || layers.contains(&0) || batch == 0 || steps == 0 {
-        return Err(error::Error::Device("bench step: --layers needs two or more sizes > 0, --batch and --steps > 0".into()));
+        return Err(error::Error::Device(
+            "bench step: --layers needs two or more sizes > 0, --batch and --steps > 0".into(),
+        ));
     }
     let (kind, how) = device::select(device.choice(), 0)?;
     log::info!("bench step on {how}");
@@ -184,7 +186,10 @@ fn selftest(device: cli::DeviceArg) -> i32 {
         };
         struct Suite;
         impl device::WithBackend<Vec<(&'static str, std::result::Result<(), String>)>> for Suite {
-            fn run<B: device::Backend>(self, be: B) -> error::Result<Vec<(&'static str, std::result::Result<(), String>)>> {
+            fn run<B: device::Backend>(
+                self,
+                be: B,
+            ) -> error::Result<Vec<(&'static str, std::result::Result<(), String>)>> {
                 println!("  backend: {}", be.name());
                 Ok(device::conformance::suite(&be, 1e-4))
             }

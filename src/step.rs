@@ -29,7 +29,9 @@ where
     ws: Workspace<B>,
     opt: Optimizer<B>,
     engine: Engine<B::Buf>,
-    x: B::Buf,
+    /// Two input buffers, used in turn: a step's batch is copied in (on a GPU: from pinned
+    /// memory, on the copy stream) while the previous step's kernels may still read the other.
+    xs: [B::Buf; 2],
     labels: B::Labels,
     values: B::Buf,
     timeline: Option<Arc<Timeline>>,
@@ -60,7 +62,7 @@ where
         Ok(Stepper {
             ws: Workspace::new(&be, &model, batch)?,
             params,
-            x: be.zeros(batch * model.n_inputs())?,
+            xs: [be.staged(batch * model.n_inputs())?, be.staged(batch * model.n_inputs())?],
             labels: be.labels(batch)?,
             values: be.zeros(batch * model.n_outputs())?,
             names: model.tensors().into_iter().map(|t| t.name).collect(),
@@ -140,7 +142,8 @@ where
         }
         let (be, b) = (&self.be, batch.rows);
         let t = Instant::now();
-        be.upload_into(&batch.x, &mut self.x)?;
+        let xi = (self.step % 2) as usize;
+        be.upload_into(&batch.x, &mut self.xs[xi])?;
         let targets = if batch.classes.is_empty() {
             be.upload_into(&batch.values, &mut self.values)?;
             Targets::Values(be.view(&self.values, 0..batch.values.len()))
@@ -148,7 +151,7 @@ where
             be.upload_labels(&batch.classes, &mut self.labels)?;
             Targets::Classes(&self.labels)
         };
-        self.model.forward(be, &self.params, &self.x, b, &mut self.ws)?;
+        self.model.forward(be, &self.params, &self.xs[xi], b, &mut self.ws)?;
         let (loss, _) = self.model.loss(be, targets, b, 1.0 / global_rows as f32, &mut self.ws, true)?;
         self.span("forward + loss", t);
         if !loss.is_finite() {
@@ -167,7 +170,7 @@ where
             step: self.step,
             mark: Instant::now(),
         };
-        self.model.backward(be, &self.params, &self.x, b, &mut self.ws, &mut sink)?;
+        self.model.backward(be, &self.params, &self.xs[xi], b, &mut self.ws, &mut sink)?;
         self.engine.flush();
         self.apply_buckets()?;
         Ok(loss)

@@ -100,7 +100,7 @@ pub fn run(comm: &Comm, min_bytes: usize, max_bytes: usize, threshold_mb: f64, b
         let (tensors, buckets) = (lens.len(), plan.buckets.len());
         let mut fused_out = vec![f32::NAN; len];
         let mut timed = |overlap: bool, chan: Channel| {
-            let reducer = reduce::for_job(Some(chan), Compression::None);
+            let reducer = reduce::for_job(Some(chan), Compression::None, false);
             let mut engine = Engine::new(reducer, plan.clone(), overlap, None, None, |n| vec![f32::NAN; n]);
             engine.load_grads(&send);
             let t = time_it(comm, budget_s, || engine.reduce_all());

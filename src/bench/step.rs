@@ -56,9 +56,14 @@ impl WithBackend<serde_json::Value> for &StepBench {
             pool.push(be.staged(r.len())?);
             pool.push(be.staged(r.len())?);
         }
-        let engine = Engine::new(reduce::for_job(None, crate::config::Compression::None), plan, false, None, None, move |_| {
-            pool.pop().expect("one buffer per bucket and role")
-        });
+        let engine = Engine::new(
+            reduce::for_job(None, crate::config::Compression::None, false),
+            plan,
+            false,
+            None,
+            None,
+            move |_| pool.pop().expect("one buffer per bucket and role"),
+        );
         let cfg = OptimizerCfg { lr: 0.01, ..Default::default() };
         let opt = Optimizer::new(&be, &cfg, model.tensors(), model.n_params, 1)?;
         let name = be.name();

@@ -70,6 +70,10 @@ pub trait Backend: Send {
 
     /// For log lines: "cpu", "cuda:0 (NVIDIA H100 ...)".
     fn name(&self) -> String;
+    /// Whether buffers live in device memory (not host-addressable).
+    fn on_device(&self) -> bool {
+        false
+    }
 
     // ---- memory ----
     fn zeros(&self, n: usize) -> Result<Self::Buf>;

@@ -235,7 +235,11 @@ fn half<B: Backend>(be: &B) {
         be.round_half(be.view_mut(&mut d, 0..v.len()), kind).unwrap();
         let got = host(be, &d, v.len());
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{kind:?} of {:e} (#{i}): {g:e} vs {w:e}", v[i]);
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{kind:?} of {:e} (#{i}): {g:e} vs {w:e}",
+                v[i]
+            );
         }
     }
 }
@@ -271,7 +275,10 @@ pub fn suite<B: Backend>(be: &B, step_tol: f64) -> Vec<(&'static str, std::resul
         .into_iter()
         .map(|(name, f)| {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|e| {
-                e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+                e.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
             });
             (name, r)
         })

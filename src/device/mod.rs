@@ -44,7 +44,9 @@ pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Kind, String)>
         }),
         DeviceChoice::Cuda => match gpu() {
             Ok((g, n)) => Ok((Kind::Cuda(g), format!("cuda:{g} of {n} GPU(s)"))),
-            Err(why) => Err(Error::Cuda(format!("training.device = \"cuda\" but {why}; use device = \"cpu\" or \"auto\""))),
+            Err(why) => {
+                Err(Error::Cuda(format!("training.device = \"cuda\" but {why}; use device = \"cpu\" or \"auto\"")))
+            }
         },
     }
 }

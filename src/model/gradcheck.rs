@@ -90,7 +90,6 @@ pub fn check<B: Backend>(be: &B, act: Activation, loss: LossKind) {
     assert!(worst.is_finite());
 }
 
-
 /// Gradients of one step on `be` against the CPU backend on the same data: a model large
 /// enough for real GEMM tiles (129 rows, odd widths), every parameter. Tolerance 1e-3
 /// relative to the gradient's largest magnitude: float32 sums in another order (cuBLAS tiles,

@@ -41,6 +41,28 @@ impl Channel {
         self.comm.all_reduce_into(send, recv, SystemOperation::sum());
     }
 
+    /// `recv = Σ send` over ranks on buffers given by address, for a CUDA-aware MPI library
+    /// handed device pointers (`Comm::cuda_aware`).
+    ///
+    /// # Safety
+    /// `send` and `recv` must each address `n` floats that the MPI library can read and write
+    /// (device memory only when it is CUDA-aware), not in use by anything else meanwhile.
+    pub unsafe fn all_reduce_sum_f32_raw(&self, send: u64, recv: u64, n: usize) {
+        let count = i32::try_from(n).expect("a bucket under 2^31 floats");
+        // SAFETY: as the caller promises; the communicator is valid while self lives.
+        let rc = unsafe {
+            ffi::MPI_Allreduce(
+                send as *const std::ffi::c_void,
+                recv as *mut std::ffi::c_void,
+                count,
+                ffi::RSMPI_FLOAT,
+                ffi::RSMPI_SUM,
+                self.comm.as_raw(),
+            )
+        };
+        assert_eq!(rc, 0, "MPI_Allreduce on device memory failed with code {rc}");
+    }
+
     /// In-place sum of small f64 vectors (metrics).
     pub fn all_reduce_sum_f64(&self, v: &mut [f64]) {
         let send = v.to_vec();

@@ -40,6 +40,16 @@ fn decompress(inp: &[u16], wide: &mut [f32], kind: Compression) {
     }
 }
 
+/// out = `bits` (fp16 or bf16) widened to f32: a bucket that a GPU packed for the copy.
+pub fn widen(bits: &[u16], out: &mut [f32], kind: Compression) {
+    decompress(bits, out, kind)
+}
+
+/// bits = `v` narrowed to fp16 or bf16 (round to nearest even): a result going back to a GPU.
+pub fn narrow(v: &[f32], bits: &mut [u16], kind: Compression) {
+    compress(v, bits, kind)
+}
+
 /// Round `v` in place through fp16 or bf16 (what a value becomes on the wire); the CPU's
 /// half of the backend seam's `round_half`.
 pub fn round_trip(v: &mut [f32], kind: Compression) {

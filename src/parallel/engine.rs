@@ -24,6 +24,7 @@ use super::fusion::FusionPlan;
 use super::reduce::Reducer;
 use super::timeline::{Timeline, COMM_TID, MAIN_TID};
 use super::watchdog::{SharedWatchdog, COMM, MAIN};
+use crate::config::Compression;
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -40,18 +41,29 @@ use std::time::{Duration, Instant};
 pub trait HostBuf: Send + 'static {
     fn host(&self) -> &[f32];
     fn host_mut(&mut self) -> &mut [f32];
+    /// Length in floats.
+    fn len(&self) -> usize;
     fn written(&mut self) -> Result<(), String> {
         Ok(())
     }
-    fn to_host(&mut self) -> Result<(), String> {
+    /// `wire`: the precision the reducer sends in; a GPU may pack to it before the copy (the
+    /// reducer rounds to it anyway).
+    fn to_host(&mut self, _wire: Compression) -> Result<(), String> {
         Ok(())
     }
-    fn to_device(&mut self) -> Result<(), String> {
+    fn to_device(&mut self, _wire: Compression) -> Result<(), String> {
         Ok(())
+    }
+    /// Reduce `self` into `out` where they live, with `reducer.reduce_device` (a CUDA-aware
+    /// MPI); None when these buffers cannot (host memory: the host path is used).
+    fn reduce_on_device(&mut self, _out: &mut Self, _reducer: &mut dyn Reducer) -> Option<Result<(), String>> {
+        None
     }
     fn before_use(&self) -> Result<(), String> {
         Ok(())
     }
+    /// self = other, where both live (one rank's "reduction"; on a GPU, device to device).
+    fn copy_from(&mut self, other: &Self) -> Result<(), String>;
 }
 
 impl HostBuf for Vec<f32> {
@@ -60,6 +72,13 @@ impl HostBuf for Vec<f32> {
     }
     fn host_mut(&mut self) -> &mut [f32] {
         self
+    }
+    fn len(&self) -> usize {
+        <[f32]>::len(self)
+    }
+    fn copy_from(&mut self, other: &Self) -> Result<(), String> {
+        self.copy_from_slice(other);
+        Ok(())
     }
 }
 
@@ -347,6 +366,11 @@ fn comm_loop<G: HostBuf>(
     reducer
 }
 
+/// A bucket's length in floats, for the timeline (without touching its memory).
+fn tl_len<G: HostBuf>(g: &G) -> usize {
+    g.len()
+}
+
 /// Reduce one bucket, guarded by the watchdog and recorded on the timeline.
 fn reduce_bucket<G: HostBuf>(reducer: &mut dyn Reducer, bucket: &mut Bucket<G>, step: u64, ctx: &Ctx) {
     let _guard = ctx.watchdog.as_ref().map(|wd| wd.guard(ctx.slot, "all-reduce of a gradient bucket", step));
@@ -355,17 +379,34 @@ fn reduce_bucket<G: HostBuf>(reducer: &mut dyn Reducer, bucket: &mut Bucket<G>, 
     if failed.is_some() {
         return; // the step reports it; the job ends
     }
-    if let Err(e) = grads.to_host() {
-        *failed = Some(format!("copying gradient bucket {index} to the host: {e}"));
+    if reducer.is_copy() {
+        if let Err(e) = reduced.copy_from(grads) {
+            *failed = Some(format!("copying gradient bucket {index}: {e}"));
+        }
         return;
     }
-    reducer.reduce(grads.host(), reduced.host_mut());
-    if let Err(e) = reduced.to_device() {
-        *failed = Some(format!("copying reduced gradient bucket {index} to the device: {e}"));
-        return;
+    let on_device = if reducer.takes_device_pointers() { grads.reduce_on_device(reduced, reducer) } else { None };
+    match on_device {
+        Some(Err(e)) => {
+            *failed = Some(format!("all-reduce of gradient bucket {index} on device memory: {e}"));
+            return;
+        }
+        Some(Ok(())) => {}
+        None => {
+            let wire = reducer.wire();
+            if let Err(e) = grads.to_host(wire) {
+                *failed = Some(format!("copying gradient bucket {index} to the host: {e}"));
+                return;
+            }
+            reducer.reduce(grads.host(), reduced.host_mut());
+            if let Err(e) = reduced.to_device(wire) {
+                *failed = Some(format!("copying reduced gradient bucket {index} to the device: {e}"));
+                return;
+            }
+        }
     }
     if let Some(tl) = &ctx.timeline {
-        let kib = grads.host().len() * 4 / 1024;
+        let kib = tl_len(grads) * 4 / 1024;
         tl.span(ctx.tid, format!("{} bucket {index} ({kib} KiB)", reducer.what()), t, step);
     }
 }

@@ -17,15 +17,38 @@ pub trait Reducer: Send {
     fn grad_scale(&self) -> f32;
     /// For the timeline: "all-reduce", "all-reduce fp16 (pack, ring, unpack)", ...
     fn what(&self) -> &'static str;
+    /// Whether the bucket is an identity copy (one rank): the engine then copies it where it
+    /// lives (on the GPU: device to device) instead of staging it through host memory.
+    fn is_copy(&self) -> bool {
+        false
+    }
+    /// The precision the bucket travels in (a GPU packs it to this before copying it to the
+    /// host, halving the copy; the result comes back packed the same way).
+    fn wire(&self) -> Compression {
+        Compression::None
+    }
+    /// Whether `reduce_device` works (a CUDA-aware MPI library and device buffers).
+    fn takes_device_pointers(&self) -> bool {
+        false
+    }
+    /// `reduce` on device memory given by address (see `Channel::all_reduce_sum_f32_raw`).
+    ///
+    /// # Safety
+    /// Only when `takes_device_pointers`; both addresses hold `n` floats, ready to be read.
+    unsafe fn reduce_device(&mut self, _send: u64, _recv: u64, _n: usize) {
+        unreachable!("reduce_device on a reducer that takes no device pointers")
+    }
     /// Give the communicator back (benchmarks reuse it; duplicating one is a collective).
     fn into_channel(self: Box<Self>) -> Option<Channel>;
 }
 
 /// Choose the reducer for a job: `None` channel means one rank.
-pub fn for_job(chan: Option<Channel>, compression: Compression) -> Box<dyn Reducer> {
+/// `device_pointers`: the gradients live on a GPU and the MPI library is CUDA-aware, so the
+/// exact sum is handed device memory directly.
+pub fn for_job(chan: Option<Channel>, compression: Compression, device_pointers: bool) -> Box<dyn Reducer> {
     match (chan, compression) {
         (None, _) => Box::new(Local),
-        (Some(chan), Compression::None) => Box::new(AllReduce { chan }),
+        (Some(chan), Compression::None) => Box::new(AllReduce { chan, device_pointers }),
         (Some(chan), kind) => Box::new(CompressedRing { chan, kind, scratch: Scratch::default() }),
     }
 }
@@ -43,6 +66,9 @@ impl Reducer for Local {
     fn what(&self) -> &'static str {
         "copy (one rank)"
     }
+    fn is_copy(&self) -> bool {
+        true
+    }
     fn into_channel(self: Box<Self>) -> Option<Channel> {
         None
     }
@@ -52,11 +78,19 @@ impl Reducer for Local {
 /// divided by the step's global row count, so the sum is the mean.
 pub struct AllReduce {
     chan: Channel,
+    device_pointers: bool,
 }
 
 impl Reducer for AllReduce {
     fn reduce(&mut self, grads: &[f32], out: &mut [f32]) {
         self.chan.all_reduce_sum_f32(grads, out);
+    }
+    fn takes_device_pointers(&self) -> bool {
+        self.device_pointers
+    }
+    unsafe fn reduce_device(&mut self, send: u64, recv: u64, n: usize) {
+        // SAFETY: as the caller promises.
+        unsafe { self.chan.all_reduce_sum_f32_raw(send, recv, n) }
     }
     fn grad_scale(&self) -> f32 {
         1.0
@@ -79,6 +113,9 @@ pub struct CompressedRing {
 impl Reducer for CompressedRing {
     fn reduce(&mut self, grads: &[f32], out: &mut [f32]) {
         compress::ring_allreduce_sum(&self.chan, grads, out, self.kind, &mut self.scratch);
+    }
+    fn wire(&self) -> Compression {
+        self.kind
     }
     fn grad_scale(&self) -> f32 {
         1.0

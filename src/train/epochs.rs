@@ -73,7 +73,23 @@ impl<'a, B: Backend> Run<'a, B> {
         if comm.rank == 0 {
             info!("backend: {} on every rank", be.name());
         }
-        let reducer = reduce::for_job((comm.size > 1).then(|| comm.channel()), d.compression);
+        // Device pointers straight to MPI when the gradients are on a GPU and the library
+        // says it is CUDA-aware (HVTRAIN_CUDA_AWARE=0 turns it off).
+        let device_pointers = be.on_device()
+            && d.compression == crate::config::Compression::None
+            && comm.cuda_aware() == Some(true)
+            && std::env::var("HVTRAIN_CUDA_AWARE").map_or(true, |v| v != "0");
+        if comm.rank == 0 && be.on_device() {
+            info!(
+                "gradient buckets go to MPI {}",
+                if device_pointers {
+                    "as device pointers (CUDA-aware MPI)"
+                } else {
+                    "through pinned host memory (copy stream)"
+                }
+            );
+        }
+        let reducer = reduce::for_job((comm.size > 1).then(|| comm.channel()), d.compression, device_pointers);
         // One rank has nothing to overlap: no communication thread.
         let overlap = d.overlap && comm.size > 1;
         // Each bucket's two buffers (this rank's gradients, the reduced ones), made here so

@@ -10,7 +10,7 @@
 use super::gemm_map::{cublas_args, Op};
 use super::launch::{act_code, grid_1d};
 use super::module::Kernels;
-use crate::config::{Activation, Precision};
+use crate::config::{Activation, Compression, Precision};
 use crate::device::backend::{AdamHyper, Backend, SgdHyper, Trans};
 use crate::error::{Error, Result};
 use crate::parallel::engine::HostBuf;
@@ -29,7 +29,7 @@ pub struct Cuda {
     stream: Arc<CudaStream>,
     copy: Arc<CudaStream>,
     blas: CudaBlas,
-    k: Kernels,
+    k: Arc<Kernels>,
     name: String,
     /// Ones for column sums as a GEMM (ones[1, rows] · m[rows, cols]), grown on demand.
     ones: RefCell<Option<CudaSlice<f32>>>,
@@ -48,6 +48,12 @@ pub struct DevBuf {
 struct Stage {
     host: PinnedHostSlice<f32>,
     copy: Arc<CudaStream>,
+    k: Arc<Kernels>,
+    /// fp16/bf16 copies (device, pinned host) for compressed exchange, made on first use.
+    wire: Option<(CudaSlice<u16>, PinnedHostSlice<u16>)>,
+    /// The last asynchronous copy out of `host` that cudarc does not track (a batch upload
+    /// from part of it).
+    pending: Option<cudarc::driver::CudaEvent>,
 }
 
 /// A read-only range of a `DevBuf`.
@@ -101,7 +107,7 @@ impl Cuda {
         unsafe { blas_sys::cublasSetMathMode(*blas.handle(), mode) }
             .result()
             .map_err(|e| Error::Cuda(format!("setting cuBLAS's math mode: {e}")))?;
-        let k = Kernels::load(&ctx, (major, minor))?;
+        let k = Arc::new(Kernels::load(&ctx, (major, minor))?);
         let (free, total) = ctx.mem_get_info().unwrap_or((0, 0));
         let name = format!(
             "cuda:{ordinal} ({name}, sm_{major}{minor}, {:.1} of {:.1} GiB free, {})",
@@ -138,7 +144,11 @@ impl Cuda {
         // SAFETY: page-locked host memory, zero-initialized by the driver's allocation flags
         // being plain (not write-combined, which the CPU reads slowly).
         let host = unsafe { self.ctx.alloc_pinned_with_flags::<f32>(n.max(1), 0) }.map_err(|e| self.oom(e, n * 4))?;
-        Ok(DevBuf { dev, len: n, stage: Some(Stage { host, copy: self.copy.clone() }) })
+        Ok(DevBuf {
+            dev,
+            len: n,
+            stage: Some(Stage { host, copy: self.copy.clone(), k: self.k.clone(), wire: None, pending: None }),
+        })
     }
 
     fn ones(&self, n: usize) -> Result<()> {
@@ -201,6 +211,9 @@ impl Backend for Cuda {
     fn name(&self) -> String {
         self.name.clone()
     }
+    fn on_device(&self) -> bool {
+        true
+    }
 
     fn zeros(&self, n: usize) -> Result<DevBuf> {
         Ok(DevBuf { dev: self.alloc(n)?, len: n, stage: None })
@@ -215,16 +228,35 @@ impl Backend for Cuda {
     }
     fn upload_into(&self, host: &[f32], buf: &mut DevBuf) -> Result<()> {
         assert!(host.len() <= buf.len, "upload of {} floats into a buffer of {}", host.len(), buf.len);
-        if !host.is_empty() {
-            self.stream
-                .memcpy_htod(host, &mut buf.dev.slice_mut(0..host.len()))
-                .map_err(drv("copying to the GPU"))?;
+        if host.is_empty() {
+            return Ok(());
+        }
+        if let Some(s) = buf.stage.as_mut() {
+            // Through pinned memory on the copy stream, asynchronously: the kernels that read
+            // the buffer wait for the copy (cudarc's write event on the device buffer), and
+            // the next write into the pinned buffer waits for this copy out of it (`pending`).
+            if let Some(ev) = s.pending.take() {
+                ev.synchronize().map_err(drv("waiting for the previous batch copy"))?;
+            }
+            let n = host.len();
+            let pinned = s.host.as_mut_slice().map_err(drv("reaching pinned memory"))?;
+            pinned[..n].copy_from_slice(host);
+            s.copy
+                .memcpy_htod(&pinned[..n], &mut buf.dev.slice_mut(0..n))
+                .map_err(drv("copying a batch to the GPU"))?;
+            s.pending = Some(s.copy.record_event(None).map_err(drv("recording a copy event"))?);
+            return Ok(());
+        }
+        {
+            self.stream.memcpy_htod(host, &mut buf.dev.slice_mut(0..host.len())).map_err(drv("copying to the GPU"))?;
         }
         Ok(())
     }
     fn upload_labels(&self, host: &[i32], buf: &mut CudaSlice<i32>) -> Result<()> {
         if !host.is_empty() {
-            self.stream.memcpy_htod(host, &mut buf.slice_mut(0..host.len())).map_err(drv("copying labels to the GPU"))?;
+            self.stream
+                .memcpy_htod(host, &mut buf.slice_mut(0..host.len()))
+                .map_err(drv("copying labels to the GPU"))?;
         }
         Ok(())
     }
@@ -276,7 +308,8 @@ impl Backend for Cuda {
             Op::N => blas_sys::cublasOperation_t::CUBLAS_OP_N,
             Op::T => blas_sys::cublasOperation_t::CUBLAS_OP_T,
         };
-        let int = |v: usize| i32::try_from(v).map_err(|_| Error::Cuda(format!("gemm dimension {v} exceeds cuBLAS's int")));
+        let int =
+            |v: usize| i32::try_from(v).map_err(|_| Error::Cuda(format!("gemm dimension {v} exceeds cuBLAS's int")));
         let cfg = GemmConfig {
             transa: op(g.transa),
             transb: op(g.transb),
@@ -297,7 +330,13 @@ impl Backend for Cuda {
         unsafe { self.blas.gemm(cfg, &ca, &cb, &mut cc) }.map_err(|e| Error::Cuda(format!("cuBLAS gemm: {e}")))
     }
 
-    fn bias_act(&self, out: DViewMut<'_>, bias: DView<'_>, act: Activation, keep_z: Option<DViewMut<'_>>) -> Result<()> {
+    fn bias_act(
+        &self,
+        out: DViewMut<'_>,
+        bias: DView<'_>,
+        act: Activation,
+        keep_z: Option<DViewMut<'_>>,
+    ) -> Result<()> {
         let cols = bias.len;
         if out.len == 0 {
             return Ok(());
@@ -390,7 +429,14 @@ impl Backend for Cuda {
         Ok((losses.iter().map(|&v| v as f64).sum(), c.iter().filter(|&&v| v != 0).count()))
     }
 
-    fn mse(&self, pred: DView<'_>, target: DView<'_>, k: usize, grad_scale: f32, d: Option<DViewMut<'_>>) -> Result<f64> {
+    fn mse(
+        &self,
+        pred: DView<'_>,
+        target: DView<'_>,
+        k: usize,
+        grad_scale: f32,
+        d: Option<DViewMut<'_>>,
+    ) -> Result<f64> {
         let rows = pred.len / k;
         if rows == 0 {
             return Ok(0.0);
@@ -493,10 +539,36 @@ impl Backend for Cuda {
     }
 }
 
+/// A stage's fp16/bf16 buffers for `n` values (device, pinned host), made on first use.
+fn wire_bufs<'a>(
+    wire: &'a mut Option<(CudaSlice<u16>, PinnedHostSlice<u16>)>,
+    copy: &Arc<CudaStream>,
+    n: usize,
+) -> std::result::Result<&'a mut (CudaSlice<u16>, PinnedHostSlice<u16>), String> {
+    if wire.is_none() {
+        let d = copy.alloc_zeros::<u16>(n.max(1)).map_err(|e| e.to_string())?;
+        // SAFETY: plain page-locked memory (not write-combined: the CPU reads it).
+        let h = unsafe { copy.context().alloc_pinned_with_flags::<u16>(n.max(1), 0) }.map_err(|e| e.to_string())?;
+        *wire = Some((d, h));
+    }
+    Ok(wire.as_mut().expect("made above"))
+}
+
+/// The pack and unpack kernels for a wire precision.
+fn pack_fns(k: &Kernels, wire: Compression) -> (&cudarc::driver::CudaFunction, &cudarc::driver::CudaFunction) {
+    match wire {
+        Compression::Fp16 => (&k.pack_f16, &k.unpack_f16),
+        _ => (&k.pack_bf16, &k.unpack_bf16),
+    }
+}
+
 impl HostBuf for DevBuf {
     fn host(&self) -> &[f32] {
         let s = self.stage.as_ref().expect("a gradient bucket is staged");
         &s.host.as_slice().expect("pinned host memory")[..self.len]
+    }
+    fn len(&self) -> usize {
+        self.len
     }
     fn host_mut(&mut self) -> &mut [f32] {
         let len = self.len;
@@ -507,20 +579,96 @@ impl HostBuf for DevBuf {
     fn written(&mut self) -> std::result::Result<(), String> {
         Ok(())
     }
-    fn to_host(&mut self) -> std::result::Result<(), String> {
+    /// With a compressed wire the GPU packs the bucket first (half the bytes to copy), and
+    /// the host widens it into `host` for the ring, which rounds to the same precision.
+    fn to_host(&mut self, wire: Compression) -> std::result::Result<(), String> {
+        let n = self.len;
         let Some(s) = self.stage.as_mut() else { return Ok(()) };
-        if self.len == 0 {
+        if n == 0 {
             return Ok(());
         }
-        s.copy.memcpy_dtoh(&self.dev.slice(0..self.len), &mut s.host).map_err(|e| e.to_string())?;
-        s.copy.synchronize().map_err(|e| e.to_string())
+        if wire == Compression::None {
+            s.copy.memcpy_dtoh(&self.dev.slice(0..n), &mut s.host).map_err(|e| e.to_string())?;
+            return s.copy.synchronize().map_err(|e| e.to_string());
+        }
+        let Stage { host, copy, k, wire: bufs, .. } = s;
+        let (pack, _) = pack_fns(k, wire);
+        let (bits_d, bits_h) = wire_bufs(bufs, copy, n)?;
+        let n64 = n as i64;
+        let src = self.dev.slice(0..n);
+        let mut l = copy.launch_builder(pack);
+        l.arg(&src).arg(&mut *bits_d).arg(&n64);
+        // SAFETY: hv_pack_*(const float*, unsigned short*, long long) over n elements.
+        unsafe { l.launch(Cuda::cfg(n)) }.map_err(|e| e.to_string())?;
+        copy.memcpy_dtoh(&*bits_d, &mut *bits_h).map_err(|e| e.to_string())?;
+        copy.synchronize().map_err(|e| e.to_string())?;
+        let bits = &bits_h.as_slice().map_err(|e| e.to_string())?[..n];
+        let out = &mut host.as_mut_slice().map_err(|e| e.to_string())?[..n];
+        crate::parallel::compress::widen(bits, out, wire);
+        Ok(())
     }
-    fn to_device(&mut self) -> std::result::Result<(), String> {
+    fn copy_from(&mut self, other: &Self) -> std::result::Result<(), String> {
+        let s = self.stage.as_ref().ok_or("a gradient bucket is staged")?;
+        if self.len > 0 {
+            s.copy
+                .memcpy_dtod(&other.dev.slice(0..other.len), &mut self.dev.slice_mut(0..self.len))
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+    /// Asynchronous: the optimizer's kernels wait for it through the buffer's write event.
+    /// With a compressed wire the result (already representable in it) travels packed and
+    /// the GPU widens it.
+    fn to_device(&mut self, wire: Compression) -> std::result::Result<(), String> {
+        let n = self.len;
         let Some(s) = self.stage.as_mut() else { return Ok(()) };
-        if self.len == 0 {
+        if n == 0 {
             return Ok(());
         }
-        // Asynchronous: the optimizer's kernels wait for it through the buffer's write event.
-        s.copy.memcpy_htod(&s.host, &mut self.dev.slice_mut(0..self.len)).map_err(|e| e.to_string())
+        if wire == Compression::None {
+            return s.copy.memcpy_htod(&s.host, &mut self.dev.slice_mut(0..n)).map_err(|e| e.to_string());
+        }
+        let Stage { host, copy, k, wire: bufs, .. } = s;
+        let (_, unpack) = pack_fns(k, wire);
+        let (bits_d, bits_h) = wire_bufs(bufs, copy, n)?;
+        let reduced = &host.as_slice().map_err(|e| e.to_string())?[..n];
+        crate::parallel::compress::narrow(reduced, &mut bits_h.as_mut_slice().map_err(|e| e.to_string())?[..n], wire);
+        copy.memcpy_htod(&*bits_h, &mut *bits_d).map_err(|e| e.to_string())?;
+        let n64 = n as i64;
+        let mut dst = self.dev.slice_mut(0..n);
+        let mut l = copy.launch_builder(unpack);
+        l.arg(&*bits_d).arg(&mut dst).arg(&n64);
+        // SAFETY: hv_unpack_*(const unsigned short*, float*, long long) over n elements.
+        unsafe { l.launch(Cuda::cfg(n)) }.map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// A CUDA-aware MPI reads and writes the device buffers directly: the copy stream first
+    /// waits for backward's writes to `self` and everything on it finishes; MPI's write to
+    /// `out` is complete when it returns, and the write event recorded then orders the
+    /// optimizer after it.
+    fn reduce_on_device(
+        &mut self,
+        out: &mut Self,
+        reducer: &mut dyn crate::parallel::reduce::Reducer,
+    ) -> Option<std::result::Result<(), String>> {
+        use cudarc::driver::{DevicePtr, DevicePtrMut};
+        let s = self.stage.as_ref()?;
+        let n = self.len;
+        if n == 0 {
+            return Some(Ok(()));
+        }
+        let copy = s.copy.clone();
+        let src = self.dev.slice(0..n);
+        let mut dst = out.dev.slice_mut(0..n);
+        let (sp, _rs) = src.device_ptr(&copy);
+        let (dp, _rd) = dst.device_ptr_mut(&copy);
+        if let Err(e) = copy.synchronize() {
+            return Some(Err(e.to_string()));
+        }
+        // SAFETY: both are n floats of device memory, idle (the stream was synchronized), and
+        // the reducer takes device pointers (a CUDA-aware MPI).
+        unsafe { reducer.reduce_device(sp, dp, n) };
+        Some(Ok(()))
     }
 }

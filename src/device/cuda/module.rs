@@ -41,9 +41,11 @@ impl Kernels {
     pub fn load(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Kernels> {
         let arch = format!("compute_{major}{minor}");
         let ptx = ptx_for(&arch)?;
-        let module = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
-            .map_err(|e| Error::Cuda(format!("loading the kernels compiled for {arch}: {e}; is the driver older than the NVRTC library?")))?;
+        let module = ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)).map_err(|e| {
+            Error::Cuda(format!(
+                "loading the kernels compiled for {arch}: {e}; is the driver older than the NVRTC library?"
+            ))
+        })?;
         let f = |name: &str| {
             module.load_function(name).map_err(|e| Error::Cuda(format!("kernel {name} missing from the module: {e}")))
         };
