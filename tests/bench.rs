@@ -38,3 +38,45 @@ fn bench_allreduce_checks_every_path_and_succeeds() {
         assert!(buckets > 10, "{buckets} buckets\n{}", run.all());
     }
 }
+
+/// `hvtrain bench step` on the CPU: one JSON object with the rates the GPU benchmark reads
+/// (`bench/gpu.sh`), consistent with each other: samples/s = batch / step time, and the
+/// step's FLOP rate a plausible fraction of the same run's GEMM rate.
+#[test]
+fn bench_step_reports_consistent_rates() {
+    let dir = scratch("bench-step");
+    let json = dir.join("step.json");
+    let args = ["bench", "step", "--device", "cpu", "--layers", "40,64,64,5", "--batch", "64", "--steps", "20"];
+    let mut args: Vec<&str> = args.to_vec();
+    let js = json.display().to_string();
+    args.extend(["--json", &js]);
+    let run = hvtrain(&args, &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let f = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {v}"));
+    let (sps, ms, step, gemm) = (f("samples_per_s"), f("step_ms"), f("step_tflops"), f("gemm_tflops"));
+    assert!(sps > 0.0 && step > 0.0 && gemm > 0.0, "{v}");
+    assert!((sps - 64.0 / (ms / 1e3)).abs() <= 1e-6 * sps, "samples/s must be batch / step time: {v}");
+    // FLOPs of the step's products: forward and weight gradient per layer, input gradient
+    // for all but the first: 2·64·(2·(40·64 + 64·64 + 64·5) + 64·64 + 64·5).
+    let flops = 2.0 * 64.0 * (2.0 * (40.0 * 64.0 + 64.0 * 64.0 + 64.0 * 5.0) + 64.0 * 64.0 + 64.0 * 5.0);
+    assert!((step * 1e12 - flops / (ms / 1e3)).abs() <= 1e-6 * step * 1e12, "step_tflops: {v}");
+    assert!(f("fraction_of_gemm") > 0.0 && f("fraction_of_gemm") < 3.0, "{v}");
+}
+
+/// `hvtrain selftest`: the whole suite passes on the CPU (exit 0, a line per check); asking
+/// for CUDA where there is none is a clear error (exit 1), not a panic.
+#[test]
+fn selftest_passes_on_the_cpu_and_refuses_a_missing_gpu() {
+    let dir = scratch("selftest");
+    let run = hvtrain(&["selftest", "--device", "cpu"], &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    assert_eq!(run.stdout.lines().filter(|l| l.trim_start().starts_with("ok ")).count(), 7, "{}", run.all());
+    assert!(run.stdout.contains("all checks passed"), "{}", run.all());
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        return;
+    }
+    let run = hvtrain(&["selftest", "--device", "cuda"], &dir, 60);
+    assert_eq!(run.code, Some(1), "{}", run.all());
+    assert!(run.stderr.contains("training.device = \"cuda\" but") && !run.stderr.contains("panicked"), "{}", run.all());
+}

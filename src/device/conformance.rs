@@ -319,6 +319,135 @@ mod tests {
         let r = suite(&Cpu, 1e-4);
         assert!(r.iter().all(|(_, r)| r.is_ok()), "{r:?}");
         assert_eq!(r.len(), 7);
+        // A backend with one wrong operation (Nesterov's look-ahead dropped, a slightly wrong
+        // GELU): the suite names exactly the checks that cover it.
+        let r = suite(&Broken, 1e-4);
+        let failed: Vec<&str> = r.iter().filter(|(_, r)| r.is_err()).map(|(n, _)| *n).collect();
+        assert_eq!(
+            failed,
+            [
+                "element-wise (bias + activation, activation backward, column sums)",
+                "optimizers (SGD, momentum, Nesterov, Adam, AdamW)",
+                "model (gradient checks, one step against the CPU)"
+            ],
+            "{r:?}"
+        );
+    }
+
+    /// The CPU backend with two planted bugs, to show the suite catches them.
+    struct Broken;
+
+    impl Backend for Broken {
+        type Buf = Vec<f32>;
+        type Labels = Vec<i32>;
+        type View<'a> = &'a [f32];
+        type ViewMut<'a> = &'a mut [f32];
+        fn name(&self) -> String {
+            "broken cpu".into()
+        }
+        fn zeros(&self, n: usize) -> crate::error::Result<Vec<f32>> {
+            Cpu.zeros(n)
+        }
+        fn upload(&self, h: &[f32]) -> crate::error::Result<Vec<f32>> {
+            Cpu.upload(h)
+        }
+        fn upload_into(&self, h: &[f32], b: &mut Vec<f32>) -> crate::error::Result<()> {
+            Cpu.upload_into(h, b)
+        }
+        fn upload_labels(&self, h: &[i32], b: &mut Vec<i32>) -> crate::error::Result<()> {
+            Cpu.upload_labels(h, b)
+        }
+        fn labels(&self, n: usize) -> crate::error::Result<Vec<i32>> {
+            Cpu.labels(n)
+        }
+        fn download(&self, b: &Vec<f32>, r: std::ops::Range<usize>, h: &mut [f32]) -> crate::error::Result<()> {
+            Cpu.download(b, r, h)
+        }
+        fn len(&self, b: &Vec<f32>) -> usize {
+            b.len()
+        }
+        fn fill_zero(&self, v: &mut [f32]) -> crate::error::Result<()> {
+            Cpu.fill_zero(v)
+        }
+        fn view<'a>(&self, b: &'a Vec<f32>, r: std::ops::Range<usize>) -> &'a [f32] {
+            &b[r]
+        }
+        fn view_mut<'a>(&self, b: &'a mut Vec<f32>, r: std::ops::Range<usize>) -> &'a mut [f32] {
+            &mut b[r]
+        }
+        #[allow(clippy::too_many_arguments)]
+        fn gemm(
+            &self,
+            m: usize,
+            k: usize,
+            n: usize,
+            alpha: f32,
+            a: &[f32],
+            ta: Trans,
+            b: &[f32],
+            tb: Trans,
+            beta: f32,
+            c: &mut [f32],
+        ) -> crate::error::Result<()> {
+            Cpu.gemm(m, k, n, alpha, a, ta, b, tb, beta, c)
+        }
+        fn bias_act(
+            &self,
+            out: &mut [f32],
+            bias: &[f32],
+            act: Activation,
+            z: Option<&mut [f32]>,
+        ) -> crate::error::Result<()> {
+            Cpu.bias_act(out, bias, act, z)?;
+            if act == Activation::Gelu {
+                out.iter_mut().for_each(|v| *v *= 1.001); // planted bug
+            }
+            Ok(())
+        }
+        fn act_backward(
+            &self,
+            d: &mut [f32],
+            a: &[f32],
+            z: Option<&[f32]>,
+            act: Activation,
+        ) -> crate::error::Result<()> {
+            Cpu.act_backward(d, a, z, act)
+        }
+        fn column_sums(&self, m: &[f32], cols: usize, out: &mut [f32]) -> crate::error::Result<()> {
+            Cpu.column_sums(m, cols, out)
+        }
+        fn softmax_xent(
+            &self,
+            l: &[f32],
+            y: &Vec<i32>,
+            k: usize,
+            s: f32,
+            d: Option<&mut [f32]>,
+        ) -> crate::error::Result<(f64, usize)> {
+            Cpu.softmax_xent(l, y, k, s, d)
+        }
+        fn mse(&self, p: &[f32], t: &[f32], k: usize, s: f32, d: Option<&mut [f32]>) -> crate::error::Result<f64> {
+            Cpu.mse(p, t, k, s, d)
+        }
+        fn softmax(&self, v: &mut [f32], k: usize) -> crate::error::Result<()> {
+            Cpu.softmax(v, k)
+        }
+        fn round_half(&self, v: &mut [f32], kind: crate::config::Compression) -> crate::error::Result<()> {
+            Cpu.round_half(v, kind)
+        }
+        fn sgd(&self, p: &mut [f32], g: &[f32], m: Option<&mut [f32]>, h: &SgdHyper) -> crate::error::Result<()> {
+            Cpu.sgd(p, g, m, &SgdHyper { nesterov: false, ..*h }) // planted bug: Nesterov ignored
+        }
+        fn adam(
+            &self,
+            p: &mut [f32],
+            g: &[f32],
+            m: &mut [f32],
+            v: &mut [f32],
+            h: &AdamHyper,
+        ) -> crate::error::Result<()> {
+            Cpu.adam(p, g, m, v, h)
+        }
     }
 
     /// The same suite on the GPU when there is one; without one it says so and passes (the
