@@ -37,6 +37,40 @@ fn mean_loss<B: Backend>(be: &B, m: &Mlp, p: &[f32], x: &B::Buf, t: Targets<B>, 
     m.loss(be, t, b, 1.0, &mut ws, false).unwrap().0 / b as f64
 }
 
+/// One step's data on the host: inputs [b, in], class labels, regression targets.
+struct Data {
+    b: usize,
+    x: Vec<f32>,
+    labels: Vec<i32>,
+    values: Vec<f32>,
+}
+
+/// Forward, loss (mean over the batch) and backward of `m` at `p` on `be`: the gradient
+/// arena, the summed loss, and the order tensors became ready.
+fn grads<B: Backend>(be: &B, m: &Mlp, p: &[f32], d: &Data) -> (Vec<f32>, f64, Vec<usize>) {
+    let b = d.b;
+    let xd = be.upload(&d.x).unwrap();
+    let mut ld = be.labels(b).unwrap();
+    be.upload_labels(&d.labels, &mut ld).unwrap();
+    let vd = be.upload(&d.values).unwrap();
+    let t = match m.loss {
+        LossKind::SoftmaxCrossEntropy => Targets::Classes(&ld),
+        LossKind::Mse => Targets::Values(be.view(&vd, 0..d.values.len())),
+    };
+    let mut ws = Workspace::new(be, m, b).unwrap();
+    let pd = be.upload(p).unwrap();
+    let mut gd = be.zeros(m.n_params).unwrap();
+    m.forward(be, &pd, &xd, b, &mut ws).unwrap();
+    let (l, _) = m.loss(be, t, b, 1.0 / b as f32, &mut ws, true).unwrap();
+    let ranges = m.tensors().into_iter().map(|t| t.range).collect();
+    let mut sink = Plain { be, buf: &mut gd, ranges, order: Vec::new() };
+    m.backward(be, &pd, &xd, b, &mut ws, &mut sink).unwrap();
+    let order = sink.order;
+    let mut g = vec![0.0f32; m.n_params];
+    be.download(&gd, 0..m.n_params, &mut g).unwrap();
+    (g, l, order)
+}
+
 /// Finite differences against backward, on backend `be` (every backend runs this).
 pub fn check<B: Backend>(be: &B, act: Activation, loss: LossKind) {
     let sizes = [5, 7, 6, 3];
@@ -49,30 +83,18 @@ pub fn check<B: Backend>(be: &B, act: Activation, loss: LossKind) {
             *v = 0.1 * (i as f32 - 1.0);
         }
     }
-    let x = random(b * sizes[0], 1, 1.0);
-    let labels = vec![0i32, 2, 1, 2];
-    let values = random(b * 3, 2, 1.0);
-    let xd = be.upload(&x).unwrap();
+    let d = Data { b, x: random(b * sizes[0], 1, 1.0), labels: vec![0, 2, 1, 2], values: random(b * 3, 2, 1.0) };
+    let (g, _, order) = grads(be, &m, &p, &d);
+    assert_eq!(order, (0..2 * m.layers.len()).collect::<Vec<_>>(), "tensors must become ready in arena order");
+
+    let xd = be.upload(&d.x).unwrap();
     let mut ld = be.labels(b).unwrap();
-    be.upload_labels(&labels, &mut ld).unwrap();
-    let vd = be.upload(&values).unwrap();
+    be.upload_labels(&d.labels, &mut ld).unwrap();
+    let vd = be.upload(&d.values).unwrap();
     let t = match loss {
         LossKind::SoftmaxCrossEntropy => Targets::Classes(&ld),
-        LossKind::Mse => Targets::Values(be.view(&vd, 0..values.len())),
+        LossKind::Mse => Targets::Values(be.view(&vd, 0..d.values.len())),
     };
-
-    let mut ws = Workspace::new(be, &m, b).unwrap();
-    let pd = be.upload(&p).unwrap();
-    let mut gd = be.zeros(m.n_params).unwrap();
-    m.forward(be, &pd, &xd, b, &mut ws).unwrap();
-    m.loss(be, t, b, 1.0 / b as f32, &mut ws, true).unwrap();
-    let ranges = m.tensors().into_iter().map(|t| t.range).collect();
-    let mut sink = Plain { be, buf: &mut gd, ranges, order: Vec::new() };
-    m.backward(be, &pd, &xd, b, &mut ws, &mut sink).unwrap();
-    assert_eq!(sink.order, (0..2 * m.layers.len()).collect::<Vec<_>>(), "tensors must become ready in arena order");
-    let mut g = vec![0.0f32; m.n_params];
-    be.download(&gd, 0..m.n_params, &mut g).unwrap();
-
     let h = if act == Activation::Relu { 1e-3 } else { 1e-2 };
     let mut worst = 0.0f64;
     for i in 0..m.n_params {
@@ -91,56 +113,23 @@ pub fn check<B: Backend>(be: &B, act: Activation, loss: LossKind) {
 }
 
 /// Gradients of one step on `be` against the CPU backend on the same data: a model large
-/// enough for real GEMM tiles (129 rows, odd widths), every parameter. Tolerance 1e-3
-/// relative to the gradient's largest magnitude: float32 sums in another order (cuBLAS tiles,
-/// fused multiply-adds) differ by ~1e-6 relative, TF32 by ~1e-3.
+/// enough for real GEMM tiles (129 rows, odd widths), every parameter, within `tol`
+/// relative to the gradient's largest magnitude (and the loss within `tol` relative).
+/// float32 sums in another order (cuBLAS tiles, fused multiply-adds) differ by ~1e-6
+/// relative, so 1e-4 for fp32; TF32 rounds inputs to 10 mantissa bits, so 2e-2.
 pub fn step_matches_cpu<B: Backend>(be: &B, act: Activation, loss: LossKind, tol: f64) {
     let sizes = [37, 65, 33, 5];
     let b = 129;
     let m = Mlp::new(&sizes, act, loss);
     let p = m.init_params(3);
-    let x = random(b * sizes[0], 4, 1.0);
-    let labels: Vec<i32> = (0..b).map(|i| (i * 7 % 5) as i32).collect();
-    let values = random(b * 5, 5, 1.0);
-    let run = |be: &B| -> (Vec<f32>, f64) {
-        let xd = be.upload(&x).unwrap();
-        let mut ld = be.labels(b).unwrap();
-        be.upload_labels(&labels, &mut ld).unwrap();
-        let vd = be.upload(&values).unwrap();
-        let t = match loss {
-            LossKind::SoftmaxCrossEntropy => Targets::Classes(&ld),
-            LossKind::Mse => Targets::Values(be.view(&vd, 0..values.len())),
-        };
-        let mut ws = Workspace::new(be, &m, b).unwrap();
-        let pd = be.upload(&p).unwrap();
-        let mut gd = be.zeros(m.n_params).unwrap();
-        m.forward(be, &pd, &xd, b, &mut ws).unwrap();
-        let (l, _) = m.loss(be, t, b, 1.0 / b as f32, &mut ws, true).unwrap();
-        let ranges = m.tensors().into_iter().map(|t| t.range).collect();
-        let mut sink = Plain { be, buf: &mut gd, ranges, order: Vec::new() };
-        m.backward(be, &pd, &xd, b, &mut ws, &mut sink).unwrap();
-        let mut g = vec![0.0f32; m.n_params];
-        be.download(&gd, 0..m.n_params, &mut g).unwrap();
-        (g, l)
+    let d = Data {
+        b,
+        x: random(b * sizes[0], 4, 1.0),
+        labels: (0..b).map(|i| (i * 7 % 5) as i32).collect(),
+        values: random(b * 5, 5, 1.0),
     };
-    let (got, loss_got) = run(be);
-    let (want, loss_want) = {
-        // The same computation on the CPU reference backend.
-        let cpu = Cpu;
-        let xd = x.clone();
-        let mut ws = Workspace::new(&cpu, &m, b).unwrap();
-        let mut gd = vec![0.0f32; m.n_params];
-        m.forward(&cpu, &p, &xd, b, &mut ws).unwrap();
-        let t = match loss {
-            LossKind::SoftmaxCrossEntropy => Targets::Classes(&labels),
-            LossKind::Mse => Targets::Values(&values[..]),
-        };
-        let (l, _) = m.loss(&cpu, t, b, 1.0 / b as f32, &mut ws, true).unwrap();
-        let ranges = m.tensors().into_iter().map(|t| t.range).collect();
-        let mut sink = Plain { be: &cpu, buf: &mut gd, ranges, order: Vec::new() };
-        m.backward(&cpu, &p, &xd, b, &mut ws, &mut sink).unwrap();
-        (gd, l)
-    };
+    let (got, loss_got, _) = grads(be, &m, &p, &d);
+    let (want, loss_want, _) = grads(&Cpu, &m, &p, &d);
     assert!(
         (loss_got - loss_want).abs() <= tol * (1.0 + loss_want.abs()),
         "{act:?}/{loss:?}: loss {loss_got} on {}, {loss_want} on the CPU",
