@@ -81,13 +81,9 @@ fn diff(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Ve
 }
 
 /// This rank's test sums: [loss sum, correct predictions, samples]. Local work only.
-pub fn evaluate_local(model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
-    evaluate_on(&Cpu, model, params, shard)
-}
-
-/// `evaluate_local` on backend `be`: rows are read on the host, a chunk at a time, and
-/// uploaded.
-fn evaluate_on<B: Backend>(be: &B, model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
+/// On backend `be` (training's own: the GPU when it trains on one): rows are read on the
+/// host, a chunk at a time, and uploaded.
+pub fn evaluate_local<B: Backend>(be: &B, model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
     let _p = liveness::phase("evaluating the test data");
     crate::fault::point(At::Eval)?;
     let mut ws = Workspace::new(be, model, CHUNK)?;
@@ -148,7 +144,12 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
         let _p = liveness::phase("opening the test data");
         Shard::open(&job.data, "data.test", test, comm.rank, comm.size, expect(&model))?
     };
-    let mut sums = evaluate_local(&model, &params, &shard)?;
+    let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
+    let mut sums = crate::device::with_backend(
+        kind,
+        job.training.precision,
+        Evaluate { model: &model, params: &params, shard: &shard },
+    )?;
     {
         let _p = liveness::phase("the all-reduce of the evaluation's sums");
         comm.all_reduce_sum_f64(&mut sums);
@@ -227,4 +228,17 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
     }
     std::fs::rename(&tmp, output).map_err(|e| Error::io(output, "rename the finished output into place", e))?;
     Ok(n)
+}
+
+/// `evaluate_local` on the backend `device::select` chose.
+struct Evaluate<'a> {
+    model: &'a Mlp,
+    params: &'a [f32],
+    shard: &'a Shard,
+}
+
+impl crate::device::WithBackend<[f64; 3]> for Evaluate<'_> {
+    fn run<B: Backend>(self, be: B) -> Result<[f64; 3]> {
+        evaluate_local(&be, self.model, self.params, self.shard)
+    }
 }

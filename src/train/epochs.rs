@@ -272,7 +272,7 @@ impl<'a, B: Backend> Run<'a, B> {
         let done = steps - first;
         let exposed_ms = self.st.take_exposed().as_secs_f64() * 1e3 / done.max(1) as f64;
         let test = match &self.test_shard {
-            Some(sh) => evaluate_local(self.st.model(), &self.st.params_host()?, sh)?,
+            Some(sh) => evaluate_local(self.st.backend(), self.st.model(), &self.st.params_host()?, sh)?,
             None => [0.0; 3],
         };
         // The rows this rank uses in the whole epoch (also before a resume), summed over ranks.
