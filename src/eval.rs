@@ -7,7 +7,7 @@ use crate::data::shard::{Expect, Labels, Shard};
 use crate::device::{Backend, Cpu};
 use crate::error::{Error, Result};
 use crate::fault::At;
-use crate::model::{Mlp, Targets, Workspace};
+use crate::model::{Mlp, Targets, TensorSum, Whole, Workspace};
 use crate::parallel::liveness;
 use crate::parallel::{check_agreement, Comm};
 use crate::weights;
@@ -82,12 +82,24 @@ fn diff(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Ve
 
 /// This rank's test sums: [loss sum, correct predictions, samples]. Local work only.
 pub fn evaluate_local(model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
-    evaluate_on(&Cpu, model, params, shard)
+    evaluate_on(&Cpu, model, params, shard, &mut Whole)
+}
+
+/// `evaluate_local` of a tensor-parallel shard `model` (collective over its tensor group,
+/// through `tp`): every rank of the group gets the same sums.
+pub fn evaluate_tp(model: &Mlp, params: &[f32], shard: &Shard, tp: &mut impl TensorSum<Cpu>) -> Result<[f64; 3]> {
+    evaluate_on(&Cpu, model, params, shard, tp)
 }
 
 /// `evaluate_local` on backend `be`: rows are read on the host, a chunk at a time, and
 /// uploaded.
-fn evaluate_on<B: Backend>(be: &B, model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
+fn evaluate_on<B: Backend>(
+    be: &B,
+    model: &Mlp,
+    params: &[f32],
+    shard: &Shard,
+    tp: &mut impl TensorSum<B>,
+) -> Result<[f64; 3]> {
     let _p = liveness::phase("evaluating the test data");
     crate::fault::point(At::Eval)?;
     let mut ws = Workspace::new(be, model, CHUNK)?;
@@ -103,7 +115,7 @@ fn evaluate_on<B: Backend>(be: &B, model: &Mlp, params: &[f32], shard: &Shard) -
         let c = CHUNK.min(n - start);
         shard.read_rows(start, c, &mut x)?;
         be.upload_into(&x[..c * shard.features], &mut xd)?;
-        model.forward(be, &params, &xd, c, &mut ws)?;
+        model.forward_tp(be, &params, &xd, c, &mut ws, tp)?;
         let t = match &shard.labels {
             Labels::Classes(v) => {
                 be.upload_labels(&v[start..start + c], &mut labels)?;
