@@ -41,6 +41,8 @@ fn write_files(dir: &Path, d: usize, x: &[f32], y: &[i32]) {
 struct Trained {
     weights: Vec<Vec<f32>>,
     losses: Vec<f64>,
+    /// The last epoch's test loss and accuracy (metrics.jsonl).
+    test: (f64, f64),
     log: String,
 }
 
@@ -64,7 +66,11 @@ fn prepare(name: &str, d: usize, layers: &[usize], extra: &str) -> std::path::Pa
     let dir = scratch(name);
     let (x, y) = synthetic(B * STEPS, IN, K, 7);
     write_files(&dir, d, &x, &y);
-    job(&dir, layers, "d-{rank}.h5", None, extra);
+    // Test data (one file, split over the data ranks): the end-of-epoch evaluation runs the
+    // tensor-parallel forward too.
+    let (tx, ty) = synthetic(50, IN, K, 8);
+    write_classes(&dir.join("t.h5"), &tx, IN, &ty);
+    job(&dir, layers, "d-{rank}.h5", Some("t.h5"), extra);
     dir
 }
 
@@ -85,6 +91,11 @@ fn train(dir: &Path, d: usize, t: usize, layers: &[usize], sets: &[&str]) -> Res
     Ok(Trained {
         weights: weights_of(&dir.join("out/weights.h5"), layers),
         losses: losses_of(&run.stderr),
+        test: {
+            let m = std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap();
+            let last: serde_json::Value = serde_json::from_str(m.lines().last().unwrap()).unwrap();
+            (last["test_loss"].as_f64().unwrap(), last["test_accuracy"].as_f64().unwrap())
+        },
         log: run.stderr,
     })
 }
@@ -119,8 +130,17 @@ fn check_layouts(tag: &str, layers: &[usize], extra: &str, layouts: &[(usize, us
         let got = run_layout(tag, d, t, layers, extra);
         assert!(got.log.contains(&format!("data {d} × tensor {t} × pipeline 1")), "no grid line\n{}", got.log);
         let (lw, ll) = (rel_weights(&reference.weights, &got.weights), rel_losses(&reference.losses, &got.losses));
-        eprintln!("{tag} {layers:?}: D={d} T={t}: max relative difference: weights {lw:.2e}, losses {ll:.2e}");
+        let lt = rel_losses(&[reference.test.0], &[got.test.0]);
+        eprintln!(
+            "{tag} {layers:?}: D={d} T={t}: max relative difference: weights {lw:.2e}, losses {ll:.2e}, test loss {lt:.2e}"
+        );
         assert!(lw < TOL && ll < TOL, "{tag}: D={d} T={t}: weights {lw:e}, losses {ll:e} (tolerance {TOL})");
+        assert!(
+            lt < TOL && reference.test.1 == got.test.1,
+            "{tag}: D={d} T={t}: test {:?} vs {:?}",
+            reference.test,
+            got.test
+        );
     }
 }
 
@@ -201,5 +221,57 @@ fn bad_layouts_fail_with_a_clear_error() {
         2,
         &["parallel.pipeline=2"],
         "parallel.pipeline = 2: pipeline parallelism is not implemented yet; use pipeline = 1",
+    );
+}
+
+/// A tensor rank that stops (SIGSTOP) or dies mid-step leaves its peer inside a tensor
+/// all-reduce: the heartbeats end the job as for any collective. Without
+/// MPI_THREAD_MULTIPLE (no heartbeats) the all-reduce is a guarded wait with a deadline.
+#[test]
+fn a_stopped_or_killed_tensor_rank_ends_the_job() {
+    let _g = mpi_lock();
+    let dir = prepare("tp-faults", 1, &DEEP, SGD);
+    let long = ["train", "job.toml", "--set", "parallel.tensor=2", "--set", "training.epochs=500"];
+    let run = mpirun_env(2, &[("HVTRAIN_INJECT_FAULT", "1:5:stop")], &long, &dir, 60);
+    assert_eq!(run.code, Some(3), "a stopped tensor rank: exit 3\n{}", run.all());
+    assert!(
+        run.stderr.contains("): rank 1 (") && run.stderr.contains("has sent no heartbeat"),
+        "the stopped rank is named\n{}",
+        run.all()
+    );
+    assert!(run.elapsed < Duration::from_secs(30), "{}", run.all());
+    eprintln!("T=2, rank 1 stopped at step 5: exit 3 after {:.1} s", run.elapsed.as_secs_f64());
+
+    let _ = std::fs::remove_dir_all(dir.join("out"));
+    let dir4 = prepare("tp-faults-4", 2, &DEEP, SGD);
+    let long4 = [
+        "train",
+        "job.toml",
+        "--set",
+        "parallel.tensor=2",
+        "--set",
+        "training.epochs=500",
+        "--set",
+        "training.batch_size=6",
+    ];
+    let run = mpirun_env(4, &[("HVTRAIN_INJECT_FAULT", "2:5:kill")], &long4, &dir4, 60);
+    assert!(!run.ok() && run.elapsed < Duration::from_secs(15), "{}", run.all());
+    eprintln!("D=2 T=2, rank 2 killed at step 5: exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
+
+    let _ = std::fs::remove_dir_all(dir.join("out"));
+    let env = [("HVTRAIN_INJECT_FAULT", "1:5:hang"), ("HVTRAIN_MPI_THREADS", "serialized")];
+    let mut args = long.to_vec();
+    args.extend(["--set", "distribution.watchdog_seconds=3"]);
+    let run = mpirun_env(2, &env, &args, &dir, 60);
+    assert!(
+        !run.ok() && run.stderr.contains("a tensor-parallel all-reduce at step 5 has not completed after 3.0 s"),
+        "without heartbeats, the tensor all-reduce's deadline ends the job\n{}",
+        run.all()
+    );
+    assert!(run.elapsed < Duration::from_secs(15), "{}", run.all());
+    eprintln!(
+        "T=2 without MPI_THREAD_MULTIPLE, rank 1 hung at step 5: exit {:?} after {:.1} s",
+        run.code,
+        run.elapsed.as_secs_f64()
     );
 }
