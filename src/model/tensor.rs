@@ -181,6 +181,83 @@ mod tests {
         }
     }
 
+    /// T threads, each a tensor rank with its shard, summing through shared memory: every
+    /// rank's loss and gradients must be the whole model's (its slice of them), so every sum
+    /// forward and backward is where it must be. (The MPI version: tests/tensor_parallel.rs.)
+    #[test]
+    fn sharded_forward_and_backward_give_the_whole_models_loss_and_gradients() {
+        use crate::device::Cpu;
+        use crate::model::{GradSink, Targets, Workspace};
+        use std::sync::{Arc, Barrier, Mutex};
+
+        struct Arena<'a>(&'a mut Vec<f32>, Vec<Range<usize>>);
+        impl GradSink<Cpu> for Arena<'_> {
+            fn slot(&mut self, t: usize) -> &mut [f32] {
+                &mut self.0[self.1[t].clone()]
+            }
+            fn ready(&mut self, _t: usize) {}
+        }
+        struct ThreadSum(Arc<(Barrier, Mutex<Vec<f32>>)>);
+        impl TensorSum<Cpu> for ThreadSum {
+            fn sum(&mut self, _be: &Cpu, buf: &mut Vec<f32>, n: usize) -> Result<()> {
+                let (barrier, acc) = &*self.0;
+                if barrier.wait().is_leader() {
+                    *acc.lock().unwrap() = vec![0.0; n];
+                }
+                barrier.wait();
+                acc.lock().unwrap().iter_mut().zip(&buf[..n]).for_each(|(a, v)| *a += v);
+                barrier.wait();
+                buf[..n].copy_from_slice(&acc.lock().unwrap());
+                barrier.wait();
+                Ok(())
+            }
+        }
+        // One step's (loss, gradient arena) of `m` with parameters `p`.
+        fn step(m: &Mlp, p: &[f32], tp: &mut impl TensorSum<Cpu>) -> (f64, Vec<f32>) {
+            let b = 4;
+            let x: Vec<f32> = (0..b * m.n_inputs()).map(|i| ((i * 37 % 11) as f32 - 5.0) / 5.0).collect();
+            let labels: Vec<i32> = (0..b as i32).map(|i| i % m.n_outputs() as i32).collect();
+            let mut ws = Workspace::new(&Cpu, m, b).unwrap();
+            let p = p.to_vec();
+            m.forward_tp(&Cpu, &p, &x, b, &mut ws, tp).unwrap();
+            let (loss, _) = m.loss(&Cpu, Targets::Classes(&labels), b, 1.0 / b as f32, &mut ws, true).unwrap();
+            let mut g = vec![0.0; m.n_params];
+            let ranges = m.tensors().into_iter().map(|t| t.range).collect();
+            m.backward_tp(&Cpu, &p, &x, b, &mut ws, &mut Arena(&mut g, ranges), tp).unwrap();
+            (loss, g)
+        }
+        for sizes in [vec![5, 7, 6, 4, 3], vec![5, 7, 6, 3]] {
+            for act in [Activation::Tanh, Activation::Gelu, Activation::Relu] {
+                let whole = Mlp::new(&sizes, act, LossKind::SoftmaxCrossEntropy);
+                let p = whole.init_params(3);
+                let (loss, g) = step(&whole, &p, &mut Whole);
+                for ts in [2, 3] {
+                    let shared = Arc::new((Barrier::new(ts), Mutex::new(Vec::new())));
+                    let threads: Vec<_> = (0..ts)
+                        .map(|t| {
+                            let (whole, p, shared) = (whole.clone(), p.clone(), shared.clone());
+                            std::thread::spawn(move || {
+                                let local = Mlp::with_tensor(&whole.sizes, whole.act, whole.loss, t, ts);
+                                let (l, g) = step(&local, &scatter(&local, &whole, &p), &mut ThreadSum(shared));
+                                (local, l, g)
+                            })
+                        })
+                        .collect();
+                    for (local, l, gl) in threads.into_iter().map(|h| h.join().unwrap()) {
+                        let want = scatter(&local, &whole, &g);
+                        let worst = gl.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                        assert!(((l - loss) / loss).abs() < 1e-6, "{sizes:?} {act:?} T={ts}: loss {l} vs {loss}");
+                        assert!(
+                            worst < 1e-6,
+                            "{sizes:?} {act:?} T={ts} rank {}: gradients differ by {worst}",
+                            local.tensor.0
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn pairs_are_column_then_row_and_an_odd_last_layer_is_whole() {
         let m = Mlp::with_tensor(&[4, 6, 5, 3], Activation::Relu, LossKind::Mse, 1, 2);
