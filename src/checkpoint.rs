@@ -6,7 +6,9 @@
 //!   take a checkpoint as well;
 //! - `optimizer/m`, `optimizer/v`: momentum / Adam moments (absent when the optimizer has none);
 //! - `step`, `epoch`, `step_in_epoch`, `world_size`: where training stands. The data order is
-//!   a pure function of (seed, epoch, rank), so this position is all the loader needs;
+//!   a pure function of (seed, epoch, rank), so this position is all the loader needs.
+//!   `world_size` is the data-parallel degree (ranks / parallel.tensor): the parameters are
+//!   always the whole model, so any tensor degree with the same data degree resumes;
 //! - `loss_sums`: each rank's running loss sum in the current epoch, so its metrics are exact;
 //!   `loss_sums_exact` is 0 when rank 0 wrote a stop checkpoint on its own and estimated the
 //!   other ranks' last batch;

@@ -7,7 +7,7 @@ use crate::data::shard::{Expect, Labels, Shard};
 use crate::device::{Backend, Cpu};
 use crate::error::{Error, Result};
 use crate::fault::At;
-use crate::model::{Mlp, Targets, Workspace};
+use crate::model::{Mlp, Targets, TensorSum, Whole, Workspace};
 use crate::parallel::liveness;
 use crate::parallel::{check_agreement, Comm};
 use crate::weights;
@@ -81,9 +81,32 @@ fn diff(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Ve
 }
 
 /// This rank's test sums: [loss sum, correct predictions, samples]. Local work only.
-/// On backend `be` (training's own: the GPU when it trains on one): rows are read on the
-/// host, a chunk at a time, and uploaded.
+/// On backend `be` (training's own: the GPU when it trains on one).
 pub fn evaluate_local<B: Backend>(be: &B, model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
+    evaluate_on(be, model, params, shard, &mut Whole)
+}
+
+/// `evaluate_local` of a tensor-parallel shard `model` (collective over its tensor group,
+/// through `tp`): every rank of the group gets the same sums.
+pub fn evaluate_tp<B: Backend>(
+    be: &B,
+    model: &Mlp,
+    params: &[f32],
+    shard: &Shard,
+    tp: &mut impl TensorSum<B>,
+) -> Result<[f64; 3]> {
+    evaluate_on(be, model, params, shard, tp)
+}
+
+/// `evaluate_local` on backend `be`: rows are read on the host, a chunk at a time, and
+/// uploaded.
+fn evaluate_on<B: Backend>(
+    be: &B,
+    model: &Mlp,
+    params: &[f32],
+    shard: &Shard,
+    tp: &mut impl TensorSum<B>,
+) -> Result<[f64; 3]> {
     let _p = liveness::phase("evaluating the test data");
     crate::fault::point(At::Eval)?;
     let mut ws = Workspace::new(be, model, CHUNK)?;
@@ -99,7 +122,7 @@ pub fn evaluate_local<B: Backend>(be: &B, model: &Mlp, params: &[f32], shard: &S
         let c = CHUNK.min(n - start);
         shard.read_rows(start, c, &mut x)?;
         be.upload_into(&x[..c * shard.features], &mut xd)?;
-        model.forward(be, &params, &xd, c, &mut ws)?;
+        model.forward_tp(be, &params, &xd, c, &mut ws, tp)?;
         let t = match &shard.labels {
             Labels::Classes(v) => {
                 be.upload_labels(&v[start..start + c], &mut labels)?;

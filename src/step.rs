@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::model::{GradSink, Mlp, Targets, Workspace};
 use crate::optim::Optimizer;
 use crate::parallel::engine::HostBuf;
+use crate::parallel::grid::TensorGroup;
 use crate::parallel::timeline::{Timeline, MAIN_TID};
 use crate::parallel::Engine;
 use std::sync::Arc;
@@ -29,6 +30,9 @@ where
     ws: Workspace<B>,
     opt: Optimizer<B>,
     engine: Engine<B::Buf>,
+    /// This rank's tensor group (a group of one without tensor parallelism): the sums of
+    /// forward and backward, and the whole model for checkpoints.
+    tp: TensorGroup,
     /// Two input buffers, used in turn: a step's batch is copied in (on a GPU: from pinned
     /// memory, on the copy stream) while the previous step's kernels may still read the other.
     xs: [B::Buf; 2],
@@ -66,6 +70,7 @@ where
             labels: be.labels(batch)?,
             values: be.zeros(batch * model.n_outputs())?,
             names: model.tensors().into_iter().map(|t| t.name).collect(),
+            tp: TensorGroup::new(None, model.clone()),
             be,
             model,
             opt,
@@ -76,8 +81,34 @@ where
         })
     }
 
+    /// This rank's model (its shard under tensor parallelism).
     pub fn model(&self) -> &Mlp {
         &self.model
+    }
+    /// Run with tensor group `tp`, whose shard of the model is this stepper's.
+    pub fn set_tensor_group(&mut self, tp: TensorGroup) {
+        assert_eq!(tp.local_model().n_params, self.model.n_params, "a tensor group of another shard");
+        self.tp = tp;
+    }
+    pub fn tensor(&self) -> &TensorGroup {
+        &self.tp
+    }
+    /// The backend and the tensor group together (evaluation on the training backend).
+    pub fn backend_and_tensor(&mut self) -> (&B, &mut TensorGroup) {
+        (&self.be, &mut self.tp)
+    }
+    /// Collective over the tensor group: the whole model's parameters, optimizer state (m, v)
+    /// and step on the group's rank 0 (None on the others), for checkpoints.
+    #[allow(clippy::type_complexity)]
+    pub fn whole_state(&self) -> Result<Option<(Vec<f32>, Vec<f32>, Vec<f32>, u64)>> {
+        let p = self.tp.gather(self.params_host()?);
+        let (m, v, step) = self.opt.state(&self.be)?;
+        let (m, v) = (self.tp.gather(m), self.tp.gather(v));
+        Ok(p.map(|p| (p, m.unwrap_or_default(), v.unwrap_or_default(), step)))
+    }
+    /// Collective over the tensor group: the whole model's parameters on its rank 0.
+    pub fn whole_params(&self) -> Result<Option<Vec<f32>>> {
+        Ok(self.tp.gather(self.params_host()?))
     }
     pub fn backend(&self) -> &B {
         &self.be
@@ -151,7 +182,8 @@ where
             be.upload_labels(&batch.classes, &mut self.labels)?;
             Targets::Classes(&self.labels)
         };
-        self.model.forward(be, &self.params, &self.xs[xi], b, &mut self.ws)?;
+        self.tp.step = self.step;
+        self.model.forward_tp(be, &self.params, &self.xs[xi], b, &mut self.ws, &mut self.tp)?;
         let (loss, _) = self.model.loss(be, targets, b, 1.0 / global_rows as f32, &mut self.ws, true)?;
         self.span("forward + loss", t);
         if !loss.is_finite() {
@@ -170,7 +202,7 @@ where
             step: self.step,
             mark: Instant::now(),
         };
-        self.model.backward(be, &self.params, &self.xs[xi], b, &mut self.ws, &mut sink)?;
+        self.model.backward_tp(be, &self.params, &self.xs[xi], b, &mut self.ws, &mut sink, &mut self.tp)?;
         self.engine.flush();
         self.apply_buckets()?;
         Ok(loss)

@@ -94,6 +94,10 @@ pub const EVERY_MINUTES: Span = Span::or_off(2e-5, YEAR_S / 60.0, "minutes");
 pub const KEEP: Span = Span::new(0.0, 1e6, "checkpoints (0 is taken as 1)");
 pub const SHUFFLE_BLOCK: Span = Span::new(1.0, 1_048_576.0, "rows");
 pub const SHUFFLE_WINDOW: Span = Span::new(1.0, 16_777_216.0, "rows");
+/// `[parallel]`: ranks per tensor group, pipeline stages, micro-batches per step.
+pub const TENSOR: Span = Span::new(1.0, 4096.0, "ranks per tensor group");
+pub const PIPELINE: Span = Span::new(1.0, 1024.0, "stages");
+pub const MICRO_BATCHES: Span = Span::new(1.0, 65536.0, "micro-batches per step");
 /// Widths in `model.layers`: (fewest, most).
 pub const LAYER_COUNT: (u64, u64) = (2, 1024);
 pub const LAYER_WIDTH: (u64, u64) = (1, 16_777_216);

@@ -30,6 +30,31 @@ pub struct Job {
     pub output: OutputCfg,
     #[serde(default)]
     pub checkpoint: CheckpointCfg,
+    #[serde(default)]
+    pub parallel: ParallelCfg,
+}
+
+/// How the ranks split the work: `tensor` ranks split each pair of dense layers
+/// (Megatron-style), `pipeline` stages would split the stack of layers (not implemented
+/// yet: must be 1), and the data-parallel degree is what remains, ranks / (tensor × pipeline).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ParallelCfg {
+    /// Ranks that split each dense layer pair (consecutive ranks, so inside a node).
+    #[serde(default = "one")]
+    pub tensor: usize,
+    /// Pipeline stages (not implemented yet: 1).
+    #[serde(default = "one")]
+    pub pipeline: usize,
+    /// Micro-batches per step for the pipeline schedule (not implemented yet: 1).
+    #[serde(default = "one")]
+    pub micro_batches: usize,
+}
+
+impl Default for ParallelCfg {
+    fn default() -> Self {
+        ParallelCfg { tensor: 1, pipeline: 1, micro_batches: 1 }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, Default)]
@@ -449,7 +474,8 @@ impl Job {
         let dist = &self.distribution;
         let ck = &self.checkpoint;
         let d = &self.data;
-        let counts: [(&str, u64, Span); 9] = [
+        let par = &self.parallel;
+        let counts: [(&str, u64, Span); 12] = [
             ("training.epochs", t.epochs as u64, limits::EPOCHS),
             ("training.batch_size", t.batch_size as u64, limits::BATCH_SIZE),
             ("training.log_every", t.log_every as u64, limits::LOG_EVERY),
@@ -459,6 +485,9 @@ impl Job {
             ("checkpoint.keep", ck.keep as u64, limits::KEEP),
             ("data.shuffle_block", d.shuffle_block as u64, limits::SHUFFLE_BLOCK),
             ("data.shuffle_window", d.shuffle_window as u64, limits::SHUFFLE_WINDOW),
+            ("parallel.tensor", par.tensor as u64, limits::TENSOR),
+            ("parallel.pipeline", par.pipeline as u64, limits::PIPELINE),
+            ("parallel.micro_batches", par.micro_batches as u64, limits::MICRO_BATCHES),
         ];
         // (training.seed needs no bound: every u64 is a seed.)
         for (field, v, span) in counts {
@@ -491,6 +520,7 @@ impl Job {
                 return bad(field, span.error(&num(v)));
             }
         }
+        self.validate_parallel(origin)?;
         if o.nesterov && o.momentum == 0.0 {
             return bad("optimizer.nesterov", "needs optimizer.momentum > 0".into());
         }
@@ -499,6 +529,63 @@ impl Job {
         }
         if self.output.dir.is_empty() {
             return bad("output.dir", "is empty".into());
+        }
+        Ok(())
+    }
+
+    /// The `[parallel]` block against the model (the world size is checked at start-up, in
+    /// `parallel::grid`). Tensor parallelism splits the hidden width between the layers of
+    /// each pair (layer 2i's outputs, layer 2i+1's inputs); a width that does not divide by
+    /// `tensor` is split unevenly (the first width % tensor ranks get one unit more), so every
+    /// split width needs at least `tensor` units.
+    fn validate_parallel(&self, origin: &str) -> Result<()> {
+        let bad = |field: &str, msg: String| Err(Error::config(origin, field, msg));
+        let p = &self.parallel;
+        if p.pipeline > 1 {
+            return bad(
+                "parallel.pipeline",
+                format!(
+                    "parallel.pipeline = {}: pipeline parallelism is not implemented yet; use pipeline = 1",
+                    p.pipeline
+                ),
+            );
+        }
+        if p.micro_batches > 1 {
+            return bad(
+                "parallel.micro_batches",
+                format!(
+                    "parallel.micro_batches = {}: micro-batches belong to the pipeline schedule, which is not \
+                     implemented yet; use micro_batches = 1",
+                    p.micro_batches
+                ),
+            );
+        }
+        if p.tensor > 1 {
+            let layers = &self.model.layers;
+            let n = layers.len() - 1;
+            if n < 2 {
+                return bad(
+                    "parallel.tensor",
+                    format!(
+                        "parallel.tensor = {}: tensor parallelism splits pairs of dense layers, and model.layers = {:?} \
+                         has only one dense layer; use tensor = 1",
+                        p.tensor,
+                        abbreviate(layers)
+                    ),
+                );
+            }
+            // The widths split: the output of each pair's first layer.
+            let (i, w) = (1..n).step_by(2).map(|i| (i, layers[i])).min_by_key(|&(_, w)| w).expect("n >= 2");
+            if w < p.tensor {
+                return bad(
+                    "parallel.tensor",
+                    format!(
+                        "parallel.tensor = {} is larger than model.layers[{i}] = {w}, a hidden width that tensor \
+                         parallelism splits over the tensor ranks (every rank needs at least one unit); use tensor <= {w}",
+                        p.tensor
+                    ),
+                );
+            }
         }
         Ok(())
     }

@@ -312,3 +312,32 @@ fn liveness_limits_have_bounds_and_errors_name_the_field() {
     let (sets, _) = env_overrides("job", env).unwrap();
     assert_eq!(sets, vec!["distribution.stall_seconds=42.0".to_string()]);
 }
+
+#[test]
+fn parallel_block_defaults_bounds_and_layouts() {
+    let j = Job::parse("job", MIN, &[]).unwrap();
+    assert_eq!(j.parallel, ParallelCfg { tensor: 1, pipeline: 1, micro_batches: 1 });
+    let deep = "[data]\ntrain = \"t.h5\"\n[model]\nlayers = [4, 6, 3, 5, 2]\n";
+    let j = Job::parse("job", deep, &["parallel.tensor=3".into()]).unwrap();
+    assert_eq!(j.parallel.tensor, 3);
+    let msg = |r: Result<Job>| match r {
+        Err(Error::Config { field, msg, .. }) => (field, msg),
+        other => panic!("expected a config error, got {other:?}"),
+    };
+    // Split widths are layers[1] and layers[3] (6 and 5); layers[2] = 3 is not split.
+    let (f, m) = msg(Job::parse("job", deep, &["parallel.tensor=6".into()]));
+    assert_eq!(f, "parallel.tensor");
+    assert!(m.contains("larger than model.layers[3] = 5"), "{m}");
+    let (f, m) = msg(Job::parse("job", MIN, &["parallel.tensor=2".into()]));
+    assert!(f == "parallel.tensor" && m.contains("only one dense layer"), "{m}");
+    let (f, m) = msg(Job::parse("job", deep, &["parallel.pipeline=2".into()]));
+    assert_eq!(f, "parallel.pipeline");
+    assert!(m.contains("parallel.pipeline = 2: pipeline parallelism is not implemented yet; use pipeline = 1"), "{m}");
+    let (f, _) = msg(Job::parse("job", deep, &["parallel.micro_batches=4".into()]));
+    assert_eq!(f, "parallel.micro_batches");
+    for bad in ["parallel.tensor=0", "parallel.pipeline=0", "parallel.micro_batches=0", "parallel.tensor=5000"] {
+        let (f, m) = msg(Job::parse("job", deep, &[bad.into()]));
+        assert!(bad.starts_with(&f) && m.contains("must be at least 1"), "{bad}: {f}: {m}");
+    }
+    assert!(field_of(Job::parse("job", deep, &["parallel.data=2".into()])).contains("parallel"));
+}

@@ -9,6 +9,7 @@
 
 pub mod gradcheck;
 pub mod loss;
+pub mod tensor;
 
 use crate::config::{Activation, LossKind};
 use crate::device::{Backend, Trans};
@@ -17,23 +18,32 @@ use crate::rng::Rng;
 use std::ops::Range;
 
 pub use loss::Targets;
+pub use tensor::{part, Split, TensorSum, Whole};
 
-/// Where one dense layer's tensors sit in the arena. Weight is [inp, out], row-major.
+/// Where one dense layer's tensors sit in the arena. Weight is [inp, out], row-major; under
+/// tensor parallelism `inp` and `out` are this rank's slice (see `tensor.rs`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DenseSlot {
     pub inp: usize,
     pub out: usize,
     pub w: Range<usize>,
     pub b: Range<usize>,
+    /// Whether this rank holds the whole layer, a slice of its output columns, or a slice
+    /// of its input rows.
+    pub split: Split,
 }
 
 #[derive(Clone, Debug)]
 pub struct Mlp {
+    /// The whole model's widths (also for a tensor-parallel shard).
     pub sizes: Vec<usize>,
     pub act: Activation,
     pub loss: LossKind,
     pub layers: Vec<DenseSlot>,
+    /// Parameters in this arena (this rank's shard under tensor parallelism).
     pub n_params: usize,
+    /// (this rank's index in its tensor group, the group's size); (0, 1) for a whole model.
+    pub tensor: (usize, usize),
 }
 
 /// A named tensor of the arena, in arena (= gradient-ready) order.
@@ -47,16 +57,28 @@ pub struct TensorInfo {
 
 impl Mlp {
     pub fn new(sizes: &[usize], act: Activation, loss: LossKind) -> Mlp {
-        assert!(sizes.len() >= 2);
+        Mlp::with_tensor(sizes, act, loss, 0, 1)
+    }
+
+    /// Tensor rank `t`'s shard of the model split over `ts` ranks (`ts` = 1: the whole
+    /// model). Layers pair up, 2i column-parallel and 2i+1 row-parallel; an unpaired last
+    /// layer is whole on every rank. The arena keeps backward's order.
+    pub fn with_tensor(sizes: &[usize], act: Activation, loss: LossKind, t: usize, ts: usize) -> Mlp {
+        assert!(sizes.len() >= 2 && t < ts);
         let n_layers = sizes.len() - 1;
         let mut layers: Vec<Option<DenseSlot>> = vec![None; n_layers];
         let mut off = 0;
         for l in (0..n_layers).rev() {
-            let (inp, out) = (sizes[l], sizes[l + 1]);
+            let split = tensor::split_of(l, n_layers, ts);
+            let (inp, out) = match split {
+                Split::Whole => (sizes[l], sizes[l + 1]),
+                Split::Column => (sizes[l], part(sizes[l + 1], t, ts).len()),
+                Split::Row => (part(sizes[l], t, ts).len(), sizes[l + 1]),
+            };
             let w = off..off + inp * out;
             let b = w.end..w.end + out;
             off = b.end;
-            layers[l] = Some(DenseSlot { inp, out, w, b });
+            layers[l] = Some(DenseSlot { inp, out, w, b, split });
         }
         Mlp {
             sizes: sizes.to_vec(),
@@ -64,6 +86,7 @@ impl Mlp {
             loss,
             layers: layers.into_iter().map(Option::unwrap).collect(),
             n_params: off,
+            tensor: (t, ts),
         }
     }
 
@@ -73,8 +96,9 @@ impl Mlp {
     pub fn n_outputs(&self) -> usize {
         *self.sizes.last().unwrap()
     }
+    /// The widest activation this arena's layers read or write.
     pub fn max_width(&self) -> usize {
-        *self.sizes.iter().max().unwrap()
+        self.layers.iter().map(|s| s.inp.max(s.out)).max().unwrap()
     }
 
     /// The tensors in arena order (backward's order: last layer first, weight then bias).
@@ -89,6 +113,7 @@ impl Mlp {
 
     /// Glorot-uniform weights (Keras' default for Dense), zero biases, from `seed`.
     pub fn init_params(&self, seed: u64) -> Vec<f32> {
+        assert_eq!(self.tensor.1, 1, "initialize the whole model, then shard it");
         let mut p = vec![0.0f32; self.n_params];
         for (l, s) in self.layers.iter().enumerate() {
             let mut rng = Rng::new(seed, 0x1A7E_0000 + l as u64);
@@ -107,7 +132,7 @@ impl Mlp {
     }
 
     /// Forward pass of `b` samples `x` [b, inputs] (the first b rows of `x`); the outputs
-    /// [b, outputs] are then `ws.output(..)`.
+    /// [b, outputs] are then `ws.output(..)`. A whole model only (see `forward_tp`).
     pub fn forward<B: Backend>(
         &self,
         be: &B,
@@ -115,6 +140,21 @@ impl Mlp {
         x: &B::Buf,
         b: usize,
         ws: &mut Workspace<B>,
+    ) -> Result<()> {
+        self.forward_tp(be, params, x, b, ws, &mut Whole)
+    }
+
+    /// `forward` of a tensor-parallel shard: a row-parallel layer's partial products are
+    /// summed over the tensor group by `tp` before its bias (added once) and activation.
+    /// The outputs are the whole logits on every rank of the group.
+    pub fn forward_tp<B: Backend>(
+        &self,
+        be: &B,
+        params: &B::Buf,
+        x: &B::Buf,
+        b: usize,
+        ws: &mut Workspace<B>,
+        tp: &mut impl TensorSum<B>,
     ) -> Result<()> {
         ws.ensure(be, self, b)?;
         let n = self.layers.len();
@@ -124,6 +164,9 @@ impl Mlp {
             let out = &mut rest[0];
             let w = be.view(params, s.w.clone());
             be.gemm(b, s.inp, s.out, 1.0, input, Trans::N, w, Trans::N, 0.0, be.view_mut(out, 0..b * s.out))?;
+            if s.split == Split::Row {
+                tp.sum(be, out, b * s.out)?;
+            }
             let act = if l + 1 == n { Activation::Identity } else { self.act };
             let keep_z = if act == Activation::Gelu { Some(be.view_mut(&mut ws.z[l], 0..b * s.out)) } else { None };
             be.bias_act(be.view_mut(out, 0..b * s.out), be.view(params, s.b.clone()), act, keep_z)?;
@@ -151,7 +194,7 @@ impl Mlp {
 
     /// Backward pass after `forward` and `loss` (with want_grad). Writes every gradient where
     /// `grads` says and calls `grads.ready(t)` as soon as tensor `t` is complete, last layer
-    /// first: the hook where communication can start.
+    /// first: the hook where communication can start. A whole model only (see `backward_tp`).
     pub fn backward<B: Backend>(
         &self,
         be: &B,
@@ -160,6 +203,23 @@ impl Mlp {
         b: usize,
         ws: &mut Workspace<B>,
         grads: &mut impl GradSink<B>,
+    ) -> Result<()> {
+        self.backward_tp(be, params, x, b, ws, grads, &mut Whole)
+    }
+
+    /// `backward` of a tensor-parallel shard: a column-parallel layer's input gradient is a
+    /// partial sum over its output slice and is summed over the tensor group by `tp`; a
+    /// row-parallel layer's is local (its slice of the inputs).
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_tp<B: Backend>(
+        &self,
+        be: &B,
+        params: &B::Buf,
+        x: &B::Buf,
+        b: usize,
+        ws: &mut Workspace<B>,
+        grads: &mut impl GradSink<B>,
+        tp: &mut impl TensorSum<B>,
     ) -> Result<()> {
         let Workspace { a, z, d, .. } = ws;
         let (d0, d1) = d.split_at_mut(1);
@@ -176,6 +236,9 @@ impl Mlp {
             if l > 0 {
                 let w = be.view(params, s.w.clone());
                 be.gemm(b, s.out, s.inp, 1.0, g, Trans::N, w, Trans::T, 0.0, be.view_mut(dprev, 0..b * s.inp))?;
+                if s.split == Split::Column {
+                    tp.sum(be, dprev, b * s.inp)?;
+                }
                 let zin = if self.act == Activation::Gelu { Some(be.view(&z[l - 1], 0..b * s.inp)) } else { None };
                 be.act_backward(be.view_mut(dprev, 0..b * s.inp), be.view(&a[l - 1], 0..b * s.inp), zin, self.act)?;
                 std::mem::swap(&mut dz, &mut dprev);

@@ -116,6 +116,52 @@ impl Channel {
         counts.iter().zip(&displs).map(|(&c, &d)| all[d as usize..(d + c) as usize].to_vec()).collect()
     }
 
+    /// Rank 0 of this communicator gets every rank's floats (of any length), indexed by rank;
+    /// the others get None.
+    pub fn gather_f32s(&self, mine: &[f32]) -> Option<Vec<Vec<f32>>> {
+        let counts: Vec<i32> = self
+            .all_gather_u64(mine.len() as u64)
+            .iter()
+            .map(|&c| i32::try_from(c).expect("a shard under 2^31 floats"))
+            .collect();
+        let root = self.comm.process_at_rank(0);
+        if self.rank != 0 {
+            root.gather_varcount_into(mine);
+            return None;
+        }
+        let displs: Vec<i32> = counts
+            .iter()
+            .scan(0, |acc, &c| {
+                let d = *acc;
+                *acc += c;
+                Some(d)
+            })
+            .collect();
+        let mut all = vec![0f32; counts.iter().map(|&c| c as usize).sum()];
+        {
+            let mut part = mpi::datatype::PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+            root.gather_varcount_into_root(mine, &mut part);
+        }
+        Some(counts.iter().zip(&displs).map(|(&c, &d)| all[d as usize..(d + c) as usize].to_vec()).collect())
+    }
+
+    /// The ranks with the same `color` in a communicator of their own, ordered by `key`
+    /// (`MPI_Comm_split`). Collective.
+    pub fn split(&self, color: usize, key: usize) -> Channel {
+        use mpi::topology::Color;
+        let c = self
+            .comm
+            .split_by_color_with_key(Color::with_value(color as i32), key as i32)
+            .expect("every rank gives a color, so every rank gets a communicator");
+        Channel::new(c)
+    }
+
+    /// A duplicate of this communicator, for another thread (its traffic never matches
+    /// ours). Collective.
+    pub fn duplicate(&self) -> Channel {
+        Channel::new(self.comm.duplicate())
+    }
+
     /// Overwrite `buf` on every rank with rank 0's.
     pub fn broadcast_f32(&self, buf: &mut [f32]) {
         self.comm.process_at_rank(0).broadcast_into(buf);

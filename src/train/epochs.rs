@@ -11,18 +11,19 @@ use crate::data::loader::{Loader, LoaderCfg, Schedule};
 use crate::data::shard::Shard;
 use crate::device::Backend;
 use crate::error::{Error, Result};
-use crate::eval::{eval_result, evaluate_local};
+use crate::eval::{eval_result, evaluate_tp};
 use crate::fault::Fault;
 use crate::metrics::{EpochMetrics, MetricsLog};
 use crate::optim::Optimizer;
+use crate::parallel::grid::Grid;
 use crate::parallel::liveness;
 use crate::parallel::reduce;
 use crate::parallel::timeline::Timeline;
 use crate::parallel::watchdog::{Watchdog, MAIN};
-use crate::parallel::{check_agreement, checksum, Comm, Engine};
+use crate::parallel::{check_agreement, checksum, Channel, Comm, Engine};
 use crate::step::Stepper;
 use crate::weights;
-use log::info;
+use log::{debug, info};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +31,9 @@ use std::time::{Duration, Instant};
 pub(super) struct Run<'a, B: Backend> {
     comm: &'a Comm,
     job: &'a Job,
+    grid: Grid,
+    /// This rank's data group (main thread): the parameter consistency check.
+    data_chan: Channel,
     st: Stepper<B>,
     loader: Option<Loader>,
     test_shard: Option<Shard>,
@@ -64,7 +68,19 @@ impl<'a, B: Backend> Run<'a, B> {
     ) -> Result<Run<'a, B>> {
         let d = &job.distribution;
         let b = job.training.batch_size;
-        let Setup { model, plan, train_shard, test_shard, schedule, out_dir } = setup;
+        let Setup {
+            model,
+            whole: _,
+            grid,
+            mut tensor,
+            data_chan,
+            engine_chan,
+            plan,
+            train_shard,
+            test_shard,
+            schedule,
+            out_dir,
+        } = setup;
         let steps = schedule.steps;
         let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), comm.rank, comm.host.clone());
         let p = liveness::phase("starting the communication engine");
@@ -89,9 +105,20 @@ impl<'a, B: Backend> Run<'a, B> {
                 }
             );
         }
-        let reducer = reduce::for_job((comm.size > 1).then(|| comm.channel()), d.compression, device_pointers);
-        // One rank has nothing to overlap: no communication thread.
-        let overlap = d.overlap && comm.size > 1;
+        // Gradients are reduced over the data group (every rank when parallel.tensor = 1).
+        let reducer = reduce::for_job(engine_chan, d.compression, device_pointers);
+        // One data-parallel rank has nothing to overlap: no communication thread. Under tensor
+        // parallelism the main thread's activation all-reduces run beside the communication
+        // thread's, which needs MPI_THREAD_MULTIPLE.
+        let multiple = comm.threading == mpi::Threading::Multiple;
+        let overlap = d.overlap && grid.data > 1 && (grid.tensor == 1 || multiple);
+        if comm.rank == 0 && d.overlap && grid.data > 1 && !overlap {
+            info!(
+                "overlap off: under tensor parallelism the main thread's all-reduces would run beside the communication \
+                 thread's, and MPI granted {:?}, not MPI_THREAD_MULTIPLE",
+                comm.threading
+            );
+        }
         // Each bucket's two buffers (this rank's gradients, the reduced ones), made here so
         // that a failed allocation is an error, not a panic inside the engine.
         let mut pool = Vec::with_capacity(2 * plan.buckets.len());
@@ -102,9 +129,15 @@ impl<'a, B: Backend> Run<'a, B> {
         let alloc = move |_n: usize| pool.pop().expect("one staged buffer per bucket and role");
         let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
         drop(p);
-        let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, comm.size)?;
-        let mut st = Stepper::new(be, model, &start.params, opt, engine, b, timeline.clone())?;
-        st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
+        // The global batch grows with the data-parallel degree, so that is what lr scales by.
+        let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, grid.data)?;
+        // Each rank's shard of the whole starting state.
+        let cut = |all: &[f32]| if all.is_empty() { Vec::new() } else { tensor.scatter(all) };
+        let mut st = Stepper::new(be, model, &cut(&start.params), opt, engine, b, timeline.clone())?;
+        st.restore(&cut(&start.m), &cut(&start.v), start.step)
+            .map_err(|e| Error::config(&job.source, "optimizer", e))?;
+        tensor.set_watchdog(watchdog.share());
+        st.set_tensor_group(tensor);
         let fault = crate::fault::from_env()?;
         let metrics = if comm.rank == 0 { Some(MetricsLog::open(&out_dir, start.epoch + 1)?) } else { None };
         let loader = Loader::spawn(
@@ -117,7 +150,7 @@ impl<'a, B: Backend> Run<'a, B> {
                 block: job.data.shuffle_block,
                 window: job.data.shuffle_window,
                 seed: job.training.seed,
-                rank: comm.rank,
+                rank: grid.d,
                 depth: 4,
                 start_epoch: start.epoch,
                 start_batch: start.step_in_epoch,
@@ -126,6 +159,8 @@ impl<'a, B: Backend> Run<'a, B> {
         Ok(Run {
             comm,
             job,
+            grid,
+            data_chan,
             st,
             loader: Some(loader),
             test_shard,
@@ -139,7 +174,7 @@ impl<'a, B: Backend> Run<'a, B> {
             start_step: start.step,
             start_epoch: start.epoch,
             start_batch: start.step_in_epoch,
-            start_loss_sum: start.loss_sums[comm.rank],
+            start_loss_sum: start.loss_sums[grid.d],
             stop: StopState::new(start.lineage, start.loss_sums.clone()),
             t_process,
             last: None,
@@ -152,6 +187,7 @@ impl<'a, B: Backend> Run<'a, B> {
         Ctx {
             comm: self.comm,
             job: self.job,
+            grid: self.grid,
             out_dir: &self.out_dir,
             fault: self.fault,
             watchdog: &self.watchdog,
@@ -188,7 +224,7 @@ impl<'a, B: Backend> Run<'a, B> {
             let _p = liveness::phase_at("a training step (forward, backward, optimizer)", self.st.step() + 1);
             crate::fault::maybe_fire(&self.fault, comm.rank, &mut self.st)?;
             // The loader and the schedule are two views of one rule; they must agree.
-            assert_eq!(batch.rows, self.sched.rows(comm.rank, i), "loader and schedule disagree at step {i}");
+            assert_eq!(batch.rows, self.sched.rows(self.grid.d, i), "loader and schedule disagree at step {i}");
             let global_rows = self.sched.global_rows(i);
             let l = self.st.run(&batch, global_rows, waiting).map_err(|e| in_step(e, epoch, i + 1, comm.rank))?;
             liveness::step_done(self.st.step());
@@ -205,8 +241,9 @@ impl<'a, B: Backend> Run<'a, B> {
             let d = &job.distribution;
             if d.check_every > 0 && self.st.step() % d.check_every as u64 == 0 {
                 let _g = self.watchdog.guard(MAIN, "the parameter consistency check", self.st.step());
+                // Within the data group: the copies of this rank's shard.
                 check_agreement(
-                    comm,
+                    &self.data_chan,
                     &format!("the parameter checksum at step {}", self.st.step()),
                     checksum(&self.st.params_host()?),
                 )
@@ -217,7 +254,13 @@ impl<'a, B: Backend> Run<'a, B> {
             let time_due = comm.rank == 0
                 && ck.every_minutes > 0.0
                 && self.last_ckpt.elapsed().as_secs_f64() >= ck.every_minutes * 60.0;
-            match stop::at_boundary(&self.ctx(), &self.st, epoch - 1, i + 1, loss_sum, time_due)? {
+            let before = if i == 0 { 0.0 } else { self.stop.total() };
+            let boundary = stop::at_boundary(&self.ctx(), &self.st, epoch - 1, i + 1, loss_sum, time_due)?;
+            if comm.rank == 0 && log::log_enabled!(log::Level::Debug) {
+                // The step's mean loss over every rank's rows, from the agreement's sums.
+                debug!("step {}: loss {:.9e}", self.st.step(), (self.stop.total() - before) / global_rows as f64);
+            }
+            match boundary {
                 Boundary::Stopped => return Ok(Some(Outcome::Preempted)),
                 // The epoch's last step: checkpoint after its metrics, as the start of the next.
                 Boundary::Checkpoint if i + 1 == steps => at_epoch_end = true,
@@ -272,11 +315,19 @@ impl<'a, B: Backend> Run<'a, B> {
         let done = steps - first;
         let exposed_ms = self.st.take_exposed().as_secs_f64() * 1e3 / done.max(1) as f64;
         let test = match &self.test_shard {
-            Some(sh) => evaluate_local(self.st.backend(), self.st.model(), &self.st.params_host()?, sh)?,
+            Some(sh) => {
+                let (model, params) = (self.st.model().clone(), self.st.params_host()?);
+                let (be, tp) = self.st.backend_and_tensor();
+                evaluate_tp(be, &model, &params, sh, tp)?
+            }
             None => [0.0; 3],
         };
-        // The rows this rank uses in the whole epoch (also before a resume), summed over ranks.
-        let mut totals = [loss_sum, self.sched.epoch_rows(comm.rank) as f64, test[0], test[1], test[2]];
+        // The rows this rank uses in the whole epoch (also before a resume), summed over ranks;
+        // a tensor group counts once (its ranks computed the same losses).
+        let mut totals = [loss_sum, self.sched.epoch_rows(self.grid.d) as f64, test[0], test[1], test[2]];
+        if self.grid.t != 0 {
+            totals = [0.0; 5];
+        }
         {
             let _g = self.watchdog.guard(MAIN, "the end-of-epoch metrics", self.st.step());
             comm.all_reduce_sum_f64(&mut totals);
@@ -334,10 +385,17 @@ impl<'a, B: Backend> Run<'a, B> {
             }
         }
         info!("peak RSS {:.1} MiB", crate::sys::peak_rss_mib().unwrap_or(f64::NAN));
-        if comm.rank == 0 {
+        // The whole model, assembled from tensor group 0's shards on rank 0.
+        let whole = if self.grid.d == 0 {
+            let _p = liveness::phase("gathering the tensor shards for weights.h5");
+            self.st.whole_params()?
+        } else {
+            None
+        };
+        if let Some(params) = whole.filter(|_| comm.rank == 0) {
             let _p = liveness::phase("writing weights.h5");
             let path = self.out_dir.join("weights.h5");
-            weights::save(self.st.model(), &self.st.params_host()?, &path)?;
+            weights::save(&self.st.tensor().whole, &params, &path)?;
             match self.last.as_ref().and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {
                 Some((a, e)) => info!("done: test accuracy {a:.4} after {e} epochs; weights in {}", path.display()),
                 None => info!("done after {} steps; weights in {}", self.st.step(), path.display()),

@@ -12,7 +12,8 @@ use crate::parallel::Comm;
 use log::{info, warn};
 use std::path::Path;
 
-/// The state a run starts from, the same on every rank.
+/// The state a run starts from, the same on every rank: the whole model's parameters and
+/// optimizer state (each rank cuts its tensor shard out of them).
 pub(super) struct Start {
     pub params: Vec<f32>,
     pub m: Vec<f32>,
@@ -22,7 +23,7 @@ pub(super) struct Start {
     /// Epochs already completed, and steps of the next one already taken.
     pub epoch: usize,
     pub step_in_epoch: usize,
-    /// Each rank's running loss sum in the epoch being resumed.
+    /// Each data-parallel rank's (tensor group's) running loss sum in the epoch being resumed.
     pub loss_sums: Vec<f64>,
     /// This run's lineage: a fresh run id, and the checkpoint it continues from.
     pub lineage: Lineage,
@@ -30,9 +31,10 @@ pub(super) struct Start {
 
 /// Collective: the state this run starts from, the same on every rank.
 pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Resume>) -> Result<Start> {
-    let model = &setup.model;
+    let model = &setup.whole;
+    let n_data = setup.grid.data;
     let p = crate::parallel::liveness::phase("preparing output.dir and reading the checkpoint to resume from");
-    let ckpt = if comm.rank == 0 { prepare_output(job, &setup.out_dir, model, resume, comm.size)? } else { None };
+    let ckpt = if comm.rank == 0 { prepare_output(job, &setup.out_dir, model, resume, n_data)? } else { None };
     drop(p);
     let _p = crate::parallel::liveness::phase("receiving the starting state from rank 0");
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
@@ -61,7 +63,7 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
         pos = [c.step, c.epoch as u64, c.step_in_epoch as u64];
     }
     comm.broadcast_u64(&mut pos);
-    let mut loss_sums = ckpt.as_ref().map_or(vec![0.0; comm.size], |c| c.loss_sums.clone());
+    let mut loss_sums = ckpt.as_ref().map_or(vec![0.0; n_data], |c| c.loss_sums.clone());
     comm.broadcast_f64(&mut loss_sums);
     let l = Lineage::new_run(ckpt.as_ref());
     if comm.rank == 0 {
@@ -102,7 +104,9 @@ fn lineage_notes(out_dir: &Path, l: Lineage, from: Option<&Checkpoint>) {
 }
 
 /// Rank 0, before training: create output.dir, refuse to overwrite an earlier run's
-/// checkpoints, and find the checkpoint to resume from.
+/// checkpoints, and find the checkpoint to resume from. `world` is the data-parallel degree
+/// (the ranks when parallel.tensor = 1), which is what a checkpoint's `world_size` records:
+/// the data order depends on it, not on how each copy of the model is split.
 pub(super) fn prepare_output(
     job: &Job,
     out_dir: &Path,
@@ -149,7 +153,8 @@ pub(super) fn prepare_output(
             &path,
             "world_size",
             format!(
-                "the checkpoint was written by {} ranks, this job has {world}: resume with {} ranks (each rank's data order depends on the rank count)",
+                "the checkpoint was written by {} ranks, this job has {world}: resume with {} ranks (each rank's data order \
+                 depends on the rank count; under tensor parallelism these are data-parallel ranks, ranks / parallel.tensor)",
                 c.world_size, c.world_size
             ),
         ));

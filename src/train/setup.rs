@@ -8,13 +8,23 @@ use crate::data::shard::Shard;
 use crate::error::{Error, Result};
 use crate::eval::{expect, start};
 use crate::model::Mlp;
+use crate::parallel::grid::{self, Grid, TensorGroup};
 use crate::parallel::liveness::phase;
-use crate::parallel::{check_agreement, Comm, FusionPlan};
+use crate::parallel::{check_agreement, Channel, Comm, FusionPlan};
 use log::{debug, info, warn};
 use std::path::PathBuf;
 
 pub(super) struct Setup {
+    /// This rank's model: its shard under tensor parallelism, else the whole model.
     pub model: Mlp,
+    /// The whole model (what checkpoints and weights.h5 hold).
+    pub whole: Mlp,
+    pub grid: Grid,
+    /// The tensor group (main thread), and this rank's data group: one communicator for the
+    /// main thread's checks, and a duplicate for the engine (None when D = 1).
+    pub tensor: TensorGroup,
+    pub data_chan: Channel,
+    pub engine_chan: Option<Channel>,
     pub plan: FusionPlan,
     pub train_shard: Shard,
     pub test_shard: Option<Shard>,
@@ -25,7 +35,26 @@ pub(super) struct Setup {
 
 impl Setup {
     pub fn new(comm: &Comm, job: &Job) -> Result<Setup> {
-        let model = start(comm, job)?;
+        let whole = start(comm, job)?;
+        let grid = grid::grid(comm, job)?;
+        let p = phase("making the tensor and data communicators");
+        // Tensor groups: consecutive ranks; data groups: the same tensor index.
+        let tensor_chan = comm.split(grid.d, grid.t);
+        let data_chan = comm.split(grid.t, grid.d);
+        let engine_chan = (grid.data > 1).then(|| data_chan.duplicate());
+        let hosts: Vec<String> = comm
+            .all_gather_bytes(comm.host.as_bytes())
+            .iter()
+            .map(|h| String::from_utf8_lossy(h).into_owned())
+            .collect();
+        drop(p);
+        if comm.rank == 0 && grid.world > 1 {
+            for line in grid::describe(&grid, &hosts) {
+                info!("{line}");
+            }
+        }
+        let tensor = TensorGroup::new((grid.tensor > 1).then_some(tensor_chan), whole.clone());
+        let model = tensor.local_model();
         let tensors = model.tensors();
         let lens: Vec<usize> = tensors.iter().map(|t| t.range.len()).collect();
         let d = &job.distribution;
@@ -33,8 +62,9 @@ impl Setup {
             FusionPlan::with_options(&lens, job.fusion_threshold_bytes(), job.first_bucket_bytes(), d.bucket_order);
         // The gradient arena is laid out in fusion order, so buckets are arena ranges.
         assert!(plan.slots.iter().zip(&tensors).all(|(s, t)| *s == t.range), "arena and fusion plan disagree");
+        // The ranks of a data group reduce the same tensors; tensor ranks hold other slices.
         let p = phase("checking that every rank has the same fusion plan");
-        check_agreement(comm, "the gradient fusion plan", plan.fingerprint())?;
+        check_agreement(&data_chan, "the gradient fusion plan (within the data group)", plan.fingerprint())?;
         drop(p);
         if comm.rank == 0 {
             log_setup(job, &model, &plan, comm);
@@ -42,18 +72,21 @@ impl Setup {
 
         let p = phase("opening the training and test data");
         let want = expect(&model);
-        let train_shard = Shard::open(&job.data, "data.train", &job.data.train, comm.rank, comm.size, want)?;
+        // A tensor group reads one data-parallel shard: shard d of D.
+        let (d, n_data) = (grid.d, grid.data);
+        let train_shard = Shard::open(&job.data, "data.train", &job.data.train, d, n_data, want)?;
         debug!("training data: {} ({} rows)", train_shard.describe(), train_shard.len());
         let test_shard = match &job.data.test {
-            Some(t) => Some(Shard::open(&job.data, "data.test", t, comm.rank, comm.size, want)?),
+            Some(t) => Some(Shard::open(&job.data, "data.test", t, d, n_data, want)?),
             None => None,
         };
 
         let b = job.training.batch_size;
         drop(p);
         let _p = phase("agreeing on the rows of every step");
+        // Indexed by data shard: the data group's ranks are shards 0..D in order.
         let shares: Vec<usize> =
-            comm.all_gather_u64(train_shard.len() as u64).into_iter().map(|n| n as usize).collect();
+            data_chan.all_gather_u64(train_shard.len() as u64).into_iter().map(|n| n as usize).collect();
         let schedule = Schedule::new(shares, b, job.data.drop_last);
         if schedule.steps == 0 {
             let min_n = schedule.shares.iter().min().copied().unwrap_or(0);
@@ -69,7 +102,19 @@ impl Setup {
         if comm.rank == 0 {
             log_schedule(job, &schedule);
         }
-        Ok(Setup { model, plan, train_shard, test_shard, schedule, out_dir: PathBuf::from(&job.output.dir) })
+        Ok(Setup {
+            model,
+            whole,
+            grid,
+            tensor,
+            data_chan,
+            engine_chan,
+            plan,
+            train_shard,
+            test_shard,
+            schedule,
+            out_dir: PathBuf::from(&job.output.dir),
+        })
     }
 }
 
@@ -131,9 +176,13 @@ fn log_schedule(job: &Job, s: &Schedule) {
 fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
     let d = &job.distribution;
     info!(
-        "model {:?} ({} parameters, {:.2} MiB), {} fusion bucket(s) at threshold {} MiB: sizes {:?} KiB",
+        "model {:?} ({} parameters{}, {:.2} MiB), {} fusion bucket(s) at threshold {} MiB: sizes {:?} KiB",
         model.sizes,
         model.n_params,
+        match model.tensor {
+            (_, 1) => String::new(),
+            (t, ts) => format!(" in rank 0's tensor shard {t} of {ts}"),
+        },
         model.n_params as f64 * 4.0 / 1048576.0,
         plan.buckets.len(),
         d.fusion_threshold_mb,

@@ -20,6 +20,7 @@ use crate::config::Job;
 use crate::device::Backend;
 use crate::error::Result;
 use crate::fault::Fault;
+use crate::parallel::grid::Grid;
 use crate::parallel::liveness;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::Comm;
@@ -37,13 +38,19 @@ pub(super) struct StopState {
     /// This run's lineage, written into every checkpoint.
     pub lineage: Lineage,
     last_boundary: Cell<Option<Instant>>,
-    /// Every rank's running loss sum in the epoch, as of the last agreement.
+    /// Every data-parallel rank's (tensor group's) running loss sum in the epoch, as of the
+    /// last agreement.
     known_sums: RefCell<Vec<f64>>,
     /// Bytes per second of the last checkpoint write (see `write_first`).
     write_rate: Cell<Option<f64>>,
 }
 
 impl StopState {
+    /// The sum of every data-parallel rank's running loss in the epoch, as of the last agreement.
+    pub fn total(&self) -> f64 {
+        self.known_sums.borrow().iter().sum()
+    }
+
     pub fn new(lineage: Lineage, start_sums: Vec<f64>) -> StopState {
         StopState {
             lineage,
@@ -58,6 +65,7 @@ impl StopState {
 pub(super) struct Ctx<'a> {
     pub comm: &'a Comm,
     pub job: &'a Job,
+    pub grid: Grid,
     pub out_dir: &'a Path,
     pub fault: Option<Fault>,
     pub watchdog: &'a Watchdog,
@@ -88,8 +96,9 @@ pub(super) fn at_boundary<B: Backend>(
     if let Some(prev) = state.last_boundary.replace(Some(now)) {
         crate::signals::set_step_time(now - prev);
     }
+    let grid = ctx.grid;
     if step_in_epoch == 1 {
-        state.known_sums.replace(vec![0.0; comm.size]);
+        state.known_sums.replace(vec![0.0; grid.data]);
     }
     let mut written = false;
     if comm.rank == 0 && crate::signals::stop_requested() && write_first(ctx, st) {
@@ -100,7 +109,7 @@ pub(super) fn at_boundary<B: Backend>(
         let mut sums: Vec<f64> = known.iter().map(|s| s + batch).collect();
         sums[0] = loss_sum;
         write_stop(ctx, st, epoch_index, step_in_epoch, sums, comm.size == 1)?;
-        written = true;
+        written = true; // only without tensor parallelism: see write_first
     }
     let mine = if crate::signals::stop_requested() { STOP } else { 0 } | if time_due { CHECKPOINT } else { 0 };
     let all = {
@@ -108,9 +117,11 @@ pub(super) fn at_boundary<B: Backend>(
         comm.all_gather_u64s(&[mine, loss_sum.to_bits()])
     };
     let flags = all.chunks(2).fold(0, |acc, r| acc | r[0]);
-    state.known_sums.replace(all.chunks(2).map(|r| f64::from_bits(r[1])).collect());
+    // One sum per tensor group (its ranks' are equal): its rank t = 0's.
+    state.known_sums.replace(all.chunks(2).step_by(grid.tensor).map(|r| f64::from_bits(r[1])).collect());
     if flags & STOP != 0 {
-        if comm.rank == 0 && !written {
+        // Tensor group 0 assembles the whole model; its rank 0 (world rank 0) writes.
+        if grid.d == 0 && !written {
             let sums = state.known_sums.borrow().clone();
             write_stop(ctx, st, epoch_index, step_in_epoch, sums, true)?;
         }
@@ -132,19 +143,25 @@ pub(super) fn at_boundary<B: Backend>(
 
 /// Whether rank 0 may write the stop checkpoint before the agreement: the other ranks wait
 /// in the (guarded) agreement meanwhile, so the write must be well within the watchdog's
-/// deadline. Estimated from the last write's rate, or 100 MB/s before any.
+/// deadline. Estimated from the last write's rate, or 100 MB/s before any. Never under
+/// tensor parallelism: rank 0 holds only a shard, and assembling the whole model needs its
+/// tensor group, which is in the agreement.
 fn write_first<B: Backend>(ctx: &Ctx, st: &Stepper<B>) -> bool {
+    if ctx.grid.tensor > 1 {
+        return false;
+    }
     if ctx.comm.size == 1 {
         return true;
     }
-    let n = st.model().n_params;
+    let n = st.tensor().whole.n_params;
     let (m, v) = crate::optim::state_lens(&ctx.job.optimizer, n);
     let bytes = 4.0 * (n + m + v) as f64;
     let secs = bytes / ctx.stop.write_rate.get().unwrap_or(100e6);
     secs < ctx.job.distribution.watchdog_seconds / 3.0
 }
 
-/// Rank 0: the stop checkpoint, on its own. Signals that arrive meanwhile wait for the rename.
+/// Tensor group 0 (rank 0 alone without tensor parallelism): the stop checkpoint, written by
+/// rank 0. Signals that arrive meanwhile wait for the rename.
 fn write_stop<B: Backend>(
     ctx: &Ctx,
     st: &Stepper<B>,
@@ -152,14 +169,20 @@ fn write_stop<B: Backend>(
     step_in_epoch: usize,
     loss_sums: Vec<f64>,
     exact: bool,
-) -> Result<PathBuf> {
-    crate::signals::writing_stop_checkpoint();
-    let path = write(ctx, st, epoch_index, step_in_epoch, loss_sums, exact)?;
-    crate::signals::stop_checkpoint_written();
-    Ok(path)
+) -> Result<()> {
+    let rank0 = ctx.comm.rank == 0;
+    if rank0 {
+        crate::signals::writing_stop_checkpoint();
+    }
+    write(ctx, st, epoch_index, step_in_epoch, loss_sums, exact)?;
+    if rank0 {
+        crate::signals::stop_checkpoint_written();
+    }
+    Ok(())
 }
 
-/// Rank 0: build and write a checkpoint of the state after step `st.step`.
+/// Tensor group 0 (collective over it): assemble the whole model's state after step
+/// `st.step` on rank 0, which builds and writes the checkpoint. Returns its path on rank 0.
 fn write<B: Backend>(
     ctx: &Ctx,
     st: &Stepper<B>,
@@ -167,16 +190,21 @@ fn write<B: Backend>(
     step_in_epoch: usize,
     loss_sums: Vec<f64>,
     exact: bool,
-) -> Result<PathBuf> {
-    let (m, v, step) = st.opt().state(st.backend())?;
+) -> Result<Option<PathBuf>> {
+    let whole = {
+        let _p = liveness::phase_at("gathering the tensor shards for a checkpoint", st.step());
+        st.whole_state()?
+    };
+    let Some((params, m, v, step)) = whole else { return Ok(None) };
     let c = Checkpoint {
         step,
         epoch: epoch_index,
         step_in_epoch,
-        world_size: ctx.comm.size,
+        // The data-parallel degree: what the data order depends on (see restore.rs).
+        world_size: ctx.grid.data,
         loss_sums,
         loss_sums_exact: exact,
-        params: st.params_host()?,
+        params,
         m,
         v,
         job_json: serde_json::to_string(ctx.job).expect("job serializes"),
@@ -185,19 +213,20 @@ fn write<B: Backend>(
     };
     let t = Instant::now();
     let _p = liveness::phase_at("writing a checkpoint", step);
-    let path = checkpoint::save(ctx.out_dir, st.model(), &c, ctx.job.checkpoint.keep, || {
+    let path = checkpoint::save(ctx.out_dir, &st.tensor().whole, &c, ctx.job.checkpoint.keep, || {
         crate::fault::in_checkpoint(&ctx.fault, ctx.comm.rank, step)
     })?;
     let secs = t.elapsed().as_secs_f64();
     let bytes = 4.0 * (c.params.len() + c.m.len() + c.v.len()) as f64;
     ctx.stop.write_rate.set(Some(bytes / secs.max(1e-3)));
     info!("checkpoint {} written ({:.0} ms)", path.display(), secs * 1e3);
-    Ok(path)
+    Ok(Some(path))
 }
 
-/// Collective: a periodic checkpoint after the agreement said so. Rank 0 writes it with the
-/// loss sums the agreement carried; everyone waits for it (unguarded: a large write may take
-/// longer than the watchdog's deadline). At an epoch's start (`step_in_epoch` 0) the sums are 0.
+/// Collective: a periodic checkpoint after the agreement said so. Tensor group 0 assembles the
+/// whole model and rank 0 writes it with the loss sums the agreement carried; everyone waits
+/// for it (unguarded: a large write may take longer than the watchdog's deadline). At an
+/// epoch's start (`step_in_epoch` 0) the sums are 0.
 pub(super) fn save_checkpoint<B: Backend>(
     ctx: &Ctx,
     st: &Stepper<B>,
@@ -206,8 +235,8 @@ pub(super) fn save_checkpoint<B: Backend>(
 ) -> Result<PathBuf> {
     let comm = ctx.comm;
     let path = ctx.out_dir.join(checkpoint::file_name(st.step()));
-    if comm.rank == 0 {
-        let sums = if step_in_epoch == 0 { vec![0.0; comm.size] } else { ctx.stop.known_sums.borrow().clone() };
+    if ctx.grid.d == 0 {
+        let sums = if step_in_epoch == 0 { vec![0.0; ctx.grid.data] } else { ctx.stop.known_sums.borrow().clone() };
         write(ctx, st, epoch_index, step_in_epoch, sums, true)?;
     }
     let _p = liveness::phase_at("waiting at the barrier for rank 0's checkpoint write", st.step());

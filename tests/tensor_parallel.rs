@@ -1,0 +1,277 @@
+//! Tensor parallelism composed with data parallelism, under a real `mpirun`: layouts
+//! (data D, tensor T) = (1,2), (2,2), (1,4) and (1,3) (uneven split) must give the (1,1) run's
+//! losses for the first 20 steps and its weights after 20 steps, on the same global batch;
+//! a tensor = 2 checkpoint resumes under tensor = 1 (and the reverse) to the uninterrupted
+//! run's weights; bad layouts end with one clear error and a non-zero exit, without hanging.
+//!
+//! Tolerance: 1e-5 relative (max-norm, over the whole model; per step for losses). The
+//! split layers sum their partial products in another order than one GEMM (two or more
+//! partial sums, added by MPI), so results differ from tensor = 1 by float rounding only:
+//! measured about 1e-7 relative (see the test output).
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::time::Duration;
+
+const B: usize = 12; // global batch: divisible by every data degree used
+const STEPS: usize = 20;
+const IN: usize = 6;
+const K: usize = 3;
+/// Two column/row pairs (the last layer row-parallel); split widths 10 and 7.
+const DEEP: [usize; 5] = [IN, 10, 8, 7, K];
+/// One pair and an unpaired last layer, whole on every tensor rank.
+const ODD: [usize; 4] = [IN, 10, 8, K];
+
+/// Data for `d` data-parallel ranks: rank r's i-th batch is the r-th slice of the one-rank
+/// run's i-th batch (shuffle off), one file per data rank.
+fn write_files(dir: &Path, d: usize, x: &[f32], y: &[i32]) {
+    let b = B / d;
+    for r in 0..d {
+        let (mut xr, mut yr) = (Vec::new(), Vec::new());
+        for i in 0..STEPS {
+            let rows = i * B + r * b..i * B + (r + 1) * b;
+            xr.extend_from_slice(&x[rows.start * IN..rows.end * IN]);
+            yr.extend_from_slice(&y[rows]);
+        }
+        write_classes(&dir.join(format!("d-{r}.h5")), &xr, IN, &yr);
+    }
+}
+
+struct Trained {
+    weights: Vec<Vec<f32>>,
+    losses: Vec<f64>,
+    /// The last epoch's test loss and accuracy (metrics.jsonl).
+    test: (f64, f64),
+    log: String,
+}
+
+fn weights_of(path: &Path, layers: &[usize]) -> Vec<Vec<f32>> {
+    (0..layers.len() - 1)
+        .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
+        .map(|t| read_f32(path, &t))
+        .collect()
+}
+
+/// The per-step losses rank 0 logs at debug level ("step N: loss X").
+fn losses_of(log: &str) -> Vec<f64> {
+    log.lines()
+        .filter_map(|l| l.split("] step ").nth(1))
+        .filter_map(|r| r.split(": loss ").nth(1)?.trim().parse::<f64>().ok())
+        .collect()
+}
+
+/// Prepare `name` with D data files and the job file (epochs of `STEPS / epochs_split` steps).
+fn prepare(name: &str, d: usize, layers: &[usize], extra: &str) -> std::path::PathBuf {
+    let dir = scratch(name);
+    let (x, y) = synthetic(B * STEPS, IN, K, 7);
+    write_files(&dir, d, &x, &y);
+    // Test data (one file, split over the data ranks): the end-of-epoch evaluation runs the
+    // tensor-parallel forward too.
+    let (tx, ty) = synthetic(50, IN, K, 8);
+    write_classes(&dir.join("t.h5"), &tx, IN, &ty);
+    job(&dir, layers, "d-{rank}.h5", Some("t.h5"), extra);
+    dir
+}
+
+fn train(dir: &Path, d: usize, t: usize, layers: &[usize], sets: &[&str]) -> Result<Trained, Run> {
+    let bsz = format!("training.batch_size={}", B / d);
+    let tensor = format!("parallel.tensor={t}");
+    let mut args = vec!["train", "job.toml", "--set", &bsz, "--set", &tensor];
+    for set in ["data.shuffle=false", "model.activation=tanh"].iter().chain(sets) {
+        match set.strip_prefix("--resume=") {
+            Some(r) => args.extend(["--resume", r]),
+            None => args.extend(["--set", set]),
+        }
+    }
+    let run = mpirun_env(d * t, &[("RUST_LOG", "info,hvtrain=debug")], &args, dir, 120);
+    if !run.ok() {
+        return Err(run);
+    }
+    Ok(Trained {
+        weights: weights_of(&dir.join("out/weights.h5"), layers),
+        losses: losses_of(&run.stderr),
+        test: {
+            let m = std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap();
+            let last: serde_json::Value = serde_json::from_str(m.lines().last().unwrap()).unwrap();
+            (last["test_loss"].as_f64().unwrap(), last["test_accuracy"].as_f64().unwrap())
+        },
+        log: run.stderr,
+    })
+}
+
+const SGD: &str =
+    "[optimizer]\nkind = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n[distribution]\nfusion_threshold_mb = 0.0002\n";
+
+fn run_layout(tag: &str, d: usize, t: usize, layers: &[usize], extra: &str) -> Trained {
+    let dir = prepare(&format!("tp-{tag}-{d}x{t}"), d, layers, extra);
+    train(&dir, d, t, layers, &[]).unwrap_or_else(|r| panic!("{tag}: D={d} T={t} failed\n{}", r.all()))
+}
+
+/// max |a - b| / max |a| over every element of every tensor.
+fn rel_weights(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
+    let scale = a.iter().flatten().fold(0.0f64, |m, v| m.max(v.abs() as f64));
+    let diff =
+        a.iter().zip(b).flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs() as f64)).fold(0.0, f64::max);
+    diff / scale
+}
+
+fn rel_losses(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "step counts differ: {a:?} vs {b:?}");
+    a.iter().zip(b).map(|(p, q)| (p - q).abs() / p.abs()).fold(0.0, f64::max)
+}
+
+const TOL: f64 = 1e-5;
+
+fn check_layouts(tag: &str, layers: &[usize], extra: &str, layouts: &[(usize, usize)]) {
+    let reference = run_layout(tag, 1, 1, layers, extra);
+    assert_eq!(reference.losses.len(), STEPS, "one loss line per step\n{}", reference.log);
+    for &(d, t) in layouts {
+        let got = run_layout(tag, d, t, layers, extra);
+        assert!(got.log.contains(&format!("data {d} × tensor {t} × pipeline 1")), "no grid line\n{}", got.log);
+        let (lw, ll) = (rel_weights(&reference.weights, &got.weights), rel_losses(&reference.losses, &got.losses));
+        let lt = rel_losses(&[reference.test.0], &[got.test.0]);
+        eprintln!(
+            "{tag} {layers:?}: D={d} T={t}: max relative difference: weights {lw:.2e}, losses {ll:.2e}, test loss {lt:.2e}"
+        );
+        assert!(lw < TOL && ll < TOL, "{tag}: D={d} T={t}: weights {lw:e}, losses {ll:e} (tolerance {TOL})");
+        assert!(
+            lt < TOL && reference.test.1 == got.test.1,
+            "{tag}: D={d} T={t}: test {:?} vs {:?}",
+            reference.test,
+            got.test
+        );
+    }
+}
+
+#[test]
+fn tensor_and_data_layouts_match_one_rank() {
+    let _g = mpi_lock();
+    check_layouts("deep", &DEEP, SGD, &[(1, 2), (2, 2), (1, 4), (1, 3)]);
+}
+
+#[test]
+fn unpaired_last_layer_and_adam_match_one_rank() {
+    let _g = mpi_lock();
+    let adam = "[optimizer]\nkind = \"adamw\"\nlr = 0.01\nweight_decay = 0.01\n";
+    check_layouts("odd", &ODD, adam, &[(1, 2), (2, 2)]);
+}
+
+/// A checkpoint written under one tensor degree resumes under another and ends where the
+/// uninterrupted run does: the files hold the whole model and optimizer state.
+#[test]
+fn checkpoint_resumes_across_tensor_degrees() {
+    let _g = mpi_lock();
+    // Two epochs of 10 steps; a checkpoint at the end of the first.
+    let extra = format!("{SGD}[checkpoint]\nevery_steps = 10\n");
+    let halves = ["training.epochs=2"];
+    let whole_dir = prepare("tp-ckpt-uninterrupted", 1, &DEEP, &extra);
+    halve(&whole_dir);
+    let reference = train(&whole_dir, 1, 1, &DEEP, &halves).unwrap_or_else(|r| panic!("{}", r.all()));
+    for (first, then) in [(2, 1), (1, 2)] {
+        let dir = prepare(&format!("tp-ckpt-{first}-then-{then}"), 1, &DEEP, &extra);
+        halve(&dir);
+        let a = train(&dir, 1, first, &DEEP, &["training.epochs=1"]).unwrap_or_else(|r| panic!("{}", r.all()));
+        assert_eq!(checkpoints(&dir.join("out")), ["ckpt-step000000010.h5"], "{}", a.log);
+        let b = train(&dir, 1, then, &DEEP, &["training.epochs=2", "--resume=auto"]);
+        let b = b.unwrap_or_else(|r| panic!("{}", r.all()));
+        assert!(b.log.contains("resuming from"), "{}", b.log);
+        let lw = rel_weights(&reference.weights, &b.weights);
+        eprintln!("checkpoint: tensor {first} for 10 steps, then tensor {then} for 10: weights {lw:.2e} from tensor 1 throughout");
+        assert!(lw < TOL, "tensor {first} then {then}: weights differ by {lw:e} relative");
+    }
+}
+
+/// Ten steps per epoch: the first half of each file's rows (the loader reads `STEPS / 2`
+/// batches per epoch from a file of half the rows, so two epochs replay the same 10 batches).
+fn halve(dir: &Path) {
+    let f = dir.join("d-0.h5");
+    let x = read_f32(&f, "x");
+    let y: Vec<i32> = hdf5::File::open(&f).unwrap().dataset("y").unwrap().read_raw().unwrap();
+    let n = y.len() / 2;
+    std::fs::remove_file(&f).unwrap();
+    write_classes(&f, &x[..n * IN], IN, &y[..n]);
+}
+
+fn fails_clearly(name: &str, ranks: usize, sets: &[&str], want: &str) {
+    let dir = prepare(name, 1, &DEEP, SGD);
+    let mut args = vec!["train", "job.toml"];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let run = mpirun(ranks, &args, &dir, 60);
+    assert!(!run.ok() && run.code.is_some(), "{name}: expected a clean failure\n{}", run.all());
+    assert!(run.elapsed < Duration::from_secs(30), "{name}: took {:?}\n{}", run.elapsed, run.all());
+    assert!(run.stderr.contains(want), "{name}: expected {want:?}\n{}", run.all());
+    eprintln!("{name}: exit {:?} after {:.1} s: {want}", run.code, run.elapsed.as_secs_f64());
+}
+
+#[test]
+fn bad_layouts_fail_with_a_clear_error() {
+    let _g = mpi_lock();
+    fails_clearly(
+        "tp-bad-divide",
+        3,
+        &["parallel.tensor=2"],
+        "parallel.tensor = 2 × parallel.pipeline = 1 = 2 does not divide the job's 3 rank(s)",
+    );
+    fails_clearly("tp-bad-wide", 2, &["parallel.tensor=8"], "parallel.tensor = 8 is larger than model.layers[3] = 7");
+    fails_clearly(
+        "tp-bad-pipeline",
+        2,
+        &["parallel.pipeline=2"],
+        "parallel.pipeline = 2: pipeline parallelism is not implemented yet; use pipeline = 1",
+    );
+}
+
+/// A tensor rank that stops (SIGSTOP) or dies mid-step leaves its peer inside a tensor
+/// all-reduce: the heartbeats end the job as for any collective. Without
+/// MPI_THREAD_MULTIPLE (no heartbeats) the all-reduce is a guarded wait with a deadline.
+#[test]
+fn a_stopped_or_killed_tensor_rank_ends_the_job() {
+    let _g = mpi_lock();
+    let dir = prepare("tp-faults", 1, &DEEP, SGD);
+    let long = ["train", "job.toml", "--set", "parallel.tensor=2", "--set", "training.epochs=500"];
+    let run = mpirun_env(2, &[("HVTRAIN_INJECT_FAULT", "1:5:stop")], &long, &dir, 60);
+    assert_eq!(run.code, Some(3), "a stopped tensor rank: exit 3\n{}", run.all());
+    assert!(
+        run.stderr.contains("): rank 1 (") && run.stderr.contains("has sent no heartbeat"),
+        "the stopped rank is named\n{}",
+        run.all()
+    );
+    assert!(run.elapsed < Duration::from_secs(30), "{}", run.all());
+    eprintln!("T=2, rank 1 stopped at step 5: exit 3 after {:.1} s", run.elapsed.as_secs_f64());
+
+    let _ = std::fs::remove_dir_all(dir.join("out"));
+    let dir4 = prepare("tp-faults-4", 2, &DEEP, SGD);
+    let long4 = [
+        "train",
+        "job.toml",
+        "--set",
+        "parallel.tensor=2",
+        "--set",
+        "training.epochs=500",
+        "--set",
+        "training.batch_size=6",
+    ];
+    let run = mpirun_env(4, &[("HVTRAIN_INJECT_FAULT", "2:5:kill")], &long4, &dir4, 60);
+    assert!(!run.ok() && run.elapsed < Duration::from_secs(15), "{}", run.all());
+    eprintln!("D=2 T=2, rank 2 killed at step 5: exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
+
+    let _ = std::fs::remove_dir_all(dir.join("out"));
+    let env = [("HVTRAIN_INJECT_FAULT", "1:5:hang"), ("HVTRAIN_MPI_THREADS", "serialized")];
+    let mut args = long.to_vec();
+    args.extend(["--set", "distribution.watchdog_seconds=3"]);
+    let run = mpirun_env(2, &env, &args, &dir, 60);
+    assert!(
+        !run.ok() && run.stderr.contains("a tensor-parallel all-reduce at step 5 has not completed after 3.0 s"),
+        "without heartbeats, the tensor all-reduce's deadline ends the job\n{}",
+        run.all()
+    );
+    assert!(run.elapsed < Duration::from_secs(15), "{}", run.all());
+    eprintln!(
+        "T=2 without MPI_THREAD_MULTIPLE, rank 1 hung at step 5: exit {:?} after {:.1} s",
+        run.code,
+        run.elapsed.as_secs_f64()
+    );
+}
