@@ -86,6 +86,9 @@ pub enum Elem {
     I64,
     F32,
     F64,
+    /// float16 (or another 2-byte float): HDF5 converts it to float32 as it reads, since the
+    /// `hdf5` crate has no f16 type without its `f16` feature.
+    F16,
 }
 
 impl Elem {
@@ -102,6 +105,7 @@ impl Elem {
             Elem::I64 => "int64",
             Elem::F32 => "float32",
             Elem::F64 => "float64",
+            Elem::F16 => "float16",
         }
     }
 }
@@ -150,6 +154,10 @@ macro_rules! with_elem {
                 type $T = f64;
                 $body
             }
+            $crate::data::h5::Elem::F16 => {
+                type $T = f32;
+                $body
+            }
         }
     };
 }
@@ -184,15 +192,20 @@ macro_rules! impl_num {
 }
 impl_num!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 
-/// The element type of dataset `name`, if it is a number type hvtrain reads (any integer or
-/// float, whatever its byte order); otherwise an error naming the type found and `need`
+/// The element type of dataset `name`, if it is a number type hvtrain reads (any integer,
+/// float16, float32 or float64, whatever its byte order); otherwise an error naming the type found and `need`
 /// (what the dataset must hold, e.g. "x must be a 2-D array [samples, features] of ...").
 pub fn elem(ds: &hdf5::Dataset, path: &Path, name: &str, need: &str) -> Result<Elem> {
     use hdf5::types::{FloatSize, IntSize};
-    let d = ds
-        .dtype()
-        .and_then(|t| t.to_descriptor())
-        .map_err(|e| Error::data(path, name, format!("unreadable element type ({e}); {need}")))?;
+    let unreadable = |e| Error::data(path, name, format!("unreadable element type ({e}); {need}"));
+    let t = ds.dtype().map_err(unreadable)?;
+    let d = match t.to_descriptor() {
+        Ok(d) => d,
+        // Integers of every size have descriptors; a 2-byte type HDF5 can convert to float32
+        // is a float16.
+        Err(_) if t.size() == 2 && t.conv_to::<f32>().is_some() => return Ok(Elem::F16),
+        Err(e) => return Err(unreadable(e)),
+    };
     Ok(match d {
         TypeDescriptor::Unsigned(IntSize::U1) => Elem::U8,
         TypeDescriptor::Integer(IntSize::U1) => Elem::I8,

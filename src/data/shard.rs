@@ -196,7 +196,7 @@ fn read_part<T: Num>(
     if let Some(i) = out.iter().position(|v| !v.is_finite()) {
         let mut msg = format!("non-finite value {} at row {}, column {}", out[i], a + i / d, i % d);
         let stored = match p.elem {
-            Elem::F32 | Elem::F64 => num(src[i].to_f64()),
+            Elem::F32 | Elem::F64 | Elem::F16 => num(src[i].to_f64()),
             _ => src[i].to_string(),
         };
         if let Some((scale, offset)) = affine {
@@ -235,7 +235,8 @@ fn open_part(
     let y = h5::dataset(&file, &path, yn)?;
 
     let xs = x.shape();
-    let need = "x must be a 2-D array [samples, features] of integers (int8 to uint64) or floats (float32, float64)";
+    let need =
+        "x must be a 2-D array [samples, features] of integers (int8 to uint64) or floats (float16, float32, float64)";
     let elem = h5::elem(&x, &path, xn, need)?;
     if xs.len() != 2 {
         return Err(Error::data(
@@ -446,6 +447,28 @@ mod tests {
         check::<f32>(&(0..N * D).map(|i| s(i) as f32 / 7.0).collect::<Vec<_>>(), |_| None, 2.0, -1.0);
         check::<f64>(&(0..N * D).map(|i| s(i) as f64 / 7.0 + 1e-12).collect::<Vec<_>>(), |_| None, 1.0, 0.0);
         check::<f64>(&(0..N * D).map(|i| s(i) as f64 * 1e20).collect::<Vec<_>>(), |_| None, 1e-20, 0.0);
+    }
+
+    /// float16 (tests/fixtures/float16.h5, written by h5py: x = arange(32)/8 - 2 as float16
+    /// [8, 4], x[0, 1] = float16(0.1), x[7, 3] = 65504; y = arange(8) % 3 as uint8).
+    #[test]
+    fn float16_reads_as_float32() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/float16.h5");
+        let mut want: Vec<f32> = (0..32).map(|i| i as f32 / 8.0 - 2.0).collect();
+        want[1] = 0.0999755859375; // float16's nearest to 0.1
+        want[31] = 65504.0;
+        let expect = Expect { inputs: 4, outputs: 3, loss: LossKind::SoftmaxCrossEntropy };
+        let read = |extra: &str| {
+            let s = Shard::open(&cfg(&p, extra), "data.train", p.to_str().unwrap(), 0, 1, expect).unwrap();
+            let mut out = vec![0.0; 32];
+            s.read_rows(0, 8, &mut out).unwrap();
+            (out, s.labels.clone())
+        };
+        let (x, y) = read("");
+        assert_eq!(x, want);
+        assert!(matches!(y, Labels::Classes(v) if v == [0, 1, 2, 0, 1, 2, 0, 1]));
+        let (x, _) = read("x_scale = 0.5\nx_offset = 1.0");
+        assert_eq!(x, want.iter().map(|&v| (v as f64 * 0.5 + 1.0) as f32).collect::<Vec<_>>());
     }
 
     #[test]
