@@ -282,14 +282,35 @@ fn corrupted_hdf5_file() {
 }
 
 #[test]
-fn x_of_int32() {
+fn x_of_strings_or_compounds() {
     let _g = common::mpi_lock();
-    let x: Vec<i32> = (0..(N * D) as i32).collect();
+    // Any integer or float type is read (tests/data_types.rs); text and records are not.
     let (_, y) = data();
-    let dir = setup_xy("bad_x_int", &x, &[N, D], &y, &[N]);
+    let s: Vec<hdf5::types::FixedAscii<4>> =
+        (0..N * D).map(|_| hdf5::types::FixedAscii::from_ascii(b"0.5").unwrap()).collect();
+    let dir = setup_xy("bad_x_string", &s, &[N, D], &y, &[N]);
     let run = train2(&dir, &[]);
-    let line = assert_fails(&run, None, &["d.h5", ": x:", "2-D float32", "of int"]);
-    show("x int32", &line);
+    let line = assert_fails(&run, None, &["d.h5", ": x:", "element type string (len 4) is not supported", "integers"]);
+    show("x strings", &line);
+
+    #[derive(hdf5::H5Type, Clone, Copy)]
+    #[repr(C)]
+    struct Pixel {
+        v: u8,
+        alpha: u8,
+    }
+    let c = vec![Pixel { v: 1, alpha: 255 }; N * D];
+    let dir = setup_xy("bad_x_compound", &c, &[N, D], &y, &[N]);
+    let run = train2(&dir, &[]);
+    let line = assert_fails(&run, None, &["d.h5", ": x:", "element type compound (2 fields) is not supported"]);
+    show("x compound", &line);
+
+    // Labels as text.
+    let (x, _) = data();
+    let dir = setup_xy("bad_y_string", &x, &[N, D], &s[..N], &[N]);
+    let run = train2(&dir, &[]);
+    let line = assert_fails(&run, None, &["d.h5", ": y:", "1-D integer class labels", "of string (len 4)"]);
+    show("y strings", &line);
 }
 
 #[test]
@@ -298,7 +319,7 @@ fn x_of_rank_one() {
     let (x, y) = data();
     let dir = setup_xy("bad_x_1d", &x, &[N * D], &y, &[N]);
     let run = train2(&dir, &[]);
-    let line = assert_fails(&run, None, &["d.h5", ": x:", "2-D float32", "[200]"]);
+    let line = assert_fails(&run, None, &["d.h5", ": x:", "must be a 2-D array", "[200] of float32"]);
     show("x 1-D", &line);
 }
 

@@ -93,6 +93,9 @@ pub const EVERY_STEPS: Span = Span::or_off(1.0, 1e12, "steps");
 pub const EVERY_MINUTES: Span = Span::or_off(2e-5, YEAR_S / 60.0, "minutes");
 pub const KEEP: Span = Span::new(0.0, 1e6, "checkpoints (0 is taken as 1)");
 pub const SHUFFLE_BLOCK: Span = Span::new(1.0, 1_048_576.0, "rows");
+/// The largest |data.x_scale| and |data.x_offset|: beyond it, ordinary stored values
+/// overflow float32.
+pub const X_AFFINE_MAX: f64 = 1e30;
 pub const SHUFFLE_WINDOW: Span = Span::new(1.0, 16_777_216.0, "rows");
 /// `[parallel]`: ranks per tensor group, pipeline stages, micro-batches per step.
 pub const TENSOR: Span = Span::new(1.0, 4096.0, "ranks per tensor group");

@@ -98,6 +98,12 @@ pub struct DataCfg {
     /// last batches and the gradient average weighted by the rows each rank used.
     #[serde(default)]
     pub drop_last: bool,
+    /// Features are read as x * x_scale + x_offset (in float64, then rounded to float32),
+    /// whatever their stored type: 1/255 turns uint8 pixels into [0, 1]. Targets are not scaled.
+    #[serde(default = "default_x_scale")]
+    pub x_scale: f64,
+    #[serde(default)]
+    pub x_offset: f64,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -280,6 +286,9 @@ fn default_x() -> String {
 }
 fn default_y() -> String {
     "y".into()
+}
+fn default_x_scale() -> f64 {
+    1.0
 }
 fn yes() -> bool {
     true
@@ -521,6 +530,20 @@ impl Job {
             }
         }
         self.validate_parallel(origin)?;
+        for (field, v) in [("data.x_scale", d.x_scale), ("data.x_offset", d.x_offset)] {
+            if !v.is_finite() || v.abs() > limits::X_AFFINE_MAX {
+                return bad(
+                    field,
+                    format!("must be finite, at most {} in magnitude, got {}", num(limits::X_AFFINE_MAX), num(v)),
+                );
+            }
+        }
+        if d.x_scale == 0.0 {
+            return bad(
+                "data.x_scale",
+                "is 0, which makes every feature equal to data.x_offset; 1 leaves them as stored".into(),
+            );
+        }
         if o.nesterov && o.momentum == 0.0 {
             return bad("optimizer.nesterov", "needs optimizer.momentum > 0".into());
         }

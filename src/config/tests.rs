@@ -341,3 +341,16 @@ fn parallel_block_defaults_bounds_and_layouts() {
     }
     assert!(field_of(Job::parse("job", deep, &["parallel.data=2".into()])).contains("parallel"));
 }
+
+#[test]
+fn x_scale_and_offset() {
+    let j = Job::parse("job", MIN, &[]).unwrap();
+    assert_eq!((j.data.x_scale, j.data.x_offset), (1.0, 0.0));
+    let j = Job::parse("job", MIN, &["data.x_scale=0.00392156862745098".into(), "data.x_offset=-0.5".into()]).unwrap();
+    assert_eq!((j.data.x_scale, j.data.x_offset), (1.0 / 255.0, -0.5));
+    for bad in ["data.x_scale=0", "data.x_scale=nan", "data.x_scale=inf", "data.x_scale=1e31"] {
+        assert_eq!(field_of(Job::parse("job", MIN, &[bad.into()])), "data.x_scale", "{bad}");
+    }
+    assert_eq!(field_of(Job::parse("job", MIN, &["data.x_offset=-inf".into()])), "data.x_offset");
+    assert_eq!(field_of(Job::parse("job", MIN, &["data.x_offset=\"1\"".into()])), "data.x_offset");
+}

@@ -1,7 +1,7 @@
 //! The converters behind `hvtrain data`: IDX (the MNIST format) to HDF5, and one HDF5 file
 //! into N shard files for `{rank}` paths.
 
-use super::h5;
+use super::h5::{self, with_elem, Num};
 use crate::error::{Error, Result};
 use std::io::Read;
 use std::path::Path;
@@ -109,33 +109,39 @@ pub fn shard(
         return Err(Error::data(input, x_name, format!("{n} samples cannot fill {parts} parts")));
     }
     let stem = input.file_stem().and_then(|s| s.to_str()).unwrap_or("part");
-    let y_is_int = h5::kind(&y, input, y_name)? == "int";
+    // Each part keeps the stored element types (uint8 images stay uint8).
+    let xe = h5::elem(&x, input, x_name, "x must hold integers or floats")?;
+    let ye = h5::elem(&y, input, y_name, "y must hold integers or floats")?;
     let mut written = Vec::new();
     for i in 0..parts {
         let (a, b) = (i * n / parts, (i + 1) * n / parts);
         let path = out_dir.join(format!("{stem}-{i}.h5"));
         let o = h5::create(&path)?;
-        let xa = x.read_slice_2d::<f32, _>((a..b, ..)).map_err(|e| Error::hdf5(input, format!("read {x_name}"), e))?;
-        h5::write(&o, &path, x_name, xa.as_slice().unwrap(), &[b - a, xs[1]])?;
-        let mut yshape = ys.clone();
-        yshape[0] = b - a;
-        let sel = (a..b, ..);
-        if y_is_int {
-            let ya = if ys.len() == 1 {
-                y.read_slice_1d::<i32, _>(a..b).map(|v| v.to_vec())
-            } else {
-                y.read_slice_2d::<i32, _>(sel).map(|v| v.iter().copied().collect())
-            };
-            h5::write(&o, &path, y_name, &ya.map_err(|e| Error::hdf5(input, format!("read {y_name}"), e))?, &yshape)?;
-        } else {
-            let ya = if ys.len() == 1 {
-                y.read_slice_1d::<f32, _>(a..b).map(|v| v.to_vec())
-            } else {
-                y.read_slice_2d::<f32, _>(sel).map(|v| v.iter().copied().collect())
-            };
-            h5::write(&o, &path, y_name, &ya.map_err(|e| Error::hdf5(input, format!("read {y_name}"), e))?, &yshape)?;
-        }
+        with_elem!(xe, T => copy_rows::<T>(&x, input, x_name, &xs, a..b, &o, &path))?;
+        with_elem!(ye, T => copy_rows::<T>(&y, input, y_name, &ys, a..b, &o, &path))?;
         written.push(path);
     }
     Ok(written)
+}
+
+/// Copy rows `rows` of the 1-D or 2-D dataset `name` (shape `shape`, stored as `T`) from
+/// `input` into a dataset of the same name and type in `out`.
+fn copy_rows<T: Num>(
+    ds: &hdf5::Dataset,
+    input: &Path,
+    name: &str,
+    shape: &[usize],
+    rows: std::ops::Range<usize>,
+    out: &hdf5::File,
+    out_path: &Path,
+) -> Result<()> {
+    let read = |e| Error::hdf5(input, format!("read {name}"), e);
+    let mut part_shape = shape.to_vec();
+    part_shape[0] = rows.len();
+    let v: Vec<T> = if shape.len() == 1 {
+        ds.read_slice_1d::<T, _>(rows).map_err(read)?.to_vec()
+    } else {
+        ds.read_slice_2d::<T, _>((rows, ..)).map_err(read)?.iter().copied().collect()
+    };
+    h5::write(out, out_path, name, &v, &part_shape)
 }

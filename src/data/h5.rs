@@ -20,19 +20,42 @@ pub fn open(path: &Path, origin: &str) -> Result<hdf5::File> {
         .map_err(|e| Error::data(path, origin, format!("cannot open as HDF5 (not an HDF5 file, or damaged): {e}")))
 }
 
+/// Open dataset `name`, which may be a path inside groups (`train/images`). When it is not
+/// there, the error lists what the deepest existing group on the way holds.
 pub fn dataset(file: &hdf5::File, path: &Path, name: &str) -> Result<hdf5::Dataset> {
     file.dataset(name).map_err(|e| {
-        let members = file.member_names().unwrap_or_default();
-        let top = name.split('/').next().unwrap_or(name);
-        if members.iter().any(|m| m == top) {
-            return Error::data(path, name, format!("cannot open the dataset (is the file damaged?): {e}"));
-        }
         let hint = if name.starts_with("dense") || ["layers", "format", "step"].contains(&name) {
             "is this a weights or checkpoint file written by hvtrain?"
         } else {
             "set data.x_dataset / data.y_dataset"
         };
-        Error::data(path, name, format!("dataset not found (the file has: [{}]); {hint}", members.join(", ")))
+        let parts: Vec<&str> = name.split('/').filter(|p| !p.is_empty()).collect();
+        let mut group: hdf5::Group = (**file).clone();
+        let mut inside = String::new();
+        for (i, part) in parts.iter().enumerate() {
+            let members = group.member_names().unwrap_or_default();
+            let holder = if inside.is_empty() { "the file".to_string() } else { format!("group {inside}") };
+            if !members.iter().any(|m| m == part) {
+                return Error::data(
+                    path,
+                    name,
+                    format!("dataset not found ({holder} has: [{}]); {hint}", members.join(", ")),
+                );
+            }
+            inside = format!("{inside}/{part}");
+            match group.group(part) {
+                Ok(g) if i + 1 == parts.len() => {
+                    let held = g.member_names().unwrap_or_default().join(", ");
+                    return Error::data(path, name, format!("is a group, not a dataset (it holds: [{held}]); {hint}"));
+                }
+                Ok(g) => group = g,
+                Err(_) if i + 1 < parts.len() => {
+                    return Error::data(path, name, format!("{inside} is not a group, so it holds no {name}; {hint}"));
+                }
+                Err(_) => break,
+            }
+        }
+        Error::data(path, name, format!("cannot open the dataset (is the file damaged?): {e}"))
     })
 }
 
@@ -46,6 +69,157 @@ pub fn kind(ds: &hdf5::Dataset, path: &Path, name: &str) -> Result<&'static str>
         TypeDescriptor::Float(_) => "float",
         TypeDescriptor::Integer(_) | TypeDescriptor::Unsigned(_) => "int",
         _ => "other",
+    })
+}
+
+/// The element types a features dataset (`x`) may have. Every one is converted to float32
+/// as rows are read (`shard::read_rows`), so a file of uint8 images is read as it is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elem {
+    U8,
+    I8,
+    U16,
+    I16,
+    U32,
+    I32,
+    U64,
+    I64,
+    F32,
+    F64,
+    /// float16 (or another 2-byte float): HDF5 converts it to float32 as it reads, since the
+    /// `hdf5` crate has no f16 type without its `f16` feature.
+    F16,
+}
+
+impl Elem {
+    /// The name HDF5 tools (and numpy) use: `uint8`, `float32`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Elem::U8 => "uint8",
+            Elem::I8 => "int8",
+            Elem::U16 => "uint16",
+            Elem::I16 => "int16",
+            Elem::U32 => "uint32",
+            Elem::I32 => "int32",
+            Elem::U64 => "uint64",
+            Elem::I64 => "int64",
+            Elem::F32 => "float32",
+            Elem::F64 => "float64",
+            Elem::F16 => "float16",
+        }
+    }
+}
+
+/// Run `$body` with the type alias `$T` bound to the Rust type of element type `$e`.
+macro_rules! with_elem {
+    ($e:expr, $T:ident => $body:expr) => {
+        match $e {
+            $crate::data::h5::Elem::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::data::h5::Elem::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::data::h5::Elem::U16 => {
+                type $T = u16;
+                $body
+            }
+            $crate::data::h5::Elem::I16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::data::h5::Elem::U32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::data::h5::Elem::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::data::h5::Elem::U64 => {
+                type $T = u64;
+                $body
+            }
+            $crate::data::h5::Elem::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::data::h5::Elem::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::data::h5::Elem::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::data::h5::Elem::F16 => {
+                type $T = f32;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_elem;
+
+/// A stored number converted to float: `as` casts (round to nearest; integers beyond 2^24
+/// lose their low bits in float32, exactly as numpy's `astype(np.float32)`).
+pub trait Num: hdf5::H5Type + Copy + std::fmt::Display {
+    fn to_f32(self) -> f32;
+    fn to_f64(self) -> f64;
+    /// For integer types, the exact value (floats are truncated; labels are never float).
+    fn to_i128(self) -> i128;
+}
+
+macro_rules! impl_num {
+    ($($t:ty),*) => {$(
+        impl Num for $t {
+            #[inline(always)]
+            fn to_f32(self) -> f32 {
+                self as f32
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn to_i128(self) -> i128 {
+                self as i128
+            }
+        }
+    )*};
+}
+impl_num!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+/// The element type of dataset `name`, if it is a number type hvtrain reads (any integer,
+/// float16, float32 or float64, whatever its byte order); otherwise an error naming the type found and `need`
+/// (what the dataset must hold, e.g. "x must be a 2-D array [samples, features] of ...").
+pub fn elem(ds: &hdf5::Dataset, path: &Path, name: &str, need: &str) -> Result<Elem> {
+    use hdf5::types::{FloatSize, IntSize};
+    let unreadable = |e| Error::data(path, name, format!("unreadable element type ({e}); {need}"));
+    let t = ds.dtype().map_err(unreadable)?;
+    let d = match t.to_descriptor() {
+        Ok(d) => d,
+        // Integers of every size have descriptors; a 2-byte type HDF5 can convert to float32
+        // is a float16.
+        Err(_) if t.size() == 2 && t.conv_to::<f32>().is_some() => return Ok(Elem::F16),
+        Err(e) => return Err(unreadable(e)),
+    };
+    Ok(match d {
+        TypeDescriptor::Unsigned(IntSize::U1) => Elem::U8,
+        TypeDescriptor::Integer(IntSize::U1) => Elem::I8,
+        TypeDescriptor::Unsigned(IntSize::U2) => Elem::U16,
+        TypeDescriptor::Integer(IntSize::U2) => Elem::I16,
+        TypeDescriptor::Unsigned(IntSize::U4) => Elem::U32,
+        TypeDescriptor::Integer(IntSize::U4) => Elem::I32,
+        TypeDescriptor::Unsigned(IntSize::U8) => Elem::U64,
+        TypeDescriptor::Integer(IntSize::U8) => Elem::I64,
+        TypeDescriptor::Float(FloatSize::U4) => Elem::F32,
+        TypeDescriptor::Float(FloatSize::U8) => Elem::F64,
+        other => {
+            return Err(Error::data(path, name, format!("element type {other} is not supported; {need}")));
+        }
     })
 }
 

@@ -5,4 +5,6 @@
 pub mod convert;
 pub mod h5;
 pub mod loader;
+#[cfg(test)]
+mod loader_bench;
 pub mod shard;
