@@ -202,13 +202,17 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
     let xn = &job.data.x_dataset;
     let x = h5::dataset(&f, input, xn)?;
     let shape = x.shape();
-    if shape.len() != 2 || shape[1] != model.n_inputs() || h5::kind(&x, input, xn)? != "float" {
-        return Err(Error::data(
-            input,
-            xn,
-            format!("must be float [N, {}] (model.layers[0]), found shape {shape:?}", model.n_inputs()),
-        ));
+    let need = format!(
+        "x must be [N, {}] (model.layers[0]) of integers (int8 to uint64) or floats (float16, float32, float64)",
+        model.n_inputs()
+    );
+    let elem = h5::elem(&x, input, xn, &need)?;
+    if shape.len() != 2 || shape[1] != model.n_inputs() {
+        return Err(Error::data(input, xn, format!("found shape {shape:?}; {need}")));
     }
+    // As training reads it: converted to float32, data.x_scale and data.x_offset applied.
+    let affine = crate::data::shard::affine_of(&job.data);
+    let mut rows = vec![0.0f32; CHUNK * shape[1]];
     let (n, d, k) = (shape[0], shape[1], model.n_outputs());
     let be = Cpu;
     let mut ws = Workspace::new(&be, &model, CHUNK)?;
@@ -220,13 +224,8 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
     let mut start = 0;
     while start < n {
         let c = CHUNK.min(n - start);
-        let rows = x
-            .read_slice_2d::<f32, _>((start..start + c, ..))
-            .map_err(|e| Error::hdf5(input, format!("read {xn}"), e))?;
-        let rows = rows.as_slice().expect("standard layout");
-        if let Some(i) = rows.iter().position(|v| !v.is_finite()) {
-            return Err(Error::data(input, xn, format!("non-finite value at row {}, column {}", start + i / d, i % d)));
-        }
+        let rows = &mut rows[..c * d];
+        h5::with_elem!(elem, T => crate::data::shard::read_x::<T>(&x, input, elem, xn, start, c, d, affine, rows))?;
         be.upload_into(rows, &mut xd)?;
         model.forward(&be, &params, &xd, c, &mut ws)?;
         ws.output_host(&be, &model, c, &mut outputs[start * k..(start + c) * k])?;

@@ -136,3 +136,29 @@ fn shard_keeps_uint8_and_training_from_the_shards_matches() {
     job(&dir, LAYERS, "parts/d-{rank}.h5", None, "");
     assert_eq!(weights_in(&dir, &["data.x_scale=0.01"], LAYERS), want);
 }
+
+/// `hvtrain predict` reads inputs as training does: uint8 `x` with the job's `x_scale` gives
+/// exactly the outputs of the same numbers scaled and stored as float32.
+#[test]
+fn predict_converts_and_scales_like_training() {
+    let _g = common::mpi_lock();
+    let dir = scratch("types_predict");
+    stored("x", "y", |v| v, |c| c)(&hdf5::File::create(dir.join("d.h5")).unwrap());
+    stored("x", "y", |v| (v as f64 * 0.01) as f32, |c| c)(&hdf5::File::create(dir.join("f.h5")).unwrap());
+    job(&dir, LAYERS, "d.h5", None, "");
+    let run = mpirun(2, &["train", "job.toml", "--set", "data.x_scale=0.01"], &dir, 60);
+    assert!(run.ok(), "{}", run.all());
+    let predict = |input: &str, output: &str, sets: &[&str]| {
+        let mut args = vec!["predict", "job.toml", "--weights", "out/weights.h5", "--input", input, "--output", output];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        let run = hvtrain(&args, &dir, 60);
+        assert!(run.ok(), "{}", run.all());
+        read_f32(&dir.join(output), "outputs")
+    };
+    let from_u8 = predict("d.h5", "p8.h5", &["data.x_scale=0.01"]);
+    let from_f32 = predict("f.h5", "p32.h5", &[]);
+    assert_eq!(from_u8.len(), N * 3);
+    assert_eq!(from_u8, from_f32, "predict on uint8 with x_scale must equal predict on the scaled float32 values");
+}

@@ -53,7 +53,7 @@ struct Part {
 
 /// What `read_rows` does to each stored feature value: None keeps it (converted to float32),
 /// Some((scale, offset)) gives value * scale + offset.
-type Affine = Option<(f64, f64)>;
+pub type Affine = Option<(f64, f64)>;
 
 pub struct Shard {
     pub x_name: String,
@@ -128,7 +128,7 @@ impl Shard {
             labels: labels.expect("at least one file"),
             parts,
             len,
-            affine: (cfg.x_scale != 1.0 || cfg.x_offset != 0.0).then_some((cfg.x_scale, cfg.x_offset)),
+            affine: affine_of(cfg),
         })
     }
 
@@ -173,8 +173,12 @@ impl Shard {
     }
 }
 
-/// Read file rows a..a+n of one part, stored as `T`, into `out` as float32, rejecting
-/// non-finite results.
+/// The scale and offset of `data` (None when they leave values as stored).
+pub fn affine_of(cfg: &DataCfg) -> Affine {
+    (cfg.x_scale != 1.0 || cfg.x_offset != 0.0).then_some((cfg.x_scale, cfg.x_offset))
+}
+
+/// Read file rows a..a+n of one part into `out` as float32 (see `read_x`).
 fn read_part<T: Num>(
     p: &Part,
     x_name: &str,
@@ -184,9 +188,27 @@ fn read_part<T: Num>(
     affine: Affine,
     out: &mut [f32],
 ) -> Result<()> {
-    let arr =
-        p.x.read_slice_2d::<T, _>((a..a + n, ..))
-            .map_err(|e| Error::hdf5(&p.path, format!("read {} rows {}..{}", x_name, a, a + n), e))?;
+    read_x::<T>(&p.x, &p.path, p.elem, x_name, a, n, d, affine, out)
+}
+
+/// Read rows a..a+n of dataset `x` (file `path`, stored as `T`, element type `elem`) into
+/// `out` as float32, scale and offset applied, rejecting non-finite results with the row.
+/// Training's shards and `predict` read inputs through this one function.
+#[allow(clippy::too_many_arguments)]
+pub fn read_x<T: Num>(
+    x: &hdf5::Dataset,
+    path: &Path,
+    elem: Elem,
+    x_name: &str,
+    a: usize,
+    n: usize,
+    d: usize,
+    affine: Affine,
+    out: &mut [f32],
+) -> Result<()> {
+    let arr = x
+        .read_slice_2d::<T, _>((a..a + n, ..))
+        .map_err(|e| Error::hdf5(path, format!("read {} rows {}..{}", x_name, a, a + n), e))?;
     let src = arr.as_slice().expect("hdf5 returns standard-layout arrays");
     let out = &mut out[..src.len()];
     match affine {
@@ -195,21 +217,21 @@ fn read_part<T: Num>(
     }
     if let Some(i) = out.iter().position(|v| !v.is_finite()) {
         let mut msg = format!("non-finite value {} at row {}, column {}", out[i], a + i / d, i % d);
-        let stored = match p.elem {
+        let stored = match elem {
             Elem::F32 | Elem::F64 | Elem::F16 => num(src[i].to_f64()),
             _ => src[i].to_string(),
         };
         if let Some((scale, offset)) = affine {
             msg += &format!(
                 " after scaling (stored {} value {stored}, data.x_scale {}, data.x_offset {})",
-                p.elem.name(),
+                elem.name(),
                 num(scale),
                 num(offset)
             );
-        } else if p.elem != Elem::F32 {
-            msg += &format!(" after conversion to float32 (stored {} value {stored})", p.elem.name());
+        } else if elem != Elem::F32 {
+            msg += &format!(" after conversion to float32 (stored {} value {stored})", elem.name());
         }
-        return Err(Error::data(&p.path, x_name, msg));
+        return Err(Error::data(path, x_name, msg));
     }
     Ok(())
 }
