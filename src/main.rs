@@ -16,6 +16,7 @@ mod metrics;
 mod model;
 mod optim;
 mod parallel;
+mod plot;
 mod rng;
 mod signals;
 mod step;
@@ -88,6 +89,9 @@ fn main() {
             finish(bench_step(device, layers, batch, precision, steps, warmup, json))
         }
         Command::Selftest { device } => selftest(device),
+        Command::Plot { runs, output } => {
+            finish(plot::plot(&runs, output.as_deref()).map(|p| println!("hvtrain plot: wrote {}", p.display())))
+        }
         Command::Bench(BenchCommand::Gemm { layers, batch, seconds }) => {
             bench::gemm::run(&layers, batch, seconds);
             0
