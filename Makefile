@@ -1,6 +1,6 @@
 # hvtrain: the two commands a newcomer needs.
 #   make demo   installs what is needed, builds, converts Fashion-MNIST to HDF5 and trains
-#               784-512-512-10 on 2 ranks with mpirun (CPU).
+#               784-512-512-10 on 2 ranks with mpirun (CPU), then plots the curves.
 #   make test   installs what is needed and runs every test, multi-rank ones under mpirun.
 # Other targets: deps, build, data, bench, nvrtc, clean.
 
@@ -55,6 +55,7 @@ data/fashion-mnist-test.h5:
 
 demo: data
 	$(MPIRUN) -n $(RANKS) $(BIN) train $(JOB) --resume auto
+	$(BIN) plot "$$(sed -n 's/^dir *= *"\([^"]*\)".*/\1/p' $(JOB) | head -n 1)"
 
 test: test-deps build nvrtc gpu-bundle
 	LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH HVTRAIN_REQUIRE_NVRTC=1 HVTRAIN_REQUIRE_BUNDLE=1 cargo test --release

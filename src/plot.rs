@@ -61,11 +61,18 @@ fn read_run(dir: &Path) -> Result<Run> {
         Error::io(&path, hint, e)
     })?;
     let mut epochs = Vec::new();
+    let n = text.lines().count();
     for (i, l) in text.lines().enumerate() {
         if l.trim().is_empty() {
             continue;
         }
-        let m: Line = serde_json::from_str(l).map_err(|e| {
+        let parsed = serde_json::from_str::<Line>(l);
+        if parsed.is_err() && i + 1 == n && !text.ends_with('\n') {
+            // A running job is appending this line right now: plot the epochs before it.
+            log::warn!("{}: line {} is still being written; left out", path.display(), i + 1);
+            continue;
+        }
+        let m: Line = parsed.map_err(|e| {
             // serde_json's message ends "at line 1 column C": of this one line, so keep the column.
             let what = e.to_string();
             let what = what.split(" at line ").next().unwrap_or_default();

@@ -174,4 +174,13 @@ fn bad_metrics_files_are_clear_errors() {
     }
     let run = hvtrain(&["plot"], &dir, 60);
     assert_eq!(run.code, Some(2), "no RUN_DIR: {}", run.all());
+
+    // A last line without its newline is one a running job is still writing: left out, no error.
+    let two = "{\"epoch\":1,\"train_loss\":0.9,\"samples_per_sec\":1500.0}\n\
+               {\"epoch\":2,\"train_loss\":0.7,\"samples_per_sec\":1600.0}\n";
+    write("running", &format!("{two}{{\"epoch\":3,\"tra"));
+    let run = hvtrain(&["plot", "running"], &dir, 60);
+    assert!(run.ok(), "{}", run.all());
+    assert!(run.stderr.contains("line 3 is still being written"), "{}", run.all());
+    read_png(&dir.join("running/curves.png")).assert_drawn("a running job");
 }
