@@ -7,6 +7,8 @@
 //! Opset 17 (IR version 8), so that runtimes of 2022 on load it: GELU is composed from
 //! Mul/Add/Tanh with hvtrain's tanh approximation 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))),
 //! as `device::cpu::gelu` evaluates it (opset 20's Gelu would need newer runtimes).
+//! A job's `data.x_scale`/`data.x_offset` become a Mul and an Add on the input, so that the
+//! graph takes x as the data files store it, as `predict` does.
 //! Input `x` float [N, in] with a symbolic batch N; output `outputs` [N, k], and with
 //! `--softmax` also `probabilities` [N, k] (Softmax on the last axis).
 //!
@@ -67,6 +69,15 @@ pub fn export(job: &Job, weights_path: &Path, output: &Path, softmax: bool) -> R
     let mut g = Graph::default();
     let n = model.layers.len();
     let mut h = "x".to_string();
+    // data.x_scale and data.x_offset, as training and `predict` apply them on read (there in
+    // float64, rounded once; here in float32), so the graph takes x as the data file stores it.
+    if let Some((scale, offset)) = crate::data::shard::affine_of(&job.data) {
+        g.init("input/x_scale", &[], &[scale as f32]);
+        g.init("input/x_offset", &[], &[offset as f32]);
+        g.node("Mul", "input/scale", &["x", "input/x_scale"], "input/scaled", vec![]);
+        g.node("Add", "input/offset", &["input/scaled", "input/x_offset"], "input/x", vec![]);
+        h = "input/x".into();
+    }
     for (l, s) in model.layers.iter().enumerate() {
         let (w, b) = (format!("dense{l}/weight"), format!("dense{l}/bias"));
         g.init(&w, &[s.inp, s.out], &params[s.w.clone()]);
@@ -130,29 +141,32 @@ pub fn export(job: &Job, weights_path: &Path, output: &Path, softmax: bool) -> R
 /// The file's recorded model (when it has one) must be the job's.
 fn check_attrs(a: &weights::ModelAttrs, job: &Job, path: &Path) -> Result<()> {
     let m = &job.model;
-    let differ = |attr: &str, file: String, key: &str, ours: String| {
+    // `set` is the file's value as a --set takes it (no spaces: one shell word).
+    let differ = |attr: &str, file: String, key: &str, ours: String, set: String| {
         Error::data(
             path,
             format!("attribute {attr}"),
             format!(
                 "the weights are of a model with {attr} {file}, the job's {key} is {ours}; export with the job \
-                 that trained them (or --set {key}=...)"
+                 that trained them (or --set {key}={set})"
             ),
         )
     };
     if let Some(layers) = &a.layers {
         if layers != &m.layers {
-            return Err(differ("layers", format!("{layers:?}"), "model.layers", format!("{:?}", m.layers)));
+            let set = format!("[{}]", layers.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(","));
+            return Err(differ("layers", format!("{layers:?}"), "model.layers", format!("{:?}", m.layers), set));
         }
     }
     if let Some(act) = &a.activation {
         if *act != weights::name_of(&m.activation) {
-            return Err(differ("activation", act.clone(), "model.activation", weights::name_of(&m.activation)));
+            let ours = weights::name_of(&m.activation);
+            return Err(differ("activation", act.clone(), "model.activation", ours, act.clone()));
         }
     }
     if let Some(loss) = &a.loss {
         if *loss != weights::name_of(&m.loss) {
-            return Err(differ("loss", loss.clone(), "model.loss", weights::name_of(&m.loss)));
+            return Err(differ("loss", loss.clone(), "model.loss", weights::name_of(&m.loss), loss.clone()));
         }
     }
     if let Some(fin) = &a.final_activation {
@@ -163,6 +177,15 @@ fn check_attrs(a: &weights::ModelAttrs, job: &Job, path: &Path) -> Result<()> {
                 format!("is {fin}; this hvtrain builds models whose last layer has no activation (identity)"),
             ));
         }
+    }
+    if a.activation.is_none() || a.loss.is_none() {
+        log::warn!(
+            "{} does not record its model (written before hvtrain did): exporting it as the job's model, \
+             activation {}, loss {}; make sure that is the model that was trained",
+            path.display(),
+            weights::name_of(&m.activation),
+            weights::name_of(&m.loss)
+        );
     }
     Ok(())
 }
