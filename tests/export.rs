@@ -1,7 +1,8 @@
 //! `hvtrain export --format onnx`: for every activation and both losses, a model trained for
 //! one epoch is exported, `onnx.checker` accepts the file, and onnxruntime gives the outputs
-//! (and softmax probabilities) of `hvtrain predict` within 1e-5. Also from a checkpoint and
-//! from a weights file written before the model attributes existed; a job that disagrees
+//! (and softmax probabilities) of `hvtrain predict` within 1e-5. Also from a checkpoint, from
+//! a tensor-parallel run's weights, from a weights file written before the model attributes
+//! existed, and with data.x_scale/x_offset; a job that disagrees
 //! with the file's attributes is refused.
 //!
 //! onnx and onnxruntime come from a Python virtual environment (`make onnx-venv`, under
@@ -217,6 +218,25 @@ fn onnx_export_matches_predict_for_every_activation_and_loss() {
                     "{}",
                     r.all()
                 );
+            }
+            if act == "gelu" && classify {
+                // Weights of a tensor-parallel run (2 ranks, tensor = 2): the whole model, so
+                // they export the same way.
+                let _g = mpi_lock();
+                let r = mpirun(
+                    2,
+                    &["train", "job.toml", "--set", "parallel.tensor=2", "--set", "output.dir=\"out-tp\""],
+                    &dir,
+                    120,
+                );
+                ok(r);
+                cases.push(case(
+                    &dir,
+                    &format!("{name}-tensor-parallel"),
+                    "out-tp/weights.h5",
+                    classify,
+                    Some((act, loss)),
+                ));
             }
             if act == "tanh" {
                 // data.x_scale and data.x_offset are in the graph, as predict applies them.
