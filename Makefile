@@ -2,11 +2,11 @@
 #   make demo   installs what is needed, builds, converts Fashion-MNIST to HDF5 and trains
 #               784-512-512-10 on 2 ranks with mpirun (CPU), then plots the curves.
 #   make test   installs what is needed and runs every test, multi-rank ones under mpirun.
-# Other targets: deps, build, data, bench, nvrtc, clean.
+# Other targets: deps, build, data, bench, nvrtc, onnx-venv, clean.
 
 APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config g++ dataset-fashion-mnist
 # The test suite also starts a real single-node Slurm and makes hosts out of network namespaces.
-TEST_PKGS := slurm-wlm munge iproute2 procps util-linux libmpich-dev mpich
+TEST_PKGS := slurm-wlm munge iproute2 procps util-linux libmpich-dev mpich python3-venv
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN      := target/release/hvtrain
 FMNIST   := /usr/share/datasets/fashion-mnist
@@ -17,7 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN   := mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
 
-.PHONY: deps test-deps install build data demo test check-mpich bench nvrtc clean gpu-bundle
+.PHONY: deps test-deps install build data demo test check-mpich bench nvrtc onnx-venv clean gpu-bundle
 
 # NVRTC (CUDA's run-time compiler) from PyPI, unpacked: `make test` compiles every GPU kernel
 # with it, without a GPU or a CUDA install (src/device/cuda/nvrtc.rs). Pinned: 12.x still
@@ -27,6 +27,13 @@ NVRTC_WHEEL   := nvidia_cuda_nvrtc_cu12-$(NVRTC_VERSION)-py3-none-manylinux2010_
 NVRTC_SHA256  := 210cf05005a447e29214e9ce50851e83fc5f4358df8b453155d5e1918094dcb4
 NVRTC_DIR     := target/nvrtc
 NVRTC_LIB     := $(CURDIR)/$(NVRTC_DIR)/nvidia/cuda_nvrtc/lib
+
+# onnx and onnxruntime for tests/export.rs (the exported model checked and run against
+# `hvtrain predict`), in a virtual environment under target/. Pinned; skipped when this set is
+# already installed (the stamp names it). About 20 s from PyPI.
+ONNX_PIP   := onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6 h5py==3.16.0
+ONNX_VENV  := target/onnx-venv
+ONNX_STAMP := $(ONNX_VENV)/.installed-$(shell echo '$(ONNX_PIP)' | cksum | cut -d' ' -f1)
 
 deps:
 	@$(MAKE) --no-print-directory install PKGS="$(APT_PKGS)"
@@ -57,8 +64,9 @@ demo: data
 	$(MPIRUN) -n $(RANKS) $(BIN) train $(JOB) --resume auto
 	$(BIN) plot "$$(sed -n 's/^dir *= *"\([^"]*\)".*/\1/p' $(JOB) | head -n 1)"
 
-test: test-deps build nvrtc gpu-bundle
-	LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH HVTRAIN_REQUIRE_NVRTC=1 HVTRAIN_REQUIRE_BUNDLE=1 cargo test --release
+test: test-deps build nvrtc gpu-bundle onnx-venv
+	LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH HVTRAIN_REQUIRE_NVRTC=1 HVTRAIN_REQUIRE_BUNDLE=1 \
+	  HVTRAIN_REQUIRE_ONNX=1 HVTRAIN_ONNX_PYTHON=$(CURDIR)/$(ONNX_VENV)/bin/python cargo test --release
 	$(MAKE) --no-print-directory check-mpich
 
 # The code must build against MPICH too: build with MPICH's wrapper into target-mpich/ and
@@ -86,6 +94,14 @@ $(NVRTC_DIR)/.version-$(NVRTC_VERSION):
 	python3 -m zipfile -e $(NVRTC_DIR)/wheel/$(NVRTC_WHEEL) $(NVRTC_DIR)
 	test -e $(NVRTC_LIB)/libnvrtc.so.12
 	rm -rf $(NVRTC_DIR)/wheel
+	touch $@
+
+onnx-venv: $(ONNX_STAMP)
+
+$(ONNX_STAMP):
+	rm -rf $(ONNX_VENV)
+	python3 -m venv $(ONNX_VENV)
+	$(ONNX_VENV)/bin/pip install --quiet --disable-pip-version-check --only-binary=:all: $(ONNX_PIP)
 	touch $@
 
 clean:

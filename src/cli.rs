@@ -62,6 +62,26 @@ Reads the job's x_dataset from INPUT; writes `outputs` [N, K] and, for classific
         #[arg(long)]
         output: PathBuf,
     },
+    /// Write a trained model as a standard ONNX graph (onnxruntime, TensorRT, C++ codes).
+    #[command(
+        after_help = "Example:\n  hvtrain export jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5 \\\n      --format onnx --output model.onnx --softmax\n\n\
+Input `x` float [N, layers[0]]; outputs `outputs` [N, K] (logits or regression values, as\n\
+`hvtrain predict` writes them) and, with --softmax, `probabilities` [N, K]. Opset 17.\n\
+--weights takes weights.h5 or a checkpoint; the model it records must be the job's."
+    )]
+    Export {
+        #[command(flatten)]
+        job: JobArgs,
+        #[arg(long)]
+        weights: PathBuf,
+        #[arg(long, value_enum, default_value = "onnx")]
+        format: ExportFormat,
+        #[arg(long)]
+        output: PathBuf,
+        /// Also output `probabilities`: softmax of the outputs (classification only).
+        #[arg(long)]
+        softmax: bool,
+    },
     /// Prepare data: convert IDX to HDF5, split a file into per-rank shards.
     #[command(subcommand)]
     Data(DataCommand),
@@ -218,6 +238,12 @@ impl DeviceArg {
             DeviceArg::Cuda => crate::config::DeviceChoice::Cuda,
         }
     }
+}
+
+/// `hvtrain export --format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ExportFormat {
+    Onnx,
 }
 
 /// `--precision` on the command line (the job file's `training.precision`).

@@ -11,6 +11,7 @@ mod data;
 mod device;
 mod error;
 mod eval;
+mod export;
 mod fault;
 mod metrics;
 mod model;
@@ -79,6 +80,20 @@ fn main() {
             config::Job::load_with_env(&job.job, &job.set)
                 .and_then(|(j, _)| eval::predict(&j, &weights, &input, &output))
                 .map(|n| log::info!("wrote {} predictions to {}", n, output.display())),
+        ),
+        Command::Export { job, weights, format: cli::ExportFormat::Onnx, output, softmax } => finish(
+            config::Job::load_with_env(&job.job, &job.set)
+                .and_then(|(j, _)| export::export(&j, &weights, &output, softmax))
+                .map(|e| {
+                    log::info!(
+                        "wrote {} ({} bytes, ONNX opset {}): MLP {:?}, {} nodes",
+                        output.display(),
+                        e.bytes,
+                        export::OPSET,
+                        e.layers,
+                        e.nodes
+                    )
+                }),
         ),
         Command::Bench(BenchCommand::Allreduce { min_bytes, max_bytes, threshold_mb, seconds }) => with_mpi(|comm| {
             parallel::liveness::set("bench allreduce");

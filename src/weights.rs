@@ -1,7 +1,12 @@
 //! Final weights as HDF5: one dataset per layer's weight ([in, out], Keras' kernel layout)
-//! and bias, named `dense{l}/weight` and `dense{l}/bias`, plus the layer sizes as an
-//! attribute-free dataset `layers`. Readable with h5py:
-//! `h5py.File("weights.h5")["dense0/weight"][:]`.
+//! and bias, named `dense{l}/weight` and `dense{l}/bias`, plus the layer sizes as a dataset
+//! `layers`. Readable with h5py: `h5py.File("weights.h5")["dense0/weight"][:]`.
+//!
+//! The file also says how to rebuild the network, as attributes of its root group (since
+//! 0.1 with ONNX export; older files lack them): `layers` (int64 widths, input first),
+//! `activation` (relu, tanh, gelu: tanh approximation, identity; after every layer but the
+//! last), `final_activation` ("identity": the last layer's outputs are logits or regression
+//! values), `loss` (softmax_cross_entropy, mse) and `weight_layout` ("[in, out]": y = x·W + b).
 //!
 //! Checkpoints hold the parameters in the same layout: `write_layers` and `read_params` are
 //! the one writer and reader of it, and `commit` the one way both kinds of file are put in
@@ -36,12 +41,72 @@ pub fn tmp_path(path: &Path) -> PathBuf {
 pub fn write_layers(f: &hdf5::File, path: &Path, model: &Mlp, params: &[f32]) -> Result<()> {
     let sizes: Vec<i64> = model.sizes.iter().map(|&s| s as i64).collect();
     h5::write(f, path, "layers", &sizes, &[sizes.len()])?;
+    write_model_attrs(f, path, model, &sizes)?;
     for (l, s) in model.layers.iter().enumerate() {
         f.create_group(&format!("dense{l}")).map_err(|e| Error::hdf5(path, "create group", e))?;
         h5::write(f, path, &format!("dense{l}/weight"), &params[s.w.clone()], &[s.inp, s.out])?;
         h5::write(f, path, &format!("dense{l}/bias"), &params[s.b.clone()], &[s.out])?;
     }
     Ok(())
+}
+
+/// The model as root attributes (see the module doc), for `export` and for h5py users.
+fn write_model_attrs(f: &hdf5::File, path: &Path, model: &Mlp, sizes: &[i64]) -> Result<()> {
+    let err = |e| Error::hdf5(path, "write the model attributes", e);
+    f.new_attr_builder().with_data(sizes).create("layers").map_err(err)?;
+    for (name, value) in [
+        ("activation", name_of(&model.act)),
+        ("final_activation", "identity".into()),
+        ("loss", name_of(&model.loss)),
+        ("weight_layout", "[in, out]".into()),
+    ] {
+        let v: hdf5::types::VarLenUnicode = value.parse().expect("attribute text has no NUL");
+        f.new_attr::<hdf5::types::VarLenUnicode>().create(name).map_err(err)?.write_scalar(&v).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// The job-file spelling of an enum (`relu`, `softmax_cross_entropy`).
+pub fn name_of<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v).ok().and_then(|j| j.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+/// The model a weights file (or checkpoint) records in its attributes; `None` for a field
+/// of a file written before the attributes existed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelAttrs {
+    pub layers: Option<Vec<usize>>,
+    pub activation: Option<String>,
+    pub final_activation: Option<String>,
+    pub loss: Option<String>,
+}
+
+/// Read `ModelAttrs` from an open file (`path` names it in errors).
+pub fn read_model_attrs(f: &hdf5::File, path: &Path) -> Result<ModelAttrs> {
+    let names = f.attr_names().map_err(|e| Error::hdf5(path, "list the attributes", e))?;
+    let text = |name: &str| -> Result<Option<String>> {
+        if !names.iter().any(|n| n == name) {
+            return Ok(None);
+        }
+        let v: hdf5::types::VarLenUnicode = f
+            .attr(name)
+            .and_then(|a| a.read_scalar())
+            .map_err(|e| Error::hdf5(path, format!("read attribute {name}"), e))?;
+        Ok(Some(v.as_str().to_owned()))
+    };
+    let layers = if names.iter().any(|n| n == "layers") {
+        let v: Vec<i64> =
+            f.attr("layers").and_then(|a| a.read_raw()).map_err(|e| Error::hdf5(path, "read attribute layers", e))?;
+        Some(v.into_iter().map(|x| x.max(0) as usize).collect())
+    } else {
+        None
+    };
+    Ok(ModelAttrs {
+        layers,
+        activation: text("activation")?,
+        final_activation: text("final_activation")?,
+        loss: text("loss")?,
+    })
 }
 
 /// Put the finished (closed) file `tmp` in place as `path`, durably: fsync it, run
@@ -104,6 +169,12 @@ mod tests {
         let f = hdf5::File::open(&path).unwrap();
         assert_eq!(f.dataset("dense0/weight").unwrap().shape(), vec![5, 4]);
         assert_eq!(f.dataset("layers").unwrap().read_raw::<i64>().unwrap(), vec![5, 4, 3]);
+        // The model is recorded as attributes, so the file alone says how to rebuild it.
+        let attrs = read_model_attrs(&f, &path).unwrap();
+        assert_eq!(attrs.layers, Some(vec![5, 4, 3]));
+        assert_eq!(attrs.activation.as_deref(), Some("relu"));
+        assert_eq!(attrs.final_activation.as_deref(), Some("identity"));
+        assert_eq!(attrs.loss.as_deref(), Some("softmax_cross_entropy"));
         // Another model's weights are refused with the dataset named.
         let other = Mlp::new(&[5, 6, 3], Activation::Relu, LossKind::SoftmaxCrossEntropy);
         let err = load(&other, &path).unwrap_err().to_string();
