@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 const SUBNET: &str = "10.77.0.0/24";
-/// The job a killed rank must end within (from mpirun's start).
+/// How soon after a rank is killed the job must end (mpirun sees the death itself).
 const KILL_BOUND: Duration = Duration::from_secs(10);
 /// The job must end within this long after host 3's link is cut. Measured 8.5-12 s: the
 /// heartbeats' silence limit of 3 s (watchdog_seconds); up to 2 s more while MPI_Abort hangs
@@ -351,8 +351,10 @@ fn rank_killed_on_host_2_ends_the_job() {
         l.run.code,
         after.map(|d| format!("{:.2} s", d.as_secs_f64())).unwrap_or("?".into())
     );
-    assert!(after.is_some(), "{what}: no progress line for step {}\n{}", step - 1, l.run.all());
-    assert!(l.run.elapsed < KILL_BOUND, "{what}: took {:?}, more than {KILL_BOUND:?}\n{}", l.run.elapsed, l.run.all());
+    let after = after.unwrap_or_else(|| panic!("{what}: no progress line for step {}\n{}", step - 1, l.run.all()));
+    // Measured from the kill (the progress line just before it), not from the start: how
+    // long training takes to reach the fault step depends on the machine's load.
+    assert!(after < KILL_BOUND, "{what}: ended {after:?} after the kill, more than {KILL_BOUND:?}\n{}", l.run.all());
 }
 
 /// When the link went down, and whether `ip` managed it.
