@@ -16,9 +16,21 @@ use crate::optim::Optimizer;
 use crate::parallel::engine::HostBuf;
 use crate::parallel::grid::TensorGroup;
 use crate::parallel::timeline::{Timeline, MAIN_TID};
-use crate::parallel::Engine;
+use crate::parallel::{Engine, FusionPlan};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Each fusion bucket's two buffers (this rank's gradients, the reduced ones) on `be`, for
+/// `Engine::new`'s `alloc`, which asks for them bucket by bucket. Made up front, so that a
+/// failed allocation (a GPU out of memory) is an error, not a panic inside the engine.
+pub fn bucket_buffers<B: Backend>(be: &B, plan: &FusionPlan) -> Result<impl FnMut(usize) -> B::Buf> {
+    let mut pool = Vec::with_capacity(2 * plan.buckets.len());
+    for r in plan.buckets.iter().rev() {
+        pool.push(be.staged(r.len())?);
+        pool.push(be.staged(r.len())?);
+    }
+    Ok(move |_n: usize| pool.pop().expect("two buffers per bucket"))
+}
 
 pub struct Stepper<B: Backend>
 where
@@ -221,7 +233,6 @@ where
             if let Some(e) = &bucket.failed {
                 return Err(Error::Cuda(e.clone()));
             }
-            bucket.reduced.before_use().map_err(Error::Cuda)?;
             let t = Instant::now();
             let offset = self.engine.plan().buckets[i].start;
             let members = &self.engine.plan().members[i];

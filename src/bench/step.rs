@@ -51,19 +51,9 @@ impl WithBackend<serde_json::Value> for &StepBench {
         let params = model.init_params(1);
         let lens: Vec<usize> = model.tensors().iter().map(|t| t.range.len()).collect();
         let plan = FusionPlan::new(&lens, 64 << 20);
-        let mut pool = Vec::new();
-        for r in plan.buckets.iter().rev() {
-            pool.push(be.staged(r.len())?);
-            pool.push(be.staged(r.len())?);
-        }
-        let engine = Engine::new(
-            reduce::for_job(None, crate::config::Compression::None, false),
-            plan,
-            false,
-            None,
-            None,
-            move |_| pool.pop().expect("one buffer per bucket and role"),
-        );
+        let alloc = crate::step::bucket_buffers(&be, &plan)?;
+        let engine =
+            Engine::new(reduce::for_job(None, crate::config::Compression::None, false), plan, false, None, None, alloc);
         let cfg = OptimizerCfg { lr: 0.01, ..Default::default() };
         let opt = Optimizer::new(&be, &cfg, model.tensors(), model.n_params, 1)?;
         let name = be.name();

@@ -33,19 +33,15 @@ use std::time::{Duration, Instant};
 
 /// A gradient buffer the communication code can read and write in host memory. For a
 /// buffer in host memory (the CPU backend) the staging hooks do nothing; a GPU buffer keeps a
-/// pinned host copy, and the hooks move the data and order the GPU's streams:
-/// `written` (main thread, when backward has queued its last write to the bucket) →
-/// `to_host` (communication thread: waits for those writes, copies device → host) → the
-/// reduction on `host`/`host_mut` → `to_device` (host → device, on a copy stream) →
-/// `before_use` (main thread: the optimizer's work waits for that copy).
+/// pinned host copy, and on the communication thread `to_host` (device → host, after the
+/// kernels that wrote the bucket) → the reduction on `host`/`host_mut` → `to_device` (host
+/// → device, on a copy stream; the optimizer's kernels wait for it). The GPU's per-buffer
+/// events do the ordering, so the main thread needs no hook.
 pub trait HostBuf: Send + 'static {
     fn host(&self) -> &[f32];
     fn host_mut(&mut self) -> &mut [f32];
     /// Length in floats.
     fn len(&self) -> usize;
-    fn written(&mut self) -> Result<(), String> {
-        Ok(())
-    }
     /// `wire`: the precision the reducer sends in; a GPU may pack to it before the copy (the
     /// reducer rounds to it anyway).
     fn to_host(&mut self, _wire: Compression) -> Result<(), String> {
@@ -58,9 +54,6 @@ pub trait HostBuf: Send + 'static {
     /// MPI); None when these buffers cannot (host memory: the host path is used).
     fn reduce_on_device(&mut self, _out: &mut Self, _reducer: &mut dyn Reducer) -> Option<Result<(), String>> {
         None
-    }
-    fn before_use(&self) -> Result<(), String> {
-        Ok(())
     }
     /// self = other, where both live (one rank's "reduction"; on a GPU, device to device).
     fn copy_from(&mut self, other: &Self) -> Result<(), String>;
@@ -251,10 +244,7 @@ impl<G: HostBuf> Engine<G> {
     fn send(&mut self, b: usize) {
         assert!(self.remaining[b] == 0, "bucket {b} sent with {} tensor(s) not ready", self.remaining[b]);
         self.sent[b] = true;
-        let mut bucket = self.home[b].take().expect("a bucket is sent once per step");
-        if let Err(e) = bucket.grads.written() {
-            bucket.failed.get_or_insert(e);
-        }
+        let bucket = self.home[b].take().expect("a bucket is sent once per step");
         let step = self.step;
         match &mut self.mode {
             Mode::Thread { work, .. } => {
@@ -366,11 +356,6 @@ fn comm_loop<G: HostBuf>(
     reducer
 }
 
-/// A bucket's length in floats, for the timeline (without touching its memory).
-fn tl_len<G: HostBuf>(g: &G) -> usize {
-    g.len()
-}
-
 /// Reduce one bucket, guarded by the watchdog and recorded on the timeline.
 fn reduce_bucket<G: HostBuf>(reducer: &mut dyn Reducer, bucket: &mut Bucket<G>, step: u64, ctx: &Ctx) {
     let _guard = ctx.watchdog.as_ref().map(|wd| wd.guard(ctx.slot, "all-reduce of a gradient bucket", step));
@@ -406,7 +391,7 @@ fn reduce_bucket<G: HostBuf>(reducer: &mut dyn Reducer, bucket: &mut Bucket<G>, 
         }
     }
     if let Some(tl) = &ctx.timeline {
-        let kib = tl_len(grads) * 4 / 1024;
+        let kib = grads.len() * 4 / 1024;
         tl.span(ctx.tid, format!("{} bucket {index} ({kib} KiB)", reducer.what()), t, step);
     }
 }

@@ -119,14 +119,7 @@ impl<'a, B: Backend> Run<'a, B> {
                 comm.threading
             );
         }
-        // Each bucket's two buffers (this rank's gradients, the reduced ones), made here so
-        // that a failed allocation is an error, not a panic inside the engine.
-        let mut pool = Vec::with_capacity(2 * plan.buckets.len());
-        for r in plan.buckets.iter().rev() {
-            pool.push(be.staged(r.len())?);
-            pool.push(be.staged(r.len())?);
-        }
-        let alloc = move |_n: usize| pool.pop().expect("one staged buffer per bucket and role");
+        let alloc = crate::step::bucket_buffers(&be, &plan)?;
         let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
         drop(p);
         // The global batch grows with the data-parallel degree, so that is what lr scales by.

@@ -575,10 +575,6 @@ impl HostBuf for DevBuf {
         let s = self.stage.as_mut().expect("a gradient bucket is staged");
         &mut s.host.as_mut_slice().expect("pinned host memory")[..len]
     }
-    /// cudarc's per-buffer events already order the copy after backward's writes.
-    fn written(&mut self) -> std::result::Result<(), String> {
-        Ok(())
-    }
     /// With a compressed wire the GPU packs the bucket first (half the bytes to copy), and
     /// the host widens it into `host` for the ring, which rounds to the same precision.
     fn to_host(&mut self, wire: Compression) -> std::result::Result<(), String> {

@@ -11,7 +11,8 @@
 //! and square root, as the CPU backend computes), `-lineinfo` (profilers and
 //! compute-sanitizer name source lines), C++17.
 
-// The CUDA backend (being written) is the non-test caller.
+// `compile_cubin`, `available` and `version` serve the NVRTC check in tests; the backend
+// (`module.rs`) calls `compile_ptx`.
 #![cfg_attr(not(test), allow(dead_code))]
 
 use super::launch;
