@@ -4,7 +4,8 @@
 //! - `probe`: finds the driver and libraries before anything else is called (cudarc panics
 //!   when it cannot load a library), and turns their absence into one clear line;
 //! - `backend`: `Cuda`, the `Backend` on one GPU (cuBLAS for the products, our kernels for
-//!   the rest), and `DevBuf`, device memory with a pinned host copy for gradient buckets;
+//!   the rest); `buf`: `DevBuf`, device memory with a pinned host copy for gradient
+//!   buckets and batches, and the staging hooks the communication thread calls;
 //! - `gemm_map`: the row-major → cuBLAS argument mapping, a pure function;
 //! - `kernels.cu`, `launch`, `nvrtc`, `module`: the element-wise kernels, their launch
 //!   geometry, their compilation by NVRTC, and their loading at start-up;
@@ -12,6 +13,7 @@
 //!   checked against the CPU backend.
 
 mod backend;
+mod buf;
 mod gemm_map;
 pub mod launch;
 mod module;
