@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::fault::At;
 use crate::model::{Mlp, Targets, TensorSum, Whole, Workspace};
 use crate::parallel::liveness;
+use crate::parallel::grid::TensorGroup;
 use crate::parallel::{check_agreement, Comm};
 use crate::weights;
 use log::{info, warn};
@@ -86,16 +87,69 @@ pub fn evaluate_local<B: Backend>(be: &B, model: &Mlp, params: &[f32], shard: &S
     evaluate_on(be, model, params, shard, &mut Whole)
 }
 
-/// `evaluate_local` of a tensor-parallel shard `model` (collective over its tensor group,
-/// through `tp`): every rank of the group gets the same sums.
-pub fn evaluate_tp<B: Backend>(
+/// `evaluate_local` of this rank's part of the model (collective over its replica): a
+/// tensor shard sums through its tensor group, and pipeline stages pass each chunk's
+/// activations on, the last stage computing the loss. Every rank of the replica gets the
+/// same sums.
+pub fn evaluate_in_group<B: Backend>(
     be: &B,
     model: &Mlp,
     params: &[f32],
     shard: &Shard,
-    tp: &mut impl TensorSum<B>,
+    group: &mut TensorGroup,
 ) -> Result<[f64; 3]> {
-    evaluate_on(be, model, params, shard, tp)
+    if group.pipe.is_none() {
+        return evaluate_on(be, model, params, shard, group);
+    }
+    let _p = liveness::phase("evaluating the test data (pipelined)");
+    crate::fault::point(At::Eval)?;
+    let mut ws = Workspace::new(be, model, CHUNK)?;
+    let params = be.upload(params)?;
+    let (inp, outp) = (model.n_inputs(), model.n_outputs());
+    let mut xd = be.zeros(CHUNK * inp)?;
+    let mut labels = be.labels(CHUNK)?;
+    let mut values = be.zeros(CHUNK * outp)?;
+    let mut x = vec![0.0f32; CHUNK * shard.features.max(inp)];
+    let mut out = vec![0.0f32; CHUNK * outp];
+    let mut sums = [0.0f64; 3];
+    let n = shard.len();
+    let mut start = 0;
+    while start < n {
+        let c = CHUNK.min(n - start);
+        let link = group.pipe.as_mut().expect("checked above");
+        if link.is_first() {
+            shard.read_rows(start, c, &mut x)?;
+        } else {
+            link.recv_forward(&mut x[..c * inp]);
+        }
+        be.upload_into(&x[..c * inp], &mut xd)?;
+        model.forward_tp(be, &params, &xd, c, &mut ws, group)?;
+        let link = group.pipe.as_mut().expect("checked above");
+        if !link.is_last() {
+            ws.output_host(be, model, c, &mut out[..c * outp])?;
+            link.send_forward(&out[..c * outp]);
+            link.finish_sends();
+        } else {
+            let t = match &shard.labels {
+                Labels::Classes(v) => {
+                    be.upload_labels(&v[start..start + c], &mut labels)?;
+                    Targets::Classes(&labels)
+                }
+                Labels::Values(v, k) => {
+                    be.upload_into(&v[start * k..(start + c) * k], &mut values)?;
+                    Targets::Values(be.view(&values, 0..c * k))
+                }
+            };
+            let (l, k) = model.loss(be, t, c, 1.0, &mut ws, false)?;
+            sums[0] += l;
+            sums[1] += k as f64;
+            sums[2] += c as f64;
+        }
+        start += c;
+        liveness::progress();
+    }
+    group.pipe.as_ref().expect("checked above").broadcast_from_last(&mut sums);
+    Ok(sums)
 }
 
 /// `evaluate_local` on backend `be`: rows are read on the host, a chunk at a time, and

@@ -35,18 +35,19 @@ pub struct Job {
 }
 
 /// How the ranks split the work: `tensor` ranks split each pair of dense layers
-/// (Megatron-style), `pipeline` stages would split the stack of layers (not implemented
-/// yet: must be 1), and the data-parallel degree is what remains, ranks / (tensor × pipeline).
+/// (Megatron-style), `pipeline` stages split the stack of layers (balanced by FLOPs), each
+/// step runs as `micro_batches` micro-batches (1F1B), and the data-parallel degree is what
+/// remains, ranks / (tensor × pipeline).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ParallelCfg {
     /// Ranks that split each dense layer pair (consecutive ranks, so inside a node).
     #[serde(default = "one")]
     pub tensor: usize,
-    /// Pipeline stages (not implemented yet: 1).
+    /// Pipeline stages: contiguous runs of layers, balanced by FLOPs.
     #[serde(default = "one")]
     pub pipeline: usize,
-    /// Micro-batches per step for the pipeline schedule (not implemented yet: 1).
+    /// Micro-batches per step (the 1F1B schedule's; gradient accumulation on one stage).
     #[serde(default = "one")]
     pub micro_batches: usize,
 }
@@ -557,48 +558,48 @@ impl Job {
     }
 
     /// The `[parallel]` block against the model (the world size is checked at start-up, in
-    /// `parallel::grid`). Tensor parallelism splits the hidden width between the layers of
-    /// each pair (layer 2i's outputs, layer 2i+1's inputs); a width that does not divide by
-    /// `tensor` is split unevenly (the first width % tensor ranks get one unit more), so every
-    /// split width needs at least `tensor` units.
+    /// `parallel::grid`). Pipeline stages are contiguous runs of layers, balanced by FLOPs
+    /// (`model::pipeline::stages`), at least one layer each. Tensor parallelism pairs the
+    /// layers of each stage and splits the hidden width between a pair's two layers (the
+    /// first's outputs, the second's inputs); a width that does not divide by `tensor` is
+    /// split unevenly (the first width % tensor ranks get one unit more), so every split
+    /// width needs at least `tensor` units.
     fn validate_parallel(&self, origin: &str) -> Result<()> {
         let bad = |field: &str, msg: String| Err(Error::config(origin, field, msg));
         let p = &self.parallel;
-        if p.pipeline > 1 {
-            return bad(
-                "parallel.pipeline",
-                format!(
-                    "parallel.pipeline = {}: pipeline parallelism is not implemented yet; use pipeline = 1",
-                    p.pipeline
-                ),
-            );
-        }
-        if p.micro_batches > 1 {
+        let layers = &self.model.layers;
+        let n = layers.len() - 1;
+        let stages = match crate::model::pipeline::stages(layers, p.pipeline) {
+            Ok(s) => s,
+            Err(m) => return bad("parallel.pipeline", format!("parallel.pipeline = {}: {m}", p.pipeline)),
+        };
+        if p.micro_batches > self.training.batch_size {
             return bad(
                 "parallel.micro_batches",
                 format!(
-                    "parallel.micro_batches = {}: micro-batches belong to the pipeline schedule, which is not \
-                     implemented yet; use micro_batches = 1",
-                    p.micro_batches
+                    "parallel.micro_batches = {} is larger than training.batch_size = {} (rows per rank and step), so \
+                     some micro-batches would be empty; use micro_batches <= {}",
+                    p.micro_batches, self.training.batch_size, self.training.batch_size
                 ),
             );
         }
         if p.tensor > 1 {
-            let layers = &self.model.layers;
-            let n = layers.len() - 1;
-            if n < 2 {
+            if n < 2 || stages.iter().all(|s| s.len() < 2) {
                 return bad(
                     "parallel.tensor",
                     format!(
-                        "parallel.tensor = {}: tensor parallelism splits pairs of dense layers, and model.layers = {:?} \
-                         has only one dense layer; use tensor = 1",
+                        "parallel.tensor = {}: tensor parallelism splits pairs of dense layers within a pipeline stage, \
+                         and model.layers = {}{} has no stage with two layers; use tensor = 1{}",
                         p.tensor,
-                        abbreviate(layers)
+                        abbreviate(layers),
+                        if p.pipeline > 1 { format!(" in {} stage(s)", p.pipeline) } else { String::new() },
+                        if p.pipeline > 1 { " or fewer stages" } else { "" }
                     ),
                 );
             }
-            // The widths split: the output of each pair's first layer.
-            let (i, w) = (1..n).step_by(2).map(|i| (i, layers[i])).min_by_key(|&(_, w)| w).expect("n >= 2");
+            // The widths split: the output of each pair's first layer, in every stage.
+            let split = stages.iter().flat_map(|s| (s.start..s.end - 1).step_by(2).map(|l| l + 1));
+            let (i, w) = split.map(|i| (i, layers[i])).min_by_key(|&(_, w)| w).expect("a stage with two layers");
             if w < p.tensor {
                 return bad(
                     "parallel.tensor",

@@ -329,12 +329,18 @@ fn parallel_block_defaults_bounds_and_layouts() {
     assert_eq!(f, "parallel.tensor");
     assert!(m.contains("larger than model.layers[3] = 5"), "{m}");
     let (f, m) = msg(Job::parse("job", MIN, &["parallel.tensor=2".into()]));
-    assert!(f == "parallel.tensor" && m.contains("only one dense layer"), "{m}");
-    let (f, m) = msg(Job::parse("job", deep, &["parallel.pipeline=2".into()]));
+    assert!(f == "parallel.tensor" && m.contains("model.layers = [4, 3] has no stage with two layers"), "{m}");
+    // Pipelines: at most one stage per layer; tensor pairs within each stage.
+    let j = Job::parse("job", deep, &["parallel.pipeline=4".into(), "parallel.micro_batches=4".into()]).unwrap();
+    assert_eq!((j.parallel.pipeline, j.parallel.micro_batches), (4, 4));
+    let (f, m) = msg(Job::parse("job", deep, &["parallel.pipeline=5".into()]));
     assert_eq!(f, "parallel.pipeline");
-    assert!(m.contains("parallel.pipeline = 2: pipeline parallelism is not implemented yet; use pipeline = 1"), "{m}");
-    let (f, _) = msg(Job::parse("job", deep, &["parallel.micro_batches=4".into()]));
+    assert!(m.contains("5 pipeline stage(s) for a model of 4 dense layer(s)") && m.contains("pipeline ≤ 4"), "{m}");
+    let (f, m) = msg(Job::parse("job", deep, &["parallel.pipeline=4".into(), "parallel.tensor=2".into()]));
+    assert!(f == "parallel.tensor" && m.contains("no stage with two layers") && m.contains("fewer stages"), "{m}");
+    let (f, m) = msg(Job::parse("job", deep, &["parallel.micro_batches=33".into(), "training.batch_size=32".into()]));
     assert_eq!(f, "parallel.micro_batches");
+    assert!(m.contains("larger than training.batch_size = 32"), "{m}");
     for bad in ["parallel.tensor=0", "parallel.pipeline=0", "parallel.micro_batches=0", "parallel.tensor=5000"] {
         let (f, m) = msg(Job::parse("job", deep, &[bad.into()]));
         assert!(bad.starts_with(&f) && m.contains("must be at least 1"), "{bad}: {f}: {m}");

@@ -128,7 +128,7 @@ pub trait Backend: Send {
         act: Activation,
     ) -> Result<()>;
     /// out[j] = Σ_r m[r, j] (the bias gradient).
-    fn column_sums(&self, m: Self::View<'_>, cols: usize, out: Self::ViewMut<'_>) -> Result<()>;
+    fn column_sums(&self, m: Self::View<'_>, cols: usize, beta: f32, out: Self::ViewMut<'_>) -> Result<()>;
 
     // ---- losses ----
     /// Softmax cross-entropy of `logits` [b, k] against `labels[..b]`: (Σ losses, correct

@@ -96,8 +96,12 @@ fn elementwise<B: Backend>(be: &B) {
     let want: Vec<f64> = (0..cols).map(|j| (0..rows).map(|r| m[r * cols + j] as f64).sum()).collect();
     let md = be.upload(&m).unwrap();
     let mut out = be.upload(&vec![9.0; cols]).unwrap();
-    be.column_sums(be.view(&md, 0..rows * cols), cols, be.view_mut(&mut out, 0..cols)).unwrap();
+    be.column_sums(be.view(&md, 0..rows * cols), cols, 0.0, be.view_mut(&mut out, 0..cols)).unwrap();
     close(&host(be, &out, cols), &want, 1e-5, "column_sums");
+    // beta = 1 adds to what is there (gradients accumulated over micro-batches).
+    be.column_sums(be.view(&md, 0..rows * cols), cols, 1.0, be.view_mut(&mut out, 0..cols)).unwrap();
+    let twice: Vec<f64> = want.iter().map(|v| 2.0 * v).collect();
+    close(&host(be, &out, cols), &twice, 1e-5, "column_sums with beta = 1");
 }
 
 fn losses<B: Backend>(be: &B) {
@@ -413,8 +417,8 @@ mod tests {
         ) -> crate::error::Result<()> {
             Cpu.act_backward(d, a, z, act)
         }
-        fn column_sums(&self, m: &[f32], cols: usize, out: &mut [f32]) -> crate::error::Result<()> {
-            Cpu.column_sums(m, cols, out)
+        fn column_sums(&self, m: &[f32], cols: usize, beta: f32, out: &mut [f32]) -> crate::error::Result<()> {
+            Cpu.column_sums(m, cols, beta, out)
         }
         fn softmax_xent(
             &self,

@@ -80,8 +80,8 @@ impl Backend for Cpu {
         act_backward_inplace(d, a, z, act);
         Ok(())
     }
-    fn column_sums(&self, m: &[f32], cols: usize, out: &mut [f32]) -> Result<()> {
-        column_sums(m, cols, out);
+    fn column_sums(&self, m: &[f32], cols: usize, beta: f32, out: &mut [f32]) -> Result<()> {
+        column_sums(m, cols, beta, out);
         Ok(())
     }
     fn softmax_xent(
@@ -221,8 +221,8 @@ pub fn act_backward_inplace(d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Ac
 }
 
 /// out[j] = sum over rows r of m[r, j]  (the bias gradient).
-pub fn column_sums(m: &[f32], cols: usize, out: &mut [f32]) {
-    out.iter_mut().for_each(|v| *v = 0.0);
+pub fn column_sums(m: &[f32], cols: usize, beta: f32, out: &mut [f32]) {
+    out.iter_mut().for_each(|v| *v *= beta);
     for row in m.chunks_exact(cols) {
         for (o, &v) in out.iter_mut().zip(row) {
             *o += v;

@@ -9,6 +9,7 @@
 
 pub mod gradcheck;
 pub mod loss;
+pub mod pipeline;
 pub mod tensor;
 
 use crate::config::{Activation, LossKind};
@@ -44,6 +45,12 @@ pub struct Mlp {
     pub n_params: usize,
     /// (this rank's index in its tensor group, the group's size); (0, 1) for a whole model.
     pub tensor: (usize, usize),
+    /// The index of this arena's first layer in the whole model (a pipeline stage's; 0 for
+    /// the whole model). A stage after the first also computes its input's gradient.
+    pub first: usize,
+    /// Whether this arena ends with the model's output layer (no activation, then the loss).
+    /// A pipeline stage before the last applies the activation to its last layer instead.
+    pub head: bool,
 }
 
 /// A named tensor of the arena, in arena (= gradient-ready) order.
@@ -87,7 +94,27 @@ impl Mlp {
             layers: layers.into_iter().map(Option::unwrap).collect(),
             n_params: off,
             tensor: (t, ts),
+            first: 0,
+            head: true,
         }
+    }
+
+    /// The pipeline stage of the whole model `sizes` that holds layers `layers`, whole
+    /// (its tensor shards: `shard`). Its `sizes` are the stage's own widths.
+    pub fn stage(sizes: &[usize], act: Activation, loss: LossKind, layers: Range<usize>) -> Mlp {
+        let mut m = Mlp::new(&sizes[layers.start..=layers.end], act, loss);
+        m.first = layers.start;
+        m.head = layers.end + 1 == sizes.len();
+        m
+    }
+
+    /// Tensor rank `t`'s shard of this (whole, or whole-stage) model split over `ts` ranks.
+    pub fn shard(&self, t: usize, ts: usize) -> Mlp {
+        assert_eq!(self.tensor.1, 1, "shard a whole model or stage");
+        let mut m = Mlp::with_tensor(&self.sizes, self.act, self.loss, t, ts);
+        m.first = self.first;
+        m.head = self.head;
+        m
     }
 
     pub fn n_inputs(&self) -> usize {
@@ -105,6 +132,7 @@ impl Mlp {
     pub fn tensors(&self) -> Vec<TensorInfo> {
         let mut v = Vec::with_capacity(2 * self.layers.len());
         for (l, s) in self.layers.iter().enumerate().rev() {
+            let l = l + self.first;
             v.push(TensorInfo { name: format!("dense{l}/weight"), range: s.w.clone(), is_weight: true });
             v.push(TensorInfo { name: format!("dense{l}/bias"), range: s.b.clone(), is_weight: false });
         }
@@ -167,7 +195,7 @@ impl Mlp {
             if s.split == Split::Row {
                 tp.sum(be, out, b * s.out)?;
             }
-            let act = if l + 1 == n { Activation::Identity } else { self.act };
+            let act = if l + 1 == n && self.head { Activation::Identity } else { self.act };
             let keep_z = if act == Activation::Gelu { Some(be.view_mut(&mut ws.z[l], 0..b * s.out)) } else { None };
             be.bias_act(be.view_mut(out, 0..b * s.out), be.view(params, s.b.clone()), act, keep_z)?;
         }
@@ -210,6 +238,11 @@ impl Mlp {
     /// `backward` of a tensor-parallel shard: a column-parallel layer's input gradient is a
     /// partial sum over its output slice and is summed over the tensor group by `tp`; a
     /// row-parallel layer's is local (its slice of the inputs).
+    ///
+    /// A pipeline stage before the last (`!head`) starts from the gradient of its output
+    /// activations, put in by `Workspace::output_grad`; a stage after the first (`first > 0`)
+    /// leaves its input's gradient in `Workspace::input_grad`. With `grads.accumulate()` the
+    /// gradients are added to what the slots hold (micro-batches).
     #[allow(clippy::too_many_arguments)]
     pub fn backward_tp<B: Backend>(
         &self,
@@ -221,18 +254,32 @@ impl Mlp {
         grads: &mut impl GradSink<B>,
         tp: &mut impl TensorSum<B>,
     ) -> Result<()> {
-        let Workspace { a, z, d, .. } = ws;
+        let Workspace { a, z, d, dx, .. } = ws;
         let (d0, d1) = d.split_at_mut(1);
         let (mut dz, mut dprev) = (&mut d0[0], &mut d1[0]);
-        for l in (0..self.layers.len()).rev() {
+        let n = self.layers.len();
+        if !self.head {
+            let s = &self.layers[n - 1];
+            let zin = if self.act == Activation::Gelu { Some(be.view(&z[n - 1], 0..b * s.out)) } else { None };
+            be.act_backward(be.view_mut(dz, 0..b * s.out), be.view(&a[n - 1], 0..b * s.out), zin, self.act)?;
+        }
+        let beta = if grads.accumulate() { 1.0 } else { 0.0 };
+        for l in (0..n).rev() {
             let s = &self.layers[l];
             let input = if l == 0 { be.view(x, 0..b * s.inp) } else { be.view(&a[l - 1], 0..b * s.inp) };
             let g = be.view(dz, 0..b * s.out);
             let (wt, bt) = (self.weight_id(l), self.weight_id(l) + 1);
-            be.gemm(s.inp, b, s.out, 1.0, input, Trans::T, g, Trans::N, 0.0, grads.slot(wt))?;
+            be.gemm(s.inp, b, s.out, 1.0, input, Trans::T, g, Trans::N, beta, grads.slot(wt))?;
             grads.ready(wt);
-            be.column_sums(g, s.out, grads.slot(bt))?;
+            be.column_sums(g, s.out, beta, grads.slot(bt))?;
             grads.ready(bt);
+            if l == 0 && self.first > 0 {
+                let w = be.view(params, s.w.clone());
+                be.gemm(b, s.out, s.inp, 1.0, g, Trans::N, w, Trans::T, 0.0, be.view_mut(dx, 0..b * s.inp))?;
+                if s.split == Split::Column {
+                    tp.sum(be, dx, b * s.inp)?;
+                }
+            }
             if l > 0 {
                 let w = be.view(params, s.w.clone());
                 be.gemm(b, s.out, s.inp, 1.0, g, Trans::N, w, Trans::T, 0.0, be.view_mut(dprev, 0..b * s.inp))?;
@@ -255,20 +302,27 @@ pub trait GradSink<B: Backend> {
     fn slot(&mut self, t: usize) -> B::ViewMut<'_>;
     /// Tensor `t` is complete and is not written again this step.
     fn ready(&mut self, t: usize);
+    /// Whether backward adds to the slots (a micro-batch after the first) instead of
+    /// overwriting them.
+    fn accumulate(&self) -> bool {
+        false
+    }
 }
 
 /// Scratch buffers for one batch size: activations per layer, pre-activations (gelu only),
-/// and two gradient buffers that backward ping-pongs between.
+/// two gradient buffers that backward ping-pongs between, and (a pipeline stage after the
+/// first) the gradient of the stage's input.
 pub struct Workspace<B: Backend> {
     cap: usize,
     a: Vec<B::Buf>,
     z: Vec<B::Buf>,
     d: Vec<B::Buf>,
+    dx: B::Buf,
 }
 
 impl<B: Backend> Workspace<B> {
     pub fn new(be: &B, model: &Mlp, batch: usize) -> Result<Workspace<B>> {
-        let mut ws = Workspace { cap: 0, a: Vec::new(), z: Vec::new(), d: Vec::new() };
+        let mut ws = Workspace { cap: 0, a: Vec::new(), z: Vec::new(), d: Vec::new(), dx: be.zeros(0)? };
         ws.ensure(be, model, batch)?;
         Ok(ws)
     }
@@ -281,6 +335,7 @@ impl<B: Backend> Workspace<B> {
         self.a = m.layers.iter().map(|s| be.zeros(b * s.out)).collect::<Result<_>>()?;
         self.z = m.layers.iter().map(|s| be.zeros(if keep_z { b * s.out } else { 0 })).collect::<Result<_>>()?;
         self.d = vec![be.zeros(b * m.max_width())?, be.zeros(b * m.max_width())?];
+        self.dx = be.zeros(if m.first > 0 { b * m.layers[0].inp } else { 0 })?;
         self.cap = b;
         Ok(())
     }
@@ -293,6 +348,20 @@ impl<B: Backend> Workspace<B> {
     /// The last forward's outputs copied to the host.
     pub fn output_host(&self, be: &B, model: &Mlp, b: usize, host: &mut [f32]) -> Result<()> {
         be.download(&self.a[model.layers.len() - 1], 0..b * model.n_outputs(), host)
+    }
+
+    /// A pipeline stage before the last: set the gradient of its outputs (from the next
+    /// stage) for `backward`. Sizes the workspace for `b` rows.
+    pub fn output_grad(&mut self, be: &B, model: &Mlp, b: usize, host: &[f32]) -> Result<()> {
+        self.ensure(be, model, b)?;
+        assert_eq!(host.len(), b * model.n_outputs(), "an output gradient of another shape");
+        be.upload_into(host, &mut self.d[0])
+    }
+
+    /// A pipeline stage after the first: the gradient of its inputs after `backward`, copied
+    /// to the host.
+    pub fn input_grad(&self, be: &B, model: &Mlp, b: usize, host: &mut [f32]) -> Result<()> {
+        be.download(&self.dx, 0..b * model.n_inputs(), host)
     }
 }
 

@@ -277,6 +277,61 @@ impl std::ops::Deref for Comm {
     }
 }
 
+impl Channel {
+    /// Start sending `buf` to rank `to` with `tag` (`MPI_Isend`); the buffer travels with the
+    /// request until `Outgoing::wait` hands it back.
+    pub fn isend_f32(&self, to: usize, tag: i32, buf: Vec<f32>) -> Outgoing {
+        let n = i32::try_from(buf.len()).expect("a message under 2^31 floats");
+        let mut o = Outgoing { req: unsafe { ffi::RSMPI_REQUEST_NULL }, buf: Some(buf) };
+        let ptr = o.buf.as_ref().expect("just set").as_ptr();
+        // SAFETY: the buffer is heap memory owned by `o`, which neither moves nor frees it
+        // while the request is active (`wait` completes it first; `Drop` leaks it otherwise);
+        // the communicator outlives the request (both belong to the main thread's step).
+        unsafe {
+            ffi::MPI_Isend(ptr.cast(), n, f32::equivalent_datatype().as_raw(), to as i32, tag, self.comm.as_raw(), &mut o.req);
+        }
+        o
+    }
+
+    /// Receive exactly `buf.len()` floats from rank `from` with `tag` (blocking; messages
+    /// from one rank with one tag arrive in the order they were sent).
+    pub fn recv_f32(&self, from: usize, tag: i32, buf: &mut [f32]) {
+        self.comm.process_at_rank(from as i32).receive_into_with_tag(buf, tag);
+    }
+
+    /// Overwrite `buf` on every rank with rank `root`'s.
+    pub fn broadcast_f64_from(&self, root: usize, buf: &mut [f64]) {
+        self.comm.process_at_rank(root as i32).broadcast_into(buf);
+    }
+}
+
+/// A non-blocking send in flight and the buffer it reads.
+pub struct Outgoing {
+    req: ffi::MPI_Request,
+    buf: Option<Vec<f32>>,
+}
+
+impl Outgoing {
+    /// Wait for the send to complete (`MPI_Wait`) and take the buffer back.
+    pub fn wait(mut self) -> Vec<f32> {
+        // SAFETY: `req` is our active request (or null after completion, which MPI_Wait accepts).
+        unsafe { ffi::MPI_Wait(&mut self.req, ffi::RSMPI_STATUS_IGNORE) };
+        self.buf.take().expect("waited once")
+    }
+}
+
+impl Drop for Outgoing {
+    /// A send never waited for (an error ends the step): let MPI finish it on its own and
+    /// leak the buffer it may still read.
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            // SAFETY: `req` is our active request; freeing it lets the send complete unobserved.
+            unsafe { ffi::MPI_Request_free(&mut self.req) };
+            std::mem::forget(buf);
+        }
+    }
+}
+
 /// Words in one heartbeat (see `liveness.rs` for their meaning).
 pub const BEAT_WORDS: usize = 20;
 const BEAT_TAG: i32 = 0x4842; // "HB"

@@ -1,20 +1,26 @@
-//! The rank grid of a job with `[parallel] tensor = T` (pipeline = 1 in this version): the
-//! data-parallel degree is D = ranks / T. Rank r is tensor rank t = r mod T of tensor group
-//! d = r div T, so a tensor group is T consecutive ranks (inside a node under block
-//! placement, since its members talk most: two all-reduces of activations per layer pair and
-//! step); data group t is the ranks {t, t + T, t + 2T, ...}, the copies of the same shard,
-//! whose gradients the engine all-reduces. A tensor group reads data-parallel shard d.
+//! The rank grid of a job's `[parallel]` block: `tensor = T` ranks split each dense layer,
+//! `pipeline = P` stages split the stack of layers, and the data-parallel degree is
+//! D = ranks / (T × P). A model replica is T × P consecutive ranks: rank
+//! r = d·(P·T) + p·T + t is tensor rank t of stage p of replica d. So a tensor group (same d
+//! and p) is T consecutive ranks, inside a node under block placement, since its members talk
+//! most (two all-reduces of activations per layer pair, per micro-batch); a pipeline (same d
+//! and t) is the P ranks T apart that pass activations forward and gradients back; data group
+//! (p, t) is the ranks {p·T + t + k·P·T}, the copies of the same slice of the model, whose
+//! gradients the engine all-reduces. Every rank of replica d reads data-parallel shard d.
 //!
-//! `TensorGroup` is the tensor communicator as the model and the step use it: the sums of
-//! forward and backward (through the backend's download/upload, so any backend works), and
-//! the whole model assembled from the shards (checkpoints, weights.h5).
+//! `TensorGroup` is the model-parallel side as the model and the step use it: the tensor
+//! communicator's sums in forward and backward (through the backend's download/upload, so any
+//! backend works), the pipeline link to the neighbouring stages, and the whole model
+//! assembled from the shards and stages (checkpoints, weights.h5).
 
 use super::comm::{Channel, Comm};
 use super::liveness;
+use super::pipe::PipeLink;
 use super::watchdog::{SharedWatchdog, MAIN};
 use crate::device::Backend;
 use crate::error::{Error, Result};
-use crate::model::{tensor, Mlp, TensorSum};
+use crate::model::{pipeline, tensor, Mlp, TensorSum};
+use std::ops::Range;
 
 /// Where this rank sits in the grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,11 +29,15 @@ pub struct Grid {
     pub rank: usize,
     /// Ranks per tensor group (T).
     pub tensor: usize,
-    /// Data-parallel degree (D = world / T).
+    /// Pipeline stages (P).
+    pub pipeline: usize,
+    /// Data-parallel degree (D = world / (T × P)).
     pub data: usize,
     /// This rank's index in its tensor group (t).
     pub t: usize,
-    /// Its tensor group's index = its index in its data group = its data shard (d).
+    /// Its pipeline stage (p).
+    pub p: usize,
+    /// Its replica's index = its index in its data group = its data shard (d).
     pub d: usize,
 }
 
@@ -40,20 +50,36 @@ impl Grid {
             return Err(format!(
                 "parallel.tensor = {tensor} × parallel.pipeline = {pipeline} = {tp} does not divide the job's {world} \
                  rank(s); the data-parallel degree is ranks / (tensor × pipeline), so start a multiple of {tp} ranks \
-                 or change parallel.tensor"
+                 or change parallel.tensor / parallel.pipeline"
             ));
         }
-        Ok(Grid { world, rank, tensor, data: world / tp, t: rank % tensor, d: rank / tensor })
+        let (t, p, d) = (rank % tensor, rank / tensor % pipeline, rank / tp);
+        Ok(Grid { world, rank, tensor, pipeline, data: world / tp, t, p, d })
     }
 
-    /// The ranks of tensor group `d`.
-    pub fn tensor_group(&self, d: usize) -> Vec<usize> {
-        (d * self.tensor..(d + 1) * self.tensor).collect()
+    /// Ranks per model replica (T × P).
+    pub fn replica(&self) -> usize {
+        self.tensor * self.pipeline
     }
 
-    /// The ranks of data group `t`.
-    pub fn data_group(&self, t: usize) -> Vec<usize> {
-        (0..self.data).map(|d| d * self.tensor + t).collect()
+    /// The world rank of tensor rank `t` of stage `p` of replica `d`.
+    pub fn rank_of(&self, d: usize, p: usize, t: usize) -> usize {
+        d * self.replica() + p * self.tensor + t
+    }
+
+    /// The ranks of stage `p`'s tensor group in replica `d`.
+    pub fn tensor_group(&self, d: usize, p: usize) -> Vec<usize> {
+        (0..self.tensor).map(|t| self.rank_of(d, p, t)).collect()
+    }
+
+    /// The ranks of data group (`p`, `t`): that slice of the model in every replica.
+    pub fn data_group(&self, p: usize, t: usize) -> Vec<usize> {
+        (0..self.data).map(|d| self.rank_of(d, p, t)).collect()
+    }
+
+    /// The stages of pipeline (`d`, `t`), first to last.
+    pub fn pipeline_group(&self, d: usize, t: usize) -> Vec<usize> {
+        (0..self.pipeline).map(|p| self.rank_of(d, p, t)).collect()
     }
 }
 
@@ -61,48 +87,84 @@ impl Grid {
 /// every rank.
 pub fn grid(comm: &Comm, job: &crate::config::Job) -> Result<Grid> {
     let p = &job.parallel;
-    Grid::new(comm.size, comm.rank, p.tensor, p.pipeline).map_err(|m| Error::config(&job.source, "parallel.tensor", m))
+    let field = if p.pipeline > 1 { "parallel.pipeline" } else { "parallel.tensor" };
+    Grid::new(comm.size, comm.rank, p.tensor, p.pipeline).map_err(|m| Error::config(&job.source, field, m))
 }
 
-/// Rank 0's start-up lines: which ranks (on which hosts) form each tensor and data group.
-pub fn describe(g: &Grid, hosts: &[String]) -> Vec<String> {
+/// Rank 0's start-up lines: which ranks (on which hosts) form each tensor group, pipeline
+/// and data group, and the layers of each stage.
+pub fn describe(g: &Grid, hosts: &[String], stages: &[Range<usize>]) -> Vec<String> {
     let show = |ranks: Vec<usize>| -> String {
         let parts: Vec<String> = ranks.iter().map(|&r| format!("{r}@{}", hosts[r])).collect();
         format!("[{}]", parts.join(", "))
     };
     let mut lines = vec![format!(
-        "rank grid: {} rank(s) = data {} × tensor {} × pipeline 1; tensor groups are consecutive ranks",
-        g.world, g.data, g.tensor
+        "rank grid: {} rank(s) = data {} × pipeline {} × tensor {}; a replica is {} consecutive rank(s), tensor \
+         groups are consecutive ranks",
+        g.world,
+        g.data,
+        g.pipeline,
+        g.tensor,
+        g.replica()
     )];
+    if g.pipeline > 1 {
+        let st: Vec<String> = stages.iter().enumerate().map(|(p, r)| format!("stage {p}: layers {r:?}")).collect();
+        lines.push(format!("  pipeline stages (balanced by FLOPs): {}", st.join(", ")));
+    }
     let cap = 16;
-    for d in 0..g.data.min(cap) {
-        let ranks = g.tensor_group(d);
-        let mut spans: Vec<&str> = ranks.iter().map(|&r| hosts[r].as_str()).collect();
-        spans.dedup();
-        let note = if spans.len() > 1 { " (spans hosts: its activations cross the network)" } else { "" };
-        lines.push(format!("  tensor group {d} (data shard {d}): {}{note}", show(ranks)));
+    let mut shown = 0;
+    'outer: for d in 0..g.data {
+        for p in 0..g.pipeline {
+            if g.tensor == 1 {
+                break 'outer;
+            }
+            if shown == cap {
+                lines.push(format!("  ... {} more tensor group(s)", g.data * g.pipeline - cap));
+                break 'outer;
+            }
+            let ranks = g.tensor_group(d, p);
+            let mut spans: Vec<&str> = ranks.iter().map(|&r| hosts[r].as_str()).collect();
+            spans.dedup();
+            let note = if spans.len() > 1 { " (spans hosts: its activations cross the network)" } else { "" };
+            lines.push(format!("  tensor group of replica {d}, stage {p}: {}{note}", show(ranks)));
+            shown += 1;
+        }
     }
-    if g.data > cap {
-        lines.push(format!("  ... {} more tensor group(s)", g.data - cap));
+    if g.pipeline > 1 {
+        for (k, (d, t)) in (0..g.data).flat_map(|d| (0..g.tensor).map(move |t| (d, t))).enumerate() {
+            if k == cap {
+                lines.push(format!("  ... {} more pipeline(s)", g.data * g.tensor - cap));
+                break;
+            }
+            lines.push(format!("  pipeline of replica {d}, tensor slice {t}: {}", show(g.pipeline_group(d, t))));
+        }
     }
-    for t in 0..g.tensor.min(cap) {
-        lines.push(format!("  data group {t} (tensor slice {t}): {}", show(g.data_group(t))));
-    }
-    if g.tensor > cap {
-        lines.push(format!("  ... {} more data group(s)", g.tensor - cap));
+    for (k, (p, t)) in (0..g.pipeline).flat_map(|p| (0..g.tensor).map(move |t| (p, t))).enumerate() {
+        if k == cap {
+            lines.push(format!("  ... {} more data group(s)", g.replica() - cap));
+            break;
+        }
+        lines.push(format!("  data group of stage {p}, tensor slice {t}: {}", show(g.data_group(p, t))));
     }
     lines
 }
 
-/// This rank's tensor group, as forward, backward and the whole-model I/O use it. Main
-/// thread only.
+/// This rank's tensor group and pipeline, as forward, backward and the whole-model I/O use
+/// them. Main thread only.
 pub struct TensorGroup {
     /// None for a group of one (no tensor parallelism).
     chan: Option<Channel>,
     pub index: usize,
     pub size: usize,
-    /// The whole model, for assembling and cutting shards.
-    pub whole: Mlp,
+    /// This rank's stage of the model, whole (the whole model without pipeline parallelism),
+    /// for assembling and cutting tensor shards.
+    pub stage: Mlp,
+    /// The whole model: what checkpoints and weights.h5 hold.
+    pub full: Mlp,
+    /// Where the stage's parameters sit in the whole model's arena.
+    pub arena: Range<usize>,
+    /// The neighbouring stages (None without pipeline parallelism).
+    pub pipe: Option<PipeLink>,
     send: Vec<f32>,
     recv: Vec<f32>,
     watchdog: Option<SharedWatchdog>,
@@ -111,41 +173,82 @@ pub struct TensorGroup {
 }
 
 impl TensorGroup {
-    /// `chan`: the tensor communicator (None when T = 1).
-    pub fn new(chan: Option<Channel>, whole: Mlp) -> TensorGroup {
+    /// `chan`: the tensor communicator (None when T = 1); `full` the whole model. Without
+    /// a pipeline the stage is the whole model.
+    pub fn new(chan: Option<Channel>, full: Mlp) -> TensorGroup {
         let (index, size) = chan.as_ref().map_or((0, 1), |c| (c.rank, c.size));
-        TensorGroup { chan, index, size, whole, send: Vec::new(), recv: Vec::new(), watchdog: None, step: 0 }
+        TensorGroup {
+            chan,
+            index,
+            size,
+            stage: full.clone(),
+            arena: 0..full.n_params,
+            full,
+            pipe: None,
+            send: Vec::new(),
+            recv: Vec::new(),
+            watchdog: None,
+            step: 0,
+        }
     }
 
-    /// Record the sums as waits on other ranks (the fallback deadline without heartbeats).
+    /// Hold stage `link.stage` of `stages` (the layers of each) and pass activations and
+    /// gradients through `link`.
+    pub fn set_pipeline(&mut self, link: PipeLink, stages: &[Range<usize>]) {
+        let layers = stages[link.stage].clone();
+        let f = &self.full;
+        self.stage = Mlp::stage(&f.sizes, f.act, f.loss, layers.clone());
+        self.arena = pipeline::arena_range(&f.sizes, &layers);
+        self.pipe = Some(link);
+    }
+
+    /// Record the sums and the pipeline's waits as waits on other ranks (the fallback
+    /// deadline without heartbeats).
     pub fn set_watchdog(&mut self, wd: SharedWatchdog) {
+        if let Some(p) = &mut self.pipe {
+            p.set_watchdog(wd.clone());
+        }
         self.watchdog = Some(wd);
     }
 
-    /// This rank's shard of the model.
+    /// This rank's shard of its stage.
     pub fn local_model(&self) -> Mlp {
-        let w = &self.whole;
-        Mlp::with_tensor(&w.sizes, w.act, w.loss, self.index, self.size)
+        self.stage.shard(self.index, self.size)
     }
 
-    /// This rank's part of a whole arena (parameters or optimizer state).
+    /// This rank's part of a whole model's arena (parameters or optimizer state).
     pub fn scatter(&self, all: &[f32]) -> Vec<f32> {
+        assert_eq!(all.len(), self.full.n_params, "a whole arena of another model");
+        let stage = &all[self.arena.clone()];
         if self.size == 1 {
-            return all.to_vec();
+            return stage.to_vec();
         }
-        tensor::scatter(&self.local_model(), &self.whole, all)
+        tensor::scatter(&self.local_model(), &self.stage, stage)
     }
 
-    /// Collective over the tensor group: the whole arena on its rank 0 (None elsewhere) from
-    /// every rank's shard arena `mine` (parameters or optimizer state). An empty `mine`
+    /// Collective over the replica: the whole model's arena on its rank 0 (None elsewhere)
+    /// from every rank's shard arena `mine` (parameters or optimizer state): each stage's
+    /// tensor rank 0 assembles the stage, and stage 0's gathers the stages. An empty `mine`
     /// (an optimizer without that state) stays empty.
     pub fn gather(&self, mine: Vec<f32>) -> Option<Vec<f32>> {
-        let Some(chan) = &self.chan else { return Some(mine) };
-        let parts = chan.gather_f32s(&mine)?;
+        let stage = match &self.chan {
+            None => mine,
+            Some(chan) => {
+                let parts = chan.gather_f32s(&mine)?;
+                if parts.iter().all(Vec::is_empty) {
+                    Vec::new()
+                } else {
+                    tensor::assemble(&self.stage, &parts)
+                }
+            }
+        };
+        let Some(pipe) = &self.pipe else { return Some(stage) };
+        let parts = pipe.gather_stages(&stage)?;
         if parts.iter().all(Vec::is_empty) {
             return Some(Vec::new());
         }
-        Some(tensor::assemble(&self.whole, &parts))
+        // The whole arena is the last stage's first (it holds the last layers).
+        Some(parts.into_iter().rev().flatten().collect())
     }
 }
 
@@ -172,14 +275,31 @@ mod tests {
     #[test]
     fn grid_places_tensor_groups_on_consecutive_ranks() {
         let g = Grid::new(8, 5, 4, 1).unwrap();
-        assert_eq!((g.data, g.t, g.d), (2, 1, 1));
-        assert_eq!(g.tensor_group(1), [4, 5, 6, 7]);
-        assert_eq!(g.data_group(1), [1, 5]);
+        assert_eq!((g.data, g.t, g.p, g.d), (2, 1, 0, 1));
+        assert_eq!(g.tensor_group(1, 0), [4, 5, 6, 7]);
+        assert_eq!(g.data_group(0, 1), [1, 5]);
         let e = Grid::new(6, 0, 4, 1).unwrap_err();
         assert!(e.contains("does not divide the job's 6 rank(s)"), "{e}");
         let hosts: Vec<String> = (0..8).map(|r| format!("n{}", r / 3)).collect();
-        let lines = describe(&g, &hosts);
+        let lines = describe(&g, &hosts, &[0..3]);
         assert!(lines[1].contains("[0@n0, 1@n0, 2@n0, 3@n1]") && lines[1].contains("spans hosts"), "{lines:?}");
-        assert!(lines.iter().any(|l| l.contains("data group 3 (tensor slice 3): [3@n1, 7@n2]")), "{lines:?}");
+        assert!(lines.iter().any(|l| l.contains("data group of stage 0, tensor slice 3: [3@n1, 7@n2]")), "{lines:?}");
+    }
+
+    #[test]
+    fn grid_with_pipeline_stages_tensor_innermost() {
+        // 8 ranks = data 2 × pipeline 2 × tensor 2.
+        let g = Grid::new(8, 6, 2, 2).unwrap();
+        assert_eq!((g.data, g.t, g.p, g.d), (2, 0, 1, 1));
+        assert_eq!(g.tensor_group(1, 1), [6, 7]);
+        assert_eq!(g.pipeline_group(1, 0), [4, 6]);
+        assert_eq!(g.data_group(1, 0), [2, 6]);
+        let e = Grid::new(6, 0, 2, 2).unwrap_err();
+        assert!(e.contains("parallel.pipeline = 2 = 4 does not divide the job's 6"), "{e}");
+        let hosts: Vec<String> = (0..8).map(|r| format!("n{}", r / 4)).collect();
+        let lines = describe(&g, &hosts, &[0..2, 2..3]);
+        assert!(lines[0].contains("data 2 × pipeline 2 × tensor 2"), "{lines:?}");
+        assert!(lines[1].contains("stage 0: layers 0..2, stage 1: layers 2..3"), "{lines:?}");
+        assert!(lines.iter().any(|l| l.contains("pipeline of replica 1, tensor slice 1: [5@n1, 7@n1]")), "{lines:?}");
     }
 }

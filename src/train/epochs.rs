@@ -11,7 +11,7 @@ use crate::data::loader::{Loader, LoaderCfg, Schedule};
 use crate::data::shard::Shard;
 use crate::device::Backend;
 use crate::error::{Error, Result};
-use crate::eval::{eval_result, evaluate_tp};
+use crate::eval::{eval_result, evaluate_in_group};
 use crate::fault::Fault;
 use crate::metrics::{EpochMetrics, MetricsLog};
 use crate::optim::Optimizer;
@@ -71,6 +71,7 @@ impl<'a, B: Backend> Run<'a, B> {
         let Setup {
             model,
             whole: _,
+            stages: _,
             grid,
             mut tensor,
             data_chan,
@@ -108,14 +109,14 @@ impl<'a, B: Backend> Run<'a, B> {
         // Gradients are reduced over the data group (every rank when parallel.tensor = 1).
         let reducer = reduce::for_job(engine_chan, d.compression, device_pointers);
         // One data-parallel rank has nothing to overlap: no communication thread. Under tensor
-        // parallelism the main thread's activation all-reduces run beside the communication
-        // thread's, which needs MPI_THREAD_MULTIPLE.
+        // or pipeline parallelism the main thread's activation all-reduces and messages run
+        // beside the communication thread's, which needs MPI_THREAD_MULTIPLE.
         let multiple = comm.threading == mpi::Threading::Multiple;
-        let overlap = d.overlap && grid.data > 1 && (grid.tensor == 1 || multiple);
+        let overlap = d.overlap && grid.data > 1 && (grid.replica() == 1 || multiple);
         if comm.rank == 0 && d.overlap && grid.data > 1 && !overlap {
             info!(
-                "overlap off: under tensor parallelism the main thread's all-reduces would run beside the communication \
-                 thread's, and MPI granted {:?}, not MPI_THREAD_MULTIPLE",
+                "overlap off: under tensor or pipeline parallelism the main thread's MPI calls would run beside the \
+                 communication thread's, and MPI granted {:?}, not MPI_THREAD_MULTIPLE",
                 comm.threading
             );
         }
@@ -131,6 +132,7 @@ impl<'a, B: Backend> Run<'a, B> {
             .map_err(|e| Error::config(&job.source, "optimizer", e))?;
         tensor.set_watchdog(watchdog.share());
         st.set_tensor_group(tensor);
+        st.set_micro_batches(job.parallel.micro_batches);
         let fault = crate::fault::from_env()?;
         let metrics = if comm.rank == 0 { Some(MetricsLog::open(&out_dir, start.epoch + 1)?) } else { None };
         let loader = Loader::spawn(
@@ -310,15 +312,15 @@ impl<'a, B: Backend> Run<'a, B> {
         let test = match &self.test_shard {
             Some(sh) => {
                 let (model, params) = (self.st.model().clone(), self.st.params_host()?);
-                let (be, tp) = self.st.backend_and_tensor();
-                evaluate_tp(be, &model, &params, sh, tp)?
+                let (be, group) = self.st.backend_and_tensor();
+                evaluate_in_group(be, &model, &params, sh, group)?
             }
             None => [0.0; 3],
         };
         // The rows this rank uses in the whole epoch (also before a resume), summed over ranks;
-        // a tensor group counts once (its ranks computed the same losses).
+        // a replica counts once (its ranks all hold its losses).
         let mut totals = [loss_sum, self.sched.epoch_rows(self.grid.d) as f64, test[0], test[1], test[2]];
-        if self.grid.t != 0 {
+        if self.grid.t != 0 || self.grid.p != 0 {
             totals = [0.0; 5];
         }
         {
@@ -378,9 +380,9 @@ impl<'a, B: Backend> Run<'a, B> {
             }
         }
         info!("peak RSS {:.1} MiB", crate::sys::peak_rss_mib().unwrap_or(f64::NAN));
-        // The whole model, assembled from tensor group 0's shards on rank 0.
+        // The whole model, assembled from replica 0's shards and stages on rank 0.
         let whole = if self.grid.d == 0 {
-            let _p = liveness::phase("gathering the tensor shards for weights.h5");
+            let _p = liveness::phase("gathering the model's shards and stages for weights.h5");
             self.st.whole_params()?
         } else {
             None
@@ -388,7 +390,7 @@ impl<'a, B: Backend> Run<'a, B> {
         if let Some(params) = whole.filter(|_| comm.rank == 0) {
             let _p = liveness::phase("writing weights.h5");
             let path = self.out_dir.join("weights.h5");
-            weights::save(&self.st.tensor().whole, &params, &path)?;
+            weights::save(&self.st.tensor().full, &params, &path)?;
             match self.last.as_ref().and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {
                 Some((a, e)) => info!("done: test accuracy {a:.4} after {e} epochs; weights in {}", path.display()),
                 None => info!("done after {} steps; weights in {}", self.st.step(), path.display()),

@@ -8,7 +8,9 @@ use crate::data::shard::Shard;
 use crate::error::{Error, Result};
 use crate::eval::{expect, start};
 use crate::model::Mlp;
+use crate::model::pipeline;
 use crate::parallel::grid::{self, Grid, TensorGroup};
+use crate::parallel::pipe::PipeLink;
 use crate::parallel::liveness::phase;
 use crate::parallel::{check_agreement, Channel, Comm, FusionPlan};
 use log::{debug, info, warn};
@@ -19,6 +21,8 @@ pub(super) struct Setup {
     pub model: Mlp,
     /// The whole model (what checkpoints and weights.h5 hold).
     pub whole: Mlp,
+    /// The layers of each pipeline stage.
+    pub stages: Vec<std::ops::Range<usize>>,
     pub grid: Grid,
     /// The tensor group (main thread), and this rank's data group: one communicator for the
     /// main thread's checks, and a duplicate for the engine (None when D = 1).
@@ -37,10 +41,15 @@ impl Setup {
     pub fn new(comm: &Comm, job: &Job) -> Result<Setup> {
         let whole = start(comm, job)?;
         let grid = grid::grid(comm, job)?;
-        let p = phase("making the tensor and data communicators");
-        // Tensor groups: consecutive ranks; data groups: the same tensor index.
-        let tensor_chan = comm.split(grid.d, grid.t);
-        let data_chan = comm.split(grid.t, grid.d);
+        let stages = pipeline::stages(&whole.sizes, grid.pipeline)
+            .map_err(|m| Error::config(&job.source, "parallel.pipeline", m))?;
+        let p = phase("making the tensor, pipeline and data communicators");
+        // Tensor groups: consecutive ranks (same replica and stage); pipelines: same replica
+        // and tensor slice; data groups: same stage and tensor slice.
+        let (pp, tt) = (grid.pipeline, grid.tensor);
+        let tensor_chan = comm.split(grid.d * pp + grid.p, grid.t);
+        let pipe_chan = comm.split(grid.d * tt + grid.t, grid.p);
+        let data_chan = comm.split(grid.p * tt + grid.t, grid.d);
         let engine_chan = (grid.data > 1).then(|| data_chan.duplicate());
         let hosts: Vec<String> = comm
             .all_gather_bytes(comm.host.as_bytes())
@@ -49,11 +58,14 @@ impl Setup {
             .collect();
         drop(p);
         if comm.rank == 0 && grid.world > 1 {
-            for line in grid::describe(&grid, &hosts) {
+            for line in grid::describe(&grid, &hosts, &stages) {
                 info!("{line}");
             }
         }
-        let tensor = TensorGroup::new((grid.tensor > 1).then_some(tensor_chan), whole.clone());
+        let mut tensor = TensorGroup::new((grid.tensor > 1).then_some(tensor_chan), whole.clone());
+        if grid.pipeline > 1 {
+            tensor.set_pipeline(PipeLink::new(pipe_chan), &stages);
+        }
         let model = tensor.local_model();
         let tensors = model.tensors();
         let lens: Vec<usize> = tensors.iter().map(|t| t.range.len()).collect();
@@ -71,7 +83,7 @@ impl Setup {
         }
 
         let p = phase("opening the training and test data");
-        let want = expect(&model);
+        let want = expect(&whole);
         // A tensor group reads one data-parallel shard: shard d of D.
         let (d, n_data) = (grid.d, grid.data);
         let train_shard = Shard::open(&job.data, "data.train", &job.data.train, d, n_data, want)?;
@@ -105,6 +117,7 @@ impl Setup {
         Ok(Setup {
             model,
             whole,
+            stages,
             grid,
             tensor,
             data_chan,
@@ -179,9 +192,13 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
         "model {:?} ({} parameters{}, {:.2} MiB), {} fusion bucket(s) at threshold {} MiB: sizes {:?} KiB",
         model.sizes,
         model.n_params,
-        match model.tensor {
-            (_, 1) => String::new(),
-            (t, ts) => format!(" in rank 0's tensor shard {t} of {ts}"),
+        match (model.tensor, model.head && model.first == 0) {
+            ((_, 1), true) => String::new(),
+            ((t, ts), _) => format!(
+                " in rank 0's part: layers {}..{} (pipeline stage 0), tensor shard {t} of {ts}",
+                model.first,
+                model.first + model.layers.len()
+            ),
         },
         model.n_params as f64 * 4.0 / 1048576.0,
         plan.buckets.len(),

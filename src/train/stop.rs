@@ -117,8 +117,8 @@ pub(super) fn at_boundary<B: Backend>(
         comm.all_gather_u64s(&[mine, loss_sum.to_bits()])
     };
     let flags = all.chunks(2).fold(0, |acc, r| acc | r[0]);
-    // One sum per tensor group (its ranks' are equal): its rank t = 0's.
-    state.known_sums.replace(all.chunks(2).step_by(grid.tensor).map(|r| f64::from_bits(r[1])).collect());
+    // One sum per replica (its ranks' are equal): its first rank's.
+    state.known_sums.replace(all.chunks(2).step_by(grid.replica()).map(|r| f64::from_bits(r[1])).collect());
     if flags & STOP != 0 {
         // Tensor group 0 assembles the whole model; its rank 0 (world rank 0) writes.
         if grid.d == 0 && !written {
@@ -147,13 +147,13 @@ pub(super) fn at_boundary<B: Backend>(
 /// tensor parallelism: rank 0 holds only a shard, and assembling the whole model needs its
 /// tensor group, which is in the agreement.
 fn write_first<B: Backend>(ctx: &Ctx, st: &Stepper<B>) -> bool {
-    if ctx.grid.tensor > 1 {
+    if ctx.grid.replica() > 1 {
         return false;
     }
     if ctx.comm.size == 1 {
         return true;
     }
-    let n = st.tensor().whole.n_params;
+    let n = st.tensor().full.n_params;
     let (m, v) = crate::optim::state_lens(&ctx.job.optimizer, n);
     let bytes = 4.0 * (n + m + v) as f64;
     let secs = bytes / ctx.stop.write_rate.get().unwrap_or(100e6);
@@ -213,7 +213,7 @@ fn write<B: Backend>(
     };
     let t = Instant::now();
     let _p = liveness::phase_at("writing a checkpoint", step);
-    let path = checkpoint::save(ctx.out_dir, &st.tensor().whole, &c, ctx.job.checkpoint.keep, || {
+    let path = checkpoint::save(ctx.out_dir, &st.tensor().full, &c, ctx.job.checkpoint.keep, || {
         crate::fault::in_checkpoint(&ctx.fault, ctx.comm.rank, step)
     })?;
     let secs = t.elapsed().as_secs_f64();

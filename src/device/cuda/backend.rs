@@ -329,17 +329,17 @@ impl Backend for Cuda {
         Ok(())
     }
 
-    fn column_sums(&self, m: DView<'_>, cols: usize, out: DViewMut<'_>) -> Result<()> {
+    fn column_sums(&self, m: DView<'_>, cols: usize, beta: f32, out: DViewMut<'_>) -> Result<()> {
         let rows = m.len / cols;
         if rows == 0 {
-            return self.fill_zero(out);
+            return if beta == 0.0 { self.fill_zero(out) } else { Ok(()) };
         }
         self.ones(rows)?;
         let ones = self.ones.borrow();
         let ones = ones.as_ref().expect("grown above");
         let ov = DView { buf: ones, start: 0, len: rows };
         // out[1, cols] = ones[1, rows] · m[rows, cols]
-        self.gemm(1, rows, cols, 1.0, ov, Trans::N, m, Trans::N, 0.0, out)
+        self.gemm(1, rows, cols, 1.0, ov, Trans::N, m, Trans::N, beta, out)
     }
 
     fn softmax_xent(

@@ -1,13 +1,17 @@
-//! Tensor parallelism composed with data parallelism, under a real `mpirun`: layouts
-//! (data D, tensor T) = (1,2), (2,2), (1,4) and (1,3) (uneven split) must give the (1,1) run's
-//! losses for the first 20 steps and its weights after 20 steps, on the same global batch;
-//! a tensor = 2 checkpoint resumes under tensor = 1 (and the reverse) to the uninterrupted
-//! run's weights; bad layouts end with one clear error and a non-zero exit, without hanging.
+//! Model parallelism (tensor and pipeline) composed with data parallelism, under a real
+//! `mpirun`: layouts (data D, tensor T, pipeline P) with M micro-batches per step, among them
+//! (1,2,1), (1,1,2), (1,2,2), (2,2,1), (2,1,2) with M = 1 and 4, (1,4,1), (1,3,1) (uneven
+//! split) and (1,1,4), must give the (1,1,1) run's losses for the first 20 steps and its
+//! weights after 20 steps, on the same global batch; checkpoints resume across layouts
+//! (tensor 2 → 1, 1 → 2, tensor 2 → pipeline 2) to the uninterrupted run's weights; bad
+//! layouts end with one clear error and a non-zero exit, without hanging; a stopped or
+//! killed rank of a tensor group or a pipeline ends the job.
 //!
 //! Tolerance: 1e-5 relative (max-norm, over the whole model; per step for losses). The
 //! split layers sum their partial products in another order than one GEMM (two or more
-//! partial sums, added by MPI), so results differ from tensor = 1 by float rounding only:
-//! measured about 1e-7 relative (see the test output).
+//! partial sums, added by MPI), and micro-batches add their gradients one after another, so
+//! results differ from one rank by float rounding only: measured about 1e-7 relative (see the
+//! test output). Pipeline stages without micro-batches compute exactly what one rank does.
 
 mod common;
 use common::*;
@@ -74,17 +78,30 @@ fn prepare(name: &str, d: usize, layers: &[usize], extra: &str) -> std::path::Pa
     dir
 }
 
-fn train(dir: &Path, d: usize, t: usize, layers: &[usize], sets: &[&str]) -> Result<Trained, Run> {
+/// A layout: data, tensor, pipeline degrees and micro-batches per step.
+#[derive(Clone, Copy, Debug)]
+struct L(usize, usize, usize, usize);
+
+impl L {
+    fn ranks(self) -> usize {
+        self.0 * self.1 * self.2
+    }
+}
+
+fn train(dir: &Path, l: L, layers: &[usize], sets: &[&str]) -> Result<Trained, Run> {
+    let L(d, t, p, m) = l;
     let bsz = format!("training.batch_size={}", B / d);
     let tensor = format!("parallel.tensor={t}");
-    let mut args = vec!["train", "job.toml", "--set", &bsz, "--set", &tensor];
+    let pipe = format!("parallel.pipeline={p}");
+    let micro = format!("parallel.micro_batches={m}");
+    let mut args = vec!["train", "job.toml", "--set", &bsz, "--set", &tensor, "--set", &pipe, "--set", &micro];
     for set in ["data.shuffle=false", "model.activation=tanh"].iter().chain(sets) {
         match set.strip_prefix("--resume=") {
             Some(r) => args.extend(["--resume", r]),
             None => args.extend(["--set", set]),
         }
     }
-    let run = mpirun_env(d * t, &[("RUST_LOG", "info,hvtrain=debug")], &args, dir, 120);
+    let run = mpirun_env(l.ranks(), &[("RUST_LOG", "info,hvtrain=debug")], &args, dir, 120);
     if !run.ok() {
         return Err(run);
     }
@@ -103,9 +120,10 @@ fn train(dir: &Path, d: usize, t: usize, layers: &[usize], sets: &[&str]) -> Res
 const SGD: &str =
     "[optimizer]\nkind = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n[distribution]\nfusion_threshold_mb = 0.0002\n";
 
-fn run_layout(tag: &str, d: usize, t: usize, layers: &[usize], extra: &str) -> Trained {
-    let dir = prepare(&format!("tp-{tag}-{d}x{t}"), d, layers, extra);
-    train(&dir, d, t, layers, &[]).unwrap_or_else(|r| panic!("{tag}: D={d} T={t} failed\n{}", r.all()))
+fn run_layout(tag: &str, l: L, layers: &[usize], extra: &str) -> Trained {
+    let L(d, t, p, m) = l;
+    let dir = prepare(&format!("mp-{tag}-{d}x{t}x{p}m{m}"), d, layers, extra);
+    train(&dir, l, layers, &[]).unwrap_or_else(|r| panic!("{tag}: {l:?} failed\n{}", r.all()))
 }
 
 /// max |a - b| / max |a| over every element of every tensor.
@@ -123,38 +141,56 @@ fn rel_losses(a: &[f64], b: &[f64]) -> f64 {
 
 const TOL: f64 = 1e-5;
 
-fn check_layouts(tag: &str, layers: &[usize], extra: &str, layouts: &[(usize, usize)]) {
-    let reference = run_layout(tag, 1, 1, layers, extra);
+fn check_layouts(tag: &str, layers: &[usize], extra: &str, layouts: &[L]) {
+    let reference = run_layout(tag, L(1, 1, 1, 1), layers, extra);
     assert_eq!(reference.losses.len(), STEPS, "one loss line per step\n{}", reference.log);
-    for &(d, t) in layouts {
-        let got = run_layout(tag, d, t, layers, extra);
-        assert!(got.log.contains(&format!("data {d} × tensor {t} × pipeline 1")), "no grid line\n{}", got.log);
+    for &l in layouts {
+        let L(d, t, p, m) = l;
+        let got = run_layout(tag, l, layers, extra);
+        let grid = format!("data {d} × pipeline {p} × tensor {t}");
+        assert!(l.ranks() == 1 || got.log.contains(&grid), "no grid line\n{}", got.log);
         let (lw, ll) = (rel_weights(&reference.weights, &got.weights), rel_losses(&reference.losses, &got.losses));
         let lt = rel_losses(&[reference.test.0], &[got.test.0]);
         eprintln!(
-            "{tag} {layers:?}: D={d} T={t}: max relative difference: weights {lw:.2e}, losses {ll:.2e}, test loss {lt:.2e}"
+            "{tag} {layers:?}: D={d} T={t} P={p} M={m}: max relative difference: weights {lw:.2e}, losses {ll:.2e}, \
+             test loss {lt:.2e}"
         );
-        assert!(lw < TOL && ll < TOL, "{tag}: D={d} T={t}: weights {lw:e}, losses {ll:e} (tolerance {TOL})");
-        assert!(
-            lt < TOL && reference.test.1 == got.test.1,
-            "{tag}: D={d} T={t}: test {:?} vs {:?}",
-            reference.test,
-            got.test
-        );
+        assert!(lw < TOL && ll < TOL, "{tag}: {l:?}: weights {lw:e}, losses {ll:e} (tolerance {TOL})");
+        assert!(lt < TOL && reference.test.1 == got.test.1, "{tag}: {l:?}: test {:?} vs {:?}", reference.test, got.test);
     }
 }
 
 #[test]
 fn tensor_and_data_layouts_match_one_rank() {
     let _g = mpi_lock();
-    check_layouts("deep", &DEEP, SGD, &[(1, 2), (2, 2), (1, 4), (1, 3)]);
+    check_layouts("deep", &DEEP, SGD, &[L(1, 2, 1, 1), L(2, 2, 1, 1), L(1, 4, 1, 1), L(1, 3, 1, 1), L(2, 2, 1, 4)]);
+}
+
+#[test]
+fn pipeline_layouts_match_one_rank() {
+    let _g = mpi_lock();
+    check_layouts(
+        "pipe",
+        &DEEP,
+        SGD,
+        &[
+            L(1, 1, 2, 1),
+            L(1, 1, 2, 4),
+            L(1, 2, 2, 1),
+            L(1, 2, 2, 4),
+            L(2, 1, 2, 1),
+            L(2, 1, 2, 4),
+            L(1, 1, 4, 3),
+            L(1, 1, 1, 4),
+        ],
+    );
 }
 
 #[test]
 fn unpaired_last_layer_and_adam_match_one_rank() {
     let _g = mpi_lock();
     let adam = "[optimizer]\nkind = \"adamw\"\nlr = 0.01\nweight_decay = 0.01\n";
-    check_layouts("odd", &ODD, adam, &[(1, 2), (2, 2)]);
+    check_layouts("odd", &ODD, adam, &[L(1, 2, 1, 1), L(2, 2, 1, 1), L(1, 1, 3, 2), L(1, 2, 2, 4)]);
 }
 
 /// A checkpoint written under one tensor degree resumes under another and ends where the
@@ -165,20 +201,20 @@ fn checkpoint_resumes_across_tensor_degrees() {
     // Two epochs of 10 steps; a checkpoint at the end of the first.
     let extra = format!("{SGD}[checkpoint]\nevery_steps = 10\n");
     let halves = ["training.epochs=2"];
-    let whole_dir = prepare("tp-ckpt-uninterrupted", 1, &DEEP, &extra);
+    let whole_dir = prepare("mp-ckpt-uninterrupted", 1, &DEEP, &extra);
     halve(&whole_dir);
-    let reference = train(&whole_dir, 1, 1, &DEEP, &halves).unwrap_or_else(|r| panic!("{}", r.all()));
-    for (first, then) in [(2, 1), (1, 2)] {
-        let dir = prepare(&format!("tp-ckpt-{first}-then-{then}"), 1, &DEEP, &extra);
+    let reference = train(&whole_dir, L(1, 1, 1, 1), &DEEP, &halves).unwrap_or_else(|r| panic!("{}", r.all()));
+    for (first, then) in [(L(1, 2, 1, 1), L(1, 1, 1, 1)), (L(1, 1, 1, 1), L(1, 2, 1, 1)), (L(1, 2, 1, 1), L(1, 1, 2, 2))] {
+        let dir = prepare(&format!("mp-ckpt-{}-then-{}", first.1 * 10 + first.2, then.1 * 10 + then.2), 1, &DEEP, &extra);
         halve(&dir);
-        let a = train(&dir, 1, first, &DEEP, &["training.epochs=1"]).unwrap_or_else(|r| panic!("{}", r.all()));
+        let a = train(&dir, first, &DEEP, &["training.epochs=1"]).unwrap_or_else(|r| panic!("{}", r.all()));
         assert_eq!(checkpoints(&dir.join("out")), ["ckpt-step000000010.h5"], "{}", a.log);
-        let b = train(&dir, 1, then, &DEEP, &["training.epochs=2", "--resume=auto"]);
+        let b = train(&dir, then, &DEEP, &["training.epochs=2", "--resume=auto"]);
         let b = b.unwrap_or_else(|r| panic!("{}", r.all()));
         assert!(b.log.contains("resuming from"), "{}", b.log);
         let lw = rel_weights(&reference.weights, &b.weights);
-        eprintln!("checkpoint: tensor {first} for 10 steps, then tensor {then} for 10: weights {lw:.2e} from tensor 1 throughout");
-        assert!(lw < TOL, "tensor {first} then {then}: weights differ by {lw:e} relative");
+        eprintln!("checkpoint: {first:?} for 10 steps, then {then:?} for 10: weights {lw:.2e} from one rank throughout");
+        assert!(lw < TOL, "{first:?} then {then:?}: weights differ by {lw:e} relative");
     }
 }
 
@@ -217,10 +253,22 @@ fn bad_layouts_fail_with_a_clear_error() {
     );
     fails_clearly("tp-bad-wide", 2, &["parallel.tensor=8"], "parallel.tensor = 8 is larger than model.layers[3] = 7");
     fails_clearly(
-        "tp-bad-pipeline",
+        "mp-bad-deep",
         2,
+        &["parallel.pipeline=5"],
+        "parallel.pipeline = 5: 5 pipeline stage(s) for a model of 4 dense layer(s)",
+    );
+    fails_clearly(
+        "mp-bad-divide-pipe",
+        3,
         &["parallel.pipeline=2"],
-        "parallel.pipeline = 2: pipeline parallelism is not implemented yet; use pipeline = 1",
+        "parallel.tensor = 1 × parallel.pipeline = 2 = 2 does not divide the job's 3 rank(s)",
+    );
+    fails_clearly(
+        "mp-bad-micro",
+        2,
+        &["parallel.pipeline=2", "parallel.micro_batches=5"],
+        "parallel.micro_batches = 5 is larger than training.batch_size = 4",
     );
 }
 

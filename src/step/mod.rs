@@ -7,6 +7,12 @@
 //! This is where the bucket contract is kept: backward writes a tensor only through
 //! `Engine::slot` before declaring it ready, and the optimizer reads only buckets that
 //! `wait_next` handed over.
+//!
+//! Under pipeline parallelism, or with several micro-batches per step, `pipeline.rs` runs
+//! the step instead: the stage's 1F1B schedule over the micro-batches, gradients accumulated
+//! in the buckets and announced during the last micro-batch's backward.
+
+mod pipeline;
 
 use crate::data::loader::Batch;
 use crate::device::Backend;
@@ -56,6 +62,15 @@ where
     batch: usize,
     /// Global steps taken.
     step: u64,
+    /// Micro-batches per step (`parallel.micro_batches`).
+    micro: usize,
+    /// Per micro-batch: its workspace and its input on the device (both live from its
+    /// forward to its backward).
+    mws: Vec<Workspace<B>>,
+    mx: Vec<B::Buf>,
+    /// Host staging for the messages between stages.
+    h_in: Vec<f32>,
+    h_out: Vec<f32>,
 }
 
 impl<B: Backend> Stepper<B>
@@ -90,6 +105,11 @@ where
             timeline,
             batch,
             step: 0,
+            micro: 1,
+            mws: Vec::new(),
+            mx: Vec::new(),
+            h_in: Vec::new(),
+            h_out: Vec::new(),
         })
     }
 
@@ -101,6 +121,12 @@ where
     pub fn set_tensor_group(&mut self, tp: TensorGroup) {
         assert_eq!(tp.local_model().n_params, self.model.n_params, "a tensor group of another shard");
         self.tp = tp;
+    }
+    /// Run each step as `m` micro-batches (a 1F1B schedule under pipeline parallelism,
+    /// gradient accumulation on one stage).
+    pub fn set_micro_batches(&mut self, m: usize) {
+        assert!(m >= 1);
+        self.micro = m;
     }
     pub fn tensor(&self) -> &TensorGroup {
         &self.tp
@@ -170,6 +196,9 @@ where
         assert!(batch.rows <= self.batch && batch.rows <= global_rows && global_rows > 0, "bad step row counts");
         self.step += 1;
         self.span(if batch.rows == 0 { "data wait (no rows left)" } else { "data wait" }, waited_since);
+        if batch.rows > 0 && (self.tp.pipe.is_some() || self.micro > 1) {
+            return self.run_pipelined(batch, global_rows);
+        }
         if batch.rows == 0 {
             // No compute, zero gradients; every tensor is still announced, in backward's
             // order, so this rank's collectives line up with the others'.
@@ -213,6 +242,8 @@ where
             names: &self.names,
             step: self.step,
             mark: Instant::now(),
+            accumulate: false,
+            announce: true,
         };
         self.model.backward_tp(be, &self.params, &self.xs[xi], b, &mut self.ws, &mut sink, &mut self.tp)?;
         self.engine.flush();
@@ -255,6 +286,10 @@ where
     names: &'a [String],
     step: u64,
     mark: Instant,
+    /// Add to the buckets (they were zeroed at the step's start) instead of overwriting.
+    accumulate: bool,
+    /// Tell the engine each tensor is ready (the step's last backward only).
+    announce: bool,
 }
 
 impl<B: Backend> GradSink<B> for Sink<'_, B>
@@ -271,6 +306,12 @@ where
             tl.span(MAIN_TID, format!("backward {}", self.names[t]), self.mark, self.step);
             self.mark = Instant::now();
         }
-        self.engine.tensor_ready(t);
+        if self.announce {
+            self.engine.tensor_ready(t);
+        }
+    }
+
+    fn accumulate(&self) -> bool {
+        self.accumulate
     }
 }

@@ -1,0 +1,146 @@
+//! One training step as micro-batches: this stage's 1F1B schedule (`model::pipeline`) with
+//! activations and their gradients passed to the neighbouring stages through the
+//! `PipeLink`. Without pipeline parallelism (one stage) the same code accumulates the
+//! gradients of several micro-batches.
+//!
+//! Every rank of a replica reads the same batch (its data shard), so every stage splits it
+//! into the same micro-batches (`part`: the first rows % M micro-batches get one row more;
+//! an empty one is skipped by every stage alike). The gradient buckets are zeroed at the
+//! step's start and each micro-batch's backward adds to them; the engine hears that a tensor
+//! is ready only during the last non-empty micro-batch's backward, which is the stage's last
+//! operation, so communication overlaps that backward as it does without micro-batches.
+//! The loss is the last stage's: it is broadcast over the pipeline at the end of the step,
+//! so every rank of a replica returns the same value.
+
+use super::{Sink, Stepper};
+use crate::data::loader::Batch;
+use crate::device::Backend;
+use crate::error::{Error, Result};
+use crate::model::pipeline::{one_f_one_b, Op};
+use crate::model::{part, Targets, Workspace};
+use crate::parallel::engine::HostBuf;
+use std::time::Instant;
+
+impl<B: Backend> Stepper<B>
+where
+    B::Buf: HostBuf,
+{
+    /// `run` for a batch of at least one row, as `self.micro` micro-batches.
+    pub(super) fn run_pipelined(&mut self, batch: &Batch, global_rows: usize) -> Result<f64> {
+        let m_n = self.micro;
+        let rows: Vec<std::ops::Range<usize>> = (0..m_n).map(|m| part(batch.rows, m, m_n)).collect();
+        let last = rows.iter().rposition(|r| !r.is_empty()).expect("a batch of at least one row");
+        let (inp, outp) = (self.model.n_inputs(), self.model.n_outputs());
+        let cap = batch.rows.div_ceil(m_n).max(self.batch.div_ceil(m_n));
+        while self.mws.len() < m_n {
+            self.mws.push(Workspace::new(&self.be, &self.model, cap)?);
+            self.mx.push(self.be.zeros(cap * inp)?);
+        }
+        let (stage, stages) = self.tp.pipe.as_ref().map_or((0, 1), |p| (p.stage, p.stages));
+        let head = self.model.head;
+        self.tp.step = self.step;
+        if let Some(p) = &mut self.tp.pipe {
+            p.step = self.step;
+        }
+
+        self.engine.begin_step(self.step);
+        for t in 0..self.names.len() {
+            let (buf, range) = self.engine.slot(t);
+            self.be.fill_zero(self.be.view_mut(buf, range))?;
+        }
+        let mut loss_sum = 0.0;
+        for op in one_f_one_b(stage, stages, m_n) {
+            match op {
+                Op::Forward(m) if !rows[m].is_empty() => {
+                    let t = Instant::now();
+                    loss_sum += self.forward_micro(batch, m, &rows[m], global_rows, head)?;
+                    self.span(format!("forward micro-batch {m}"), t);
+                }
+                Op::Backward(m) if !rows[m].is_empty() => {
+                    let t = Instant::now();
+                    let r = rows[m].len();
+                    if !head {
+                        self.h_out.resize(r * outp, 0.0);
+                        self.tp.pipe.as_mut().expect("a stage before the last").recv_backward(&mut self.h_out);
+                        self.mws[m].output_grad(&self.be, &self.model, r, &self.h_out)?;
+                    }
+                    let mut sink = Sink {
+                        be: &self.be,
+                        engine: &mut self.engine,
+                        timeline: &self.timeline,
+                        names: &self.names,
+                        step: self.step,
+                        mark: Instant::now(),
+                        accumulate: true,
+                        announce: m == last,
+                    };
+                    self.model.backward_tp(&self.be, &self.params, &self.mx[m], r, &mut self.mws[m], &mut sink, &mut self.tp)?;
+                    if let Some(p) = self.tp.pipe.as_mut().filter(|p| !p.is_first()) {
+                        self.h_in.resize(r * inp, 0.0);
+                        self.mws[m].input_grad(&self.be, &self.model, r, &mut self.h_in)?;
+                        p.send_backward(&self.h_in);
+                    }
+                    self.span(format!("backward micro-batch {m}"), t);
+                }
+                _ => {}
+            }
+        }
+        if let Some(p) = &mut self.tp.pipe {
+            p.finish_sends();
+        }
+        self.engine.flush();
+        self.apply_buckets()?;
+        if let Some(p) = &self.tp.pipe {
+            let mut v = [loss_sum];
+            p.broadcast_from_last(&mut v);
+            loss_sum = v[0];
+        }
+        Ok(loss_sum)
+    }
+
+    /// Forward of micro-batch `m` (rows `r` of the batch): its input from the batch (first
+    /// stage) or the previous stage, then the loss (last stage) or the activations sent on.
+    /// Returns the micro-batch's loss sum (0 on a stage before the last).
+    fn forward_micro(
+        &mut self,
+        batch: &Batch,
+        m: usize,
+        r: &std::ops::Range<usize>,
+        global_rows: usize,
+        head: bool,
+    ) -> Result<f64> {
+        let (be, n) = (&self.be, r.len());
+        let (inp, outp) = (self.model.n_inputs(), self.model.n_outputs());
+        match self.tp.pipe.as_mut().filter(|p| !p.is_first()) {
+            Some(p) => {
+                self.h_in.resize(n * inp, 0.0);
+                p.recv_forward(&mut self.h_in);
+                be.upload_into(&self.h_in, &mut self.mx[m])?;
+            }
+            None => be.upload_into(&batch.x[r.start * inp..r.end * inp], &mut self.mx[m])?,
+        }
+        self.model.forward_tp(be, &self.params, &self.mx[m], n, &mut self.mws[m], &mut self.tp)?;
+        if !head {
+            self.h_out.resize(n * outp, 0.0);
+            self.mws[m].output_host(be, &self.model, n, &mut self.h_out)?;
+            self.tp.pipe.as_mut().expect("a stage before the last").send_forward(&self.h_out);
+            return Ok(0.0);
+        }
+        let targets = if batch.classes.is_empty() {
+            be.upload_into(&batch.values[r.start * outp..r.end * outp], &mut self.values)?;
+            Targets::Values(be.view(&self.values, 0..n * outp))
+        } else {
+            be.upload_labels(&batch.classes[r.clone()], &mut self.labels)?;
+            Targets::Classes(&self.labels)
+        };
+        let (loss, _) = self.model.loss(be, targets, n, 1.0 / global_rows as f32, &mut self.mws[m], true)?;
+        if !loss.is_finite() {
+            return Err(Error::Training(format!(
+                "the loss became {loss} at step {} (micro-batch {m}); lower optimizer.lr, or check the data for extreme \
+                 values",
+                self.step
+            )));
+        }
+        Ok(loss)
+    }
+}
