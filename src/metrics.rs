@@ -26,6 +26,10 @@ pub struct EpochMetrics {
     pub samples: usize,
     pub ranks: usize,
     pub lr: f64,
+    /// Under pipeline parallelism: the ranks' mean share of the epoch spent waiting for the
+    /// neighbouring stages' messages (the measured bubble).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline_bubble: Option<f64>,
 }
 
 pub struct MetricsLog {

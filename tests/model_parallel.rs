@@ -272,6 +272,45 @@ fn bad_layouts_fail_with_a_clear_error() {
     );
 }
 
+/// A pipeline stage that stops, dies or hangs leaves its neighbours waiting for a message:
+/// the heartbeats end the job (exit 3, naming the rank) within the limit; without
+/// MPI_THREAD_MULTIPLE the wait is guarded by the watchdog's deadline.
+#[test]
+fn a_stopped_killed_or_hung_pipeline_stage_ends_the_job() {
+    let _g = mpi_lock();
+    let dir = prepare("mp-pipe-faults", 1, &DEEP, SGD);
+    let long = ["train", "job.toml", "--set", "parallel.pipeline=2", "--set", "training.epochs=500"];
+    let run = mpirun_env(2, &[("HVTRAIN_INJECT_FAULT", "1:5:stop")], &long, &dir, 60);
+    assert_eq!(run.code, Some(3), "a stopped stage: exit 3\n{}", run.all());
+    assert!(run.stderr.contains("): rank 1 (") && run.stderr.contains("has sent no heartbeat"), "{}", run.all());
+    assert!(run.elapsed < Duration::from_secs(30), "{}", run.all());
+    eprintln!("P=2, rank 1 stopped at step 5: exit 3 after {:.1} s", run.elapsed.as_secs_f64());
+
+    let dir4 = prepare("mp-pipe-faults-4", 2, &DEEP, SGD);
+    let mut long4 = long.to_vec();
+    long4.extend(["--set", "training.batch_size=6", "--set", "parallel.micro_batches=3"]);
+    for victim in [1, 2] {
+        let _ = std::fs::remove_dir_all(dir4.join("out"));
+        let fault = format!("{victim}:5:kill");
+        let run = mpirun_env(4, &[("HVTRAIN_INJECT_FAULT", &fault)], &long4, &dir4, 60);
+        assert!(!run.ok() && run.elapsed < Duration::from_secs(15), "{}", run.all());
+        eprintln!("D=2 P=2 M=3, rank {victim} killed at step 5: exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
+    }
+
+    let _ = std::fs::remove_dir_all(dir.join("out"));
+    let env = [("HVTRAIN_INJECT_FAULT", "1:5:hang"), ("HVTRAIN_MPI_THREADS", "serialized")];
+    let mut args = long.to_vec();
+    args.extend(["--set", "distribution.watchdog_seconds=3"]);
+    let run = mpirun_env(2, &env, &args, &dir, 60);
+    assert!(
+        !run.ok() && run.stderr.contains("waiting for the next pipeline stage's gradients at step 5 has not completed after 3.0 s"),
+        "without heartbeats, stage 0's wait for stage 1's gradients has a deadline\n{}",
+        run.all()
+    );
+    assert!(run.elapsed < Duration::from_secs(15), "{}", run.all());
+    eprintln!("P=2 without MPI_THREAD_MULTIPLE, rank 1 hung at step 5: exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
+}
+
 /// A tensor rank that stops (SIGSTOP) or dies mid-step leaves its peer inside a tensor
 /// all-reduce: the heartbeats end the job as for any collective. Without
 /// MPI_THREAD_MULTIPLE (no heartbeats) the all-reduce is a guarded wait with a deadline.

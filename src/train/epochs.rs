@@ -71,7 +71,6 @@ impl<'a, B: Backend> Run<'a, B> {
         let Setup {
             model,
             whole: _,
-            stages: _,
             grid,
             mut tensor,
             data_chan,
@@ -309,6 +308,9 @@ impl<'a, B: Backend> Run<'a, B> {
         let secs = t0.elapsed().as_secs_f64();
         let done = steps - first;
         let exposed_ms = self.st.take_exposed().as_secs_f64() * 1e3 / done.max(1) as f64;
+        // The share of the epoch this rank waited for its pipeline neighbours (its bubble).
+        let (_, group) = self.st.backend_and_tensor();
+        let waited = group.pipe.as_mut().map_or(0.0, |p| p.take_waited().as_secs_f64() / secs.max(1e-9));
         let test = match &self.test_shard {
             Some(sh) => {
                 let (model, params) = (self.st.model().clone(), self.st.params_host()?);
@@ -319,9 +321,9 @@ impl<'a, B: Backend> Run<'a, B> {
         };
         // The rows this rank uses in the whole epoch (also before a resume), summed over ranks;
         // a replica counts once (its ranks all hold its losses).
-        let mut totals = [loss_sum, self.sched.epoch_rows(self.grid.d) as f64, test[0], test[1], test[2]];
+        let mut totals = [loss_sum, self.sched.epoch_rows(self.grid.d) as f64, test[0], test[1], test[2], waited];
         if self.grid.t != 0 || self.grid.p != 0 {
-            totals = [0.0; 5];
+            totals[..5].fill(0.0);
         }
         {
             let _g = self.watchdog.guard(MAIN, "the end-of-epoch metrics", self.st.step());
@@ -346,6 +348,7 @@ impl<'a, B: Backend> Run<'a, B> {
             samples: totals[1] as usize,
             ranks: comm.size,
             lr: self.st.opt().lr(),
+            pipeline_bubble: (self.grid.pipeline > 1).then(|| totals[5] / comm.size as f64),
         };
         if let Some(log) = &self.metrics {
             info!(
@@ -359,6 +362,16 @@ impl<'a, B: Backend> Run<'a, B> {
                 secs,
                 exposed_ms
             );
+            if let Some(b) = m.pipeline_bubble {
+                let (p, mb) = (self.grid.pipeline, job.parallel.micro_batches);
+                info!(
+                    "epoch {epoch}/{}: pipeline bubble {:.1}% measured (the ranks' mean share of the epoch spent waiting \
+                     for their neighbouring stages), {:.1}% ideal for {p} stages and {mb} micro-batch(es) ((P−1)/(M+P−1))",
+                    job.training.epochs,
+                    100.0 * b,
+                    100.0 * crate::model::pipeline::ideal_bubble(p, mb)
+                );
+            }
             log.append(&m)?;
         }
         self.last = Some(m);
