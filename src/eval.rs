@@ -130,16 +130,7 @@ pub fn evaluate_in_group<B: Backend>(
             link.send_forward(&out[..c * outp]);
             link.finish_sends();
         } else {
-            let t = match &shard.labels {
-                Labels::Classes(v) => {
-                    be.upload_labels(&v[start..start + c], &mut labels)?;
-                    Targets::Classes(&labels)
-                }
-                Labels::Values(v, k) => {
-                    be.upload_into(&v[start * k..(start + c) * k], &mut values)?;
-                    Targets::Values(be.view(&values, 0..c * k))
-                }
-            };
+            let t = targets(be, shard, start..start + c, &mut labels, &mut values)?;
             let (l, k) = model.loss(be, t, c, 1.0, &mut ws, false)?;
             sums[0] += l;
             sums[1] += k as f64;
@@ -177,16 +168,7 @@ fn evaluate_on<B: Backend>(
         shard.read_rows(start, c, &mut x)?;
         be.upload_into(&x[..c * shard.features], &mut xd)?;
         model.forward_tp(be, &params, &xd, c, &mut ws, tp)?;
-        let t = match &shard.labels {
-            Labels::Classes(v) => {
-                be.upload_labels(&v[start..start + c], &mut labels)?;
-                Targets::Classes(&labels)
-            }
-            Labels::Values(v, k) => {
-                be.upload_into(&v[start * k..(start + c) * k], &mut values)?;
-                Targets::Values(be.view(&values, 0..c * k))
-            }
-        };
+        let t = targets(be, shard, start..start + c, &mut labels, &mut values)?;
         let (l, k) = model.loss(be, t, c, 1.0, &mut ws, false)?;
         loss += l;
         correct += k;
@@ -194,6 +176,26 @@ fn evaluate_on<B: Backend>(
         liveness::progress();
     }
     Ok([loss, correct as f64, n as f64])
+}
+
+/// The targets of the shard's `rows`, uploaded into `labels` or `values`.
+fn targets<'a, B: Backend>(
+    be: &B,
+    shard: &Shard,
+    rows: std::ops::Range<usize>,
+    labels: &'a mut B::Labels,
+    values: &'a mut B::Buf,
+) -> Result<Targets<'a, B>> {
+    Ok(match &shard.labels {
+        Labels::Classes(v) => {
+            be.upload_labels(&v[rows], labels)?;
+            Targets::Classes(labels)
+        }
+        Labels::Values(v, k) => {
+            be.upload_into(&v[rows.start * k..rows.end * k], values)?;
+            Targets::Values(be.view(values, 0..rows.len() * k))
+        }
+    })
 }
 
 /// (mean loss, accuracy for classification) from sums added over every rank.

@@ -141,9 +141,8 @@ mod tests {
         let mut v = Vec::new();
         for first in 1..=n - (p - 1) {
             for mut rest in all_splits(n - first, p - 1) {
-                let mut s = vec![0..first];
-                s.extend(rest.drain(..).map(|r| r.start + first..r.end + first));
-                v.push(s);
+                let shifted = rest.drain(..).map(|r| r.start + first..r.end + first);
+                v.push(std::iter::once(0..first).chain(shifted).collect());
             }
         }
         v

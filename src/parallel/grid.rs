@@ -281,7 +281,8 @@ mod tests {
         let e = Grid::new(6, 0, 4, 1).unwrap_err();
         assert!(e.contains("does not divide the job's 6 rank(s)"), "{e}");
         let hosts: Vec<String> = (0..8).map(|r| format!("n{}", r / 3)).collect();
-        let lines = describe(&g, &hosts, &[0..3]);
+        let one_stage = crate::model::pipeline::stages(&[4, 5, 6, 3], 1).unwrap();
+        let lines = describe(&g, &hosts, &one_stage);
         assert!(lines[1].contains("[0@n0, 1@n0, 2@n0, 3@n1]") && lines[1].contains("spans hosts"), "{lines:?}");
         assert!(lines.iter().any(|l| l.contains("data group of stage 0, tensor slice 3: [3@n1, 7@n2]")), "{lines:?}");
     }
