@@ -222,7 +222,12 @@ pub fn act_backward_inplace(d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Ac
 
 /// out[j] = sum over rows r of m[r, j]  (the bias gradient).
 pub fn column_sums(m: &[f32], cols: usize, beta: f32, out: &mut [f32]) {
-    out.iter_mut().for_each(|v| *v *= beta);
+    // β = 0 overwrites (whatever was there, NaN included), as BLAS does.
+    if beta == 0.0 {
+        out.fill(0.0);
+    } else {
+        out.iter_mut().for_each(|v| *v *= beta);
+    }
     for row in m.chunks_exact(cols) {
         for (o, &v) in out.iter_mut().zip(row) {
             *o += v;
