@@ -220,7 +220,7 @@ pub fn act_backward_inplace(d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Ac
     }
 }
 
-/// out[j] = sum over rows r of m[r, j]  (the bias gradient).
+/// out[j] = beta · out[j] + sum over rows r of m[r, j]  (the bias gradient; beta 1 accumulates).
 pub fn column_sums(m: &[f32], cols: usize, beta: f32, out: &mut [f32]) {
     // β = 0 overwrites (whatever was there, NaN included), as BLAS does.
     if beta == 0.0 {
