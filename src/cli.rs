@@ -7,11 +7,13 @@ use std::path::PathBuf;
 #[command(
     name = "hvtrain",
     version,
-    about = "Data-parallel MLP training on HPC machines: MPI all-reduce with tensor fusion, HDF5 shards, CPU (CUDA to come)",
-    long_about = "hvtrain trains dense neural networks (multi-layer perceptrons) data-parallel. It is an SPMD \
+    about = "MLP training on HPC machines: data parallelism (MPI all-reduce with tensor fusion), tensor and pipeline parallelism, HDF5 shards, CPU or CUDA",
+    long_about = "hvtrain trains dense neural networks (multi-layer perceptrons) on many ranks. It is an SPMD \
 program: start one process per rank with mpirun or srun; each rank reads its own part of the HDF5 data, \
-and gradients are averaged with MPI_Allreduce over fused buckets.\n\n\
+and gradients are averaged with MPI_Allreduce over fused buckets. The job file's [parallel] block also \
+splits each layer pair over `tensor` ranks and the stack of layers over `pipeline` stages.\n\n\
 Examples:\n  mpirun -n 2 hvtrain train jobs/fashion-mnist.toml\n  srun --mpi=pmix hvtrain train jobs/fashion-mnist.toml --set training.epochs=2\n  \
+mpirun -n 4 hvtrain train jobs/fashion-mnist.toml --set parallel.pipeline=2 --set parallel.micro_batches=4\n  \
 hvtrain data import-idx train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz data/train.h5\n\n\
 Logging: RUST_LOG=debug|info|warn (default info); every line carries its rank."
 )]
