@@ -149,6 +149,59 @@ pub fn describe(g: &Grid, hosts: &[String], stages: &[Range<usize>]) -> Vec<Stri
     lines
 }
 
+/// The part of the whole model `full`'s arena `all` (parameters or optimizer state; empty
+/// stays empty) that tensor rank `t` of `ts` holds in the stage of layers `layers`.
+pub fn cut(full: &Mlp, layers: Range<usize>, t: usize, ts: usize, all: &[f32]) -> Vec<f32> {
+    if all.is_empty() {
+        return Vec::new();
+    }
+    assert_eq!(all.len(), full.n_params, "a whole arena of another model");
+    let stage = &all[pipeline::arena_range(&full.sizes, &layers)];
+    if ts == 1 {
+        return stage.to_vec();
+    }
+    let whole_stage = Mlp::stage(&full.sizes, full.act, full.loss, layers);
+    tensor::scatter(&whole_stage.shard(t, ts), &whole_stage, stage)
+}
+
+/// Collective over the world: every rank's part of rank 0's whole arena `all` (ignored on the
+/// other ranks). Without model parallelism every rank holds the whole (a broadcast);
+/// otherwise rank 0 cuts and sends each rank its part in turn, so no other rank ever holds
+/// the whole model. `len` is the whole arena's length (0: an optimizer without that state).
+pub fn distribute(comm: &Comm, g: &Grid, stages: &[Range<usize>], full: &Mlp, all: Vec<f32>, len: usize) -> Vec<f32> {
+    const TAG: i32 = 0x5354; // "ST"
+    if len == 0 {
+        return Vec::new();
+    }
+    if g.replica() == 1 {
+        let mut all = if comm.rank == 0 { all } else { vec![0.0; len] };
+        comm.broadcast_f32(&mut all);
+        return all;
+    }
+    let part = |r: usize| {
+        let (t, p) = (r % g.tensor, r / g.tensor % g.pipeline);
+        (t, stages[p].clone())
+    };
+    if comm.rank == 0 {
+        for r in 1..g.world {
+            let (t, layers) = part(r);
+            comm.isend_f32(r, TAG, cut(full, layers, t, g.tensor, &all)).wait();
+            liveness::progress();
+        }
+        let (t, layers) = part(0);
+        return cut(full, layers, t, g.tensor, &all);
+    }
+    let (t, layers) = part(comm.rank);
+    let n = if g.tensor == 1 {
+        pipeline::arena_range(&full.sizes, &layers).len()
+    } else {
+        Mlp::stage(&full.sizes, full.act, full.loss, layers).shard(t, g.tensor).n_params
+    };
+    let mut mine = vec![0.0; n];
+    comm.recv_f32(0, TAG, &mut mine);
+    mine
+}
+
 /// This rank's tensor group and pipeline, as forward, backward and the whole-model I/O use
 /// them. Main thread only.
 pub struct TensorGroup {
@@ -214,16 +267,6 @@ impl TensorGroup {
     /// This rank's shard of its stage.
     pub fn local_model(&self) -> Mlp {
         self.stage.shard(self.index, self.size)
-    }
-
-    /// This rank's part of a whole model's arena (parameters or optimizer state).
-    pub fn scatter(&self, all: &[f32]) -> Vec<f32> {
-        assert_eq!(all.len(), self.full.n_params, "a whole arena of another model");
-        let stage = &all[self.arena.clone()];
-        if self.size == 1 {
-            return stage.to_vec();
-        }
-        tensor::scatter(&self.local_model(), &self.stage, stage)
     }
 
     /// Collective over the replica: the whole model's arena on its rank 0 (None elsewhere)

@@ -71,6 +71,7 @@ impl<'a, B: Backend> Run<'a, B> {
         let Setup {
             model,
             whole: _,
+            stages: _,
             grid,
             mut tensor,
             data_chan,
@@ -124,10 +125,9 @@ impl<'a, B: Backend> Run<'a, B> {
         drop(p);
         // The global batch grows with the data-parallel degree, so that is what lr scales by.
         let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, grid.data)?;
-        // Each rank's shard of the whole starting state.
-        let cut = |all: &[f32]| if all.is_empty() { Vec::new() } else { tensor.scatter(all) };
-        let mut st = Stepper::new(be, model, &cut(&start.params), opt, engine, b, timeline.clone())?;
-        st.restore(&cut(&start.m), &cut(&start.v), start.step)
+        // This rank's part of the starting state (restore.rs cut it).
+        let mut st = Stepper::new(be, model, &start.params, opt, engine, b, timeline.clone())?;
+        st.restore(&start.m, &start.v, start.step)
             .map_err(|e| Error::config(&job.source, "optimizer", e))?;
         tensor.set_watchdog(watchdog.share());
         st.set_tensor_group(tensor);

@@ -8,12 +8,13 @@ use crate::checkpoint::{self, Checkpoint, Lineage};
 use crate::config::Job;
 use crate::error::{Error, Result};
 use crate::model::Mlp;
-use crate::parallel::Comm;
+use crate::parallel::{grid, Comm};
 use log::{info, warn};
 use std::path::Path;
 
-/// The state a run starts from, the same on every rank: the whole model's parameters and
-/// optimizer state (each rank cuts its tensor shard out of them).
+/// The state a run starts from: this rank's part of the model's parameters and optimizer
+/// state (the whole model without model parallelism), and the position, the same on every
+/// rank.
 pub(super) struct Start {
     pub params: Vec<f32>,
     pub m: Vec<f32>,
@@ -38,16 +39,22 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     drop(p);
     let _p = crate::parallel::liveness::phase("receiving the starting state from rank 0");
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
-    let mut params = match &ckpt {
+    // Only rank 0 holds the whole state; every rank receives its part of it.
+    let rank0 = comm.rank == 0;
+    let params = match &ckpt {
         Some(c) => c.params.clone(),
-        None if comm.rank == 0 => model.init_params(job.training.seed),
-        None => vec![0.0; model.n_params],
+        None if rank0 => model.init_params(job.training.seed),
+        None => Vec::new(),
     };
-    comm.broadcast_f32(&mut params);
-    let mut m = ckpt.as_ref().map_or(vec![0.0; m_len], |c| c.m.clone());
-    let mut v = ckpt.as_ref().map_or(vec![0.0; v_len], |c| c.v.clone());
+    let whole = |c: Option<&Vec<f32>>, len: usize| match c {
+        Some(c) => c.clone(),
+        None if rank0 => vec![0.0; len],
+        None => Vec::new(),
+    };
+    let m = whole(ckpt.as_ref().map(|c| &c.m), m_len);
+    let v = whole(ckpt.as_ref().map(|c| &c.v), v_len);
     // Rank 0 decides whether the checkpoint's optimizer state fits; all ranks return its answer.
-    let mut ok = [u64::from(m.len() == m_len && v.len() == v_len)];
+    let mut ok = [u64::from(!rank0 || (m.len() == m_len && v.len() == v_len))];
     comm.broadcast_u64(&mut ok);
     if ok[0] == 0 {
         return Err(Error::config(
@@ -56,8 +63,11 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
             "the checkpoint's optimizer state does not fit this optimizer (another optimizer.kind or momentum?)",
         ));
     }
-    comm.broadcast_f32(&mut m);
-    comm.broadcast_f32(&mut v);
+    let part = |all: Vec<f32>, len: usize| {
+        grid::distribute(comm, &setup.grid, &setup.stages, model, all, len)
+    };
+    let params = part(params, model.n_params);
+    let (m, v) = (part(m, m_len), part(v, v_len));
     let mut pos = [0u64; 3]; // step, epoch index, step in epoch
     if let Some(c) = &ckpt {
         pos = [c.step, c.epoch as u64, c.step_in_epoch as u64];
