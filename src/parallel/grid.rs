@@ -330,6 +330,34 @@ mod tests {
         assert!(lines.iter().any(|l| l.contains("data group of stage 0, tensor slice 3: [3@n1, 7@n2]")), "{lines:?}");
     }
 
+    /// What `distribute` sends each rank (`cut`) is what `TensorGroup::gather` puts back
+    /// together: tensor shards assembled per stage, stages concatenated last first.
+    #[test]
+    fn cut_parts_reassemble_to_the_whole_arena() {
+        use crate::config::{Activation, LossKind};
+        for sizes in [vec![6, 10, 8, 7, 3], vec![5, 9, 4, 6, 2, 3]] {
+            let full = Mlp::new(&sizes, Activation::Tanh, LossKind::SoftmaxCrossEntropy);
+            let all: Vec<f32> = (0..full.n_params).map(|i| i as f32).collect();
+            for p_n in 1..=sizes.len() - 1 {
+                let stages = pipeline::stages(&sizes, p_n).unwrap();
+                for ts in [1, 2, 3] {
+                    let mut whole = Vec::new();
+                    for layers in stages.iter().rev() {
+                        let stage = Mlp::stage(&sizes, full.act, full.loss, layers.clone());
+                        let parts: Vec<Vec<f32>> =
+                            (0..ts).map(|t| cut(&full, layers.clone(), t, ts, &all)).collect();
+                        for (t, part) in parts.iter().enumerate() {
+                            assert_eq!(part.len(), stage.shard(t, ts).n_params, "{sizes:?} P={p_n} T={ts}");
+                        }
+                        whole.extend(if ts == 1 { parts[0].clone() } else { tensor::assemble(&stage, &parts) });
+                    }
+                    assert_eq!(whole, all, "{sizes:?} P={p_n} T={ts}");
+                }
+            }
+            assert!(cut(&full, 0..2, 0, 2, &[]).is_empty());
+        }
+    }
+
     #[test]
     fn grid_with_pipeline_stages_tensor_innermost() {
         // 8 ranks = data 2 × pipeline 2 × tensor 2.
