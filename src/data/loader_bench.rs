@@ -30,9 +30,10 @@ fn epochs_s(path: &Path, extra: &str, n: usize, d: usize, epochs: usize) -> Vec<
     let want = Expect { inputs: d, outputs: 10, loss: LossKind::SoftmaxCrossEntropy };
     let shard = Shard::open(&cfg, "data.train", &cfg.train, 0, 1, want).unwrap();
     let batch = 128;
-    let steps = Schedule::new(vec![n], batch, false).steps;
+    let steps = Schedule::new(n, batch, 1, false).steps;
     let lc = LoaderCfg {
         batch,
+        ranks: 1,
         steps,
         epochs,
         shuffle: true,

@@ -7,7 +7,7 @@ use super::setup::Setup;
 use super::stop::{self, Boundary, Ctx, StopState};
 use super::{human, in_step, Outcome};
 use crate::config::Job;
-use crate::data::loader::{Loader, LoaderCfg, Schedule};
+use crate::data::loader::{Loader, LoaderCfg, Schedule, Tally};
 use crate::data::shard::Shard;
 use crate::device::Backend;
 use crate::error::{Error, Result};
@@ -63,11 +63,13 @@ impl<'a, B: Backend> Run<'a, B> {
         comm: &'a Comm,
         job: &'a Job,
         setup: Setup,
+        schedule: Schedule,
         start: Start,
         t_process: Instant,
     ) -> Result<Run<'a, B>> {
         let d = &job.distribution;
-        let b = job.training.batch_size;
+        // Rows per rank: the global batch (kept across resumes) over this job's data ranks.
+        let b = schedule.batch;
         let Setup {
             model,
             whole: _,
@@ -78,7 +80,6 @@ impl<'a, B: Backend> Run<'a, B> {
             plan,
             train_shard,
             test_shard,
-            schedule,
             out_dir,
         } = setup;
         let steps = schedule.steps;
@@ -122,8 +123,11 @@ impl<'a, B: Backend> Run<'a, B> {
         let alloc = crate::step::bucket_buffers(&be, &plan)?;
         let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
         drop(p);
-        // The global batch grows with the data-parallel degree, so that is what lr scales by.
-        let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, grid.data)?;
+        // scale_lr_by_world_size: lr × (global batch / training.batch_size), the data-parallel
+        // degree the run started with; a resume on another count keeps the global batch, so
+        // it keeps the lr too.
+        let lr_ranks = schedule.global_batch / job.training.batch_size;
+        let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, lr_ranks)?;
         // Each rank's shard of the whole starting state.
         let cut = |all: &[f32]| if all.is_empty() { Vec::new() } else { tensor.scatter(all) };
         let mut st = Stepper::new(be, model, &cut(&start.params), opt, engine, b, timeline.clone())?;
@@ -144,6 +148,7 @@ impl<'a, B: Backend> Run<'a, B> {
                 window: job.data.shuffle_window,
                 seed: job.training.seed,
                 rank: grid.d,
+                ranks: grid.data,
                 depth: 4,
                 start_epoch: start.epoch,
                 start_batch: start.step_in_epoch,
@@ -181,6 +186,7 @@ impl<'a, B: Backend> Run<'a, B> {
             comm: self.comm,
             job: self.job,
             grid: self.grid,
+            global_batch: self.sched.global_batch,
             out_dir: &self.out_dir,
             fault: self.fault,
             watchdog: &self.watchdog,
@@ -207,6 +213,7 @@ impl<'a, B: Backend> Run<'a, B> {
         let t0 = Instant::now();
         self.st.take_exposed();
         let mut at_epoch_end = false;
+        let mut tally = Tally::default();
         for i in first..steps {
             let waiting = Instant::now();
             let loader = self.loader.as_ref().expect("loader alive until the last epoch ends");
@@ -222,6 +229,7 @@ impl<'a, B: Backend> Run<'a, B> {
             let l = self.st.run(&batch, global_rows, waiting).map_err(|e| in_step(e, epoch, i + 1, comm.rank))?;
             liveness::step_done(self.st.step());
             loss_sum += l;
+            tally.add(&batch);
             loader.give_back(batch);
             if self.st.step() == self.start_step + 1 && comm.rank == 0 {
                 let since_exec = crate::sys::seconds_since_start().unwrap_or(f64::NAN);
@@ -254,7 +262,12 @@ impl<'a, B: Backend> Run<'a, B> {
                 debug!("step {}: loss {:.9e}", self.st.step(), (self.stop.total() - before) / global_rows as f64);
             }
             match boundary {
-                Boundary::Stopped => return Ok(Some(Outcome::Preempted)),
+                Boundary::Stopped => {
+                    // The rows this rank used of the epoch cut short (the loader logs the rest
+                    // when the run resumes): a test checks that together they are every row once.
+                    tally.log_before_stop(epoch, first + 1, i + 1);
+                    return Ok(Some(Outcome::Preempted));
+                }
                 // The epoch's last step: checkpoint after its metrics, as the start of the next.
                 Boundary::Checkpoint if i + 1 == steps => at_epoch_end = true,
                 Boundary::Checkpoint => {
