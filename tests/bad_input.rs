@@ -493,7 +493,8 @@ fn non_finite_loss_names_the_step_and_keeps_the_checkpoints() {
     // With lr 1e10 the weights explode; with seed 6's data order the loss of step 9 (epoch 2,
     // step 4 of 5) is NaN.
     let dir = setup("bad_nan_loss", "");
-    let set = ["optimizer.lr=1e10", "checkpoint.every_steps=1", "checkpoint.keep=6", "training.epochs=3", "training.seed=6"];
+    let set =
+        ["optimizer.lr=1e10", "checkpoint.every_steps=1", "checkpoint.keep=6", "training.epochs=3", "training.seed=6"];
     let run = train2(&dir, &set);
     let line = assert_fails(&run, None, &["training:", "the loss became", "at step 9", "optimizer.lr"]);
     show("non-finite loss", &line);
@@ -608,7 +609,13 @@ fn more_bad_config_values() {
     assert_fails(
         &run,
         None,
-        &["job.toml", "training.batch_size", "global batch 200", "larger than the training data (40 samples)", "drop_last"],
+        &[
+            "job.toml",
+            "training.batch_size",
+            "global batch 200",
+            "larger than the training data (40 samples)",
+            "drop_last",
+        ],
     );
     assert!(!dir.join("out/weights.h5").exists());
 }

@@ -50,10 +50,8 @@ fn setup(name: &str) -> PathBuf {
 /// a resume keeps the job file as it was, whatever its rank count).
 fn args(batch: usize, extra: &[&'static str]) -> Vec<String> {
     let b = format!("training.batch_size={batch}");
-    let mut a: Vec<String> = ["train", "job.toml", "--set", "training.epochs=2", "--set", &b]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut a: Vec<String> =
+        ["train", "job.toml", "--set", "training.epochs=2", "--set", &b].iter().map(|s| s.to_string()).collect();
     for s in ["data.shuffle_block=16", "data.shuffle_window=64"] {
         a.extend(["--set".to_string(), s.to_string()]);
     }
@@ -133,7 +131,9 @@ fn stop_and_resume(from: usize, to: usize, stop: u64) -> (f32, f64) {
     assert_eq!(a.len(), b.len());
     let diff = a.iter().zip(&b).map(|(p, q)| (p - q).abs()).fold(0.0f32, f32::max);
     let points = (last_accuracy(&clean) - last_accuracy(&dir)).abs() * 100.0;
-    eprintln!("{tag}, stopped at step {stop}: max |weight difference| {diff:e}, test accuracy differs by {points:.3} points");
+    eprintln!(
+        "{tag}, stopped at step {stop}: max |weight difference| {diff:e}, test accuracy differs by {points:.3} points"
+    );
     assert!(diff <= TOL, "{tag}: resumed weights differ from the uninterrupted run's by {diff} (> {TOL})");
     assert!(points <= 0.5, "{tag}: test accuracy differs by {points} points");
     (diff, points)
@@ -166,7 +166,9 @@ fn a_global_batch_that_does_not_divide_is_refused() {
     let r = run(3, &[], &args(4, &["--resume", "auto"]), &dir);
     assert!(!r.ok() && r.elapsed < std::time::Duration::from_secs(30), "{}", r.all());
     let line = r.stderr.lines().find(|l| l.contains("training.batch_size")).unwrap_or_else(|| panic!("{}", r.all()));
-    for needle in ["global batch is 8", "4 per rank x 2 data-parallel ranks", "this job's 3 data-parallel ranks", "(1, 2, 4, 8)"] {
+    for needle in
+        ["global batch is 8", "4 per rank x 2 data-parallel ranks", "this job's 3 data-parallel ranks", "(1, 2, 4, 8)"]
+    {
         assert!(line.contains(needle), "{needle:?} missing from: {line}");
     }
     eprintln!("error: {line}");

@@ -11,8 +11,8 @@
 //! the step's rows; every row is used once per epoch. With `drop_last`, the epoch's last
 //! positions past the last full step are left out.
 
-use super::order::{window_parts, Order};
 pub use super::order::Schedule;
+use super::order::{window_parts, Order};
 use super::shard::{Labels, Shard};
 use crate::error::Result;
 use log::debug;

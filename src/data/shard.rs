@@ -298,33 +298,42 @@ fn open_file(cfg: &DataCfg, key: &str, path: &Path, want: Expect) -> Result<Open
 
 impl OpenFile {
     /// The part of this shard in file rows `rows`, with its labels read (and checked) whole.
-    fn part(self, cfg: &DataCfg, path: PathBuf, number: usize, rows: Range<usize>, want: Expect, first: usize) -> Result<(Part, Labels)> {
-    let OpenFile { file, x, y, elem, .. } = self;
-    let yn = cfg.y_dataset.as_str();
-    let ys = y.shape();
-    let k = want.outputs;
-    let labels = match want.loss {
-        LossKind::SoftmaxCrossEntropy => {
-            let y_kind = h5::kind(&y, &path, yn)?;
-            if ys.len() != 1 || y_kind != "int" {
-                return Err(Error::data(
-                    &path,
-                    yn,
-                    format!(
-                        "softmax_cross_entropy needs 1-D integer class labels, found shape {ys:?} of {}",
-                        type_name(&y)
-                    ),
-                ));
+    fn part(
+        self,
+        cfg: &DataCfg,
+        path: PathBuf,
+        number: usize,
+        rows: Range<usize>,
+        want: Expect,
+        first: usize,
+    ) -> Result<(Part, Labels)> {
+        let OpenFile { file, x, y, elem, .. } = self;
+        let yn = cfg.y_dataset.as_str();
+        let ys = y.shape();
+        let k = want.outputs;
+        let labels = match want.loss {
+            LossKind::SoftmaxCrossEntropy => {
+                let y_kind = h5::kind(&y, &path, yn)?;
+                if ys.len() != 1 || y_kind != "int" {
+                    return Err(Error::data(
+                        &path,
+                        yn,
+                        format!(
+                            "softmax_cross_entropy needs 1-D integer class labels, found shape {ys:?} of {}",
+                            type_name(&y)
+                        ),
+                    ));
+                }
+                let need = "class labels must be integers (int8 to uint64)";
+                let v =
+                    with_elem!(h5::elem(&y, &path, yn, need)?, T => read_labels::<T>(&y, &path, yn, rows.clone(), k))?;
+                Labels::Classes(v)
             }
-            let need = "class labels must be integers (int8 to uint64)";
-            let v = with_elem!(h5::elem(&y, &path, yn, need)?, T => read_labels::<T>(&y, &path, yn, rows.clone(), k))?;
-            Labels::Classes(v)
-        }
-        LossKind::Mse => {
-            let width = if ys.len() == 1 { 1 } else { ys[1] };
-            let y_kind = h5::kind(&y, &path, yn)?;
-            if ys.len() > 2 || width != k || y_kind == "other" {
-                return Err(Error::data(
+            LossKind::Mse => {
+                let width = if ys.len() == 1 { 1 } else { ys[1] };
+                let y_kind = h5::kind(&y, &path, yn)?;
+                if ys.len() > 2 || width != k || y_kind == "other" {
+                    return Err(Error::data(
                     &path,
                     yn,
                     format!(
@@ -332,24 +341,24 @@ impl OpenFile {
                         type_name(&y)
                     ),
                 ));
+                }
+                let v: Vec<f32> = if ys.len() == 1 {
+                    y.read_slice_1d::<f32, _>(rows.clone()).map(|a| a.to_vec())
+                } else {
+                    y.read_slice_2d::<f32, _>((rows.clone(), ..)).map(|a| a.iter().copied().collect())
+                }
+                .map_err(|e| Error::hdf5(&path, format!("read {yn}"), e))?;
+                if let Some(i) = v.iter().position(|t| !t.is_finite()) {
+                    return Err(Error::data(
+                        &path,
+                        yn,
+                        format!("non-finite target {} at row {}", v[i], rows.start + i / k),
+                    ));
+                }
+                Labels::Values(v, k)
             }
-            let v: Vec<f32> = if ys.len() == 1 {
-                y.read_slice_1d::<f32, _>(rows.clone()).map(|a| a.to_vec())
-            } else {
-                y.read_slice_2d::<f32, _>((rows.clone(), ..)).map(|a| a.iter().copied().collect())
-            }
-            .map_err(|e| Error::hdf5(&path, format!("read {yn}"), e))?;
-            if let Some(i) = v.iter().position(|t| !t.is_finite()) {
-                return Err(Error::data(
-                    &path,
-                    yn,
-                    format!("non-finite target {} at row {}", v[i], rows.start + i / k),
-                ));
-            }
-            Labels::Values(v, k)
-        }
-    };
-    Ok((Part { path, number, rows, first, _file: file, x, elem }, labels))
+        };
+        Ok((Part { path, number, rows, first, _file: file, x, elem }, labels))
     }
 }
 

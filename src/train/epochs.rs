@@ -70,18 +70,8 @@ impl<'a, B: Backend> Run<'a, B> {
         let d = &job.distribution;
         // Rows per rank: the global batch (kept across resumes) over this job's data ranks.
         let b = schedule.batch;
-        let Setup {
-            model,
-            whole: _,
-            grid,
-            mut tensor,
-            data_chan,
-            engine_chan,
-            plan,
-            train_shard,
-            test_shard,
-            out_dir,
-        } = setup;
+        let Setup { model, whole: _, grid, mut tensor, data_chan, engine_chan, plan, train_shard, test_shard, out_dir } =
+            setup;
         let steps = schedule.steps;
         let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), comm.rank, comm.host.clone());
         let p = liveness::phase("starting the communication engine");

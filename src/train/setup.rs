@@ -165,7 +165,8 @@ fn log_schedule(job: &Job, s: &Schedule) {
         );
     } else if s.global_rows(steps - 1) < s.global_batch {
         let last = s.global_rows(steps - 1);
-        let short: Vec<String> = (0..ranks).filter(|&r| s.rows(r, steps - 1) < b).take(8).map(|r| r.to_string()).collect();
+        let short: Vec<String> =
+            (0..ranks).filter(|&r| s.rows(r, steps - 1) < b).take(8).map(|r| r.to_string()).collect();
         info!(
             "every row is used once per epoch; the last step has {last} rows, so rank(s) {}{} take a short or empty \
              batch there; the gradient average is weighted by the rows each rank uses",
