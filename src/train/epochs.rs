@@ -113,9 +113,8 @@ impl<'a, B: Backend> Run<'a, B> {
         let alloc = crate::step::bucket_buffers(&be, &plan)?;
         let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
         drop(p);
-        // scale_lr_by_world_size: lr × (global batch / training.batch_size), the data-parallel
-        // degree the run started with; a resume on another count keeps the global batch, so
-        // it keeps the lr too.
+        // scale_lr_by_world_size: × (global batch / batch_size), the data-parallel degree the run
+        // started with: a resume on another count keeps the global batch, so the lr too.
         let lr_ranks = schedule.global_batch / job.training.batch_size;
         let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, lr_ranks)?;
         // Each rank's shard of the whole starting state.
@@ -253,8 +252,7 @@ impl<'a, B: Backend> Run<'a, B> {
             }
             match boundary {
                 Boundary::Stopped => {
-                    // The rows this rank used of the epoch cut short (the loader logs the rest
-                    // when the run resumes): a test checks that together they are every row once.
+                    // This rank's rows of the cut epoch (the resumed loader logs the rest).
                     tally.log_before_stop(epoch, first + 1, i + 1);
                     return Ok(Some(Outcome::Preempted));
                 }
