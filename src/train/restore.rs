@@ -176,13 +176,16 @@ pub(super) fn prepare_output(
         }
     }
     if c.world_size != world {
+        let per_rank = match c.global_batch % world {
+            0 => format!("{} per rank now", c.global_batch / world),
+            _ => format!("which does not divide over {world}"),
+        };
         info!(
             "the checkpoint was written on {} data-parallel rank(s), this job has {world}: the global batch stays {} \
-             ({} per rank now{})",
+             ({per_rank}){}",
             c.world_size,
             c.global_batch,
-            if c.global_batch % world == 0 { (c.global_batch / world).to_string() } else { "?".into() },
-            if c.step_in_epoch > 0 { ", and the epoch goes on with exactly the rows it has not used yet" } else { "" }
+            if c.step_in_epoch > 0 { "; the epoch goes on with exactly the rows it has not used yet" } else { "" }
         );
     }
     for (field, same) in [
