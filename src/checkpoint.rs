@@ -511,6 +511,25 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A format-2 file (before `global_batch`) still loads and verifies, with global_batch 0
+    /// for the caller to derive (training.batch_size × world_size).
+    #[test]
+    fn format_2_loads_without_global_batch() {
+        let dir = scratch("ckpt-format2");
+        let model = model();
+        let c = sample(&model, 10);
+        let path = save(&dir, &model, &c, 3, || {}).unwrap();
+        {
+            let f = hdf5::File::open_rw(&path).unwrap();
+            f.dataset("format").unwrap().write_raw(&[2i64]).unwrap();
+            f.unlink("global_batch").unwrap();
+            f.dataset("checksum").unwrap().write_raw(&[c.checksum(2)]).unwrap();
+        }
+        let read = load(&path, &model).unwrap();
+        assert_eq!(read, Checkpoint { global_batch: 0, ..c });
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn stale_temporary_files_are_removed() {
         let dir = scratch("ckpt-tmp");
