@@ -5,7 +5,7 @@
 # an ignored test), on synthetic Fashion-MNIST-sized files in the page cache.
 #   bash bench/loader.sh            # 60000 rows x 784 features, 3 rounds
 # HVTRAIN_LOADER_BENCH_ROWS / _FEATURES / _ROUNDS / _EPOCHS / _DIR change the sizes and where
-# the files go. Prints a markdown report and saves it under bench/results/loader-DATE.md.
+# the files go; HVTRAIN_LOADER_BENCH_RANKS=M times rank 0 of M (its part of each global batch). Prints a markdown report and saves it under bench/results/loader-DATE.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -16,7 +16,7 @@ table=$(cargo test --release --bin hvtrain loader_throughput -- --ignored --noca
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 DATE=$(date +%Y-%m-%d)
-out=bench/results/loader-$DATE.md
+out=bench/results/loader-$DATE${HVTRAIN_LOADER_BENCH_RANKS:+-ranks$HVTRAIN_LOADER_BENCH_RANKS}.md
 {
   echo "# Loader throughput by stored type of x, $DATE"
   echo

@@ -5,10 +5,12 @@
 //!   (the same writer, `weights::write_layers`), so `eval --weights` and `predict --weights`
 //!   take a checkpoint as well;
 //! - `optimizer/m`, `optimizer/v`: momentum / Adam moments (absent when the optimizer has none);
-//! - `step`, `epoch`, `step_in_epoch`, `world_size`: where training stands. The data order is
-//!   a pure function of (seed, epoch, rank), so this position is all the loader needs.
-//!   `world_size` is the data-parallel degree (ranks / parallel.tensor): the parameters are
-//!   always the whole model, so any tensor degree with the same data degree resumes;
+//! - `step`, `epoch`, `step_in_epoch`, `global_batch` (format 3): where training stands. The
+//!   data order is a pure function of (seed, epoch, global row), and step s of an epoch takes
+//!   its positions [s·global_batch, (s+1)·global_batch), so this position is all the loader
+//!   needs, on any number of ranks that divides `global_batch`. `world_size` is the writer's
+//!   data-parallel degree (ranks / parallel.tensor), for the log: the parameters are always the
+//!   whole model and the optimizer state is replicated, so any degrees resume;
 //! - `loss_sums`: each rank's running loss sum in the current epoch, so its metrics are exact;
 //!   `loss_sums_exact` is 0 when rank 0 wrote a stop checkpoint on its own and estimated the
 //!   other ranks' last batch;
@@ -31,8 +33,8 @@ use crate::model::Mlp;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-/// The format written; format 1 (no lineage) is still read.
-pub const FORMAT: i64 = 2;
+/// The format written; format 1 (no lineage) and 2 (no `global_batch`) are still read.
+pub const FORMAT: i64 = 3;
 
 /// Which run wrote a checkpoint, and where that run came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +79,8 @@ pub struct Checkpoint {
     pub epoch: usize,
     pub step_in_epoch: usize,
     pub world_size: usize,
+    /// Rows per step over all ranks; 0 when read from format 1 or 2 (the caller derives it).
+    pub global_batch: usize,
     pub loss_sums: Vec<f64>,
     /// False when the other ranks' last batch losses were estimated (a stop checkpoint that
     /// rank 0 wrote without hearing from them).
@@ -101,6 +105,9 @@ impl Checkpoint {
             let l = &self.lineage;
             ints.extend([l.run_id, l.parent_run, l.parent_step as u64, self.written_at as u64]);
             ints.push(u64::from(self.loss_sums_exact));
+        }
+        if format >= 3 {
+            ints.push(self.global_batch as u64);
         }
         let mut bytes: Vec<u8> = ints.iter().flat_map(|i| i.to_le_bytes()).collect();
         bytes.extend(self.loss_sums.iter().flat_map(|x| x.to_le_bytes()));
@@ -169,6 +176,7 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
             ("epoch", c.epoch as i64),
             ("step_in_epoch", c.step_in_epoch as i64),
             ("world_size", c.world_size as i64),
+            ("global_batch", c.global_batch as i64),
             ("loss_sums_exact", i64::from(c.loss_sums_exact)),
             ("parent_step", l.parent_step),
             ("written_at", c.written_at),
@@ -327,6 +335,7 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
         epoch: read1(&f, path, "epoch")? as usize,
         step_in_epoch: read1(&f, path, "step_in_epoch")? as usize,
         world_size: read1(&f, path, "world_size")? as usize,
+        global_batch: if format >= 3 { read1(&f, path, "global_batch")? as usize } else { 0 },
         loss_sums,
         loss_sums_exact,
         params,
@@ -401,6 +410,7 @@ mod tests {
             epoch: 2,
             step_in_epoch: 7,
             world_size: 3,
+            global_batch: 12,
             loss_sums: vec![1.5, 2.5, 3.5],
             loss_sums_exact: step % 2 == 0,
             m: params.iter().map(|p| p * 0.5).collect(),
@@ -498,6 +508,25 @@ mod tests {
         // B's newest damaged: B's previous one, not A's newer-step files.
         truncate(&dir.join(file_name(370)));
         assert_eq!(newest_valid(&dir, &model).unwrap().unwrap().1.step, 360);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A format-2 file (before `global_batch`) still loads and verifies, with global_batch 0
+    /// for the caller to derive (training.batch_size × world_size).
+    #[test]
+    fn format_2_loads_without_global_batch() {
+        let dir = scratch("ckpt-format2");
+        let model = model();
+        let c = sample(&model, 10);
+        let path = save(&dir, &model, &c, 3, || {}).unwrap();
+        {
+            let f = hdf5::File::open_rw(&path).unwrap();
+            f.dataset("format").unwrap().write_raw(&[2i64]).unwrap();
+            f.unlink("global_batch").unwrap();
+            f.dataset("checksum").unwrap().write_raw(&[c.checksum(2)]).unwrap();
+        }
+        let read = load(&path, &model).unwrap();
+        assert_eq!(read, Checkpoint { global_batch: 0, ..c });
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -5,6 +5,8 @@
 //! `hvtrain eval` and of every end-of-epoch evaluation), with KIND =
 //!
 //! - `error` (returns an error), `panic`, `kill` (SIGKILL to itself);
+//! - `term` (SIGTERM to itself: a stop request, as from `scancel` or a requeue, at an exact
+//!   step; the job writes its stop checkpoint after that step and exits 75);
 //! - `hang` (stops making progress but stays alive, as a deadlock would: a stall);
 //! - `stop` (SIGSTOP to itself, 1.5 s later: every thread stops, as on a frozen node);
 //! - `slow=SECONDS` (sleeps that long, then goes on: a slow rank, which must not be killed);
@@ -24,6 +26,7 @@ pub enum Kind {
     Error,
     Panic,
     Kill,
+    Term,
     Hang,
     Stop,
     /// Milliseconds.
@@ -56,7 +59,8 @@ pub struct Fault {
     pub kind: Kind,
 }
 
-const USAGE: &str = "expected RANK:STEP|start|eval:error|panic|kill|hang|stop|slow=SECONDS|diverge|kill_in_checkpoint|\
+const USAGE: &str =
+    "expected RANK:STEP|start|eval:error|panic|kill|term|hang|stop|slow=SECONDS|diverge|kill_in_checkpoint|\
                      stop_in_checkpoint|slow_checkpoint=SECONDS";
 
 pub fn from_env() -> Result<Option<Fault>> {
@@ -83,6 +87,7 @@ fn parse(spec: &str) -> Result<Fault> {
             "error" => Kind::Error,
             "panic" => Kind::Panic,
             "kill" => Kind::Kill,
+            "term" => Kind::Term,
             "hang" => Kind::Hang,
             "stop" => Kind::Stop,
             "diverge" => Kind::Diverge,
@@ -142,6 +147,11 @@ fn fire(kind: Kind, when: &str) -> Result<()> {
             signal_self(9);
             unreachable!("SIGKILL returned")
         }
+        Kind::Term => {
+            log::info!("injected fault (HVTRAIN_INJECT_FAULT): SIGTERM to this process {when}");
+            signal_self(15);
+            Ok(())
+        }
         Kind::Hang => {
             log::info!("injected fault (HVTRAIN_INJECT_FAULT): hanging (alive, making no progress) {when}");
             loop {
@@ -196,6 +206,7 @@ mod tests {
         let f = parse("1:50:slow=20").unwrap();
         assert_eq!((f.rank, f.at, f.kind), (1, At::Step(50), Kind::Slow(20_000)));
         assert_eq!(parse("0:start:stop").unwrap().at, At::Start);
+        assert_eq!(parse("1:7:term").unwrap().kind, Kind::Term);
         assert_eq!(parse("2:eval:hang").unwrap().at, At::Eval);
         assert_eq!(parse("0:20:slow_checkpoint=1.5").unwrap().kind, Kind::SlowCheckpoint(1500));
         assert_eq!(parse("0:20:stop_in_checkpoint").unwrap().kind, Kind::StopInCheckpoint);

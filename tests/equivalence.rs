@@ -13,18 +13,14 @@ const D: usize = 6;
 const K: usize = 3;
 const LAYERS: [usize; 4] = [D, 10, 8, K];
 
-/// Lay out the global data so that on `n` ranks, rank r's i-th batch is the r-th slice of
-/// the 1-rank run's i-th batch (shuffle off): one file per rank.
+/// The global data in `n` files (`d-{rank}.h5`, contiguous parts of it): the global rows are
+/// the files' rows in file order whatever the rank count, so with shuffle off step i takes
+/// rows [i·B, (i+1)·B) on any number of ranks, each rank B/n of them.
 fn write_rank_files(dir: &Path, n: usize, x: &[f32], y: &[i32]) {
-    let b = B / n;
+    let rows = y.len();
     for r in 0..n {
-        let (mut xr, mut yr) = (Vec::new(), Vec::new());
-        for i in 0..STEPS {
-            let rows = i * B + r * b..i * B + (r + 1) * b;
-            xr.extend_from_slice(&x[rows.start * D..rows.end * D]);
-            yr.extend_from_slice(&y[rows]);
-        }
-        write_classes(&dir.join(format!("d-{r}.h5")), &xr, D, &yr);
+        let part = r * rows / n..(r + 1) * rows / n;
+        write_classes(&dir.join(format!("d-{r}.h5")), &x[part.start * D..part.end * D], D, &y[part]);
     }
 }
 

@@ -27,18 +27,14 @@ const DEEP: [usize; 5] = [IN, 10, 8, 7, K];
 /// One pair and an unpaired last layer, whole on every tensor rank.
 const ODD: [usize; 4] = [IN, 10, 8, K];
 
-/// Data for `d` data-parallel ranks: rank r's i-th batch is the r-th slice of the one-rank
-/// run's i-th batch (shuffle off), one file per data rank.
+/// The one-rank run's data in `d` files (contiguous parts, `d-{rank}.h5`): the global rows are
+/// the files' rows in file order on any number of ranks, so with shuffle off step i takes rows
+/// [i·B, (i+1)·B), B/d of them on each data rank.
 fn write_files(dir: &Path, d: usize, x: &[f32], y: &[i32]) {
-    let b = B / d;
+    let n = y.len();
     for r in 0..d {
-        let (mut xr, mut yr) = (Vec::new(), Vec::new());
-        for i in 0..STEPS {
-            let rows = i * B + r * b..i * B + (r + 1) * b;
-            xr.extend_from_slice(&x[rows.start * IN..rows.end * IN]);
-            yr.extend_from_slice(&y[rows]);
-        }
-        write_classes(&dir.join(format!("d-{r}.h5")), &xr, IN, &yr);
+        let part = r * n / d..(r + 1) * n / d;
+        write_classes(&dir.join(format!("d-{r}.h5")), &x[part.start * IN..part.end * IN], IN, &y[part]);
     }
 }
 

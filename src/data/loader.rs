@@ -1,18 +1,20 @@
-//! The background loader: a thread that streams this rank's training batches out of its
-//! `Shard`, epoch after epoch, a few batches ahead of the training loop.
+//! The background loader: a thread that streams this rank's training batches, epoch after
+//! epoch, a few batches ahead of the training loop.
 //!
-//! Memory stays bounded whatever the file size: the thread holds one window of
-//! `shuffle_window` rows. With shuffling, each epoch visits the shard's blocks of
-//! `shuffle_block` contiguous rows in a seeded random order, a window of blocks at a time,
-//! and shuffles the rows inside each window (the usual block-shuffle of streaming readers).
-//! Without shuffling, rows come in file order. Every epoch yields exactly `steps` batches
-//! (the same on every rank, see `Schedule`): full ones while this rank has rows, then a
-//! short one with the rest, then empty ones; every row is used once per epoch. With
-//! `drop_last`, `steps` full batches and the rest of the rows left out.
+//! The rows come in the epoch's global order (`order.rs`: blocks of `shuffle_block` rows in
+//! a seeded order, rows shuffled within windows of `shuffle_window` rows; file order without
+//! shuffling), the same whatever the rank count; each step's global batch is split over the
+//! ranks by `window_parts`. Memory stays bounded whatever the file size: the thread holds one
+//! window, and reads of it only the rows this rank takes (per block, the span from the first
+//! to the last of them). Every epoch yields exactly `steps` batches (the same on every rank,
+//! see `Schedule`): full ones, and in the last step a short or empty one on the ranks past
+//! the step's rows; every row is used once per epoch. With `drop_last`, the epoch's last
+//! positions past the last full step are left out.
 
+pub use super::order::Schedule;
+use super::order::{window_parts, Order};
 use super::shard::{Labels, Shard};
 use crate::error::Result;
-use crate::rng::Rng;
 use log::debug;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
@@ -24,74 +26,23 @@ pub struct Batch {
     pub x: Vec<f32>,
     pub classes: Vec<i32>,
     pub values: Vec<f32>,
-}
-
-/// Which rows every rank uses at each step of an epoch: a pure function of every rank's
-/// share (all-gathered once at start-up), the batch size and `drop_last`, so every rank
-/// knows each step's global row count without a collective.
-///
-/// Every rank runs `steps` steps so that the collectives line up: the most batches any rank
-/// has (max of ceil(share / batch)), or with `drop_last` the fewest full ones (min of
-/// floor(share / batch)). At step i rank r uses min(batch, share_r - i × batch) rows, or 0.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Schedule {
-    pub batch: usize,
-    /// Rows of each rank's shard.
-    pub shares: Vec<usize>,
-    pub drop_last: bool,
-    pub steps: usize,
-}
-
-impl Schedule {
-    pub fn new(shares: Vec<usize>, batch: usize, drop_last: bool) -> Schedule {
-        assert!(batch > 0 && !shares.is_empty());
-        let steps = if drop_last {
-            shares.iter().map(|s| s / batch).min()
-        } else {
-            shares.iter().map(|s| s.div_ceil(batch)).max()
-        };
-        Schedule { steps: steps.unwrap_or(0), shares, batch, drop_last }
-    }
-
-    /// Rows rank `r` uses in step `i` (0-based) of an epoch.
-    pub fn rows(&self, r: usize, i: usize) -> usize {
-        if i >= self.steps {
-            return 0;
-        }
-        self.shares[r].saturating_sub(i * self.batch).min(self.batch)
-    }
-
-    /// Rows all ranks together use in step `i`.
-    pub fn global_rows(&self, i: usize) -> usize {
-        (0..self.shares.len()).map(|r| self.rows(r, i)).sum()
-    }
-
-    /// Rows rank `r` uses in the first `i` steps of an epoch.
-    pub fn rows_before(&self, r: usize, i: usize) -> usize {
-        self.shares[r].min(i.min(self.steps) * self.batch)
-    }
-
-    /// Rows all ranks together use in steps `from..to`.
-    pub fn global_rows_in(&self, from: usize, to: usize) -> usize {
-        (0..self.shares.len()).map(|r| self.rows_before(r, to) - self.rows_before(r, from)).sum()
-    }
-
-    /// Rows rank `r` uses per epoch.
-    pub fn epoch_rows(&self, r: usize) -> usize {
-        self.rows_before(r, self.steps)
-    }
+    /// Sum of `row_digest` over its rows (0 unless debug logging is on).
+    pub digest: u64,
 }
 
 #[derive(Clone, Debug)]
 pub struct LoaderCfg {
+    /// Rows per rank in a full step (global batch / ranks).
     pub batch: usize,
+    /// This rank's index among the data-parallel ranks, and their number.
+    pub rank: usize,
+    pub ranks: usize,
     pub steps: usize,
     pub epochs: usize,
     pub shuffle: bool,
     pub block: usize,
     pub window: usize,
     pub seed: u64,
-    pub rank: usize,
     /// Batches produced ahead of the consumer.
     pub depth: usize,
     /// Where to start (resuming): epoch (0-based) and batches of it already done.
@@ -141,19 +92,6 @@ impl Drop for Loader {
     }
 }
 
-/// The order in which one epoch visits the shard: a list of windows, each a list of
-/// (start row, row count) blocks, plus whether to shuffle rows within each window.
-pub fn epoch_windows(n: usize, cfg: &LoaderCfg, epoch: usize) -> Vec<Vec<(usize, usize)>> {
-    let block = cfg.block.min(n).max(1);
-    let mut blocks: Vec<(usize, usize)> =
-        (0..n.div_ceil(block)).map(|i| (i * block, block.min(n - i * block))).collect();
-    if cfg.shuffle {
-        Rng::new(cfg.seed, 0xB10C_0000 ^ ((epoch as u64) << 20) ^ cfg.rank as u64).shuffle(&mut blocks);
-    }
-    let per_window = (cfg.window / block).max(1);
-    blocks.chunks(per_window).map(|c| c.to_vec()).collect()
-}
-
 /// The loader's record of an epoch, for its debug line (what the tests check).
 #[derive(Default)]
 struct Used {
@@ -172,6 +110,30 @@ pub fn row_digest(file: usize, row: usize) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The rows of consumed batches, added up by the training loop: with the loader's own line
+/// at the end of an epoch, what a test compares across an interruption. `log_before_stop`
+/// writes rank's share of an epoch that a stop cut short.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct Tally {
+    pub rows: usize,
+    pub digest: u64,
+}
+
+impl Tally {
+    pub fn add(&mut self, b: &Batch) {
+        self.rows += b.rows;
+        self.digest = self.digest.wrapping_add(b.digest);
+    }
+
+    /// Debug: the rows this rank trained on in epoch `epoch` (1-based), steps `from..to` (1-based).
+    pub fn log_before_stop(&self, epoch: usize, from: usize, to: usize) {
+        debug!(
+            "loader: epoch {epoch} before the stop: used {} rows in steps {from}..{to}, row digest {:016x}",
+            self.rows, self.digest
+        );
+    }
+}
+
 fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare: &Receiver<Batch>) -> Result<()> {
     let d = shard.features;
     let k = match &shard.labels {
@@ -179,93 +141,105 @@ fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare
         Labels::Classes(_) => 0,
     };
     let record = log::log_enabled!(log::Level::Debug);
+    let (b, g, n) = (cfg.batch, cfg.batch * cfg.ranks, shard.len());
+    // The epoch's last `n - n_used` positions are dropped (data.drop_last).
+    let n_used = n.min(cfg.steps * g);
     let mut window = vec![0.0f32; cfg.window.max(cfg.block) * d];
-    let mut rows: Vec<usize> = Vec::with_capacity(cfg.window);
+    let (mut rows, mut need, mut scratch, mut mark) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for epoch in cfg.start_epoch..cfg.epochs {
-        if epoch == cfg.start_epoch && cfg.start_batch >= cfg.steps {
+        let first = if epoch == cfg.start_epoch { cfg.start_batch } else { 0 };
+        if first >= cfg.steps {
             continue; // resumed at the very end of this epoch
         }
-        let mut rng = Rng::new(cfg.seed, 0x5A11_0000 ^ ((epoch as u64) << 20) ^ cfg.rank as u64);
-        let mut batch = new_batch(spare, cfg.batch, d, k);
-        let mut sent = 0;
+        let order = Order::new(n, cfg.block, cfg.window, cfg.shuffle, cfg.seed, epoch);
+        let mut batch = new_batch(spare, b, d, k);
         let mut used = Used::default();
-        // Resuming mid-epoch: replay the order without reading what was already trained on.
-        let mut skip = if epoch == cfg.start_epoch { cfg.start_batch * cfg.batch } else { 0 };
-        if epoch == cfg.start_epoch {
-            sent = cfg.start_batch;
-        }
-        'epoch: for blocks in epoch_windows(shard.len(), cfg, epoch) {
-            let rows_in: usize = blocks.iter().map(|b| b.1).sum();
-            if skip >= rows_in {
-                // The whole window was consumed before the checkpoint: only keep the RNG in step.
-                let mut pos: Vec<usize> = (0..rows_in).collect();
-                if cfg.shuffle {
-                    rng.shuffle(&mut pos);
-                }
-                skip -= rows_in;
+        let mut next = first;
+        for w in 0..order.windows() {
+            let (ws, we) = (order.start[w], order.start[w + 1]);
+            // Resuming mid-epoch: windows already trained on are neither shuffled nor read.
+            if we <= first * g {
                 continue;
             }
-            // Fill the window: `rows[i]` is the shard row held at window position i.
-            rows.clear();
-            for &(start, count) in &blocks {
-                let at = rows.len();
-                shard.read_rows(start, count, &mut window[at * d..(at + count) * d])?;
-                rows.extend(start..start + count);
+            if ws >= n_used {
+                break;
             }
-            let mut pos: Vec<usize> = (0..rows.len()).collect();
-            if cfg.shuffle {
-                rng.shuffle(&mut pos);
-            }
-            for p in pos.into_iter().skip(std::mem::take(&mut skip)) {
-                batch.x.extend_from_slice(&window[p * d..(p + 1) * d]);
-                match &shard.labels {
-                    Labels::Classes(c) => batch.classes.push(c[rows[p]]),
-                    Labels::Values(v, k) => batch.values.extend_from_slice(&v[rows[p] * k..(rows[p] + 1) * k]),
-                }
-                batch.rows += 1;
-                if record {
-                    let (file, row) = shard.row_id(rows[p]);
-                    used.digest = used.digest.wrapping_add(row_digest(file, row));
-                }
-                if batch.rows == cfg.batch {
-                    used.rows += batch.rows;
-                    let full = std::mem::replace(&mut batch, new_batch(spare, cfg.batch, d, k));
-                    if tx.send(Ok(full)).is_err() {
-                        return Ok(()); // the consumer is gone: stop quietly
+            let perm = order.perm(w);
+            let parts = window_parts(&perm, ws, n_used, g, b, cfg.rank, first, &mut need, &mut scratch);
+            order.window_rows(w, &mut rows);
+            read_needed(shard, &order, w, &rows, &need, &mut mark, &mut window)?;
+            for p in parts {
+                for &q in &need[p.rows] {
+                    let (q, row) = (q as usize, rows[q as usize]);
+                    batch.x.extend_from_slice(&window[q * d..(q + 1) * d]);
+                    match &shard.labels {
+                        Labels::Classes(c) => batch.classes.push(c[row]),
+                        Labels::Values(v, k) => batch.values.extend_from_slice(&v[row * k..(row + 1) * k]),
                     }
-                    sent += 1;
-                    if sent == cfg.steps {
-                        break 'epoch;
+                    batch.rows += 1;
+                    if record {
+                        let (file, r) = shard.row_id(row);
+                        batch.digest = batch.digest.wrapping_add(row_digest(file, r));
                     }
                 }
+                if !p.completes {
+                    continue; // the step goes on in the next window
+                }
+                assert_eq!(p.step, next, "the loader's steps come in order");
+                next += 1;
+                match batch.rows {
+                    0 => used.empty += 1,
+                    r if r < b => used.short += 1,
+                    _ => {}
+                }
+                used.rows += batch.rows;
+                used.digest = used.digest.wrapping_add(batch.digest);
+                let full = std::mem::replace(&mut batch, new_batch(spare, b, d, k));
+                if tx.send(Ok(full)).is_err() {
+                    return Ok(()); // the consumer is gone: stop quietly
+                }
             }
-        }
-        // Out of rows before the last step: the short batch with the rest, then empty ones
-        // (this rank still takes part in every step's collectives).
-        while sent < cfg.steps {
-            if batch.rows == 0 {
-                used.empty += 1;
-            } else {
-                used.short += 1;
-            }
-            used.rows += batch.rows;
-            let last = std::mem::replace(&mut batch, new_batch(spare, cfg.batch, d, k));
-            if tx.send(Ok(last)).is_err() {
-                return Ok(());
-            }
-            sent += 1;
         }
         if record {
             debug!(
                 "loader: epoch {}: used {} rows in {} batches ({} short, {} empty), row digest {:016x}",
                 epoch + 1,
                 used.rows,
-                cfg.steps - if epoch == cfg.start_epoch { cfg.start_batch } else { 0 },
+                cfg.steps - first,
                 used.short,
                 used.empty,
                 used.digest
             );
         }
+    }
+    Ok(())
+}
+
+/// Read, of window `w`, the rows at the read positions `need` into `window` (at their read
+/// position): per block, one read of the span from its first to its last needed row.
+fn read_needed(
+    shard: &Shard,
+    order: &Order,
+    w: usize,
+    rows: &[usize],
+    need: &[u32],
+    mark: &mut Vec<bool>,
+    window: &mut [f32],
+) -> Result<()> {
+    let d = shard.features;
+    mark.clear();
+    mark.resize(rows.len(), false);
+    for &q in need {
+        mark[q as usize] = true;
+    }
+    let mut at = 0;
+    for &(_, count) in order.window_blocks(w) {
+        let m = &mark[at..at + count];
+        if let (Some(lo), Some(hi)) = (m.iter().position(|&x| x), m.iter().rposition(|&x| x)) {
+            let (a, z) = (at + lo, at + hi + 1);
+            shard.read_rows(rows[a], z - a, &mut window[a * d..z * d])?;
+        }
+        at += count;
     }
     Ok(())
 }
@@ -276,8 +250,10 @@ fn new_batch(spare: &Receiver<Batch>, b: usize, d: usize, k: usize) -> Batch {
         x: Vec::with_capacity(b * d),
         classes: Vec::with_capacity(b),
         values: Vec::with_capacity(b * k),
+        digest: 0,
     });
     batch.rows = 0;
+    batch.digest = 0;
     batch.x.clear();
     batch.classes.clear();
     batch.values.clear();
@@ -286,30 +262,20 @@ fn new_batch(spare: &Receiver<Batch>, b: usize, d: usize, k: usize) -> Batch {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    fn cfg(shuffle: bool) -> LoaderCfg {
-        LoaderCfg {
-            batch: 4,
-            steps: 10,
-            epochs: 2,
-            shuffle,
-            block: 8,
-            window: 24,
-            seed: 3,
-            rank: 0,
-            depth: 2,
-            start_epoch: 0,
-            start_batch: 0,
-        }
-    }
+    use super::super::order::{window_parts, Order, Schedule};
 
     #[test]
     fn windows_cover_every_row_once() {
         for shuffle in [false, true] {
-            let w = epoch_windows(100, &cfg(shuffle), 1);
-            let mut rows: Vec<usize> = w.iter().flatten().flat_map(|&(s, c)| s..s + c).collect();
-            assert!(w.iter().all(|win| win.len() <= 3));
+            let o = Order::new(100, 8, 24, shuffle, 3, 1);
+            assert!((0..o.windows()).all(|w| o.window_blocks(w).len() <= 3));
+            let mut rows: Vec<usize> = Vec::new();
+            let mut buf = Vec::new();
+            for w in 0..o.windows() {
+                o.window_rows(w, &mut buf);
+                assert_eq!(buf.len(), o.start[w + 1] - o.start[w]);
+                rows.extend(&buf);
+            }
             if !shuffle {
                 assert_eq!(rows, (0..100).collect::<Vec<_>>());
             }
@@ -319,32 +285,68 @@ mod tests {
     }
 
     #[test]
-    fn schedule_uses_every_row_once_and_drop_last_the_old_steps() {
-        let s = Schedule::new(vec![70, 50, 33], 16, false);
-        assert_eq!(s.steps, 5);
-        assert_eq!((0..5).map(|i| s.rows(0, i)).collect::<Vec<_>>(), [16, 16, 16, 16, 6]);
-        assert_eq!((0..5).map(|i| s.rows(1, i)).collect::<Vec<_>>(), [16, 16, 16, 2, 0]);
-        assert_eq!((0..5).map(|i| s.rows(2, i)).collect::<Vec<_>>(), [16, 16, 1, 0, 0]);
-        assert_eq!((0..5).map(|i| s.global_rows(i)).collect::<Vec<_>>(), [48, 48, 33, 18, 6]);
-        assert_eq!(s.global_rows_in(0, 5), 153);
-        assert_eq!(s.global_rows_in(2, 4), 51);
-        assert_eq!((s.epoch_rows(0), s.epoch_rows(1), s.epoch_rows(2)), (70, 50, 33));
-        assert_eq!(s.rows_before(1, 4), 50);
-
-        let s = Schedule::new(vec![70, 50, 33], 16, true);
-        assert_eq!(s.steps, 2);
-        assert!((0..2).all(|i| s.global_rows(i) == 48));
-        assert_eq!(s.global_rows_in(0, 2), 96);
-        assert_eq!(s.epoch_rows(0), 32);
-        // A batch larger than every share: one step with everything.
-        let s = Schedule::new(vec![7, 3, 1], 8, false);
-        assert_eq!((s.steps, s.global_rows(0)), (1, 11));
-        assert_eq!(Schedule::new(vec![7, 3, 1], 8, true).steps, 0);
+    fn schedule_splits_the_global_batch_and_uses_every_row_once() {
+        let s = Schedule::new(153, 48, 3, false);
+        assert_eq!((s.steps, s.batch), (4, 16));
+        assert_eq!((0..4).map(|i| s.global_rows(i)).collect::<Vec<_>>(), [48, 48, 48, 9]);
+        assert_eq!((0..4).map(|i| s.rows(0, i)).collect::<Vec<_>>(), [16, 16, 16, 9]);
+        assert_eq!((0..4).map(|i| s.rows(1, i)).collect::<Vec<_>>(), [16, 16, 16, 0]);
+        assert_eq!(s.global_rows_in(0, 4), 153);
+        assert_eq!(s.global_rows_in(1, 3), 96);
+        assert_eq!((s.epoch_rows(0), s.epoch_rows(1), s.epoch_rows(2)), (57, 48, 48));
+        assert_eq!(s.rows_before(0, 2), 32);
+        let s = Schedule::new(153, 48, 3, true);
+        assert_eq!((s.steps, s.used(), s.epoch_rows(2)), (3, 144, 48));
+        // A batch larger than the data: one step with everything.
+        let s = Schedule::new(11, 12, 3, false);
+        assert_eq!((s.steps, s.global_rows(0), s.rows(2, 0)), (1, 11, 3));
+        assert_eq!(Schedule::new(11, 12, 3, true).steps, 0);
     }
 
     #[test]
     fn shuffled_order_depends_on_epoch() {
-        assert_ne!(epoch_windows(100, &cfg(true), 0), epoch_windows(100, &cfg(true), 1));
-        assert_eq!(epoch_windows(100, &cfg(true), 2), epoch_windows(100, &cfg(true), 2));
+        let o = |e| Order::new(100, 8, 24, true, 3, e);
+        assert_ne!(o(0), o(1));
+        assert_eq!(o(2), o(2));
+        assert_ne!(o(2).perm(1), o(1).perm(1));
+    }
+
+    /// Every step's rows, as the ranks take them, for M ranks: the same sets of rows per step
+    /// whatever M, each rank's share its schedule's, every row once.
+    fn steps_of(n: usize, g: usize, m: usize, drop_last: bool) -> Vec<Vec<usize>> {
+        let s = Schedule::new(n, g, m, drop_last);
+        let o = Order::new(n, 8, 24, true, 5, 2);
+        let mut steps = vec![Vec::new(); s.steps];
+        let (mut need, mut scratch, mut rows) = (Vec::new(), Vec::new(), Vec::new());
+        for r in 0..m {
+            let mut per_step = vec![0; s.steps];
+            for w in 0..o.windows() {
+                let perm = o.perm(w);
+                o.window_rows(w, &mut rows);
+                for p in window_parts(&perm, o.start[w], s.used(), g, s.batch, r, 0, &mut need, &mut scratch) {
+                    per_step[p.step] += p.rows.len();
+                    steps[p.step].extend(need[p.rows].iter().map(|&q| rows[q as usize]));
+                }
+            }
+            assert!((0..s.steps).all(|i| per_step[i] == s.rows(r, i)), "{m} ranks, rank {r}: {per_step:?}");
+        }
+        steps.iter_mut().for_each(|v| v.sort());
+        steps
+    }
+
+    #[test]
+    fn the_steps_rows_do_not_depend_on_the_rank_count() {
+        for drop_last in [false, true] {
+            let one = steps_of(100, 12, 1, drop_last);
+            for m in [2, 3, 4, 6] {
+                assert_eq!(steps_of(100, 12, m, drop_last), one, "{m} ranks, drop_last {drop_last}");
+            }
+            let mut all: Vec<usize> = one.concat();
+            all.sort();
+            let want = if drop_last { 96 } else { 100 };
+            assert_eq!(all.len(), want);
+            all.dedup();
+            assert_eq!(all.len(), want, "a row twice");
+        }
     }
 }

@@ -6,7 +6,8 @@
 //!   cargo test --release --bin hvtrain loader_throughput -- --ignored --nocapture
 //!
 //! HVTRAIN_LOADER_BENCH_ROWS (60000), _FEATURES (784), _ROUNDS (3), _EPOCHS (3 per round, the
-//! first of each discarded as warm-up) size it; _DIR (the system temp dir) holds the files.
+//! first of each discarded as warm-up) size it; _DIR (the system temp dir) holds the files;
+//! _RANKS (1) measures rank 0 of that many (its 128 rows of each global batch of 128 × RANKS).
 
 use super::loader::{Loader, LoaderCfg, Schedule};
 use super::shard::{Expect, Shard};
@@ -25,14 +26,16 @@ fn write<T: hdf5::H5Type>(path: &Path, x: Vec<T>, y: &[i32], n: usize, d: usize)
 }
 
 /// Seconds per epoch of the loader over `path`, for `epochs` epochs.
-fn epochs_s(path: &Path, extra: &str, n: usize, d: usize, epochs: usize) -> Vec<f64> {
+fn epochs_s(path: &Path, extra: &str, n: usize, d: usize, epochs: usize, ranks: usize) -> Vec<f64> {
     let cfg: DataCfg = toml::from_str(&format!("train = {:?}\n{extra}", path.display().to_string())).unwrap();
     let want = Expect { inputs: d, outputs: 10, loss: LossKind::SoftmaxCrossEntropy };
     let shard = Shard::open(&cfg, "data.train", &cfg.train, 0, 1, want).unwrap();
     let batch = 128;
-    let steps = Schedule::new(vec![n], batch, false).steps;
+    let sched = Schedule::new(n, batch * ranks, ranks, false);
+    let steps = sched.steps;
     let lc = LoaderCfg {
         batch,
+        ranks,
         steps,
         epochs,
         shuffle: true,
@@ -55,7 +58,7 @@ fn epochs_s(path: &Path, extra: &str, n: usize, d: usize, epochs: usize) -> Vec<
             std::hint::black_box(&b.x);
             loader.give_back(b);
         }
-        assert_eq!(rows, n);
+        assert_eq!(rows, sched.epoch_rows(0));
         times.push(t.elapsed().as_secs_f64());
     }
     times
@@ -70,7 +73,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[ignore = "a benchmark: bench/loader.sh"]
 fn loader_throughput() {
     let (n, d) = (env("ROWS", 60_000), env("FEATURES", 784));
-    let (rounds, epochs) = (env("ROUNDS", 3), env("EPOCHS", 3).max(2));
+    let (rounds, epochs, ranks) = (env("ROUNDS", 3), env("EPOCHS", 3).max(2), env("RANKS", 1).max(1));
     let dir = std::env::var("HVTRAIN_LOADER_BENCH_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| std::env::temp_dir())
@@ -94,12 +97,12 @@ fn loader_throughput() {
     // Rounds interleave the cases, so that drift in the machine's speed hits all alike.
     for _ in 0..rounds {
         for (i, (_, file, extra, _)) in cases.iter().enumerate() {
-            let t = epochs_s(&dir.join(file), extra, n, d, epochs);
+            let t = epochs_s(&dir.join(file), extra, n, d, epochs, ranks);
             per_case[i].extend_from_slice(&t[1..]);
         }
     }
-    println!("rows {n}, features {d}, batch 128, shuffle_block 256, shuffle_window 4096, {rounds} rounds x {} timed epochs per case (after 1 warm-up epoch each), files in the page cache", epochs - 1);
-    println!("| x stored as | bytes read per row | epoch s: median (min..max) | rows/s (median) | MB/s of float32 delivered |");
+    println!("rows {n}, features {d}, rank 0 of {ranks}, batch 128 per rank, shuffle_block 256, shuffle_window 4096, {rounds} rounds x {} timed epochs per case (after 1 warm-up epoch each), files in the page cache", epochs - 1);
+    println!("| x stored as | bytes read per row | epoch s: median (min..max) | rows/s delivered to rank 0 (≈ rows / ranks per epoch time, median) | MB/s of float32 delivered |");
     println!("|---|---|---|---|---|");
     for (i, (name, _, _, bytes)) in cases.iter().enumerate() {
         let t = &per_case[i];
@@ -108,8 +111,8 @@ fn loader_throughput() {
         println!(
             "| {name} | {} | {m:.3} ({lo:.3}..{hi:.3}) | {:.0} | {:.0} |",
             bytes * d,
-            n as f64 / m,
-            (n * d * 4) as f64 / m / 1e6
+            n.div_ceil(ranks) as f64 / m,
+            (n.div_ceil(ranks) * d * 4) as f64 / m / 1e6
         );
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,5 +1,6 @@
-//! The data pipeline: HDF5 helpers (`h5`), this rank's validated part of a dataset
-//! (`shard`), the background batch loader (`loader`), and the converters behind
+//! The data pipeline: HDF5 helpers (`h5`), a validated dataset (all of it, or this
+//! rank's part of the test data) (`shard`), the epoch's row order and the rows of every step
+//! (`order`), the background batch loader (`loader`), and the converters behind
 //! `hvtrain data` (`convert`).
 
 pub mod convert;
@@ -7,4 +8,5 @@ pub mod h5;
 pub mod loader;
 #[cfg(test)]
 mod loader_bench;
+pub mod order;
 pub mod shard;

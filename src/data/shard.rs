@@ -1,5 +1,5 @@
-//! `Shard`: this rank's part of a dataset, opened and validated up front (shapes, types,
-//! label range, finite targets), with the features `x` read lazily by rows.
+//! `Shard`: a dataset, or one rank's slice of it, opened and validated up front (shapes,
+//! types, label range, finite targets), with the features `x` read lazily by rows.
 //!
 //! `x` may be stored as any integer or float type; rows are converted to float32 as they are
 //! read, with `data.x_scale` and `data.x_offset` applied (x * scale + offset, computed in
@@ -7,10 +7,11 @@
 //! integer or float type (read as float32, not scaled).
 //!
 //! A path containing `{rank}` names numbered files `0, 1, 2, ...` (as many as exist,
-//! counted from 0): rank r reads files r, r+N, r+2N, ... whole, so every file is read by
-//! someone; fewer files than ranks is an error. Otherwise every rank opens the same file and
-//! takes its own contiguous slice, rows [r*n/N, (r+1)*n/N), which together cover every row.
-//! A shard of several files is their rows one after another.
+//! counted from 0), whatever the rank count; otherwise it is one file. The dataset's global
+//! rows are its files' rows one after another, in file order. Training opens them all (every
+//! rank: the loader takes each step's rows from anywhere, see `order.rs`), keeping a handle
+//! per file; evaluation gives rank r of N the global rows [r*n/N, (r+1)*n/N). The labels of
+//! the opened rows are read whole (4 bytes a row for classes).
 
 use super::h5::{self, with_elem, Elem, Num};
 use crate::config::{num, DataCfg, LossKind};
@@ -64,41 +65,57 @@ pub struct Shard {
     affine: Affine,
 }
 
-/// The files this rank reads, with their numbers, and whether it reads them whole (a
-/// `{rank}` template) or a slice of one file. `key` names the job field in errors.
-pub fn files(template: &str, key: &str, rank: usize, ranks: usize) -> Result<(Vec<(usize, PathBuf)>, bool)> {
+/// Every file of the dataset, with its number: the numbered files `0, 1, 2, ...` of a
+/// `{rank}` template (as many as exist, counted from 0), else the one path. `key` names the
+/// job field in errors.
+pub fn files(template: &str, key: &str) -> Result<Vec<(usize, PathBuf)>> {
     if !template.contains("{rank}") {
-        return Ok((vec![(0, PathBuf::from(template))], false));
+        return Ok(vec![(0, PathBuf::from(template))]);
     }
     let path = |i: usize| PathBuf::from(template.replace("{rank}", &i.to_string()));
     let found = (0..).take_while(|&i| path(i).exists()).count();
-    if rank >= found {
-        let which = match found {
-            0 => format!("matches no file ({} does not exist)", path(0).display()),
-            1 => format!("matches 1 file ({})", path(0).display()),
-            n => format!("matches {n} files ({} to {})", path(0).display(), path(n - 1).display()),
-        };
+    if found == 0 {
         return Err(Error::data(
-            &path(rank),
+            &path(0),
             key,
-            format!(
-                "no such file: `{template}` {which} but the job has {ranks} ranks, so rank {rank} has none to read; \
-                 every rank needs at least one file: give {ranks} or more (`hvtrain data shard FILE --parts {ranks}`), \
-                 or run with at most {found} rank(s)"
-            ),
+            format!("no such file: `{template}` matches no file ({} does not exist)", path(0).display()),
         ));
     }
-    Ok(((rank..found).step_by(ranks).map(|i| (i, path(i))).collect(), true))
+    Ok((0..found).map(|i| (i, path(i))).collect())
 }
 
 impl Shard {
+    /// Rank `rank` of `ranks`' slice of the dataset's global rows (every file's rows one after
+    /// another, in file order): rows [rank·n/ranks, (rank+1)·n/ranks). Training opens it whole
+    /// (rank 0 of 1) and the loader picks each step's rows; evaluation splits the test data.
     pub fn open(cfg: &DataCfg, key: &str, template: &str, rank: usize, ranks: usize, want: Expect) -> Result<Shard> {
-        let (paths, whole) = files(template, key, rank, ranks)?;
-        let mut parts = Vec::with_capacity(paths.len());
+        let mut opened = Vec::new();
+        for (number, path) in files(template, key)? {
+            let f = open_file(cfg, key, &path, want)?;
+            if f.n == 0 {
+                return Err(Error::data(&path, &cfg.x_dataset, "gets no samples: the file has 0 rows"));
+            }
+            opened.push((number, path, f));
+        }
+        let total: usize = opened.iter().map(|o| o.2.n).sum();
+        let (lo, hi) = (rank * total / ranks, (rank + 1) * total / ranks);
+        if lo == hi {
+            return Err(Error::data(
+                &opened[0].1,
+                &cfg.x_dataset,
+                format!("rank {rank} gets no samples: the data has {total} rows for {ranks} ranks"),
+            ));
+        }
+        let mut parts = Vec::with_capacity(opened.len());
         let mut labels: Option<Labels> = None;
-        let mut len = 0;
-        for (number, path) in paths {
-            let (part, l) = open_part(cfg, key, &path, number, whole, rank, ranks, want, len)?;
+        let (mut len, mut at) = (0, 0);
+        for (number, path, f) in opened {
+            let rows = lo.max(at) - at..hi.min(at + f.n).max(lo.max(at)) - at;
+            at += f.n;
+            if rows.is_empty() {
+                continue;
+            }
+            let (part, l) = f.part(cfg, path, number, rows, want, len)?;
             len += part.rows.len();
             labels = Some(match (labels, l) {
                 (None, l) => l,
@@ -113,14 +130,6 @@ impl Shard {
                 _ => unreachable!("one loss, one kind of labels"),
             });
             parts.push(part);
-        }
-        if len == 0 {
-            let p = &parts[0];
-            let what = match parts.len() {
-                1 => format!("the file has 0 rows for {ranks} ranks"),
-                n => format!("its {n} files have 0 rows"),
-            };
-            return Err(Error::data(&p.path, &cfg.x_dataset, format!("rank {rank} gets no samples: {what}")));
         }
         Ok(Shard {
             x_name: cfg.x_dataset.clone(),
@@ -236,19 +245,17 @@ pub fn read_x<T: Num>(
     Ok(())
 }
 
-/// Open and validate one file; its labels are read whole (this rank's rows of them).
-#[allow(clippy::too_many_arguments)]
-fn open_part(
-    cfg: &DataCfg,
-    key: &str,
-    path: &Path,
-    number: usize,
-    whole: bool,
-    rank: usize,
-    ranks: usize,
-    want: Expect,
-    first: usize,
-) -> Result<(Part, Labels)> {
+/// One file, opened and its shapes checked; its labels not read yet.
+struct OpenFile {
+    file: hdf5::File,
+    x: hdf5::Dataset,
+    y: hdf5::Dataset,
+    elem: Elem,
+    n: usize,
+}
+
+/// Open one file and check its datasets' shapes and types against the model.
+fn open_file(cfg: &DataCfg, key: &str, path: &Path, want: Expect) -> Result<OpenFile> {
     let path = path.to_path_buf();
     let file = h5::open(&path, key)?;
     let xn = cfg.x_dataset.as_str();
@@ -286,37 +293,47 @@ fn open_part(
             ),
         ));
     }
-    let rows = if whole { 0..n } else { rank * n / ranks..(rank + 1) * n / ranks };
-    if rows.is_empty() && !whole {
-        return Err(Error::data(
-            &path,
-            xn,
-            format!("rank {rank} gets no samples: the file has {n} rows for {ranks} ranks"),
-        ));
-    }
-    let k = want.outputs;
-    let labels = match want.loss {
-        LossKind::SoftmaxCrossEntropy => {
-            let y_kind = h5::kind(&y, &path, yn)?;
-            if ys.len() != 1 || y_kind != "int" {
-                return Err(Error::data(
-                    &path,
-                    yn,
-                    format!(
-                        "softmax_cross_entropy needs 1-D integer class labels, found shape {ys:?} of {}",
-                        type_name(&y)
-                    ),
-                ));
+    Ok(OpenFile { file, x, y, elem, n })
+}
+
+impl OpenFile {
+    /// The part of this shard in file rows `rows`, with its labels read (and checked) whole.
+    fn part(
+        self,
+        cfg: &DataCfg,
+        path: PathBuf,
+        number: usize,
+        rows: Range<usize>,
+        want: Expect,
+        first: usize,
+    ) -> Result<(Part, Labels)> {
+        let OpenFile { file, x, y, elem, .. } = self;
+        let yn = cfg.y_dataset.as_str();
+        let ys = y.shape();
+        let k = want.outputs;
+        let labels = match want.loss {
+            LossKind::SoftmaxCrossEntropy => {
+                let y_kind = h5::kind(&y, &path, yn)?;
+                if ys.len() != 1 || y_kind != "int" {
+                    return Err(Error::data(
+                        &path,
+                        yn,
+                        format!(
+                            "softmax_cross_entropy needs 1-D integer class labels, found shape {ys:?} of {}",
+                            type_name(&y)
+                        ),
+                    ));
+                }
+                let need = "class labels must be integers (int8 to uint64)";
+                let v =
+                    with_elem!(h5::elem(&y, &path, yn, need)?, T => read_labels::<T>(&y, &path, yn, rows.clone(), k))?;
+                Labels::Classes(v)
             }
-            let need = "class labels must be integers (int8 to uint64)";
-            let v = with_elem!(h5::elem(&y, &path, yn, need)?, T => read_labels::<T>(&y, &path, yn, rows.clone(), k))?;
-            Labels::Classes(v)
-        }
-        LossKind::Mse => {
-            let width = if ys.len() == 1 { 1 } else { ys[1] };
-            let y_kind = h5::kind(&y, &path, yn)?;
-            if ys.len() > 2 || width != k || y_kind == "other" {
-                return Err(Error::data(
+            LossKind::Mse => {
+                let width = if ys.len() == 1 { 1 } else { ys[1] };
+                let y_kind = h5::kind(&y, &path, yn)?;
+                if ys.len() > 2 || width != k || y_kind == "other" {
+                    return Err(Error::data(
                     &path,
                     yn,
                     format!(
@@ -324,24 +341,25 @@ fn open_part(
                         type_name(&y)
                     ),
                 ));
+                }
+                let v: Vec<f32> = if ys.len() == 1 {
+                    y.read_slice_1d::<f32, _>(rows.clone()).map(|a| a.to_vec())
+                } else {
+                    y.read_slice_2d::<f32, _>((rows.clone(), ..)).map(|a| a.iter().copied().collect())
+                }
+                .map_err(|e| Error::hdf5(&path, format!("read {yn}"), e))?;
+                if let Some(i) = v.iter().position(|t| !t.is_finite()) {
+                    return Err(Error::data(
+                        &path,
+                        yn,
+                        format!("non-finite target {} at row {}", v[i], rows.start + i / k),
+                    ));
+                }
+                Labels::Values(v, k)
             }
-            let v: Vec<f32> = if ys.len() == 1 {
-                y.read_slice_1d::<f32, _>(rows.clone()).map(|a| a.to_vec())
-            } else {
-                y.read_slice_2d::<f32, _>((rows.clone(), ..)).map(|a| a.iter().copied().collect())
-            }
-            .map_err(|e| Error::hdf5(&path, format!("read {yn}"), e))?;
-            if let Some(i) = v.iter().position(|t| !t.is_finite()) {
-                return Err(Error::data(
-                    &path,
-                    yn,
-                    format!("non-finite target {} at row {}", v[i], rows.start + i / k),
-                ));
-            }
-            Labels::Values(v, k)
-        }
-    };
-    Ok((Part { path, number, rows, first, _file: file, x, elem }, labels))
+        };
+        Ok((Part { path, number, rows, first, _file: file, x, elem }, labels))
+    }
 }
 
 /// The element type of `ds` as a person reads it (`uint8`, `compound (2 fields)`).

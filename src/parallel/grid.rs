@@ -6,7 +6,8 @@
 //! most (two all-reduces of activations per layer pair, per micro-batch); a pipeline (same d
 //! and t) is the P ranks T apart that pass activations forward and gradients back; data group
 //! (p, t) is the ranks {p·T + t + k·P·T}, the copies of the same slice of the model, whose
-//! gradients the engine all-reduces. Every rank of replica d reads data-parallel shard d.
+//! gradients the engine all-reduces. Every rank of replica d takes data rank d's part of
+//! every global batch.
 //!
 //! `TensorGroup` is the model-parallel side as the model and the step use it: the tensor
 //! communicator's sums in forward and backward (through the backend's download/upload, so any

@@ -7,7 +7,7 @@ use super::setup::Setup;
 use super::stop::{self, Boundary, Ctx, StopState};
 use super::{human, in_step, Outcome};
 use crate::config::Job;
-use crate::data::loader::{Loader, LoaderCfg, Schedule};
+use crate::data::loader::{Loader, LoaderCfg, Schedule, Tally};
 use crate::data::shard::Shard;
 use crate::device::Backend;
 use crate::error::{Error, Result};
@@ -63,11 +63,13 @@ impl<'a, B: Backend> Run<'a, B> {
         comm: &'a Comm,
         job: &'a Job,
         setup: Setup,
+        schedule: Schedule,
         start: Start,
         t_process: Instant,
     ) -> Result<Run<'a, B>> {
         let d = &job.distribution;
-        let b = job.training.batch_size;
+        // Rows per rank: the global batch (kept across resumes) over this job's data ranks.
+        let b = schedule.batch;
         let Setup {
             model,
             whole: _,
@@ -79,7 +81,6 @@ impl<'a, B: Backend> Run<'a, B> {
             plan,
             train_shard,
             test_shard,
-            schedule,
             out_dir,
         } = setup;
         let steps = schedule.steps;
@@ -123,8 +124,10 @@ impl<'a, B: Backend> Run<'a, B> {
         let alloc = crate::step::bucket_buffers(&be, &plan)?;
         let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
         drop(p);
-        // The global batch grows with the data-parallel degree, so that is what lr scales by.
-        let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, grid.data)?;
+        // scale_lr_by_world_size: × (global batch / batch_size), the data-parallel degree the run
+        // started with: a resume on another count keeps the global batch, so the lr too.
+        let lr_ranks = schedule.global_batch / job.training.batch_size;
+        let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, lr_ranks)?;
         // This rank's part of the starting state (restore.rs cut it).
         let mut st = Stepper::new(be, model, &start.params, opt, engine, b, timeline.clone())?;
         st.restore(&start.m, &start.v, start.step)
@@ -145,6 +148,7 @@ impl<'a, B: Backend> Run<'a, B> {
                 window: job.data.shuffle_window,
                 seed: job.training.seed,
                 rank: grid.d,
+                ranks: grid.data,
                 depth: 4,
                 start_epoch: start.epoch,
                 start_batch: start.step_in_epoch,
@@ -182,6 +186,7 @@ impl<'a, B: Backend> Run<'a, B> {
             comm: self.comm,
             job: self.job,
             grid: self.grid,
+            global_batch: self.sched.global_batch,
             out_dir: &self.out_dir,
             fault: self.fault,
             watchdog: &self.watchdog,
@@ -208,6 +213,7 @@ impl<'a, B: Backend> Run<'a, B> {
         let t0 = Instant::now();
         self.st.take_exposed();
         let mut at_epoch_end = false;
+        let mut tally = Tally::default();
         for i in first..steps {
             let waiting = Instant::now();
             let loader = self.loader.as_ref().expect("loader alive until the last epoch ends");
@@ -223,6 +229,7 @@ impl<'a, B: Backend> Run<'a, B> {
             let l = self.st.run(&batch, global_rows, waiting).map_err(|e| in_step(e, epoch, i + 1, comm.rank))?;
             liveness::step_done(self.st.step());
             loss_sum += l;
+            tally.add(&batch);
             loader.give_back(batch);
             if self.st.step() == self.start_step + 1 && comm.rank == 0 {
                 let since_exec = crate::sys::seconds_since_start().unwrap_or(f64::NAN);
@@ -255,7 +262,11 @@ impl<'a, B: Backend> Run<'a, B> {
                 debug!("step {}: loss {:.9e}", self.st.step(), (self.stop.total() - before) / global_rows as f64);
             }
             match boundary {
-                Boundary::Stopped => return Ok(Some(Outcome::Preempted)),
+                Boundary::Stopped => {
+                    // This rank's rows of the cut epoch (the resumed loader logs the rest).
+                    tally.log_before_stop(epoch, first + 1, i + 1);
+                    return Ok(Some(Outcome::Preempted));
+                }
                 // The epoch's last step: checkpoint after its metrics, as the start of the next.
                 Boundary::Checkpoint if i + 1 == steps => at_epoch_end = true,
                 Boundary::Checkpoint => {

@@ -1,7 +1,7 @@
 //! The training run, in four parts with a file each:
 //!
-//! - `setup`: the model, the fusion plan, the shards and the steps per epoch, checked across
-//!   ranks, and the start-up log;
+//! - `setup`: the model, the fusion plan, the shards, checked across ranks, the start-up log,
+//!   and (once `restore` knows the global batch) the steps per epoch;
 //! - `restore`: output.dir, the checkpoint to continue from, and the state every rank starts
 //!   with (broadcast from rank 0);
 //! - `epochs`: the epoch loop (batches -> `Stepper` -> progress lines and metrics) and the
@@ -51,8 +51,9 @@ impl Resume {
 pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>) -> Result<Outcome> {
     let setup = setup::Setup::new(comm, job)?;
     let start = restore::restore(comm, job, &setup, resume.as_ref())?;
+    let schedule = setup::schedule(comm, job, &setup, start.global_batch)?;
     let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
-    crate::device::with_backend(kind, job.training.precision, Train { comm, job, setup, start, t_process })
+    crate::device::with_backend(kind, job.training.precision, Train { comm, job, setup, schedule, start, t_process })
 }
 
 /// The rest of `train`, on the chosen backend.
@@ -60,13 +61,14 @@ struct Train<'a> {
     comm: &'a Comm,
     job: &'a Job,
     setup: setup::Setup,
+    schedule: crate::data::loader::Schedule,
     start: restore::Start,
     t_process: Instant,
 }
 
 impl crate::device::WithBackend<Outcome> for Train<'_> {
     fn run<B: crate::device::Backend>(self, be: B) -> Result<Outcome> {
-        let mut run = epochs::Run::new(be, self.comm, self.job, self.setup, self.start, self.t_process)?;
+        let mut run = epochs::Run::new(be, self.comm, self.job, self.setup, self.schedule, self.start, self.t_process)?;
         let outcome = run.epochs()?;
         if let Outcome::Completed = outcome {
             run.finish()?;

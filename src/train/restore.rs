@@ -24,8 +24,12 @@ pub(super) struct Start {
     /// Epochs already completed, and steps of the next one already taken.
     pub epoch: usize,
     pub step_in_epoch: usize,
-    /// Each data-parallel rank's (tensor group's) running loss sum in the epoch being resumed.
+    /// Each data-parallel rank's (tensor group's) running loss sum in the epoch being resumed
+    /// (one per data-parallel rank of this job; resumed on another count, their total on 0).
     pub loss_sums: Vec<f64>,
+    /// Rows per step over all ranks: training.batch_size × data ranks at the run's first
+    /// start, kept by every resume whatever its rank count.
+    pub global_batch: usize,
     /// This run's lineage: a fresh run id, and the checkpoint it continues from.
     pub lineage: Lineage,
 }
@@ -68,13 +72,20 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     };
     let params = part(params, model.n_params);
     let (m, v) = (part(m, m_len), part(v, v_len));
-    let mut pos = [0u64; 3]; // step, epoch index, step in epoch
+    // step, epoch index, step in epoch, global batch, loss sums written (the writer's data ranks)
+    let mut pos = [0, 0, 0, (job.training.batch_size * n_data) as u64, n_data as u64];
     if let Some(c) = &ckpt {
-        pos = [c.step, c.epoch as u64, c.step_in_epoch as u64];
+        pos = [c.step, c.epoch as u64, c.step_in_epoch as u64, c.global_batch as u64, c.loss_sums.len() as u64];
     }
     comm.broadcast_u64(&mut pos);
-    let mut loss_sums = ckpt.as_ref().map_or(vec![0.0; n_data], |c| c.loss_sums.clone());
+    let mut loss_sums = ckpt.as_ref().map_or(vec![0.0; pos[4] as usize], |c| c.loss_sums.clone());
     comm.broadcast_f64(&mut loss_sums);
+    if loss_sums.len() != n_data {
+        // Written on another number of ranks: only the epoch's total matters (train_loss).
+        let total = loss_sums.iter().sum();
+        loss_sums = vec![0.0; n_data];
+        loss_sums[0] = total;
+    }
     let l = Lineage::new_run(ckpt.as_ref());
     if comm.rank == 0 {
         lineage_notes(&setup.out_dir, l, ckpt.as_ref());
@@ -83,7 +94,8 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     comm.broadcast_u64(&mut ids);
     let lineage = Lineage { run_id: ids[0], parent_run: ids[1], parent_step: ids[2] as i64 };
     let (step, epoch, step_in_epoch) = (pos[0], pos[1] as usize, pos[2] as usize);
-    Ok(Start { params, m, v, step, epoch, step_in_epoch, loss_sums, lineage })
+    let global_batch = pos[3] as usize;
+    Ok(Start { params, m, v, step, epoch, step_in_epoch, loss_sums, global_batch, lineage })
 }
 
 /// Rank 0's start-up lines about the checkpoint lineage: the run id, and the files of an
@@ -114,9 +126,10 @@ fn lineage_notes(out_dir: &Path, l: Lineage, from: Option<&Checkpoint>) {
 }
 
 /// Rank 0, before training: create output.dir, refuse to overwrite an earlier run's
-/// checkpoints, and find the checkpoint to resume from. `world` is the data-parallel degree
-/// (the ranks when parallel.tensor = 1), which is what a checkpoint's `world_size` records:
-/// the data order depends on it, not on how each copy of the model is split.
+/// checkpoints, and find the checkpoint to resume from. `world` is this job's data-parallel
+/// degree (the ranks when parallel.tensor = 1); a checkpoint's `world_size` records its
+/// writer's. Any degree resumes: the data order does not depend on it, and the global batch
+/// stays the checkpoint's (`setup::schedule` checks that it divides).
 pub(super) fn prepare_output(
     job: &Job,
     out_dir: &Path,
@@ -157,20 +170,34 @@ pub(super) fn prepare_output(
     if !stale.is_empty() {
         info!("removed {} unfinished file(s) of an interrupted write: {}", stale.len(), stale.join(", "));
     }
-    let Some((path, c)) = found else { return Ok(None) };
-    if c.world_size != world {
-        return Err(Error::data(
-            &path,
-            "world_size",
-            format!(
-                "the checkpoint was written by {} ranks, this job has {world}: resume with {} ranks (each rank's data order \
-                 depends on the rank count; under tensor parallelism these are data-parallel ranks, ranks / parallel.tensor)",
-                c.world_size, c.world_size
-            ),
-        ));
-    }
+    let Some((path, mut c)) = found else { return Ok(None) };
     let then: Job =
         serde_json::from_str(&c.job_json).map_err(|e| Error::data(&path, "job_json", format!("unreadable: {e}")))?;
+    if c.global_batch == 0 {
+        // Format 1 and 2 did not record it: their batch was per rank, on world_size ranks.
+        c.global_batch = then.training.batch_size * c.world_size;
+        if c.step_in_epoch > 0 {
+            warn!(
+                "{} was written by an older hvtrain, whose data order depended on the rank count: the rest of epoch {} \
+                 follows this version's order, so some of its rows may be used twice and others not at all",
+                path.display(),
+                c.epoch + 1
+            );
+        }
+    }
+    if c.world_size != world {
+        let per_rank = match c.global_batch % world {
+            0 => format!("{} per rank now", c.global_batch / world),
+            _ => format!("which does not divide over {world}"),
+        };
+        info!(
+            "the checkpoint was written on {} data-parallel rank(s), this job has {world}: the global batch stays {} \
+             ({per_rank}){}",
+            c.world_size,
+            c.global_batch,
+            if c.step_in_epoch > 0 { "; the epoch goes on with exactly the rows it has not used yet" } else { "" }
+        );
+    }
     for (field, same) in [
         ("training.batch_size", then.training.batch_size == job.training.batch_size),
         ("training.seed", then.training.seed == job.training.seed),

@@ -1,6 +1,7 @@
 //! Start-up of a training run (collective): the model, the fusion plan checked across ranks,
-//! this rank's shards, and the schedule of rows every rank uses at each step (the same on
-//! every rank: every rank's share is all-gathered once).
+//! the training data (all of it, on every rank) and this rank's part of the test data; and,
+//! once the global batch is known (from the checkpoint when resuming), the schedule of rows
+//! every rank uses at each step (the same on every rank).
 
 use crate::config::Job;
 use crate::data::loader::Schedule;
@@ -32,8 +33,6 @@ pub(super) struct Setup {
     pub plan: FusionPlan,
     pub train_shard: Shard,
     pub test_shard: Option<Shard>,
-    /// Steps per epoch (the same on every rank) and the rows of each rank in each step.
-    pub schedule: Schedule,
     pub out_dir: PathBuf,
 }
 
@@ -84,36 +83,29 @@ impl Setup {
 
         let p = phase("opening the training and test data");
         let want = expect(&whole);
-        // A tensor group reads one data-parallel shard: shard d of D.
+        // Every rank opens all the training rows (the loader takes each step's rows from the
+        // epoch's global order); replica d evaluates test slice d of D.
         let (d, n_data) = (grid.d, grid.data);
-        let train_shard = Shard::open(&job.data, "data.train", &job.data.train, d, n_data, want)?;
+        let train_shard = Shard::open(&job.data, "data.train", &job.data.train, 0, 1, want)?;
         debug!("training data: {} ({} rows)", train_shard.describe(), train_shard.len());
+        let n = train_shard.len();
+        if n < n_data {
+            return Err(Error::data(
+                &job.data.train,
+                &job.data.x_dataset,
+                format!(
+                    "rank {} gets no samples: the training data has {n} rows for {n_data} ranks (data-parallel)",
+                    n_data - 1
+                ),
+            ));
+        }
         let test_shard = match &job.data.test {
             Some(t) => Some(Shard::open(&job.data, "data.test", t, d, n_data, want)?),
             None => None,
         };
-
-        let b = job.training.batch_size;
         drop(p);
-        let _p = phase("agreeing on the rows of every step");
-        // Indexed by data shard: the data group's ranks are shards 0..D in order.
-        let shares: Vec<usize> =
-            data_chan.all_gather_u64(train_shard.len() as u64).into_iter().map(|n| n as usize).collect();
-        let schedule = Schedule::new(shares, b, job.data.drop_last);
-        if schedule.steps == 0 {
-            let min_n = schedule.shares.iter().min().copied().unwrap_or(0);
-            return Err(Error::config(
-                &job.source,
-                "training.batch_size",
-                format!(
-                    "{b} is larger than the smallest rank's share of the training data ({min_n} samples), so \
-                     data.drop_last = true leaves no full batch; lower it, use fewer ranks, or set data.drop_last = false"
-                ),
-            ));
-        }
-        if comm.rank == 0 {
-            log_schedule(job, &schedule);
-        }
+        let _p = phase("checking that every rank sees the same training rows");
+        check_agreement(&data_chan, "the number of training rows", n as u64)?;
         Ok(Setup {
             model,
             whole,
@@ -125,63 +117,74 @@ impl Setup {
             plan,
             train_shard,
             test_shard,
-            schedule,
             out_dir: PathBuf::from(&job.output.dir),
         })
     }
 }
 
-/// Rank 0: how many rows each epoch uses, the short and empty batches, or (drop_last) what
-/// is left out, at warn.
-fn log_schedule(job: &Job, s: &Schedule) {
-    let (b, steps, ranks) = (s.batch, s.steps, s.shares.len());
-    let total: usize = s.shares.iter().sum();
-    let used = s.global_rows_in(0, steps);
-    info!(
-        "{} epochs of {steps} steps, batch {b} per rank = up to {} global; {used} of the {total} training samples per \
-         epoch over {ranks} rank(s)",
-        job.training.epochs,
-        b * ranks
-    );
-    if s.drop_last {
-        if used < total {
-            let per_rank: Vec<String> = (0..ranks)
-                .filter(|&r| s.shares[r] > s.epoch_rows(r))
-                .map(|r| format!("rank {r} {} of {}", s.shares[r] - s.epoch_rows(r), s.shares[r]))
-                .collect();
-            warn!(
-                "data.drop_last = true: {} of the {total} training rows are dropped every epoch ({steps} full batches \
-                 of {b} per rank, the most every rank can run; dropped: {}{}); a different set each epoch when shuffling",
-                total - used,
-                per_rank[..per_rank.len().min(8)].join(", "),
-                if per_rank.len() > 8 { ", ..." } else { "" }
-            );
-        }
-        return;
+/// The rows of every step for global batch `global` (training.batch_size × data ranks, or
+/// the checkpoint's when resuming) over this job's data-parallel ranks; an error naming
+/// `training.batch_size` when it does not divide over them or (drop_last) leaves no full step.
+pub(super) fn schedule(comm: &Comm, job: &Job, setup: &Setup, global: usize) -> Result<Schedule> {
+    let (ranks, n, b) = (setup.grid.data, setup.train_shard.len(), job.training.batch_size);
+    if global % ranks != 0 {
+        let fits: Vec<String> = (1..=global.min(4096)).filter(|m| global % m == 0).map(|m| m.to_string()).collect();
+        return Err(Error::config(
+            &job.source,
+            "training.batch_size",
+            format!(
+                "the checkpoint's global batch is {global} ({b} per rank x {} data-parallel ranks when the run started), \
+                 which does not divide over this job's {ranks} data-parallel ranks; resuming keeps the global batch, so \
+                 run on a number of data-parallel ranks that divides {global} ({})",
+                global / b,
+                fits.join(", ")
+            ),
+        ));
     }
-    // Ranks with fewer rows end the epoch with a short batch and/or empty steps.
-    let uneven: Vec<String> = (0..ranks)
-        .filter(|&r| s.shares[r] != steps * b)
-        .map(|r| {
-            let (full, rest) = (s.shares[r] / b, s.shares[r] % b);
-            let empty = steps - s.shares[r].div_ceil(b);
-            let mut t = format!("rank {r}: {full} full batch(es)");
-            if rest > 0 {
-                t += &format!(", one of {rest} rows");
-            }
-            if empty > 0 {
-                t += &format!(", {empty} empty step(s)");
-            }
-            t
-        })
-        .collect();
-    if !uneven.is_empty() {
-        let shown = uneven.iter().take(8).cloned().collect::<Vec<_>>().join("; ");
+    let s = Schedule::new(n, global, ranks, job.data.drop_last);
+    if s.steps == 0 {
+        return Err(Error::config(
+            &job.source,
+            "training.batch_size",
+            format!(
+                "the global batch {global} ({} per rank x {ranks} ranks) is larger than the training data ({n} samples), \
+                 so data.drop_last = true leaves no full batch; lower it, use fewer ranks, or set data.drop_last = false",
+                s.batch
+            ),
+        ));
+    }
+    if comm.rank == 0 {
+        log_schedule(job, &s);
+    }
+    Ok(s)
+}
+
+/// Rank 0: the steps and batches of an epoch, and what drop_last leaves out (at warn).
+fn log_schedule(job: &Job, s: &Schedule) {
+    let (b, steps, ranks, total) = (s.batch, s.steps, s.ranks, s.rows);
+    info!(
+        "{} epochs of {steps} steps, global batch {} = {b} per rank x {ranks} rank(s); {} of the {total} training \
+         samples per epoch, in an order that does not depend on the rank count",
+        job.training.epochs,
+        s.global_batch,
+        s.used()
+    );
+    if s.drop_last && s.used() < total {
+        warn!(
+            "data.drop_last = true: {} of the {total} training rows are dropped every epoch ({steps} full batches of {} \
+             global); a different set each epoch when shuffling",
+            total - s.used(),
+            s.global_batch
+        );
+    } else if s.global_rows(steps - 1) < s.global_batch {
+        let last = s.global_rows(steps - 1);
+        let short: Vec<String> =
+            (0..ranks).filter(|&r| s.rows(r, steps - 1) < b).take(8).map(|r| r.to_string()).collect();
         info!(
-            "every row is used once per epoch; shares differ or do not divide by the batch, so {} rank(s) end the epoch \
-             with a short batch or empty steps ({shown}{}); the gradient average is weighted by the rows each rank uses",
-            uneven.len(),
-            if uneven.len() > 8 { "; ..." } else { "" }
+            "every row is used once per epoch; the last step has {last} rows, so rank(s) {}{} take a short or empty \
+             batch there; the gradient average is weighted by the rows each rank uses",
+            short.join(", "),
+            if ranks - last / b > 8 { ", ..." } else { "" }
         );
     }
 }

@@ -66,6 +66,8 @@ pub(super) struct Ctx<'a> {
     pub comm: &'a Comm,
     pub job: &'a Job,
     pub grid: Grid,
+    /// Rows per step over all ranks (what a checkpoint records for any rank count to resume).
+    pub global_batch: usize,
     pub out_dir: &'a Path,
     pub fault: Option<Fault>,
     pub watchdog: &'a Watchdog,
@@ -200,8 +202,9 @@ fn write<B: Backend>(
         step,
         epoch: epoch_index,
         step_in_epoch,
-        // The data-parallel degree: what the data order depends on (see restore.rs).
+        // The writer's data-parallel degree, for the log (any degree resumes, see restore.rs).
         world_size: ctx.grid.data,
+        global_batch: ctx.global_batch,
         loss_sums,
         loss_sums_exact: exact,
         params,
