@@ -15,6 +15,8 @@ use super::watchdog::{SharedWatchdog, MAIN};
 use crate::device::Backend;
 use crate::error::{Error, Result};
 use crate::model::{tensor, Mlp, TensorSum};
+use log::info;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where this rank sits in the grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +96,30 @@ pub fn describe(g: &Grid, hosts: &[String]) -> Vec<String> {
     lines
 }
 
+/// Time in the tensor-parallel all-reduces (`TensorGroup::sum`: the download, the
+/// all-reduce and the upload) since the last `log_sum_time`, in nanoseconds, and their count.
+static SUM_NANOS: AtomicU64 = AtomicU64::new(0);
+static SUMS: AtomicU64 = AtomicU64::new(0);
+
+/// Rank 0 (under tensor parallelism): the epoch's time in tensor-parallel all-reduces (its
+/// own; training steps only when called before evaluation). Every rank resets its count.
+pub fn log_sum_time(rank: usize, epoch: usize, epoch_secs: f64, steps: usize) {
+    let (ns, n) = (SUM_NANOS.swap(0, Ordering::Relaxed), SUMS.swap(0, Ordering::Relaxed));
+    if rank == 0 && n > 0 {
+        let s = ns as f64 * 1e-9;
+        info!(
+            "epoch {epoch}: tensor-parallel all-reduces {s:.3} s ({:.1}% of the epoch's {epoch_secs:.2} s), {n} sums, {:.3} ms/step",
+            100.0 * s / epoch_secs.max(1e-9),
+            s * 1e3 / steps.max(1) as f64
+        );
+    }
+}
+
+pub fn reset_sum_time() {
+    SUM_NANOS.store(0, Ordering::Relaxed);
+    SUMS.store(0, Ordering::Relaxed);
+}
+
 /// This rank's tensor group, as forward, backward and the whole-model I/O use it. Main
 /// thread only.
 pub struct TensorGroup {
@@ -130,6 +156,7 @@ impl TensorGroup {
 
     /// This rank's part of a whole arena (parameters or optimizer state).
     pub fn scatter(&self, all: &[f32]) -> Vec<f32> {
+        let _a = crate::mem::allocating("this rank's shard of the starting state");
         if self.size == 1 {
             return all.to_vec();
         }
@@ -141,6 +168,7 @@ impl TensorGroup {
     /// (an optimizer without that state) stays empty.
     pub fn gather(&self, mine: Vec<f32>) -> Option<Vec<f32>> {
         let Some(chan) = &self.chan else { return Some(mine) };
+        let _a = crate::mem::allocating("the whole model on tensor rank 0 (checkpoint, weights.h5)");
         let parts = chan.gather_f32s(&mine)?;
         if parts.iter().all(Vec::is_empty) {
             return Some(Vec::new());
@@ -152,6 +180,7 @@ impl TensorGroup {
 impl<B: Backend> TensorSum<B> for TensorGroup {
     fn sum(&mut self, be: &B, buf: &mut B::Buf, n: usize) -> Result<()> {
         let Some(chan) = &self.chan else { return Ok(()) };
+        let t0 = std::time::Instant::now();
         self.send.resize(n, 0.0);
         self.recv.resize(n, 0.0);
         be.download(buf, 0..n, &mut self.send)?;
@@ -160,6 +189,8 @@ impl<B: Backend> TensorSum<B> for TensorGroup {
             chan.all_reduce_sum_f32(&self.send, &mut self.recv);
         }
         be.upload_into(&self.recv, buf)?;
+        SUM_NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        SUMS.fetch_add(1, Ordering::Relaxed);
         liveness::progress();
         Ok(())
     }

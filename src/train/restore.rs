@@ -38,14 +38,23 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     drop(p);
     let _p = crate::parallel::liveness::phase("receiving the starting state from rank 0");
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
+    let a = crate::mem::allocating("the whole model's starting parameters (every rank receives them from rank 0)");
     let mut params = match &ckpt {
         Some(c) => c.params.clone(),
         None if comm.rank == 0 => model.init_params(job.training.seed),
-        None => vec![0.0; model.n_params],
+        None => crate::mem::zeros(model.n_params)?,
     };
     comm.broadcast_f32(&mut params);
-    let mut m = ckpt.as_ref().map_or(vec![0.0; m_len], |c| c.m.clone());
-    let mut v = ckpt.as_ref().map_or(vec![0.0; v_len], |c| c.v.clone());
+    drop(a);
+    let _a = crate::mem::allocating("the whole model's starting optimizer state (every rank receives it from rank 0)");
+    let mut m = match &ckpt {
+        Some(c) => c.m.clone(),
+        None => crate::mem::zeros(m_len)?,
+    };
+    let mut v = match &ckpt {
+        Some(c) => c.v.clone(),
+        None => crate::mem::zeros(v_len)?,
+    };
     // Rank 0 decides whether the checkpoint's optimizer state fits; all ranks return its answer.
     let mut ok = [u64::from(m.len() == m_len && v.len() == v_len)];
     comm.broadcast_u64(&mut ok);
