@@ -307,6 +307,7 @@ impl<'a, B: Backend> Run<'a, B> {
         let secs = t0.elapsed().as_secs_f64();
         let done = steps - first;
         let exposed_ms = self.st.take_exposed().as_secs_f64() * 1e3 / done.max(1) as f64;
+        crate::parallel::grid::log_sum_time(comm.rank, epoch, secs, done);
         let test = match &self.test_shard {
             Some(sh) => {
                 let (model, params) = (self.st.model().clone(), self.st.params_host()?);
@@ -315,6 +316,8 @@ impl<'a, B: Backend> Run<'a, B> {
             }
             None => [0.0; 3],
         };
+        // Evaluation's sums are not the next epoch's.
+        crate::parallel::grid::reset_sum_time();
         // The rows this rank uses in the whole epoch (also before a resume), summed over ranks;
         // a tensor group counts once (its ranks computed the same losses).
         let mut totals = [loss_sum, self.sched.epoch_rows(self.grid.d) as f64, test[0], test[1], test[2]];
@@ -378,6 +381,7 @@ impl<'a, B: Backend> Run<'a, B> {
             }
         }
         info!("peak RSS {:.1} MiB", crate::sys::peak_rss_mib().unwrap_or(f64::NAN));
+        super::log_peak_memory(comm);
         // The whole model, assembled from tensor group 0's shards on rank 0.
         let whole = if self.grid.d == 0 {
             let _p = liveness::phase("gathering the tensor shards for weights.h5");
