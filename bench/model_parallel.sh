@@ -8,7 +8,8 @@
 # pipeline parallelism; otherwise they are listed as "skipped (pipeline not available)".
 #   bash bench/model_parallel.sh          # REPEATS=3 (Fashion-MNIST), WIDE_REPEATS=1, WIDE=0 skips the wide model
 # Runs one job at a time (a wide-model rank needs about 3 GiB at T = 1).
-# Writes bench/results/model-parallel-DATE.md (and the runs' key log lines beside it).
+# Writes bench/results/model-parallel-DATE.{md,json,log} (.log: each run's key lines) and, with
+# bench/scaling.sh's JSON and plot environment, the predictions beside them (-layouts.png).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 REPEATS=${REPEATS:-3}
@@ -68,8 +69,10 @@ run_model fmnist 784,512,512,10 512 4 "$work/fm/fashion-mnist-train-0.h5" "" "$R
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 mkdir -p bench/results
-grep -h -E "model state per rank|peak memory per rank|tensor-parallel all-reduces|samples/s \(|bubble|error" \
-  "$work"/*.log > "bench/results/model-parallel-$day.log" || true
+for f in "$work"/*-[0-9]*.log; do
+  echo "== $(basename "$f" .log)"
+  grep -E "model state per rank|peak memory per rank|tensor-parallel all-reduces|samples/s \(|bubble|error" "$f" | cut -c27-
+done > "bench/results/model-parallel-$day.log"
 python3 - "$work" "$day" "$load_before" "$load_after" "$REPEATS" "$WIDE_REPEATS" "$(git rev-parse --short HEAD)" "$LAYOUTS" <<'PY'
 import glob, json, os, re, statistics, subprocess, sys
 work, day, lb, la, reps, wreps, head, layouts = sys.argv[1:]
