@@ -119,3 +119,27 @@ fn a_model_too_big_for_one_rank_fails_clearly_and_trains_split_over_four() {
     eprintln!("parallel.tensor = 4: VmPeak per rank {peaks:?} MiB under the limit of {limit} MiB");
     assert_eq!(read_f32(&dir.join("t4/weights.h5"), "dense1/weight").len(), 7168 * 7168);
 }
+
+/// An allocation that cannot return an error (a `Vec` anywhere) and fails: the global
+/// allocator prints the same kind of line, naming the rank, and ends the whole job; no
+/// bare "memory allocation of N bytes failed" abort, no hang.
+#[test]
+fn a_failed_allocation_anywhere_ends_the_job_with_the_out_of_memory_line() {
+    let _l = mpi_lock();
+    let dir = scratch("memory_alloc_hook");
+    let (x, y) = synthetic(16, 4, 3, 5);
+    write_classes(&dir.join("d.h5"), &x, 4, &y);
+    job(&dir, &[4, 8, 3], "d.h5", None, "");
+    let r = mpirun_env(2, &[("HVTRAIN_INJECT_FAULT", "1:start:oom")], &["train", "job.toml"], &dir, 60);
+    assert_eq!(r.code, Some(1), "{}", r.all());
+    assert!(r.elapsed.as_secs() < 30, "took {:?}\n{}", r.elapsed, r.all());
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("hvtrain: error on rank 1: out of memory: allocating 67108864.0 MiB"))
+        .unwrap_or_else(|| panic!("no out-of-memory line from rank 1\n{}", r.all()));
+    for want in ["for an injected allocation (HVTRAIN_INJECT_FAULT) failed", "split the model over ranks"] {
+        assert!(line.contains(want), "missing {want:?} in\n{line}");
+    }
+    assert!(!r.stderr.contains("memory allocation of"), "{}", r.all());
+}
