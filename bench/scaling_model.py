@@ -17,6 +17,9 @@ measured inputs, for a given network. See bench/SCALING.md for the derivation.
     errors are printed. Predictions at 8..4096 ranks assume one rank per node: gamma = 0.
 
 Usage: scaling_model.py MEASURED.json [--bw GBs] [--latency us] [--gpu-tflops T] [--out PREFIX]
+                        [--layouts-measured MODEL-PARALLEL.json]
+
+Model-parallel layouts (D data × T tensor × P pipeline ranks, M micro-batches): `layout_step`.
 """
 import argparse, json, math, statistics
 
@@ -182,6 +185,97 @@ def check_lines(m):
     return L
 
 
+# ---- Model-parallel layouts (issue #11): data D × tensor T × pipeline P ranks, M micro-batches.
+LAYOUTS = [(4, 1, 1, 1), (2, 2, 1, 1), (1, 4, 1, 1), (2, 1, 2, 1), (2, 1, 2, 4), (1, 2, 2, 1), (1, 2, 2, 4),
+           (1, 1, 4, 1), (1, 1, 4, 4)]
+
+
+def layout_step(layers, gbatch, d, t, p, mb, rate, alpha_t, bw_t, alpha_d, bw_d):
+    """One step of layout (D, T, P, M) at global batch `gbatch`, each rank computing at `rate`
+    FLOP/s, the tensor group's network (alpha_t, bw_t), the data group's (alpha_d, bw_d).
+    Compute splits ideally over T·P ranks except a last layer without a partner, which every
+    tensor rank computes whole; a pipeline stage idles (P-1)/(M+P-1) of the step (GPipe);
+    each layer pair costs one all-reduce of its output forward and of its input gradient
+    backward, per micro-batch, over T ranks; each stage boundary sends activations forward and
+    gradients back per micro-batch; gradients (1/(T·P) of them) are all-reduced over D ranks
+    after backward (no overlap). Returns a dict of seconds and per-rank bytes."""
+    b = gbatch / d
+    fwd, bwd = flops(layers, b)
+    per_layer = [2 * layers[l] * layers[l + 1] * b + bwd[l] for l in range(len(layers) - 1)]
+    pairs = (len(layers) - 1) // 2
+    split = sum(per_layer[:2 * pairs]) / t + sum(per_layer[2 * pairs:])
+    compute = split / p / rate
+    bubble = (p - 1) / (mb + p - 1)
+    tp = 0.0
+    if t > 1:
+        for i in range(pairs):
+            for width in (layers[2 * i + 2], layers[2 * i]):
+                tp += mb * allreduce(4 * b / mb * width, t, alpha_t, bw_t)
+        tp /= p
+    pp = 2 * (mb + p - 2) * (alpha_t + 4 * b / mb * max(layers[1:-1]) / bw_t) if p > 1 else 0.0
+    nparams = sum(layers[i] * layers[i + 1] + layers[i + 1] for i in range(len(layers) - 1))
+    dp = allreduce(4 * nparams / (t * p), d, alpha_d, bw_d)
+    step = (compute + tp) / (1 - bubble) + pp + dp
+    return {"step": step, "samples_per_s": gbatch / step, "compute": compute, "tp": tp, "pp": pp, "dp": dp,
+            "bubble": bubble, "params_bytes": 4 * nparams / (t * p)}
+
+
+def layout_lines(m, alpha, bw, measured=None):
+    """The layouts of 4 ranks for the wide MLP and the Fashion-MNIST one: here (alpha, beta fitted
+    at 2 and 4 ranks, compute at the measured GEMM rate shared by 4 ranks on the machine's cores)
+    and on the named network (one rank per node: the GEMM rate per rank). `measured`: the
+    model-parallel benchmark's JSON ({model: {"D,T,P,M": samples/s}}), shown beside."""
+    g = m["gemm_big"]
+    cores = m.get("vcpus", 2)
+    f2, f4 = m["allreduce_fit"]["2"], m["allreduce_fit"]["4"]
+    fit = lambda f: (f["alpha_us"] * 1e-6, f["bw_GBs"] * 1e9)
+    jobs = {"wide": ([784, 8192, 8192, 8192, 10], 32), "fmnist": ([784, 512, 512, 10], 512)}
+    L = ["## Model-parallel layouts on 4 ranks (predicted)", "",
+         "Data D × tensor T × pipeline P = 4 ranks, M micro-batches, at a fixed global batch (the model-parallel "
+         "benchmark's: 32 for the wide MLP, 512 for Fashion-MNIST). 'here': 4 ranks time-sharing this machine's "
+         f"{cores} cores at the measured GEMM rate ({g['gflops']:.0f} GFLOP/s per process), all-reduces with alpha, "
+         "beta fitted at 2 ranks (tensor groups of 2) and 4 ranks; 'network': one rank per node on the named network. "
+         "Pipeline rows are the model's alone until hvtrain has pipeline parallelism. See bench/SCALING.md.", "",
+         "| model | D,T,P | M | state/rank (MiB, params+grads) | bubble | TP all-reduce (ms) | DP all-reduce (ms) | "
+         "samples/s here | measured here | samples/s network |", "|---|---|---|---|---|---|---|---|---|---|"]
+    curves = {}
+    for name, (layers, gb) in jobs.items():
+        for (d, t, p, mb) in LAYOUTS:
+            here_rate = g["gflops"] * 1e9 * min(1.0, cores / 4)
+            at = fit(f2) if t == 2 else fit(f4)
+            ad = fit(f2) if d == 2 else fit(f4)
+            h = layout_step(layers, gb, d, t, p, mb, here_rate, *at, *ad)
+            n = layout_step(layers, gb, d, t, p, mb, g["gflops"] * 1e9, alpha, bw, alpha, bw)
+            meas = (measured or {}).get(name, {}).get(f"{d},{t},{p},{mb}")
+            curves.setdefault(name, []).append((f"{d},{t},{p} M{mb}", h["samples_per_s"], meas, n["samples_per_s"]))
+            L.append(f"| {'-'.join(map(str, layers))} | {d},{t},{p} | {mb} | {3 * h['params_bytes'] / 2**20:,.1f} | "
+                     f"{h['bubble']:.2f} | {h['tp'] * 1e3:.2f} | {h['dp'] * 1e3:.2f} | {h['samples_per_s']:,.1f} | "
+                     f"{f'{meas:,.1f}' if meas else '–'} | {n['samples_per_s']:,.1f} |")
+    return L + [""], curves
+
+
+def plot_layouts(curves, path):
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(curves), figsize=(12, 4.2))
+    for ax, (name, rows) in zip(axes, curves.items()):
+        x = range(len(rows))
+        ax.bar([i - 0.2 for i in x], [r[1] for r in rows], width=0.4, label="predicted, here")
+        ax.bar([i + 0.2 for i in x], [r[3] for r in rows], width=0.4, label="predicted, network")
+        mx = [(i, r[2]) for i, r in zip(x, rows) if r[2]]
+        if mx:
+            ax.plot([i for i, _ in mx], [v for _, v in mx], "k*", markersize=10, label="measured here")
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([r[0] for r in rows], rotation=45, ha="right", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("samples/s")
+        ax.set_title({"wide": "784-8192-8192-8192-10 (141 M), batch 32", "fmnist": "784-512-512-10, batch 512"}[name])
+        ax.grid(True, alpha=0.3, axis="y")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("hvtrain: layouts of 4 ranks (D,T,P, M micro-batches)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("measured")
@@ -190,10 +284,14 @@ def main():
     ap.add_argument("--gpu-tflops", type=float, default=None,
                     help="also predict a GPU rank computing at this many TFLOP/s (a parameter: no GPU is measured)")
     ap.add_argument("--out", default=None, help="prefix for the .md report and .png plots")
+    ap.add_argument("--layouts-measured", default=None,
+                    help="bench/model_parallel.sh's JSON: measured samples/s of each layout, beside the predicted ones")
     a = ap.parse_args()
     m = json.load(open(a.measured))
     alpha, bw = a.latency * 1e-6, a.bw * 1e9
     lines = check_lines(m)
+    measured = json.load(open(a.layouts_measured)) if a.layouts_measured else None
+    more, layout_curves = layout_lines(m, alpha, bw, measured)
     lines += [f"## Predicted weak scaling at {a.bw:g} GB/s, {a.latency:g} us (extrapolated)", "",
               "Compute per rank is held at its measured 1-rank value (each rank on its own cores); the network is "
               "the one named on the command line, not measured. See bench/SCALING.md for how far to trust these rows.", ""]
@@ -217,6 +315,7 @@ def main():
             for p, t, comm, exposed, eff in rows:
                 lines.append(f"| {p} | {t*1e3:.2f} | {comm*1e3:.3f} | {exposed*1e3:.3f} | {eff*100:.1f}% | {p*model['batch_per_rank']/t:,.0f} |")
             lines.append("")
+    lines += more
     text = "\n".join(lines)
     print(text)
     if a.out:
@@ -240,7 +339,8 @@ def main():
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
         fig.tight_layout()
         fig.savefig(a.out + ".png", dpi=110)
-        print(f"wrote {a.out}.md and {a.out}.png")
+        plot_layouts(layout_curves, a.out + "-layouts.png")
+        print(f"wrote {a.out}.md, {a.out}.png and {a.out}-layouts.png")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,11 @@ pub enum Error {
     #[error("cuda: {0}")]
     Cuda(String),
 
+    /// A host allocation failed (the CPU backend's buffers, the starting state): names what,
+    /// its size, this rank's model state and the way out (`mem::message`).
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
+
     /// MPI failed to start or cannot give what hvtrain needs (thread level).
     #[error("mpi: {0}")]
     Mpi(String),

@@ -12,7 +12,9 @@
 //! - `slow=SECONDS` (sleeps that long, then goes on: a slow rank, which must not be killed);
 //! - `diverge` (nudges one parameter, as a bit flip would: the consistency check must catch it);
 //! - `kill_in_checkpoint`, `stop_in_checkpoint`, `slow_checkpoint=SECONDS`: the same, while
-//!   rank 0 writes the first checkpoint at or after step WHEN (only rank 0 writes checkpoints).
+//!   rank 0 writes the first checkpoint at or after step WHEN (only rank 0 writes checkpoints);
+//! - `oom` (an allocation of 64 TiB that cannot return an error: the allocator's out-of-memory
+//!   line, `tests/memory.rs`).
 
 use crate::device::Backend;
 use crate::error::{Error, Result};
@@ -36,6 +38,9 @@ pub enum Kind {
     StopInCheckpoint,
     /// Milliseconds.
     SlowCheckpoint(u64),
+    /// An allocation of 64 TiB that cannot return an error: the global allocator's
+    /// out-of-memory line and MPI_Abort (`mem::Guarded`).
+    Oom,
 }
 
 impl Kind {
@@ -61,7 +66,7 @@ pub struct Fault {
 
 const USAGE: &str =
     "expected RANK:STEP|start|eval:error|panic|kill|term|hang|stop|slow=SECONDS|diverge|kill_in_checkpoint|\
-                     stop_in_checkpoint|slow_checkpoint=SECONDS";
+                     stop_in_checkpoint|slow_checkpoint=SECONDS|oom";
 
 pub fn from_env() -> Result<Option<Fault>> {
     let Ok(spec) = std::env::var("HVTRAIN_INJECT_FAULT") else { return Ok(None) };
@@ -91,6 +96,7 @@ fn parse(spec: &str) -> Result<Fault> {
             "hang" => Kind::Hang,
             "stop" => Kind::Stop,
             "diverge" => Kind::Diverge,
+            "oom" => Kind::Oom,
             "kill_in_checkpoint" => Kind::KillInCheckpoint,
             "stop_in_checkpoint" => Kind::StopInCheckpoint,
             _ => return Err(bad()),
@@ -171,6 +177,11 @@ fn fire(kind: Kind, when: &str) -> Result<()> {
             std::thread::sleep(Duration::from_millis(ms));
             Ok(())
         }
+        Kind::Oom => {
+            let _a = crate::mem::allocating("an injected allocation (HVTRAIN_INJECT_FAULT)");
+            let v = std::hint::black_box(vec![0u8; 1 << 46]);
+            unreachable!("allocated {} bytes", v.len())
+        }
         Kind::Diverge | Kind::KillInCheckpoint | Kind::StopInCheckpoint | Kind::SlowCheckpoint(_) => Ok(()),
     }
 }
@@ -210,6 +221,7 @@ mod tests {
         assert_eq!(parse("2:eval:hang").unwrap().at, At::Eval);
         assert_eq!(parse("0:20:slow_checkpoint=1.5").unwrap().kind, Kind::SlowCheckpoint(1500));
         assert_eq!(parse("0:20:stop_in_checkpoint").unwrap().kind, Kind::StopInCheckpoint);
+        assert_eq!(parse("1:start:oom").unwrap().kind, Kind::Oom);
         for bad in ["1:50", "1:50:slow", "1:50:slow=-1", "1:x:kill", "1:start:kill_in_checkpoint", "1:5:fast=2"] {
             assert!(parse(bad).is_err(), "{bad}");
         }

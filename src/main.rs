@@ -13,6 +13,7 @@ mod error;
 mod eval;
 mod export;
 mod fault;
+mod mem;
 mod metrics;
 mod model;
 mod optim;
@@ -30,6 +31,9 @@ use cli::{BenchCommand, Cli, Command, DataCommand};
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
+
+#[global_allocator]
+static ALLOC: mem::Guarded = mem::Guarded;
 
 /// This process's rank, for log lines and the panic hook (usize::MAX before MPI starts).
 static RANK: AtomicUsize = AtomicUsize::new(usize::MAX);
@@ -145,6 +149,7 @@ fn with_mpi(f: impl FnOnce(&parallel::Comm) -> error::Result<i32>) -> i32 {
         }
     };
     RANK.store(comm.rank, Ordering::Relaxed);
+    mem::set_rank(comm.rank);
     // Heartbeats from here to the end, so that a rank stopped or gone at any point ends the job.
     let live = parallel::liveness::Liveness::start(&comm);
     match f(&comm) {

@@ -41,6 +41,7 @@ impl<B: Backend> Optimizer<B> {
     ) -> Result<Self> {
         let base_lr = if cfg.scale_lr_by_world_size { cfg.lr * world_size as f64 } else { cfg.lr };
         let (m_len, v_len) = state_lens(cfg, n_params);
+        let _a = crate::mem::allocating("the optimizer state (momentum or Adam's moments)");
         Ok(Optimizer {
             cfg: cfg.clone(),
             base_lr,
@@ -84,9 +85,12 @@ impl<B: Backend> Optimizer<B> {
                 m.len(), v.len()
             ));
         }
-        let up = |h: &[f32]| if h.is_empty() { Ok(None) } else { be.upload(h).map(Some) };
-        self.m = up(m).map_err(|e| e.to_string())?;
-        self.v = up(v).map_err(|e| e.to_string())?;
+        // Into the buffers `new` made (same lengths, checked above): no second copy.
+        for (buf, h) in [(&mut self.m, m), (&mut self.v, v)] {
+            if let Some(b) = buf {
+                be.upload_into(h, b).map_err(|e| e.to_string())?;
+            }
+        }
         self.step = step;
         Ok(())
     }

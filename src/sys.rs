@@ -30,9 +30,30 @@ unsafe fn libc_sysconf_clk_tck() -> i64 {
 
 /// Peak resident set size (VmHWM) in MiB.
 pub fn peak_rss_mib() -> Option<f64> {
+    status_mib("VmHWM:")
+}
+
+/// Peak virtual memory (VmPeak) in MiB: what `ulimit -v` limits.
+pub fn vm_peak_mib() -> Option<f64> {
+    status_mib("VmPeak:")
+}
+
+/// Virtual memory now (VmSize) in MiB.
+pub fn vm_size_mib() -> Option<f64> {
+    status_mib("VmSize:")
+}
+
+fn status_mib(key: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    let kb: f64 = status.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
+}
+
+/// The soft limit on this process's virtual memory in bytes (`ulimit -v`), None when unlimited.
+pub fn address_space_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    // "Max address space            unlimited            unlimited            bytes"
+    limits.lines().find(|l| l.starts_with("Max address space"))?.split_whitespace().nth(3)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -43,5 +64,6 @@ mod tests {
         assert!((0.0..3600.0).contains(&s), "{s}");
         let r = super::peak_rss_mib().unwrap();
         assert!(r > 1.0 && r < 100_000.0, "{r}");
+        assert!(super::vm_peak_mib().unwrap() >= super::vm_size_mib().unwrap());
     }
 }

@@ -22,11 +22,13 @@ impl Backend for Cpu {
     fn name(&self) -> String {
         "cpu".into()
     }
+    // Allocations fail with `Error::OutOfMemory` (naming what and this rank's model state),
+    // never with an abort.
     fn zeros(&self, n: usize) -> Result<Vec<f32>> {
-        Ok(vec![0.0; n])
+        crate::mem::zeros(n)
     }
     fn upload(&self, host: &[f32]) -> Result<Vec<f32>> {
-        Ok(host.to_vec())
+        crate::mem::to_vec(host)
     }
     fn upload_into(&self, host: &[f32], buf: &mut Vec<f32>) -> Result<()> {
         buf[..host.len()].copy_from_slice(host);
@@ -37,7 +39,7 @@ impl Backend for Cpu {
         Ok(())
     }
     fn labels(&self, n: usize) -> Result<Vec<i32>> {
-        Ok(vec![0; n])
+        crate::mem::zeros(n)
     }
     fn download(&self, buf: &Vec<f32>, range: Range<usize>, host: &mut [f32]) -> Result<()> {
         host.copy_from_slice(&buf[range]);

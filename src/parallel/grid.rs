@@ -21,7 +21,9 @@ use super::watchdog::{SharedWatchdog, MAIN};
 use crate::device::Backend;
 use crate::error::{Error, Result};
 use crate::model::{pipeline, tensor, Mlp, TensorSum};
+use log::info;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where this rank sits in the grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,15 +171,23 @@ pub fn cut(full: &Mlp, layers: Range<usize>, t: usize, ts: usize, all: &[f32]) -
 /// other ranks). Without model parallelism every rank holds the whole (a broadcast);
 /// otherwise rank 0 cuts and sends each rank its part in turn, so no other rank ever holds
 /// the whole model. `len` is the whole arena's length (0: an optimizer without that state).
-pub fn distribute(comm: &Comm, g: &Grid, stages: &[Range<usize>], full: &Mlp, all: Vec<f32>, len: usize) -> Vec<f32> {
+pub fn distribute(
+    comm: &Comm,
+    g: &Grid,
+    stages: &[Range<usize>],
+    full: &Mlp,
+    all: Vec<f32>,
+    len: usize,
+) -> Result<Vec<f32>> {
     const TAG: i32 = 0x5354; // "ST"
     if len == 0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
+    let _a = crate::mem::allocating("this rank's part of the starting state (received from rank 0)");
     if g.replica() == 1 {
-        let mut all = if comm.rank == 0 { all } else { vec![0.0; len] };
+        let mut all = if comm.rank == 0 { all } else { crate::mem::zeros(len)? };
         comm.broadcast_f32(&mut all);
-        return all;
+        return Ok(all);
     }
     let part = |r: usize| {
         let (t, p) = (r % g.tensor, r / g.tensor % g.pipeline);
@@ -190,7 +200,7 @@ pub fn distribute(comm: &Comm, g: &Grid, stages: &[Range<usize>], full: &Mlp, al
             liveness::progress();
         }
         let (t, layers) = part(0);
-        return cut(full, layers, t, g.tensor, &all);
+        return Ok(cut(full, layers, t, g.tensor, &all));
     }
     let (t, layers) = part(comm.rank);
     let n = if g.tensor == 1 {
@@ -198,9 +208,33 @@ pub fn distribute(comm: &Comm, g: &Grid, stages: &[Range<usize>], full: &Mlp, al
     } else {
         Mlp::stage(&full.sizes, full.act, full.loss, layers).shard(t, g.tensor).n_params
     };
-    let mut mine = vec![0.0; n];
+    let mut mine = crate::mem::zeros(n)?;
     comm.recv_f32(0, TAG, &mut mine);
-    mine
+    Ok(mine)
+}
+
+/// Time in the tensor-parallel all-reduces (`TensorGroup::sum`: the download, the
+/// all-reduce and the upload) since the last `log_sum_time`, in nanoseconds, and their count.
+static SUM_NANOS: AtomicU64 = AtomicU64::new(0);
+static SUMS: AtomicU64 = AtomicU64::new(0);
+
+/// Rank 0 (under tensor parallelism): the epoch's time in tensor-parallel all-reduces (its
+/// own; training steps only when called before evaluation). Every rank resets its count.
+pub fn log_sum_time(rank: usize, epoch: usize, epoch_secs: f64, steps: usize) {
+    let (ns, n) = (SUM_NANOS.swap(0, Ordering::Relaxed), SUMS.swap(0, Ordering::Relaxed));
+    if rank == 0 && n > 0 {
+        let s = ns as f64 * 1e-9;
+        info!(
+            "epoch {epoch}: tensor-parallel all-reduces {s:.3} s ({:.1}% of the epoch's {epoch_secs:.2} s), {n} sums, {:.3} ms/step",
+            100.0 * s / epoch_secs.max(1e-9),
+            s * 1e3 / steps.max(1) as f64
+        );
+    }
+}
+
+pub fn reset_sum_time() {
+    SUM_NANOS.store(0, Ordering::Relaxed);
+    SUMS.store(0, Ordering::Relaxed);
 }
 
 /// This rank's tensor group and pipeline, as forward, backward and the whole-model I/O use
@@ -275,6 +309,7 @@ impl TensorGroup {
     /// tensor rank 0 assembles the stage, and stage 0's gathers the stages. An empty `mine`
     /// (an optimizer without that state) stays empty.
     pub fn gather(&self, mine: Vec<f32>) -> Option<Vec<f32>> {
+        let _a = crate::mem::allocating("the whole model on rank 0 (checkpoint, weights.h5)");
         let stage = match &self.chan {
             None => mine,
             Some(chan) => {
@@ -299,6 +334,7 @@ impl TensorGroup {
 impl<B: Backend> TensorSum<B> for TensorGroup {
     fn sum(&mut self, be: &B, buf: &mut B::Buf, n: usize) -> Result<()> {
         let Some(chan) = &self.chan else { return Ok(()) };
+        let t0 = std::time::Instant::now();
         self.send.resize(n, 0.0);
         self.recv.resize(n, 0.0);
         be.download(buf, 0..n, &mut self.send)?;
@@ -307,6 +343,8 @@ impl<B: Backend> TensorSum<B> for TensorGroup {
             chan.all_reduce_sum_f32(&self.send, &mut self.recv);
         }
         be.upload_into(&self.recv, buf)?;
+        SUM_NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        SUMS.fetch_add(1, Ordering::Relaxed);
         liveness::progress();
         Ok(())
     }

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 /// `Engine::new`'s `alloc`, which asks for them bucket by bucket. Made up front, so that a
 /// failed allocation (a GPU out of memory) is an error, not a panic inside the engine.
 pub fn bucket_buffers<B: Backend>(be: &B, plan: &FusionPlan) -> Result<impl FnMut(usize) -> B::Buf> {
+    let _a = crate::mem::allocating("the gradient buckets (this rank's gradients and the reduced ones)");
     let mut pool = Vec::with_capacity(2 * plan.buckets.len());
     for r in plan.buckets.iter().rev() {
         pool.push(be.staged(r.len())?);
@@ -88,6 +89,7 @@ where
         timeline: Option<Arc<Timeline>>,
     ) -> Result<Stepper<B>> {
         assert_eq!(params.len(), model.n_params, "parameter arena of another model");
+        let _a = crate::mem::allocating("this rank's parameters and the step's activations and batch buffers");
         let params = be.upload(params)?;
         assert_eq!(be.len(&params), model.n_params, "the backend's upload changed the length");
         Ok(Stepper {

@@ -322,6 +322,7 @@ impl<'a, B: Backend> Run<'a, B> {
         // The share of the epoch this rank waited for its pipeline neighbours (its bubble).
         let (_, group) = self.st.backend_and_tensor();
         let waited = group.pipe.as_mut().map_or(0.0, |p| p.take_waited().as_secs_f64() / secs.max(1e-9));
+        crate::parallel::grid::log_sum_time(comm.rank, epoch, secs, done);
         let test = match &self.test_shard {
             Some(sh) => {
                 let (model, params) = (self.st.model().clone(), self.st.params_host()?);
@@ -330,6 +331,8 @@ impl<'a, B: Backend> Run<'a, B> {
             }
             None => [0.0; 3],
         };
+        // Evaluation's sums are not the next epoch's.
+        crate::parallel::grid::reset_sum_time();
         // The rows this rank uses in the whole epoch (also before a resume), summed over ranks;
         // a replica counts once (its ranks all hold its losses).
         let mut totals = [loss_sum, self.sched.epoch_rows(self.grid.d) as f64, test[0], test[1], test[2], waited];
@@ -404,6 +407,7 @@ impl<'a, B: Backend> Run<'a, B> {
             }
         }
         info!("peak RSS {:.1} MiB", crate::sys::peak_rss_mib().unwrap_or(f64::NAN));
+        super::log_peak_memory(comm);
         // The whole model, assembled from replica 0's shards and stages on rank 0.
         let whole = if self.grid.d == 0 {
             let _p = liveness::phase("gathering the model's shards and stages for weights.h5");

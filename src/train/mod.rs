@@ -77,6 +77,25 @@ impl crate::device::WithBackend<Outcome> for Train<'_> {
     }
 }
 
+/// Collective: every rank's peak RSS and peak virtual memory (VmPeak, what `ulimit -v`
+/// limits), in one line of rank 0's.
+fn log_peak_memory(comm: &Comm) {
+    let kib = |v: Option<f64>| v.map_or(0, |m| (m * 1024.0) as u64);
+    let all = comm.all_gather_u64s(&[kib(crate::sys::peak_rss_mib()), kib(crate::sys::vm_peak_mib())]);
+    if comm.rank == 0 {
+        let show = |k: usize| {
+            let v: Vec<String> = all.chunks(2).map(|c| format!("{:.0}", c[k] as f64 / 1024.0)).collect();
+            format!("[{}]", v.join(", "))
+        };
+        let max_rss = all.chunks(2).map(|c| c[0]).max().unwrap_or(0) as f64 / 1024.0;
+        log::info!(
+            "peak memory per rank (MiB, rank 0 first): RSS {} (max {max_rss:.1}), virtual (VmPeak) {}",
+            show(0),
+            show(1)
+        );
+    }
+}
+
 /// Seconds as "1h02m", "3m05s" or "12s".
 fn human(secs: f64) -> String {
     let s = secs.max(0.0).round() as u64;

@@ -45,18 +45,23 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
     // Only rank 0 holds the whole state; every rank receives its part of it.
     let rank0 = comm.rank == 0;
+    let a = crate::mem::allocating("the whole model's starting parameters (rank 0)");
     let params = match &ckpt {
         Some(c) => c.params.clone(),
         None if rank0 => model.init_params(job.training.seed),
         None => Vec::new(),
     };
-    let whole = |c: Option<&Vec<f32>>, len: usize| match c {
-        Some(c) => c.clone(),
-        None if rank0 => vec![0.0; len],
-        None => Vec::new(),
+    drop(a);
+    let _a = crate::mem::allocating("the starting optimizer state");
+    let whole = |c: Option<&Vec<f32>>, len: usize| -> Result<Vec<f32>> {
+        Ok(match c {
+            Some(c) => c.clone(),
+            None if rank0 => crate::mem::zeros(len)?,
+            None => Vec::new(),
+        })
     };
-    let m = whole(ckpt.as_ref().map(|c| &c.m), m_len);
-    let v = whole(ckpt.as_ref().map(|c| &c.v), v_len);
+    let m = whole(ckpt.as_ref().map(|c| &c.m), m_len)?;
+    let v = whole(ckpt.as_ref().map(|c| &c.v), v_len)?;
     // Rank 0 decides whether the checkpoint's optimizer state fits; all ranks return its answer.
     let mut ok = [u64::from(!rank0 || (m.len() == m_len && v.len() == v_len))];
     comm.broadcast_u64(&mut ok);
@@ -70,8 +75,8 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     let part = |all: Vec<f32>, len: usize| {
         grid::distribute(comm, &setup.grid, &setup.stages, model, all, len)
     };
-    let params = part(params, model.n_params);
-    let (m, v) = (part(m, m_len), part(v, v_len));
+    let params = part(params, model.n_params)?;
+    let (m, v) = (part(m, m_len)?, part(v, v_len)?);
     // step, epoch index, step in epoch, global batch, loss sums written (the writer's data ranks)
     let mut pos = [0, 0, 0, (job.training.batch_size * n_data) as u64, n_data as u64];
     if let Some(c) = &ckpt {

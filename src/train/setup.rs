@@ -66,6 +66,16 @@ impl Setup {
             tensor.set_pipeline(PipeLink::new(pipe_chan), &stages);
         }
         let model = tensor.local_model();
+        let state = state_bytes(job, &model);
+        crate::mem::set_state(state, grid.tensor * job.parallel.pipeline);
+        if comm.rank == 0 {
+            info!(
+                "model state per rank: {} (rank 0's; the whole model's {:.1} MiB of parameters split over {} rank(s))",
+                state.describe(),
+                whole.n_params as f64 * 4.0 / 1048576.0,
+                grid.tensor * job.parallel.pipeline
+            );
+        }
         let tensors = model.tensors();
         let lens: Vec<usize> = tensors.iter().map(|t| t.range.len()).collect();
         let d = &job.distribution;
@@ -120,6 +130,13 @@ impl Setup {
             out_dir: PathBuf::from(&job.output.dir),
         })
     }
+}
+
+/// What this rank's model state costs: its parameters, two gradient buffers per bucket, and the
+/// optimizer's state, in host or device memory.
+pub(super) fn state_bytes(job: &Job, model: &Mlp) -> crate::mem::StateBytes {
+    let (m, v) = crate::optim::state_lens(&job.optimizer, model.n_params);
+    crate::mem::StateBytes::of(model.n_params, m + v)
 }
 
 /// The rows of every step for global batch `global` (training.batch_size × data ranks, or

@@ -80,11 +80,13 @@ impl Cuda {
         let (free, total) = self.ctx.mem_get_info().unwrap_or((0, 0));
         let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
         Error::Cuda(format!(
-            "allocating {:.1} MiB on {}: {e} ({:.1} MiB free of {:.1} MiB); lower training.batch_size or the model size, or share the GPU among fewer ranks",
+            "allocating {:.1} MiB on {}: {e} ({:.1} MiB free of {:.1} MiB); {}; lower training.batch_size or the model \
+             size, split the model over ranks with parallel.tensor / parallel.pipeline, or share the GPU among fewer ranks",
             mib(bytes),
             self.name,
             mib(free),
-            mib(total)
+            mib(total),
+            crate::mem::state_text()
         ))
     }
 
