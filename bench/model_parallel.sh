@@ -115,7 +115,7 @@ for key, (arch, n, how) in MODELS.items():
                 vm.append(max(float(x) for x in mm.group(2).split(", ")))
             st = re.search(r"params ([0-9.]+) MiB, grads ([0-9.]+) MiB, optimizer ([0-9.]+) MiB \(([0-9.]+) MiB in all\)", log)
             state = state or st
-            bub += [float(x) for x in re.findall(r"bubble ([0-9.]+)", log)]
+            bub += [float(x) / 100 for x in re.findall(r"pipeline bubble ([0-9.]+)% measured", log)[1:]]
         if not rates:
             L.append(f"| {d},{t},{p} | {m} | failed (see the log) | | | | | | | |")
             continue
