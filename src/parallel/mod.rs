@@ -10,6 +10,7 @@ pub mod engine;
 pub mod fusion;
 pub mod grid;
 pub mod liveness;
+pub mod ps;
 pub mod reduce;
 pub mod timeline;
 pub mod watchdog;
