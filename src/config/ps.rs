@@ -69,3 +69,36 @@ pub fn roles(job: &Job, ranks: usize) -> Result<(usize, usize)> {
     }
     Ok((ranks - s, s))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(sets: &[&str]) -> Result<Job> {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        Job::parse("job", "[data]\ntrain='x'\n[model]\nlayers=[4,8,2]\n", &sets)
+    }
+    fn field(r: Result<Job>) -> String {
+        match r {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("expected a config error, got {:?}", other.map(|_| ())),
+        }
+    }
+
+    #[test]
+    fn keys_default_parse_and_validate() {
+        let j = parse(&[]).unwrap();
+        assert_eq!((j.distribution.strategy, j.distribution.servers, j.distribution.staleness), (Strategy::Allreduce, 1, 0));
+        let j = parse(&["distribution.strategy=parameter_server", "distribution.servers=2", "distribution.staleness=-1"]).unwrap();
+        assert_eq!((j.distribution.strategy, j.distribution.servers, j.distribution.staleness), (Strategy::ParameterServer, 2, -1));
+        assert_eq!(field(parse(&["distribution.staleness=-2"])), "distribution.staleness");
+        assert_eq!(field(parse(&["distribution.servers=0"])), "distribution.servers");
+        assert_eq!(field(parse(&["distribution.strategy=gossip"])), "distribution.strategy");
+        let ps = "distribution.strategy=parameter_server";
+        assert_eq!(field(parse(&[ps, "distribution.compression=bf16"])), "distribution.compression");
+        assert!(parse(&["distribution.compression=bf16"]).is_ok(), "compression stays for all-reduce");
+        assert_eq!(field(parse(&[ps, "parallel.tensor=2"])), "parallel.tensor");
+        assert_eq!(roles(&parse(&[ps, "distribution.servers=2"]).unwrap(), 5).unwrap(), (3, 2));
+        assert!(roles(&parse(&[ps]).unwrap(), 1).is_err());
+    }
+}

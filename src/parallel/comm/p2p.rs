@@ -62,7 +62,10 @@ impl Link {
     }
 
     /// Receive the next message from `from` with `tag` into `out`, which must be its length.
+    /// Polls like `receive_any`: a worker waiting for a held-back reply leaves the core to
+    /// the server and the other workers (ranks often outnumber cores).
     pub fn receive_into(&self, from: usize, tag: i32, out: &mut [u32]) {
+        self.wait_for(from as i32, tag);
         let n = i32::try_from(out.len()).expect("a message under 2^31 words");
         let mut st = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
         // SAFETY: `out` holds n words; a longer message is an MPI error (abort).
@@ -70,22 +73,19 @@ impl Link {
         assert_eq!(rc, 0, "MPI_Recv failed with code {rc}");
     }
 
-    /// The next message from anyone, with any tag. Polls (MPI_Iprobe) and yields the core
-    /// between polls once nothing has come for a while, so a waiting server does not spin on
-    /// a core that workers need.
-    pub fn receive_any(&self) -> Message {
-        // SAFETY: MPI_ANY_SOURCE / MPI_ANY_TAG are plain integer constants.
-        let (any_src, any_tag) = unsafe { (ffi::RSMPI_ANY_SOURCE, ffi::RSMPI_ANY_TAG) };
+    /// Poll (MPI_Iprobe) until a message from `from` with `tag` is there; its (source, tag).
+    /// Spins (yielding) for 200 µs, then sleeps 50 µs between polls.
+    fn wait_for(&self, from: i32, tag: i32) -> (i32, i32) {
         let t = Instant::now();
         loop {
             let mut flag = 0;
             let mut st = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
             // SAFETY: a probe on a valid communicator; `st` is written when flag is set.
-            unsafe { ffi::MPI_Iprobe(any_src, any_tag, self.raw, &mut flag, st.as_mut_ptr()) };
+            unsafe { ffi::MPI_Iprobe(from, tag, self.raw, &mut flag, st.as_mut_ptr()) };
             if flag != 0 {
                 // SAFETY: set by the successful probe.
                 let st = unsafe { st.assume_init() };
-                return self.receive_matching(st.MPI_SOURCE, st.MPI_TAG);
+                return (st.MPI_SOURCE, st.MPI_TAG);
             }
             if t.elapsed() > Duration::from_micros(200) {
                 std::thread::sleep(Duration::from_micros(50));
@@ -93,6 +93,15 @@ impl Link {
                 std::thread::yield_now();
             }
         }
+    }
+
+    /// The next message from anyone, with any tag, polling as `receive_into` does, so a
+    /// waiting server does not spin on a core that workers need.
+    pub fn receive_any(&self) -> Message {
+        // SAFETY: MPI_ANY_SOURCE / MPI_ANY_TAG are plain integer constants.
+        let (any_src, any_tag) = unsafe { (ffi::RSMPI_ANY_SOURCE, ffi::RSMPI_ANY_TAG) };
+        let (from, tag) = self.wait_for(any_src, any_tag);
+        self.receive_matching(from, tag)
     }
 
     fn receive_matching(&self, from: i32, tag: i32) -> Message {
