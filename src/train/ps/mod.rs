@@ -49,6 +49,17 @@ pub(super) fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<&
             roles.owner
         );
     }
+    if comm.rank == 0 {
+        let mut off = Vec::new();
+        if job.checkpoint.every_minutes > 0.0 {
+            off.push("checkpoint.every_minutes (use checkpoint.every_steps)");
+        }
+        if job.output.timeline.is_some() {
+            off.push("output.timeline");
+        }
+        off.push("stop checkpoints on signals (a signal ends the job; resume from the last every_steps checkpoint)");
+        log::warn!("with strategy = \"parameter_server\" these are not available: {}", off.join(", "));
+    }
     let start = start::start(comm, job, &whole, w, resume)?;
     if is_server {
         let fault = crate::fault::from_env()?;
