@@ -3,7 +3,8 @@
 //! within 1 point after the same epochs, with the staleness bound kept; with one worker
 //! slowed at every step, every mode finishes, a fully asynchronous run's other worker keeps
 //! its pace while staleness 0 and K = 2 hold it to the slow one's; killing or stopping a
-//! server or a worker ends the job within 15 s, non-zero, naming the rank.
+//! server or a worker ends the job within 15 s, non-zero, naming the rank; an asynchronous
+//! run checkpoints and resumes.
 
 mod common;
 use common::*;
@@ -151,4 +152,29 @@ fn a_failed_server_or_worker_ends_the_job_naming_it() {
     ] {
         ends_naming(&dir, spec, rank, k);
     }
+}
+
+/// Asynchronous runs checkpoint at a point where every worker has finished the same step,
+/// and resume from it: same file format (eval reads it), position and optimizer state
+/// restored, the run continues to its end.
+#[test]
+fn asynchronous_runs_checkpoint_and_resume() {
+    let _g = mpi_lock();
+    let dir = small("ps-async-resume");
+    let common = ["--set", PS, "--set", "distribution.staleness=-1", "--set", "optimizer.kind=adam"];
+    let mut first = vec!["train", "job.toml", "--set", "training.epochs=1", "--set", "checkpoint.every_steps=100"];
+    first.extend(common);
+    let run = mpirun(3, &first, &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    let ckpt = dir.join("out/ckpt-step000000100.h5");
+    assert!(ckpt.exists(), "no checkpoint at step 100\n{}", run.all());
+    assert_eq!(checkpoint_step(&ckpt), 100);
+    let mut again = vec!["train", "job.toml", "--set", "training.epochs=2", "--resume", "out/ckpt-step000000100.h5"];
+    again.extend(common);
+    let run = mpirun(3, &again, &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    assert!(run.stderr.contains("resuming from out/ckpt-step000000100.h5 at step 100 (epoch 1, step 100 of it)"), "{}", run.all());
+    assert!(run.stderr.contains("epoch 2/2: train_loss") && run.stderr.contains("done after 300 steps"), "{}", run.all());
+    let eval = mpirun(1, &["eval", "job.toml", "--set", "data.test=d.h5", "--weights", "out/ckpt-step000000100.h5"], &dir, 60);
+    assert!(eval.ok(), "eval reads a parameter-server checkpoint\n{}", eval.all());
 }
