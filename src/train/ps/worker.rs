@@ -161,6 +161,15 @@ impl<'a, B: Backend> Run<'a, B> {
             liveness::step_done(self.st.step());
             loss_sum += l;
             loader.give_back(batch);
+            if crate::signals::stop_requested() {
+                // No agreement per step here (workers are at different steps), so no stop
+                // checkpoint: end the job; the last every_steps checkpoint is where to resume.
+                return Err(Error::Training(format!(
+                    "stopped by a signal at step {}: strategy = \"parameter_server\" writes no stop checkpoint; \
+                     resume with --resume auto from the last checkpoint (checkpoint.every_steps)",
+                    self.st.step()
+                )));
+            }
             let every = job.training.log_every;
             if rank == 0 && every > 0 && (i + 1) % every == 0 {
                 let rate = self.sched.rows_before(0, i + 1).saturating_sub(self.sched.rows_before(0, first)) as f64
