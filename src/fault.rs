@@ -59,7 +59,8 @@ pub struct Fault {
     pub kind: Kind,
 }
 
-const USAGE: &str = "expected RANK:STEP|start|eval:error|panic|kill|hang|stop|slow=SECONDS|delay=SECONDS|diverge|kill_in_checkpoint|\
+const USAGE: &str =
+    "expected RANK:STEP|start|eval:error|panic|kill|hang|stop|slow=SECONDS|delay=SECONDS|diverge|kill_in_checkpoint|\
                      stop_in_checkpoint|slow_checkpoint=SECONDS";
 
 pub fn from_env() -> Result<Option<Fault>> {

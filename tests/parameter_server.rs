@@ -21,7 +21,12 @@ fn data(dir: &Path, workers: usize) {
     let (x, y) = synthetic(workers * B * STEPS_PER_EPOCH, D, K, 11);
     let per = B * STEPS_PER_EPOCH;
     for r in 0..workers {
-        write_classes(&dir.join(format!("d-{r}.h5")), &x[r * per * D..(r + 1) * per * D], D, &y[r * per..(r + 1) * per]);
+        write_classes(
+            &dir.join(format!("d-{r}.h5")),
+            &x[r * per * D..(r + 1) * per * D],
+            D,
+            &y[r * per..(r + 1) * per],
+        );
     }
 }
 
@@ -96,21 +101,48 @@ fn staleness_0_resume_is_bit_exact() {
     let _g = mpi_lock();
     let extra = "[optimizer]\nkind = \"adam\"\nlr = 0.01\n[distribution]\nfusion_threshold_mb = 0.0002\nservers = 2\n";
     let (straight, _) = train("ps-resume-straight", 2, 4, extra, &[PS]);
-    for (name, every, from) in [("epoch-end", "10", "ckpt-step000000010.h5"), ("mid-epoch", "7", "ckpt-step000000007.h5")] {
+    for (name, every, from) in
+        [("epoch-end", "10", "ckpt-step000000010.h5"), ("mid-epoch", "7", "ckpt-step000000007.h5")]
+    {
         let dir = scratch(&format!("ps-resume-{name}"));
         data(&dir, 2);
         job(&dir, &LAYERS, "d-{rank}.h5", None, extra);
         let ck = format!("checkpoint.every_steps={every}");
-        let first = ["train", "job.toml", "--set", PS, "--set", "data.shuffle=false", "--set", "training.epochs=1", "--set", &ck];
+        let first = [
+            "train",
+            "job.toml",
+            "--set",
+            PS,
+            "--set",
+            "data.shuffle=false",
+            "--set",
+            "training.epochs=1",
+            "--set",
+            &ck,
+        ];
         let run = mpirun(4, &first, &dir, 120);
         assert!(run.ok(), "{}", run.all());
         assert!(dir.join("out").join(from).exists(), "{name}: no {from}\n{}", run.all());
         let path = format!("out/{from}");
-        let args = ["train", "job.toml", "--set", PS, "--set", "data.shuffle=false", "--set", "training.epochs=2", "--resume", &path];
+        let args = [
+            "train",
+            "job.toml",
+            "--set",
+            PS,
+            "--set",
+            "data.shuffle=false",
+            "--set",
+            "training.epochs=2",
+            "--resume",
+            &path,
+        ];
         let run = mpirun(4, &args, &dir, 120);
         assert!(run.ok() && run.stderr.contains("resuming from"), "{}", run.all());
         let resumed = weights(&dir);
-        assert_eq!(straight, resumed, "{name}: a resumed staleness-0 run must end bit-identical to an uninterrupted one");
+        assert_eq!(
+            straight, resumed,
+            "{name}: a resumed staleness-0 run must end bit-identical to an uninterrupted one"
+        );
     }
 }
 
@@ -135,7 +167,11 @@ fn bad_configurations_are_refused() {
         // One rank alone: with servers = 1 there is no worker left.
         let run = mpirun(1, &args, &dir, 60);
         assert!(!run.ok(), "{sets:?} must be refused\n{}", run.all());
-        assert!(run.stderr.contains(field) && run.stderr.contains(says), "{sets:?}: want {field}: {says}\n{}", run.all());
+        assert!(
+            run.stderr.contains(field) && run.stderr.contains(says),
+            "{sets:?}: want {field}: {says}\n{}",
+            run.all()
+        );
     }
     // servers >= ranks on more than one rank: every rank says so, and the job ends.
     let run = mpirun(2, &["train", "job.toml", "--set", PS, "--set", "distribution.servers=2"], &dir, 60);

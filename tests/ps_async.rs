@@ -47,7 +47,18 @@ fn async_and_bounded_reach_sync_accuracy_on_fashion_mnist() {
     for k in ["0", "2", "-1"] {
         let _ = std::fs::remove_dir_all(dir.join("out"));
         let st = format!("distribution.staleness={k}");
-        let args = ["train", "job.toml", "--set", PS, "--set", &st, "--set", "training.epochs=3", "--set", "training.batch_size=64"];
+        let args = [
+            "train",
+            "job.toml",
+            "--set",
+            PS,
+            "--set",
+            &st,
+            "--set",
+            "training.epochs=3",
+            "--set",
+            "training.batch_size=64",
+        ];
         let run = mpirun(3, &args, &dir, 300);
         assert!(run.ok(), "staleness {k}\n{}", run.all());
         let a = last_accuracy(&run.stderr);
@@ -173,8 +184,17 @@ fn asynchronous_runs_checkpoint_and_resume() {
     again.extend(common);
     let run = mpirun(3, &again, &dir, 120);
     assert!(run.ok(), "{}", run.all());
-    assert!(run.stderr.contains("resuming from out/ckpt-step000000100.h5 at step 100 (epoch 1, step 100 of it)"), "{}", run.all());
-    assert!(run.stderr.contains("epoch 2/2: train_loss") && run.stderr.contains("done after 300 steps"), "{}", run.all());
-    let eval = mpirun(1, &["eval", "job.toml", "--set", "data.test=d.h5", "--weights", "out/ckpt-step000000100.h5"], &dir, 60);
+    assert!(
+        run.stderr.contains("resuming from out/ckpt-step000000100.h5 at step 100 (epoch 1, step 100 of it)"),
+        "{}",
+        run.all()
+    );
+    assert!(
+        run.stderr.contains("epoch 2/2: train_loss") && run.stderr.contains("done after 300 steps"),
+        "{}",
+        run.all()
+    );
+    let eval =
+        mpirun(1, &["eval", "job.toml", "--set", "data.test=d.h5", "--weights", "out/ckpt-step000000100.h5"], &dir, 60);
     assert!(eval.ok(), "eval reads a parameter-server checkpoint\n{}", eval.all());
 }

@@ -13,7 +13,10 @@ impl Job {
         let bad = |field: &str, msg: String| Err(Error::config(origin, field, msg));
         let d = &self.distribution;
         if d.servers < 1 || d.servers > MAX_SERVERS {
-            return bad("distribution.servers", format!("must be at least 1 and at most {MAX_SERVERS}, got {}", d.servers));
+            return bad(
+                "distribution.servers",
+                format!("must be at least 1 and at most {MAX_SERVERS}, got {}", d.servers),
+            );
         }
         if d.staleness < -1 || d.staleness > MAX_STALENESS {
             return bad(
@@ -88,9 +91,17 @@ mod tests {
     #[test]
     fn keys_default_parse_and_validate() {
         let j = parse(&[]).unwrap();
-        assert_eq!((j.distribution.strategy, j.distribution.servers, j.distribution.staleness), (Strategy::Allreduce, 1, 0));
-        let j = parse(&["distribution.strategy=parameter_server", "distribution.servers=2", "distribution.staleness=-1"]).unwrap();
-        assert_eq!((j.distribution.strategy, j.distribution.servers, j.distribution.staleness), (Strategy::ParameterServer, 2, -1));
+        assert_eq!(
+            (j.distribution.strategy, j.distribution.servers, j.distribution.staleness),
+            (Strategy::Allreduce, 1, 0)
+        );
+        let j =
+            parse(&["distribution.strategy=parameter_server", "distribution.servers=2", "distribution.staleness=-1"])
+                .unwrap();
+        assert_eq!(
+            (j.distribution.strategy, j.distribution.servers, j.distribution.staleness),
+            (Strategy::ParameterServer, 2, -1)
+        );
         assert_eq!(field(parse(&["distribution.staleness=-2"])), "distribution.staleness");
         assert_eq!(field(parse(&["distribution.servers=0"])), "distribution.servers");
         assert_eq!(field(parse(&["distribution.strategy=gossip"])), "distribution.strategy");

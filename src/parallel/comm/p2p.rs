@@ -69,7 +69,8 @@ impl Link {
         let n = i32::try_from(out.len()).expect("a message under 2^31 words");
         let mut st = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
         // SAFETY: `out` holds n words; a longer message is an MPI error (abort).
-        let rc = unsafe { ffi::MPI_Recv(out.as_mut_ptr().cast(), n, ty(), from as i32, tag, self.raw, st.as_mut_ptr()) };
+        let rc =
+            unsafe { ffi::MPI_Recv(out.as_mut_ptr().cast(), n, ty(), from as i32, tag, self.raw, st.as_mut_ptr()) };
         assert_eq!(rc, 0, "MPI_Recv failed with code {rc}");
     }
 

@@ -139,7 +139,11 @@ impl Server {
                     self.stats = Stats::default();
                 }
                 DONE => done += 1,
-                t => return Err(Error::Training(format!("parameter server got a message with unknown tag {t} from rank {w}"))),
+                t => {
+                    return Err(Error::Training(format!(
+                        "parameter server got a message with unknown tag {t} from rank {w}"
+                    )))
+                }
             }
         }
         total.merge(&self.stats);

@@ -61,7 +61,11 @@ impl Stats {
                 .filter(|(_, &c)| c > 0)
                 .map(|(i, c)| if i == HIST { format!(">={HIST}: {c}") } else { format!("{i}: {c}") })
                 .collect();
-            if parts.is_empty() { "none".into() } else { parts.join(", ") }
+            if parts.is_empty() {
+                "none".into()
+            } else {
+                parts.join(", ")
+            }
         };
         format!(
             "staleness (steps) of {n} applied gradient(s): {}; max {}; lag (updates): {}; mean {:.2}, max {}",
@@ -88,6 +92,9 @@ mod tests {
         assert_eq!(s, t);
         assert_eq!(t.max, 40);
         let d = t.describe();
-        assert!(d.contains("of 3 applied gradient(s): 0: 1, 2: 1, >=16: 1; max 40; lag (updates): 0: 1, 3: 1, >=16: 1;"), "{d}");
+        assert!(
+            d.contains("of 3 applied gradient(s): 0: 1, 2: 1, >=16: 1; max 40; lag (updates): 0: 1, 3: 1, >=16: 1;"),
+            "{d}"
+        );
     }
 }

@@ -83,7 +83,9 @@ impl<'a, B: Backend> Run<'a, B> {
             return Err(Error::config(
                 &job.source,
                 "training.batch_size",
-                format!("{b} is larger than the smallest worker's share of the training data with data.drop_last = true"),
+                format!(
+                    "{b} is larger than the smallest worker's share of the training data with data.drop_last = true"
+                ),
             ));
         }
         if rank == 0 {
@@ -157,7 +159,8 @@ impl<'a, B: Backend> Run<'a, B> {
             let _p = phase_at("a training step (push gradients, pull parameters)", self.st.step() + 1);
             crate::fault::maybe_fire(&self.fault, rank, &mut self.st)?;
             assert_eq!(batch.rows, self.sched.rows(rank, i), "loader and schedule disagree at step {i}");
-            let l = self.st.run(&batch, self.sched.global_rows(i), waiting).map_err(|e| in_step(e, epoch, i + 1, rank))?;
+            let l =
+                self.st.run(&batch, self.sched.global_rows(i), waiting).map_err(|e| in_step(e, epoch, i + 1, rank))?;
             liveness::step_done(self.st.step());
             loss_sum += l;
             loader.give_back(batch);
