@@ -10,6 +10,7 @@
 //! - `hang` (stops making progress but stays alive, as a deadlock would: a stall);
 //! - `stop` (SIGSTOP to itself, 1.5 s later: every thread stops, as on a frozen node);
 //! - `slow=SECONDS` (sleeps that long, then goes on: a slow rank, which must not be killed);
+//! - `delay=SECONDS` (sleeps that long before *every* step from WHEN on: a slower worker);
 //! - `diverge` (nudges one parameter, as a bit flip would: the consistency check must catch it);
 //! - `kill_in_checkpoint`, `stop_in_checkpoint`, `slow_checkpoint=SECONDS`: the same, while
 //!   rank 0 writes the first checkpoint at or after step WHEN (only rank 0 writes checkpoints);
@@ -33,6 +34,8 @@ pub enum Kind {
     Stop,
     /// Milliseconds.
     Slow(u64),
+    /// Milliseconds, before every step from the fault's step on.
+    Delay(u64),
     Diverge,
     KillInCheckpoint,
     StopInCheckpoint,
@@ -65,7 +68,7 @@ pub struct Fault {
 }
 
 const USAGE: &str =
-    "expected RANK:STEP|start|eval:error|panic|kill|term|hang|stop|slow=SECONDS|diverge|kill_in_checkpoint|\
+    "expected RANK:STEP|start|eval:error|panic|kill|term|hang|stop|slow=SECONDS|delay=SECONDS|diverge|kill_in_checkpoint|\
                      stop_in_checkpoint|slow_checkpoint=SECONDS|oom";
 
 pub fn from_env() -> Result<Option<Fault>> {
@@ -86,6 +89,7 @@ fn parse(spec: &str) -> Result<Fault> {
     };
     let kind = match kind.split_once('=') {
         Some(("slow", v)) => Kind::Slow(secs(v)?),
+        Some(("delay", v)) => Kind::Delay(secs(v)?),
         Some(("slow_checkpoint", v)) => Kind::SlowCheckpoint(secs(v)?),
         Some(_) => return Err(bad()),
         None => match kind {
@@ -107,7 +111,7 @@ fn parse(spec: &str) -> Result<Fault> {
         "eval" => At::Eval,
         n => At::Step(n.parse().map_err(|_| bad())?),
     };
-    if kind.in_checkpoint() && !matches!(at, At::Step(_)) {
+    if (kind.in_checkpoint() || matches!(kind, Kind::Delay(_))) && !matches!(at, At::Step(_)) {
         return Err(bad());
     }
     Ok(Fault { rank: rank.parse().map_err(|_| bad())?, at, kind })
@@ -125,6 +129,15 @@ where
 {
     let Some(f) = f else { return Ok(()) };
     let step = st.step() + 1;
+    if let (Kind::Delay(ms), At::Step(from)) = (f.kind, f.at) {
+        if f.rank == rank && step >= from {
+            if step == from {
+                log::info!("injected fault (HVTRAIN_INJECT_FAULT): {} ms before every step from step {step} on", ms);
+            }
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        return Ok(());
+    }
     if f.rank != rank || f.at != At::Step(step) || f.kind.in_checkpoint() {
         return Ok(());
     }
@@ -134,6 +147,16 @@ where
         return st.set_params_host(&p);
     }
     fire(f.kind, &format!("at step {step}"))
+}
+
+/// Fire the fault if it is this rank's and step `step`'s, on a rank with no `Stepper` (a
+/// parameter server, when the first gradient of that step reaches it).
+pub fn at_step(f: &Option<Fault>, rank: usize, step: u64) -> Result<()> {
+    let Some(f) = f else { return Ok(()) };
+    if f.rank != rank || f.at != At::Step(step) || f.kind.in_checkpoint() || f.kind == Kind::Diverge {
+        return Ok(());
+    }
+    fire(f.kind, &format!("at step {step} (parameter server)"))
 }
 
 /// Fire the fault if it is this rank's and names this point (`At::Start`, `At::Eval`).
@@ -182,6 +205,10 @@ fn fire(kind: Kind, when: &str) -> Result<()> {
             let v = std::hint::black_box(vec![0u8; 1 << 46]);
             unreachable!("allocated {} bytes", v.len())
         }
+        Kind::Delay(ms) => {
+            std::thread::sleep(Duration::from_millis(ms));
+            Ok(())
+        }
         Kind::Diverge | Kind::KillInCheckpoint | Kind::StopInCheckpoint | Kind::SlowCheckpoint(_) => Ok(()),
     }
 }
@@ -222,6 +249,8 @@ mod tests {
         assert_eq!(parse("0:20:slow_checkpoint=1.5").unwrap().kind, Kind::SlowCheckpoint(1500));
         assert_eq!(parse("0:20:stop_in_checkpoint").unwrap().kind, Kind::StopInCheckpoint);
         assert_eq!(parse("1:start:oom").unwrap().kind, Kind::Oom);
+        assert_eq!(parse("1:1:delay=0.02").unwrap().kind, Kind::Delay(20));
+        assert!(parse("1:start:delay=1").is_err());
         for bad in ["1:50", "1:50:slow", "1:50:slow=-1", "1:x:kill", "1:start:kill_in_checkpoint", "1:5:fast=2"] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -28,6 +28,9 @@ pub struct Optimizer<B: Backend> {
     n_params: usize,
     step: u64,
     lr_now: f32,
+    /// A parameter-server worker's "optimizer": `apply` copies the pulled parameters in
+    /// (the servers apply the real optimizer).
+    assign: bool,
 }
 
 impl<B: Backend> Optimizer<B> {
@@ -51,7 +54,20 @@ impl<B: Backend> Optimizer<B> {
             n_params,
             step: 0,
             lr_now: 0.0,
+            assign: false,
         })
+    }
+
+    /// For a parameter-server worker: keeps no state; `apply` sets the parameters to the
+    /// "gradients", which are the parameters pulled from the servers.
+    pub fn assign(be: &B, cfg: &OptimizerCfg, tensors: Vec<TensorInfo>, n_params: usize) -> Result<Self> {
+        let cfg = OptimizerCfg { kind: OptimizerKind::Sgd, momentum: 0.0, nesterov: false, ..cfg.clone() };
+        Ok(Optimizer { assign: true, ..Optimizer::new(be, &cfg, tensors, n_params, 1)? })
+    }
+
+    /// How many tensors this optimizer updates.
+    pub fn tensor_count(&self) -> usize {
+        self.tensors.len()
     }
 
     /// The learning rate the next update will use.
@@ -118,6 +134,14 @@ impl<B: Backend> Optimizer<B> {
         for &ti in which {
             let t = &self.tensors[ti];
             let r = t.range.clone();
+            if self.assign {
+                // p = 0 - (-1) * (g * 1 + 0 * 0) = g, exactly, on any backend.
+                be.fill_zero(be.view_mut(params, r.clone()))?;
+                let g = be.view(grads, r.start - offset..r.end - offset);
+                let h = SgdHyper { lr: -1.0, grad_scale: 1.0, weight_decay: 0.0, momentum: 0.0, nesterov: false };
+                be.sgd(be.view_mut(params, r), g, None, &h)?;
+                continue;
+            }
             let wd = if t.is_weight { c.weight_decay as f32 } else { 0.0 };
             let g = be.view(grads, r.start - offset..r.end - offset);
             let p = be.view_mut(params, r.clone());

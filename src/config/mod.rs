@@ -9,8 +9,10 @@ use serde::{Deserialize, Serialize};
 
 mod env;
 pub mod limits;
+mod ps;
 use env::env_overrides;
 pub use limits::{num, Span};
+pub use ps::roles;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -254,6 +256,24 @@ pub struct DistributionCfg {
     /// Environment: HVTRAIN_CHECK_EVERY.
     #[serde(default = "default_check_every")]
     pub check_every: usize,
+    /// `allreduce` (Horovod-style, the default) or `parameter_server` (see `src/parallel/ps`).
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Parameter servers: the last `servers` ranks hold the parameters; the others are workers.
+    #[serde(default = "one")]
+    pub servers: usize,
+    /// Parameter servers: 0 synchronous; K > 0: a worker may be at most K steps ahead of the
+    /// slowest; -1 fully asynchronous.
+    #[serde(default)]
+    pub staleness: i64,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    #[default]
+    Allreduce,
+    ParameterServer,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -398,6 +418,9 @@ impl Default for DistributionCfg {
             watchdog_seconds: default_watchdog(),
             stall_seconds: default_stall(),
             check_every: default_check_every(),
+            strategy: Strategy::Allreduce,
+            servers: 1,
+            staleness: 0,
         }
     }
 }
@@ -531,6 +554,7 @@ impl Job {
             }
         }
         self.validate_parallel(origin)?;
+        self.validate_ps(origin)?;
         for (field, v) in [("data.x_scale", d.x_scale), ("data.x_offset", d.x_offset)] {
             if !v.is_finite() || v.abs() > limits::X_AFFINE_MAX {
                 return bad(

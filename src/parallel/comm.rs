@@ -18,6 +18,11 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use mpi::Threading;
 
+// Point-to-point messages with tags, for the parameter servers (the same rule: only this
+// module and its child call MPI).
+mod p2p;
+pub use p2p::Link;
+
 /// Collectives over one communicator. `Send` so the communication thread can own one.
 pub struct Channel {
     comm: SimpleCommunicator,

@@ -383,7 +383,7 @@ fn reduce_bucket<G: HostBuf>(reducer: &mut dyn Reducer, bucket: &mut Bucket<G>, 
                 *failed = Some(format!("copying gradient bucket {index} to the host: {e}"));
                 return;
             }
-            reducer.reduce(grads.host(), reduced.host_mut());
+            reducer.reduce_bucket(*index, grads.host(), reduced.host_mut());
             if let Err(e) = reduced.to_device(wire) {
                 *failed = Some(format!("copying reduced gradient bucket {index} to the device: {e}"));
                 return;

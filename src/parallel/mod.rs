@@ -11,6 +11,7 @@ pub mod fusion;
 pub mod grid;
 pub mod liveness;
 pub mod pipe;
+pub mod ps;
 pub mod reduce;
 pub mod timeline;
 pub mod watchdog;

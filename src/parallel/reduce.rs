@@ -12,6 +12,11 @@ pub trait Reducer: Send {
     /// Combine this rank's `grads` of one bucket with the other ranks' into `out` (both the
     /// bucket's length). Every rank calls it for the same buckets in the same order.
     fn reduce(&mut self, grads: &[f32], out: &mut [f32]);
+    /// `reduce` for fusion bucket `index` (a parameter-server exchange needs to know which
+    /// bucket it carries: each has its owner).
+    fn reduce_bucket(&mut self, _index: usize, grads: &[f32], out: &mut [f32]) {
+        self.reduce(grads, out)
+    }
     /// What the optimizer multiplies `out` by to get the average gradient (1 for the sums
     /// here: the step already divided every rank's gradients by the global row count).
     fn grad_scale(&self) -> f32;

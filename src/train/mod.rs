@@ -14,6 +14,7 @@
 //! "checkpoint now" (rank 0's clock), so every rank stops at the same step boundary.
 
 mod epochs;
+mod ps;
 mod restore;
 mod setup;
 mod stop;
@@ -49,6 +50,9 @@ impl Resume {
 
 /// `hvtrain train`: collective over `comm`.
 pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>) -> Result<Outcome> {
+    if job.distribution.strategy == crate::config::Strategy::ParameterServer {
+        return ps::train(comm, job, t_process, resume.as_ref());
+    }
     let setup = setup::Setup::new(comm, job)?;
     let start = restore::restore(comm, job, &setup, resume.as_ref())?;
     let schedule = setup::schedule(comm, job, &setup, start.global_batch)?;

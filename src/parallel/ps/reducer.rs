@@ -1,0 +1,115 @@
+//! The workers' side of the reduction seam: each gradient bucket goes to the server that owns
+//! it (`PUSH`), and what comes back is the bucket's parameters after the server applied it
+//! (at once asynchronously; once every worker's gradient is in, synchronously; held back while
+//! this worker is more than K steps ahead). The worker's optimizer (`Optimizer::assign`)
+//! copies them in, so after the last bucket of step t the worker holds the parameters it
+//! computes step t + 1 on. Runs on the engine's communication thread: while one bucket
+//! travels, backward computes the next.
+//!
+//! Also the main thread's exchanges with the servers between steps: pulling every bucket
+//! (`pull_all`), the state for a checkpoint (`snapshot`), the staleness statistics, and the
+//! end (`done`).
+
+use super::stats::Stats;
+use super::{as_words_mut, floats, Roles, CONTROL, DONE, PULL, PUSH, PUSH_HEADER, REPLY, SNAPSHOT, STATS};
+use crate::parallel::comm::{Channel, Link};
+use crate::parallel::reduce::Reducer;
+use crate::parallel::FusionPlan;
+
+pub struct PushPull {
+    link: Link,
+    owner: Vec<usize>,
+    /// Per bucket: the global step of its last push.
+    step: Vec<u64>,
+    buf: Vec<u32>,
+}
+
+impl PushPull {
+    /// `step`: global steps already taken (a resumed run's).
+    pub fn new(link: Link, roles: &Roles, step: u64) -> PushPull {
+        PushPull { link, owner: roles.owner.clone(), step: vec![step; roles.owner.len()], buf: Vec::new() }
+    }
+}
+
+impl Reducer for PushPull {
+    fn reduce(&mut self, _grads: &[f32], _out: &mut [f32]) {
+        unreachable!("a parameter-server exchange needs the bucket's index (reduce_bucket)")
+    }
+    fn reduce_bucket(&mut self, index: usize, grads: &[f32], out: &mut [f32]) {
+        self.step[index] += 1;
+        let s = self.step[index];
+        self.buf.clear();
+        self.buf.extend_from_slice(&[index as u32, s as u32, (s >> 32) as u32, 0]);
+        debug_assert_eq!(self.buf.len(), PUSH_HEADER);
+        self.buf.extend_from_slice(super::as_words(grads));
+        let to = self.owner[index];
+        self.link.send(to, PUSH, &self.buf);
+        self.link.receive_into(to, REPLY + index as i32, as_words_mut(out));
+    }
+    fn grad_scale(&self) -> f32 {
+        1.0
+    }
+    fn what(&self) -> &'static str {
+        "push gradients, pull parameters (parameter server)"
+    }
+    fn into_channel(self: Box<Self>) -> Option<Channel> {
+        None
+    }
+}
+
+/// Main thread, between steps: every bucket's current parameters into `params` (the whole
+/// arena). All pulls go out first, then the replies are read.
+pub fn pull_all(link: &Link, roles: &Roles, plan: &FusionPlan, params: &mut [f32]) {
+    for (b, &to) in roles.owner.iter().enumerate() {
+        link.send(to, PULL, &[b as u32]);
+    }
+    for (b, &from) in roles.owner.iter().enumerate() {
+        link.receive_into(from, REPLY + b as i32, as_words_mut(&mut params[plan.buckets[b].clone()]));
+    }
+}
+
+/// Worker 0, while every worker waits at a barrier: the whole parameters and optimizer state
+/// (m, v of `m_len`/`v_len`: the whole arena's, or empty) assembled from the servers.
+pub fn snapshot(
+    link: &Link,
+    roles: &Roles,
+    plan: &FusionPlan,
+    m_len: usize,
+    v_len: usize,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let n = plan.total_len();
+    let (mut p, mut m, mut v) = (vec![0.0; n], vec![0.0; m_len], vec![0.0; v_len]);
+    for s in roles.workers..roles.workers + roles.servers {
+        link.send(s, SNAPSHOT, &[]);
+        let words = link.receive(s, CONTROL);
+        let mut at = 0;
+        for b in roles.owned_by(s) {
+            let r = plan.buckets[b].clone();
+            for (dst, has) in [(&mut p, true), (&mut m, m_len > 0), (&mut v, v_len > 0)] {
+                if has {
+                    dst[r.clone()].copy_from_slice(floats(&words[at..at + r.len()]));
+                    at += r.len();
+                }
+            }
+        }
+        assert_eq!(at, words.len(), "server {s}'s snapshot has another layout");
+    }
+    (p, m, v)
+}
+
+/// Worker 0: every server's staleness statistics since the last ask, merged.
+pub fn stats(link: &Link, roles: &Roles) -> Stats {
+    let mut all = Stats::default();
+    for s in roles.workers..roles.workers + roles.servers {
+        link.send(s, STATS, &[]);
+        all.merge(&Stats::from_words(&link.receive(s, CONTROL)));
+    }
+    all
+}
+
+/// Every worker, at the end: tell each server this worker is done.
+pub fn done(link: &Link, roles: &Roles) {
+    for s in roles.workers..roles.workers + roles.servers {
+        link.send(s, DONE, &[]);
+    }
+}

@@ -1,0 +1,244 @@
+//! The serve loop of one parameter server: owns some fusion buckets' parameters and their
+//! optimizer state (on the CPU backend), applies pushed gradients, answers pulls, and ends
+//! when every worker has said it is done.
+//!
+//! Staleness 0: a bucket's update waits for every worker's gradient of the step; they are
+//! summed in worker order (0, 1, ..., W−1; each already divided by the step's global row
+//! count, so the sum is the mean, as the all-reduce's) and applied once; every worker then
+//! gets the new parameters. K ≥ 1 and −1: each gradient is applied as it arrives (it is that
+//! worker's share of the step's mean); a worker's reply after its step t is held back until
+//! every worker has pushed step t − K (K ≥ 1; never with −1), so no worker begins step
+//! t + 1 more than K steps ahead of the slowest. An all-zero gradient (a worker that ran out
+//! of rows in the epoch) is not applied asynchronously: it would still move momentum.
+
+use super::stats::Stats;
+use super::{floats, Roles, CONTROL, DONE, PULL, PUSH, PUSH_HEADER, REPLY, SNAPSHOT, STATS};
+use crate::config::OptimizerCfg;
+use crate::device::Cpu;
+use crate::error::{Error, Result};
+use crate::fault::Fault;
+use crate::model::TensorInfo;
+use crate::optim::Optimizer;
+use crate::parallel::comm::Link;
+use crate::parallel::liveness;
+use crate::parallel::FusionPlan;
+use std::ops::Range;
+
+/// One owned bucket.
+struct Slot {
+    index: usize,
+    range: Range<usize>,
+    params: Vec<f32>,
+    opt: Optimizer<Cpu>,
+    /// Updates applied to this bucket.
+    version: u64,
+    /// Per worker: the last step whose gradient is applied (or, synchronously, summed in).
+    applied: Vec<u64>,
+    /// Per worker, staleness 0: this step's gradient, waiting for the others'.
+    pending: Vec<Option<Vec<f32>>>,
+    /// Per worker: `min(applied)` and `version` when it last pulled this bucket.
+    pulled_clock: Vec<u64>,
+    pulled_version: Vec<u64>,
+}
+
+impl Slot {
+    fn clock(&self) -> u64 {
+        self.applied.iter().copied().min().unwrap_or(0)
+    }
+}
+
+/// What a server starts from: the whole model's state (a fresh start or a checkpoint) and
+/// the global step it was taken at.
+pub struct StartState<'a> {
+    pub params: &'a [f32],
+    pub m: &'a [f32],
+    pub v: &'a [f32],
+    pub step: u64,
+}
+
+pub struct Server {
+    link: Link,
+    roles: Roles,
+    slots: Vec<Slot>,
+    /// Replies held back by the staleness bound: (worker, slot, step pushed).
+    deferred: Vec<(usize, usize, u64)>,
+    stats: Stats,
+    fault: Option<Fault>,
+    fired_up_to: u64,
+}
+
+impl Server {
+    pub fn new(
+        link: Link,
+        roles: Roles,
+        plan: &FusionPlan,
+        tensors: &[TensorInfo],
+        cfg: &OptimizerCfg,
+        start: StartState,
+        fault: Option<Fault>,
+    ) -> Result<Server> {
+        let w = roles.workers;
+        let mut slots = Vec::new();
+        for b in roles.owned_by(link.rank) {
+            let range = plan.buckets[b].clone();
+            let local: Vec<TensorInfo> = plan.members[b]
+                .iter()
+                .map(|&t| {
+                    let t = &tensors[t];
+                    TensorInfo { range: t.range.start - range.start..t.range.end - range.start, ..t.clone() }
+                })
+                .collect();
+            let mut opt = Optimizer::new(&Cpu, cfg, local, range.len(), w)?;
+            let cut = |all: &[f32]| if all.is_empty() { Vec::new() } else { all[range.clone()].to_vec() };
+            // Synchronously a bucket is updated once per step; asynchronously once per
+            // worker's step (every worker runs every step of an epoch).
+            let updates = if roles.staleness == 0 { start.step } else { start.step * w as u64 };
+            opt.restore(&Cpu, &cut(start.m), &cut(start.v), updates).map_err(Error::Training)?;
+            slots.push(Slot {
+                index: b,
+                params: start.params[range.clone()].to_vec(),
+                range,
+                opt,
+                version: updates,
+                applied: vec![start.step; w],
+                pending: vec![None; w],
+                pulled_clock: vec![start.step; w],
+                pulled_version: vec![updates; w],
+            });
+        }
+        Ok(Server { link, roles, slots, deferred: Vec::new(), stats: Stats::default(), fault, fired_up_to: start.step })
+    }
+
+    /// Serve until every worker is done. Returns the staleness statistics of the whole run.
+    pub fn serve(mut self) -> Result<Stats> {
+        liveness::set("serving parameters (waiting for pushes and pulls)");
+        let mut total = Stats::default();
+        let mut done = 0;
+        while done < self.roles.workers {
+            let msg = self.link.receive_any();
+            let w = msg.from;
+            match msg.tag {
+                PUSH => self.push(w, &msg.words)?,
+                PULL => {
+                    let s = self.slot_of(msg.words[0] as usize)?;
+                    self.reply(w, s);
+                }
+                SNAPSHOT => {
+                    let mut out = Vec::new();
+                    for s in &self.slots {
+                        let (m, v, _) = s.opt.state(&Cpu)?;
+                        for part in [&s.params, &m, &v] {
+                            out.extend_from_slice(super::as_words(part));
+                        }
+                    }
+                    self.link.send(w, CONTROL, &out);
+                }
+                STATS => {
+                    self.link.send(w, CONTROL, &self.stats.to_words());
+                    total.merge(&self.stats);
+                    self.stats = Stats::default();
+                }
+                DONE => done += 1,
+                t => {
+                    return Err(Error::Training(format!(
+                        "parameter server got a message with unknown tag {t} from rank {w}"
+                    )))
+                }
+            }
+        }
+        total.merge(&self.stats);
+        Ok(total)
+    }
+
+    fn slot_of(&self, bucket: usize) -> Result<usize> {
+        self.slots.iter().position(|s| s.index == bucket).ok_or_else(|| {
+            Error::Training(format!("rank {} got bucket {bucket}, which another server owns", self.link.rank))
+        })
+    }
+
+    fn push(&mut self, w: usize, words: &[u32]) -> Result<()> {
+        let s = self.slot_of(words[0] as usize)?;
+        let step = words[1] as u64 | (words[2] as u64) << 32;
+        if step > self.fired_up_to {
+            self.fired_up_to = step;
+            liveness::step_done(self.slots.iter().map(Slot::clock).min().unwrap_or(0));
+            crate::fault::at_step(&self.fault, self.link.rank, step)?;
+        }
+        let grads = floats(&words[PUSH_HEADER..]);
+        let slot = &mut self.slots[s];
+        if grads.len() != slot.range.len() || step != slot.applied[w] + 1 {
+            return Err(Error::Training(format!(
+                "worker {w} pushed {} values of bucket {} for step {step}; expected {} for step {}",
+                grads.len(),
+                slot.index,
+                slot.range.len(),
+                slot.applied[w] + 1
+            )));
+        }
+        let stale = (step - 1).saturating_sub(slot.pulled_clock[w]);
+        let all: Vec<usize> = (0..slot.opt_tensors()).collect();
+        if self.roles.staleness == 0 {
+            slot.pending[w] = Some(grads.to_vec());
+            slot.applied[w] = step;
+            if slot.pending.iter().any(Option::is_none) {
+                return Ok(());
+            }
+            // Every worker's gradient is in: sum in worker order, apply once.
+            let mut sum = slot.pending[0].take().expect("checked");
+            for p in slot.pending.iter_mut().skip(1) {
+                for (a, g) in sum.iter_mut().zip(p.take().expect("checked")) {
+                    *a += g;
+                }
+            }
+            for (x, &lag) in slot.pulled_clock.iter().zip(&slot.pulled_version) {
+                self.stats.record((step - 1).saturating_sub(*x), slot.version - lag);
+            }
+            slot.opt.begin_step();
+            slot.opt.apply(&Cpu, &mut slot.params, &sum, 0, 1.0, &all)?;
+            slot.version += 1;
+            for worker in 0..self.roles.workers {
+                self.reply(worker, s);
+            }
+            return Ok(());
+        }
+        if grads.iter().any(|&g| g != 0.0) {
+            self.stats.record(stale, slot.version - slot.pulled_version[w]);
+            slot.opt.begin_step();
+            slot.opt.apply(&Cpu, &mut slot.params, &grads.to_vec(), 0, 1.0, &all)?;
+            slot.version += 1;
+        }
+        slot.applied[w] = step;
+        self.deferred.push((w, s, step));
+        self.release();
+        Ok(())
+    }
+
+    /// Send every held-back reply that the bound now allows.
+    fn release(&mut self) {
+        let k = self.roles.staleness;
+        let mut i = 0;
+        while i < self.deferred.len() {
+            let (w, s, step) = self.deferred[i];
+            if k < 0 || self.slots[s].clock() + k as u64 >= step {
+                self.deferred.swap_remove(i);
+                self.reply(w, s);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Send bucket `s`'s parameters to worker `w`, noting what it saw.
+    fn reply(&mut self, w: usize, s: usize) {
+        let slot = &mut self.slots[s];
+        slot.pulled_clock[w] = slot.clock();
+        slot.pulled_version[w] = slot.version;
+        self.link.send(w, REPLY + slot.index as i32, super::as_words(&slot.params));
+    }
+}
+
+impl Slot {
+    fn opt_tensors(&self) -> usize {
+        self.opt.tensor_count()
+    }
+}
