@@ -44,6 +44,12 @@ run_model() {
   for layout in $LAYOUTS; do
     IFS=, read -r d t p m <<< "$layout"
     tag="$name-d$d-t$t-p$p-m$m"
+    nlayers=$(($(tr -cd ',' <<< "$layers" | wc -c)))
+    if [ "$p" -gt "$nlayers" ]; then
+      echo "$tag: not possible ($nlayers dense layers, $p stages)"
+      echo "$nlayers" > "$work/$tag.fewer"
+      continue
+    fi
     if [ "$p" -gt 1 ] && [ "$pipeline" = 0 ]; then
       echo "$tag: skipped (pipeline not available)"
       echo "skipped" > "$work/$tag.skip"
@@ -99,6 +105,9 @@ for key, (arch, n, how) in MODELS.items():
         d, t, p, m = (int(x) for x in layout.split(","))
         skip = f"{work}/{key}-d{d}-t{t}-p{p}-m{m}"
         ideal = f"{(p-1)/(m+p-1):.2f}" if p > 1 else "–"
+        if os.path.exists(skip + ".fewer"):
+            L.append(f"| {d},{t},{p} | {m} | not possible: {open(skip + '.fewer').read().strip()} dense layers, {p} stages | | | | | | | |")
+            continue
         if os.path.exists(skip + ".skip"):
             L.append(f"| {d},{t},{p} | {m} | skipped (pipeline not available) | | | | | | | – / {ideal} |")
             continue

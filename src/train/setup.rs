@@ -180,8 +180,8 @@ pub(super) fn schedule(comm: &Comm, job: &Job, setup: &Setup, global: usize) -> 
 fn log_schedule(job: &Job, s: &Schedule) {
     let (b, steps, ranks, total) = (s.batch, s.steps, s.ranks, s.rows);
     info!(
-        "{} epochs of {steps} steps, global batch {} = {b} per rank x {ranks} rank(s); {} of the {total} training \
-         samples per epoch, in an order that does not depend on the rank count",
+        "{} epochs of {steps} steps, global batch {} = {b} per data-parallel rank x {ranks} data-parallel rank(s); {} of \
+         the {total} training samples per epoch, in an order that does not depend on the rank count",
         job.training.epochs,
         s.global_batch,
         s.used()
