@@ -1,7 +1,7 @@
 //! Model parallelism (tensor and pipeline) composed with data parallelism, under a real
 //! `mpirun`: layouts (data D, tensor T, pipeline P) with M micro-batches per step, among them
 //! (1,2,1), (1,1,2), (1,2,2), (2,2,1), (2,1,2) with M = 1 and 4, (1,4,1), (1,3,1) (uneven
-//! split) and (1,1,4), must give the (1,1,1) run's losses for the first 20 steps and its
+//! split) and (1,1,4) with M = 3, must give the (1,1,1) run's losses for the first 20 steps and its
 //! weights after 20 steps, on the same global batch; checkpoints resume across layouts
 //! (tensor 2 → 1, 1 → 2, tensor 2 → pipeline 2) to the uninterrupted run's weights; bad
 //! layouts end with one clear error and a non-zero exit, without hanging; a stopped or
@@ -159,7 +159,12 @@ fn check_layouts(tag: &str, layers: &[usize], extra: &str, layouts: &[L]) {
 #[test]
 fn tensor_and_data_layouts_match_one_rank() {
     let _g = mpi_lock();
-    check_layouts("deep", &DEEP, SGD, &[L(1, 2, 1, 1), L(2, 2, 1, 1), L(1, 4, 1, 1), L(1, 3, 1, 1), L(2, 2, 1, 4)]);
+    check_layouts(
+        "deep",
+        &DEEP,
+        SGD,
+        &[L(1, 2, 1, 1), L(1, 2, 1, 4), L(2, 2, 1, 1), L(2, 2, 1, 4), L(1, 4, 1, 1), L(1, 3, 1, 1)],
+    );
 }
 
 #[test]
