@@ -152,7 +152,12 @@ fn check_layouts(tag: &str, layers: &[usize], extra: &str, layouts: &[L]) {
              test loss {lt:.2e}"
         );
         assert!(lw < TOL && ll < TOL, "{tag}: {l:?}: weights {lw:e}, losses {ll:e} (tolerance {TOL})");
-        assert!(lt < TOL && reference.test.1 == got.test.1, "{tag}: {l:?}: test {:?} vs {:?}", reference.test, got.test);
+        assert!(
+            lt < TOL && reference.test.1 == got.test.1,
+            "{tag}: {l:?}: test {:?} vs {:?}",
+            reference.test,
+            got.test
+        );
     }
 }
 
@@ -205,8 +210,11 @@ fn checkpoint_resumes_across_tensor_degrees() {
     let whole_dir = prepare("mp-ckpt-uninterrupted", 1, &DEEP, &extra);
     halve(&whole_dir);
     let reference = train(&whole_dir, L(1, 1, 1, 1), &DEEP, &halves).unwrap_or_else(|r| panic!("{}", r.all()));
-    for (first, then) in [(L(1, 2, 1, 1), L(1, 1, 1, 1)), (L(1, 1, 1, 1), L(1, 2, 1, 1)), (L(1, 2, 1, 1), L(1, 1, 2, 2))] {
-        let dir = prepare(&format!("mp-ckpt-{}-then-{}", first.1 * 10 + first.2, then.1 * 10 + then.2), 1, &DEEP, &extra);
+    for (first, then) in
+        [(L(1, 2, 1, 1), L(1, 1, 1, 1)), (L(1, 1, 1, 1), L(1, 2, 1, 1)), (L(1, 2, 1, 1), L(1, 1, 2, 2))]
+    {
+        let dir =
+            prepare(&format!("mp-ckpt-{}-then-{}", first.1 * 10 + first.2, then.1 * 10 + then.2), 1, &DEEP, &extra);
         halve(&dir);
         let a = train(&dir, first, &DEEP, &["training.epochs=1"]).unwrap_or_else(|r| panic!("{}", r.all()));
         assert_eq!(checkpoints(&dir.join("out")), ["ckpt-step000000010.h5"], "{}", a.log);
@@ -214,7 +222,9 @@ fn checkpoint_resumes_across_tensor_degrees() {
         let b = b.unwrap_or_else(|r| panic!("{}", r.all()));
         assert!(b.log.contains("resuming from"), "{}", b.log);
         let lw = rel_weights(&reference.weights, &b.weights);
-        eprintln!("checkpoint: {first:?} for 10 steps, then {then:?} for 10: weights {lw:.2e} from one rank throughout");
+        eprintln!(
+            "checkpoint: {first:?} for 10 steps, then {then:?} for 10: weights {lw:.2e} from one rank throughout"
+        );
         assert!(lw < TOL, "{first:?} then {then:?}: weights differ by {lw:e} relative");
     }
 }
@@ -295,7 +305,11 @@ fn a_stopped_killed_or_hung_pipeline_stage_ends_the_job() {
         let fault = format!("{victim}:5:kill");
         let run = mpirun_env(4, &[("HVTRAIN_INJECT_FAULT", &fault)], &long4, &dir4, 60);
         assert!(!run.ok() && run.elapsed < Duration::from_secs(15), "{}", run.all());
-        eprintln!("D=2 P=2 M=3, rank {victim} killed at step 5: exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
+        eprintln!(
+            "D=2 P=2 M=3, rank {victim} killed at step 5: exit {:?} after {:.1} s",
+            run.code,
+            run.elapsed.as_secs_f64()
+        );
     }
 
     let _ = std::fs::remove_dir_all(dir.join("out"));
@@ -304,12 +318,19 @@ fn a_stopped_killed_or_hung_pipeline_stage_ends_the_job() {
     args.extend(["--set", "distribution.watchdog_seconds=3"]);
     let run = mpirun_env(2, &env, &args, &dir, 60);
     assert!(
-        !run.ok() && run.stderr.contains("waiting for the next pipeline stage's gradients at step 5 has not completed after 3.0 s"),
+        !run.ok()
+            && run
+                .stderr
+                .contains("waiting for the next pipeline stage's gradients at step 5 has not completed after 3.0 s"),
         "without heartbeats, stage 0's wait for stage 1's gradients has a deadline\n{}",
         run.all()
     );
     assert!(run.elapsed < Duration::from_secs(15), "{}", run.all());
-    eprintln!("P=2 without MPI_THREAD_MULTIPLE, rank 1 hung at step 5: exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
+    eprintln!(
+        "P=2 without MPI_THREAD_MULTIPLE, rank 1 hung at step 5: exit {:?} after {:.1} s",
+        run.code,
+        run.elapsed.as_secs_f64()
+    );
 }
 
 /// A tensor rank that stops (SIGSTOP) or dies mid-step leaves its peer inside a tensor

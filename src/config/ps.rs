@@ -51,7 +51,9 @@ impl Job {
                 ),
             );
         }
-        for (field, v) in [("parallel.pipeline", self.parallel.pipeline), ("parallel.micro_batches", self.parallel.micro_batches)] {
+        for (field, v) in
+            [("parallel.pipeline", self.parallel.pipeline), ("parallel.micro_batches", self.parallel.micro_batches)]
+        {
             if v > 1 {
                 return bad(
                     field,

@@ -293,7 +293,15 @@ impl Channel {
         // while the request is active (`wait` completes it first; `Drop` leaks it otherwise);
         // the communicator outlives the request (both belong to the main thread's step).
         unsafe {
-            ffi::MPI_Isend(ptr.cast(), n, f32::equivalent_datatype().as_raw(), to as i32, tag, self.comm.as_raw(), &mut o.req);
+            ffi::MPI_Isend(
+                ptr.cast(),
+                n,
+                f32::equivalent_datatype().as_raw(),
+                to as i32,
+                tag,
+                self.comm.as_raw(),
+                &mut o.req,
+            );
         }
         o
     }

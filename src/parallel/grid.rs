@@ -383,8 +383,7 @@ mod tests {
                     let mut whole = Vec::new();
                     for layers in stages.iter().rev() {
                         let stage = Mlp::stage(&sizes, full.act, full.loss, layers.clone());
-                        let parts: Vec<Vec<f32>> =
-                            (0..ts).map(|t| cut(&full, layers.clone(), t, ts, &all)).collect();
+                        let parts: Vec<Vec<f32>> = (0..ts).map(|t| cut(&full, layers.clone(), t, ts, &all)).collect();
                         for (t, part) in parts.iter().enumerate() {
                             assert_eq!(part.len(), stage.shard(t, ts).n_params, "{sizes:?} P={p_n} T={ts}");
                         }

@@ -74,7 +74,15 @@ where
                         accumulate: true,
                         announce: m == last,
                     };
-                    self.model.backward_tp(&self.be, &self.params, &self.mx[m], r, &mut self.mws[m], &mut sink, &mut self.tp)?;
+                    self.model.backward_tp(
+                        &self.be,
+                        &self.params,
+                        &self.mx[m],
+                        r,
+                        &mut self.mws[m],
+                        &mut sink,
+                        &mut self.tp,
+                    )?;
                     if let Some(p) = self.tp.pipe.as_mut().filter(|p| !p.is_first()) {
                         self.h_in.resize(r * inp, 0.0);
                         self.mws[m].input_grad(&self.be, &self.model, r, &mut self.h_in)?;

@@ -130,8 +130,7 @@ impl<'a, B: Backend> Run<'a, B> {
         let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, lr_ranks)?;
         // This rank's part of the starting state (restore.rs cut it).
         let mut st = Stepper::new(be, model, &start.params, opt, engine, b, timeline.clone())?;
-        st.restore(&start.m, &start.v, start.step)
-            .map_err(|e| Error::config(&job.source, "optimizer", e))?;
+        st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
         tensor.set_watchdog(watchdog.share());
         st.set_tensor_group(tensor);
         st.set_micro_batches(job.parallel.micro_batches);

@@ -72,9 +72,7 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
             "the checkpoint's optimizer state does not fit this optimizer (another optimizer.kind or momentum?)",
         ));
     }
-    let part = |all: Vec<f32>, len: usize| {
-        grid::distribute(comm, &setup.grid, &setup.stages, model, all, len)
-    };
+    let part = |all: Vec<f32>, len: usize| grid::distribute(comm, &setup.grid, &setup.stages, model, all, len);
     let params = part(params, model.n_params)?;
     let (m, v) = (part(m, m_len)?, part(v, v_len)?);
     // step, epoch index, step in epoch, global batch, loss sums written (the writer's data ranks)
