@@ -105,14 +105,7 @@ impl Channel {
     /// Every rank's bytes (of any length), indexed by rank.
     pub fn all_gather_bytes(&self, mine: &[u8]) -> Vec<Vec<u8>> {
         let counts: Vec<i32> = self.all_gather_u64(mine.len() as u64).iter().map(|&c| c as i32).collect();
-        let displs: Vec<i32> = counts
-            .iter()
-            .scan(0, |acc, &c| {
-                let d = *acc;
-                *acc += c;
-                Some(d)
-            })
-            .collect();
+        let displs = offsets(&counts);
         let mut all = vec![0u8; counts.iter().map(|&c| c as usize).sum()];
         {
             let mut part = mpi::datatype::PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
@@ -134,14 +127,7 @@ impl Channel {
             root.gather_varcount_into(mine);
             return None;
         }
-        let displs: Vec<i32> = counts
-            .iter()
-            .scan(0, |acc, &c| {
-                let d = *acc;
-                *acc += c;
-                Some(d)
-            })
-            .collect();
+        let displs = offsets(&counts);
         let mut all = vec![0f32; counts.iter().map(|&c| c as usize).sum()];
         {
             let mut part = mpi::datatype::PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
@@ -343,6 +329,18 @@ impl Drop for Outgoing {
             std::mem::forget(buf);
         }
     }
+}
+
+/// Where each rank's part starts in a gathered buffer of parts of `counts` elements.
+fn offsets(counts: &[i32]) -> Vec<i32> {
+    counts
+        .iter()
+        .scan(0, |acc, &c| {
+            let d = *acc;
+            *acc += c;
+            Some(d)
+        })
+        .collect()
 }
 
 /// Words in one heartbeat (see `liveness.rs` for their meaning).

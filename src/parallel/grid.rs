@@ -190,8 +190,8 @@ pub fn distribute(
         return Ok(all);
     }
     let part = |r: usize| {
-        let (t, p) = (r % g.tensor, r / g.tensor % g.pipeline);
-        (t, stages[p].clone())
+        let at = Grid::new(g.world, r, g.tensor, g.pipeline).expect("the job's own grid");
+        (at.t, stages[at.p].clone())
     };
     if comm.rank == 0 {
         for r in 1..g.world {
