@@ -7,8 +7,8 @@ use crate::data::shard::{Expect, Labels, Shard};
 use crate::device::{Backend, Cpu};
 use crate::error::{Error, Result};
 use crate::fault::At;
+use crate::model::placement::TensorGroup;
 use crate::model::{Mlp, Targets, TensorSum, Whole, Workspace};
-use crate::parallel::grid::TensorGroup;
 use crate::parallel::liveness;
 use crate::parallel::{check_agreement, Comm};
 use crate::weights;
@@ -16,10 +16,6 @@ use log::{info, warn};
 use std::path::Path;
 
 const CHUNK: usize = 512;
-
-pub fn build_model(job: &Job) -> Mlp {
-    Mlp::new(&job.model.layers, job.model.activation, job.model.loss)
-}
 
 /// What `model` needs of its data, for opening a `Shard`.
 pub fn expect(model: &Mlp) -> Expect {
@@ -39,7 +35,7 @@ pub fn start(comm: &Comm, job: &Job) -> Result<Mlp> {
     if let Err(e) = check_agreement(comm, "the job configuration (job file + --set)", job.fingerprint()) {
         return Err(describe_job_difference(comm, job).unwrap_or(e));
     }
-    Ok(build_model(job))
+    Ok(Mlp::from_cfg(&job.model))
 }
 
 /// Collective, after the fingerprints differed: name the ranks, their job files and the
@@ -252,7 +248,7 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
 /// classification, predictions for regression) and, for classification, `classes` int32 [N]
 /// and `probabilities` float32 [N, K]. A single process; no MPI needed.
 pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> Result<usize> {
-    let model = build_model(job);
+    let model = Mlp::from_cfg(&job.model);
     let params = weights::load(&model, weights_path)?;
     let f = h5::open(input, "--input")?;
     let xn = &job.data.x_dataset;

@@ -17,10 +17,7 @@
 //! - `oom` (an allocation of 64 TiB that cannot return an error: the allocator's out-of-memory
 //!   line, `tests/memory.rs`).
 
-use crate::device::Backend;
 use crate::error::{Error, Result};
-use crate::parallel::engine::HostBuf;
-use crate::step::Stepper;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -122,13 +119,10 @@ extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
 
-/// Fire the fault if it is this rank's and the coming step's.
-pub fn maybe_fire<B: Backend>(f: &Option<Fault>, rank: usize, st: &mut Stepper<B>) -> Result<()>
-where
-    B::Buf: HostBuf,
-{
+/// Fire the fault if it is this rank's and the coming step's (`step`); `diverge` nudges one
+/// parameter (the caller owns them).
+pub fn maybe_fire(f: &Option<Fault>, rank: usize, step: u64, diverge: impl FnOnce() -> Result<()>) -> Result<()> {
     let Some(f) = f else { return Ok(()) };
-    let step = st.step() + 1;
     if let (Kind::Delay(ms), At::Step(from)) = (f.kind, f.at) {
         if f.rank == rank && step >= from {
             if step == from {
@@ -142,9 +136,7 @@ where
         return Ok(());
     }
     if f.kind == Kind::Diverge {
-        let mut p = st.params_host()?;
-        p[0] += 1.0;
-        return st.set_params_host(&p);
+        return diverge();
     }
     fire(f.kind, &format!("at step {step}"))
 }
@@ -162,7 +154,7 @@ pub fn at_step(f: &Option<Fault>, rank: usize, step: u64) -> Result<()> {
 /// Fire the fault if it is this rank's and names this point (`At::Start`, `At::Eval`).
 pub fn point(at: At) -> Result<()> {
     let Some(f) = from_env()? else { return Ok(()) };
-    if f.at != at || f.rank != crate::RANK.load(Ordering::Relaxed) || f.kind == Kind::Diverge {
+    if f.at != at || Some(f.rank) != crate::sys::rank() || f.kind == Kind::Diverge {
         return Ok(());
     }
     fire(f.kind, &format!("at {at:?}").to_lowercase())

@@ -7,6 +7,7 @@ mod bench;
 mod checkpoint;
 mod cli;
 mod config;
+mod conformance;
 mod data;
 mod device;
 mod error;
@@ -29,42 +30,16 @@ mod weights;
 use clap::Parser;
 use cli::{BenchCommand, Cli, Command, DataCommand};
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 #[global_allocator]
 static ALLOC: mem::Guarded = mem::Guarded;
 
-/// This process's rank, for log lines and the panic hook (usize::MAX before MPI starts).
-static RANK: AtomicUsize = AtomicUsize::new(usize::MAX);
-
-fn rank_tag() -> String {
-    match RANK.load(Ordering::Relaxed) {
-        usize::MAX => "-".into(),
-        r => r.to_string(),
-    }
-}
-
-/// Write one whole line to stderr in a single call: ranks share the terminal, and a line
-/// written in pieces interleaves with other ranks' lines.
-pub(crate) fn say(line: String) {
-    let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
-}
-
-/// Leave at once, running no exit handlers (they may block in MPI when the network is gone).
-pub(crate) fn hard_exit(code: i32) -> ! {
-    extern "C" {
-        fn _exit(code: i32) -> !;
-    }
-    // SAFETY: _exit has no preconditions.
-    unsafe { _exit(code) }
-}
-
 fn init_logging() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format(|buf, rec| {
             let ts = buf.timestamp_millis();
-            writeln!(buf, "[{ts} {} rank {}] {}", rec.level(), rank_tag(), rec.args())
+            writeln!(buf, "[{ts} {} rank {}] {}", rec.level(), sys::rank_tag(), rec.args())
         })
         .init();
 }
@@ -74,7 +49,7 @@ fn main() {
     let cli = Cli::parse();
     init_logging();
     std::panic::set_hook(Box::new(|info| {
-        say(format!("hvtrain: internal error on rank {}: {info}", rank_tag()));
+        sys::say(format!("hvtrain: internal error on rank {}: {info}", sys::rank_tag()));
         parallel::comm::abort_world(101);
     }));
 
@@ -144,12 +119,11 @@ fn with_mpi(f: impl FnOnce(&parallel::Comm) -> error::Result<i32>) -> i32 {
     let comm = match parallel::Comm::init() {
         Ok(c) => c,
         Err(e) => {
-            say(format!("hvtrain: error: MPI start-up failed: {e}"));
+            sys::say(format!("hvtrain: error: MPI start-up failed: {e}"));
             return 1;
         }
     };
-    RANK.store(comm.rank, Ordering::Relaxed);
-    mem::set_rank(comm.rank);
+    sys::set_rank(comm.rank);
     // Heartbeats from here to the end, so that a rank stopped or gone at any point ends the job.
     let live = parallel::liveness::Liveness::start(&comm);
     match f(&comm) {
@@ -161,7 +135,7 @@ fn with_mpi(f: impl FnOnce(&parallel::Comm) -> error::Result<i32>) -> i32 {
             code
         }
         Err(e) => {
-            say(format!("hvtrain: error on rank {} ({}): {e}", comm.rank, comm.host));
+            sys::say(format!("hvtrain: error on rank {} ({}): {e}", comm.rank, comm.host));
             if comm.size > 1 {
                 comm.abort(1);
             }
@@ -215,7 +189,7 @@ fn selftest(device: cli::DeviceArg) -> i32 {
                 be: B,
             ) -> error::Result<Vec<(&'static str, std::result::Result<(), String>)>> {
                 println!("  backend: {}", be.name());
-                Ok(device::conformance::suite(&be, 1e-4))
+                Ok(conformance::suite(&be, 1e-4))
             }
         }
         // Quiet the panic messages of failing checks: the table reports them.
@@ -254,7 +228,7 @@ fn selftest(device: cli::DeviceArg) -> i32 {
             1
         }
         Err(e) => {
-            say(format!("hvtrain: error: {e}"));
+            sys::say(format!("hvtrain: error: {e}"));
             1
         }
     }
@@ -268,7 +242,7 @@ fn finish(r: error::Result<()>) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            say(format!("hvtrain: error: {e}"));
+            sys::say(format!("hvtrain: error: {e}"));
             1
         }
     }

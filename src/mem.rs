@@ -50,16 +50,10 @@ impl StateBytes {
 
 /// This rank's model state and how many ranks split one copy of the model (T·P).
 static STATE: Mutex<Option<(StateBytes, usize)>> = Mutex::new(None);
-/// This rank, for the allocator's message (set once MPI has started).
-static RANK: Mutex<Option<usize>> = Mutex::new(None);
 
 /// Record this rank's model state (named by every out-of-memory error from now on).
 pub fn set_state(s: StateBytes, split: usize) {
     *STATE.lock().unwrap_or_else(|e| e.into_inner()) = Some((s, split));
-}
-
-pub fn set_rank(rank: usize) {
-    *RANK.lock().unwrap_or_else(|e| e.into_inner()) = Some(rank);
 }
 
 thread_local! {
@@ -180,10 +174,9 @@ fn failed(bytes: usize) {
     if FALLIBLE.try_with(|f| f.get()).unwrap_or(true) || bytes < (1 << 20) || REPORTING.swap(true, Ordering::SeqCst) {
         return;
     }
-    let rank = RANK.try_lock().ok().and_then(|r| *r).map_or("-".to_string(), |r| r.to_string());
-    crate::say(format!("hvtrain: error on rank {rank}: out of memory: {}", message(bytes)));
+    crate::sys::say(format!("hvtrain: error on rank {}: out of memory: {}", crate::sys::rank_tag(), message(bytes)));
     crate::parallel::comm::abort_world(1);
-    crate::hard_exit(1);
+    crate::sys::hard_exit(1);
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ fn watch(launched: bool) {
             match PHASE.load(SeqCst) {
                 WRITTEN => exit_now(EXIT_PREEMPTED),
                 RUNNING if now_ms().saturating_sub(FIRST_MS.load(SeqCst)) >= GRACE_MS.load(SeqCst) => {
-                    crate::say("hvtrain: a second signal, and no checkpoint under way: exiting at once".into());
+                    crate::sys::say("hvtrain: a second signal, and no checkpoint under way: exiting at once".into());
                     exit_now(EXIT_SECOND_SIGNAL)
                 }
                 _ => {}

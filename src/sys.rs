@@ -1,5 +1,48 @@
-//! Process facts from Linux's /proc, for the log and the benchmarks: time since the process
-//! started (so "time to first step" includes MPI start-up and dynamic loading) and peak RSS.
+//! The process itself, the lowest layer: its rank (set once MPI has started), whole-line
+//! writes to stderr, the exit that runs no handlers, and facts from Linux's /proc for the log
+//! and the benchmarks (time since the process started, so "time to first step" includes MPI
+//! start-up and dynamic loading; peak RSS and virtual memory; the `ulimit -v` limit).
+//! Uses nothing of ours; must not grow policy (what to log, when to exit is the callers').
+
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// This process's rank, for log lines, the panic hook, fault points and the allocator's
+/// out-of-memory line (usize::MAX before MPI starts).
+static RANK: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Record this process's rank (once MPI has started).
+pub fn set_rank(rank: usize) {
+    RANK.store(rank, Ordering::Relaxed);
+}
+
+/// This process's rank, None before MPI has started.
+pub fn rank() -> Option<usize> {
+    match RANK.load(Ordering::Relaxed) {
+        usize::MAX => None,
+        r => Some(r),
+    }
+}
+
+/// The rank for a log line: its number, or "-" before MPI has started.
+pub fn rank_tag() -> String {
+    rank().map_or_else(|| "-".into(), |r| r.to_string())
+}
+
+/// Write one whole line to stderr in a single call: ranks share the terminal, and a line
+/// written in pieces interleaves with other ranks' lines.
+pub fn say(line: String) {
+    let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
+}
+
+/// Leave at once, running no exit handlers (they may block in MPI when the network is gone).
+pub fn hard_exit(code: i32) -> ! {
+    extern "C" {
+        fn _exit(code: i32) -> !;
+    }
+    // SAFETY: _exit has no preconditions.
+    unsafe { _exit(code) }
+}
 
 /// Seconds since this process was started by the kernel, if /proc tells.
 pub fn seconds_since_start() -> Option<f64> {

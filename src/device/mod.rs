@@ -5,7 +5,6 @@
 //! to the CPU with one log line saying why not; `cuda` without them is a clear error.
 
 pub mod backend;
-pub mod conformance;
 pub mod cpu;
 pub mod cuda;
 

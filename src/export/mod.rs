@@ -53,7 +53,7 @@ pub struct Exported {
 /// The model recorded in the file's attributes must agree with the job's; files written
 /// before hvtrain recorded it are taken as the job's model (the shapes are still checked).
 pub fn export(job: &Job, weights_path: &Path, output: &Path, softmax: bool) -> Result<Exported> {
-    let model = crate::eval::build_model(job);
+    let model = crate::model::Mlp::from_cfg(&job.model);
     if softmax && model.loss != LossKind::SoftmaxCrossEntropy {
         return Err(Error::config(
             &job.source,

@@ -10,6 +10,7 @@
 pub mod gradcheck;
 pub mod loss;
 pub mod pipeline;
+pub mod placement;
 pub mod tensor;
 
 use crate::config::{Activation, LossKind};
@@ -63,6 +64,11 @@ pub struct TensorInfo {
 }
 
 impl Mlp {
+    /// The whole model a job's `[model]` table describes.
+    pub fn from_cfg(m: &crate::config::ModelCfg) -> Mlp {
+        Mlp::new(&m.layers, m.activation, m.loss)
+    }
+
     pub fn new(sizes: &[usize], act: Activation, loss: LossKind) -> Mlp {
         Mlp::with_tensor(sizes, act, loss, 0, 1)
     }

@@ -16,53 +16,7 @@
 
 use std::ops::Range;
 
-/// The layers of each of `p` stages (contiguous, in order, none empty), balanced by FLOPs;
-/// Err when there are fewer layers than stages.
-pub fn stages(sizes: &[usize], p: usize) -> std::result::Result<Vec<Range<usize>>, String> {
-    let n = sizes.len() - 1;
-    if p == 0 || p > n {
-        return Err(format!(
-            "{p} pipeline stage(s) for a model of {n} dense layer(s); every stage needs at least one layer, so use \
-             parallel.pipeline ≤ {n}"
-        ));
-    }
-    let cost: Vec<u128> = (0..n).map(|l| (sizes[l] * sizes[l + 1]) as u128).collect();
-    let prefix: Vec<u128> = std::iter::once(0)
-        .chain(cost.iter().scan(0u128, |a, &c| {
-            *a += c;
-            Some(*a)
-        }))
-        .collect();
-    let span = |a: usize, b: usize| prefix[b] - prefix[a];
-    // best[k][j]: the least possible maximum stage cost splitting layers 0..j into k stages;
-    // ties go to the split with the later cut, which keeps the answer unique.
-    let inf = u128::MAX;
-    let mut best = vec![vec![inf; n + 1]; p + 1];
-    let mut cut = vec![vec![0usize; n + 1]; p + 1];
-    best[0][0] = 0;
-    for k in 1..=p {
-        for j in k..=n {
-            for i in (k - 1)..j {
-                if best[k - 1][i] == inf {
-                    continue;
-                }
-                let c = best[k - 1][i].max(span(i, j));
-                if c <= best[k][j] {
-                    best[k][j] = c;
-                    cut[k][j] = i;
-                }
-            }
-        }
-    }
-    let mut out = vec![0..0; p];
-    let mut j = n;
-    for k in (1..=p).rev() {
-        let i = cut[k][j];
-        out[k - 1] = i..j;
-        j = i;
-    }
-    Ok(out)
-}
+pub use crate::config::parallel::stages;
 
 /// Where stage `layers`' parameters sit in the whole model's arena (weights [in, out] and
 /// biases of every layer, last layer first).

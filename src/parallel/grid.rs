@@ -9,21 +9,12 @@
 //! gradients the engine all-reduces. Every rank of replica d takes data rank d's part of
 //! every global batch.
 //!
-//! `TensorGroup` is the model-parallel side as the model and the step use it: the tensor
-//! communicator's sums in forward and backward (through the backend's download/upload, so any
-//! backend works), the pipeline link to the neighbouring stages, and the whole model
-//! assembled from the shards and stages (checkpoints, weights.h5).
+//! Pure arithmetic on ranks (and the start-up description of the grid); which part of the
+//! model each rank holds is `model::placement`'s. Must not know the model or the device.
 
-use super::comm::{Channel, Comm};
-use super::liveness;
-use super::pipe::PipeLink;
-use super::watchdog::{SharedWatchdog, MAIN};
-use crate::device::Backend;
+use super::comm::Comm;
 use crate::error::{Error, Result};
-use crate::model::{pipeline, tensor, Mlp, TensorSum};
-use log::info;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where this rank sits in the grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,204 +143,6 @@ pub fn describe(g: &Grid, hosts: &[String], stages: &[Range<usize>]) -> Vec<Stri
     lines
 }
 
-/// The part of the whole model `full`'s arena `all` (parameters or optimizer state; empty
-/// stays empty) that tensor rank `t` of `ts` holds in the stage of layers `layers`.
-pub fn cut(full: &Mlp, layers: Range<usize>, t: usize, ts: usize, all: &[f32]) -> Vec<f32> {
-    if all.is_empty() {
-        return Vec::new();
-    }
-    assert_eq!(all.len(), full.n_params, "a whole arena of another model");
-    let stage = &all[pipeline::arena_range(&full.sizes, &layers)];
-    if ts == 1 {
-        return stage.to_vec();
-    }
-    let whole_stage = Mlp::stage(&full.sizes, full.act, full.loss, layers);
-    tensor::scatter(&whole_stage.shard(t, ts), &whole_stage, stage)
-}
-
-/// Collective over the world: every rank's part of rank 0's whole arena `all` (ignored on the
-/// other ranks). Without model parallelism every rank holds the whole (a broadcast);
-/// otherwise rank 0 cuts and sends each rank its part in turn, so no other rank ever holds
-/// the whole model. `len` is the whole arena's length (0: an optimizer without that state).
-pub fn distribute(
-    comm: &Comm,
-    g: &Grid,
-    stages: &[Range<usize>],
-    full: &Mlp,
-    all: Vec<f32>,
-    len: usize,
-) -> Result<Vec<f32>> {
-    const TAG: i32 = 0x5354; // "ST"
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    let _a = crate::mem::allocating("this rank's part of the starting state (received from rank 0)");
-    if g.replica() == 1 {
-        let mut all = if comm.rank == 0 { all } else { crate::mem::zeros(len)? };
-        comm.broadcast_f32(&mut all);
-        return Ok(all);
-    }
-    let part = |r: usize| {
-        let at = Grid::new(g.world, r, g.tensor, g.pipeline).expect("the job's own grid");
-        (at.t, stages[at.p].clone())
-    };
-    if comm.rank == 0 {
-        for r in 1..g.world {
-            let (t, layers) = part(r);
-            comm.isend_f32(r, TAG, cut(full, layers, t, g.tensor, &all)).wait();
-            liveness::progress();
-        }
-        let (t, layers) = part(0);
-        return Ok(cut(full, layers, t, g.tensor, &all));
-    }
-    let (t, layers) = part(comm.rank);
-    let n = if g.tensor == 1 {
-        pipeline::arena_range(&full.sizes, &layers).len()
-    } else {
-        Mlp::stage(&full.sizes, full.act, full.loss, layers).shard(t, g.tensor).n_params
-    };
-    let mut mine = crate::mem::zeros(n)?;
-    comm.recv_f32(0, TAG, &mut mine);
-    Ok(mine)
-}
-
-/// Time in the tensor-parallel all-reduces (`TensorGroup::sum`: the download, the
-/// all-reduce and the upload) since the last `log_sum_time`, in nanoseconds, and their count.
-static SUM_NANOS: AtomicU64 = AtomicU64::new(0);
-static SUMS: AtomicU64 = AtomicU64::new(0);
-
-/// Rank 0 (under tensor parallelism): the epoch's time in tensor-parallel all-reduces (its
-/// own; training steps only when called before evaluation). Every rank resets its count.
-pub fn log_sum_time(rank: usize, epoch: usize, epoch_secs: f64, steps: usize) {
-    let (ns, n) = (SUM_NANOS.swap(0, Ordering::Relaxed), SUMS.swap(0, Ordering::Relaxed));
-    if rank == 0 && n > 0 {
-        let s = ns as f64 * 1e-9;
-        info!(
-            "epoch {epoch}: tensor-parallel all-reduces {s:.3} s ({:.1}% of the epoch's {epoch_secs:.2} s), {n} sums, {:.3} ms/step",
-            100.0 * s / epoch_secs.max(1e-9),
-            s * 1e3 / steps.max(1) as f64
-        );
-    }
-}
-
-pub fn reset_sum_time() {
-    SUM_NANOS.store(0, Ordering::Relaxed);
-    SUMS.store(0, Ordering::Relaxed);
-}
-
-/// This rank's tensor group and pipeline, as forward, backward and the whole-model I/O use
-/// them. Main thread only.
-pub struct TensorGroup {
-    /// None for a group of one (no tensor parallelism).
-    chan: Option<Channel>,
-    pub index: usize,
-    pub size: usize,
-    /// This rank's stage of the model, whole (the whole model without pipeline parallelism),
-    /// for assembling and cutting tensor shards.
-    pub stage: Mlp,
-    /// The whole model: what checkpoints and weights.h5 hold.
-    pub full: Mlp,
-    /// Where the stage's parameters sit in the whole model's arena.
-    pub arena: Range<usize>,
-    /// The neighbouring stages (None without pipeline parallelism).
-    pub pipe: Option<PipeLink>,
-    send: Vec<f32>,
-    recv: Vec<f32>,
-    watchdog: Option<SharedWatchdog>,
-    /// The training step, for the watchdog's phase.
-    pub step: u64,
-}
-
-impl TensorGroup {
-    /// `chan`: the tensor communicator (None when T = 1); `full` the whole model. Without
-    /// a pipeline the stage is the whole model.
-    pub fn new(chan: Option<Channel>, full: Mlp) -> TensorGroup {
-        let (index, size) = chan.as_ref().map_or((0, 1), |c| (c.rank, c.size));
-        TensorGroup {
-            chan,
-            index,
-            size,
-            stage: full.clone(),
-            arena: 0..full.n_params,
-            full,
-            pipe: None,
-            send: Vec::new(),
-            recv: Vec::new(),
-            watchdog: None,
-            step: 0,
-        }
-    }
-
-    /// Hold stage `link.stage` of `stages` (the layers of each) and pass activations and
-    /// gradients through `link`.
-    pub fn set_pipeline(&mut self, link: PipeLink, stages: &[Range<usize>]) {
-        let layers = stages[link.stage].clone();
-        let f = &self.full;
-        self.stage = Mlp::stage(&f.sizes, f.act, f.loss, layers.clone());
-        self.arena = pipeline::arena_range(&f.sizes, &layers);
-        self.pipe = Some(link);
-    }
-
-    /// Record the sums and the pipeline's waits as waits on other ranks (the fallback
-    /// deadline without heartbeats).
-    pub fn set_watchdog(&mut self, wd: SharedWatchdog) {
-        if let Some(p) = &mut self.pipe {
-            p.set_watchdog(wd.clone());
-        }
-        self.watchdog = Some(wd);
-    }
-
-    /// This rank's shard of its stage.
-    pub fn local_model(&self) -> Mlp {
-        self.stage.shard(self.index, self.size)
-    }
-
-    /// Collective over the replica: the whole model's arena on its rank 0 (None elsewhere)
-    /// from every rank's shard arena `mine` (parameters or optimizer state): each stage's
-    /// tensor rank 0 assembles the stage, and stage 0's gathers the stages. An empty `mine`
-    /// (an optimizer without that state) stays empty.
-    pub fn gather(&self, mine: Vec<f32>) -> Option<Vec<f32>> {
-        let _a = crate::mem::allocating("the whole model on rank 0 (checkpoint, weights.h5)");
-        let stage = match &self.chan {
-            None => mine,
-            Some(chan) => {
-                let parts = chan.gather_f32s(&mine)?;
-                if parts.iter().all(Vec::is_empty) {
-                    Vec::new()
-                } else {
-                    tensor::assemble(&self.stage, &parts)
-                }
-            }
-        };
-        let Some(pipe) = &self.pipe else { return Some(stage) };
-        let parts = pipe.gather_stages(&stage)?;
-        if parts.iter().all(Vec::is_empty) {
-            return Some(Vec::new());
-        }
-        // The whole arena is the last stage's first (it holds the last layers).
-        Some(parts.into_iter().rev().flatten().collect())
-    }
-}
-
-impl<B: Backend> TensorSum<B> for TensorGroup {
-    fn sum(&mut self, be: &B, buf: &mut B::Buf, n: usize) -> Result<()> {
-        let Some(chan) = &self.chan else { return Ok(()) };
-        let t0 = std::time::Instant::now();
-        self.send.resize(n, 0.0);
-        self.recv.resize(n, 0.0);
-        be.download(buf, 0..n, &mut self.send)?;
-        {
-            let _g = self.watchdog.as_ref().map(|w| w.guard(MAIN, "a tensor-parallel all-reduce", self.step));
-            chan.all_reduce_sum_f32(&self.send, &mut self.recv);
-        }
-        be.upload_into(&self.recv, buf)?;
-        SUM_NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        SUMS.fetch_add(1, Ordering::Relaxed);
-        liveness::progress();
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,37 +156,10 @@ mod tests {
         let e = Grid::new(6, 0, 4, 1).unwrap_err();
         assert!(e.contains("does not divide the job's 6 rank(s)"), "{e}");
         let hosts: Vec<String> = (0..8).map(|r| format!("n{}", r / 3)).collect();
-        let one_stage = crate::model::pipeline::stages(&[4, 5, 6, 3], 1).unwrap();
+        let one_stage = vec![0..3];
         let lines = describe(&g, &hosts, &one_stage);
         assert!(lines[1].contains("[0@n0, 1@n0, 2@n0, 3@n1]") && lines[1].contains("spans hosts"), "{lines:?}");
         assert!(lines.iter().any(|l| l.contains("data group of stage 0, tensor slice 3: [3@n1, 7@n2]")), "{lines:?}");
-    }
-
-    /// What `distribute` sends each rank (`cut`) is what `TensorGroup::gather` puts back
-    /// together: tensor shards assembled per stage, stages concatenated last first.
-    #[test]
-    fn cut_parts_reassemble_to_the_whole_arena() {
-        use crate::config::{Activation, LossKind};
-        for sizes in [vec![6, 10, 8, 7, 3], vec![5, 9, 4, 6, 2, 3]] {
-            let full = Mlp::new(&sizes, Activation::Tanh, LossKind::SoftmaxCrossEntropy);
-            let all: Vec<f32> = (0..full.n_params).map(|i| i as f32).collect();
-            for p_n in 1..=sizes.len() - 1 {
-                let stages = pipeline::stages(&sizes, p_n).unwrap();
-                for ts in [1, 2, 3] {
-                    let mut whole = Vec::new();
-                    for layers in stages.iter().rev() {
-                        let stage = Mlp::stage(&sizes, full.act, full.loss, layers.clone());
-                        let parts: Vec<Vec<f32>> = (0..ts).map(|t| cut(&full, layers.clone(), t, ts, &all)).collect();
-                        for (t, part) in parts.iter().enumerate() {
-                            assert_eq!(part.len(), stage.shard(t, ts).n_params, "{sizes:?} P={p_n} T={ts}");
-                        }
-                        whole.extend(if ts == 1 { parts[0].clone() } else { tensor::assemble(&stage, &parts) });
-                    }
-                    assert_eq!(whole, all, "{sizes:?} P={p_n} T={ts}");
-                }
-            }
-            assert!(cut(&full, 0..2, 0, 2, &[]).is_empty());
-        }
     }
 
     #[test]

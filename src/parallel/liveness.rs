@@ -124,7 +124,7 @@ pub fn active() -> bool {
 /// `stall_s` is a stall. Local (no MPI): call it as soon as the job file is read.
 pub fn configure(silence_s: f64, stall_s: f64) {
     *LIMITS.lock().unwrap_or_else(|e| e.into_inner()) = (silence_s, stall_s);
-    if active() && crate::RANK.load(Ordering::Relaxed) == 0 {
+    if active() && crate::sys::rank() == Some(0) {
         log::info!(
             "liveness: a heartbeat every {:.2} s on a private communicator; a rank silent for {silence_s} s is taken \
              for dead (distribution.watchdog_seconds), and {stall_s} s without progress on any rank is a stall \
@@ -391,7 +391,7 @@ fn gone(me: usize, host: &str, p: &Peer, quiet: Duration, silence_s: f64) -> ! {
         Some(r) => (r.host.clone(), format!("when last heard from it was in: {}", r.describe(Duration::ZERO))),
         None => ("host unknown".to_string(), "nothing was heard from it since start-up".to_string()),
     };
-    crate::say(format!(
+    crate::sys::say(format!(
         "hvtrain: error on rank {me} ({host}): rank {} ({their_host}) has sent no heartbeat for {:.1} s: it died, was \
          stopped (SIGSTOP) or its node became unreachable; {last}; ending the job (distribution.watchdog_seconds = \
          {silence_s})",
@@ -417,7 +417,7 @@ fn stalled(host: &str, peers: &[Peer], still: Duration, stall_s: f64) -> ! {
         };
         lines.push(format!("  rank {} {doing}", p.rank));
     }
-    crate::say(lines.join("\n"));
+    crate::sys::say(lines.join("\n"));
     abort(EXIT_STALLED)
 }
 
@@ -425,7 +425,7 @@ fn stalled(host: &str, peers: &[Peer], still: Duration, stall_s: f64) -> ! {
 fn abort(code: i32) -> ! {
     super::comm::abort_world(code);
     std::thread::sleep(Duration::from_secs(2));
-    crate::hard_exit(code)
+    crate::sys::hard_exit(code)
 }
 
 #[cfg(test)]

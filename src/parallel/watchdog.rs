@@ -121,7 +121,7 @@ fn watch(s: &State, deadline: Duration, rank: usize, host: &str) {
             if since != 0 && now.saturating_sub(since) > limit {
                 let what = *slot.what.lock().unwrap();
                 let step = slot.step.load(Ordering::Relaxed);
-                crate::say(format!(
+                crate::sys::say(format!(
                     "hvtrain: error on rank {rank} ({host}): {what} at step {step} has not completed after {:.1} s: another rank \
                      has died, hangs, or lost its network; ending the job (distribution.watchdog_seconds; MPI gave no \
                      MPI_THREAD_MULTIPLE, so there are no heartbeats to tell a slow rank from a dead one)",
@@ -130,7 +130,7 @@ fn watch(s: &State, deadline: Duration, rank: usize, host: &str) {
                 super::comm::abort_world(liveness::EXIT_GONE);
                 // MPI_Abort may itself hang when the network is gone: leave regardless.
                 std::thread::sleep(Duration::from_secs(2));
-                crate::hard_exit(liveness::EXIT_GONE);
+                crate::sys::hard_exit(liveness::EXIT_GONE);
             }
         }
     }

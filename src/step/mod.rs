@@ -17,10 +17,10 @@ mod pipeline;
 use crate::data::loader::Batch;
 use crate::device::Backend;
 use crate::error::{Error, Result};
+use crate::model::placement::TensorGroup;
 use crate::model::{GradSink, Mlp, Targets, Workspace};
 use crate::optim::Optimizer;
 use crate::parallel::engine::HostBuf;
-use crate::parallel::grid::TensorGroup;
 use crate::parallel::timeline::{Timeline, MAIN_TID};
 use crate::parallel::{Engine, FusionPlan};
 use std::sync::Arc;
@@ -177,6 +177,13 @@ where
         self.params = self.be.upload(p)?;
         Ok(())
     }
+    /// Add 1 to the first parameter, as a bit flip would (the `diverge` fault).
+    pub fn nudge_one_parameter(&mut self) -> Result<()> {
+        let mut p = self.params_host()?;
+        p[0] += 1.0;
+        self.set_params_host(&p)
+    }
+
     /// Time the optimizer waited for the network since the last call.
     pub fn take_exposed(&mut self) -> Duration {
         std::mem::take(&mut self.engine.exposed)

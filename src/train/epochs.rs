@@ -221,7 +221,8 @@ impl<'a, B: Backend> Run<'a, B> {
                 loader.next()?
             };
             let _p = liveness::phase_at("a training step (forward, backward, optimizer)", self.st.step() + 1);
-            crate::fault::maybe_fire(&self.fault, comm.rank, &mut self.st)?;
+            let st = &mut self.st;
+            crate::fault::maybe_fire(&self.fault, comm.rank, st.step() + 1, || st.nudge_one_parameter())?;
             // The loader and the schedule are two views of one rule; they must agree.
             assert_eq!(batch.rows, self.sched.rows(self.grid.d, i), "loader and schedule disagree at step {i}");
             let global_rows = self.sched.global_rows(i);
@@ -321,7 +322,7 @@ impl<'a, B: Backend> Run<'a, B> {
         // The share of the epoch this rank waited for its pipeline neighbours (its bubble).
         let (_, group) = self.st.backend_and_tensor();
         let waited = group.pipe.as_mut().map_or(0.0, |p| p.take_waited().as_secs_f64() / secs.max(1e-9));
-        crate::parallel::grid::log_sum_time(comm.rank, epoch, secs, done);
+        crate::model::placement::log_sum_time(comm.rank, epoch, secs, done);
         let test = match &self.test_shard {
             Some(sh) => {
                 let (model, params) = (self.st.model().clone(), self.st.params_host()?);
@@ -331,7 +332,7 @@ impl<'a, B: Backend> Run<'a, B> {
             None => [0.0; 3],
         };
         // Evaluation's sums are not the next epoch's.
-        crate::parallel::grid::reset_sum_time();
+        crate::model::placement::reset_sum_time();
         // The rows this rank uses in the whole epoch (also before a resume), summed over ranks;
         // a replica counts once (its ranks all hold its losses).
         let mut totals = [loss_sum, self.sched.epoch_rows(self.grid.d) as f64, test[0], test[1], test[2], waited];

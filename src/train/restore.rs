@@ -8,7 +8,7 @@ use crate::checkpoint::{self, Checkpoint, Lineage};
 use crate::config::Job;
 use crate::error::{Error, Result};
 use crate::model::Mlp;
-use crate::parallel::{grid, Comm};
+use crate::parallel::Comm;
 use log::{info, warn};
 use std::path::Path;
 
@@ -72,7 +72,9 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
             "the checkpoint's optimizer state does not fit this optimizer (another optimizer.kind or momentum?)",
         ));
     }
-    let part = |all: Vec<f32>, len: usize| grid::distribute(comm, &setup.grid, &setup.stages, model, all, len);
+    let part = |all: Vec<f32>, len: usize| {
+        crate::model::placement::distribute(comm, &setup.grid, &setup.stages, model, all, len)
+    };
     let params = part(params, model.n_params)?;
     let (m, v) = (part(m, m_len)?, part(v, v_len)?);
     // step, epoch index, step in epoch, global batch, loss sums written (the writer's data ranks)

@@ -9,13 +9,13 @@
 
 use super::buf::{DView, DViewMut, DevBuf, Stage};
 use super::gemm_map::{cublas_args, Op};
-use super::launch::{act_code, grid_1d};
+use super::launch::{act_code, config_1d};
 use super::module::Kernels;
 use crate::config::{Activation, Precision};
 use crate::device::backend::{AdamHyper, Backend, SgdHyper, Trans};
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys as blas_sys, CudaBlas, Gemm, GemmConfig};
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaViewMut, DriverError, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaViewMut, DriverError, PushKernelArg};
 use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
@@ -123,11 +123,6 @@ impl Cuda {
         Ok(())
     }
 
-    pub(super) fn cfg(n: usize) -> LaunchConfig {
-        let (g, b) = grid_1d(n);
-        LaunchConfig { grid_dim: (g, 1, 1), block_dim: (b, 1, 1), shared_mem_bytes: 0 }
-    }
-
     fn launch_fill(&self, v: &mut CudaViewMut<'_, f32>, n: usize, value: f32) -> Result<()> {
         if n == 0 {
             return Ok(());
@@ -136,7 +131,7 @@ impl Cuda {
         let mut l = self.stream.launch_builder(&self.k.fill);
         l.arg(v).arg(&n64).arg(&value);
         // SAFETY: hv_fill(float*, long long, float) with a buffer of n floats.
-        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching hv_fill"))?;
+        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_fill"))?;
         Ok(())
     }
 
@@ -306,7 +301,7 @@ impl Backend for Cuda {
         };
         l.arg(&rows).arg(&cols32).arg(&code);
         // SAFETY: hv_bias_act(float*, const float*, float*, long long, int, int) over rows·cols.
-        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching hv_bias_act"))?;
+        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_bias_act"))?;
         Ok(())
     }
 
@@ -327,7 +322,7 @@ impl Backend for Cuda {
         };
         l.arg(&n64).arg(&code);
         // SAFETY: hv_act_backward(float*, const float*, const float*, long long, int).
-        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching hv_act_backward"))?;
+        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_act_backward"))?;
         Ok(())
     }
 
@@ -372,7 +367,7 @@ impl Backend for Cuda {
             l.arg(&mut *loss).arg(&mut *correct);
             // SAFETY: hv_softmax_xent(const float*, const int*, long long, int, float, float*,
             // float*, int*) over `rows` rows; labels and scratch hold at least `rows`.
-            unsafe { l.launch(Self::cfg(rows)) }.map_err(drv("launching hv_softmax_xent"))?;
+            unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_softmax_xent"))?;
         }
         let losses = self.read_f32(loss, rows)?;
         let mut c = vec![0i32; rows];
@@ -408,7 +403,7 @@ impl Backend for Cuda {
             };
             l.arg(&mut *loss);
             // SAFETY: hv_mse(const float*, const float*, long long, int, float, float*, float*).
-            unsafe { l.launch(Self::cfg(rows)) }.map_err(drv("launching hv_mse"))?;
+            unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_mse"))?;
         }
         Ok(self.read_f32(loss, rows)?.iter().map(|&v| v as f64).sum())
     }
@@ -423,7 +418,7 @@ impl Backend for Cuda {
         let mut l = self.stream.launch_builder(&self.k.softmax_rows);
         l.arg(&mut vv).arg(&rows64).arg(&k32);
         // SAFETY: hv_softmax_rows(float*, long long, int).
-        unsafe { l.launch(Self::cfg(rows)) }.map_err(drv("launching hv_softmax_rows"))?;
+        unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_softmax_rows"))?;
         Ok(())
     }
 
@@ -444,11 +439,11 @@ impl Backend for Cuda {
         let mut l = self.stream.launch_builder(pack);
         l.arg(&mut vv).arg(&mut bits).arg(&n64);
         // SAFETY: hv_pack_*(const float*, unsigned short*, long long) over n elements.
-        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching the half-precision pack"))?;
+        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching the half-precision pack"))?;
         let mut l = self.stream.launch_builder(unpack);
         l.arg(&bits).arg(&mut vv).arg(&n64);
         // SAFETY: hv_unpack_*(const unsigned short*, float*, long long) over n elements.
-        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching the half-precision unpack"))?;
+        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching the half-precision unpack"))?;
         Ok(())
     }
 
@@ -469,7 +464,7 @@ impl Backend for Cuda {
         };
         l.arg(&n64).arg(&h.lr).arg(&h.grad_scale).arg(&h.weight_decay).arg(&h.momentum).arg(&nesterov);
         // SAFETY: hv_sgd(float*, const float*, float*, long long, float, float, float, float, int).
-        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching hv_sgd"))?;
+        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_sgd"))?;
         Ok(())
     }
 
@@ -486,7 +481,7 @@ impl Backend for Cuda {
         l.arg(&h.lr).arg(&h.grad_scale).arg(&h.b1).arg(&h.b2).arg(&h.eps).arg(&h.bc1).arg(&h.bc2_sqrt);
         l.arg(&h.l2).arg(&h.decay);
         // SAFETY: hv_adam(float*, const float*, float*, float*, long long, float × 9).
-        unsafe { l.launch(Self::cfg(n)) }.map_err(drv("launching hv_adam"))?;
+        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_adam"))?;
         Ok(())
     }
 }

@@ -4,7 +4,7 @@
 //! the GPU when the wire is compressed), host → device, or a CUDA-aware MPI on device
 //! memory directly. `DView`/`DViewMut` are ranges of a `DevBuf`.
 
-use super::backend::Cuda;
+use super::launch::config_1d;
 use super::module::Kernels;
 use crate::config::Compression;
 use crate::parallel::engine::HostBuf;
@@ -114,7 +114,7 @@ impl HostBuf for DevBuf {
         let mut l = copy.launch_builder(pack);
         l.arg(&src).arg(&mut *bits_d).arg(&n64);
         // SAFETY: hv_pack_*(const float*, unsigned short*, long long) over n elements.
-        unsafe { l.launch(Cuda::cfg(n)) }.map_err(|e| e.to_string())?;
+        unsafe { l.launch(config_1d(n)) }.map_err(|e| e.to_string())?;
         copy.memcpy_dtoh(&*bits_d, &mut *bits_h).map_err(|e| e.to_string())?;
         copy.synchronize().map_err(|e| e.to_string())?;
         let bits = &bits_h.as_slice().map_err(|e| e.to_string())?[..n];
@@ -154,7 +154,7 @@ impl HostBuf for DevBuf {
         let mut l = copy.launch_builder(unpack);
         l.arg(&*bits_d).arg(&mut dst).arg(&n64);
         // SAFETY: hv_unpack_*(const unsigned short*, float*, long long) over n elements.
-        unsafe { l.launch(Cuda::cfg(n)) }.map_err(|e| e.to_string())?;
+        unsafe { l.launch(config_1d(n)) }.map_err(|e| e.to_string())?;
         Ok(())
     }
 

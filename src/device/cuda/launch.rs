@@ -35,6 +35,12 @@ pub const KERNELS: &[&str] = &[
 /// The kernel source, compiled by NVRTC at run time.
 pub const SOURCE: &str = include_str!("kernels.cu");
 
+/// The launch configuration of a kernel over `n` elements (`grid_1d`'s grid).
+pub fn config_1d(n: usize) -> cudarc::driver::LaunchConfig {
+    let (g, b) = grid_1d(n);
+    cudarc::driver::LaunchConfig { grid_dim: (g, 1, 1), block_dim: (b, 1, 1), shared_mem_bytes: 0 }
+}
+
 /// The activation codes `kernels.cu` uses.
 pub fn act_code(act: crate::config::Activation) -> i32 {
     use crate::config::Activation::*;

@@ -6,7 +6,7 @@
 //!   backward completes, `PushPull` sends the gradients to the bucket's server and receives
 //!   that bucket's fresh parameters back, on the engine's communication thread (so pushes
 //!   overlap the rest of backward); the worker's "optimizer" copies them in.
-//! - `server.rs`: the serve loop: applies the optimizer to a bucket when every worker's
+//! - `train/ps/server.rs`: the serve loop (above the optimizer, so in the training layer): applies the optimizer to a bucket when every worker's
 //!   gradient of a step is in (staleness 0, summed in worker order) or as each arrives
 //!   (asynchronous), holds a reply back while the worker is more than K steps ahead of the
 //!   slowest, and records the staleness of every applied gradient (`stats.rs`).
@@ -23,7 +23,6 @@
 //! | every worker → every server | `DONE` | – | none; a server ends when all W are done |
 
 pub mod reducer;
-pub mod server;
 pub mod stats;
 
 use super::FusionPlan;

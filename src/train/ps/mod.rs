@@ -1,10 +1,11 @@
 //! `hvtrain train` with `distribution.strategy = "parameter_server"` (the roles, the message
 //! flow and the staleness bound are described in `parallel/ps/mod.rs` and ARCHITECTURE.md):
-//! start-up shared by both roles, then the last `servers` ranks serve (`parallel::ps::server`)
+//! start-up shared by both roles, then the last `servers` ranks serve (`server.rs`)
 //! and the others train (`worker.rs`). Collective over the world only at start-up and at the
 //! end; in between, workers talk to each other on their own communicator (epoch ends,
 //! checkpoints) and to the servers point to point.
 
+mod server;
 mod start;
 mod worker;
 
@@ -12,10 +13,10 @@ use super::{Outcome, Resume};
 use crate::config::Job;
 use crate::error::Result;
 use crate::parallel::liveness::phase;
-use crate::parallel::ps::server::{Server, StartState};
 use crate::parallel::ps::Roles;
 use crate::parallel::{Comm, FusionPlan};
 use log::info;
+use server::{Server, StartState};
 use std::time::Instant;
 
 pub(super) fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<&Resume>) -> Result<Outcome> {

@@ -162,7 +162,8 @@ impl<'a, B: Backend> Run<'a, B> {
                 loader.next()?
             };
             let _p = phase_at("a training step (push gradients, pull parameters)", self.st.step() + 1);
-            crate::fault::maybe_fire(&self.fault, rank, &mut self.st)?;
+            let st = &mut self.st;
+            crate::fault::maybe_fire(&self.fault, rank, st.step() + 1, || st.nudge_one_parameter())?;
             assert_eq!(batch.rows, self.sched.rows(rank, i), "loader and schedule disagree at step {i}");
             let l =
                 self.st.run(&batch, self.sched.global_rows(i), waiting).map_err(|e| in_step(e, epoch, i + 1, rank))?;

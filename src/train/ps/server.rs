@@ -1,6 +1,8 @@
 //! The serve loop of one parameter server: owns some fusion buckets' parameters and their
 //! optimizer state (on the CPU backend), applies pushed gradients, answers pulls, and ends
-//! when every worker has said it is done.
+//! when every worker has said it is done. The protocol (tags, layout, who owns which bucket)
+//! is `parallel::ps`'s; this file is the server's role in training, so it sits with the
+//! worker, above the optimizer it applies.
 //!
 //! Staleness 0: a bucket's update waits for every worker's gradient of the step; they are
 //! summed in worker order (0, 1, ..., W−1; each already divided by the step's global row
@@ -11,8 +13,6 @@
 //! t + 1 more than K steps ahead of the slowest. An all-zero gradient (a worker that ran out
 //! of rows in the epoch) is not applied asynchronously: it would still move momentum.
 
-use super::stats::Stats;
-use super::{floats, Roles, CONTROL, DONE, PULL, PUSH, PUSH_HEADER, REPLY, SNAPSHOT, STATS};
 use crate::config::OptimizerCfg;
 use crate::device::Cpu;
 use crate::error::{Error, Result};
@@ -21,6 +21,8 @@ use crate::model::TensorInfo;
 use crate::optim::Optimizer;
 use crate::parallel::comm::Link;
 use crate::parallel::liveness;
+use crate::parallel::ps::stats::Stats;
+use crate::parallel::ps::{floats, Roles, CONTROL, DONE, PULL, PUSH, PUSH_HEADER, REPLY, SNAPSHOT, STATS};
 use crate::parallel::FusionPlan;
 use std::ops::Range;
 
@@ -128,7 +130,7 @@ impl Server {
                     for s in &self.slots {
                         let (m, v, _) = s.opt.state(&Cpu)?;
                         for part in [&s.params, &m, &v] {
-                            out.extend_from_slice(super::as_words(part));
+                            out.extend_from_slice(crate::parallel::ps::as_words(part));
                         }
                     }
                     self.link.send(w, CONTROL, &out);
@@ -233,7 +235,7 @@ impl Server {
         let slot = &mut self.slots[s];
         slot.pulled_clock[w] = slot.clock();
         slot.pulled_version[w] = slot.version;
-        self.link.send(w, REPLY + slot.index as i32, super::as_words(&slot.params));
+        self.link.send(w, REPLY + slot.index as i32, crate::parallel::ps::as_words(&slot.params));
     }
 }
 

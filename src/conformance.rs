@@ -3,9 +3,9 @@
 //! (not the CPU backend's code), with a tolerance that a float32 implementation must meet.
 //! A new backend adds one line per test at the bottom.
 
-use super::backend::{AdamHyper, Backend, SgdHyper, Trans};
-use super::cpu::{gelu, gelu_grad};
 use crate::config::Activation;
+use crate::device::backend::{AdamHyper, Backend, SgdHyper, Trans};
+use crate::device::cpu::{gelu, gelu_grad};
 use crate::rng::Rng;
 
 fn random(n: usize, seed: u64) -> Vec<f32> {

@@ -1,0 +1,95 @@
+//! `[data]`: where the training and test rows are, how they are shuffled and scaled, and
+//! the checks of those keys. Reading the files is `data/`'s.
+
+use super::count;
+use super::limits;
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataCfg {
+    /// Training data. `{rank}` in the path selects one file per rank; otherwise each rank
+    /// reads its own contiguous slice of the one file.
+    pub train: String,
+    /// Test data, split across ranks the same way. Optional.
+    #[serde(default)]
+    pub test: Option<String>,
+    #[serde(default = "default_x")]
+    pub x_dataset: String,
+    #[serde(default = "default_y")]
+    pub y_dataset: String,
+    /// Shuffle the order of samples every epoch (seeded by `training.seed` and the epoch).
+    #[serde(default = "super::yes")]
+    pub shuffle: bool,
+    /// Rows per contiguous block read from HDF5; blocks are shuffled, then rows within a window.
+    #[serde(default = "default_block")]
+    pub shuffle_block: usize,
+    /// Rows held in memory at once by the reader (a multiple of `shuffle_block`).
+    #[serde(default = "default_window")]
+    pub shuffle_window: usize,
+    /// Leave out each rank's rows past the smallest share's full batches, every epoch (the
+    /// old behaviour; logged at warn). Off: every row is used once per epoch, with short
+    /// last batches and the gradient average weighted by the rows each rank used.
+    #[serde(default)]
+    pub drop_last: bool,
+    /// Features are read as x * x_scale + x_offset (in float64, then rounded to float32),
+    /// whatever their stored type: 1/255 turns uint8 pixels into [0, 1]. Targets are not scaled.
+    #[serde(default = "default_x_scale")]
+    pub x_scale: f64,
+    #[serde(default)]
+    pub x_offset: f64,
+}
+
+fn default_x() -> String {
+    "x".into()
+}
+fn default_y() -> String {
+    "y".into()
+}
+fn default_x_scale() -> f64 {
+    1.0
+}
+fn default_block() -> usize {
+    256
+}
+fn default_window() -> usize {
+    4096
+}
+
+impl DataCfg {
+    pub(super) fn validate(&self, origin: &str) -> Result<()> {
+        let d = self;
+        count(origin, "data.shuffle_block", d.shuffle_block as u64, limits::SHUFFLE_BLOCK)?;
+        count(origin, "data.shuffle_window", d.shuffle_window as u64, limits::SHUFFLE_WINDOW)?;
+        let bad = |field: &str, msg: String| Err(Error::config(origin, field, msg));
+        if d.shuffle_window < d.shuffle_block {
+            return bad(
+                "data.shuffle_window",
+                format!("must be >= data.shuffle_block ({}), got {}", d.shuffle_block, d.shuffle_window),
+            );
+        }
+        for (field, v) in [("data.x_scale", d.x_scale), ("data.x_offset", d.x_offset)] {
+            if !v.is_finite() || v.abs() > limits::X_AFFINE_MAX {
+                return bad(
+                    field,
+                    format!(
+                        "must be finite, at most {} in magnitude, got {}",
+                        limits::num(limits::X_AFFINE_MAX),
+                        limits::num(v)
+                    ),
+                );
+            }
+        }
+        if d.x_scale == 0.0 {
+            return bad(
+                "data.x_scale",
+                "is 0, which makes every feature equal to data.x_offset; 1 leaves them as stored".into(),
+            );
+        }
+        if d.train.is_empty() {
+            return bad("data.train", "is empty; give the path of the training HDF5 file".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,265 @@
+//! `[distribution]`: how gradients travel (fusion buckets, order, overlap, compression), the
+//! liveness limits, the consistency check, and the strategy (all-reduce or parameter
+//! servers, with their servers and staleness), with the checks of those keys; `roles` splits
+//! the world into workers and servers once the rank count is known.
+
+use super::{limits, real, Job};
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DistributionCfg {
+    /// Gradients are packed into buckets of at most this many MiB; each bucket is one
+    /// MPI_Allreduce. A tensor larger than this travels alone. 0 means one bucket per tensor.
+    /// Environment: HVTRAIN_FUSION_THRESHOLD (bytes, as Horovod's HOROVOD_FUSION_THRESHOLD).
+    #[serde(default = "default_fusion")]
+    pub fusion_threshold_mb: f64,
+    /// A smaller threshold for the first bucket in reduction order, so communication starts
+    /// sooner (PyTorch DDP does this with 1 MiB). 0: the same as the others.
+    /// Environment: HVTRAIN_FIRST_BUCKET (bytes).
+    #[serde(default)]
+    pub first_bucket_mb: f64,
+    /// Which end of the network fills buckets first: `backward` (the last layer's gradients,
+    /// ready first: best for overlap) or `forward`. Environment: HVTRAIN_BUCKET_ORDER.
+    #[serde(default = "default_order")]
+    pub bucket_order: BucketOrder,
+    /// Reduce a bucket on the communication thread as soon as backward has filled it, while
+    /// backward goes on. Environment: HVTRAIN_OVERLAP (0/1).
+    #[serde(default = "super::yes")]
+    pub overlap: bool,
+    /// Gradient compression on the wire: `none` (exact float32), `fp16` or `bf16`.
+    /// Environment: HVTRAIN_COMPRESSION.
+    #[serde(default = "default_compression")]
+    pub compression: Compression,
+    /// A rank whose heartbeats stop for this many seconds is dead, stopped or unreachable, and
+    /// the job ends. A rank that is only slow keeps sending heartbeats, so this is not a
+    /// deadline on any operation (it was one before heartbeats; it still is when MPI grants
+    /// no MPI_THREAD_MULTIPLE). Environment: HVTRAIN_WATCHDOG_SECONDS.
+    #[serde(default = "default_watchdog")]
+    pub watchdog_seconds: f64,
+    /// The job ends when every rank is alive but none has completed a step or moved on to
+    /// another phase for this many seconds: the longest any single phase (one step, a
+    /// checkpoint write, a data read, an evaluation) may take. Environment: HVTRAIN_STALL_SECONDS.
+    #[serde(default = "default_stall")]
+    pub stall_seconds: f64,
+    /// Compare a checksum of the parameters across ranks every this many steps (0: never).
+    /// Environment: HVTRAIN_CHECK_EVERY.
+    #[serde(default = "default_check_every")]
+    pub check_every: usize,
+    /// `allreduce` (Horovod-style, the default) or `parameter_server` (see `src/parallel/ps`).
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Parameter servers: the last `servers` ranks hold the parameters; the others are workers.
+    #[serde(default = "super::one")]
+    pub servers: usize,
+    /// Parameter servers: 0 synchronous; K > 0: a worker may be at most K steps ahead of the
+    /// slowest; -1 fully asynchronous.
+    #[serde(default)]
+    pub staleness: i64,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    #[default]
+    Allreduce,
+    ParameterServer,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum BucketOrder {
+    Backward,
+    Forward,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    None,
+    Fp16,
+    Bf16,
+}
+
+fn default_fusion() -> f64 {
+    64.0
+}
+fn default_order() -> BucketOrder {
+    BucketOrder::Backward
+}
+fn default_compression() -> Compression {
+    Compression::None
+}
+fn default_watchdog() -> f64 {
+    8.0
+}
+fn default_stall() -> f64 {
+    600.0
+}
+fn default_check_every() -> usize {
+    200
+}
+
+impl Default for DistributionCfg {
+    fn default() -> Self {
+        DistributionCfg {
+            fusion_threshold_mb: default_fusion(),
+            first_bucket_mb: 0.0,
+            bucket_order: default_order(),
+            overlap: super::yes(),
+            compression: default_compression(),
+            watchdog_seconds: default_watchdog(),
+            stall_seconds: default_stall(),
+            check_every: default_check_every(),
+            strategy: Strategy::Allreduce,
+            servers: 1,
+            staleness: 0,
+        }
+    }
+}
+
+impl DistributionCfg {
+    pub(super) fn validate(&self, origin: &str) -> Result<()> {
+        let d = self;
+        super::count(origin, "distribution.check_every", d.check_every as u64, limits::CHECK_EVERY)?;
+        let reals = [
+            ("distribution.fusion_threshold_mb", d.fusion_threshold_mb, limits::FUSION_MB),
+            ("distribution.first_bucket_mb", d.first_bucket_mb, limits::FUSION_MB),
+            ("distribution.watchdog_seconds", d.watchdog_seconds, limits::WATCHDOG_SECONDS),
+            ("distribution.stall_seconds", d.stall_seconds, limits::STALL_SECONDS),
+        ];
+        for (field, v, span) in reals {
+            real(origin, field, v, span)?;
+        }
+        Ok(())
+    }
+}
+
+/// Most servers and the largest bound on staleness a job may ask for.
+pub const MAX_SERVERS: usize = 4096;
+pub const MAX_STALENESS: i64 = 1_000_000;
+
+impl Job {
+    /// `strategy = "parameter_server"`: the checks that need only the job file (the rank count
+    /// is checked at start-up, by `roles`).
+    pub(super) fn validate_ps(&self, origin: &str) -> Result<()> {
+        let bad = |field: &str, msg: String| Err(Error::config(origin, field, msg));
+        let d = &self.distribution;
+        if d.servers < 1 || d.servers > MAX_SERVERS {
+            return bad(
+                "distribution.servers",
+                format!("must be at least 1 and at most {MAX_SERVERS}, got {}", d.servers),
+            );
+        }
+        if d.staleness < -1 || d.staleness > MAX_STALENESS {
+            return bad(
+                "distribution.staleness",
+                format!(
+                    "must be -1 (fully asynchronous), 0 (synchronous) or a bound K from 1 to {MAX_STALENESS} steps, got {}",
+                    d.staleness
+                ),
+            );
+        }
+        if d.strategy != Strategy::ParameterServer {
+            return Ok(());
+        }
+        if d.compression != Compression::None {
+            return bad(
+                "distribution.compression",
+                format!(
+                    "{:?} compresses the all-reduce ring; strategy = \"parameter_server\" sends exact float32 \
+                     gradients and parameters: set compression = \"none\" or strategy = \"allreduce\"",
+                    d.compression
+                )
+                .to_lowercase(),
+            );
+        }
+        if self.parallel.tensor > 1 {
+            return bad(
+                "parallel.tensor",
+                format!(
+                    "parallel.tensor = {}: tensor parallelism is not available with strategy = \"parameter_server\" \
+                     (servers hold whole buckets of the whole model); use tensor = 1 or strategy = \"allreduce\"",
+                    self.parallel.tensor
+                ),
+            );
+        }
+        for (field, v) in
+            [("parallel.pipeline", self.parallel.pipeline), ("parallel.micro_batches", self.parallel.micro_batches)]
+        {
+            if v > 1 {
+                return bad(
+                    field,
+                    format!(
+                        "{field} = {v}: pipeline stages and micro-batches are not available with strategy = \
+                         \"parameter_server\" (a worker trains the whole model, one batch per step); use 1 or \
+                         strategy = \"allreduce\""
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The world's ranks split into workers and servers: (workers, servers), or the error that
+/// names what is wrong. `ranks`: the job's world size.
+pub fn roles(job: &Job, ranks: usize) -> Result<(usize, usize)> {
+    let s = job.distribution.servers;
+    if s >= ranks {
+        return Err(Error::config(
+            &job.source,
+            "distribution.servers",
+            format!(
+                "{s} server(s) with {ranks} rank(s) leaves no worker: the last `servers` ranks serve and the others \
+                 train, so start at least {} ranks or lower distribution.servers",
+                s + 1
+            ),
+        ));
+    }
+    Ok((ranks - s, s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(sets: &[&str]) -> Result<Job> {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        Job::parse("job", "[data]\ntrain='x'\n[model]\nlayers=[4,8,2]\n", &sets)
+    }
+    fn field(r: Result<Job>) -> String {
+        match r {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("expected a config error, got {:?}", other.map(|_| ())),
+        }
+    }
+
+    #[test]
+    fn keys_default_parse_and_validate() {
+        let j = parse(&[]).unwrap();
+        assert_eq!(
+            (j.distribution.strategy, j.distribution.servers, j.distribution.staleness),
+            (Strategy::Allreduce, 1, 0)
+        );
+        let j =
+            parse(&["distribution.strategy=parameter_server", "distribution.servers=2", "distribution.staleness=-1"])
+                .unwrap();
+        assert_eq!(
+            (j.distribution.strategy, j.distribution.servers, j.distribution.staleness),
+            (Strategy::ParameterServer, 2, -1)
+        );
+        assert_eq!(field(parse(&["distribution.staleness=-2"])), "distribution.staleness");
+        assert_eq!(field(parse(&["distribution.servers=0"])), "distribution.servers");
+        assert_eq!(field(parse(&["distribution.strategy=gossip"])), "distribution.strategy");
+        let ps = "distribution.strategy=parameter_server";
+        assert_eq!(field(parse(&[ps, "distribution.compression=bf16"])), "distribution.compression");
+        assert!(parse(&["distribution.compression=bf16"]).is_ok(), "compression stays for all-reduce");
+        assert_eq!(field(parse(&[ps, "parallel.tensor=2"])), "parallel.tensor");
+        assert_eq!(field(parse(&[ps, "parallel.pipeline=2"])), "parallel.pipeline");
+        assert_eq!(field(parse(&[ps, "parallel.micro_batches=2"])), "parallel.micro_batches");
+        assert_eq!(roles(&parse(&[ps, "distribution.servers=2"]).unwrap(), 5).unwrap(), (3, 2));
+        assert!(roles(&parse(&[ps]).unwrap(), 1).is_err());
+    }
+}

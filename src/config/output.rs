@@ -1,0 +1,34 @@
+//! `[output]`: the run's directory and the optional timeline file, and their checks.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputCfg {
+    #[serde(default = "default_out")]
+    pub dir: String,
+    /// Write a Chrome trace (Perfetto, chrome://tracing) of every step's phases on every
+    /// rank to this file. Also `hvtrain train --timeline FILE`, or HVTRAIN_TIMELINE.
+    #[serde(default)]
+    pub timeline: Option<String>,
+}
+
+fn default_out() -> String {
+    "runs/default".into()
+}
+
+impl Default for OutputCfg {
+    fn default() -> Self {
+        OutputCfg { dir: default_out(), timeline: None }
+    }
+}
+
+impl OutputCfg {
+    pub(super) fn validate(&self, origin: &str) -> Result<()> {
+        if self.dir.is_empty() {
+            return Err(Error::config(origin, "output.dir", "is empty"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,83 @@
+//! `[training]`: epochs, the per-rank batch, the seed, the device and its precision, the
+//! progress lines, and their checks.
+
+use super::limits;
+use super::{count, real};
+use crate::error::Result;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceChoice {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+/// The dense layers' arithmetic on a GPU: exact float32 (SGEMM), or TF32 tensor cores
+/// (inputs rounded to 10 mantissa bits, sums in float32). The CPU always computes in fp32.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    #[default]
+    Fp32,
+    Tf32,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingCfg {
+    #[serde(default = "super::one")]
+    pub epochs: usize,
+    /// Samples per rank per step; the global batch is this times the number of ranks.
+    #[serde(default = "default_batch")]
+    pub batch_size: usize,
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default = "default_device")]
+    pub device: DeviceChoice,
+    /// "fp32" (default) or "tf32" (TF32 tensor cores on the GPU; the CPU ignores it).
+    #[serde(default)]
+    pub precision: Precision,
+    /// Log a progress line every this many steps (0: only per epoch).
+    #[serde(default)]
+    pub log_every: usize,
+    /// Also log progress (step, running loss, samples/s, time left) at least this often,
+    /// in seconds (0: off).
+    #[serde(default = "default_progress")]
+    pub progress_seconds: f64,
+}
+
+fn default_batch() -> usize {
+    32
+}
+fn default_device() -> DeviceChoice {
+    DeviceChoice::Auto
+}
+fn default_progress() -> f64 {
+    30.0
+}
+
+impl Default for TrainingCfg {
+    fn default() -> Self {
+        TrainingCfg {
+            epochs: super::one(),
+            batch_size: default_batch(),
+            seed: 0,
+            device: default_device(),
+            precision: Precision::Fp32,
+            log_every: 0,
+            progress_seconds: default_progress(),
+        }
+    }
+}
+
+impl TrainingCfg {
+    pub(super) fn validate(&self, origin: &str) -> Result<()> {
+        count(origin, "training.epochs", self.epochs as u64, limits::EPOCHS)?;
+        count(origin, "training.batch_size", self.batch_size as u64, limits::BATCH_SIZE)?;
+        count(origin, "training.log_every", self.log_every as u64, limits::LOG_EVERY)?;
+        // (training.seed needs no bound: every u64 is a seed.)
+        real(origin, "training.progress_seconds", self.progress_seconds, limits::PROGRESS_SECONDS)
+    }
+}
