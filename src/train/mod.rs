@@ -13,9 +13,12 @@
 //! with one tiny all-reduce that agrees on "stop now" (a signal reached some rank) and
 //! "checkpoint now" (rank 0's clock), so every rank stops at the same step boundary.
 
-mod epochs;
+mod allreduce;
+mod mode;
 mod ps;
 mod restore;
+mod run;
+mod save;
 mod setup;
 mod stop;
 
@@ -72,18 +75,15 @@ struct Train<'a> {
 
 impl crate::device::WithBackend<Outcome> for Train<'_> {
     fn run<B: crate::device::Backend>(self, be: B) -> Result<Outcome> {
-        let mut run = epochs::Run::new(be, self.comm, self.job, self.setup, self.schedule, self.start, self.t_process)?;
-        let outcome = run.epochs()?;
-        if let Outcome::Completed = outcome {
-            run.finish()?;
-        }
-        Ok(outcome)
+        let (parts, mode) =
+            allreduce::build(be, self.comm, self.job, self.setup, self.schedule, self.start, self.t_process)?;
+        run::Run::new(parts, mode)?.run()
     }
 }
 
 /// Collective: every rank's peak RSS and peak virtual memory (VmPeak, what `ulimit -v`
 /// limits), in one line of rank 0's.
-fn log_peak_memory(comm: &Comm) {
+fn log_peak_memory(comm: &crate::parallel::Channel) {
     let kib = |v: Option<f64>| v.map_or(0, |m| (m * 1024.0) as u64);
     let all = comm.all_gather_u64s(&[kib(crate::sys::peak_rss_mib()), kib(crate::sys::vm_peak_mib())]);
     if comm.rank == 0 {

@@ -15,11 +15,12 @@
 //! of the stop only from the agreement, it writes right after it, with exact sums. The other
 //! ranks wait for the write at an unguarded barrier, then all exit with 75.
 
-use crate::checkpoint::{self, Checkpoint, Lineage};
+use super::mode::Boundary;
+use super::save::Writer;
+use crate::checkpoint;
 use crate::config::Job;
 use crate::device::Backend;
 use crate::error::Result;
-use crate::fault::Fault;
 use crate::parallel::grid::Grid;
 use crate::parallel::liveness;
 use crate::parallel::watchdog::{Watchdog, MAIN};
@@ -27,7 +28,7 @@ use crate::parallel::Comm;
 use crate::step::Stepper;
 use log::info;
 use std::cell::{Cell, RefCell};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 pub(super) const STOP: u64 = 1;
@@ -35,14 +36,10 @@ pub(super) const CHECKPOINT: u64 = 2;
 
 /// What the boundary needs to remember from step to step.
 pub(super) struct StopState {
-    /// This run's lineage, written into every checkpoint.
-    pub lineage: Lineage,
     last_boundary: Cell<Option<Instant>>,
     /// Every data-parallel rank's (tensor group's) running loss sum in the epoch, as of the
     /// last agreement.
     known_sums: RefCell<Vec<f64>>,
-    /// Bytes per second of the last checkpoint write (see `write_first`).
-    write_rate: Cell<Option<f64>>,
 }
 
 impl StopState {
@@ -51,36 +48,19 @@ impl StopState {
         self.known_sums.borrow().iter().sum()
     }
 
-    pub fn new(lineage: Lineage, start_sums: Vec<f64>) -> StopState {
-        StopState {
-            lineage,
-            last_boundary: Cell::new(None),
-            known_sums: RefCell::new(start_sums),
-            write_rate: Cell::new(None),
-        }
+    pub fn new(start_sums: Vec<f64>) -> StopState {
+        StopState { last_boundary: Cell::new(None), known_sums: RefCell::new(start_sums) }
     }
 }
 
-/// What checkpointing needs besides the step state.
+/// What stopping and checkpointing need besides the step state.
 pub(super) struct Ctx<'a> {
     pub comm: &'a Comm,
     pub job: &'a Job,
     pub grid: Grid,
-    /// Rows per step over all ranks (what a checkpoint records for any rank count to resume).
-    pub global_batch: usize,
-    pub out_dir: &'a Path,
-    pub fault: Option<Fault>,
-    pub watchdog: &'a Watchdog,
-    pub stop: &'a StopState,
-}
-
-/// What the loop does after a step boundary.
-pub(super) enum Boundary {
-    Continue,
-    /// A periodic checkpoint is due (every rank agrees).
-    Checkpoint,
-    /// Stopped by a signal: the stop checkpoint is written; exit with 75.
-    Stopped,
+    pub watchdog: Watchdog,
+    pub stop: StopState,
+    pub writer: Writer<'a>,
 }
 
 /// Collective, once per step (after step `step_in_epoch` of epoch `epoch_index + 1`, whose
@@ -93,7 +73,7 @@ pub(super) fn at_boundary<B: Backend>(
     loss_sum: f64,
     time_due: bool,
 ) -> Result<Boundary> {
-    let (comm, state) = (ctx.comm, ctx.stop);
+    let (comm, state) = (ctx.comm, &ctx.stop);
     let now = Instant::now();
     if let Some(prev) = state.last_boundary.replace(Some(now)) {
         crate::signals::set_step_time(now - prev);
@@ -158,7 +138,7 @@ fn write_first<B: Backend>(ctx: &Ctx, st: &Stepper<B>) -> bool {
     let n = st.tensor().full.n_params;
     let (m, v) = crate::optim::state_lens(&ctx.job.optimizer, n);
     let bytes = 4.0 * (n + m + v) as f64;
-    let secs = bytes / ctx.stop.write_rate.get().unwrap_or(100e6);
+    let secs = bytes / ctx.writer.rate().unwrap_or(100e6);
     secs < ctx.job.distribution.watchdog_seconds / 3.0
 }
 
@@ -184,7 +164,7 @@ fn write_stop<B: Backend>(
 }
 
 /// Tensor group 0 (collective over it): assemble the whole model's state after step
-/// `st.step` on rank 0, which builds and writes the checkpoint. Returns its path on rank 0.
+/// `st.step` on rank 0, which writes the checkpoint. Returns its path on rank 0.
 fn write<B: Backend>(
     ctx: &Ctx,
     st: &Stepper<B>,
@@ -197,32 +177,8 @@ fn write<B: Backend>(
         let _p = liveness::phase_at("gathering the tensor shards for a checkpoint", st.step());
         st.whole_state()?
     };
-    let Some((params, m, v, step)) = whole else { return Ok(None) };
-    let c = Checkpoint {
-        step,
-        epoch: epoch_index,
-        step_in_epoch,
-        // The writer's data-parallel degree, for the log (any degree resumes, see restore.rs).
-        world_size: ctx.grid.data,
-        global_batch: ctx.global_batch,
-        loss_sums,
-        loss_sums_exact: exact,
-        params,
-        m,
-        v,
-        job_json: serde_json::to_string(ctx.job).expect("job serializes"),
-        lineage: ctx.stop.lineage,
-        written_at: checkpoint::now_ms(),
-    };
-    let t = Instant::now();
-    let _p = liveness::phase_at("writing a checkpoint", step);
-    let path = checkpoint::save(ctx.out_dir, &st.tensor().full, &c, ctx.job.checkpoint.keep, || {
-        crate::fault::in_checkpoint(&ctx.fault, ctx.comm.rank, step)
-    })?;
-    let secs = t.elapsed().as_secs_f64();
-    let bytes = 4.0 * (c.params.len() + c.m.len() + c.v.len()) as f64;
-    ctx.stop.write_rate.set(Some(bytes / secs.max(1e-3)));
-    info!("checkpoint {} written ({:.0} ms)", path.display(), secs * 1e3);
+    let Some(state) = whole else { return Ok(None) };
+    let path = ctx.writer.write(&st.tensor().full, state, epoch_index, step_in_epoch, loss_sums, exact)?;
     Ok(Some(path))
 }
 
@@ -237,7 +193,7 @@ pub(super) fn save_checkpoint<B: Backend>(
     step_in_epoch: usize,
 ) -> Result<PathBuf> {
     let comm = ctx.comm;
-    let path = ctx.out_dir.join(checkpoint::file_name(st.step()));
+    let path = ctx.writer.out_dir.join(checkpoint::file_name(st.step()));
     if ctx.grid.d == 0 {
         let sums = if step_in_epoch == 0 { vec![0.0; ctx.grid.data] } else { ctx.stop.known_sums.borrow().clone() };
         write(ctx, st, epoch_index, step_in_epoch, sums, true)?;

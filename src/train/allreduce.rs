@@ -1,0 +1,193 @@
+//! The all-reduce mode (data, tensor and pipeline parallelism): builds the `Stepper` whose
+//! engine all-reduces each gradient bucket over the data group, and supplies the one loop's
+//! `Mode`: the parameter consistency check and the per-step agreement on stopping and
+//! checkpointing (`stop.rs`), checkpoints and weights.h5 assembled by the replica's tensor
+//! group. The loop itself is `run.rs`'s.
+
+use super::mode::{At, Boundary, Mode};
+use super::restore::Start;
+use super::run::Parts;
+use super::save::Writer;
+use super::setup::Setup;
+use super::stop::{self, Ctx, StopState};
+use crate::config::Job;
+use crate::data::loader::Schedule;
+use crate::device::Backend;
+use crate::error::{Error, Result};
+use crate::optim::Optimizer;
+use crate::parallel::liveness;
+use crate::parallel::reduce;
+use crate::parallel::timeline::Timeline;
+use crate::parallel::watchdog::{Watchdog, MAIN};
+use crate::parallel::{check_agreement, checksum, Channel, Comm, Engine};
+use crate::step::Stepper;
+use log::{debug, info};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub(super) struct AllReduce<'a> {
+    ctx: Ctx<'a>,
+    /// This rank's data group (main thread): the parameter consistency check.
+    data_chan: Channel,
+    last_ckpt: Instant,
+}
+
+/// Collective: the stepper and the rest of the loop's parts on backend `be`, and the mode.
+pub(super) fn build<'a, B: Backend>(
+    be: B,
+    comm: &'a Comm,
+    job: &'a Job,
+    setup: Setup,
+    sched: Schedule,
+    start: Start,
+    t_process: Instant,
+) -> Result<(Parts<'a, B>, AllReduce<'a>)> {
+    let d = &job.distribution;
+    let Setup { model, grid, mut tensor, data_chan, engine_chan, plan, train_shard, test_shard, out_dir, .. } = setup;
+    let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), comm.rank, comm.host.clone());
+    let p = liveness::phase("starting the communication engine");
+    comm.barrier(); // line the ranks' clocks up for the timeline
+    let timeline = job.output.timeline.as_ref().map(|_| Arc::new(Timeline::new(Instant::now())));
+    if comm.rank == 0 {
+        info!("backend: {} on every rank", be.name());
+    }
+    let reducer = reduce::for_job(engine_chan, d.compression, device_pointers(&be, comm, job));
+    let alloc = crate::step::bucket_buffers(&be, &plan)?;
+    let overlap = overlap(comm, job, grid.data, grid.replica());
+    let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
+    drop(p);
+    // scale_lr_by_world_size: × (global batch / batch_size), the data-parallel degree the run
+    // started with: a resume on another count keeps the global batch, so the lr too.
+    let lr_ranks = sched.global_batch / job.training.batch_size;
+    let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, lr_ranks)?;
+    // This rank's part of the starting state (restore.rs cut it); rows per rank: the global
+    // batch (kept across resumes) over this job's data ranks.
+    let mut st = Stepper::new(be, model, &start.params, opt, engine, sched.batch, timeline.clone())?;
+    st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
+    tensor.set_watchdog(watchdog.share());
+    st.set_tensor_group(tensor);
+    st.set_micro_batches(job.parallel.micro_batches);
+    let writer = Writer::new(job, start.lineage, sched.global_batch, grid.data, comm.rank)?;
+    let stop = StopState::new(start.loss_sums.clone());
+    let ctx = Ctx { comm, job, grid, watchdog, stop, writer };
+    let mode = AllReduce { ctx, data_chan, last_ckpt: Instant::now() };
+    let parts = Parts {
+        comm,
+        job,
+        st,
+        train: train_shard,
+        test: test_shard,
+        sched,
+        data_rank: grid.d,
+        data_ranks: grid.data,
+        start,
+        timeline,
+        out_dir,
+        t_process,
+    };
+    Ok((parts, mode))
+}
+
+/// Device pointers straight to MPI when the gradients are on a GPU and the library says it
+/// is CUDA-aware (HVTRAIN_CUDA_AWARE=0 turns it off). Rank 0 logs the choice.
+fn device_pointers<B: Backend>(be: &B, comm: &Comm, job: &Job) -> bool {
+    let on = be.on_device()
+        && job.distribution.compression == crate::config::Compression::None
+        && comm.cuda_aware() == Some(true)
+        && std::env::var("HVTRAIN_CUDA_AWARE").map_or(true, |v| v != "0");
+    if comm.rank == 0 && be.on_device() {
+        info!(
+            "gradient buckets go to MPI {}",
+            if on { "as device pointers (CUDA-aware MPI)" } else { "through pinned host memory (copy stream)" }
+        );
+    }
+    on
+}
+
+/// Whether buckets are reduced on a communication thread during backward. One data-parallel
+/// rank has nothing to overlap. Under tensor or pipeline parallelism the main thread's
+/// activation all-reduces and messages run beside the communication thread's, which needs
+/// MPI_THREAD_MULTIPLE.
+fn overlap(comm: &Comm, job: &Job, data: usize, replica: usize) -> bool {
+    let asked = job.distribution.overlap && data > 1;
+    let multiple = comm.threading == mpi::Threading::Multiple;
+    let on = asked && (replica == 1 || multiple);
+    if comm.rank == 0 && asked && !on {
+        info!(
+            "overlap off: under tensor or pipeline parallelism the main thread's MPI calls would run beside the \
+             communication thread's, and MPI granted {:?}, not MPI_THREAD_MULTIPLE",
+            comm.threading
+        );
+    }
+    on
+}
+
+impl AllReduce<'_> {
+    /// Every `check_every` steps: the copies of this rank's part agree (within the data group).
+    fn check<B: Backend>(&self, st: &Stepper<B>) -> Result<()> {
+        let every = self.ctx.job.distribution.check_every;
+        if every == 0 || st.step() % every as u64 != 0 {
+            return Ok(());
+        }
+        let _g = self.ctx.watchdog.guard(MAIN, "the parameter consistency check", st.step());
+        check_agreement(
+            &self.data_chan,
+            &format!("the parameter checksum at step {}", st.step()),
+            checksum(&st.params_host()?),
+        )
+        .map_err(|e| Error::Mismatch(format!("{e}: the model replicas have diverged")))
+    }
+}
+
+impl<B: Backend> Mode<B> for AllReduce<'_> {
+    fn watchdog(&self) -> &Watchdog {
+        &self.ctx.watchdog
+    }
+
+    fn trainers(&self) -> &Channel {
+        self.ctx.comm
+    }
+
+    fn counts_metrics(&self) -> bool {
+        self.ctx.grid.t == 0 && self.ctx.grid.p == 0
+    }
+
+    fn step_phase(&self) -> &'static str {
+        "a training step (forward, backward, optimizer)"
+    }
+
+    fn after_step(&mut self, st: &Stepper<B>, at: At, loss_sum: f64) -> Result<Boundary> {
+        self.check(st)?;
+        // Agree on stopping and checkpointing, so every rank acts at the same step.
+        let (comm, ck) = (self.ctx.comm, &self.ctx.job.checkpoint);
+        let time_due = comm.rank == 0
+            && ck.every_minutes > 0.0
+            && self.last_ckpt.elapsed().as_secs_f64() >= ck.every_minutes * 60.0;
+        let before = if at.step_in_epoch == 1 { 0.0 } else { self.ctx.stop.total() };
+        let boundary = stop::at_boundary(&self.ctx, st, at.epoch_index, at.step_in_epoch, loss_sum, time_due)?;
+        if comm.rank == 0 && log::log_enabled!(log::Level::Debug) {
+            // The step's mean loss over every rank's rows, from the agreement's sums.
+            debug!("step {}: loss {:.9e}", st.step(), (self.ctx.stop.total() - before) / at.rows as f64);
+        }
+        Ok(boundary)
+    }
+
+    fn checkpoint(&mut self, st: &Stepper<B>, at: At, _loss_sum: f64) -> Result<()> {
+        stop::save_checkpoint(&self.ctx, st, at.epoch_index, at.step_in_epoch)?;
+        self.last_ckpt = Instant::now();
+        Ok(())
+    }
+
+    fn epoch_note(&mut self, exposed_ms: f64) -> String {
+        format!(", exposed communication {exposed_ms:.3} ms/step")
+    }
+
+    fn whole_params(&mut self, st: &Stepper<B>) -> Result<Option<Vec<f32>>> {
+        // Assembled from replica 0's shards and stages on rank 0.
+        if self.ctx.grid.d != 0 {
+            return Ok(None);
+        }
+        let _p = liveness::phase("gathering the model's shards and stages for weights.h5");
+        Ok(st.whole_params()?.filter(|_| self.ctx.comm.rank == 0))
+    }
+}

@@ -1,0 +1,342 @@
+//! The one training loop, for every mode: batches from the loader through the `Stepper`,
+//! faults, the progress line, the mode's step boundary (stop, checkpoint), the end-of-epoch
+//! evaluation, metrics line and `metrics.jsonl`, and at the end the timeline, the memory line
+//! and `weights.h5`. What differs between modes is behind `Mode` (`mode.rs`); this file must
+//! not ask which mode it runs.
+
+use super::mode::{At, Boundary, Mode};
+use super::restore::Start;
+use super::{human, in_step, Outcome};
+use crate::config::Job;
+use crate::data::loader::{Loader, LoaderCfg, Schedule, Tally};
+use crate::data::shard::Shard;
+use crate::device::Backend;
+use crate::error::{Error, Result};
+use crate::eval::{eval_result, evaluate_in_group};
+use crate::fault::Fault;
+use crate::metrics::{EpochMetrics, MetricsLog};
+use crate::parallel::liveness;
+use crate::parallel::timeline::Timeline;
+use crate::parallel::watchdog::MAIN;
+use crate::parallel::Comm;
+use crate::step::Stepper;
+use crate::weights;
+use log::info;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What a mode builds for the loop.
+pub(super) struct Parts<'a, B: Backend> {
+    pub comm: &'a Comm,
+    pub job: &'a Job,
+    pub st: Stepper<B>,
+    pub train: Shard,
+    pub test: Option<Shard>,
+    /// Steps per epoch and the rows of every data rank in each.
+    pub sched: Schedule,
+    /// This rank's data rank (its replica, or its worker index) and their count.
+    pub data_rank: usize,
+    pub data_ranks: usize,
+    pub start: Start,
+    pub timeline: Option<Arc<Timeline>>,
+    pub out_dir: PathBuf,
+    pub t_process: Instant,
+}
+
+pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
+    comm: &'a Comm,
+    job: &'a Job,
+    st: Stepper<B>,
+    mode: M,
+    loader: Option<Loader>,
+    test: Option<Shard>,
+    metrics: Option<MetricsLog>,
+    timeline: Option<Arc<Timeline>>,
+    fault: Option<Fault>,
+    out_dir: PathBuf,
+    sched: Schedule,
+    data_rank: usize,
+    /// Where this run started: global step, epochs done, steps of the next epoch done, and
+    /// this rank's running loss in it.
+    start_step: u64,
+    start_epoch: usize,
+    start_batch: usize,
+    start_loss_sum: f64,
+    t_process: Instant,
+    last: Option<EpochMetrics>,
+    last_progress: Instant,
+}
+
+impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
+    pub fn new(p: Parts<'a, B>, mode: M) -> Result<Run<'a, B, M>> {
+        let (job, start) = (p.job, &p.start);
+        let metrics = if p.comm.rank == 0 { Some(MetricsLog::open(&p.out_dir, start.epoch + 1)?) } else { None };
+        let loader = Loader::spawn(
+            p.train,
+            LoaderCfg {
+                batch: p.sched.batch,
+                steps: p.sched.steps,
+                epochs: job.training.epochs,
+                shuffle: job.data.shuffle,
+                block: job.data.shuffle_block,
+                window: job.data.shuffle_window,
+                seed: job.training.seed,
+                rank: p.data_rank,
+                ranks: p.data_ranks,
+                depth: 4,
+                start_epoch: start.epoch,
+                start_batch: start.step_in_epoch,
+            },
+        );
+        Ok(Run {
+            comm: p.comm,
+            job,
+            mode,
+            loader: Some(loader),
+            test: p.test,
+            metrics,
+            timeline: p.timeline,
+            fault: crate::fault::from_env()?,
+            out_dir: p.out_dir,
+            sched: p.sched,
+            data_rank: p.data_rank,
+            start_step: start.step,
+            start_epoch: start.epoch,
+            start_batch: start.step_in_epoch,
+            start_loss_sum: start.loss_sums[p.data_rank],
+            t_process: p.t_process,
+            last: None,
+            last_progress: Instant::now(),
+            st: p.st,
+        })
+    }
+
+    /// Every remaining epoch, then (when not stopped) the final outputs.
+    pub fn run(mut self) -> Result<Outcome> {
+        liveness::set("training");
+        for epoch in self.start_epoch + 1..=self.job.training.epochs {
+            let resumed = epoch == self.start_epoch + 1;
+            let (first, loss_sum) = if resumed { (self.start_batch, self.start_loss_sum) } else { (0, 0.0) };
+            if let Some(o) = self.epoch(epoch, first, loss_sum)? {
+                return Ok(o);
+            }
+        }
+        self.finish()?;
+        Ok(Outcome::Completed)
+    }
+
+    /// One epoch from step `first` of it; Some(Preempted) when a signal stopped it.
+    fn epoch(&mut self, epoch: usize, first: usize, mut loss_sum: f64) -> Result<Option<Outcome>> {
+        let steps = self.sched.steps;
+        let t0 = Instant::now();
+        self.st.take_exposed();
+        let mut at_epoch_end = false;
+        let mut tally = Tally::default();
+        for i in first..steps {
+            loss_sum += self.step(epoch, i, &mut tally)?;
+            self.progress(epoch, first, i, t0, loss_sum);
+            let rows = self.sched.global_rows(i);
+            let at = At { epoch_index: epoch - 1, step_in_epoch: i + 1, last: i + 1 == steps, rows };
+            match self.mode.after_step(&self.st, at, loss_sum)? {
+                Boundary::Stopped => {
+                    // This rank's rows of the cut epoch (the resumed loader logs the rest).
+                    tally.log_before_stop(epoch, first + 1, i + 1);
+                    return Ok(Some(Outcome::Preempted));
+                }
+                // The epoch's last step: checkpoint after its metrics, as the start of the next.
+                Boundary::Checkpoint if at.last => at_epoch_end = true,
+                Boundary::Checkpoint => self.mode.checkpoint(&self.st, at, loss_sum)?,
+                Boundary::Continue => {}
+            }
+        }
+        self.end_of_epoch(epoch, first, t0, loss_sum)?;
+        if at_epoch_end {
+            self.mode.checkpoint(&self.st, At { epoch_index: epoch, step_in_epoch: 0, last: false, rows: 0 }, 0.0)?;
+        }
+        Ok(None)
+    }
+
+    /// Step `i` of epoch `epoch`: this rank's loss sum over its rows of the step.
+    fn step(&mut self, epoch: usize, i: usize, tally: &mut Tally) -> Result<f64> {
+        let rank = self.comm.rank;
+        let waiting = Instant::now();
+        let loader = self.loader.as_ref().expect("loader alive until the last epoch ends");
+        let batch = {
+            let _p = liveness::phase_at("waiting for the data loader", self.st.step() + 1);
+            loader.next()?
+        };
+        let _p = liveness::phase_at(self.mode.step_phase(), self.st.step() + 1);
+        let st = &mut self.st;
+        crate::fault::maybe_fire(&self.fault, rank, st.step() + 1, || st.nudge_one_parameter())?;
+        // The loader and the schedule are two views of one rule; they must agree.
+        assert_eq!(batch.rows, self.sched.rows(self.data_rank, i), "loader and schedule disagree at step {i}");
+        let l = self.st.run(&batch, self.sched.global_rows(i), waiting).map_err(|e| in_step(e, epoch, i + 1, rank))?;
+        liveness::step_done(self.st.step());
+        tally.add(&batch);
+        loader.give_back(batch);
+        if self.st.step() == self.start_step + 1 && rank == 0 {
+            let since_exec = crate::sys::seconds_since_start().unwrap_or(f64::NAN);
+            info!(
+                "first step done {since_exec:.3} s after process start ({:.3} s after main)",
+                self.t_process.elapsed().as_secs_f64()
+            );
+        }
+        Ok(l)
+    }
+
+    /// Rank 0's progress line, every `log_every` steps and/or `progress_seconds`.
+    fn progress(&mut self, epoch: usize, first: usize, i: usize, t0: Instant, loss_sum: f64) {
+        let (job, steps) = (self.job, self.sched.steps);
+        let every = job.training.log_every;
+        let by_steps = every > 0 && (i + 1) % every == 0;
+        let ps = job.training.progress_seconds;
+        let by_time = ps > 0.0 && self.last_progress.elapsed().as_secs_f64() >= ps;
+        if self.comm.rank != 0 || !(by_steps || by_time) {
+            return;
+        }
+        self.last_progress = Instant::now();
+        let done = i + 1 - first;
+        let rate = self.sched.global_rows_in(first, i + 1) as f64 / t0.elapsed().as_secs_f64();
+        let per_step = t0.elapsed().as_secs_f64() / done as f64;
+        let left_epoch = (steps - i - 1) as f64 * per_step;
+        let left_run = left_epoch + (job.training.epochs - epoch) as f64 * steps as f64 * per_step;
+        info!(
+            "epoch {epoch}/{}: step {}/{steps} ({:.0}%), loss {:.4} (rank 0's mean so far), {rate:.0} samples/s, \
+             about {} left in the epoch, {} in the run",
+            job.training.epochs,
+            i + 1,
+            100.0 * (i + 1) as f64 / steps as f64,
+            loss_sum / self.sched.rows_before(0, i + 1).max(1) as f64,
+            human(left_epoch),
+            human(left_run)
+        );
+    }
+
+    /// The mode's meeting, test metrics (local work first; the watchdog then guards only the
+    /// one collective), the epoch line and `metrics.jsonl`.
+    fn end_of_epoch(&mut self, epoch: usize, first: usize, t0: Instant, loss_sum: f64) -> Result<()> {
+        let (steps, d) = (self.sched.steps, self.data_rank);
+        let my_rows = self.sched.rows_before(d, steps) - self.sched.rows_before(d, first);
+        self.mode.meet(&mut self.st, my_rows as f64 / t0.elapsed().as_secs_f64())?;
+        let secs = t0.elapsed().as_secs_f64();
+        let done = steps - first;
+        let exposed_ms = self.st.take_exposed().as_secs_f64() * 1e3 / done.max(1) as f64;
+        // The share of the epoch this rank waited for its pipeline neighbours (its bubble).
+        let (_, group) = self.st.backend_and_tensor();
+        let waited = group.pipe.as_mut().map_or(0.0, |p| p.take_waited().as_secs_f64() / secs.max(1e-9));
+        let pipelined = group.pipe.is_some();
+        crate::model::placement::log_sum_time(self.comm.rank, epoch, secs, done);
+        let test = self.evaluate()?;
+        // Evaluation's sums are not the next epoch's.
+        crate::model::placement::reset_sum_time();
+        // The rows this rank uses in the whole epoch (also before a resume), summed over ranks;
+        // a replica counts once (its ranks all hold its losses).
+        let mut totals = [loss_sum, self.sched.epoch_rows(d) as f64, test[0], test[1], test[2], waited];
+        if !self.mode.counts_metrics() {
+            totals[..5].fill(0.0);
+        }
+        {
+            let _g = self.mode.watchdog().guard(MAIN, "the end-of-epoch metrics", self.st.step());
+            self.mode.trainers().all_reduce_sum_f64(&mut totals);
+        }
+        let ranks = self.mode.trainers().size;
+        let (test_loss, test_accuracy) = match &self.test {
+            Some(sh) => {
+                let (l, a) = eval_result(&totals[2..], sh);
+                (Some(l), a)
+            }
+            None => (None, None),
+        };
+        let m = EpochMetrics {
+            epoch,
+            train_loss: totals[0] / totals[1],
+            test_loss,
+            test_accuracy,
+            samples_per_sec: self.sched.global_rows_in(first, steps) as f64 / secs,
+            epoch_seconds: secs,
+            exposed_comm_ms_per_step: exposed_ms,
+            steps,
+            samples: totals[1] as usize,
+            ranks,
+            lr: self.st.opt().lr(),
+            pipeline_bubble: pipelined.then(|| totals[5] / ranks as f64),
+        };
+        if self.metrics.is_some() {
+            self.log_epoch(&m, exposed_ms)?;
+        }
+        self.last = Some(m);
+        Ok(())
+    }
+
+    /// This rank's test sums [loss, correct, rows] on the training backend ([0; 3] without
+    /// test data); collective over the model replica.
+    fn evaluate(&mut self) -> Result<[f64; 3]> {
+        let Some(sh) = &self.test else { return Ok([0.0; 3]) };
+        let (model, params) = (self.st.model().clone(), self.st.params_host()?);
+        let (be, group) = self.st.backend_and_tensor();
+        evaluate_in_group(be, &model, &params, sh, group)
+    }
+
+    /// Rank 0: the epoch line (and the pipeline's bubble line) and `metrics.jsonl`.
+    fn log_epoch(&mut self, m: &EpochMetrics, exposed_ms: f64) -> Result<()> {
+        let (job, epoch) = (self.job, m.epoch);
+        let note = self.mode.epoch_note(exposed_ms);
+        info!(
+            "epoch {epoch}/{}: train_loss {:.4}{}{} | {} samples, {:.0} samples/s ({:.2} s){note}",
+            job.training.epochs,
+            m.train_loss,
+            m.test_loss.map(|l| format!(" test_loss {l:.4}")).unwrap_or_default(),
+            m.test_accuracy.map(|a| format!(" test_accuracy {a:.4}")).unwrap_or_default(),
+            m.samples,
+            m.samples_per_sec,
+            m.epoch_seconds,
+        );
+        if let Some(b) = m.pipeline_bubble {
+            let (p, mb) = (job.parallel.pipeline, job.parallel.micro_batches);
+            info!(
+                "epoch {epoch}/{}: pipeline bubble {:.1}% measured (the ranks' mean share of the epoch spent waiting \
+                 for their neighbouring stages), {:.1}% ideal for {p} stages and {mb} micro-batch(es) ((P−1)/(M+P−1))",
+                job.training.epochs,
+                100.0 * b,
+                100.0 * crate::model::pipeline::ideal_bubble(p, mb)
+            );
+        }
+        self.metrics.as_ref().expect("rank 0's metrics log").append(m)
+    }
+
+    /// After the last epoch: the timeline (collective), the memory lines, rank 0's
+    /// `weights.h5`, then the mode's own end.
+    fn finish(&mut self) -> Result<()> {
+        let comm = self.comm;
+        self.loader = None;
+        if let (Some(tl), Some(path)) = (&self.timeline, &self.job.output.timeline) {
+            let _g = self.mode.watchdog().guard(MAIN, "gathering the timeline", self.st.step());
+            tl.write_all(comm, &comm.host, Path::new(path)).map_err(|e| Error::io(path, "write the timeline", e))?;
+            if comm.rank == 0 {
+                info!(
+                    "timeline of {} rank(s) written to {path} (open in https://ui.perfetto.dev or chrome://tracing)",
+                    comm.size
+                );
+            }
+        }
+        info!("peak RSS {:.1} MiB", crate::sys::peak_rss_mib().unwrap_or(f64::NAN));
+        super::log_peak_memory(self.mode.trainers());
+        // The whole model, assembled on rank 0.
+        if let Some(params) = self.mode.whole_params(&self.st)? {
+            let _p = liveness::phase("writing weights.h5");
+            let path = self.out_dir.join("weights.h5");
+            weights::save(&self.st.tensor().full, &params, &path)?;
+            match self.last.as_ref().and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {
+                Some((a, e)) => info!("done: test accuracy {a:.4} after {e} epochs; weights in {}", path.display()),
+                None => info!(
+                    "done after {} steps ({:.1} s); weights in {}",
+                    self.st.step(),
+                    self.t_process.elapsed().as_secs_f64(),
+                    path.display()
+                ),
+            }
+        }
+        self.mode.finish()
+    }
+}

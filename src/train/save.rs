@@ -1,0 +1,87 @@
+//! The checkpoint writer every mode uses: one `Checkpoint` record from the whole model's
+//! state and the position, written by `checkpoint::save` (atomic, durable, keep-K), with the
+//! write's duration in the log and its rate remembered (the stop checkpoint's estimate).
+//! Only the rank that holds the whole state calls it; gathering that state is the mode's.
+
+use crate::checkpoint::{self, Checkpoint, Lineage};
+use crate::config::Job;
+use crate::error::Result;
+use crate::fault::Fault;
+use crate::model::Mlp;
+use crate::parallel::liveness;
+use log::info;
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// The whole model's state after a step: parameters, optimizer moments (m, v; empty where
+/// the optimizer keeps none) and the global step.
+pub(super) type State = (Vec<f32>, Vec<f32>, Vec<f32>, u64);
+
+pub(super) struct Writer<'a> {
+    pub job: &'a Job,
+    pub out_dir: PathBuf,
+    /// This run's lineage, written into every checkpoint.
+    pub lineage: Lineage,
+    /// Rows per step over all data ranks (what a checkpoint records for any rank count to resume).
+    pub global_batch: usize,
+    /// The writer's data-parallel degree (data ranks or workers), for the log.
+    pub world_size: usize,
+    pub fault: Option<Fault>,
+    pub rank: usize,
+    /// Bytes per second of the last write.
+    rate: Cell<Option<f64>>,
+}
+
+impl<'a> Writer<'a> {
+    pub fn new(job: &'a Job, lineage: Lineage, global_batch: usize, world_size: usize, rank: usize) -> Result<Self> {
+        let out_dir = PathBuf::from(&job.output.dir);
+        let fault = crate::fault::from_env()?;
+        Ok(Writer { job, out_dir, lineage, global_batch, world_size, fault, rank, rate: Cell::new(None) })
+    }
+
+    /// Bytes per second of the last write, if any.
+    pub fn rate(&self) -> Option<f64> {
+        self.rate.get()
+    }
+
+    /// Write the checkpoint of `state` at step `step_in_epoch` of epoch `epoch_index + 1`,
+    /// with every data rank's running loss sum in the epoch (`exact`: all known, not
+    /// estimated). Returns its path.
+    pub fn write(
+        &self,
+        full: &Mlp,
+        state: State,
+        epoch_index: usize,
+        step_in_epoch: usize,
+        loss_sums: Vec<f64>,
+        exact: bool,
+    ) -> Result<PathBuf> {
+        let (params, m, v, step) = state;
+        let c = Checkpoint {
+            step,
+            epoch: epoch_index,
+            step_in_epoch,
+            world_size: self.world_size,
+            global_batch: self.global_batch,
+            loss_sums,
+            loss_sums_exact: exact,
+            params,
+            m,
+            v,
+            job_json: serde_json::to_string(self.job).expect("job serializes"),
+            lineage: self.lineage,
+            written_at: checkpoint::now_ms(),
+        };
+        let t = Instant::now();
+        let _p = liveness::phase_at("writing a checkpoint", step);
+        let path = checkpoint::save(&self.out_dir, full, &c, self.job.checkpoint.keep, || {
+            crate::fault::in_checkpoint(&self.fault, self.rank, step)
+        })?;
+        let secs = t.elapsed().as_secs_f64();
+        let bytes = 4.0 * (c.params.len() + c.m.len() + c.v.len()) as f64;
+        self.rate.set(Some(bytes / secs.max(1e-3)));
+        info!("checkpoint {} written ({:.0} ms)", path.display(), secs * 1e3);
+        Ok(path)
+    }
+}
