@@ -259,7 +259,7 @@ fn model<B: Backend>(be: &B, tol: f64) {
         (Activation::Tanh, LossKind::Mse),
     ] {
         gradcheck::check(be, act, loss);
-        gradcheck::step_matches_cpu(be, act, loss, tol);
+        gradcheck::step_matches_cpu(be, act, loss, tol, tol);
     }
 }
 

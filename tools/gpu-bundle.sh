@@ -99,7 +99,7 @@ cp "$FMNIST"/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "$OUT/data/"
 sed -e 's|^# Paths are relative to the directory the job is started from.|# GPU bundle copy: paths are relative to the bundle root (run-gpu-check.sh runs from there;\n# it converts data/*.gz to the .h5 files named here).|' \
   jobs/fashion-mnist.toml > "$OUT/jobs/fashion-mnist.toml"
 grep -q '^train = "data/fashion-mnist-train.h5"' "$OUT/jobs/fashion-mnist.toml" || die "jobs/fashion-mnist.toml changed its data paths; adapt tools/gpu-bundle.sh"
-cp bench/torch_peer.py bench/gpu.sh "$OUT/bench/"
+cp bench/torch_peer.py bench/gpu.sh bench/gpu_profile.sh "$OUT/bench/"
 cp tools/compare_runs.py "$OUT/tools/"
 cp tools/run-gpu-check.sh "$OUT/run-gpu-check.sh"
 cat > "$OUT/env.sh" <<'EOF'

@@ -71,6 +71,7 @@ impl WithBackend<serde_json::Value> for &StepBench {
             st.run(&batch, b, Instant::now())?;
         }
         st.params_host()?; // waits for the device
+        st.host_secs = [0.0; 4]; // the timed steps' only (the first step includes set-up)
         let t = Instant::now();
         for _ in 0..self.steps {
             st.run(&batch, b, Instant::now())?;
@@ -79,6 +80,7 @@ impl WithBackend<serde_json::Value> for &StepBench {
         let secs = t.elapsed().as_secs_f64();
         let flops = step_flops(layers, b);
         let gemm = gemm_rate(st.backend(), layers, b)?;
+        let upload_ms = upload_time(st.backend(), &batch.x)? * 1e3;
         let step_tflops = flops * self.steps as f64 / secs / 1e12;
         Ok(serde_json::json!({
             "device": name, "layers": layers, "batch": b, "precision": format!("{:?}", self.precision).to_lowercase(),
@@ -88,6 +90,13 @@ impl WithBackend<serde_json::Value> for &StepBench {
             "step_tflops": step_tflops,
             "gemm_tflops": gemm,
             "fraction_of_gemm": step_tflops / gemm,
+            "upload_ms": upload_ms,
+            "host_ms_per_step": {
+                "upload": st.host_secs[0] * 1e3 / self.steps as f64,
+                "forward_loss": st.host_secs[1] * 1e3 / self.steps as f64,
+                "backward": st.host_secs[2] * 1e3 / self.steps as f64,
+                "optimizer": st.host_secs[3] * 1e3 / self.steps as f64,
+            },
         }))
     }
 }
@@ -121,4 +130,21 @@ fn gemm_rate<B: Backend>(be: &B, layers: &[usize], batch: usize) -> Result<f64> 
     }
     be.download(&bufs[0].2, 0..1, &mut sync)?;
     Ok(flops * reps as f64 / t.elapsed().as_secs_f64() / 1e12)
+}
+
+/// Seconds to move one batch's inputs to the device as a step does (into a staged buffer:
+/// pinned memory, then the copy engine), waited for: the median of 21 repeats. On a GPU this
+/// is the step's part that grows with the batch but not with the model.
+fn upload_time<B: Backend>(be: &B, x: &[f32]) -> Result<f64> {
+    let mut buf = be.staged(x.len())?;
+    let mut sync = [0.0f32];
+    let mut times = Vec::new();
+    for _ in 0..21 {
+        let t = Instant::now();
+        be.upload_into(x, &mut buf)?;
+        be.download(&buf, 0..1, &mut sync)?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }

@@ -72,6 +72,10 @@ where
     /// Host staging for the messages between stages.
     h_in: Vec<f32>,
     h_out: Vec<f32>,
+    /// Host seconds spent in each part of the unpipelined step (batch upload, forward + loss
+    /// (which waits for the loss), backward's launches, the optimizer's wait and launches),
+    /// for `hvtrain bench step`: on a GPU, where the host waits shows where the GPU idles.
+    pub host_secs: [f64; 4],
 }
 
 impl<B: Backend> Stepper<B>
@@ -108,6 +112,7 @@ where
             batch,
             step: 0,
             micro: 1,
+            host_secs: [0.0; 4],
             mws: Vec::new(),
             mx: Vec::new(),
             h_in: Vec::new(),
@@ -225,6 +230,7 @@ where
         let t = Instant::now();
         let xi = (self.step % 2) as usize;
         be.upload_into(&batch.x, &mut self.xs[xi])?;
+        let t_fwd = Instant::now();
         let targets = if batch.classes.is_empty() {
             be.upload_into(&batch.values, &mut self.values)?;
             Targets::Values(be.view(&self.values, 0..batch.values.len()))
@@ -236,6 +242,9 @@ where
         self.model.forward_tp(be, &self.params, &self.xs[xi], b, &mut self.ws, &mut self.tp)?;
         let (loss, _) = self.model.loss(be, targets, b, 1.0 / global_rows as f32, &mut self.ws, true)?;
         self.span("forward + loss", t);
+        let t_bwd = Instant::now();
+        self.host_secs[0] += (t_fwd - t).as_secs_f64();
+        self.host_secs[1] += (t_bwd - t_fwd).as_secs_f64();
         if !loss.is_finite() {
             return Err(Error::Training(format!(
                 "the loss became {loss} at step {}; lower optimizer.lr, or check the data for extreme values",
@@ -256,7 +265,10 @@ where
         };
         self.model.backward_tp(be, &self.params, &self.xs[xi], b, &mut self.ws, &mut sink, &mut self.tp)?;
         self.engine.flush();
+        let t_opt = Instant::now();
         self.apply_buckets()?;
+        self.host_secs[2] += (t_opt - t_bwd).as_secs_f64();
+        self.host_secs[3] += t_opt.elapsed().as_secs_f64();
         Ok(loss)
     }
 
