@@ -177,6 +177,14 @@ where
         self.be.download(&self.params, 0..p.len(), &mut p)?;
         Ok(p)
     }
+    /// Wait until the device has finished every step queued so far (one parameter is read
+    /// back, after the last optimizer update): for timing, without `params_host`'s copy of
+    /// the whole model (150 MB on a 37 M-parameter model: 130 ms on an H100 host).
+    pub fn wait(&self) -> Result<()> {
+        let mut one = [0.0f32];
+        self.be.download(&self.params, 0..1, &mut one)?;
+        Ok(())
+    }
     /// Replace the parameters (fault injection).
     pub fn set_params_host(&mut self, p: &[f32]) -> Result<()> {
         self.params = self.be.upload(p)?;
