@@ -26,6 +26,8 @@
 //! higher steps are still there. `--resume auto` takes the most recently written valid
 //! checkpoint (the live run's newest), and keep-K counts only the live run's lineage (its own
 //! files and its ancestors' up to where it branched off), never deleting other files.
+//!
+//! Must not: decide when to checkpoint or gather state (the training loop and its mode do).
 
 use crate::data::h5;
 use crate::error::{CheckpointKind, Error, Result};

@@ -1,4 +1,6 @@
 //! Command-line definitions (clap). Parsing only: `main` turns these into actions.
+//!
+//! Must not: validate values or act (config checks values, `main` acts).
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;

@@ -1,5 +1,7 @@
 //! The one error type of hvtrain. Library code returns `Result<T>`; only `main.rs`
 //! turns an error into a message and an exit code (and, under MPI, an `MPI_Abort`).
+//!
+//! Must not: print or exit (only `main` does).
 
 use std::path::PathBuf;
 

@@ -1,5 +1,7 @@
 //! Evaluation and prediction: `hvtrain eval` (test metrics over all ranks) and
 //! `hvtrain predict` (outputs for new inputs), from final weights or a checkpoint.
+//!
+//! Must not: train or write checkpoints.
 
 use crate::config::{Job, LossKind};
 use crate::data::h5;

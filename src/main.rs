@@ -2,6 +2,8 @@
 //! the exit code. This is the only place that does the last two: an error on any rank is
 //! printed once (naming the rank) and ends the whole MPI job with MPI_Abort, so no rank is
 //! ever left waiting in a collective.
+//!
+//! Must not: hold logic a test would want to call (it parses, dispatches and exits).
 
 mod bench;
 mod checkpoint;
@@ -90,27 +92,30 @@ fn main() {
             bench::gemm::run(&layers, batch, seconds);
             0
         }
-        Command::Train(args) => with_mpi(|comm| {
-            let mut sets = args.job.set.clone();
-            if let Some(t) = &args.timeline {
-                sets.push(format!("output.timeline={:?}", t.display().to_string()));
-            }
-            let (job, env) = config::Job::load_with_env(&args.job.job, &sets)?;
-            if comm.rank == 0 && !env.is_empty() {
-                log::info!("from the environment: {}", env.join(" "));
-            }
-            signals::install().map_err(error::Error::Signal)?;
-            match train::train(comm, &job, t_process, args.resume.as_deref().map(train::Resume::parse))? {
-                train::Outcome::Completed => Ok(0),
-                train::Outcome::Preempted => Ok(signals::EXIT_PREEMPTED),
-            }
-        }),
+        Command::Train(args) => with_mpi(|comm| train(comm, args, t_process)),
         Command::Eval { job, weights } => with_mpi(|comm| {
             let (j, _) = config::Job::load_with_env(&job.job, &job.set)?;
             eval::eval(comm, &j, &weights).map(|()| 0)
         }),
     };
     std::process::exit(code);
+}
+
+/// `hvtrain train` on `comm`: the job (environment and --timeline applied), signals, the run.
+fn train(comm: &parallel::Comm, args: cli::TrainArgs, t_process: Instant) -> error::Result<i32> {
+    let mut sets = args.job.set.clone();
+    if let Some(t) = &args.timeline {
+        sets.push(format!("output.timeline={:?}", t.display().to_string()));
+    }
+    let (job, env) = config::Job::load_with_env(&args.job.job, &sets)?;
+    if comm.rank == 0 && !env.is_empty() {
+        log::info!("from the environment: {}", env.join(" "));
+    }
+    signals::install().map_err(error::Error::Signal)?;
+    match train::train(comm, &job, t_process, args.resume.as_deref().map(train::Resume::parse))? {
+        train::Outcome::Completed => Ok(0),
+        train::Outcome::Preempted => Ok(signals::EXIT_PREEMPTED),
+    }
 }
 
 /// Run `f` inside MPI. On error: print one line naming the rank and host, then abort the
@@ -169,75 +174,9 @@ fn bench_step(
     Ok(())
 }
 
-/// `hvtrain selftest`: the conformance suite on this node's backend, as a table.
+/// `hvtrain selftest`: exit 0 when every check passed.
 fn selftest(device: cli::DeviceArg) -> i32 {
-    let run = || -> error::Result<bool> {
-        let (kind, how) = device::select(device.choice(), 0)?;
-        println!("hvtrain selftest on {how}");
-        let mut ok = true;
-        let mut report = |name: &str, r: &std::result::Result<(), String>| {
-            match r {
-                Ok(()) => println!("  ok    {name}"),
-                Err(e) => println!("  FAIL  {name}: {e}"),
-            }
-            ok &= r.is_ok();
-        };
-        struct Suite;
-        impl device::WithBackend<Vec<(&'static str, std::result::Result<(), String>)>> for Suite {
-            fn run<B: device::Backend>(
-                self,
-                be: B,
-            ) -> error::Result<Vec<(&'static str, std::result::Result<(), String>)>> {
-                println!("  backend: {}", be.name());
-                Ok(conformance::suite(&be, 1e-4))
-            }
-        }
-        // Quiet the panic messages of failing checks: the table reports them.
-        let hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|_| {}));
-        let results = device::with_backend(kind, config::Precision::Fp32, Suite);
-        std::panic::set_hook(hook);
-        for (name, r) in results? {
-            report(name, &r);
-        }
-        if let device::Kind::Cuda(_) = kind {
-            // TF32: the gradients of this small model at initialisation cancel (sums of terms
-            // of both signs over 129 rows), so TF32's input rounding (2^-11) shows up to a few
-            // per cent: emulated in float64 on three seeds, 5e-4, 1.1e-2 and 2.9e-2 norm-wise
-            // (5.4e-2 element-wise of the largest); an H100 measured 4.3e-2 (2026-11-25). A
-            // wrong kernel (a transposed product, a lost term) is off by O(1): norm-wise 0.15,
-            // element-wise 0.25. The sharp check is the float32 one above (1e-4).
-            struct Tf32;
-            impl device::WithBackend<std::result::Result<f64, String>> for Tf32 {
-                fn run<B: device::Backend>(self, be: B) -> error::Result<std::result::Result<f64, String>> {
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        use config::{Activation, LossKind};
-                        model::gradcheck::step_matches_cpu(
-                            &be,
-                            Activation::Relu,
-                            LossKind::SoftmaxCrossEntropy,
-                            0.15,
-                            0.25,
-                        )
-                    }));
-                    Ok(r.map_err(|e| e.downcast_ref::<String>().cloned().unwrap_or_default()))
-                }
-            }
-            std::panic::set_hook(Box::new(|_| {}));
-            let r = device::with_backend(kind, config::Precision::Tf32, Tf32);
-            std::panic::set_hook(hook_default());
-            let r = r?;
-            let name = match &r {
-                Ok(rel) => {
-                    format!("one step with TF32 tensor cores against the CPU (norm-wise {rel:.1e}, tolerance 0.15)")
-                }
-                Err(_) => "one step with TF32 tensor cores against the CPU (norm-wise tolerance 0.15)".to_string(),
-            };
-            report(&name, &r.map(|_| ()));
-        }
-        Ok(ok)
-    };
-    match run() {
+    match conformance::selftest(device.choice()) {
         Ok(true) => {
             println!("selftest: all checks passed");
             0
@@ -251,10 +190,6 @@ fn selftest(device: cli::DeviceArg) -> i32 {
             1
         }
     }
-}
-
-fn hook_default() -> Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static> {
-    Box::new(|info| eprintln!("{info}"))
 }
 
 fn finish(r: error::Result<()>) -> i32 {

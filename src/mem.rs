@@ -9,6 +9,8 @@
 //! allocation that fails (a `Vec` somewhere that cannot return an error) is caught by the
 //! global allocator `Guarded`, which prints the same message and ends the job instead of Rust's
 //! bare "memory allocation of N bytes failed" abort.
+//!
+//! Must not: allocate through any path but `try_reserve` for model state.
 
 use crate::error::{Error, Result};
 use std::alloc::{GlobalAlloc, Layout, System};

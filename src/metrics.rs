@@ -1,5 +1,7 @@
 //! Per-epoch metrics: the log line and `OUTPUT_DIR/metrics.jsonl` (rank 0 only), one JSON
 //! object per epoch.
+//!
+//! Must not: compute metrics (the training loop does) or write on any rank but 0.
 
 use crate::error::{Error, Result};
 use serde::Serialize;

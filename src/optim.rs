@@ -4,6 +4,8 @@
 //! it runs where the parameters live. Gradients arrive as the sum over ranks, each rank's
 //! already divided by the step's global row count, so `grad_scale` is 1 in training (the
 //! factor is kept for callers whose sums need scaling inside the same pass).
+//!
+//! Must not: touch gradients before their bucket has come back reduced.
 
 use crate::config::{OptimizerCfg, OptimizerKind};
 use crate::device::{AdamHyper, Backend, SgdHyper};

@@ -5,6 +5,8 @@
 //! per epoch. Runs are overlaid, one colour each, with a legend naming the directory.
 //! Text is drawn with DejaVu Sans embedded in the binary (assets/DejaVuSans.ttf), so no
 //! system font lookup (fontconfig) is needed on the node that draws.
+//!
+//! Must not: read anything but `metrics.jsonl` files.
 
 use crate::error::{Error, Result};
 use plotters::coord::Shift;

@@ -2,6 +2,8 @@
 //! Written out here, not taken from a crate, so that initial weights and data order are
 //! bit-identical across versions and platforms: a seed in a job file must mean the same
 //! run forever.
+//!
+//! Must not: change its output for a seed (runs and checkpoints depend on it).
 
 #[derive(Clone, Debug)]
 pub struct Rng {

@@ -16,6 +16,8 @@
 //! When the launcher that started this rank dies (`mpirun` killed by a double signal exits at
 //! once, leaving its ranks to be torn down a few seconds later), the rank treats that as a
 //! signal: the parent process is checked every 20 ms, under a launcher only.
+//!
+//! Must not: write checkpoints or call MPI (the training loop acts on the flag).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::SeqCst};
 use std::sync::OnceLock;

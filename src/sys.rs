@@ -2,7 +2,7 @@
 //! writes to stderr, the exit that runs no handlers, and facts from Linux's /proc for the log
 //! and the benchmarks (time since the process started, so "time to first step" includes MPI
 //! start-up and dynamic loading; peak RSS and virtual memory; the `ulimit -v` limit).
-//! Uses nothing of ours; must not grow policy (what to log, when to exit is the callers').
+//! Uses nothing of ours. Must not: grow policy (what to log, when to exit is the callers').
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};

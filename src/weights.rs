@@ -11,6 +11,8 @@
 //! Checkpoints hold the parameters in the same layout: `write_layers` and `read_params` are
 //! the one writer and reader of it, and `commit` the one way both kinds of file are put in
 //! place (fsync, rename, fsync of the directory).
+//!
+//! Must not: hold optimizer state or positions (checkpoints do).
 
 use crate::data::h5;
 use crate::error::{Error, Result};

@@ -283,3 +283,30 @@ fn the_reader_finds_paths_groups_and_super_chains() {
     assert_eq!(layers.first().map(|l| l[0].as_str()), Some("error"));
     assert_eq!(layers.last().map(|l| l[0].as_str()), Some("main"));
 }
+
+/// Every module opens with a comment that says what it owns and what it must not do, and
+/// ARCHITECTURE.md's code map has a row for every source file.
+#[test]
+fn every_file_says_what_it_owns_and_must_not_do_and_is_in_the_code_map() {
+    let arch = std::fs::read_to_string(Path::new(ROOT).join("ARCHITECTURE.md")).unwrap();
+    let map = arch.split("\n## Code map").nth(1).expect("a '## Code map' section");
+    let map = map.split("\n## ").next().unwrap();
+    let mut bad = Vec::new();
+    for f in sources() {
+        let rel = f.strip_prefix(ROOT).unwrap().display().to_string();
+        let text = std::fs::read_to_string(&f).unwrap();
+        if text.starts_with("// @generated") {
+            continue;
+        }
+        let header: Vec<&str> = text.lines().take_while(|l| l.starts_with("//!")).collect();
+        if header.is_empty() {
+            bad.push(format!("{rel}: no //! header"));
+        } else if !header.iter().any(|l| l.contains("Must not")) {
+            bad.push(format!("{rel}: the header does not say what the module must not do (\"Must not: ...\")"));
+        }
+        if !map.contains(&format!("`{rel}`")) {
+            bad.push(format!("{rel}: no row in ARCHITECTURE.md's code map"));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}

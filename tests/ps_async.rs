@@ -73,8 +73,10 @@ fn async_and_bounded_reach_sync_accuracy_on_fashion_mnist() {
         acc.push(a);
     }
     assert!(acc[0] > 0.8, "synchronous accuracy {}", acc[0]);
+    // Asynchrony must not cost more than a point; ending above synchronous training (it acts
+    // like extra momentum, README) is not a failure.
     for (k, a) in [("2", acc[1]), ("-1", acc[2])] {
-        assert!((a - acc[0]).abs() <= 0.01, "staleness {k}: accuracy {a} vs synchronous {}", acc[0]);
+        assert!(a >= acc[0] - 0.01, "staleness {k}: accuracy {a} vs synchronous {}", acc[0]);
     }
 }
 

@@ -2,6 +2,9 @@
 //! (a) the raw `MPI_Allreduce` and (b) the engine's fused path on a realistic gradient set
 //! of the same total size, from 4 KiB to 256 MiB. Prints algbw and busbw
 //! (busbw = algbw × 2(n-1)/n, the figure NCCL and OSU report), one line per size.
+//!
+//! Must not: change the engine it measures (it builds one like training does) or run outside
+//! `hvtrain bench`.
 
 use crate::config::BucketOrder;
 use crate::config::Compression;

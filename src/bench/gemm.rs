@@ -1,8 +1,10 @@
 //! `hvtrain bench gemm`: the SGEMM rate of the matrix crate hvtrain uses, on exactly the
 //! matrix products of one training step of an MLP (forward, weight gradients, input
 //! gradients), so a training run's FLOP rate can be read as a fraction of it.
+//!
+//! Must not: call MPI or time anything but the matrix products.
 
-use crate::device::cpu::{gemm, Trans};
+use crate::device::cpu::{gemm, Gemm, Trans};
 use std::time::Instant;
 
 pub fn run(layers: &[usize], batch: usize, seconds: f64) {
@@ -25,7 +27,7 @@ pub fn run(layers: &[usize], batch: usize, seconds: f64) {
     let mut bufs = bufs;
     let step = |bufs: &mut Vec<(Vec<f32>, Vec<f32>, Vec<f32>)>| {
         for (&(m, k, n, ta, tb), (a, b, c)) in shapes.iter().zip(bufs.iter_mut()) {
-            gemm(m, k, n, 1.0, a, ta, b, tb, 0.0, c);
+            gemm(Gemm::new(m, k, n, ta, tb), a, b, c);
         }
     };
     for _ in 0..3 {

@@ -3,10 +3,13 @@
 //! products measured in the same run on the same device, so the step's FLOP rate reads as a
 //! fraction of what the matrix library gives. Synthetic data; each step uploads its batch,
 //! as training does. The PyTorch peer on the same shapes is `bench/torch_peer.py`.
+//!
+//! Must not: call MPI (one rank, no communication) or keep a step of its own: it runs the real
+//! `Stepper`.
 
 use crate::config::{Activation, LossKind, OptimizerCfg, Precision};
 use crate::data::loader::Batch;
-use crate::device::{Backend, Trans, WithBackend};
+use crate::device::{Backend, Gemm, Trans, WithBackend};
 use crate::error::Result;
 use crate::model::Mlp;
 use crate::optim::Optimizer;
@@ -117,7 +120,7 @@ fn gemm_rate<B: Backend>(be: &B, layers: &[usize], batch: usize) -> Result<f64> 
     let once = |bufs: &mut Vec<(B::Buf, B::Buf, B::Buf)>| -> Result<()> {
         for (&(m, k, n, ta, tb), (a, b, c)) in shapes.iter().zip(bufs.iter_mut()) {
             let (av, bv) = (be.view(a, 0..m * k), be.view(b, 0..k * n));
-            be.gemm(m, k, n, 1.0, av, ta, bv, tb, 0.0, be.view_mut(c, 0..m * n))?;
+            be.gemm(Gemm::new(m, k, n, ta, tb), av, bv, be.view_mut(c, 0..m * n))?;
         }
         Ok(())
     };

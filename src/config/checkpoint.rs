@@ -1,5 +1,7 @@
 //! `[checkpoint]`: how often checkpoints are written and how many are kept, and their checks.
 //! The files themselves are `checkpoint.rs`'s.
+//!
+//! Must not: touch files.
 
 use super::limits;
 use super::{count, real};

@@ -1,5 +1,7 @@
 //! `[data]`: where the training and test rows are, how they are shuffled and scaled, and
 //! the checks of those keys. Reading the files is `data/`'s.
+//!
+//! Must not: open files (paths are checked when `data/` opens them).
 
 use super::count;
 use super::limits;

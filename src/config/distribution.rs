@@ -2,6 +2,8 @@
 //! liveness limits, the consistency check, and the strategy (all-reduce or parameter
 //! servers, with their servers and staleness), with the checks of those keys; `roles` splits
 //! the world into workers and servers once the rank count is known.
+//!
+//! Must not: know the rank count beyond `roles`, or call MPI.
 
 use super::{limits, real, Job};
 use crate::error::{Error, Result};

@@ -1,6 +1,9 @@
 //! HVTRAIN_* environment variables, applied as `--set` overrides between the job file and
 //! the command line (Horovod users set HOROVOD_* the same way). Numbers are checked here
 //! against the same bounds as the job file's keys, so that an error names the variable.
+//!
+//! Must not: read variables other than HVTRAIN_* ones that mirror job keys (fault injection is
+//! `fault.rs`'s).
 
 use super::{limits, num, Span};
 use crate::error::{Error, Result};

@@ -2,6 +2,8 @@
 //! variables, by `env`). Durations are bounded so that they convert to `Duration`s without
 //! overflow and are longer than the granularity they are checked at; counts so that no
 //! allocation or MPI count derived from them can overflow.
+//!
+//! Must not: hold defaults (each table's file does) or check anything itself.
 
 /// The allowed values of a numeric field: from `lo` to `hi`, each end included unless
 /// `lo_open` / `hi_open`; 0 is allowed too when `off` (0 meaning "off"). NaN never is.

@@ -8,6 +8,8 @@
 //!
 //! Paths in the job file are taken relative to the working directory the job starts in
 //! (as for `srun`/`mpirun` in a batch script), not relative to the job file.
+//!
+//! Must not: hold a table's fields or checks (they live in the table's file).
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};

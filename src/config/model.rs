@@ -1,5 +1,7 @@
 //! `[model]`: the MLP's widths, hidden activation and loss, and their checks. Owns only the
 //! table; the network itself is `model/`'s.
+//!
+//! Must not: build the network.
 
 use super::abbreviate;
 use super::limits;

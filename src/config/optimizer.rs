@@ -1,5 +1,7 @@
 //! `[optimizer]`: the kind (sgd, adam, adamw), its hyperparameters, warm-up and learning-rate
 //! scaling, and their checks. The update itself is `optim.rs`'s.
+//!
+//! Must not: compute learning rates (the schedule is `optim.rs`'s).
 
 use super::limits;
 use super::{count, real};

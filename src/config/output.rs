@@ -1,4 +1,6 @@
 //! `[output]`: the run's directory and the optional timeline file, and their checks.
+//!
+//! Must not: create the directory (`train/restore.rs` prepares it).
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};

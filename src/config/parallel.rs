@@ -2,6 +2,8 @@
 //! their checks against the model; and the rule that splits the layers into pipeline stages
 //! (`stages`, a pure function of the widths, here because validation needs it; the model and
 //! the step use it through `model::pipeline`).
+//!
+//! Must not: know the rank count (the grid is checked against it at start-up, `parallel/grid.rs`).
 
 use super::{abbreviate, Job};
 use crate::error::{Error, Result};

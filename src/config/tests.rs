@@ -1,4 +1,6 @@
 //! Tests of the job file: defaults, strictness, --set and environment overrides.
+//!
+//! Must not: touch files or MPI.
 
 use super::env::env_overrides;
 use super::*;

@@ -1,5 +1,7 @@
 //! `[training]`: epochs, the per-rank batch, the seed, the device and its precision, the
 //! progress lines, and their checks.
+//!
+//! Must not: pick the device (`device::select` does).
 
 use super::limits;
 use super::{count, real};

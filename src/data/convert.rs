@@ -1,5 +1,7 @@
 //! The converters behind `hvtrain data`: IDX (the MNIST format) to HDF5, and one HDF5 file
 //! into N shard files for `{rank}` paths.
+//!
+//! Must not: be used by training; it writes files a job then reads.
 
 use super::h5::{self, with_elem, Num};
 use crate::error::{Error, Result};

@@ -1,5 +1,7 @@
 //! Thin helpers over the `hdf5` crate that turn its errors into ones naming the file and
 //! the dataset, with a hint of how to fix them.
+//!
+//! Must not: know the job's meaning of a dataset (shapes and labels are `shard`'s).
 
 use crate::error::{Error, Result};
 use hdf5::types::TypeDescriptor;

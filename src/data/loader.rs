@@ -10,6 +10,9 @@
 //! see `Schedule`): full ones, and in the last step a short or empty one on the ranks past
 //! the step's rows; every row is used once per epoch. With `drop_last`, the epoch's last
 //! positions past the last full step are left out.
+//!
+//! Must not: call MPI (the loader thread is outside MPI's thread rules), or decide which rows a
+//! rank takes (`order.rs` does).
 
 pub use super::order::Schedule;
 use super::order::{window_parts, Order};
@@ -102,6 +105,19 @@ struct Used {
     digest: u64,
 }
 
+impl Used {
+    /// Count a complete batch of at most `b` rows.
+    fn count(&mut self, batch: &Batch, b: usize) {
+        match batch.rows {
+            0 => self.empty += 1,
+            r if r < b => self.short += 1,
+            _ => {}
+        }
+        self.rows += batch.rows;
+        self.digest = self.digest.wrapping_add(batch.digest);
+    }
+}
+
 /// A row's fingerprint: splitmix64 of (file number << 32 | row in the file).
 pub fn row_digest(file: usize, row: usize) -> u64 {
     let mut z = ((file as u64) << 32 | row as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -170,30 +186,15 @@ fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare
             read_needed(shard, &order, w, &rows, &need, &mut mark, &mut window)?;
             for p in parts {
                 for &q in &need[p.rows] {
-                    let (q, row) = (q as usize, rows[q as usize]);
-                    batch.x.extend_from_slice(&window[q * d..(q + 1) * d]);
-                    match &shard.labels {
-                        Labels::Classes(c) => batch.classes.push(c[row]),
-                        Labels::Values(v, k) => batch.values.extend_from_slice(&v[row * k..(row + 1) * k]),
-                    }
-                    batch.rows += 1;
-                    if record {
-                        let (file, r) = shard.row_id(row);
-                        batch.digest = batch.digest.wrapping_add(row_digest(file, r));
-                    }
+                    let q = q as usize;
+                    push_row(&mut batch, shard, &window[q * d..(q + 1) * d], rows[q], record);
                 }
                 if !p.completes {
                     continue; // the step goes on in the next window
                 }
                 assert_eq!(p.step, next, "the loader's steps come in order");
                 next += 1;
-                match batch.rows {
-                    0 => used.empty += 1,
-                    r if r < b => used.short += 1,
-                    _ => {}
-                }
-                used.rows += batch.rows;
-                used.digest = used.digest.wrapping_add(batch.digest);
+                used.count(&batch, b);
                 let full = std::mem::replace(&mut batch, new_batch(spare, b, d, k));
                 if tx.send(Ok(full)).is_err() {
                     return Ok(()); // the consumer is gone: stop quietly
@@ -213,6 +214,21 @@ fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare
         }
     }
     Ok(())
+}
+
+/// Append shard row `row` (its features `x`, already read) to `batch`, with its label and,
+/// when `record`, its digest.
+fn push_row(batch: &mut Batch, shard: &Shard, x: &[f32], row: usize, record: bool) {
+    batch.x.extend_from_slice(x);
+    match &shard.labels {
+        Labels::Classes(c) => batch.classes.push(c[row]),
+        Labels::Values(v, k) => batch.values.extend_from_slice(&v[row * k..(row + 1) * k]),
+    }
+    batch.rows += 1;
+    if record {
+        let (file, r) = shard.row_id(row);
+        batch.digest = batch.digest.wrapping_add(row_digest(file, r));
+    }
 }
 
 /// Read, of window `w`, the rows at the read positions `need` into `window` (at their read

@@ -8,6 +8,8 @@
 //! HVTRAIN_LOADER_BENCH_ROWS (60000), _FEATURES (784), _ROUNDS (3), _EPOCHS (3 per round, the
 //! first of each discarded as warm-up) size it; _DIR (the system temp dir) holds the files;
 //! _RANKS (1) measures rank 0 of that many (its 128 rows of each global batch of 128 × RANKS).
+//!
+//! Must not: run in the ordinary test suite (it is an ignored test run by `bench/loader.sh`).
 
 use super::loader::{Loader, LoaderCfg, Schedule};
 use super::shard::{Expect, Shard};

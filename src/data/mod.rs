@@ -2,6 +2,8 @@
 //! rank's part of the test data) (`shard`), the epoch's row order and the rows of every step
 //! (`order`), the background batch loader (`loader`), and the converters behind
 //! `hvtrain data` (`convert`).
+//!
+//! Must not: know the model beyond what `shard::Expect` says, or call MPI.
 
 pub mod convert;
 pub mod h5;

@@ -14,6 +14,8 @@
 //! global batch, as a set of rows, is the same for every M, so the summed gradient is too (up
 //! to the order of the float additions); and sorting gives each rank about one M-th of every
 //! window, contiguous in the file, so the ranks between them read each row about once.
+//!
+//! Must not: read files or depend on the rank count for the order itself (only for a rank's share).
 
 use crate::rng::Rng;
 

@@ -2,7 +2,7 @@
 //! device buffers, the optimizer updates included. The model (`model/`), the losses and the
 //! optimizer (`optim.rs`) are written against this trait only and never name a device;
 //! `device::cpu::Cpu` is the reference implementation, and every other backend is tested
-//! against it with the same generic tests (`device/conformance.rs`, `model/tests.rs`).
+//! against it with the same generic tests (`conformance.rs`, `model/tests.rs`).
 //!
 //! Buffers are owned (`Buf`, `Labels`); operations take views of ranges of them (`View`,
 //! `ViewMut`), so a gradient bucket, a layer's weight or a batch's rows are addressed without
@@ -11,6 +11,8 @@
 //!
 //! Every operation returns `Result`: a GPU can fail at any call (out of memory, a launch
 //! error, a lost device), and that failure must end the job with a clear line, not a panic.
+//!
+//! Must not: know MPI, the model or the job (operations on buffers only).
 
 use crate::config::Activation;
 use crate::error::Result;
@@ -21,6 +23,43 @@ use std::ops::Range;
 pub enum Trans {
     N,
     T,
+}
+
+/// One matrix product, C[m,n] = alpha · op(A)[m,k] · op(B)[k,n] + beta · C, all row-major:
+/// A is held as [m,k] (`ta` N) or [k,m] (T), B as [k,n] (`tb` N) or [n,k] (T). Every
+/// backend's `gemm` takes one, so the shape and its checks are written once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gemm {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub ta: Trans,
+    pub tb: Trans,
+    pub alpha: f32,
+    pub beta: f32,
+}
+
+impl Gemm {
+    /// C = op(A) · op(B): alpha 1, beta 0.
+    pub fn new(m: usize, k: usize, n: usize, ta: Trans, tb: Trans) -> Gemm {
+        Gemm { m, k, n, ta, tb, alpha: 1.0, beta: 0.0 }
+    }
+
+    /// The same product with C's old values scaled by `beta` and added.
+    pub fn beta(self, beta: f32) -> Gemm {
+        Gemm { beta, ..self }
+    }
+
+    /// The same product scaled by `alpha`.
+    pub fn alpha(self, alpha: f32) -> Gemm {
+        Gemm { alpha, ..self }
+    }
+
+    /// Panics unless operands of `a`, `b` and `c` elements hold the product's matrices.
+    pub fn check(&self, a: usize, b: usize, c: usize) {
+        let (m, k, n) = (self.m, self.k, self.n);
+        assert!(a >= m * k && b >= k * n && c >= m * n, "gemm: operand too small");
+    }
 }
 
 /// One SGD (momentum, Nesterov) update's hyperparameters.
@@ -95,22 +134,8 @@ pub trait Backend: Send {
     fn view_mut<'a>(&self, buf: &'a mut Self::Buf, r: Range<usize>) -> Self::ViewMut<'a>;
 
     // ---- dense layer ----
-    /// C[m,n] = alpha · op(A)[m,k] · op(B)[k,n] + beta · C. `a` holds A as [m,k] (N) or
-    /// [k,m] (T); `b` holds B as [k,n] (N) or [n,k] (T).
-    #[allow(clippy::too_many_arguments)]
-    fn gemm(
-        &self,
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: f32,
-        a: Self::View<'_>,
-        ta: Trans,
-        b: Self::View<'_>,
-        tb: Trans,
-        beta: f32,
-        c: Self::ViewMut<'_>,
-    ) -> Result<()>;
+    /// The product `g` (see `Gemm`) of `a` and `b` into `c`.
+    fn gemm(&self, g: Gemm, a: Self::View<'_>, b: Self::View<'_>, c: Self::ViewMut<'_>) -> Result<()>;
     /// out[r, :] = act(out[r, :] + bias); the pre-activation goes to `keep_z` when given.
     fn bias_act(
         &self,

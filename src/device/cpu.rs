@@ -2,9 +2,12 @@
 //! layer, on row-major `f32` slices. Every other backend is tested against these.
 //!
 //! Shapes are always row-major: activations are [batch, features], a weight is [in, out].
+//!
+//! Must not: be fast at the cost of being the plain reference (speed work keeps its results within
+//! the conformance tolerances).
 
-pub use super::backend::Trans;
 use super::backend::{AdamHyper, Backend, SgdHyper};
+pub use super::backend::{Gemm, Trans};
 use crate::config::Activation;
 use crate::error::Result;
 use std::ops::Range;
@@ -58,20 +61,8 @@ impl Backend for Cpu {
     fn view_mut<'a>(&self, buf: &'a mut Vec<f32>, r: Range<usize>) -> &'a mut [f32] {
         &mut buf[r]
     }
-    fn gemm(
-        &self,
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: f32,
-        a: &[f32],
-        ta: Trans,
-        b: &[f32],
-        tb: Trans,
-        beta: f32,
-        c: &mut [f32],
-    ) -> Result<()> {
-        gemm(m, k, n, alpha, a, ta, b, tb, beta, c);
+    fn gemm(&self, g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) -> Result<()> {
+        gemm(g, a, b, c);
         Ok(())
     }
     fn bias_act(&self, out: &mut [f32], bias: &[f32], act: Activation, keep_z: Option<&mut [f32]>) -> Result<()> {
@@ -119,23 +110,10 @@ impl Backend for Cpu {
     }
 }
 
-/// C[m,n] = alpha * op(A)[m,k] · op(B)[k,n] + beta * C, all row-major.
-/// `a` holds A as [m,k] (Trans::N) or [k,m] (Trans::T); likewise `b` as [k,n] or [n,k].
-/// Transposes are expressed through strides: nothing is copied.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm(
-    m: usize,
-    k: usize,
-    n: usize,
-    alpha: f32,
-    a: &[f32],
-    ta: Trans,
-    b: &[f32],
-    tb: Trans,
-    beta: f32,
-    c: &mut [f32],
-) {
-    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n, "gemm: operand too small");
+/// The product `g` (see `Gemm`): transposes are expressed through strides, nothing is copied.
+pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+    g.check(a.len(), b.len(), c.len());
+    let Gemm { m, k, n, ta, tb, alpha, beta } = g;
     let (rsa, csa) = match ta {
         Trans::N => (k as isize, 1),
         Trans::T => (1, m as isize),
@@ -352,7 +330,7 @@ mod tests {
         for ta in [Trans::N, Trans::T] {
             for tb in [Trans::N, Trans::T] {
                 let mut c = vec![1.0; m * n];
-                gemm(m, k, n, 1.0, &a, ta, &b, tb, 0.0, &mut c);
+                gemm(Gemm::new(m, k, n, ta, tb), &a, &b, &mut c);
                 let want = naive(m, k, n, &a, ta, &b, tb);
                 for (x, y) in c.iter().zip(&want) {
                     assert!((x - y).abs() < 1e-5, "{ta:?}{tb:?}: {x} vs {y}");

@@ -3,12 +3,14 @@
 //! that touches cudarc. `select` is the one place that decides which backend a rank runs:
 //! `auto` takes the GPU when a driver, a GPU and the CUDA libraries are there and falls back
 //! to the CPU with one log line saying why not; `cuda` without them is a clear error.
+//!
+//! Must not: know the model or MPI (the rank's node-local index is handed in).
 
 pub mod backend;
 pub mod cpu;
 pub mod cuda;
 
-pub use backend::{AdamHyper, Backend, SgdHyper, Trans};
+pub use backend::{AdamHyper, Backend, Gemm, SgdHyper, Trans};
 pub use cpu::Cpu;
 
 use crate::config::DeviceChoice;

@@ -3,6 +3,8 @@
 //! finite-difference gradient checks (`check`), and one training step's gradients and
 //! update against the CPU reference backend (`step_matches_cpu`). Failures are panics with
 //! the values (the caller catches them to report).
+//!
+//! Must not: be used by training.
 
 use super::*;
 use crate::device::Cpu;

@@ -1,5 +1,7 @@
 //! Losses on the network's output: softmax cross-entropy for classes, mean squared error
 //! for regression. Both return a sum over samples, so that ranks can add them up.
+//!
+//! Must not: divide by the batch (the caller scales by the global row count).
 
 use crate::config::LossKind;
 use crate::device::Backend;

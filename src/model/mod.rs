@@ -6,6 +6,8 @@
 //! costs no copy (gradients are written straight into their bucket, like PyTorch DDP's
 //! "gradient as bucket view"). Every operation goes through `device::Backend`, so the same
 //! code runs on every device.
+//!
+//! Must not: call MPI or know the rank (a tensor shard's sums go through `TensorSum`).
 
 pub mod gradcheck;
 pub mod loss;
@@ -14,7 +16,7 @@ pub mod placement;
 pub mod tensor;
 
 use crate::config::{Activation, LossKind};
-use crate::device::{Backend, Trans};
+use crate::device::{Backend, Gemm, Trans};
 use crate::error::Result;
 use crate::rng::Rng;
 use std::ops::Range;
@@ -197,7 +199,7 @@ impl Mlp {
             let input = if l == 0 { be.view(x, 0..b * s.inp) } else { be.view(&before[l - 1], 0..b * s.inp) };
             let out = &mut rest[0];
             let w = be.view(params, s.w.clone());
-            be.gemm(b, s.inp, s.out, 1.0, input, Trans::N, w, Trans::N, 0.0, be.view_mut(out, 0..b * s.out))?;
+            be.gemm(Gemm::new(b, s.inp, s.out, Trans::N, Trans::N), input, w, be.view_mut(out, 0..b * s.out))?;
             if s.split == Split::Row {
                 tp.sum(be, out, b * s.out)?;
             }
@@ -275,20 +277,20 @@ impl Mlp {
             let input = if l == 0 { be.view(x, 0..b * s.inp) } else { be.view(&a[l - 1], 0..b * s.inp) };
             let g = be.view(dz, 0..b * s.out);
             let (wt, bt) = (self.weight_id(l), self.weight_id(l) + 1);
-            be.gemm(s.inp, b, s.out, 1.0, input, Trans::T, g, Trans::N, beta, grads.slot(wt))?;
+            be.gemm(Gemm::new(s.inp, b, s.out, Trans::T, Trans::N).beta(beta), input, g, grads.slot(wt))?;
             grads.ready(wt);
             be.column_sums(g, s.out, beta, grads.slot(bt))?;
             grads.ready(bt);
             if l == 0 && self.first > 0 {
                 let w = be.view(params, s.w.clone());
-                be.gemm(b, s.out, s.inp, 1.0, g, Trans::N, w, Trans::T, 0.0, be.view_mut(dx, 0..b * s.inp))?;
+                be.gemm(Gemm::new(b, s.out, s.inp, Trans::N, Trans::T), g, w, be.view_mut(dx, 0..b * s.inp))?;
                 if s.split == Split::Column {
                     tp.sum(be, dx, b * s.inp)?;
                 }
             }
             if l > 0 {
                 let w = be.view(params, s.w.clone());
-                be.gemm(b, s.out, s.inp, 1.0, g, Trans::N, w, Trans::T, 0.0, be.view_mut(dprev, 0..b * s.inp))?;
+                be.gemm(Gemm::new(b, s.out, s.inp, Trans::N, Trans::T), g, w, be.view_mut(dprev, 0..b * s.inp))?;
                 if s.split == Split::Column {
                     tp.sum(be, dprev, b * s.inp)?;
                 }

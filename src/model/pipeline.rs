@@ -13,6 +13,8 @@
 //! backward, then runs the remaining backwards (cool-down). At most P − p micro-batches are
 //! in flight on stage p, and its last operation is always the last micro-batch's backward,
 //! the one during which gradients are handed to the data-parallel engine.
+//!
+//! Must not: send anything (messages are `parallel/pipe.rs`'s).
 
 use std::ops::Range;
 

@@ -5,6 +5,8 @@
 //! to the neighbouring stages, and the whole model assembled from the shards and stages
 //! (checkpoints, weights.h5). The grid's arithmetic is `parallel::grid`'s; MPI calls go
 //! through `parallel::comm`'s channels only.
+//!
+//! Must not: call MPI directly.
 
 use super::{pipeline, tensor, Mlp, TensorSum};
 use crate::device::Backend;

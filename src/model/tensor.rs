@@ -15,6 +15,8 @@
 //! the local shapes, so the fusion plan and the engine see this rank's tensors only.
 //! `scatter` cuts a shard out of a whole arena (parameters or optimizer state, which share
 //! the layout), `assemble` puts the shards back together; both are pure.
+//!
+//! Must not: communicate (sums are the caller's `TensorSum`).
 
 use super::Mlp;
 use crate::device::Backend;

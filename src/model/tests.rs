@@ -1,5 +1,7 @@
 //! Gradient checks on the CPU (the checks themselves are in `gradcheck.rs`, shared with
 //! `hvtrain selftest`), and the model's layout invariants.
+//!
+//! Must not: need a GPU (CUDA runs the same checks through `gradcheck.rs` when present).
 
 use super::gradcheck::check;
 use super::*;

@@ -9,6 +9,8 @@
 //! `Beacon` is the third kind of user: the liveness thread's own duplicate communicator, on
 //! which it only ever makes non-blocking calls (`MPI_Isend`, `MPI_Irecv`, `MPI_Ibarrier`,
 //! polled with `MPI_Test`), so it never waits on another rank.
+//!
+//! Must not: be bypassed: no other module calls MPI (its child `comm/p2p.rs` is part of it).
 
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;

@@ -8,6 +8,8 @@
 //! and the full sum is the global mean. Partial sums travel compressed and are added in f32;
 //! each chunk's final value is rounded once by the rank that owns it and then travels
 //! unchanged, so every rank ends with bit-identical results.
+//!
+//! Must not: be used for the exact (compression = "none") path.
 
 use super::comm::Channel;
 use crate::config::Compression;

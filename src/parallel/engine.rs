@@ -18,6 +18,9 @@
 //!
 //! The bookkeeping that keeps this honest (each tensor ready once, a bucket sent once and
 //! only when complete, every bucket back before the next step) is checked in release builds.
+//!
+//! Must not: share a bucket between threads (buckets move by ownership), or know what a bucket's
+//! floats mean.
 
 use super::comm::Channel;
 use super::fusion::FusionPlan;

@@ -8,6 +8,8 @@
 //!
 //! Tensor offsets (`slots`) are always in the given (arena) order; with `BucketOrder::Forward`
 //! the buckets are formed from the other end, and each is still one contiguous range.
+//!
+//! Must not: change between ranks or steps (the plan is fixed and checked once).
 
 use crate::config::BucketOrder;
 use std::ops::Range;

@@ -26,6 +26,8 @@
 //! watchdog's guards record theirs too) and costs a mutex and two atomics per change.
 //! Without MPI_THREAD_MULTIPLE there is no heartbeat thread (`start` returns None, and says
 //! so); the watchdog then keeps its old per-collective deadline in the training loop.
+//!
+//! Must not: block on another rank (non-blocking calls only, on its own communicator).
 
 use super::comm::{Beacon, Comm, Pending, BEAT_WORDS};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -320,16 +322,7 @@ fn run(b: Beacon, host: String, finishing: &AtomicBool) {
     loop {
         let now = Instant::now();
         let (silence_s, stall_s) = limits();
-        for p in &mut peers {
-            while p.recv.test() {
-                if let Some(r) = Report::decode(p.recv.message()) {
-                    p.said_bye |= r.kind == BYE;
-                    p.last = Some(r);
-                }
-                p.heard_at = Instant::now();
-                p.recv = b.irecv(p.rank);
-            }
-        }
+        hear(&b, &mut peers);
         if barrier.is_none() && finishing.load(Ordering::Acquire) {
             barrier = Some(b.ibarrier());
         }
@@ -352,22 +345,10 @@ fn run(b: Beacon, host: String, finishing: &AtomicBool) {
                 gone(me, &host, p, quiet, silence_s);
             }
         }
-        if me == 0 {
-            let mut moved = false;
-            let own = PROGRESS.load(Ordering::Relaxed);
-            moved |= std::mem::replace(&mut progress_seen[0], own) != own;
-            for p in &peers {
-                if let Some(r) = &p.last {
-                    moved |= std::mem::replace(&mut progress_seen[p.rank], r.progress) != r.progress;
-                }
-            }
-            // A stall is declared only while every rank is heard from; a silent one is the
-            // silence limit's business (it may be stopped, not stalled).
-            let all_heard =
-                peers.iter().all(|p| p.said_bye || now.saturating_duration_since(p.heard_at) < 3 * interval(silence_s));
-            if moved {
-                moved_at = now;
-            } else if all_heard && now.saturating_duration_since(moved_at).as_secs_f64() > stall_s {
+        if me == 0 && moved(&peers, &mut progress_seen) {
+            moved_at = now;
+        } else if me == 0 && all_heard(&peers, now, silence_s) {
+            if now.saturating_duration_since(moved_at).as_secs_f64() > stall_s {
                 stalled(&host, &peers, now.saturating_duration_since(moved_at), stall_s);
             }
         }
@@ -383,6 +364,40 @@ fn run(b: Beacon, host: String, finishing: &AtomicBool) {
     while !sends.iter_mut().all(|s| s.test()) && t.elapsed() < Duration::from_millis(500) {
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Every report that has arrived from each peer, each receive posted again.
+fn hear(b: &Beacon, peers: &mut [Peer]) {
+    for p in peers {
+        while p.recv.test() {
+            if let Some(r) = Report::decode(p.recv.message()) {
+                p.said_bye |= r.kind == BYE;
+                p.last = Some(r);
+            }
+            p.heard_at = Instant::now();
+            p.recv = b.irecv(p.rank);
+        }
+    }
+}
+
+/// Rank 0: whether any rank's progress counter (its own, and the peers' last reports) moved
+/// since `seen`, which is brought up to date.
+fn moved(peers: &[Peer], seen: &mut [u64]) -> bool {
+    let mut moved = false;
+    let own = PROGRESS.load(Ordering::Relaxed);
+    moved |= std::mem::replace(&mut seen[0], own) != own;
+    for p in peers {
+        if let Some(r) = &p.last {
+            moved |= std::mem::replace(&mut seen[p.rank], r.progress) != r.progress;
+        }
+    }
+    moved
+}
+
+/// Whether every peer is heard from: a stall is declared only then; a silent one is the
+/// silence limit's business (it may be stopped, not stalled).
+fn all_heard(peers: &[Peer], now: Instant, silence_s: f64) -> bool {
+    peers.iter().all(|p| p.said_bye || now.saturating_duration_since(p.heard_at) < 3 * interval(silence_s))
 }
 
 /// A watched rank has been silent too long: say so and end the job.

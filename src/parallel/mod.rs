@@ -3,6 +3,8 @@
 //! compressed rings (`compress`), the rank grid and tensor groups (`grid`), the heartbeats that tell a slow rank from a gone one and end
 //! stalled jobs (`liveness`), the phases the waits record (`watchdog`, a deadline only without
 //! heartbeats) and the Chrome-trace timeline (`timeline`).
+//!
+//! Must not: know the model, the device or the data: it moves buffers that implement `HostBuf`.
 
 pub mod comm;
 pub mod compress;

@@ -8,6 +8,8 @@
 //! it waits on anything of ours (`model::pipeline`'s test plays every schedule through this
 //! rule). Every send is waited for before the step ends, so buffers are reused, not leaked.
 //! The time spent waiting in receives is the stage's share of the pipeline bubble.
+//!
+//! Must not: compute (the step does; this file only moves activations and gradients).
 
 use super::comm::{Channel, Outgoing};
 use super::liveness;

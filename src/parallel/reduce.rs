@@ -3,6 +3,8 @@
 //! a `Reducer` decides *how*: an exact float32 `MPI_Allreduce`, a compressed fp16/bf16 ring,
 //! or (one rank) a copy. A parameter-server exchange (push gradients, pull parameters) is
 //! another implementation of the same trait.
+//!
+//! Must not: decide when a bucket travels (the engine does).
 
 use super::comm::Channel;
 use super::compress::{self, Scratch};

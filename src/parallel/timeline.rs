@@ -2,6 +2,8 @@
 //! step's phases on every rank, one process track per rank and one thread track per
 //! hvtrain thread. Recording is a push into a vector; with the timeline off nothing is
 //! recorded (callers hold an `Option` and skip).
+//!
+//! Must not: cost anything when the timeline is off.
 
 use super::comm::Channel;
 use std::sync::Mutex;

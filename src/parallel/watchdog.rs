@@ -8,6 +8,8 @@
 //! watchdog keep its old job: a thread that ends the whole job when an armed wait has not
 //! completed within `distribution.watchdog_seconds`. That deadline cannot tell a slow rank
 //! from a dead one, so it is the fallback, never used next to the heartbeats.
+//!
+//! Must not: end a job that is only slow while heartbeats run (it is the fallback deadline).
 
 use super::liveness::{self, PhaseGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -11,6 +11,8 @@
 //! Under pipeline parallelism, or with several micro-batches per step, `pipeline.rs` runs
 //! the step instead: the stage's 1F1B schedule over the micro-batches, gradients accumulated
 //! in the buckets and announced during the last micro-batch's backward.
+//!
+//! Must not: call MPI (the engine and the tensor group do) or decide when to stop.
 
 mod pipeline;
 

@@ -11,6 +11,8 @@
 //! operation, so communication overlaps that backward as it does without micro-batches.
 //! The loss is the last stage's: it is broadcast over the pipeline at the end of the step,
 //! so every rank of a replica returns the same value.
+//!
+//! Must not: announce a gradient before the step's last micro-batch backward.
 
 use super::{Sink, Stepper};
 use crate::data::loader::Batch;
@@ -30,7 +32,7 @@ where
         let m_n = self.micro;
         let rows: Vec<std::ops::Range<usize>> = (0..m_n).map(|m| part(batch.rows, m, m_n)).collect();
         let last = rows.iter().rposition(|r| !r.is_empty()).expect("a batch of at least one row");
-        let (inp, outp) = (self.model.n_inputs(), self.model.n_outputs());
+        let inp = self.model.n_inputs();
         let cap = batch.rows.div_ceil(m_n).max(self.batch.div_ceil(m_n));
         while self.mws.len() < m_n {
             self.mws.push(Workspace::new(&self.be, &self.model, cap)?);
@@ -58,36 +60,7 @@ where
                 }
                 Op::Backward(m) if !rows[m].is_empty() => {
                     let t = Instant::now();
-                    let r = rows[m].len();
-                    if !head {
-                        self.h_out.resize(r * outp, 0.0);
-                        self.tp.pipe.as_mut().expect("a stage before the last").recv_backward(&mut self.h_out);
-                        self.mws[m].output_grad(&self.be, &self.model, r, &self.h_out)?;
-                    }
-                    let mut sink = Sink {
-                        be: &self.be,
-                        engine: &mut self.engine,
-                        timeline: &self.timeline,
-                        names: &self.names,
-                        step: self.step,
-                        mark: Instant::now(),
-                        accumulate: true,
-                        announce: m == last,
-                    };
-                    self.model.backward_tp(
-                        &self.be,
-                        &self.params,
-                        &self.mx[m],
-                        r,
-                        &mut self.mws[m],
-                        &mut sink,
-                        &mut self.tp,
-                    )?;
-                    if let Some(p) = self.tp.pipe.as_mut().filter(|p| !p.is_first()) {
-                        self.h_in.resize(r * inp, 0.0);
-                        self.mws[m].input_grad(&self.be, &self.model, r, &mut self.h_in)?;
-                        p.send_backward(&self.h_in);
-                    }
+                    self.backward_micro(m, rows[m].len(), head, m == last)?;
                     self.span(format!("backward micro-batch {m}"), t);
                 }
                 _ => {}
@@ -104,6 +77,35 @@ where
             loss_sum = v[0];
         }
         Ok(loss_sum)
+    }
+
+    /// Backward of micro-batch `m` (`r` rows): its output gradient from the next stage
+    /// (before the last stage), gradients accumulated into the buckets (announced to the
+    /// engine when `announce`: the step's last micro-batch), its input gradient sent back.
+    fn backward_micro(&mut self, m: usize, r: usize, head: bool, announce: bool) -> Result<()> {
+        let (inp, outp) = (self.model.n_inputs(), self.model.n_outputs());
+        if !head {
+            self.h_out.resize(r * outp, 0.0);
+            self.tp.pipe.as_mut().expect("a stage before the last").recv_backward(&mut self.h_out);
+            self.mws[m].output_grad(&self.be, &self.model, r, &self.h_out)?;
+        }
+        let mut sink = Sink {
+            be: &self.be,
+            engine: &mut self.engine,
+            timeline: &self.timeline,
+            names: &self.names,
+            step: self.step,
+            mark: Instant::now(),
+            accumulate: true,
+            announce,
+        };
+        self.model.backward_tp(&self.be, &self.params, &self.mx[m], r, &mut self.mws[m], &mut sink, &mut self.tp)?;
+        if let Some(p) = self.tp.pipe.as_mut().filter(|p| !p.is_first()) {
+            self.h_in.resize(r * inp, 0.0);
+            self.mws[m].input_grad(&self.be, &self.model, r, &mut self.h_in)?;
+            p.send_backward(&self.h_in);
+        }
+        Ok(())
     }
 
     /// Forward of micro-batch `m` (rows `r` of the batch): its input from the batch (first

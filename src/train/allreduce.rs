@@ -3,6 +3,8 @@
 //! `Mode`: the parameter consistency check and the per-step agreement on stopping and
 //! checkpointing (`stop.rs`), checkpoints and weights.h5 assembled by the replica's tensor
 //! group. The loop itself is `run.rs`'s.
+//!
+//! Must not: run the epoch loop.
 
 use super::mode::{At, Boundary, Mode};
 use super::restore::Start;

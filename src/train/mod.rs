@@ -12,6 +12,8 @@
 //! Every rank runs the same number of steps so that the collectives line up. Each step ends
 //! with one tiny all-reduce that agrees on "stop now" (a signal reached some rank) and
 //! "checkpoint now" (rank 0's clock), so every rank stops at the same step boundary.
+//!
+//! Must not: hold a mode's code (each has its file) or the loop's (`run.rs`).
 
 mod allreduce;
 mod mode;

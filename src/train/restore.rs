@@ -1,6 +1,8 @@
 //! Where a run starts (collective): rank 0 prepares output.dir and finds the checkpoint to
 //! continue from; every rank then receives the same parameters, optimizer state, position
 //! and running losses from rank 0.
+//!
+//! Must not: overwrite or delete a good checkpoint.
 
 use super::setup::Setup;
 use super::Resume;
@@ -10,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::model::Mlp;
 use crate::parallel::Comm;
 use log::{info, warn};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The state a run starts from: this rank's part of the model's parameters and optimizer
 /// state (the whole model without model parallelism), and the position, the same on every
@@ -34,19 +36,55 @@ pub(super) struct Start {
     pub lineage: Lineage,
 }
 
-/// Collective: the state this run starts from, the same on every rank.
+/// Collective: the state this run starts from: each rank's part of the model's state, and
+/// the same position on every rank.
 pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Resume>) -> Result<Start> {
     let model = &setup.whole;
     let n_data = setup.grid.data;
-    let p = crate::parallel::liveness::phase("preparing output.dir and reading the checkpoint to resume from");
-    let ckpt = if comm.rank == 0 { prepare_output(job, &setup.out_dir, model, resume, n_data)? } else { None };
-    drop(p);
+    let ckpt = read_checkpoint(comm, job, &setup.out_dir, model, resume, n_data)?;
     let _p = crate::parallel::liveness::phase("receiving the starting state from rank 0");
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
     // Only rank 0 holds the whole state; every rank receives its part of it.
+    let (params, m, v) = whole_state(comm, job, model, ckpt.as_ref())?;
+    let part = |all: Vec<f32>, len: usize| {
+        crate::model::placement::distribute(comm, &setup.grid, &setup.stages, model, all, len)
+    };
+    let state = (part(params, model.n_params)?, part(m, m_len)?, part(v, v_len)?);
+    Ok(position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, state))
+}
+
+/// Collective: rank 0 prepares output.dir and reads the checkpoint to continue from (None
+/// on the other ranks, and for a fresh start).
+pub(super) fn read_checkpoint(
+    comm: &Comm,
+    job: &Job,
+    out_dir: &Path,
+    model: &Mlp,
+    resume: Option<&Resume>,
+    n_data: usize,
+) -> Result<Option<Checkpoint>> {
+    let _p = crate::parallel::liveness::phase("preparing output.dir and reading the checkpoint to resume from");
+    if comm.rank == 0 {
+        prepare_output(job, out_dir, model, resume, n_data)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Collective: rank 0's whole starting state (parameters, optimizer moments m and v): the
+/// checkpoint's, or fresh parameters from the seed and zero moments; empty vectors on the
+/// other ranks. Every rank returns rank 0's answer to whether the checkpoint's optimizer
+/// state fits this optimizer.
+pub(super) fn whole_state(
+    comm: &Comm,
+    job: &Job,
+    model: &Mlp,
+    ckpt: Option<&Checkpoint>,
+) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+    let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
     let rank0 = comm.rank == 0;
     let a = crate::mem::allocating("the whole model's starting parameters (rank 0)");
-    let params = match &ckpt {
+    let params = match ckpt {
         Some(c) => c.params.clone(),
         None if rank0 => model.init_params(job.training.seed),
         None => Vec::new(),
@@ -60,9 +98,8 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
             None => Vec::new(),
         })
     };
-    let m = whole(ckpt.as_ref().map(|c| &c.m), m_len)?;
-    let v = whole(ckpt.as_ref().map(|c| &c.v), v_len)?;
-    // Rank 0 decides whether the checkpoint's optimizer state fits; all ranks return its answer.
+    let m = whole(ckpt.map(|c| &c.m), m_len)?;
+    let v = whole(ckpt.map(|c| &c.v), v_len)?;
     let mut ok = [u64::from(!rank0 || (m.len() == m_len && v.len() == v_len))];
     comm.broadcast_u64(&mut ok);
     if ok[0] == 0 {
@@ -72,18 +109,28 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
             "the checkpoint's optimizer state does not fit this optimizer (another optimizer.kind or momentum?)",
         ));
     }
-    let part = |all: Vec<f32>, len: usize| {
-        crate::model::placement::distribute(comm, &setup.grid, &setup.stages, model, all, len)
-    };
-    let params = part(params, model.n_params)?;
-    let (m, v) = (part(m, m_len)?, part(v, v_len)?);
+    Ok((params, m, v))
+}
+
+/// Collective: where the run starts, from rank 0's checkpoint `ckpt`, with this rank's
+/// `state` (parameters, m, v): the position, the global batch, the loss sums of the epoch
+/// being resumed (folded onto data rank 0 when they were written on another count than
+/// `n_data`), and a new lineage.
+pub(super) fn position(
+    comm: &Comm,
+    job: &Job,
+    ckpt: Option<&Checkpoint>,
+    n_data: usize,
+    out_dir: &Path,
+    state: (Vec<f32>, Vec<f32>, Vec<f32>),
+) -> Start {
     // step, epoch index, step in epoch, global batch, loss sums written (the writer's data ranks)
     let mut pos = [0, 0, 0, (job.training.batch_size * n_data) as u64, n_data as u64];
-    if let Some(c) = &ckpt {
+    if let Some(c) = ckpt {
         pos = [c.step, c.epoch as u64, c.step_in_epoch as u64, c.global_batch as u64, c.loss_sums.len() as u64];
     }
     comm.broadcast_u64(&mut pos);
-    let mut loss_sums = ckpt.as_ref().map_or(vec![0.0; pos[4] as usize], |c| c.loss_sums.clone());
+    let mut loss_sums = ckpt.map_or(vec![0.0; pos[4] as usize], |c| c.loss_sums.clone());
     comm.broadcast_f64(&mut loss_sums);
     if loss_sums.len() != n_data {
         // Written on another number of ranks: only the epoch's total matters (train_loss).
@@ -91,16 +138,17 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
         loss_sums = vec![0.0; n_data];
         loss_sums[0] = total;
     }
-    let l = Lineage::new_run(ckpt.as_ref());
+    let l = Lineage::new_run(ckpt);
     if comm.rank == 0 {
-        lineage_notes(&setup.out_dir, l, ckpt.as_ref());
+        lineage_notes(out_dir, l, ckpt);
     }
     let mut ids = [l.run_id, l.parent_run, l.parent_step as u64];
     comm.broadcast_u64(&mut ids);
     let lineage = Lineage { run_id: ids[0], parent_run: ids[1], parent_step: ids[2] as i64 };
+    let (params, m, v) = state;
     let (step, epoch, step_in_epoch) = (pos[0], pos[1] as usize, pos[2] as usize);
     let global_batch = pos[3] as usize;
-    Ok(Start { params, m, v, step, epoch, step_in_epoch, loss_sums, global_batch, lineage })
+    Start { params, m, v, step, epoch, step_in_epoch, loss_sums, global_batch, lineage }
 }
 
 /// Rank 0's start-up lines about the checkpoint lineage: the run id, and the files of an
@@ -146,7 +194,20 @@ pub(super) fn prepare_output(
     let probe = out_dir.join(".hvtrain-write-test");
     std::fs::write(&probe, b"").map_err(|e| Error::io(out_dir, "write into output.dir", e))?;
     let _ = std::fs::remove_file(&probe);
-    let found = match resume {
+    let found = find(job, out_dir, model, resume)?;
+    // What a crash mid-write left behind: never a valid file, and never picked up.
+    let stale = checkpoint::remove_stale_tmp(out_dir);
+    if !stale.is_empty() {
+        info!("removed {} unfinished file(s) of an interrupted write: {}", stale.len(), stale.join(", "));
+    }
+    let Some((path, c)) = found else { return Ok(None) };
+    resumable(job, &path, c, world).map(Some)
+}
+
+/// The checkpoint `resume` names (None: a fresh start, refused when output.dir already holds
+/// checkpoints of an earlier run).
+fn find(job: &Job, out_dir: &Path, model: &Mlp, resume: Option<&Resume>) -> Result<Option<(PathBuf, Checkpoint)>> {
+    Ok(match resume {
         None => {
             if let Some((_, p)) = checkpoint::list(out_dir).first() {
                 return Err(Error::config(
@@ -169,15 +230,15 @@ pub(super) fn prepare_output(
             }
             f
         }
-    };
-    // What a crash mid-write left behind: never a valid file, and never picked up.
-    let stale = checkpoint::remove_stale_tmp(out_dir);
-    if !stale.is_empty() {
-        info!("removed {} unfinished file(s) of an interrupted write: {}", stale.len(), stale.join(", "));
-    }
-    let Some((path, mut c)) = found else { return Ok(None) };
+    })
+}
+
+/// Checkpoint `c` (read from `path`) checked against this job: what an exact resume needs
+/// must be the same; the global batch of an older format filled in; a change of the
+/// data-parallel degree (this job's is `world`) said.
+fn resumable(job: &Job, path: &Path, mut c: Checkpoint, world: usize) -> Result<Checkpoint> {
     let then: Job =
-        serde_json::from_str(&c.job_json).map_err(|e| Error::data(&path, "job_json", format!("unreadable: {e}")))?;
+        serde_json::from_str(&c.job_json).map_err(|e| Error::data(path, "job_json", format!("unreadable: {e}")))?;
     if c.global_batch == 0 {
         // Format 1 and 2 did not record it: their batch was per rank, on world_size ranks.
         c.global_batch = then.training.batch_size * c.world_size;
@@ -211,7 +272,7 @@ pub(super) fn prepare_output(
     ] {
         if !same {
             return Err(Error::data(
-                &path,
+                path,
                 "job_json",
                 format!("{field} differs from this job's; an exact resume needs the same value"),
             ));
@@ -230,5 +291,5 @@ pub(super) fn prepare_output(
         c.epoch + 1,
         c.step_in_epoch
     );
-    Ok(Some(c))
+    Ok(c)
 }

@@ -1,8 +1,9 @@
 //! The one training loop, for every mode: batches from the loader through the `Stepper`,
 //! faults, the progress line, the mode's step boundary (stop, checkpoint), the end-of-epoch
 //! evaluation, metrics line and `metrics.jsonl`, and at the end the timeline, the memory line
-//! and `weights.h5`. What differs between modes is behind `Mode` (`mode.rs`); this file must
-//! not ask which mode it runs.
+//! and `weights.h5`. What differs between modes is behind `Mode` (`mode.rs`).
+//!
+//! Must not: ask which mode it runs.
 
 use super::mode::{At, Boundary, Mode};
 use super::restore::Start;

@@ -2,6 +2,8 @@
 //! state and the position, written by `checkpoint::save` (atomic, durable, keep-K), with the
 //! write's duration in the log and its rate remembered (the stop checkpoint's estimate).
 //! Only the rank that holds the whole state calls it; gathering that state is the mode's.
+//!
+//! Must not: gather state (the mode does) or decide when to write.
 
 use crate::checkpoint::{self, Checkpoint, Lineage};
 use crate::config::Job;

@@ -2,6 +2,8 @@
 //! the training data (all of it, on every rank) and this rank's part of the test data; and,
 //! once the global batch is known (from the checkpoint when resuming), the schedule of rows
 //! every rank uses at each step (the same on every rank).
+//!
+//! Must not: read the checkpoint (`restore.rs` does).
 
 use crate::config::Job;
 use crate::data::loader::Schedule;
@@ -43,20 +45,8 @@ impl Setup {
         let grid = grid::grid(comm, job)?;
         let stages = pipeline::stages(&whole.sizes, grid.pipeline)
             .map_err(|m| Error::config(&job.source, "parallel.pipeline", m))?;
-        let p = phase("making the tensor, pipeline and data communicators");
-        // Tensor groups: consecutive ranks (same replica and stage); pipelines: same replica
-        // and tensor slice; data groups: same stage and tensor slice.
-        let (pp, tt) = (grid.pipeline, grid.tensor);
-        let tensor_chan = comm.split(grid.d * pp + grid.p, grid.t);
-        let pipe_chan = comm.split(grid.d * tt + grid.t, grid.p);
-        let data_chan = comm.split(grid.p * tt + grid.t, grid.d);
+        let (tensor_chan, pipe_chan, data_chan, hosts) = communicators(comm, &grid);
         let engine_chan = (grid.data > 1).then(|| data_chan.duplicate());
-        let hosts: Vec<String> = comm
-            .all_gather_bytes(comm.host.as_bytes())
-            .iter()
-            .map(|h| String::from_utf8_lossy(h).into_owned())
-            .collect();
-        drop(p);
         if comm.rank == 0 && grid.world > 1 {
             for line in grid::describe(&grid, &hosts, &stages) {
                 info!("{line}");
@@ -77,46 +67,10 @@ impl Setup {
                 grid.tensor * job.parallel.pipeline
             );
         }
-        let tensors = model.tensors();
-        let lens: Vec<usize> = tensors.iter().map(|t| t.range.len()).collect();
-        let d = &job.distribution;
-        let plan =
-            FusionPlan::with_options(&lens, job.fusion_threshold_bytes(), job.first_bucket_bytes(), d.bucket_order);
-        // The gradient arena is laid out in fusion order, so buckets are arena ranges.
-        assert!(plan.slots.iter().zip(&tensors).all(|(s, t)| *s == t.range), "arena and fusion plan disagree");
-        // The ranks of a data group reduce the same tensors; tensor ranks hold other slices.
-        let p = phase("checking that every rank has the same fusion plan");
-        check_agreement(&data_chan, "the gradient fusion plan (within the data group)", plan.fingerprint())?;
-        drop(p);
-        if comm.rank == 0 {
-            log_setup(job, &model, &plan, comm);
-        }
-
-        let p = phase("opening the training and test data");
-        let want = expect(&whole);
-        // Every rank opens all the training rows (the loader takes each step's rows from the
-        // epoch's global order); replica d evaluates test slice d of D.
-        let (d, n_data) = (grid.d, grid.data);
-        let train_shard = Shard::open(&job.data, "data.train", &job.data.train, 0, 1, want)?;
-        debug!("training data: {} ({} rows)", train_shard.describe(), train_shard.len());
-        let n = train_shard.len();
-        if n < n_data {
-            return Err(Error::data(
-                &job.data.train,
-                &job.data.x_dataset,
-                format!(
-                    "rank {} gets no samples: the training data has {n} rows for {n_data} ranks (data-parallel)",
-                    n_data - 1
-                ),
-            ));
-        }
-        let test_shard = match &job.data.test {
-            Some(t) => Some(Shard::open(&job.data, "data.test", t, d, n_data, want)?),
-            None => None,
-        };
-        drop(p);
+        let plan = fusion_plan(comm, job, &model, &data_chan)?;
+        let (train_shard, test_shard) = open_data(job, &whole, grid.d, grid.data)?;
         let _p = phase("checking that every rank sees the same training rows");
-        check_agreement(&data_chan, "the number of training rows", n as u64)?;
+        check_agreement(&data_chan, "the number of training rows", train_shard.len() as u64)?;
         Ok(Setup {
             model,
             whole,
@@ -131,6 +85,65 @@ impl Setup {
             out_dir: PathBuf::from(&job.output.dir),
         })
     }
+}
+
+/// Collective: the tensor, pipeline and data communicators of this rank (`MPI_Comm_split`),
+/// and every rank's host name. Tensor groups: consecutive ranks (same replica and stage);
+/// pipelines: same replica and tensor slice; data groups: same stage and tensor slice.
+fn communicators(comm: &Comm, grid: &Grid) -> (Channel, Channel, Channel, Vec<String>) {
+    let _p = phase("making the tensor, pipeline and data communicators");
+    let (pp, tt) = (grid.pipeline, grid.tensor);
+    let tensor_chan = comm.split(grid.d * pp + grid.p, grid.t);
+    let pipe_chan = comm.split(grid.d * tt + grid.t, grid.p);
+    let data_chan = comm.split(grid.p * tt + grid.t, grid.d);
+    let hosts =
+        comm.all_gather_bytes(comm.host.as_bytes()).iter().map(|h| String::from_utf8_lossy(h).into_owned()).collect();
+    (tensor_chan, pipe_chan, data_chan, hosts)
+}
+
+/// Collective over the data group: the fusion plan of this rank's part of the model, the
+/// same on every rank of the group (its ranks reduce the same tensors; tensor ranks hold
+/// other slices). Rank 0 logs the set-up.
+fn fusion_plan(comm: &Comm, job: &Job, model: &Mlp, data_chan: &Channel) -> Result<FusionPlan> {
+    let tensors = model.tensors();
+    let lens: Vec<usize> = tensors.iter().map(|t| t.range.len()).collect();
+    let d = &job.distribution;
+    let plan = FusionPlan::with_options(&lens, job.fusion_threshold_bytes(), job.first_bucket_bytes(), d.bucket_order);
+    // The gradient arena is laid out in fusion order, so buckets are arena ranges.
+    assert!(plan.slots.iter().zip(&tensors).all(|(s, t)| *s == t.range), "arena and fusion plan disagree");
+    let p = phase("checking that every rank has the same fusion plan");
+    check_agreement(data_chan, "the gradient fusion plan (within the data group)", plan.fingerprint())?;
+    drop(p);
+    if comm.rank == 0 {
+        log_setup(job, model, &plan, comm);
+    }
+    Ok(plan)
+}
+
+/// The training data, all of it (the loader takes each step's rows from the epoch's global
+/// order), and data rank `d` of `n_data`'s slice of the test data, checked against the
+/// whole model `whole`. Every training rank (and parameter-server worker) opens them so.
+pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize) -> Result<(Shard, Option<Shard>)> {
+    let _p = phase("opening the training and test data");
+    let want = expect(whole);
+    let train = Shard::open(&job.data, "data.train", &job.data.train, 0, 1, want)?;
+    debug!("training data: {} ({} rows)", train.describe(), train.len());
+    let n = train.len();
+    if n < n_data {
+        return Err(Error::data(
+            &job.data.train,
+            &job.data.x_dataset,
+            format!(
+                "rank {} gets no samples: the training data has {n} rows for {n_data} ranks (data-parallel)",
+                n_data - 1
+            ),
+        ));
+    }
+    let test = match &job.data.test {
+        Some(t) => Some(Shard::open(&job.data, "data.test", t, d, n_data, want)?),
+        None => None,
+    };
+    Ok((train, test))
 }
 
 /// What this rank's model state costs: its parameters, two gradient buffers per bucket, and the

@@ -14,6 +14,8 @@
 //! this last step are then estimated (see `Checkpoint::loss_sums_exact`). When rank 0 learns
 //! of the stop only from the agreement, it writes right after it, with exact sums. The other
 //! ranks wait for the write at an unguarded barrier, then all exit with 75.
+//!
+//! Must not: write a checkpoint from inside a step (only at a step boundary).
 
 use super::mode::Boundary;
 use super::save::Writer;
@@ -90,7 +92,7 @@ pub(super) fn at_boundary<B: Backend>(
         let batch = loss_sum - known[0];
         let mut sums: Vec<f64> = known.iter().map(|s| s + batch).collect();
         sums[0] = loss_sum;
-        write_stop(ctx, st, epoch_index, step_in_epoch, sums, comm.size == 1)?;
+        write(ctx, st, (epoch_index, step_in_epoch), sums, comm.size == 1, true)?;
         written = true; // only without tensor parallelism: see write_first
     }
     let mine = if crate::signals::stop_requested() { STOP } else { 0 } | if time_due { CHECKPOINT } else { 0 };
@@ -105,7 +107,7 @@ pub(super) fn at_boundary<B: Backend>(
         // Tensor group 0 assembles the whole model; its rank 0 (world rank 0) writes.
         if grid.d == 0 && !written {
             let sums = state.known_sums.borrow().clone();
-            write_stop(ctx, st, epoch_index, step_in_epoch, sums, true)?;
+            write(ctx, st, (epoch_index, step_in_epoch), sums, true, true)?;
         }
         let _p = liveness::phase_at("waiting at the barrier for rank 0's stop checkpoint", st.step());
         comm.barrier(); // no deadline: heartbeats tell a slow write from a dead rank
@@ -142,43 +144,31 @@ fn write_first<B: Backend>(ctx: &Ctx, st: &Stepper<B>) -> bool {
     secs < ctx.job.distribution.watchdog_seconds / 3.0
 }
 
-/// Tensor group 0 (rank 0 alone without tensor parallelism): the stop checkpoint, written by
-/// rank 0. Signals that arrive meanwhile wait for the rename.
-fn write_stop<B: Backend>(
-    ctx: &Ctx,
-    st: &Stepper<B>,
-    epoch_index: usize,
-    step_in_epoch: usize,
-    loss_sums: Vec<f64>,
-    exact: bool,
-) -> Result<()> {
-    let rank0 = ctx.comm.rank == 0;
-    if rank0 {
-        crate::signals::writing_stop_checkpoint();
-    }
-    write(ctx, st, epoch_index, step_in_epoch, loss_sums, exact)?;
-    if rank0 {
-        crate::signals::stop_checkpoint_written();
-    }
-    Ok(())
-}
-
 /// Tensor group 0 (collective over it): assemble the whole model's state after step
-/// `st.step` on rank 0, which writes the checkpoint. Returns its path on rank 0.
+/// `st.step` on rank 0, which writes the checkpoint of position `at` (epoch index, step in
+/// the epoch). A `stop` checkpoint makes signals that arrive meanwhile wait for the rename.
+/// Returns its path on rank 0.
 fn write<B: Backend>(
     ctx: &Ctx,
     st: &Stepper<B>,
-    epoch_index: usize,
-    step_in_epoch: usize,
+    at: (usize, usize),
     loss_sums: Vec<f64>,
     exact: bool,
+    stop: bool,
 ) -> Result<Option<PathBuf>> {
+    let announce = stop && ctx.comm.rank == 0;
+    if announce {
+        crate::signals::writing_stop_checkpoint();
+    }
     let whole = {
         let _p = liveness::phase_at("gathering the tensor shards for a checkpoint", st.step());
         st.whole_state()?
     };
     let Some(state) = whole else { return Ok(None) };
-    let path = ctx.writer.write(&st.tensor().full, state, epoch_index, step_in_epoch, loss_sums, exact)?;
+    let path = ctx.writer.write(&st.tensor().full, state, at.0, at.1, loss_sums, exact)?;
+    if announce {
+        crate::signals::stop_checkpoint_written();
+    }
     Ok(Some(path))
 }
 
@@ -196,7 +186,7 @@ pub(super) fn save_checkpoint<B: Backend>(
     let path = ctx.writer.out_dir.join(checkpoint::file_name(st.step()));
     if ctx.grid.d == 0 {
         let sums = if step_in_epoch == 0 { vec![0.0; ctx.grid.data] } else { ctx.stop.known_sums.borrow().clone() };
-        write(ctx, st, epoch_index, step_in_epoch, sums, true)?;
+        write(ctx, st, (epoch_index, step_in_epoch), sums, true, false)?;
     }
     let _p = liveness::phase_at("waiting at the barrier for rank 0's checkpoint write", st.step());
     comm.barrier();

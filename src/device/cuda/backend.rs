@@ -6,15 +6,17 @@
 //! thread (`DevBuf`'s `HostBuf` hooks, `buf.rs`), and cudarc's per-buffer events order the two
 //! streams (a copy waits for the kernels that wrote its source, and the optimizer for the
 //! copy that wrote its gradients).
+//!
+//! Must not: be used before `probe.rs` has found the libraries, or hold anything of MPI.
 
 use super::buf::{DView, DViewMut, DevBuf, Stage};
 use super::gemm_map::{cublas_args, Op};
 use super::launch::{act_code, config_1d};
 use super::module::Kernels;
 use crate::config::{Activation, Precision};
-use crate::device::backend::{AdamHyper, Backend, SgdHyper, Trans};
+use crate::device::backend::{AdamHyper, Backend, Gemm, SgdHyper, Trans};
 use crate::error::{Error, Result};
-use cudarc::cublas::{sys as blas_sys, CudaBlas, Gemm, GemmConfig};
+use cudarc::cublas::{sys as blas_sys, CudaBlas, Gemm as _, GemmConfig};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaViewMut, DriverError, PushKernelArg};
 use std::cell::RefCell;
 use std::ops::Range;
@@ -233,20 +235,9 @@ impl Backend for Cuda {
         DViewMut { buf: &mut buf.dev, start: r.start, len: r.len() }
     }
 
-    fn gemm(
-        &self,
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: f32,
-        a: DView<'_>,
-        ta: Trans,
-        b: DView<'_>,
-        tb: Trans,
-        beta: f32,
-        c: DViewMut<'_>,
-    ) -> Result<()> {
-        assert!(a.len >= m * k && b.len >= k * n && c.len >= m * n, "gemm: operand too small");
+    fn gemm(&self, gm: Gemm, a: DView<'_>, b: DView<'_>, c: DViewMut<'_>) -> Result<()> {
+        gm.check(a.len, b.len, c.len);
+        let Gemm { m, k, n, ta, tb, alpha, beta } = gm;
         if m == 0 || n == 0 {
             return Ok(());
         }
@@ -336,7 +327,7 @@ impl Backend for Cuda {
         let ones = ones.as_ref().expect("grown above");
         let ov = DView { buf: ones, start: 0, len: rows };
         // out[1, cols] = ones[1, rows] · m[rows, cols]
-        self.gemm(1, rows, cols, 1.0, ov, Trans::N, m, Trans::N, beta, out)
+        self.gemm(Gemm::new(1, rows, cols, Trans::N, Trans::N).beta(beta), ov, m, out)
     }
 
     fn softmax_xent(

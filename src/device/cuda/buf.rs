@@ -3,6 +3,8 @@
 //! hooks are what the communication thread calls: device → host (packed to fp16/bf16 on
 //! the GPU when the wire is compressed), host → device, or a CUDA-aware MPI on device
 //! memory directly. `DView`/`DViewMut` are ranges of a `DevBuf`.
+//!
+//! Must not: call MPI itself (the reducer it is handed does).
 
 use super::launch::config_1d;
 use super::module::Kernels;

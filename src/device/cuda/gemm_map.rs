@@ -7,6 +7,8 @@
 //! operand keeps our transpose flag (a row-major N operand is already transposed when read
 //! column-major, which is what Cᵀ needs). Offsets into a larger buffer (a layer's weight in
 //! the parameter arena, a bucket's slot) are plain pointer offsets and change nothing here.
+//!
+//! Must not: call cuBLAS (it is a pure function, tested without a GPU).
 
 use crate::device::Trans;
 
@@ -61,7 +63,7 @@ pub fn cublas_args(m: usize, k: usize, n: usize, ta: Trans, tb: Trans) -> Cublas
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::cpu;
+    use crate::device::{cpu, Gemm};
 
     /// cuBLAS's documented semantics, column-major: C = alpha · op(A) · op(B) + beta · C with
     /// op(A) m×k, op(B) k×n, element (i, j) of a matrix with leading dimension ld at
@@ -108,7 +110,12 @@ mod tests {
                         let c0 = fill(oc + m * n + 2, 3);
                         // Ours, row-major, on the CPU backend.
                         let mut want = c0.clone();
-                        cpu::gemm(m, k, n, alpha, &a[oa..], ta, &b[ob..], tb, beta, &mut want[oc..oc + m * n]);
+                        cpu::gemm(
+                            Gemm::new(m, k, n, ta, tb).alpha(alpha).beta(beta),
+                            &a[oa..],
+                            &b[ob..],
+                            &mut want[oc..oc + m * n],
+                        );
                         // cuBLAS's, through the mapping: its A is our b, its B our a.
                         let g = cublas_args(m, k, n, ta, tb);
                         assert!(g.swapped);

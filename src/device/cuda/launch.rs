@@ -2,6 +2,8 @@
 //! and by the host shim that runs the same kernels on the CPU in tests, so the tests run the
 //! grids the GPU runs. Every kernel is a grid-stride loop, so any grid is correct; the cap
 //! only bounds the launch size (a grid-stride loop then covers the rest).
+//!
+//! Must not: launch anything (it computes geometry).
 
 /// Threads per block.
 pub const BLOCK: u32 = 256;

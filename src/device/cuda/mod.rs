@@ -11,6 +11,8 @@
 //!   geometry, their compilation by NVRTC, and their loading at start-up;
 //! - `shim.cpp`, `shim` (tests): the same kernels compiled by the host C++ compiler and
 //!   checked against the CPU backend.
+//!
+//! Must not: be reached by code outside `device/` except through `Backend`.
 
 mod backend;
 mod buf;

@@ -1,6 +1,8 @@
 //! The kernels of `kernels.cu`, compiled by NVRTC for this GPU's architecture once per
 //! process (the PTX is cached by architecture, so several contexts in one process compile
 //! once), loaded into the context, and looked up by name.
+//!
+//! Must not: compile more than once per architecture and process.
 
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaContext, CudaFunction};

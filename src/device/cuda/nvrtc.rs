@@ -10,6 +10,8 @@
 //! Options: IEEE-conformant arithmetic (no `--use_fast_math`: denormals kept, exact division
 //! and square root, as the CPU backend computes), `-lineinfo` (profilers and
 //! compute-sanitizer name source lines), C++17.
+//!
+//! Must not: need a GPU or a driver (it compiles only).
 
 // `compile_cubin`, `available` and `version` serve the NVRTC check in tests; the backend
 // (`module.rs`) calls `compile_ptx`.

@@ -2,6 +2,8 @@
 //! so the binary builds and runs with no CUDA installed; cudarc panics when it cannot load
 //! a library, so every library is probed (inside `catch_unwind`) before its first use, and
 //! its absence becomes one line that names the library files tried.
+//!
+//! Must not: create a context or allocate on a GPU.
 
 use crate::error::{Error, Result};
 

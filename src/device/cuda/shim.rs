@@ -22,6 +22,8 @@
 //!
 //! A real GPU differs more (NVCC/NVRTC fuse multiply-adds by default; CUDA's tanhf and expf
 //! are within 2 ulps): that is for the CUDA backend's own conformance tests on a GPU.
+//!
+//! Must not: be built into the binary (tests only).
 
 use super::launch::{act_code, grid_1d};
 use crate::config::Activation;

@@ -6,6 +6,8 @@
 //! `Link` is a copy of the communicator's handle: the worker's communication thread (pushes
 //! and pulls during a step) and its main thread (pulls, snapshots, statistics between steps,
 //! when the communication thread is idle) share one, and tags keep their messages apart.
+//!
+//! Must not: match messages of another communicator (it owns a private duplicate).
 
 use super::Comm;
 use mpi::ffi;

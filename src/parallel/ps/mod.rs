@@ -21,6 +21,8 @@
 //! | worker 0 → every server | `SNAPSHOT` | – | `CONTROL`: per owned bucket, params, m, v |
 //! | worker 0 → every server | `STATS` | – | `CONTROL`: the staleness statistics since the last ask |
 //! | every worker → every server | `DONE` | – | none; a server ends when all W are done |
+//!
+//! Must not: apply an optimizer (the server's loop, `train/ps/server.rs`, does).
 
 pub mod reducer;
 pub mod stats;

@@ -9,6 +9,8 @@
 //! Also the main thread's exchanges with the servers between steps: pulling every bucket
 //! (`pull_all`), the state for a checkpoint (`snapshot`), the staleness statistics, and the
 //! end (`done`).
+//!
+//! Must not: block the main thread (it runs on the engine's communication thread).
 
 use super::stats::Stats;
 use super::{as_words_mut, floats, Roles, CONTROL, DONE, PULL, PUSH, PUSH_HEADER, REPLY, SNAPSHOT, STATS};

@@ -3,6 +3,8 @@
 //! been applied for when w pulled the parameters it computed on (0 in synchronous training;
 //! at most K under the bound K), and `lag` = the updates applied to the bucket between that
 //! pull and this gradient's application (the classical asynchronous-SGD delay τ).
+//!
+//! Must not: send messages.
 
 /// Staleness values 0..HIST-1 are counted one by one; larger ones together.
 pub const HIST: usize = 16;

@@ -4,6 +4,8 @@
 //! and the others train (`worker.rs`). Collective over the world only at start-up and at the
 //! end; in between, workers talk to each other on their own communicator (epoch ends,
 //! checkpoints) and to the servers point to point.
+//!
+//! Must not: run a worker's epochs (the one loop does).
 
 mod server;
 mod start;

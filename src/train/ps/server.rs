@@ -12,6 +12,8 @@
 //! every worker has pushed step t − K (K ≥ 1; never with −1), so no worker begins step
 //! t + 1 more than K steps ahead of the slowest. An all-zero gradient (a worker that ran out
 //! of rows in the epoch) is not applied asynchronously: it would still move momentum.
+//!
+//! Must not: read data or compute gradients.
 
 use crate::config::OptimizerCfg;
 use crate::device::Cpu;

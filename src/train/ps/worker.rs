@@ -9,22 +9,23 @@
 //! same parameters. Checkpoints are taken at such a meeting point too: worker 0 gathers the
 //! whole state from the servers while the others wait, so it holds exactly the updates of
 //! every worker's steps up to the checkpoint's.
+//!
+//! Must not: run the epoch loop.
 
 use super::super::mode::{At, Boundary, Mode};
 use super::super::restore::Start;
 use super::super::run::{Parts, Run};
 use super::super::save::Writer;
+use super::super::setup::open_data;
 use super::super::Outcome;
 use crate::config::Job;
 use crate::data::loader::Schedule;
-use crate::data::shard::Shard;
 use crate::device::Backend;
 use crate::error::{Error, Result};
-use crate::eval::expect;
 use crate::model::Mlp;
 use crate::optim::Optimizer;
 use crate::parallel::comm::Link;
-use crate::parallel::liveness::{phase, phase_at};
+use crate::parallel::liveness::phase_at;
 use crate::parallel::ps::reducer::{self, PushPull};
 use crate::parallel::ps::Roles;
 use crate::parallel::watchdog::Watchdog;
@@ -72,42 +73,11 @@ struct PsWorker<'a> {
 fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>)> {
     let (job, rank, n) = (w.job, w.comm.rank, w.roles.workers);
     let b = job.training.batch_size;
-    let p = phase("opening the training and test data");
-    let want = expect(&w.whole);
     // Only workers read data: every worker opens all the training rows and takes worker
     // r's part of each step's global batch from the epoch's global order (as data rank r of
     // W under all-reduce); worker r evaluates test slice r of W.
-    let train = Shard::open(&job.data, "data.train", &job.data.train, 0, 1, want)?;
-    let test = match &job.data.test {
-        Some(t) => Some(Shard::open(&job.data, "data.test", t, rank, n, want)?),
-        None => None,
-    };
-    drop(p);
-    let sched = Schedule::new(train.len(), b * n, n, job.data.drop_last);
-    if sched.steps == 0 {
-        return Err(Error::config(
-            &job.source,
-            "training.batch_size",
-            format!(
-                "the global batch {} ({b} per worker x {n} workers) is larger than the training data ({} samples) \
-                     with data.drop_last = true",
-                b * n,
-                train.len()
-            ),
-        ));
-    }
-    if rank == 0 {
-        info!(
-            "{} epochs of {} steps per worker, batch {b} per worker = up to {} global; {} of the {} training samples \
-                 per epoch over {n} worker(s); backend: {}",
-            job.training.epochs,
-            sched.steps,
-            b * n,
-            sched.global_rows_in(0, sched.steps),
-            sched.rows,
-            be.name()
-        );
-    }
+    let (train, test) = open_data(job, &w.whole, rank, n)?;
+    let sched = schedule(job, train.len(), rank, n, be.name())?;
     let d = &job.distribution;
     let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), rank, w.comm.host.clone());
     let reducer = Box::new(PushPull::new(w.link, &w.roles, w.start.step));
@@ -143,6 +113,39 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
         t_process: w.t_process,
     };
     Ok((parts, mode))
+}
+
+/// The rows of every step: training.batch_size per worker, `n` workers, over `rows` training
+/// rows; an error naming `training.batch_size` when no full step is left (drop_last). Worker
+/// 0 logs the plan.
+fn schedule(job: &Job, rows: usize, rank: usize, n: usize, backend: String) -> Result<Schedule> {
+    let b = job.training.batch_size;
+    let sched = Schedule::new(rows, b * n, n, job.data.drop_last);
+    if sched.steps == 0 {
+        return Err(Error::config(
+            &job.source,
+            "training.batch_size",
+            format!(
+                "the global batch {} ({b} per worker x {n} workers) is larger than the training data ({} samples) \
+                     with data.drop_last = true",
+                b * n,
+                rows
+            ),
+        ));
+    }
+    if rank == 0 {
+        info!(
+            "{} epochs of {} steps per worker, batch {b} per worker = up to {} global; {} of the {} training samples \
+                 per epoch over {n} worker(s); backend: {}",
+            job.training.epochs,
+            sched.steps,
+            b * n,
+            sched.global_rows_in(0, sched.steps),
+            sched.rows,
+            backend
+        );
+    }
+    Ok(sched)
 }
 
 impl PsWorker<'_> {

@@ -1,0 +1,173 @@
+//! One file of a shard, opened and checked against what the model expects: `x` a 2-D array
+//! of numbers with the model's input width, `y` one row per sample, class labels integers in
+//! range or regression targets numeric and finite; the labels of the shard's rows read whole.
+//! Must not read `x` (that is `read.rs`'s, by rows, when the loader asks).
+
+use super::Part;
+use crate::config::{DataCfg, LossKind};
+use crate::data::h5::{self, with_elem, Elem, Num};
+use crate::error::{Error, Result};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// What the model expects of the data (the shard knows nothing else of the model).
+#[derive(Clone, Copy, Debug)]
+pub struct Expect {
+    /// Features per sample (model.layers[0]).
+    pub inputs: usize,
+    /// Classes, or regression targets per sample (the last layer's width).
+    pub outputs: usize,
+    pub loss: LossKind,
+}
+
+/// Targets of a whole shard, kept in memory (they are small next to `x`).
+#[derive(Clone, Debug)]
+pub enum Labels {
+    Classes(Vec<i32>),
+    /// Row-major [rows, k].
+    Values(Vec<f32>, usize),
+}
+
+/// One file, opened and its shapes checked; its labels not read yet.
+pub(super) struct OpenFile {
+    file: hdf5::File,
+    x: hdf5::Dataset,
+    y: hdf5::Dataset,
+    elem: Elem,
+    pub n: usize,
+}
+
+/// Open one file and check its datasets' shapes and types against the model.
+pub(super) fn open_file(cfg: &DataCfg, key: &str, path: &Path, want: Expect) -> Result<OpenFile> {
+    let path = path.to_path_buf();
+    let file = h5::open(&path, key)?;
+    let xn = cfg.x_dataset.as_str();
+    let yn = cfg.y_dataset.as_str();
+    let x = h5::dataset(&file, &path, xn)?;
+    let y = h5::dataset(&file, &path, yn)?;
+
+    let xs = x.shape();
+    let need =
+        "x must be a 2-D array [samples, features] of integers (int8 to uint64) or floats (float16, float32, float64)";
+    let elem = h5::elem(&x, &path, xn, need)?;
+    if xs.len() != 2 {
+        return Err(Error::data(
+            &path,
+            xn,
+            format!("must be a 2-D array [samples, features], found shape {xs:?} of {}", elem.name()),
+        ));
+    }
+    let (n, d) = (xs[0], xs[1]);
+    if d != want.inputs {
+        return Err(Error::data(
+            &path,
+            xn,
+            format!("has {d} features per sample but the model's input width (model.layers[0]) is {}", want.inputs),
+        ));
+    }
+    let ys = y.shape();
+    if ys.first() != Some(&n) {
+        return Err(Error::data(
+            &path,
+            yn,
+            format!(
+                "has {} rows but {xn} has {n}; x and y must have one row per sample",
+                ys.first().copied().unwrap_or(0)
+            ),
+        ));
+    }
+    Ok(OpenFile { file, x, y, elem, n })
+}
+
+impl OpenFile {
+    /// The part of this shard in file rows `rows`, with its labels read (and checked) whole.
+    pub(super) fn part(
+        self,
+        cfg: &DataCfg,
+        path: PathBuf,
+        number: usize,
+        rows: Range<usize>,
+        want: Expect,
+        first: usize,
+    ) -> Result<(Part, Labels)> {
+        let OpenFile { file, x, y, elem, .. } = self;
+        let yn = cfg.y_dataset.as_str();
+        let ys = y.shape();
+        let k = want.outputs;
+        let labels = match want.loss {
+            LossKind::SoftmaxCrossEntropy => {
+                let y_kind = h5::kind(&y, &path, yn)?;
+                if ys.len() != 1 || y_kind != "int" {
+                    return Err(Error::data(
+                        &path,
+                        yn,
+                        format!(
+                            "softmax_cross_entropy needs 1-D integer class labels, found shape {ys:?} of {}",
+                            type_name(&y)
+                        ),
+                    ));
+                }
+                let need = "class labels must be integers (int8 to uint64)";
+                let v =
+                    with_elem!(h5::elem(&y, &path, yn, need)?, T => read_labels::<T>(&y, &path, yn, rows.clone(), k))?;
+                Labels::Classes(v)
+            }
+            LossKind::Mse => {
+                let width = if ys.len() == 1 { 1 } else { ys[1] };
+                let y_kind = h5::kind(&y, &path, yn)?;
+                if ys.len() > 2 || width != k || y_kind == "other" {
+                    return Err(Error::data(
+                    &path,
+                    yn,
+                    format!(
+                        "mse needs numeric targets [samples, {k}] (the model's output width; floats or integers), found shape {ys:?} of {}",
+                        type_name(&y)
+                    ),
+                ));
+                }
+                let v: Vec<f32> = if ys.len() == 1 {
+                    y.read_slice_1d::<f32, _>(rows.clone()).map(|a| a.to_vec())
+                } else {
+                    y.read_slice_2d::<f32, _>((rows.clone(), ..)).map(|a| a.iter().copied().collect())
+                }
+                .map_err(|e| Error::hdf5(&path, format!("read {yn}"), e))?;
+                if let Some(i) = v.iter().position(|t| !t.is_finite()) {
+                    return Err(Error::data(
+                        &path,
+                        yn,
+                        format!("non-finite target {} at row {}", v[i], rows.start + i / k),
+                    ));
+                }
+                Labels::Values(v, k)
+            }
+        };
+        Ok((Part { path, number, rows, first, _file: file, x, elem }, labels))
+    }
+}
+
+/// The element type of `ds` as a person reads it (`uint8`, `compound (2 fields)`).
+fn type_name(ds: &hdf5::Dataset) -> String {
+    ds.dtype().and_then(|t| t.to_descriptor()).map(|d| d.to_string()).unwrap_or_else(|_| "an unknown type".into())
+}
+
+/// Class labels `rows` of `y`, stored as `T`, checked to be in 0..k, as i32.
+fn read_labels<T: Num>(y: &hdf5::Dataset, path: &Path, yn: &str, rows: Range<usize>, k: usize) -> Result<Vec<i32>> {
+    let raw = y.read_slice_1d::<T, _>(rows.clone()).map_err(|e| Error::hdf5(path, format!("read {yn}"), e))?;
+    let mut v = Vec::with_capacity(raw.len());
+    for (i, &c) in raw.iter().enumerate() {
+        let c = c.to_i128();
+        if c < 0 || c >= k as i128 {
+            return Err(Error::data(
+                path,
+                yn,
+                format!(
+                    "label {c} at row {} is out of range: the model has {k} classes, so labels must be in 0..{}",
+                    rows.start + i,
+                    k - 1
+                ),
+            ));
+        }
+        v.push(c as i32);
+    }
+    Ok(v)
+}

@@ -1,0 +1,174 @@
+//! `Shard`: a dataset, or one rank's slice of it, opened and validated up front (shapes,
+//! types, label range, finite targets), with the features `x` read lazily by rows. This
+//! file finds the files and splits the global rows over ranks; `check.rs` opens one file and
+//! validates it against the model (and reads its labels), `read.rs` reads rows of `x` as
+//! float32. Must not know the model beyond `Expect`, nor the data order (`order.rs`).
+//!
+//! `x` may be stored as any integer or float type; rows are converted to float32 as they are
+//! read, with `data.x_scale` and `data.x_offset` applied (x * scale + offset, computed in
+//! float64 and rounded once). Class labels may be any integer type, regression targets any
+//! integer or float type (read as float32, not scaled).
+//!
+//! A path containing `{rank}` names numbered files `0, 1, 2, ...` (as many as exist,
+//! counted from 0), whatever the rank count; otherwise it is one file. The dataset's global
+//! rows are its files' rows one after another, in file order. Training opens them all (every
+//! rank: the loader takes each step's rows from anywhere, see `order.rs`), keeping a handle
+//! per file; evaluation gives rank r of N the global rows [r*n/N, (r+1)*n/N). The labels of
+//! the opened rows are read whole (4 bytes a row for classes).
+
+mod check;
+mod read;
+
+use super::h5::with_elem;
+use crate::config::DataCfg;
+use crate::error::{Error, Result};
+use check::open_file;
+pub use check::{Expect, Labels};
+use read::read_part;
+pub use read::{affine_of, read_x, Affine};
+use std::ops::Range;
+use std::path::PathBuf;
+
+/// One file's rows of a shard.
+struct Part {
+    path: PathBuf,
+    /// The file's number (the `{rank}` value; 0 for a single file).
+    number: usize,
+    /// Rows of the file that belong to this rank.
+    rows: Range<usize>,
+    /// Shard row of `rows.start`.
+    first: usize,
+    _file: hdf5::File,
+    x: hdf5::Dataset,
+    /// How `x` is stored.
+    elem: super::h5::Elem,
+}
+
+pub struct Shard {
+    pub x_name: String,
+    pub features: usize,
+    pub labels: Labels,
+    parts: Vec<Part>,
+    len: usize,
+    affine: Affine,
+}
+
+/// Every file of the dataset, with its number: the numbered files `0, 1, 2, ...` of a
+/// `{rank}` template (as many as exist, counted from 0), else the one path. `key` names the
+/// job field in errors.
+pub fn files(template: &str, key: &str) -> Result<Vec<(usize, PathBuf)>> {
+    if !template.contains("{rank}") {
+        return Ok(vec![(0, PathBuf::from(template))]);
+    }
+    let path = |i: usize| PathBuf::from(template.replace("{rank}", &i.to_string()));
+    let found = (0..).take_while(|&i| path(i).exists()).count();
+    if found == 0 {
+        return Err(Error::data(
+            &path(0),
+            key,
+            format!("no such file: `{template}` matches no file ({} does not exist)", path(0).display()),
+        ));
+    }
+    Ok((0..found).map(|i| (i, path(i))).collect())
+}
+
+impl Shard {
+    /// Rank `rank` of `ranks`' slice of the dataset's global rows (every file's rows one after
+    /// another, in file order): rows [rank·n/ranks, (rank+1)·n/ranks). Training opens it whole
+    /// (rank 0 of 1) and the loader picks each step's rows; evaluation splits the test data.
+    pub fn open(cfg: &DataCfg, key: &str, template: &str, rank: usize, ranks: usize, want: Expect) -> Result<Shard> {
+        let mut opened = Vec::new();
+        for (number, path) in files(template, key)? {
+            let f = open_file(cfg, key, &path, want)?;
+            if f.n == 0 {
+                return Err(Error::data(&path, &cfg.x_dataset, "gets no samples: the file has 0 rows"));
+            }
+            opened.push((number, path, f));
+        }
+        let total: usize = opened.iter().map(|o| o.2.n).sum();
+        let (lo, hi) = (rank * total / ranks, (rank + 1) * total / ranks);
+        if lo == hi {
+            return Err(Error::data(
+                &opened[0].1,
+                &cfg.x_dataset,
+                format!("rank {rank} gets no samples: the data has {total} rows for {ranks} ranks"),
+            ));
+        }
+        let mut parts = Vec::with_capacity(opened.len());
+        let mut labels: Option<Labels> = None;
+        let (mut len, mut at) = (0, 0);
+        for (number, path, f) in opened {
+            let rows = lo.max(at) - at..hi.min(at + f.n).max(lo.max(at)) - at;
+            at += f.n;
+            if rows.is_empty() {
+                continue;
+            }
+            let (part, l) = f.part(cfg, path, number, rows, want, len)?;
+            len += part.rows.len();
+            labels = Some(match (labels, l) {
+                (None, l) => l,
+                (Some(Labels::Classes(mut a)), Labels::Classes(b)) => {
+                    a.extend(b);
+                    Labels::Classes(a)
+                }
+                (Some(Labels::Values(mut a, k)), Labels::Values(b, _)) => {
+                    a.extend(b);
+                    Labels::Values(a, k)
+                }
+                _ => unreachable!("one loss, one kind of labels"),
+            });
+            parts.push(part);
+        }
+        Ok(Shard {
+            x_name: cfg.x_dataset.clone(),
+            features: want.inputs,
+            labels: labels.expect("at least one file"),
+            parts,
+            len,
+            affine: affine_of(cfg),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The files and rows this shard reads, for the log: `d-0.h5 rows 0..70, d-2.h5 rows 0..25`.
+    pub fn describe(&self) -> String {
+        let mut v = Vec::new();
+        for p in &self.parts {
+            v.push(format!("{} rows {}..{}", p.path.display(), p.rows.start, p.rows.end));
+        }
+        v.join(", ")
+    }
+
+    /// Which row of which file shard row `i` is: (file number, row in the file).
+    pub fn row_id(&self, i: usize) -> (usize, usize) {
+        let p = &self.parts[self.part_of(i)];
+        (p.number, p.rows.start + (i - p.first))
+    }
+
+    fn part_of(&self, i: usize) -> usize {
+        self.parts.partition_point(|p| p.first + p.rows.len() <= i)
+    }
+
+    /// Read `count` rows starting at shard row `start` into `out` ([count, features]),
+    /// converted to float32 with the scale and offset applied, rejecting NaN or infinite
+    /// results with the file row that holds them.
+    pub fn read_rows(&self, start: usize, count: usize, out: &mut [f32]) -> Result<()> {
+        let d = self.features;
+        let (mut at, mut done) = (start, 0);
+        while done < count {
+            let p = &self.parts[self.part_of(at)];
+            let a = p.rows.start + (at - p.first);
+            let n = (count - done).min(p.rows.end - a);
+            let dst = &mut out[done * d..(done + n) * d];
+            with_elem!(p.elem, T => read_part::<T>(p, &self.x_name, a, n, d, self.affine, dst))?;
+            (at, done) = (at + n, done + n);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

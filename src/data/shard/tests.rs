@@ -1,0 +1,221 @@
+//! Opening and reading shards of every stored type, scaled, in groups, and the errors.
+//!
+//! Must not: use files outside a fresh temporary directory.
+use super::*;
+use hdf5::H5Type;
+
+const N: usize = 6;
+const D: usize = 3;
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hvtrain-shard-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn cfg(train: &Path, extra: &str) -> DataCfg {
+    toml::from_str(&format!("train = {:?}\n{extra}", train.display().to_string())).unwrap()
+}
+
+fn write<T: H5Type>(f: &hdf5::File, name: &str, v: &[T], shape: &[usize]) {
+    let arr = ndarray::ArrayViewD::from_shape(ndarray::IxDyn(shape), v).unwrap();
+    f.new_dataset_builder().with_data(arr).create(name).unwrap();
+}
+
+fn classes(k: usize) -> Expect {
+    Expect { inputs: D, outputs: k, loss: LossKind::SoftmaxCrossEntropy }
+}
+
+/// Every row of a one-rank shard, as the loader gets them.
+fn rows(cfg: &DataCfg, path: &Path, want: Expect) -> Result<(Vec<f32>, Labels)> {
+    let s = Shard::open(cfg, "data.train", &path.display().to_string(), 0, 1, want)?;
+    let mut out = vec![0.0; s.len() * D];
+    s.read_rows(0, s.len(), &mut out)?;
+    Ok((out, s.labels.clone()))
+}
+
+/// x stored as T (values `vals`), labels 0,1,2,... stored as T too when T is an integer
+/// type (else int32); the rows read must be `vals` cast to f64, times scale plus offset,
+/// rounded to f32, and the labels the same numbers.
+fn check<T: H5Type + Num>(vals: &[T], label: impl Fn(i32) -> Option<T>, scale: f64, offset: f64) {
+    let what = std::any::type_name::<T>();
+    let d = dir(what);
+    let p = d.join("d.h5");
+    let f = hdf5::File::create(&p).unwrap();
+    write(&f, "x", vals, &[N, D]);
+    let labels: Vec<i32> = (0..N as i32).map(|i| i % 3).collect();
+    match label(0) {
+        Some(_) => write(&f, "y", &labels.iter().map(|&c| label(c).unwrap()).collect::<Vec<T>>(), &[N]),
+        None => write(&f, "y", &labels, &[N]),
+    }
+    drop(f);
+    let (x, y) = rows(&cfg(&p, &format!("x_scale = {scale:?}\nx_offset = {offset:?}")), &p, classes(3))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let want: Vec<f32> = if scale == 1.0 && offset == 0.0 {
+        vals.iter().map(|v| v.to_f32()).collect()
+    } else {
+        vals.iter().map(|v| (v.to_f64() * scale + offset) as f32).collect()
+    };
+    assert_eq!(x, want, "{what}, x_scale {scale}, x_offset {offset}");
+    match y {
+        Labels::Classes(c) => assert_eq!(c, labels, "{what}"),
+        _ => panic!("{what}: not classes"),
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn every_integer_and_float_type_reads_as_float32() {
+    let s = |i: usize| i as i64 * 37 % 19 - 9; // -9..9, signs mixed
+    check::<u8>(&(0..N * D).map(|i| (i * 53 % 256) as u8).collect::<Vec<_>>(), |c| Some(c as u8), 1.0 / 255.0, 0.0);
+    check::<u8>(&(0..N * D).map(|i| (i * 53 % 256) as u8).collect::<Vec<_>>(), |c| Some(c as u8), 1.0, 0.0);
+    check::<i8>(&(0..N * D).map(|i| s(i) as i8 * 14).collect::<Vec<_>>(), |c| Some(c as i8), 1.0, 0.0);
+    check::<u16>(&(0..N * D).map(|i| (i * 4099) as u16).collect::<Vec<_>>(), |c| Some(c as u16), 1.0 / 65535.0, -0.5);
+    check::<i16>(&(0..N * D).map(|i| s(i) as i16 * 3000).collect::<Vec<_>>(), |c| Some(c as i16), 0.001, 2.0);
+    check::<u32>(&(0..N * D).map(|i| i as u32 * 238_609_294).collect::<Vec<_>>(), |c| Some(c as u32), 1.0, 0.0);
+    check::<i32>(&(0..N * D).map(|i| s(i) as i32 * 100_003).collect::<Vec<_>>(), |c| Some(c), 1e-5, 0.0);
+    // Beyond 2^24 (float32's exact integers) and 2^53 (float64's): rounded as `as` does.
+    check::<u64>(
+        &(0..N * D).map(|i| u64::MAX - i as u64 * 1_000_000_007).collect::<Vec<_>>(),
+        |c| Some(c as u64),
+        1.0,
+        0.0,
+    );
+    check::<i64>(&(0..N * D).map(|i| s(i) * 1_000_000_000_007).collect::<Vec<_>>(), |c| Some(c as i64), 1e-12, 0.25);
+    check::<f32>(&(0..N * D).map(|i| s(i) as f32 / 7.0).collect::<Vec<_>>(), |_| None, 1.0, 0.0);
+    check::<f32>(&(0..N * D).map(|i| s(i) as f32 / 7.0).collect::<Vec<_>>(), |_| None, 2.0, -1.0);
+    check::<f64>(&(0..N * D).map(|i| s(i) as f64 / 7.0 + 1e-12).collect::<Vec<_>>(), |_| None, 1.0, 0.0);
+    check::<f64>(&(0..N * D).map(|i| s(i) as f64 * 1e20).collect::<Vec<_>>(), |_| None, 1e-20, 0.0);
+}
+
+/// float16 (tests/fixtures/float16.h5, written by h5py: x = arange(32)/8 - 2 as float16
+/// [8, 4], x[0, 1] = float16(0.1), x[7, 3] = 65504; y = arange(8) % 3 as uint8).
+#[test]
+fn float16_reads_as_float32() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/float16.h5");
+    let mut want: Vec<f32> = (0..32).map(|i| i as f32 / 8.0 - 2.0).collect();
+    want[1] = 0.0999755859375; // float16's nearest to 0.1
+    want[31] = 65504.0;
+    let expect = Expect { inputs: 4, outputs: 3, loss: LossKind::SoftmaxCrossEntropy };
+    let read = |extra: &str| {
+        let s = Shard::open(&cfg(&p, extra), "data.train", p.to_str().unwrap(), 0, 1, expect).unwrap();
+        let mut out = vec![0.0; 32];
+        s.read_rows(0, 8, &mut out).unwrap();
+        (out, s.labels.clone())
+    };
+    let (x, y) = read("");
+    assert_eq!(x, want);
+    assert!(matches!(y, Labels::Classes(v) if v == [0, 1, 2, 0, 1, 2, 0, 1]));
+    let (x, _) = read("x_scale = 0.5\nx_offset = 1.0");
+    assert_eq!(x, want.iter().map(|&v| (v as f64 * 0.5 + 1.0) as f32).collect::<Vec<_>>());
+}
+
+#[test]
+fn uint8_pixels_with_scale_are_in_0_1() {
+    let d = dir("pixels");
+    let p = d.join("d.h5");
+    let f = hdf5::File::create(&p).unwrap();
+    write(&f, "x", &[0u8, 128, 255, 255, 0, 1], &[2, D]);
+    write(&f, "y", &[1u8, 0], &[2]);
+    drop(f);
+    let (x, _) = rows(&cfg(&p, "x_scale = 0.00392156862745098"), &p, classes(2)).unwrap();
+    assert_eq!(x, [0.0, 128.0 / 255.0, 1.0, 1.0, 0.0, 1.0 / 255.0]);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn datasets_inside_groups() {
+    let d = dir("groups");
+    let p = d.join("d.h5");
+    let f = hdf5::File::create(&p).unwrap();
+    write(&f, "train/images", &(0..N * D).map(|i| i as u8).collect::<Vec<_>>(), &[N, D]);
+    write(&f, "train/labels", &(0..N).map(|i| (i % 2) as i64).collect::<Vec<_>>(), &[N]);
+    drop(f);
+    let c = cfg(&p, "x_dataset = \"train/images\"\ny_dataset = \"/train/labels\"");
+    let (x, y) = rows(&c, &p, classes(2)).unwrap();
+    assert_eq!(x, (0..N * D).map(|i| i as f32).collect::<Vec<_>>());
+    assert!(matches!(y, Labels::Classes(v) if v == [0, 1, 0, 1, 0, 1]));
+    // A name absent from the group: the error lists what the group holds.
+    let e = rows(&cfg(&p, "x_dataset = \"train/imgs\""), &p, classes(2)).err().unwrap().to_string();
+    assert!(e.contains("train/imgs: dataset not found (group /train has: [images, labels])"), "{e}");
+    let e = rows(&cfg(&p, "x_dataset = \"test/images\""), &p, classes(2)).err().unwrap().to_string();
+    assert!(e.contains("test/images: dataset not found (the file has: [train])"), "{e}");
+    let e = rows(&cfg(&p, "x_dataset = \"train\""), &p, classes(2)).err().unwrap().to_string();
+    assert!(e.contains("train: is a group, not a dataset (it holds: [images, labels])"), "{e}");
+    let e = rows(&cfg(&p, "x_dataset = \"train/images/x\""), &p, classes(2)).err().unwrap().to_string();
+    assert!(e.contains("/train/images is not a group"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn regression_targets_of_integers_and_labels_out_of_range() {
+    let d = dir("targets");
+    let p = d.join("d.h5");
+    let f = hdf5::File::create(&p).unwrap();
+    write(&f, "x", &[0.5f32; N * D], &[N, D]);
+    write(&f, "y", &(0..2 * N).map(|i| i as i16 - 3).collect::<Vec<_>>(), &[N, 2]);
+    write(&f, "big", &(0..N).map(|i| if i == 4 { u64::MAX } else { 1 }).collect::<Vec<_>>(), &[N]);
+    write(&f, "neg", &(0..N).map(|i| if i == 2 { -1i8 } else { 1 }).collect::<Vec<_>>(), &[N]);
+    drop(f);
+    let mse = Expect { inputs: D, outputs: 2, loss: LossKind::Mse };
+    let (_, y) = rows(&cfg(&p, ""), &p, mse).unwrap();
+    assert!(matches!(y, Labels::Values(v, 2) if v == (0..2 * N).map(|i| i as f32 - 3.0).collect::<Vec<_>>()));
+    let e = rows(&cfg(&p, "y_dataset = \"big\""), &p, classes(3)).err().unwrap().to_string();
+    assert!(e.contains("big: label 18446744073709551615 at row 4 is out of range"), "{e}");
+    let e = rows(&cfg(&p, "y_dataset = \"neg\""), &p, classes(3)).err().unwrap().to_string();
+    assert!(e.contains("neg: label -1 at row 2 is out of range"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn non_finite_after_conversion_names_the_stored_value() {
+    let d = dir("nonfinite");
+    let p = d.join("d.h5");
+    let f = hdf5::File::create(&p).unwrap();
+    let mut x = vec![1.0f64; N * D];
+    x[4 * D + 1] = 1e300; // finite in float64, inf in float32
+    write(&f, "x", &x, &[N, D]);
+    write(&f, "u", &[200u8; N * D], &[N, D]);
+    write(&f, "y", &[0i32; N], &[N]);
+    drop(f);
+    let e = rows(&cfg(&p, ""), &p, classes(2)).err().unwrap().to_string();
+    assert!(
+        e.contains(
+            "x: non-finite value inf at row 4, column 1 after conversion to float32 (stored float64 value 1e300)"
+        ),
+        "{e}"
+    );
+    let e = rows(&cfg(&p, "x_dataset = \"u\"\nx_scale = 1e37"), &p, classes(2)).err().unwrap().to_string();
+    assert!(e.contains("u: non-finite value inf at row 0, column 0 after scaling (stored uint8 value 200, data.x_scale 1e37, data.x_offset 0)"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn strings_and_compounds_are_refused_naming_file_and_dataset() {
+    #[derive(H5Type, Clone, Copy)]
+    #[repr(C)]
+    struct Pair {
+        a: f32,
+        b: i32,
+    }
+    let d = dir("badtypes");
+    let p = d.join("d.h5");
+    let f = hdf5::File::create(&p).unwrap();
+    let s: Vec<hdf5::types::FixedAscii<4>> =
+        (0..N * D).map(|_| hdf5::types::FixedAscii::from_ascii(b"abc").unwrap()).collect();
+    write(&f, "s", &s, &[N, D]);
+    write(&f, "c", &[Pair { a: 1.0, b: 2 }; N * D], &[N, D]);
+    write(&f, "y", &[0i32; N], &[N]);
+    write(&f, "ys", &s[..N], &[N]);
+    drop(f);
+    let e = rows(&cfg(&p, "x_dataset = \"s\""), &p, classes(2)).err().unwrap().to_string();
+    assert!(e.contains("d.h5: s: element type string (len 4) is not supported; x must be a 2-D array"), "{e}");
+    let e = rows(&cfg(&p, "x_dataset = \"c\""), &p, classes(2)).err().unwrap().to_string();
+    assert!(e.contains("d.h5: c: element type compound (2 fields) is not supported"), "{e}");
+    let e = rows(&cfg(&p, "x_dataset = \"c\"\ny_dataset = \"ys\""), &p, classes(2)).err().unwrap().to_string();
+    assert!(e.contains("d.h5: c: element type compound"), "{e}");
+    let e = rows(&cfg(&p, "y_dataset = \"ys\"\nx_dataset = \"y\""), &p, classes(2)).err().unwrap().to_string();
+    assert!(e.contains("d.h5: y: must be a 2-D array [samples, features], found shape [6] of int32"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
