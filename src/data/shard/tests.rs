@@ -2,7 +2,10 @@
 //!
 //! Must not: use files outside a fresh temporary directory.
 use super::*;
+use crate::config::LossKind;
+use crate::data::h5::Num;
 use hdf5::H5Type;
+use std::path::Path;
 
 const N: usize = 6;
 const D: usize = 3;
