@@ -17,6 +17,8 @@
 //! - lineage (format 2): `run_id` (new at every start), `parent_run` and `parent_step` (the
 //!   checkpoint that run resumed from; `parent_step` -1 for a fresh run), `written_at` (Unix
 //!   milliseconds);
+//! - `trainer_json` (format 4): the trainer's own state as JSON (UTF-8 bytes): the learning
+//!   rate's plateau state (`train::trainer::TrainerState`); `{}` when read from older formats;
 //! - `job_json`: the job configuration (UTF-8 bytes); `checksum`: FNV-1a over all of the above.
 //!
 //! Writing is atomic and durable (temporary file, fsync, rename, fsync of the directory:
@@ -35,8 +37,9 @@ use crate::model::Mlp;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-/// The format written; format 1 (no lineage) and 2 (no `global_batch`) are still read.
-pub const FORMAT: i64 = 3;
+/// The format written; format 1 (no lineage), 2 (no `global_batch`) and 3 (no
+/// `trainer_json`) are still read.
+pub const FORMAT: i64 = 4;
 
 /// Which run wrote a checkpoint, and where that run came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +94,8 @@ pub struct Checkpoint {
     pub m: Vec<f32>,
     pub v: Vec<f32>,
     pub job_json: String,
+    /// The trainer's state (JSON; "{}" before format 4).
+    pub trainer_json: String,
     pub lineage: Lineage,
     /// Unix milliseconds; i64::MIN for format 1.
     pub written_at: i64,
@@ -114,6 +119,9 @@ impl Checkpoint {
         let mut bytes: Vec<u8> = ints.iter().flat_map(|i| i.to_le_bytes()).collect();
         bytes.extend(self.loss_sums.iter().flat_map(|x| x.to_le_bytes()));
         bytes.extend(self.job_json.as_bytes());
+        if format >= 4 {
+            bytes.extend(self.trainer_json.as_bytes());
+        }
         h ^ crate::config::fnv1a(&bytes)
     }
 }
@@ -189,6 +197,7 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
         h5::write(&f, &tmp, "parent_run", &[l.parent_run], &[1])?;
         h5::write(&f, &tmp, "loss_sums", &c.loss_sums, &[c.loss_sums.len()])?;
         h5::write(&f, &tmp, "job_json", c.job_json.as_bytes(), &[c.job_json.len()])?;
+        h5::write(&f, &tmp, "trainer_json", c.trainer_json.as_bytes(), &[c.trainer_json.len()])?;
         h5::write(&f, &tmp, "checksum", &[c.checksum(FORMAT)], &[1])?;
         f.flush().map_err(|e| Error::hdf5(&tmp, "flush", e))?;
     }
@@ -344,6 +353,14 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
         m,
         v,
         job_json: String::from_utf8(json).map_err(|_| Error::data(path, "job_json", "is not UTF-8"))?,
+        trainer_json: if format >= 4 {
+            let t: Vec<u8> = h5::dataset(&f, path, "trainer_json")?
+                .read_raw()
+                .map_err(|e| Error::hdf5(path, "read trainer_json", e))?;
+            String::from_utf8(t).map_err(|_| Error::data(path, "trainer_json", "is not UTF-8"))?
+        } else {
+            "{}".into()
+        },
         lineage,
         written_at,
     };
@@ -419,6 +436,7 @@ mod tests {
             v: vec![0.25; n],
             params,
             job_json: "{\"a\":1}".into(),
+            trainer_json: "{\"plateau\":[0.1,0.5,2.0]}".into(),
             lineage,
             written_at,
         }
@@ -528,7 +546,34 @@ mod tests {
             f.dataset("checksum").unwrap().write_raw(&[c.checksum(2)]).unwrap();
         }
         let read = load(&path, &model).unwrap();
-        assert_eq!(read, Checkpoint { global_batch: 0, ..c });
+        assert_eq!(read, Checkpoint { global_batch: 0, trainer_json: "{}".into(), ..c });
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A format-3 file (before `trainer_json`) loads with the empty trainer state; a changed
+    /// trainer state in a format-4 file fails its checksum.
+    #[test]
+    fn format_3_loads_without_trainer_state_and_the_state_is_checksummed() {
+        let dir = scratch("ckpt-format3");
+        let model = model();
+        let c = sample(&model, 10);
+        let path = save(&dir, &model, &c, 3, || {}).unwrap();
+        assert_eq!(load(&path, &model).unwrap(), c);
+        {
+            let f = hdf5::File::open_rw(&path).unwrap();
+            f.unlink("trainer_json").unwrap();
+            let other = b"{\"plateau\":[0.1,0.5,3.0]}";
+            h5::write(&f, &path, "trainer_json", other, &[other.len()]).unwrap();
+        }
+        let e = load(&path, &model).unwrap_err().to_string();
+        assert!(e.contains("checksum"), "{e}");
+        {
+            let f = hdf5::File::open_rw(&path).unwrap();
+            f.dataset("format").unwrap().write_raw(&[3i64]).unwrap();
+            f.unlink("trainer_json").unwrap();
+            f.dataset("checksum").unwrap().write_raw(&[c.checksum(3)]).unwrap();
+        }
+        assert_eq!(load(&path, &model).unwrap(), Checkpoint { trainer_json: "{}".into(), ..c });
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -166,6 +166,23 @@ impl Job {
         if d.strategy != Strategy::ParameterServer {
             return Ok(());
         }
+        let o = &self.optimizer;
+        if o.schedule == super::Schedule::Plateau {
+            return bad(
+                "optimizer.schedule",
+                "\"plateau\" needs the epoch's metrics where the optimizer runs, and with strategy = \
+                 \"parameter_server\" the servers run it without them; choose step, exponential or cosine"
+                    .into(),
+            );
+        }
+        if o.schedule == super::Schedule::Cosine && o.decay_steps == 0 {
+            return bad(
+                "optimizer.decay_steps",
+                "must be set for schedule = \"cosine\" with strategy = \"parameter_server\" (the servers do not \
+                 know the run's length); give the steps to reach optimizer.min_lr"
+                    .into(),
+            );
+        }
         if d.compression != Compression::None {
             return bad(
                 "distribution.compression",

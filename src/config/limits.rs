@@ -81,6 +81,13 @@ pub const BETA: Span = Span::below(0.0, 1.0);
 pub const EPS: Span = Span::new(1e-30, 1.0, "");
 pub const WEIGHT_DECAY: Span = Span::new(0.0, 1000.0, "");
 pub const WARMUP_STEPS: Span = Span::or_off(1.0, 1e9, "steps");
+/// `optimizer.schedule`'s parameters.
+pub const DECAY_STEPS: Span = Span::or_off(1.0, 1e12, "steps");
+pub const DECAY_RATE: Span = Span::above(0.0, 1.0);
+pub const PLATEAU_FACTOR: Span = Span { lo: 0.0, lo_open: true, hi: 1.0, hi_open: true, off: false, unit: "" };
+pub const MIN_LR: Span = Span::below(0.0, 1e30);
+pub const MIN_DELTA: Span = Span::new(0.0, 1e30, "");
+pub const PATIENCE: Span = Span::new(1.0, 1e6, "epochs");
 /// A bucket of 8192 MiB holds 2^31 float32: MPI's element count limit.
 pub const FUSION_MB: Span = Span::new(0.0, 8192.0, "MiB");
 /// Seconds without a heartbeat before a rank is taken for dead. Heartbeats go out once a

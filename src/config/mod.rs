@@ -31,7 +31,7 @@ pub use distribution::{roles, BucketOrder, Compression, DistributionCfg, Strateg
 use env::env_overrides;
 pub use limits::{num, Span};
 pub use model::{Activation, LossKind, ModelCfg};
-pub use optimizer::{OptimizerCfg, OptimizerKind};
+pub use optimizer::{OptimizerCfg, OptimizerKind, Schedule};
 pub use output::OutputCfg;
 pub use parallel::ParallelCfg;
 pub use training::{DeviceChoice, Precision, TrainingCfg};

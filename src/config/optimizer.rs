@@ -16,6 +16,27 @@ pub enum OptimizerKind {
     Adamw,
 }
 
+/// `optimizer.schedule`: how the learning rate moves after warm-up, per step (Keras'
+/// `LearningRateSchedule`s and `ReduceLROnPlateau`).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    /// `lr` throughout.
+    #[default]
+    Constant,
+    /// lr × decay_rate^floor(s / decay_steps) (Keras: ExponentialDecay, staircase = true).
+    Step,
+    /// lr × decay_rate^(s / decay_steps) (Keras: ExponentialDecay).
+    Exponential,
+    /// min_lr + (lr − min_lr) × (1 + cos(π · min(s, decay_steps) / decay_steps)) / 2
+    /// (Keras: CosineDecay with alpha = min_lr / lr); decay_steps 0: the run's steps after warm-up.
+    Cosine,
+    /// lr × factor each time the monitored metric (`training.early_stopping.monitor`, else
+    /// `val_loss`, else `train_loss`) has not improved by min_delta for `patience` epochs,
+    /// never below min_lr (Keras: ReduceLROnPlateau).
+    Plateau,
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OptimizerCfg {
@@ -42,6 +63,27 @@ pub struct OptimizerCfg {
     /// Ramp the learning rate linearly from lr/warmup_steps to lr over this many steps.
     #[serde(default)]
     pub warmup_steps: usize,
+    /// After warm-up: constant | step | exponential | cosine | plateau (see `Schedule`).
+    #[serde(default)]
+    pub schedule: Schedule,
+    /// step, exponential: steps per decay; cosine: steps to reach min_lr (0: the whole run).
+    #[serde(default)]
+    pub decay_steps: usize,
+    /// step, exponential: the factor per `decay_steps`.
+    #[serde(default = "default_decay_rate")]
+    pub decay_rate: f64,
+    /// cosine, plateau: the floor.
+    #[serde(default)]
+    pub min_lr: f64,
+    /// plateau: epochs without improvement before the rate drops.
+    #[serde(default = "default_patience")]
+    pub patience: usize,
+    /// plateau: the factor of each drop.
+    #[serde(default = "default_factor")]
+    pub factor: f64,
+    /// plateau: the least decrease of the monitored metric that counts as an improvement.
+    #[serde(default)]
+    pub min_delta: f64,
 }
 
 fn default_opt() -> OptimizerKind {
@@ -59,6 +101,15 @@ fn default_beta2() -> f64 {
 fn default_eps() -> f64 {
     1e-8
 }
+fn default_decay_rate() -> f64 {
+    0.5
+}
+fn default_patience() -> usize {
+    5
+}
+fn default_factor() -> f64 {
+    0.1
+}
 
 impl Default for OptimizerCfg {
     fn default() -> Self {
@@ -73,6 +124,13 @@ impl Default for OptimizerCfg {
             weight_decay: 0.0,
             scale_lr_by_world_size: false,
             warmup_steps: 0,
+            schedule: Schedule::Constant,
+            decay_steps: 0,
+            decay_rate: default_decay_rate(),
+            min_lr: 0.0,
+            patience: default_patience(),
+            factor: default_factor(),
+            min_delta: 0.0,
         }
     }
 }
@@ -92,9 +150,41 @@ impl OptimizerCfg {
         for (field, v, span) in reals {
             real(origin, field, v, span)?;
         }
+        real(origin, "optimizer.decay_rate", o.decay_rate, limits::DECAY_RATE)?;
+        real(origin, "optimizer.factor", o.factor, limits::PLATEAU_FACTOR)?;
+        real(origin, "optimizer.min_lr", o.min_lr, limits::MIN_LR)?;
+        real(origin, "optimizer.min_delta", o.min_delta, limits::MIN_DELTA)?;
+        count(origin, "optimizer.patience", o.patience as u64, limits::PATIENCE)?;
+        count(origin, "optimizer.decay_steps", o.decay_steps as u64, limits::DECAY_STEPS)?;
+        if matches!(o.schedule, Schedule::Step | Schedule::Exponential) && o.decay_steps == 0 {
+            return Err(Error::config(
+                origin,
+                "optimizer.decay_steps",
+                format!("is needed by schedule = \"{}\": the steps per decay by decay_rate", o.schedule.name()),
+            ));
+        }
+        if matches!(o.schedule, Schedule::Cosine | Schedule::Plateau) && o.min_lr >= o.lr {
+            return Err(Error::config(
+                origin,
+                "optimizer.min_lr",
+                format!("must be below optimizer.lr ({}), got {}", limits::num(o.lr), limits::num(o.min_lr)),
+            ));
+        }
         if o.nesterov && o.momentum == 0.0 {
             return Err(Error::config(origin, "optimizer.nesterov", "needs optimizer.momentum > 0"));
         }
         Ok(())
+    }
+}
+
+impl Schedule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Constant => "constant",
+            Schedule::Step => "step",
+            Schedule::Exponential => "exponential",
+            Schedule::Cosine => "cosine",
+            Schedule::Plateau => "plateau",
+        }
     }
 }

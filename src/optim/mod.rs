@@ -1,6 +1,6 @@
 //! Optimizers over the flat parameter arena: SGD (momentum, Nesterov), Adam and AdamW,
-//! with optional linear warm-up. This file holds the schedule, the state and the per-tensor
-//! hyperparameters; the element-wise update runs on the backend (`Backend::sgd`/`adam`), so
+//! with the learning rate of `schedule.rs` (warm-up, then `optimizer.schedule`). This file
+//! holds the state and the per-tensor hyperparameters; the element-wise update runs on the backend (`Backend::sgd`/`adam`), so
 //! it runs where the parameters live. Gradients arrive as the sum over ranks, each rank's
 //! already divided by the step's global row count, so `grad_scale` is 1 in training (the
 //! factor is kept for callers whose sums need scaling inside the same pass).
@@ -12,6 +12,9 @@ use crate::device::{AdamHyper, Backend, SgdHyper};
 use crate::error::Result;
 use crate::model::TensorInfo;
 
+pub mod schedule;
+pub use schedule::{LrSchedule, Plateau};
+
 /// The lengths of the state (m, v) that `cfg` keeps for `n_params` parameters.
 pub fn state_lens(cfg: &OptimizerCfg, n_params: usize) -> (usize, usize) {
     let needs_m = cfg.kind != OptimizerKind::Sgd || cfg.momentum > 0.0;
@@ -21,7 +24,7 @@ pub fn state_lens(cfg: &OptimizerCfg, n_params: usize) -> (usize, usize) {
 
 pub struct Optimizer<B: Backend> {
     cfg: OptimizerCfg,
-    base_lr: f64,
+    sched: LrSchedule,
     tensors: Vec<TensorInfo>,
     /// Momentum / Adam's first moments (None when the optimizer keeps none).
     m: Option<B::Buf>,
@@ -49,7 +52,7 @@ impl<B: Backend> Optimizer<B> {
         let _a = crate::mem::allocating("the optimizer state (momentum or Adam's moments)");
         Ok(Optimizer {
             cfg: cfg.clone(),
-            base_lr,
+            sched: LrSchedule::new(cfg, base_lr),
             tensors,
             m: if m_len > 0 { Some(be.zeros(m_len)?) } else { None },
             v: if v_len > 0 { Some(be.zeros(v_len)?) } else { None },
@@ -74,12 +77,16 @@ impl<B: Backend> Optimizer<B> {
 
     /// The learning rate the next update will use.
     pub fn lr(&self) -> f64 {
-        let w = self.cfg.warmup_steps as u64;
-        if w > 0 && self.step < w {
-            self.base_lr * (self.step + 1) as f64 / w as f64
-        } else {
-            self.base_lr
-        }
+        self.sched.at(self.step)
+    }
+
+    /// The learning-rate schedule: the run's length (cosine), updates per step (an
+    /// asynchronous server), plateau's epoch-end input and its state for checkpoints.
+    pub fn schedule(&self) -> &LrSchedule {
+        &self.sched
+    }
+    pub fn schedule_mut(&mut self) -> &mut LrSchedule {
+        &mut self.sched
     }
 
     /// The state a checkpoint needs, in host memory: (first moments / momentum, second

@@ -164,6 +164,9 @@ where
     pub fn step(&self) -> u64 {
         self.step
     }
+    pub fn opt_mut(&mut self) -> &mut Optimizer<B> {
+        &mut self.opt
+    }
     pub fn opt(&self) -> &Optimizer<B> {
         &self.opt
     }

@@ -61,7 +61,8 @@ pub(super) fn build<'a, B: Backend>(
     // scale_lr_by_world_size: × (global batch / batch_size), the data-parallel degree the run
     // started with: a resume on another count keeps the global batch, so the lr too.
     let lr_ranks = sched.global_batch / job.training.batch_size;
-    let opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, lr_ranks)?;
+    let mut opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, lr_ranks)?;
+    opt.schedule_mut().set_total_steps((job.training.epochs * sched.steps) as u64);
     // This rank's part of the starting state (restore.rs cut it); rows per rank: the global
     // batch (kept across resumes) over this job's data ranks.
     let mut st = Stepper::new(be, model, &start.params, opt, engine, sched.batch, timeline.clone())?;
@@ -144,6 +145,10 @@ impl AllReduce<'_> {
 impl<B: Backend> Mode<B> for AllReduce<'_> {
     fn watchdog(&self) -> &Watchdog {
         &self.ctx.watchdog
+    }
+
+    fn set_trainer_state(&self, json: String) {
+        self.ctx.writer.set_trainer(json);
     }
 
     fn trainers(&self) -> &Channel {

@@ -23,6 +23,7 @@ mod run;
 mod save;
 mod setup;
 mod stop;
+mod trainer;
 
 use crate::config::Job;
 use crate::error::{Error, Result};

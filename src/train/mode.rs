@@ -53,6 +53,9 @@ pub(super) trait Mode<B: Backend> {
     /// continue, checkpoint or stop.
     fn after_step(&mut self, st: &Stepper<B>, at: At, loss_sum: f64) -> Result<Boundary>;
 
+    /// The trainer's state (JSON) that this mode's next checkpoints carry.
+    fn set_trainer_state(&self, json: String);
+
     /// Write a checkpoint at `at` (collective over the mode's ranks).
     fn checkpoint(&mut self, st: &Stepper<B>, at: At, loss_sum: f64) -> Result<()>;
 

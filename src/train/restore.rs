@@ -34,6 +34,10 @@ pub(super) struct Start {
     pub global_batch: usize,
     /// This run's lineage: a fresh run id, and the checkpoint it continues from.
     pub lineage: Lineage,
+    /// The checkpoint's trainer state (`trainer::TrainerState` as JSON; "{}" for a fresh
+    /// run), and the file it came from (for errors).
+    pub trainer_json: String,
+    pub from: Option<PathBuf>,
 }
 
 /// Collective: the state this run starts from: each rank's part of the model's state, and
@@ -148,7 +152,11 @@ pub(super) fn position(
     let (params, m, v) = state;
     let (step, epoch, step_in_epoch) = (pos[0], pos[1] as usize, pos[2] as usize);
     let global_batch = pos[3] as usize;
-    Start { params, m, v, step, epoch, step_in_epoch, loss_sums, global_batch, lineage }
+    let mine = ckpt.map_or_else(|| "{}".to_string(), |c| c.trainer_json.clone());
+    let trainer = comm.all_gather_bytes(if comm.rank == 0 { mine.as_bytes() } else { &[] }).swap_remove(0);
+    let trainer_json = String::from_utf8(trainer).expect("rank 0 sent UTF-8 (checked when read)");
+    let from = ckpt.map(|_| out_dir.join(crate::checkpoint::file_name(step)));
+    Start { params, m, v, step, epoch, step_in_epoch, loss_sums, global_batch, lineage, trainer_json, from }
 }
 
 /// Rank 0's start-up lines about the checkpoint lineage: the run id, and the files of an

@@ -7,6 +7,7 @@
 
 use super::mode::{At, Boundary, Mode};
 use super::restore::Start;
+use super::trainer::TrainerState;
 use super::{human, in_step, Outcome};
 use crate::config::Job;
 use crate::data::loader::{Loader, LoaderCfg, Schedule, Tally};
@@ -90,6 +91,12 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 start_batch: start.step_in_epoch,
             },
         );
+        let trainer = TrainerState::from_json(&start.trainer_json, start.from.as_deref().unwrap_or(Path::new("-")))?;
+        let mut st = p.st;
+        if let Some(a) = trainer.plateau {
+            st.opt_mut().schedule_mut().plateau = crate::optim::Plateau::from_array(a);
+        }
+        mode.set_trainer_state(trainer.to_json());
         Ok(Run {
             comm: p.comm,
             job,
@@ -109,7 +116,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             t_process: p.t_process,
             last: None,
             last_progress: Instant::now(),
-            st: p.st,
+            st,
         })
     }
 
@@ -266,8 +273,27 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         if self.metrics.is_some() {
             self.log_epoch(&m, exposed_ms)?;
         }
+        self.schedule_epoch_end(&m);
         self.last = Some(m);
         Ok(())
+    }
+
+    /// The learning-rate schedule's epoch end (plateau reads the monitored metric, the same on
+    /// every rank: the metrics were summed over the trainers), and the trainer state that the
+    /// next checkpoints carry.
+    fn schedule_epoch_end(&mut self, m: &EpochMetrics) {
+        let (name, value) = ("train_loss", m.train_loss);
+        let o = &self.job.optimizer;
+        if let Some(lr) = self.st.opt_mut().schedule_mut().epoch_end(value) {
+            if self.comm.rank == 0 {
+                info!(
+                    "epoch {}: {name} has not improved by more than {} for {} epoch(s): learning rate now {lr:.4e} (plateau)",
+                    m.epoch, o.min_delta, o.patience
+                );
+            }
+        }
+        let state = TrainerState { plateau: Some(self.st.opt().schedule().plateau.to_array()) };
+        self.mode.set_trainer_state(state.to_json());
     }
 
     /// This rank's test sums [loss, correct, rows] on the training backend ([0; 3] without

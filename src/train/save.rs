@@ -12,7 +12,7 @@ use crate::fault::Fault;
 use crate::model::Mlp;
 use crate::parallel::liveness;
 use log::info;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -33,13 +33,30 @@ pub(super) struct Writer<'a> {
     pub rank: usize,
     /// Bytes per second of the last write.
     rate: Cell<Option<f64>>,
+    /// The trainer's state as of the last epoch's end (`trainer::TrainerState`, JSON).
+    trainer: RefCell<String>,
 }
 
 impl<'a> Writer<'a> {
     pub fn new(job: &'a Job, lineage: Lineage, global_batch: usize, world_size: usize, rank: usize) -> Result<Self> {
         let out_dir = PathBuf::from(&job.output.dir);
         let fault = crate::fault::from_env()?;
-        Ok(Writer { job, out_dir, lineage, global_batch, world_size, fault, rank, rate: Cell::new(None) })
+        Ok(Writer {
+            job,
+            out_dir,
+            lineage,
+            global_batch,
+            world_size,
+            fault,
+            rank,
+            rate: Cell::new(None),
+            trainer: RefCell::new("{}".into()),
+        })
+    }
+
+    /// The trainer's state that the next checkpoints carry.
+    pub fn set_trainer(&self, json: String) {
+        *self.trainer.borrow_mut() = json;
     }
 
     /// Bytes per second of the last write, if any.
@@ -72,6 +89,7 @@ impl<'a> Writer<'a> {
             m,
             v,
             job_json: serde_json::to_string(self.job).expect("job serializes"),
+            trainer_json: self.trainer.borrow().clone(),
             lineage: self.lineage,
             written_at: checkpoint::now_ms(),
         };

@@ -93,6 +93,10 @@ impl Server {
                 })
                 .collect();
             let mut opt = Optimizer::new(&Cpu, cfg, local, range.len(), w)?;
+            if roles.staleness != 0 {
+                // Asynchronously each worker's step updates the bucket: the schedule counts steps.
+                opt.schedule_mut().set_updates_per_step(w as u64);
+            }
             let cut = |all: &[f32]| if all.is_empty() { Vec::new() } else { all[range.clone()].to_vec() };
             // Synchronously a bucket is updated once per step; asynchronously once per
             // worker's step (every worker runs every step of an epoch).

@@ -163,6 +163,10 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
         &self.watchdog
     }
 
+    fn set_trainer_state(&self, json: String) {
+        self.writer.set_trainer(json);
+    }
+
     fn trainers(&self) -> &Channel {
         &self.workers
     }

@@ -1,0 +1,167 @@
+//! The learning rate of every step: linear warm-up, then `optimizer.schedule` (constant,
+//! step, exponential, cosine, plateau), as Keras' schedules and `ReduceLROnPlateau` define
+//! them. A pure function of the step (and, for plateau, of the epochs' monitored metric,
+//! whose state checkpoints carry), so a resumed run on any rank count follows the same curve.
+//!
+//! Must not: touch parameters or optimizer state (`mod.rs` does), or decide which metric
+//! plateau monitors (the training loop passes it).
+
+use crate::config::{OptimizerCfg, Schedule};
+
+/// Plateau's state: the factor applied so far, the best monitored value, and epochs since it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Plateau {
+    pub scale: f64,
+    pub best: f64,
+    pub wait: u64,
+}
+
+impl Default for Plateau {
+    fn default() -> Self {
+        Plateau { scale: 1.0, best: f64::INFINITY, wait: 0 }
+    }
+}
+
+impl Plateau {
+    /// As checkpoints store it.
+    pub fn to_array(self) -> [f64; 3] {
+        [self.scale, self.best, self.wait as f64]
+    }
+    pub fn from_array(a: [f64; 3]) -> Plateau {
+        Plateau { scale: a[0], best: a[1], wait: a[2] as u64 }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct LrSchedule {
+    cfg: OptimizerCfg,
+    /// `optimizer.lr`, times the data-parallel degree with `scale_lr_by_world_size`.
+    base: f64,
+    /// Steps of the whole run (cosine's default span); 0 when unknown.
+    total_steps: u64,
+    /// Optimizer updates per training step (an asynchronous parameter server updates a
+    /// bucket once per worker's step).
+    per_step: u64,
+    pub plateau: Plateau,
+}
+
+impl LrSchedule {
+    pub fn new(cfg: &OptimizerCfg, base: f64) -> LrSchedule {
+        LrSchedule { cfg: cfg.clone(), base, total_steps: 0, per_step: 1, plateau: Plateau::default() }
+    }
+
+    pub fn set_total_steps(&mut self, steps: u64) {
+        self.total_steps = steps;
+    }
+
+    pub fn set_updates_per_step(&mut self, n: u64) {
+        self.per_step = n.max(1);
+    }
+
+    /// The learning rate of update number `update` (0 for the first).
+    pub fn at(&self, update: u64) -> f64 {
+        let c = &self.cfg;
+        let step = update / self.per_step;
+        let w = c.warmup_steps as u64;
+        if w > 0 && step < w {
+            return self.base * (step + 1) as f64 / w as f64;
+        }
+        let s = (step - w) as f64;
+        let lr = self.base;
+        match c.schedule {
+            Schedule::Constant => lr,
+            Schedule::Step => lr * c.decay_rate.powf((s / c.decay_steps as f64).floor()),
+            Schedule::Exponential => lr * c.decay_rate.powf(s / c.decay_steps as f64),
+            Schedule::Cosine => {
+                let span = if c.decay_steps > 0 { c.decay_steps as u64 } else { self.total_steps.saturating_sub(w) };
+                let t = (s / span.max(1) as f64).min(1.0);
+                c.min_lr + (lr - c.min_lr) * 0.5 * (1.0 + (std::f64::consts::PI * t).cos())
+            }
+            Schedule::Plateau => (lr * self.plateau.scale).max(c.min_lr),
+        }
+    }
+
+    /// Plateau only: the epoch's monitored value (lower is better). Returns the new rate when
+    /// it dropped.
+    pub fn epoch_end(&mut self, metric: f64) -> Option<f64> {
+        if self.cfg.schedule != Schedule::Plateau || !metric.is_finite() {
+            return None;
+        }
+        let p = &mut self.plateau;
+        if metric < p.best - self.cfg.min_delta {
+            p.best = metric;
+            p.wait = 0;
+            return None;
+        }
+        p.wait += 1;
+        if p.wait < self.cfg.patience as u64 {
+            return None;
+        }
+        p.wait = 0;
+        let floor = self.cfg.min_lr / self.base;
+        if p.scale <= floor {
+            return None;
+        }
+        p.scale = (p.scale * self.cfg.factor).max(floor);
+        Some((self.base * p.scale).max(self.cfg.min_lr))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sched(sets: &[(&str, &str)]) -> LrSchedule {
+        let mut src = String::from("[data]\ntrain = \"t.h5\"\n[model]\nlayers = [2, 2]\n[optimizer]\nlr = 0.1\n");
+        for (k, v) in sets {
+            src += &format!("{k} = {v}\n");
+        }
+        let job = crate::config::Job::parse("test.toml", &src, &[]).expect("valid job");
+        LrSchedule::new(&job.optimizer, job.optimizer.lr)
+    }
+
+    #[test]
+    fn every_schedule_follows_its_formula_after_warm_up() {
+        let s = sched(&[("schedule", "\"step\""), ("decay_steps", "10"), ("decay_rate", "0.5"), ("warmup_steps", "4")]);
+        assert!((s.at(0) - 0.025).abs() < 1e-15); // warm-up: 0.1 × 1/4
+        assert_eq!(s.at(4), 0.1);
+        assert_eq!(s.at(13), 0.1);
+        assert_eq!(s.at(14), 0.05);
+        assert_eq!(s.at(34), 0.0125);
+        let s = sched(&[("schedule", "\"exponential\""), ("decay_steps", "10"), ("decay_rate", "0.5")]);
+        assert!((s.at(5) - 0.1 * 0.5f64.sqrt()).abs() < 1e-15);
+        let mut s = sched(&[("schedule", "\"cosine\""), ("min_lr", "0.01")]);
+        s.set_total_steps(100);
+        assert_eq!(s.at(0), 0.1);
+        assert!((s.at(50) - 0.055).abs() < 1e-15);
+        assert!((s.at(100) - 0.01).abs() < 1e-15);
+        assert!((s.at(1000) - 0.01).abs() < 1e-15);
+        let s = sched(&[]);
+        assert_eq!(s.at(12345), 0.1);
+    }
+
+    #[test]
+    fn plateau_drops_after_patience_epochs_without_improvement_and_stops_at_min_lr() {
+        let mut s = sched(&[("schedule", "\"plateau\""), ("patience", "2"), ("factor", "0.5"), ("min_lr", "0.03")]);
+        assert_eq!(s.epoch_end(1.0), None);
+        assert_eq!(s.epoch_end(0.9), None);
+        assert_eq!(s.epoch_end(0.95), None); // wait 1
+        assert_eq!(s.epoch_end(0.91), Some(0.05)); // wait 2: drop
+        assert_eq!(s.at(10), 0.05);
+        assert_eq!(s.epoch_end(0.92), None);
+        assert_eq!(s.epoch_end(0.93), Some(0.03)); // floored at min_lr
+        assert_eq!(s.epoch_end(0.94), None);
+        assert_eq!(s.epoch_end(0.95), None); // at the floor: no more drops
+        assert_eq!(s.at(10), 0.03);
+        let p = Plateau::from_array(s.plateau.to_array());
+        assert_eq!(p, s.plateau);
+    }
+
+    #[test]
+    fn an_asynchronous_server_counts_steps_not_updates() {
+        let mut s = sched(&[("schedule", "\"step\""), ("decay_steps", "10")]);
+        s.set_updates_per_step(3);
+        assert_eq!(s.at(29), 0.1);
+        assert_eq!(s.at(30), 0.05);
+    }
+}

@@ -1,0 +1,109 @@
+//! Learning-rate schedules under a real `mpirun`: metrics.jsonl's `lr` column follows the
+//! cosine formula after warm-up; a plateau run reduces the rate after `patience` epochs
+//! without improvement and carries its state through a checkpoint, so a run stopped by
+//! SIGTERM (as `scancel` does) and resumed ends with the same rates and bit-identical
+//! weights as one that was never stopped; and the schedule keys' errors name the key.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+
+const D: usize = 6;
+const LAYERS: [usize; 3] = [D, 16, 3];
+
+fn setup(name: &str, extra: &str) -> PathBuf {
+    let dir = scratch(name);
+    let (x, y) = synthetic(480, D, 3, 5);
+    write_classes(&dir.join("d.h5"), &x, D, &y);
+    job(&dir, &LAYERS, "d.h5", None, extra);
+    dir
+}
+
+fn metrics(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("out/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn lrs(dir: &Path) -> Vec<f64> {
+    metrics(dir).iter().map(|m| m["lr"].as_f64().unwrap()).collect()
+}
+
+#[test]
+fn cosine_lr_column_matches_the_formula() {
+    let _g = mpi_lock();
+    // 480 rows, batch 4 per rank, 2 ranks: 60 steps an epoch, 5 epochs = 300 steps; warm-up 20.
+    let extra = "[optimizer]\nlr = 0.1\nwarmup_steps = 20\nschedule = \"cosine\"\nmin_lr = 0.001\n";
+    let dir = setup("sched-cosine", extra);
+    let run = mpirun(2, &["train", "job.toml", "--set", "training.epochs=5"], &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    let got = lrs(&dir);
+    assert_eq!(got.len(), 5);
+    for (e, lr) in got.iter().enumerate() {
+        // metrics.jsonl's lr is the rate of the next update: after (e+1)·60 steps.
+        let s = ((e + 1) * 60 - 20) as f64;
+        let t = (s / 280.0).min(1.0);
+        let want = 0.001 + (0.1 - 0.001) * 0.5 * (1.0 + (std::f64::consts::PI * t).cos());
+        assert!((lr - want).abs() < 1e-12, "epoch {}: lr {lr}, cosine formula {want}", e + 1);
+    }
+    assert!(got.windows(2).all(|w| w[1] < w[0]), "{got:?}");
+}
+
+const PLATEAU: &str =
+    "[optimizer]\nlr = 0.5\nschedule = \"plateau\"\npatience = 1\nfactor = 0.5\nmin_lr = 0.01\nmin_delta = 0.02\n\
+                       [checkpoint]\nevery_minutes = 0.0\n";
+
+#[test]
+fn plateau_reduces_the_rate_and_survives_a_stop_and_resume() {
+    let _g = mpi_lock();
+    // The loss improves by about 0.01 an epoch here: less than min_delta, so the rate drops.
+    let args = ["train", "job.toml", "--set", "training.epochs=6"];
+    let clean = setup("sched-plateau-clean", PLATEAU);
+    let run = mpirun(2, &args, &clean, 120);
+    assert!(run.ok(), "{}", run.all());
+    let want = lrs(&clean);
+    assert!(want.iter().any(|&l| l < 0.5), "the rate never dropped: {want:?}\n{}", run.all());
+    assert!(run.all().contains("(plateau)"), "{}", run.all());
+    // The same run stopped by SIGTERM at a step of epoch 4 (after a drop or two), resumed.
+    let dir = setup("sched-plateau-stopped", PLATEAU);
+    let stopped = mpirun_env(2, &[("HVTRAIN_INJECT_FAULT", "0:200:term")], &args, &dir, 120);
+    assert_eq!(stopped.code, Some(75), "{}", stopped.all());
+    let mut resume = args.to_vec();
+    resume.extend(["--resume", "auto"]);
+    let resumed = mpirun(2, &resume, &dir, 120);
+    assert!(resumed.ok(), "{}", resumed.all());
+    assert_eq!(lrs(&dir), want, "{}", resumed.all());
+    for t in ["dense0/weight", "dense1/weight", "dense1/bias"] {
+        assert_eq!(read_f32(&dir.join("out/weights.h5"), t), read_f32(&clean.join("out/weights.h5"), t), "{t}");
+    }
+}
+
+#[test]
+fn schedule_errors_name_the_key() {
+    let dir = setup("sched-errors", "");
+    for (set, key) in [
+        ("optimizer.schedule=\"step\"", "optimizer.decay_steps"),
+        ("optimizer.schedule=\"warp\"", "optimizer.schedule"),
+        ("optimizer.decay_rate=0", "optimizer.decay_rate"),
+        ("optimizer.factor=1.0", "optimizer.factor"),
+        ("optimizer.min_lr=1.0", "optimizer.min_lr"),
+    ] {
+        let mut args = vec!["train", "job.toml", "--set", set];
+        if set.contains("min_lr") {
+            args.extend(["--set", "optimizer.schedule=\"cosine\""]);
+        }
+        let run = hvtrain(&args, &dir, 30);
+        assert!(!run.ok() && run.all().contains(key), "{set}: {}", run.all());
+    }
+    let ps = ["--set", "distribution.strategy=\"parameter_server\"", "--set", "optimizer.schedule=\"plateau\""];
+    let mut args = vec!["train", "job.toml"];
+    args.extend(ps);
+    let run = hvtrain(&args, &dir, 30);
+    assert!(
+        !run.ok() && run.all().contains("optimizer.schedule") && run.all().contains("parameter_server"),
+        "{}",
+        run.all()
+    );
+}
