@@ -96,6 +96,8 @@ pub struct Checkpoint {
     pub job_json: String,
     /// The trainer's state (JSON; "{}" before format 4).
     pub trainer_json: String,
+    /// The data's normalization (the `normalization` group, as in weights.h5).
+    pub norm: crate::data::norm::Norm,
     pub lineage: Lineage,
     /// Unix milliseconds; i64::MIN for format 1.
     pub written_at: i64,
@@ -121,6 +123,11 @@ impl Checkpoint {
         bytes.extend(self.job_json.as_bytes());
         if format >= 4 {
             bytes.extend(self.trainer_json.as_bytes());
+            let n = &self.norm;
+            for v in [&n.x_shift, &n.x_div, &n.y_shift, &n.y_div] {
+                bytes.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+            }
+            bytes.extend(n.x_kind.name().as_bytes());
         }
         h ^ crate::config::fnv1a(&bytes)
     }
@@ -169,7 +176,7 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
     {
         let f = h5::create(&tmp)?;
         let w = |name: &str, data: &[f32], shape: &[usize]| h5::write(&f, &tmp, name, data, shape);
-        crate::weights::write_layers(&f, &tmp, model, &c.params)?;
+        crate::weights::write_layers(&f, &tmp, model, &c.params, &c.norm)?;
         if !c.m.is_empty() || !c.v.is_empty() {
             f.create_group("optimizer").map_err(|e| Error::hdf5(&tmp, "create group", e))?;
         }
@@ -318,6 +325,7 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
             "the checkpoint is of a model with layers {sizes:?}, this job's model.layers is {want:?}; resume with the job that wrote it")));
     }
     let params = crate::weights::read_params(&f, path, model)?;
+    let norm = crate::weights::read_norm(&f, path, model)?;
     let opt = |name: &str| -> Result<Vec<f32>> {
         match f.dataset(name) {
             Ok(ds) => ds.read_raw().map_err(|e| Error::hdf5(path, format!("read {name}"), e)),
@@ -353,6 +361,7 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
         m,
         v,
         job_json: String::from_utf8(json).map_err(|_| Error::data(path, "job_json", "is not UTF-8"))?,
+        norm,
         trainer_json: if format >= 4 {
             let t: Vec<u8> = h5::dataset(&f, path, "trainer_json")?
                 .read_raw()
@@ -437,6 +446,12 @@ mod tests {
             params,
             job_json: "{\"a\":1}".into(),
             trainer_json: "{\"plateau\":[0.1,0.5,2.0]}".into(),
+            norm: crate::data::norm::Norm {
+                x_kind: crate::config::Normalize::Standard,
+                x_shift: (0..model.n_inputs()).map(|i| i as f64 * 0.5).collect(),
+                x_div: vec![3.0; model.n_inputs()],
+                ..Default::default()
+            },
             lineage,
             written_at,
         }

@@ -217,9 +217,14 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
         let _p = liveness::phase("loading the weights");
         weights::load(&model, weights_path)?
     };
+    let norm = weights::load_norm(&model, weights_path)?;
     let shard = {
         let _p = liveness::phase("opening the test data");
-        Shard::open(&job.data, "data.test", test, comm.rank, comm.size, expect(&model))?
+        let mut sh = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, expect(&model))?;
+        if !norm.is_none() {
+            sh.set_norm(&job.data, &norm); // x and y as training saw them
+        }
+        sh
     };
     let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
     let mut sums = crate::device::with_backend(
@@ -252,6 +257,7 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
 pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> Result<usize> {
     let model = Mlp::from_cfg(&job.model);
     let params = weights::load(&model, weights_path)?;
+    let norm = weights::load_norm(&model, weights_path)?;
     let f = h5::open(input, "--input")?;
     let xn = &job.data.x_dataset;
     let x = h5::dataset(&f, input, xn)?;
@@ -264,8 +270,9 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
     if shape.len() != 2 || shape[1] != model.n_inputs() {
         return Err(Error::data(input, xn, format!("found shape {shape:?}; {need}")));
     }
-    // As training reads it: converted to float32, data.x_scale and data.x_offset applied.
-    let affine = crate::data::shard::affine_of(&job.data);
+    // As training reads it: converted to float32, data.x_scale and data.x_offset applied, then
+    // the normalization that training learned (from the weights file).
+    let affine = crate::data::shard::affine_of(&job.data, &norm, shape[1]);
     let mut rows = vec![0.0f32; CHUNK * shape[1]];
     let (n, d, k) = (shape[0], shape[1], model.n_outputs());
     let be = Cpu;
@@ -279,7 +286,7 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
     while start < n {
         let c = CHUNK.min(n - start);
         let rows = &mut rows[..c * d];
-        h5::with_elem!(elem, T => crate::data::shard::read_x::<T>(&x, input, elem, xn, start, c, d, affine, rows))?;
+        h5::with_elem!(elem, T => crate::data::shard::read_x::<T>(&x, input, elem, xn, start, c, d, &affine, rows))?;
         be.upload_into(rows, &mut xd)?;
         model.forward(&be, &params, &xd, c, &mut ws)?;
         ws.output_host(&be, &model, c, &mut outputs[start * k..(start + c) * k])?;
@@ -289,6 +296,7 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
         }
         start += c;
     }
+    norm.unapply_y(&mut outputs); // regression outputs in the targets' units
     let tmp = output.with_extension("h5.tmp");
     {
         let o = h5::create(&tmp)?;

@@ -8,24 +8,32 @@
 //! last), `final_activation` ("identity": the last layer's outputs are logits or regression
 //! values), `loss` (softmax_cross_entropy, mse) and `weight_layout` ("[in, out]": y = x·W + b).
 //!
+//! With `data.normalize` or `data.normalize_y`, the group `normalization` holds what training
+//! learned from the data (float64): `x_shift`, `x_div` [D] (x is used as (x·x_scale +
+//! x_offset − x_shift) / x_div), attribute `x_kind` (standard, minmax), and `y_shift`, `y_div`
+//! [K] (outputs are y_shift + y_div · the network's output). `eval`, `predict` and `export`
+//! apply them, so they take and return raw units.
+//!
 //! Checkpoints hold the parameters in the same layout: `write_layers` and `read_params` are
 //! the one writer and reader of it, and `commit` the one way both kinds of file are put in
 //! place (fsync, rename, fsync of the directory).
 //!
 //! Must not: hold optimizer state or positions (checkpoints do).
 
+use crate::config::Normalize;
 use crate::data::h5;
+use crate::data::norm::Norm;
 use crate::error::{Error, Result};
 use crate::model::Mlp;
 use std::path::{Path, PathBuf};
 
 /// Write to a temporary file and rename, so a crash never leaves a half-written file
 /// under the final name.
-pub fn save(model: &Mlp, params: &[f32], path: &Path) -> Result<()> {
+pub fn save(model: &Mlp, params: &[f32], norm: &Norm, path: &Path) -> Result<()> {
     let tmp = tmp_path(path);
     {
         let f = h5::create(&tmp)?;
-        write_layers(&f, &tmp, model, params)?;
+        write_layers(&f, &tmp, model, params, norm)?;
         f.flush().map_err(|e| Error::hdf5(&tmp, "flush", e))?;
     }
     commit(&tmp, path, "rename the finished weights file into place", || {})
@@ -38,9 +46,10 @@ pub fn tmp_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// `layers` and `dense{l}/weight` ([in, out]), `dense{l}/bias` of the arena `params`, into
-/// an open file (`path` names it in errors).
-pub fn write_layers(f: &hdf5::File, path: &Path, model: &Mlp, params: &[f32]) -> Result<()> {
+/// `layers` and `dense{l}/weight` ([in, out]), `dense{l}/bias` of the arena `params`, and the
+/// `normalization` group (when `norm` has one), into an open file (`path` names it in errors).
+pub fn write_layers(f: &hdf5::File, path: &Path, model: &Mlp, params: &[f32], norm: &Norm) -> Result<()> {
+    write_norm(f, path, norm)?;
     let sizes: Vec<i64> = model.sizes.iter().map(|&s| s as i64).collect();
     h5::write(f, path, "layers", &sizes, &[sizes.len()])?;
     write_model_attrs(f, path, model, &sizes)?;
@@ -50,6 +59,68 @@ pub fn write_layers(f: &hdf5::File, path: &Path, model: &Mlp, params: &[f32]) ->
         h5::write(f, path, &format!("dense{l}/bias"), &params[s.b.clone()], &[s.out])?;
     }
     Ok(())
+}
+
+fn write_norm(f: &hdf5::File, path: &Path, norm: &Norm) -> Result<()> {
+    if norm.is_none() {
+        return Ok(());
+    }
+    let g = f.create_group("normalization").map_err(|e| Error::hdf5(path, "create group normalization", e))?;
+    for (name, v) in
+        [("x_shift", &norm.x_shift), ("x_div", &norm.x_div), ("y_shift", &norm.y_shift), ("y_div", &norm.y_div)]
+    {
+        if !v.is_empty() {
+            h5::write(f, path, &format!("normalization/{name}"), v, &[v.len()])?;
+        }
+    }
+    let kind: hdf5::types::VarLenUnicode = norm.x_kind.name().parse().expect("no NUL");
+    g.new_attr::<hdf5::types::VarLenUnicode>()
+        .create("x_kind")
+        .and_then(|a| a.write_scalar(&kind))
+        .map_err(|e| Error::hdf5(path, "write normalization/x_kind", e))
+}
+
+/// The `normalization` group of a weights file or checkpoint (none when absent: files
+/// written without normalization, or before hvtrain had it), its lengths checked against
+/// the model's inputs and outputs.
+pub fn read_norm(f: &hdf5::File, path: &Path, model: &Mlp) -> Result<Norm> {
+    let Ok(g) = f.group("normalization") else { return Ok(Norm::default()) };
+    let read = |name: &str, len: usize| -> Result<Vec<f64>> {
+        let field = format!("normalization/{name}");
+        let Ok(ds) = f.dataset(&field) else { return Ok(Vec::new()) };
+        let v: Vec<f64> = ds.read_raw().map_err(|e| Error::hdf5(path, format!("read {field}"), e))?;
+        if v.len() != len || v.iter().any(|x| !x.is_finite()) {
+            return Err(Error::data(
+                path,
+                &field,
+                format!("must be {len} finite numbers (the model's widths), found {}", v.len()),
+            ));
+        }
+        Ok(v)
+    };
+    let (d, k) = (model.n_inputs(), model.n_outputs());
+    let x_kind = match g.attr("x_kind").and_then(|a| a.read_scalar::<hdf5::types::VarLenUnicode>()) {
+        Ok(s) if s.as_str() == "standard" => Normalize::Standard,
+        Ok(s) if s.as_str() == "minmax" => Normalize::Minmax,
+        _ => Normalize::None,
+    };
+    let norm = Norm {
+        x_kind,
+        x_shift: read("x_shift", d)?,
+        x_div: read("x_div", d)?,
+        y_shift: read("y_shift", k)?,
+        y_div: read("y_div", k)?,
+    };
+    if norm.x_shift.len() != norm.x_div.len() || norm.y_shift.len() != norm.y_div.len() {
+        return Err(Error::data(path, "normalization", "holds a shift without its divisor (or the reverse)"));
+    }
+    Ok(norm)
+}
+
+/// The normalization of the weights file (or checkpoint) at `path`.
+pub fn load_norm(model: &Mlp, path: &Path) -> Result<Norm> {
+    let f = h5::open(path, "--weights")?;
+    read_norm(&f, path, model)
 }
 
 /// The model as root attributes (see the module doc), for `export` and for h5py users.
@@ -164,7 +235,7 @@ mod tests {
         let m = Mlp::new(&[5, 4, 3], Activation::Relu, LossKind::SoftmaxCrossEntropy);
         let mut p = m.init_params(9);
         p[m.layers[1].b.clone()].copy_from_slice(&[0.5, -0.25, 2.0]);
-        save(&m, &p, &path).unwrap();
+        save(&m, &p, &Norm::default(), &path).unwrap();
         assert!(!tmp_path(&path).exists(), "temporary file must be renamed away");
         assert_eq!(load(&m, &path).unwrap(), p);
         // The file is plain HDF5 with [in, out] kernels, as h5py users expect.

@@ -243,6 +243,20 @@ fn onnx_export_matches_predict_for_every_activation_and_loss() {
                 let n = format!("{name}-x-scale");
                 cases.push(case_with(&dir, &n, "out/weights.h5", classify, Some((act, loss)), SCALED));
             }
+            if (!classify && act == "relu") || (classify && act == "identity") {
+                // Normalization learned in training (in weights.h5) is in the graph: the model
+                // takes raw inputs and, with normalize_y, returns raw-unit outputs.
+                let (kind, y) = if classify { ("minmax", "none") } else { ("standard", "standard") };
+                let x = format!("data.normalize=\"{kind}\"");
+                let y = format!("data.normalize_y=\"{y}\"");
+                ok(hvtrain(
+                    &["train", "job.toml", "--set", &x, "--set", &y, "--set", "output.dir=\"out-norm\""],
+                    &dir,
+                    120,
+                ));
+                let n = format!("{name}-normalized-{kind}");
+                cases.push(case(&dir, &n, "out-norm/weights.h5", classify, Some((act, loss))));
+            }
             if !classify && act == "relu" {
                 let r = hvtrain(
                     &["export", "job.toml", "--weights", "out/weights.h5", "--output", "p.onnx", "--softmax"],

@@ -8,6 +8,39 @@ use super::limits;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
+/// `data.normalize`: per-feature scaling of x learned from the training rows (Keras'
+/// `Normalization` layer adapted on the training data; `MinMaxScaler`).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Normalize {
+    #[default]
+    None,
+    /// (x − mean) / std per feature (std over all training rows, ddof 0; 1 for a constant feature).
+    Standard,
+    /// (x − min) / (max − min) per feature (1 for a constant feature).
+    Minmax,
+}
+
+/// `data.normalize_y`: targets of `mse` standardized per output (outputs de-standardized by
+/// `predict` and the ONNX export).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NormalizeY {
+    #[default]
+    None,
+    Standard,
+}
+
+impl Normalize {
+    pub fn name(self) -> &'static str {
+        match self {
+            Normalize::None => "none",
+            Normalize::Standard => "standard",
+            Normalize::Minmax => "minmax",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataCfg {
@@ -41,6 +74,13 @@ pub struct DataCfg {
     pub x_scale: f64,
     #[serde(default)]
     pub x_offset: f64,
+    /// Per-feature normalization of x from the training rows, after x_scale and x_offset:
+    /// none | standard | minmax. Its statistics go into checkpoints and weights.h5.
+    #[serde(default)]
+    pub normalize: Normalize,
+    /// Standardize `mse` targets per output: none | standard.
+    #[serde(default)]
+    pub normalize_y: NormalizeY,
 }
 
 fn default_x() -> String {

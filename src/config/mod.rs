@@ -26,7 +26,7 @@ pub mod parallel;
 mod training;
 
 pub use checkpoint::CheckpointCfg;
-pub use data::DataCfg;
+pub use data::{DataCfg, Normalize, NormalizeY};
 pub use distribution::{roles, BucketOrder, Compression, DistributionCfg, Strategy};
 use env::env_overrides;
 pub use limits::{num, Span};
@@ -102,6 +102,15 @@ impl Job {
         count(origin, "parallel.tensor", self.parallel.tensor as u64, limits::TENSOR)?;
         count(origin, "parallel.pipeline", self.parallel.pipeline as u64, limits::PIPELINE)?;
         count(origin, "parallel.micro_batches", self.parallel.micro_batches as u64, limits::MICRO_BATCHES)?;
+        if self.data.normalize_y != NormalizeY::None && self.model.loss != LossKind::Mse {
+            return Err(Error::config(
+                origin,
+                "data.normalize_y",
+                "standardizes regression targets, and model.loss = \"softmax_cross_entropy\" has class labels; \
+                 use it with loss = \"mse\", or leave it \"none\""
+                    .to_string(),
+            ));
+        }
         self.validate_parallel(origin)?;
         self.validate_ps(origin)?;
         self.output.validate(origin)

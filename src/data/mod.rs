@@ -10,5 +10,6 @@ pub mod h5;
 pub mod loader;
 #[cfg(test)]
 mod loader_bench;
+pub mod norm;
 pub mod order;
 pub mod shard;

@@ -67,9 +67,10 @@ pub fn export(job: &Job, weights_path: &Path, output: &Path, softmax: bool) -> R
     let f = h5::open(weights_path, "--weights")?;
     check_attrs(&weights::read_model_attrs(&f, weights_path)?, job, weights_path)?;
     let params = weights::read_params(&f, weights_path, &model)?;
+    let norm = weights::read_norm(&f, weights_path, &model)?;
     drop(f);
 
-    let (g, outputs) = graph(job, &model, &params, softmax);
+    let (g, outputs) = graph(job, &model, &params, &norm, softmax);
     let nodes = g.nodes.len();
     let bytes = model_proto(&model, g, outputs, weights_path).encode_to_vec();
     write_atomic(output, &bytes)?;
@@ -78,27 +79,49 @@ pub fn export(job: &Job, weights_path: &Path, output: &Path, softmax: bool) -> R
 
 /// The graph of `model` with parameters `params`: the input's scale and offset, a Gemm and
 /// an activation per layer, and with `softmax` the class probabilities; and its outputs.
-fn graph(job: &Job, model: &crate::model::Mlp, params: &[f32], softmax: bool) -> (Graph, Vec<ValueInfoProto>) {
+fn graph(
+    job: &Job,
+    model: &crate::model::Mlp,
+    params: &[f32],
+    norm: &crate::data::norm::Norm,
+    softmax: bool,
+) -> (Graph, Vec<ValueInfoProto>) {
     let mut g = Graph::default();
     let n = model.layers.len();
     let mut h = "x".to_string();
-    // data.x_scale and data.x_offset, as training and `predict` apply them on read (there in
-    // float64, rounded once; here in float32), so the graph takes x as the data file stores it.
-    if let Some((scale, offset)) = crate::data::shard::affine_of(&job.data) {
-        g.init("input/x_scale", &[], &[scale as f32]);
-        g.init("input/x_offset", &[], &[offset as f32]);
+    // data.x_scale and data.x_offset, and the normalization learned in training, as training
+    // and `predict` apply them on read (there in float64, rounded once; here in float32): one
+    // scale and offset per feature (scalars without normalization), so the graph takes x as
+    // the data file stores it.
+    let d = model.n_inputs();
+    if let Some(per) = crate::data::shard::affine_of(&job.data, norm, d).per_feature() {
+        let shape: &[usize] = if norm.x_shift.is_empty() { &[] } else { &[d] };
+        let take = |f: fn(&(f64, f64)) -> f64| -> Vec<f32> {
+            per[..shape.iter().product()].iter().map(|p| f(p) as f32).collect()
+        };
+        g.init("input/x_scale", shape, &take(|p| p.0));
+        g.init("input/x_offset", shape, &take(|p| p.1));
         g.node("Mul", "input/scale", &["x", "input/x_scale"], "input/scaled", vec![]);
         g.node("Add", "input/offset", &["input/scaled", "input/x_offset"], "input/x", vec![]);
         h = "input/x".into();
     }
+    let y_norm = !norm.y_shift.is_empty();
     for (l, s) in model.layers.iter().enumerate() {
         let (w, b) = (format!("dense{l}/weight"), format!("dense{l}/bias"));
         g.init(&w, &[s.inp, s.out], &params[s.w.clone()]);
         g.init(&b, &[s.out], &params[s.b.clone()]);
         let last = l + 1 == n;
-        let z = if last { "outputs".to_string() } else { format!("dense{l}/z") };
+        let z = if last && !y_norm { "outputs".to_string() } else { format!("dense{l}/z") };
         g.node("Gemm", &format!("dense{l}/gemm"), &[&h, &w, &b], &z, vec![]);
         h = if last { z } else { g.activation(model.act, l, &z) };
+    }
+    if y_norm {
+        // Back to the targets' units: outputs = z · y_div + y_shift (data.normalize_y).
+        let k = model.n_outputs();
+        g.init("output/y_div", &[k], &norm.y_div.iter().map(|&v| v as f32).collect::<Vec<_>>());
+        g.init("output/y_shift", &[k], &norm.y_shift.iter().map(|&v| v as f32).collect::<Vec<_>>());
+        g.node("Mul", "output/scale", &[&h, "output/y_div"], "output/scaled", vec![]);
+        g.node("Add", "output/shift", &["output/scaled", "output/y_shift"], "outputs", vec![]);
     }
     let k = model.n_outputs();
     let mut outputs = vec![tensor_info("outputs", k, "logits (softmax_cross_entropy) or predictions (mse), [N, k]")];

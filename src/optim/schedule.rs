@@ -23,12 +23,12 @@ impl Default for Plateau {
 }
 
 impl Plateau {
-    /// As checkpoints store it.
+    /// As checkpoints store it (JSON has no infinity: "no best yet" is f64::MAX there).
     pub fn to_array(self) -> [f64; 3] {
-        [self.scale, self.best, self.wait as f64]
+        [self.scale, if self.best.is_finite() { self.best } else { f64::MAX }, self.wait as f64]
     }
     pub fn from_array(a: [f64; 3]) -> Plateau {
-        Plateau { scale: a[0], best: a[1], wait: a[2] as u64 }
+        Plateau { scale: a[0], best: if a[1] == f64::MAX { f64::INFINITY } else { a[1] }, wait: a[2] as u64 }
     }
 }
 
@@ -155,6 +155,9 @@ mod tests {
         assert_eq!(s.at(10), 0.03);
         let p = Plateau::from_array(s.plateau.to_array());
         assert_eq!(p, s.plateau);
+        let fresh = Plateau::default();
+        let json = serde_json::to_string(&fresh.to_array()).unwrap();
+        assert_eq!(Plateau::from_array(serde_json::from_str(&json).unwrap()), fresh, "{json}");
     }
 
     #[test]

@@ -71,6 +71,7 @@ pub(super) fn build<'a, B: Backend>(
     st.set_tensor_group(tensor);
     st.set_micro_batches(job.parallel.micro_batches);
     let writer = Writer::new(job, start.lineage, sched.global_batch, grid.data, comm.rank)?;
+    writer.set_norm(train_shard.norm().clone());
     let stop = StopState::new(start.loss_sums.clone());
     let ctx = Ctx { comm, job, grid, watchdog, stop, writer };
     let mode = AllReduce { ctx, data_chan, last_ckpt: Instant::now() };

@@ -17,6 +17,7 @@
 
 mod allreduce;
 mod mode;
+mod normalize;
 mod ps;
 mod restore;
 mod run;
@@ -59,8 +60,9 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>)
     if job.distribution.strategy == crate::config::Strategy::ParameterServer {
         return ps::train(comm, job, t_process, resume.as_ref());
     }
-    let setup = setup::Setup::new(comm, job)?;
+    let mut setup = setup::Setup::new(comm, job)?;
     let start = restore::restore(comm, job, &setup, resume.as_ref())?;
+    normalize::normalize(comm, job, &start.norm, &mut setup.train_shard, setup.test_shard.as_mut())?;
     let schedule = setup::schedule(comm, job, &setup, start.global_batch)?;
     let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
     crate::device::with_backend(kind, job.training.precision, Train { comm, job, setup, schedule, start, t_process })

@@ -38,6 +38,8 @@ pub(super) struct Start {
     /// run), and the file it came from (for errors).
     pub trainer_json: String,
     pub from: Option<PathBuf>,
+    /// The checkpoint's normalization of the data (none for a fresh run: computed then).
+    pub norm: crate::data::norm::Norm,
 }
 
 /// Collective: the state this run starts from: each rank's part of the model's state, and
@@ -156,7 +158,36 @@ pub(super) fn position(
     let trainer = comm.all_gather_bytes(if comm.rank == 0 { mine.as_bytes() } else { &[] }).swap_remove(0);
     let trainer_json = String::from_utf8(trainer).expect("rank 0 sent UTF-8 (checked when read)");
     let from = ckpt.map(|_| out_dir.join(crate::checkpoint::file_name(step)));
-    Start { params, m, v, step, epoch, step_in_epoch, loss_sums, global_batch, lineage, trainer_json, from }
+    let norm = broadcast_norm(comm, ckpt.map(|c| &c.norm));
+    Start { params, m, v, step, epoch, step_in_epoch, loss_sums, global_batch, lineage, trainer_json, from, norm }
+}
+
+/// Rank 0's `norm` (the checkpoint's), on every rank.
+fn broadcast_norm(comm: &Comm, norm: Option<&crate::data::norm::Norm>) -> crate::data::norm::Norm {
+    use crate::config::Normalize;
+    let n = norm.cloned().unwrap_or_default();
+    let kind = |k: Normalize| match k {
+        Normalize::None => 0,
+        Normalize::Standard => 1,
+        Normalize::Minmax => 2,
+    };
+    let mut lens = [n.x_shift.len() as u64, n.y_shift.len() as u64, kind(n.x_kind)];
+    comm.broadcast_u64(&mut lens);
+    let (d, k) = (lens[0] as usize, lens[1] as usize);
+    let mut all: Vec<f64> = if comm.rank == 0 {
+        [&n.x_shift, &n.x_div, &n.y_shift, &n.y_div].into_iter().flatten().copied().collect()
+    } else {
+        vec![0.0; 2 * d + 2 * k]
+    };
+    comm.broadcast_f64(&mut all);
+    let x_kind = [Normalize::None, Normalize::Standard, Normalize::Minmax][lens[2] as usize];
+    crate::data::norm::Norm {
+        x_kind,
+        x_shift: all[..d].to_vec(),
+        x_div: all[d..2 * d].to_vec(),
+        y_shift: all[2 * d..2 * d + k].to_vec(),
+        y_div: all[2 * d + k..].to_vec(),
+    }
 }
 
 /// Rank 0's start-up lines about the checkpoint lineage: the run id, and the files of an

@@ -68,12 +68,15 @@ pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
     t_process: Instant,
     last: Option<EpochMetrics>,
     last_progress: Instant,
+    /// The data's normalization, for weights.h5.
+    norm: crate::data::norm::Norm,
 }
 
 impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
     pub fn new(p: Parts<'a, B>, mode: M) -> Result<Run<'a, B, M>> {
         let (job, start) = (p.job, &p.start);
         let metrics = if p.comm.rank == 0 { Some(MetricsLog::open(&p.out_dir, start.epoch + 1)?) } else { None };
+        let norm = p.train.norm().clone();
         let loader = Loader::spawn(
             p.train,
             LoaderCfg {
@@ -116,6 +119,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             t_process: p.t_process,
             last: None,
             last_progress: Instant::now(),
+            norm,
             st,
         })
     }
@@ -292,7 +296,9 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 );
             }
         }
-        let state = TrainerState { plateau: Some(self.st.opt().schedule().plateau.to_array()) };
+        let plateau =
+            (o.schedule == crate::config::Schedule::Plateau).then(|| self.st.opt().schedule().plateau.to_array());
+        let state = TrainerState { plateau };
         self.mode.set_trainer_state(state.to_json());
     }
 
@@ -353,7 +359,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         if let Some(params) = self.mode.whole_params(&self.st)? {
             let _p = liveness::phase("writing weights.h5");
             let path = self.out_dir.join("weights.h5");
-            weights::save(&self.st.tensor().full, &params, &path)?;
+            weights::save(&self.st.tensor().full, &params, &self.norm, &path)?;
             match self.last.as_ref().and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {
                 Some((a, e)) => info!("done: test accuracy {a:.4} after {e} epochs; weights in {}", path.display()),
                 None => info!(

@@ -35,6 +35,8 @@ pub(super) struct Writer<'a> {
     rate: Cell<Option<f64>>,
     /// The trainer's state as of the last epoch's end (`trainer::TrainerState`, JSON).
     trainer: RefCell<String>,
+    /// The data's normalization (fixed for the run).
+    norm: RefCell<crate::data::norm::Norm>,
 }
 
 impl<'a> Writer<'a> {
@@ -51,12 +53,18 @@ impl<'a> Writer<'a> {
             rank,
             rate: Cell::new(None),
             trainer: RefCell::new("{}".into()),
+            norm: RefCell::new(Default::default()),
         })
     }
 
     /// The trainer's state that the next checkpoints carry.
     pub fn set_trainer(&self, json: String) {
         *self.trainer.borrow_mut() = json;
+    }
+
+    /// The normalization every checkpoint records.
+    pub fn set_norm(&self, norm: crate::data::norm::Norm) {
+        *self.norm.borrow_mut() = norm;
     }
 
     /// Bytes per second of the last write, if any.
@@ -90,6 +98,7 @@ impl<'a> Writer<'a> {
             v,
             job_json: serde_json::to_string(self.job).expect("job serializes"),
             trainer_json: self.trainer.borrow().clone(),
+            norm: self.norm.borrow().clone(),
             lineage: self.lineage,
             written_at: checkpoint::now_ms(),
         };

@@ -20,6 +20,7 @@ mod check;
 mod read;
 
 use super::h5::with_elem;
+use super::norm::Norm;
 use crate::config::DataCfg;
 use crate::error::{Error, Result};
 use check::open_file;
@@ -51,6 +52,8 @@ pub struct Shard {
     parts: Vec<Part>,
     len: usize,
     affine: Affine,
+    /// The normalization applied as rows are read (x) and to `labels` (y); none at open.
+    norm: Norm,
 }
 
 /// Every file of the dataset, with its number: the numbered files `0, 1, 2, ...` of a
@@ -125,8 +128,36 @@ impl Shard {
             labels: labels.expect("at least one file"),
             parts,
             len,
-            affine: affine_of(cfg),
+            affine: affine_of(cfg, &Norm::default(), want.inputs),
+            norm: Norm::default(),
         })
+    }
+
+    /// From now on read x normalized by `norm` (after `cfg`'s x_scale and x_offset), and
+    /// standardize the regression targets with its y part. Once, on a shard opened plain.
+    pub fn set_norm(&mut self, cfg: &DataCfg, norm: &Norm) {
+        assert!(self.norm.is_none(), "a shard is normalized once");
+        self.affine = affine_of(cfg, norm, self.features);
+        if let Labels::Values(v, _) = &mut self.labels {
+            norm.apply_y(v);
+        }
+        self.norm = norm.clone();
+    }
+
+    pub fn norm(&self) -> &Norm {
+        &self.norm
+    }
+
+    /// This rank's part of x's normalization statistics: the slots of the blocks of rows that
+    /// rank `rank` of `ranks` owns (`norm::block_count` blocks), zero elsewhere. Sum them over
+    /// the ranks, then `norm::merge`.
+    pub fn stat_partials(&self, rank: usize, ranks: usize) -> Result<Vec<f64>> {
+        let (n, f) = (self.len, self.features);
+        let blocks = super::norm::block_count(n, f);
+        let mut p = vec![0.0; super::norm::partials_len(blocks, f)];
+        let mine = rank * blocks / ranks..(rank + 1) * blocks / ranks;
+        super::norm::fill(&mut p, blocks, n, f, mine, |a, c, out| self.read_rows(a, c, out))?;
+        Ok(p)
     }
 
     pub fn len(&self) -> usize {
@@ -163,7 +194,7 @@ impl Shard {
             let a = p.rows.start + (at - p.first);
             let n = (count - done).min(p.rows.end - a);
             let dst = &mut out[done * d..(done + n) * d];
-            with_elem!(p.elem, T => read_part::<T>(p, &self.x_name, a, n, d, self.affine, dst))?;
+            with_elem!(p.elem, T => read_part::<T>(p, &self.x_name, a, n, d, &self.affine, dst))?;
             (at, done) = (at + n, done + n);
         }
         Ok(())

@@ -76,7 +76,8 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
     // Only workers read data: every worker opens all the training rows and takes worker
     // r's part of each step's global batch from the epoch's global order (as data rank r of
     // W under all-reduce); worker r evaluates test slice r of W.
-    let (train, test) = open_data(job, &w.whole, rank, n)?;
+    let (mut train, mut test) = open_data(job, &w.whole, rank, n)?;
+    super::super::normalize::normalize(&w.workers, job, &w.start.norm, &mut train, test.as_mut())?;
     let sched = schedule(job, train.len(), rank, n, be.name())?;
     let d = &job.distribution;
     let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), rank, w.comm.host.clone());
@@ -87,6 +88,7 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
     let mut st = Stepper::new(be, w.whole.clone(), &w.start.params, opt, engine, b, None)?;
     st.restore(&[], &[], w.start.step).map_err(Error::Training)?;
     let writer = Writer::new(job, w.start.lineage, sched.global_batch, n, rank)?;
+    writer.set_norm(train.norm().clone());
     let mode = PsWorker {
         workers: w.workers,
         link: w.link,
