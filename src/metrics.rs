@@ -16,6 +16,11 @@ pub struct EpochMetrics {
     pub test_loss: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_accuracy: Option<f64>,
+    /// On the validation data (`data.validation` or `data.validation_split`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_loss: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_accuracy: Option<f64>,
     /// Global training samples per second of wall time in this epoch (evaluation excluded).
     pub samples_per_sec: f64,
     pub epoch_seconds: f64,

@@ -43,7 +43,16 @@ struct Line {
     train_loss: Option<f64>,
     test_loss: Option<f64>,
     test_accuracy: Option<f64>,
+    val_loss: Option<f64>,
     samples_per_sec: Option<f64>,
+}
+
+/// How a curve is stroked: train solid, test dashed, validation dotted.
+#[derive(Clone, Copy, PartialEq)]
+enum Stroke {
+    Solid,
+    Dashed,
+    Dotted,
 }
 
 /// One run: its label (the directory as given) and its epochs in order.
@@ -140,19 +149,28 @@ where
     };
     let train = series(|m| m.train_loss);
     let test = series(|m| m.test_loss);
+    let val = series(|m| m.val_loss);
     let acc = series(|m| m.test_accuracy);
     let speed = series(|m| m.samples_per_sec);
     let x = epoch_range(runs);
 
     // Loss: train solid, test dashed, one colour per run.
     {
-        let y = value_range(train.iter().chain(&test), false);
-        let mut chart = chart(&panels[0], "loss (train solid, test dashed)", x.clone(), y, "loss")?;
+        let y = value_range(train.iter().chain(&test).chain(&val), false);
+        let title = if val.iter().all(Vec::is_empty) {
+            "loss (train solid, test dashed)"
+        } else {
+            "loss (train solid, test dashed, val dotted)"
+        };
+        let mut chart = chart(&panels[0], title, x.clone(), y, "loss")?;
         for (i, r) in runs.iter().enumerate() {
             let c = COLOURS[i % COLOURS.len()];
-            curve(&mut chart, &train[i], c, false, &format!("{} train", r.label))?;
+            curve(&mut chart, &train[i], c, Stroke::Solid, &format!("{} train", r.label))?;
             if !test[i].is_empty() {
-                curve(&mut chart, &test[i], c, true, &format!("{} test", r.label))?;
+                curve(&mut chart, &test[i], c, Stroke::Dashed, &format!("{} test", r.label))?;
+            }
+            if !val[i].is_empty() {
+                curve(&mut chart, &val[i], c, Stroke::Dotted, &format!("{} val", r.label))?;
             }
         }
         legend(&mut chart, SeriesLabelPosition::UpperRight)?;
@@ -178,7 +196,7 @@ where
         let mut chart = chart(&panels[1], "test accuracy", x.clone(), y, "accuracy")?;
         for (i, r) in runs.iter().enumerate() {
             if !acc[i].is_empty() {
-                curve(&mut chart, &acc[i], COLOURS[i % COLOURS.len()], false, &r.label)?;
+                curve(&mut chart, &acc[i], COLOURS[i % COLOURS.len()], Stroke::Solid, &r.label)?;
             }
         }
         legend(&mut chart, SeriesLabelPosition::LowerRight)?;
@@ -189,7 +207,7 @@ where
         let y = value_range(speed.iter(), true);
         let mut chart = chart(&panels[2], "training samples/s (all ranks)", x, y, "samples/s")?;
         for (i, r) in runs.iter().enumerate() {
-            curve(&mut chart, &speed[i], COLOURS[i % COLOURS.len()], false, &r.label)?;
+            curve(&mut chart, &speed[i], COLOURS[i % COLOURS.len()], Stroke::Solid, &r.label)?;
         }
         legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     }
@@ -244,20 +262,24 @@ fn curve<'a, DB: DrawingBackend + 'a>(
     chart: &mut Chart<'a, DB>,
     points: &[(f64, f64)],
     colour: RGBColor,
-    dashed: bool,
+    stroke: Stroke,
     label: &str,
 ) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
     let style = colour.stroke_width(2);
-    let anno = if dashed {
-        chart.draw_series(DashedLineSeries::new(points.iter().copied(), 8, 5, style))?
-    } else {
-        chart.draw_series(LineSeries::new(points.iter().copied(), style))?
+    let anno = match stroke {
+        Stroke::Dashed => chart.draw_series(DashedLineSeries::new(points.iter().copied(), 8, 5, style))?,
+        Stroke::Dotted => chart.draw_series(DashedLineSeries::new(points.iter().copied(), 2, 4, style))?,
+        Stroke::Solid => chart.draw_series(LineSeries::new(points.iter().copied(), style))?,
     };
     anno.label(label).legend(move |(x, y)| {
-        if dashed {
+        if stroke == Stroke::Dotted {
+            EmptyElement::at((x, y))
+                + PathElement::new(vec![(0, 0), (3, 0)], style)
+                + PathElement::new(vec![(9, 0), (12, 0)], style)
+        } else if stroke == Stroke::Dashed {
             EmptyElement::at((x, y))
                 + PathElement::new(vec![(0, 0), (7, 0)], style)
                 + PathElement::new(vec![(12, 0), (19, 0)], style)

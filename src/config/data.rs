@@ -81,6 +81,13 @@ pub struct DataCfg {
     /// Standardize `mse` targets per output: none | standard.
     #[serde(default)]
     pub normalize_y: NormalizeY,
+    /// Validation data (a file, or `{rank}` files, as `test`), evaluated every epoch.
+    #[serde(default)]
+    pub validation: Option<String>,
+    /// Or hold out this fraction of the training rows for validation: the last ones, as
+    /// Keras' `validation_split` (rows [⌊N·(1 − f)⌋, N) of the training data in file order).
+    #[serde(default)]
+    pub validation_split: f64,
 }
 
 fn default_x() -> String {
@@ -128,6 +135,18 @@ impl DataCfg {
                 "data.x_scale",
                 "is 0, which makes every feature equal to data.x_offset; 1 leaves them as stored".into(),
             );
+        }
+        if !(0.0..1.0).contains(&d.validation_split) {
+            return bad(
+                "data.validation_split",
+                format!(
+                    "must be at least 0 (0: none) and less than 1 (the fraction of training rows held out), got {}",
+                    limits::num(d.validation_split)
+                ),
+            );
+        }
+        if d.validation_split > 0.0 && d.validation.is_some() {
+            return bad("data.validation_split", "and data.validation are both set; give one of them".into());
         }
         if d.train.is_empty() {
             return bad("data.train", "is empty; give the path of the training HDF5 file".into());

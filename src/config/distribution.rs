@@ -166,6 +166,15 @@ impl Job {
         if d.strategy != Strategy::ParameterServer {
             return Ok(());
         }
+        if self.training.early_stopping.is_some() || self.output.keep_best {
+            let field = if self.output.keep_best { "output.keep_best" } else { "training.early_stopping" };
+            return bad(
+                field,
+                "is not available with strategy = \"parameter_server\" yet (the servers would have to stop and hand \
+                 over the best weights); use strategy = \"allreduce\", or train for a fixed number of epochs"
+                    .into(),
+            );
+        }
         let o = &self.optimizer;
         if o.schedule == super::Schedule::Plateau {
             return bad(

@@ -111,9 +111,54 @@ impl Job {
                     .to_string(),
             ));
         }
+        self.validate_monitor(origin)?;
         self.validate_parallel(origin)?;
         self.validate_ps(origin)?;
         self.output.validate(origin)
+    }
+
+    /// Whether the run has validation data (a file or a split).
+    pub fn has_validation(&self) -> bool {
+        self.data.validation.is_some() || self.data.validation_split > 0.0
+    }
+
+    /// The metric that early stopping, plateau and keep_best watch: early_stopping.monitor,
+    /// else val_loss with validation data, else train_loss.
+    pub fn monitor(&self) -> &str {
+        match &self.training.early_stopping {
+            Some(e) => &e.monitor,
+            None if self.has_validation() => "val_loss",
+            None => "train_loss",
+        }
+    }
+
+    /// A monitored metric the run produces, and keep_best with something to keep by.
+    fn validate_monitor(&self, origin: &str) -> Result<()> {
+        let m = self.monitor();
+        let field =
+            if self.training.early_stopping.is_some() { "training.early_stopping.monitor" } else { "output.keep_best" };
+        if m.starts_with("val_") && !self.has_validation() {
+            return Err(Error::config(
+                origin,
+                field,
+                format!("watches {m}, and the run has no validation data; set data.validation (a file) or data.validation_split (a fraction of the training rows), or monitor train_loss"),
+            ));
+        }
+        if m == "val_accuracy" && self.model.loss != LossKind::SoftmaxCrossEntropy {
+            return Err(Error::config(
+                origin,
+                field,
+                "watches val_accuracy, which a regression (model.loss = \"mse\") does not have; monitor val_loss",
+            ));
+        }
+        if self.output.keep_best && !self.has_validation() && self.training.early_stopping.is_none() {
+            return Err(Error::config(
+                origin,
+                "output.keep_best",
+                "keeps the best epoch by val_loss, and the run has no validation data; set data.validation or data.validation_split (or training.early_stopping.monitor = \"train_loss\")",
+            ));
+        }
+        Ok(())
     }
 
     /// A stable fingerprint of everything that must be equal on every rank.

@@ -14,6 +14,10 @@ pub struct OutputCfg {
     /// rank to this file. Also `hvtrain train --timeline FILE`, or HVTRAIN_TIMELINE.
     #[serde(default)]
     pub timeline: Option<String>,
+    /// weights.h5 holds the weights of the best epoch by the monitored metric
+    /// (`training.early_stopping.monitor`, else val_loss), the checkpoints the last ones.
+    #[serde(default)]
+    pub keep_best: bool,
 }
 
 fn default_out() -> String {
@@ -22,7 +26,7 @@ fn default_out() -> String {
 
 impl Default for OutputCfg {
     fn default() -> Self {
-        OutputCfg { dir: default_out(), timeline: None }
+        OutputCfg { dir: default_out(), timeline: None, keep_best: false }
     }
 }
 

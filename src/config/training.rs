@@ -48,7 +48,33 @@ pub struct TrainingCfg {
     /// in seconds (0: off).
     #[serde(default = "default_progress")]
     pub progress_seconds: f64,
+    /// End the run when `monitor` has not improved by more than `min_delta` for `patience`
+    /// epochs (Keras' EarlyStopping). Off when absent.
+    #[serde(default)]
+    pub early_stopping: Option<EarlyStopping>,
 }
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EarlyStopping {
+    /// train_loss | val_loss | val_accuracy (lower is better but for accuracy).
+    #[serde(default = "default_monitor")]
+    pub monitor: String,
+    #[serde(default = "default_patience")]
+    pub patience: usize,
+    #[serde(default)]
+    pub min_delta: f64,
+}
+
+fn default_monitor() -> String {
+    "val_loss".into()
+}
+fn default_patience() -> usize {
+    5
+}
+
+/// The metrics a run can monitor (early stopping, plateau, keep_best).
+pub const MONITORS: [&str; 3] = ["train_loss", "val_loss", "val_accuracy"];
 
 fn default_batch() -> usize {
     32
@@ -70,6 +96,7 @@ impl Default for TrainingCfg {
             precision: Precision::Fp32,
             log_every: 0,
             progress_seconds: default_progress(),
+            early_stopping: None,
         }
     }
 }
@@ -80,6 +107,17 @@ impl TrainingCfg {
         count(origin, "training.batch_size", self.batch_size as u64, limits::BATCH_SIZE)?;
         count(origin, "training.log_every", self.log_every as u64, limits::LOG_EVERY)?;
         // (training.seed needs no bound: every u64 is a seed.)
+        if let Some(e) = &self.early_stopping {
+            count(origin, "training.early_stopping.patience", e.patience as u64, limits::PATIENCE)?;
+            real(origin, "training.early_stopping.min_delta", e.min_delta, limits::MIN_DELTA)?;
+            if !MONITORS.contains(&e.monitor.as_str()) {
+                return Err(crate::error::Error::config(
+                    origin,
+                    "training.early_stopping.monitor",
+                    format!("is \"{}\"; the run's metrics it can watch are {}", e.monitor, MONITORS.join(", ")),
+                ));
+            }
+        }
         real(origin, "training.progress_seconds", self.progress_seconds, limits::PROGRESS_SECONDS)
     }
 }

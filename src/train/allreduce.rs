@@ -45,7 +45,19 @@ pub(super) fn build<'a, B: Backend>(
     t_process: Instant,
 ) -> Result<(Parts<'a, B>, AllReduce<'a>)> {
     let d = &job.distribution;
-    let Setup { model, grid, mut tensor, data_chan, engine_chan, plan, train_shard, test_shard, out_dir, .. } = setup;
+    let Setup {
+        model,
+        grid,
+        mut tensor,
+        data_chan,
+        engine_chan,
+        plan,
+        train_shard,
+        test_shard,
+        val_shard,
+        out_dir,
+        ..
+    } = setup;
     let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), comm.rank, comm.host.clone());
     let p = liveness::phase("starting the communication engine");
     comm.barrier(); // line the ranks' clocks up for the timeline
@@ -81,6 +93,7 @@ pub(super) fn build<'a, B: Backend>(
         st,
         train: train_shard,
         test: test_shard,
+        validation: val_shard,
         sched,
         data_rank: grid.d,
         data_ranks: grid.data,

@@ -25,6 +25,7 @@ mod save;
 mod setup;
 mod stop;
 mod trainer;
+mod watch;
 
 use crate::config::Job;
 use crate::error::{Error, Result};
@@ -62,7 +63,8 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>)
     }
     let mut setup = setup::Setup::new(comm, job)?;
     let start = restore::restore(comm, job, &setup, resume.as_ref())?;
-    normalize::normalize(comm, job, &start.norm, &mut setup.train_shard, setup.test_shard.as_mut())?;
+    let others = [setup.test_shard.as_mut(), setup.val_shard.as_mut()];
+    normalize::normalize(comm, job, &start.norm, &mut setup.train_shard, others)?;
     let schedule = setup::schedule(comm, job, &setup, start.global_batch)?;
     let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
     crate::device::with_backend(kind, job.training.precision, Train { comm, job, setup, schedule, start, t_process })

@@ -15,13 +15,14 @@ use crate::parallel::Channel;
 use log::{info, warn};
 
 /// Collective over `chan`, the ranks that hold the training data (all of it). `resumed`: the
-/// checkpoint's normalization (used as it is when it has one). Returns what was applied.
+/// checkpoint's normalization (used as it is when it has one). `others`: the test and
+/// validation shards, normalized with the training rows' statistics. Returns what was applied.
 pub(super) fn normalize(
     chan: &Channel,
     job: &Job,
     resumed: &Norm,
     train: &mut Shard,
-    test: Option<&mut Shard>,
+    others: [Option<&mut Shard>; 2],
 ) -> Result<Norm> {
     let d = &job.data;
     if d.normalize == Normalize::None && d.normalize_y == NormalizeY::None {
@@ -75,7 +76,7 @@ pub(super) fn normalize(
         }
     }
     train.set_norm(d, &norm);
-    if let Some(t) = test {
+    for t in others.into_iter().flatten() {
         t.set_norm(d, &norm);
     }
     Ok(norm)

@@ -8,6 +8,7 @@
 use super::mode::{At, Boundary, Mode};
 use super::restore::Start;
 use super::trainer::TrainerState;
+use super::watch::Watch;
 use super::{human, in_step, Outcome};
 use crate::config::Job;
 use crate::data::loader::{Loader, LoaderCfg, Schedule, Tally};
@@ -28,6 +29,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// `output.keep_best`'s file in output.dir: the best epoch's weights so far.
+const BEST: &str = "best-weights.h5";
+
+/// How an epoch ended.
+enum EpochEnd {
+    Go,
+    /// Early stopping: the run ends cleanly here.
+    EarlyStop,
+    /// A signal stopped it (the stop checkpoint is written).
+    Stopped(Outcome),
+}
+
 /// What a mode builds for the loop.
 pub(super) struct Parts<'a, B: Backend> {
     pub comm: &'a Comm,
@@ -35,6 +48,7 @@ pub(super) struct Parts<'a, B: Backend> {
     pub st: Stepper<B>,
     pub train: Shard,
     pub test: Option<Shard>,
+    pub validation: Option<Shard>,
     /// Steps per epoch and the rows of every data rank in each.
     pub sched: Schedule,
     /// This rank's data rank (its replica, or its worker index) and their count.
@@ -53,6 +67,7 @@ pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
     mode: M,
     loader: Option<Loader>,
     test: Option<Shard>,
+    validation: Option<Shard>,
     metrics: Option<MetricsLog>,
     timeline: Option<Arc<Timeline>>,
     fault: Option<Fault>,
@@ -70,6 +85,9 @@ pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
     last_progress: Instant,
     /// The data's normalization, for weights.h5.
     norm: crate::data::norm::Norm,
+    /// The monitored metric (early stopping, keep_best, plateau) and the trainer's state.
+    watch: Watch,
+    trainer: TrainerState,
 }
 
 impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
@@ -100,12 +118,14 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             st.opt_mut().schedule_mut().plateau = crate::optim::Plateau::from_array(a);
         }
         mode.set_trainer_state(trainer.to_json());
+        let watch = Watch::new(job, &trainer);
         Ok(Run {
             comm: p.comm,
             job,
             mode,
             loader: Some(loader),
             test: p.test,
+            validation: p.validation,
             metrics,
             timeline: p.timeline,
             fault: crate::fault::from_env()?,
@@ -120,6 +140,8 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             last: None,
             last_progress: Instant::now(),
             norm,
+            watch,
+            trainer,
             st,
         })
     }
@@ -130,16 +152,18 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         for epoch in self.start_epoch + 1..=self.job.training.epochs {
             let resumed = epoch == self.start_epoch + 1;
             let (first, loss_sum) = if resumed { (self.start_batch, self.start_loss_sum) } else { (0, 0.0) };
-            if let Some(o) = self.epoch(epoch, first, loss_sum)? {
-                return Ok(o);
+            match self.epoch(epoch, first, loss_sum)? {
+                EpochEnd::Stopped(o) => return Ok(o),
+                EpochEnd::EarlyStop => break,
+                EpochEnd::Go => {}
             }
         }
         self.finish()?;
         Ok(Outcome::Completed)
     }
 
-    /// One epoch from step `first` of it; Some(Preempted) when a signal stopped it.
-    fn epoch(&mut self, epoch: usize, first: usize, mut loss_sum: f64) -> Result<Option<Outcome>> {
+    /// One epoch from step `first` of it: stopped by a signal, ended by early stopping, or go on.
+    fn epoch(&mut self, epoch: usize, first: usize, mut loss_sum: f64) -> Result<EpochEnd> {
         let steps = self.sched.steps;
         let t0 = Instant::now();
         self.st.take_exposed();
@@ -154,7 +178,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 Boundary::Stopped => {
                     // This rank's rows of the cut epoch (the resumed loader logs the rest).
                     tally.log_before_stop(epoch, first + 1, i + 1);
-                    return Ok(Some(Outcome::Preempted));
+                    return Ok(EpochEnd::Stopped(Outcome::Preempted));
                 }
                 // The epoch's last step: checkpoint after its metrics, as the start of the next.
                 Boundary::Checkpoint if at.last => at_epoch_end = true,
@@ -162,11 +186,11 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 Boundary::Continue => {}
             }
         }
-        self.end_of_epoch(epoch, first, t0, loss_sum)?;
+        let early_stop = self.end_of_epoch(epoch, first, t0, loss_sum)?;
         if at_epoch_end {
             self.mode.checkpoint(&self.st, At { epoch_index: epoch, step_in_epoch: 0, last: false, rows: 0 }, 0.0)?;
         }
-        Ok(None)
+        Ok(if early_stop { EpochEnd::EarlyStop } else { EpochEnd::Go })
     }
 
     /// Step `i` of epoch `epoch`: this rank's loss sum over its rows of the step.
@@ -227,7 +251,9 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
 
     /// The mode's meeting, test metrics (local work first; the watchdog then guards only the
     /// one collective), the epoch line and `metrics.jsonl`.
-    fn end_of_epoch(&mut self, epoch: usize, first: usize, t0: Instant, loss_sum: f64) -> Result<()> {
+    /// The epoch's metrics, evaluation and the monitored metric's verdict: true when early
+    /// stopping ends the run here.
+    fn end_of_epoch(&mut self, epoch: usize, first: usize, t0: Instant, loss_sum: f64) -> Result<bool> {
         let (steps, d) = (self.sched.steps, self.data_rank);
         let my_rows = self.sched.rows_before(d, steps) - self.sched.rows_before(d, first);
         self.mode.meet(&mut self.st, my_rows as f64 / t0.elapsed().as_secs_f64())?;
@@ -239,14 +265,17 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         let waited = group.pipe.as_mut().map_or(0.0, |p| p.take_waited().as_secs_f64() / secs.max(1e-9));
         let pipelined = group.pipe.is_some();
         crate::model::placement::log_sum_time(self.comm.rank, epoch, secs, done);
-        let test = self.evaluate()?;
+        let test = self.evaluate(false)?;
+        let val = self.evaluate(true)?;
         // Evaluation's sums are not the next epoch's.
         crate::model::placement::reset_sum_time();
         // The rows this rank uses in the whole epoch (also before a resume), summed over ranks;
         // a replica counts once (its ranks all hold its losses).
-        let mut totals = [loss_sum, self.sched.epoch_rows(d) as f64, test[0], test[1], test[2], waited];
+        let mut totals =
+            [loss_sum, self.sched.epoch_rows(d) as f64, test[0], test[1], test[2], waited, val[0], val[1], val[2]];
         if !self.mode.counts_metrics() {
             totals[..5].fill(0.0);
+            totals[6..].fill(0.0);
         }
         {
             let _g = self.mode.watchdog().guard(MAIN, "the end-of-epoch metrics", self.st.step());
@@ -260,11 +289,20 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             }
             None => (None, None),
         };
+        let (val_loss, val_accuracy) = match &self.validation {
+            Some(sh) => {
+                let (l, a) = eval_result(&totals[6..9], sh);
+                (Some(l), a)
+            }
+            None => (None, None),
+        };
         let m = EpochMetrics {
             epoch,
             train_loss: totals[0] / totals[1],
             test_loss,
             test_accuracy,
+            val_loss,
+            val_accuracy,
             samples_per_sec: self.sched.global_rows_in(first, steps) as f64 / secs,
             epoch_seconds: secs,
             exposed_comm_ms_per_step: exposed_ms,
@@ -277,35 +315,53 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         if self.metrics.is_some() {
             self.log_epoch(&m, exposed_ms)?;
         }
-        self.schedule_epoch_end(&m);
+        let stop = self.watch_epoch_end(&m)?;
         self.last = Some(m);
-        Ok(())
+        Ok(stop)
     }
 
-    /// The learning-rate schedule's epoch end (plateau reads the monitored metric, the same on
-    /// every rank: the metrics were summed over the trainers), and the trainer state that the
-    /// next checkpoints carry.
-    fn schedule_epoch_end(&mut self, m: &EpochMetrics) {
-        let (name, value) = ("train_loss", m.train_loss);
+    /// The monitored metric's verdict (the same on every rank: the metrics were summed over
+    /// the trainers): the best weights (keep_best, collective), the learning-rate schedule's
+    /// epoch end (plateau), and the trainer state that the next checkpoints carry. True when
+    /// early stopping ends the run.
+    fn watch_epoch_end(&mut self, m: &EpochMetrics) -> Result<bool> {
+        let v = self.watch.epoch_end(m);
+        let (name, rank0) = (self.watch.name.clone(), self.comm.rank == 0);
+        if v.improved && self.job.output.keep_best {
+            if let Some(params) = self.mode.whole_params(&self.st)? {
+                let _p = liveness::phase("writing the best weights so far");
+                weights::save(&self.st.tensor().full, &params, &self.norm, &self.out_dir.join(BEST))?;
+            }
+        }
         let o = &self.job.optimizer;
-        if let Some(lr) = self.st.opt_mut().schedule_mut().epoch_end(value) {
-            if self.comm.rank == 0 {
+        if let Some(lr) = v.value.and_then(|x| self.st.opt_mut().schedule_mut().epoch_end(x)) {
+            if rank0 {
                 info!(
                     "epoch {}: {name} has not improved by more than {} for {} epoch(s): learning rate now {lr:.4e} (plateau)",
                     m.epoch, o.min_delta, o.patience
                 );
             }
         }
-        let plateau =
-            (o.schedule == crate::config::Schedule::Plateau).then(|| self.st.opt().schedule().plateau.to_array());
-        let state = TrainerState { plateau };
-        self.mode.set_trainer_state(state.to_json());
+        let is_plateau = o.schedule == crate::config::Schedule::Plateau;
+        self.trainer.plateau = is_plateau.then(|| self.st.opt().schedule().plateau.to_array());
+        self.watch.save(&mut self.trainer);
+        self.mode.set_trainer_state(self.trainer.to_json());
+        if v.stop && rank0 {
+            let e = self.job.training.early_stopping.as_ref().expect("stop needs early stopping");
+            let best = self.watch.best.map(|b| self.watch.shown(b)).unwrap_or(f64::NAN);
+            info!(
+                "early stopping after epoch {}: {name} has not improved by more than {} for {} epochs; the best was {best:.6} at epoch {}",
+                m.epoch, e.min_delta, e.patience, self.watch.best_epoch
+            );
+        }
+        Ok(v.stop)
     }
 
     /// This rank's test sums [loss, correct, rows] on the training backend ([0; 3] without
     /// test data); collective over the model replica.
-    fn evaluate(&mut self) -> Result<[f64; 3]> {
-        let Some(sh) = &self.test else { return Ok([0.0; 3]) };
+    fn evaluate(&mut self, validation: bool) -> Result<[f64; 3]> {
+        let shard = if validation { &self.validation } else { &self.test };
+        let Some(sh) = shard else { return Ok([0.0; 3]) };
         let (model, params) = (self.st.model().clone(), self.st.params_host()?);
         let (be, group) = self.st.backend_and_tensor();
         evaluate_in_group(be, &model, &params, sh, group)
@@ -316,9 +372,11 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         let (job, epoch) = (self.job, m.epoch);
         let note = self.mode.epoch_note(exposed_ms);
         info!(
-            "epoch {epoch}/{}: train_loss {:.4}{}{} | {} samples, {:.0} samples/s ({:.2} s){note}",
+            "epoch {epoch}/{}: train_loss {:.4}{}{}{}{} | {} samples, {:.0} samples/s ({:.2} s){note}",
             job.training.epochs,
             m.train_loss,
+            m.val_loss.map(|l| format!(" val_loss {l:.4}")).unwrap_or_default(),
+            m.val_accuracy.map(|a| format!(" val_accuracy {a:.4}")).unwrap_or_default(),
             m.test_loss.map(|l| format!(" test_loss {l:.4}")).unwrap_or_default(),
             m.test_accuracy.map(|a| format!(" test_accuracy {a:.4}")).unwrap_or_default(),
             m.samples,
@@ -359,7 +417,21 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         if let Some(params) = self.mode.whole_params(&self.st)? {
             let _p = liveness::phase("writing weights.h5");
             let path = self.out_dir.join("weights.h5");
-            weights::save(&self.st.tensor().full, &params, &self.norm, &path)?;
+            let best = self.out_dir.join(BEST);
+            if self.job.output.keep_best && best.exists() {
+                // The best epoch's weights, written when it ended; the checkpoints hold the last.
+                let tmp = weights::tmp_path(&path);
+                std::fs::copy(&best, &tmp).map_err(|e| Error::io(&tmp, "copy the best weights", e))?;
+                weights::commit(&tmp, &path, "rename the best weights into place", || {})?;
+                info!(
+                    "keep_best: weights.h5 holds epoch {}'s weights ({} {:.6}, the best); the checkpoints hold the last epoch's",
+                    self.watch.best_epoch,
+                    self.watch.name,
+                    self.watch.best.map(|b| self.watch.shown(b)).unwrap_or(f64::NAN)
+                );
+            } else {
+                weights::save(&self.st.tensor().full, &params, &self.norm, &path)?;
+            }
             match self.last.as_ref().and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {
                 Some((a, e)) => info!("done: test accuracy {a:.4} after {e} epochs; weights in {}", path.display()),
                 None => info!(

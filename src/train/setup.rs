@@ -7,7 +7,7 @@
 
 use crate::config::Job;
 use crate::data::loader::Schedule;
-use crate::data::shard::Shard;
+use crate::data::shard::{Shard, Within};
 use crate::error::{Error, Result};
 use crate::eval::{expect, start};
 use crate::model::pipeline;
@@ -36,6 +36,7 @@ pub(super) struct Setup {
     pub plan: FusionPlan,
     pub train_shard: Shard,
     pub test_shard: Option<Shard>,
+    pub val_shard: Option<Shard>,
     pub out_dir: PathBuf,
 }
 
@@ -68,7 +69,8 @@ impl Setup {
             );
         }
         let plan = fusion_plan(comm, job, &model, &data_chan)?;
-        let (train_shard, test_shard) = open_data(job, &whole, grid.d, grid.data)?;
+        let Data { train: train_shard, test: test_shard, validation: val_shard } =
+            open_data(job, &whole, grid.d, grid.data)?;
         let _p = phase("checking that every rank sees the same training rows");
         check_agreement(&data_chan, "the number of training rows", train_shard.len() as u64)?;
         Ok(Setup {
@@ -82,6 +84,7 @@ impl Setup {
             plan,
             train_shard,
             test_shard,
+            val_shard,
             out_dir: PathBuf::from(&job.output.dir),
         })
     }
@@ -123,10 +126,12 @@ fn fusion_plan(comm: &Comm, job: &Job, model: &Mlp, data_chan: &Channel) -> Resu
 /// The training data, all of it (the loader takes each step's rows from the epoch's global
 /// order), and data rank `d` of `n_data`'s slice of the test data, checked against the
 /// whole model `whole`. Every training rank (and parameter-server worker) opens them so.
-pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize) -> Result<(Shard, Option<Shard>)> {
-    let _p = phase("opening the training and test data");
+pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize) -> Result<Data> {
+    let _p = phase("opening the training, validation and test data");
     let want = expect(whole);
-    let train = Shard::open(&job.data, "data.train", &job.data.train, 0, 1, want)?;
+    let split = job.data.validation_split;
+    let within = if split > 0.0 { Within::TrainOf(split) } else { Within::All };
+    let train = Shard::open_in(&job.data, "data.train", &job.data.train, within, 0, 1, want)?;
     debug!("training data: {} ({} rows)", train.describe(), train.len());
     let n = train.len();
     if n < n_data {
@@ -143,7 +148,23 @@ pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize) -> Resu
         Some(t) => Some(Shard::open(&job.data, "data.test", t, d, n_data, want)?),
         None => None,
     };
-    Ok((train, test))
+    let validation = match &job.data.validation {
+        Some(v) => Some(Shard::open(&job.data, "data.validation", v, d, n_data, want)?),
+        None if split > 0.0 => {
+            let t = &job.data.train;
+            Some(Shard::open_in(&job.data, "data.train", t, Within::ValidationOf(split), d, n_data, want)?)
+        }
+        None => None,
+    };
+    Ok(Data { train, test, validation })
+}
+
+/// The shards a training rank opens: all training rows, and its slices of the test and
+/// validation data.
+pub(super) struct Data {
+    pub train: Shard,
+    pub test: Option<Shard>,
+    pub validation: Option<Shard>,
 }
 
 /// What this rank's model state costs: its parameters, two gradient buffers per bucket, and the

@@ -1,5 +1,6 @@
 //! The trainer's own state between epochs, beyond the model and the optimizer's moments:
-//! today the learning rate's plateau state. It travels in every checkpoint as `trainer_json`
+//! the learning rate's plateau state, and the monitored metric's best value, best epoch and
+//! epochs without improvement (early stopping, keep_best). It travels in every checkpoint as `trainer_json`
 //! (format 4), so a resumed run on any rank count continues the same schedule.
 //!
 //! Must not: decide anything (the run loop and `optim::schedule` do); only hold and convert.
@@ -12,6 +13,11 @@ use serde::{Deserialize, Serialize};
 pub struct TrainerState {
     /// `optim::Plateau` as [scale, best, wait]; None before the first epoch's end.
     pub plateau: Option<[f64; 3]>,
+    /// The monitored metric's best value so far (lower is better: accuracy negated).
+    pub best: Option<f64>,
+    pub best_epoch: usize,
+    /// Epochs since the best.
+    pub wait: u64,
 }
 
 impl TrainerState {
@@ -31,7 +37,7 @@ mod tests {
 
     #[test]
     fn round_trips_and_reads_older_checkpoints() {
-        let t = TrainerState { plateau: Some([0.25, 0.5, 1.0]) };
+        let t = TrainerState { plateau: Some([0.25, 0.5, 1.0]), best: Some(0.3), best_epoch: 4, wait: 2 };
         assert_eq!(TrainerState::from_json(&t.to_json(), "c.h5".as_ref()).unwrap(), t);
         assert_eq!(TrainerState::from_json("{}", "c.h5".as_ref()).unwrap(), TrainerState::default());
         assert!(TrainerState::from_json("[", "c.h5".as_ref()).is_err());

@@ -56,6 +56,21 @@ pub struct Shard {
     norm: Norm,
 }
 
+/// Which of a dataset's global rows a shard takes (see `Shard::open_in`).
+#[derive(Clone, Copy, Debug)]
+pub enum Within {
+    All,
+    /// The training rows of `data.validation_split = f`.
+    TrainOf(f64),
+    /// Its validation rows.
+    ValidationOf(f64),
+}
+
+/// Keras' rule: the first ⌊N·(1 − f)⌋ rows train, the rest validate.
+pub fn split_at(rows: usize, f: f64) -> usize {
+    ((rows as f64) * (1.0 - f)).floor() as usize
+}
+
 /// Every file of the dataset, with its number: the numbered files `0, 1, 2, ...` of a
 /// `{rank}` template (as many as exist, counted from 0), else the one path. `key` names the
 /// job field in errors.
@@ -80,6 +95,21 @@ impl Shard {
     /// another, in file order): rows [rank·n/ranks, (rank+1)·n/ranks). Training opens it whole
     /// (rank 0 of 1) and the loader picks each step's rows; evaluation splits the test data.
     pub fn open(cfg: &DataCfg, key: &str, template: &str, rank: usize, ranks: usize, want: Expect) -> Result<Shard> {
+        Shard::open_in(cfg, key, template, Within::All, rank, ranks, want)
+    }
+
+    /// As `open`, over the part of the dataset's global rows that `within` says:
+    /// `data.validation_split`'s training rows (the first ⌊N·(1 − f)⌋) or validation rows
+    /// (the rest), an error naming the key when that part is empty.
+    pub fn open_in(
+        cfg: &DataCfg,
+        key: &str,
+        template: &str,
+        within: Within,
+        rank: usize,
+        ranks: usize,
+        want: Expect,
+    ) -> Result<Shard> {
         let mut opened = Vec::new();
         for (number, path) in files(template, key)? {
             let f = open_file(cfg, key, &path, want)?;
@@ -88,8 +118,25 @@ impl Shard {
             }
             opened.push((number, path, f));
         }
-        let total: usize = opened.iter().map(|o| o.2.n).sum();
-        let (lo, hi) = (rank * total / ranks, (rank + 1) * total / ranks);
+        let all: usize = opened.iter().map(|o| o.2.n).sum();
+        let cut = match within {
+            Within::All => 0..all,
+            Within::TrainOf(f) => 0..split_at(all, f),
+            Within::ValidationOf(f) => split_at(all, f)..all,
+        };
+        if cut.is_empty() {
+            let which = if matches!(within, Within::TrainOf(_)) { "training" } else { "validation" };
+            return Err(Error::config(
+                &cfg.train,
+                "data.validation_split",
+                format!(
+                    "= {} of the {all} training rows leaves no {which} rows; choose a fraction that leaves both",
+                    crate::config::num(cfg.validation_split)
+                ),
+            ));
+        }
+        let total = cut.len();
+        let (lo, hi) = (cut.start + rank * total / ranks, cut.start + (rank + 1) * total / ranks);
         if lo == hi {
             return Err(Error::data(
                 &opened[0].1,

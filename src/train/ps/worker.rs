@@ -76,8 +76,9 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
     // Only workers read data: every worker opens all the training rows and takes worker
     // r's part of each step's global batch from the epoch's global order (as data rank r of
     // W under all-reduce); worker r evaluates test slice r of W.
-    let (mut train, mut test) = open_data(job, &w.whole, rank, n)?;
-    super::super::normalize::normalize(&w.workers, job, &w.start.norm, &mut train, test.as_mut())?;
+    let super::super::setup::Data { mut train, mut test, mut validation } = open_data(job, &w.whole, rank, n)?;
+    let others = [test.as_mut(), validation.as_mut()];
+    super::super::normalize::normalize(&w.workers, job, &w.start.norm, &mut train, others)?;
     let sched = schedule(job, train.len(), rank, n, be.name())?;
     let d = &job.distribution;
     let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), rank, w.comm.host.clone());
@@ -106,6 +107,7 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
         st,
         train,
         test,
+        validation,
         sched,
         data_rank: rank,
         data_ranks: n,

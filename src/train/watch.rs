@@ -1,0 +1,150 @@
+//! The monitored metric at each epoch's end (`Job::monitor`: early_stopping.monitor, else
+//! val_loss with validation data, else train_loss): whether it improved by more than
+//! min_delta, the best epoch (for `output.keep_best`), and whether early stopping ends the run
+//! (Keras' EarlyStopping: `patience` epochs without improvement). Its state travels in
+//! checkpoints through `TrainerState`.
+//!
+//! Must not: write files or talk to other ranks (the run loop does); every rank computes the
+//! same verdict from the same summed metrics.
+
+use super::trainer::TrainerState;
+use crate::config::Job;
+use crate::metrics::EpochMetrics;
+
+pub(super) struct Watch {
+    pub name: String,
+    /// Accuracy is better high: its value is negated, so lower is better throughout.
+    negate: bool,
+    min_delta: f64,
+    /// Early stopping's patience (None: no early stopping).
+    patience: Option<u64>,
+    pub best: Option<f64>,
+    pub best_epoch: usize,
+    wait: u64,
+}
+
+/// What an epoch's end decided.
+pub(super) struct Verdict {
+    /// The lower-is-better value (accuracy negated), if the epoch produced the metric.
+    pub value: Option<f64>,
+    pub improved: bool,
+    pub stop: bool,
+}
+
+impl Watch {
+    pub fn new(job: &Job, state: &TrainerState) -> Watch {
+        let name = job.monitor().to_string();
+        let e = job.training.early_stopping.as_ref();
+        Watch {
+            negate: name.ends_with("accuracy"),
+            name,
+            min_delta: e.map_or(0.0, |e| e.min_delta),
+            patience: e.map(|e| e.patience as u64),
+            best: state.best,
+            best_epoch: state.best_epoch,
+            wait: state.wait,
+        }
+    }
+
+    fn value(&self, m: &EpochMetrics) -> Option<f64> {
+        let v = match self.name.as_str() {
+            "train_loss" => Some(m.train_loss),
+            "val_loss" => m.val_loss,
+            "val_accuracy" => m.val_accuracy,
+            _ => None,
+        }?;
+        v.is_finite().then_some(if self.negate { -v } else { v })
+    }
+
+    pub fn epoch_end(&mut self, m: &EpochMetrics) -> Verdict {
+        let Some(v) = self.value(m) else { return Verdict { value: None, improved: false, stop: false } };
+        let improved = self.best.is_none_or(|b| v < b - self.min_delta);
+        if improved {
+            (self.best, self.best_epoch, self.wait) = (Some(v), m.epoch, 0);
+        } else {
+            self.wait += 1;
+        }
+        let stop = self.patience.is_some_and(|p| self.wait >= p);
+        Verdict { value: Some(v), improved, stop }
+    }
+
+    /// The monitored value as the metric reads (accuracy not negated).
+    pub fn shown(&self, v: f64) -> f64 {
+        if self.negate {
+            -v
+        } else {
+            v
+        }
+    }
+
+    pub fn save(&self, into: &mut TrainerState) {
+        (into.best, into.best_epoch, into.wait) = (self.best, self.best_epoch, self.wait);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics(epoch: usize, val_loss: f64) -> EpochMetrics {
+        EpochMetrics {
+            epoch,
+            train_loss: 1.0,
+            test_loss: None,
+            test_accuracy: None,
+            val_loss: Some(val_loss),
+            val_accuracy: Some(1.0 - val_loss),
+            samples_per_sec: 0.0,
+            epoch_seconds: 0.0,
+            exposed_comm_ms_per_step: 0.0,
+            steps: 1,
+            samples: 1,
+            ranks: 1,
+            lr: 0.1,
+            pipeline_bubble: None,
+        }
+    }
+
+    fn job(extra: &str) -> Job {
+        let src = format!("[data]\ntrain = \"t.h5\"\nvalidation_split = 0.2\n[model]\nlayers = [2, 2]\n{extra}");
+        Job::parse("test.toml", &src, &[]).unwrap()
+    }
+
+    #[test]
+    fn stops_after_patience_epochs_without_improvement_by_min_delta() {
+        let j = job("[training]\nearly_stopping = { monitor = \"val_loss\", patience = 2, min_delta = 0.05 }\n");
+        let mut w = Watch::new(&j, &TrainerState::default());
+        let seq = [0.9, 0.8, 0.78, 0.7, 0.69, 0.68];
+        let verdicts: Vec<(bool, bool)> = seq
+            .iter()
+            .enumerate()
+            .map(|(e, &v)| {
+                let r = w.epoch_end(&metrics(e + 1, v));
+                (r.improved, r.stop)
+            })
+            .collect();
+        // 0.78 is not 0.05 below 0.8; 0.7 is; 0.69 and 0.68 are not: stop after the second.
+        assert_eq!(
+            verdicts,
+            [(true, false), (true, false), (false, false), (true, false), (false, false), (false, true)]
+        );
+        assert_eq!((w.best, w.best_epoch), (Some(0.7), 4));
+        // Through a checkpoint: the same state.
+        let mut s = TrainerState::default();
+        w.save(&mut s);
+        let s2 = TrainerState::from_json(&s.to_json(), "c.h5".as_ref()).unwrap();
+        let w2 = Watch::new(&j, &s2);
+        assert_eq!((w2.best, w2.best_epoch, w2.wait), (w.best, w.best_epoch, w.wait));
+    }
+
+    #[test]
+    fn accuracy_is_better_high() {
+        let j = job("[training]\nearly_stopping = { monitor = \"val_accuracy\", patience = 1 }\n");
+        let mut w = Watch::new(&j, &TrainerState::default());
+        assert!(w.epoch_end(&metrics(1, 0.5)).improved); // accuracy 0.5
+        assert!(w.epoch_end(&metrics(2, 0.4)).improved); // accuracy 0.6
+        let v = w.epoch_end(&metrics(3, 0.45)); // accuracy 0.55: worse
+        assert!(!v.improved && v.stop);
+        assert_eq!(w.shown(w.best.unwrap()), 0.6);
+    }
+}
