@@ -29,9 +29,10 @@ NVRTC_DIR     := target/nvrtc
 NVRTC_LIB     := $(CURDIR)/$(NVRTC_DIR)/nvidia/cuda_nvrtc/lib
 
 # onnx and onnxruntime for tests/export.rs (the exported model checked and run against
-# `hvtrain predict`), in a virtual environment under target/. Pinned; skipped when this set is
+# `hvtrain predict`), and scikit-learn for tests/normalize.rs (hvtrain's R², MAE and RMSE
+# against its own), in a virtual environment under target/. Pinned; skipped when this set is
 # already installed (the stamp names it). About 20 s from PyPI.
-ONNX_PIP   := onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6 h5py==3.16.0
+ONNX_PIP   := onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6 h5py==3.16.0 scikit-learn==1.9.1 scipy==1.17.1
 ONNX_VENV  := target/onnx-venv
 ONNX_STAMP := $(ONNX_VENV)/.installed-$(shell echo '$(ONNX_PIP)' | cksum | cut -d' ' -f1)
 

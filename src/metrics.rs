@@ -21,6 +21,23 @@ pub struct EpochMetrics {
     pub val_loss: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub val_accuracy: Option<f64>,
+    /// Regression, in the targets' units: means over the outputs, and per output (K ≤ 16).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_mae: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_rmse: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_r2: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_per_output: Option<PerOutput>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_mae: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_rmse: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_r2: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_per_output: Option<PerOutput>,
     /// Global training samples per second of wall time in this epoch (evaluation excluded).
     pub samples_per_sec: f64,
     pub epoch_seconds: f64,
@@ -37,6 +54,14 @@ pub struct EpochMetrics {
     /// neighbouring stages' messages (the measured bubble).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipeline_bubble: Option<f64>,
+}
+
+/// Regression metrics per output, in the targets' units.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PerOutput {
+    pub mae: Vec<f64>,
+    pub rmse: Vec<f64>,
+    pub r2: Vec<f64>,
 }
 
 pub struct MetricsLog {

@@ -127,6 +127,24 @@ fn statistics_match_float64_and_do_not_depend_on_the_rank_count() {
     }
 }
 
+/// The directory a test of this file made (scratch's).
+fn target_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// The python with scikit-learn and h5py (the test venv, `make onnx-venv`), if any.
+fn sklearn_python() -> Option<PathBuf> {
+    let p = std::env::var_os("HVTRAIN_ONNX_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/onnx-venv/bin/python"));
+    let ok =
+        std::process::Command::new(&p).args(["-c", "import sklearn, h5py"]).output().is_ok_and(|o| o.status.success());
+    if !ok && std::env::var("HVTRAIN_REQUIRE_ONNX").is_ok_and(|v| v == "1") {
+        panic!("no python with scikit-learn and h5py at {} (make onnx-venv)", p.display());
+    }
+    ok.then_some(p)
+}
+
 fn r2(pred: &[f32], y: &[f32], k: usize) -> f64 {
     let (mean, var) = reference(y, k);
     let mut total = 0.0;
@@ -161,6 +179,36 @@ fn normalized_training_predicts_raw_units_and_raw_training_does_not() {
         scores.push(r2(&pred, &ty, K));
     }
     eprintln!("test R² with normalize: {:.4}, without: {:.4}", scores[0], scores[1]);
+    // hvtrain's own R², MAE and RMSE (eval's JSON, raw units) against the reference on the
+    // saved predictions, and against scikit-learn's where the test python has it.
+    let dir = target_dir("norm-r2-true");
+    let e = hvtrain(&["eval", "job.toml", "--weights", "out/weights.h5"], &dir, 60);
+    assert!(e.ok(), "{}", e.all());
+    let j: serde_json::Value = serde_json::from_str(e.stdout.lines().last().unwrap()).unwrap();
+    let got = j["test_r2"].as_f64().unwrap();
+    assert!((got - scores[0]).abs() < 1e-5, "eval's test_r2 {got}, from the predictions {}", scores[0]);
+    let last: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap().lines().last().unwrap())
+            .unwrap();
+    assert!((last["test_r2"].as_f64().unwrap() - got).abs() < 1e-9, "{last}");
+    assert_eq!(last["test_per_output"]["r2"].as_array().unwrap().len(), K, "{last}");
+    if let Some(py) = sklearn_python() {
+        let code = "import h5py, json, sys\nfrom sklearn.metrics import r2_score, mean_absolute_error, root_mean_squared_error\n\
+                    y = h5py.File('t.h5')['y'][:]; p = h5py.File('p.h5')['outputs'][:]\n\
+                    print(json.dumps([r2_score(y, p), mean_absolute_error(y, p), root_mean_squared_error(y, p)]))";
+        let out = std::process::Command::new(py).args(["-c", code]).current_dir(&dir).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let sk: Vec<f64> = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        eprintln!(
+            "scikit-learn on the saved predictions: r2 {}, mae {}, rmse {}; hvtrain eval: {j}",
+            sk[0], sk[1], sk[2]
+        );
+        assert!((got - sk[0]).abs() < 1e-5, "R²: hvtrain {got}, scikit-learn {}", sk[0]);
+        for (key, want) in [("test_mae", sk[1]), ("test_rmse", sk[2])] {
+            let v = j[key].as_f64().unwrap();
+            assert!((v - want).abs() <= 1e-4 * want, "{key}: hvtrain {v}, scikit-learn {want}");
+        }
+    }
     assert!(scores[0] > 0.9, "normalized: R² {}", scores[0]);
     assert!(scores[1] < 0.5, "raw units: R² {} (the data should need normalizing)", scores[1]);
 }

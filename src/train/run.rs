@@ -15,7 +15,7 @@ use crate::data::loader::{Loader, LoaderCfg, Schedule, Tally};
 use crate::data::shard::Shard;
 use crate::device::Backend;
 use crate::error::{Error, Result};
-use crate::eval::{eval_result, evaluate_in_group};
+use crate::eval::{eval_result, evaluate_in_group, EvalResult};
 use crate::fault::Fault;
 use crate::metrics::{EpochMetrics, MetricsLog};
 use crate::parallel::liveness;
@@ -271,38 +271,39 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         crate::model::placement::reset_sum_time();
         // The rows this rank uses in the whole epoch (also before a resume), summed over ranks;
         // a replica counts once (its ranks all hold its losses).
-        let mut totals =
-            [loss_sum, self.sched.epoch_rows(d) as f64, test[0], test[1], test[2], waited, val[0], val[1], val[2]];
+        // [loss sum, rows, waited, test sums..., validation sums...]
+        let mut totals = vec![loss_sum, self.sched.epoch_rows(d) as f64, waited];
+        let len = test.len();
+        totals.extend(test);
+        totals.extend(val);
         if !self.mode.counts_metrics() {
-            totals[..5].fill(0.0);
-            totals[6..].fill(0.0);
+            totals[..2].fill(0.0);
+            totals[3..].fill(0.0);
         }
         {
             let _g = self.mode.watchdog().guard(MAIN, "the end-of-epoch metrics", self.st.step());
             self.mode.trainers().all_reduce_sum_f64(&mut totals);
         }
         let ranks = self.mode.trainers().size;
-        let (test_loss, test_accuracy) = match &self.test {
-            Some(sh) => {
-                let (l, a) = eval_result(&totals[2..], sh);
-                (Some(l), a)
-            }
-            None => (None, None),
-        };
-        let (val_loss, val_accuracy) = match &self.validation {
-            Some(sh) => {
-                let (l, a) = eval_result(&totals[6..9], sh);
-                (Some(l), a)
-            }
-            None => (None, None),
-        };
+        let test = self.test.as_ref().map(|sh| eval_result(&totals[3..3 + len], sh));
+        let val = self.validation.as_ref().map(|sh| eval_result(&totals[3 + len..], sh));
+        let reg = |r: &Option<EvalResult>| r.as_ref().and_then(|r| r.regression.clone());
+        let (test_reg, val_reg) = (reg(&test), reg(&val));
         let m = EpochMetrics {
             epoch,
             train_loss: totals[0] / totals[1],
-            test_loss,
-            test_accuracy,
-            val_loss,
-            val_accuracy,
+            test_loss: test.as_ref().map(|r| r.loss),
+            test_accuracy: test.as_ref().and_then(|r| r.accuracy),
+            val_loss: val.as_ref().map(|r| r.loss),
+            val_accuracy: val.as_ref().and_then(|r| r.accuracy),
+            test_mae: test_reg.as_ref().map(|r| r.mae),
+            test_rmse: test_reg.as_ref().map(|r| r.rmse),
+            test_r2: test_reg.as_ref().map(|r| r.r2),
+            test_per_output: test_reg.and_then(|r| r.per_output),
+            val_mae: val_reg.as_ref().map(|r| r.mae),
+            val_rmse: val_reg.as_ref().map(|r| r.rmse),
+            val_r2: val_reg.as_ref().map(|r| r.r2),
+            val_per_output: val_reg.and_then(|r| r.per_output),
             samples_per_sec: self.sched.global_rows_in(first, steps) as f64 / secs,
             epoch_seconds: secs,
             exposed_comm_ms_per_step: exposed_ms,
@@ -310,7 +311,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             samples: totals[1] as usize,
             ranks,
             lr: self.st.opt().lr(),
-            pipeline_bubble: pipelined.then(|| totals[5] / ranks as f64),
+            pipeline_bubble: pipelined.then(|| totals[2] / ranks as f64),
         };
         if self.metrics.is_some() {
             self.log_epoch(&m, exposed_ms)?;
@@ -357,11 +358,11 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         Ok(v.stop)
     }
 
-    /// This rank's test sums [loss, correct, rows] on the training backend ([0; 3] without
-    /// test data); collective over the model replica.
-    fn evaluate(&mut self, validation: bool) -> Result<[f64; 3]> {
+    /// This rank's test (or validation) sums (`eval::sums_len`) on the training backend
+    /// (none without the data); collective over the model replica.
+    fn evaluate(&mut self, validation: bool) -> Result<Vec<f64>> {
         let shard = if validation { &self.validation } else { &self.test };
-        let Some(sh) = shard else { return Ok([0.0; 3]) };
+        let Some(sh) = shard else { return Ok(Vec::new()) };
         let (model, params) = (self.st.model().clone(), self.st.params_host()?);
         let (be, group) = self.st.backend_and_tensor();
         evaluate_in_group(be, &model, &params, sh, group)
@@ -372,11 +373,15 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         let (job, epoch) = (self.job, m.epoch);
         let note = self.mode.epoch_note(exposed_ms);
         info!(
-            "epoch {epoch}/{}: train_loss {:.4}{}{}{}{} | {} samples, {:.0} samples/s ({:.2} s){note}",
+            "epoch {epoch}/{}: train_loss {:.4}{}{}{}{}{}{} | {} samples, {:.0} samples/s ({:.2} s){note}",
             job.training.epochs,
             m.train_loss,
             m.val_loss.map(|l| format!(" val_loss {l:.4}")).unwrap_or_default(),
             m.val_accuracy.map(|a| format!(" val_accuracy {a:.4}")).unwrap_or_default(),
+            m.test_r2
+                .map(|r| format!(" test_r2 {r:.4} test_mae {:.4e}", m.test_mae.unwrap_or(f64::NAN)))
+                .unwrap_or_default(),
+            m.val_r2.map(|r| format!(" val_r2 {r:.4}")).unwrap_or_default(),
             m.test_loss.map(|l| format!(" test_loss {l:.4}")).unwrap_or_default(),
             m.test_accuracy.map(|a| format!(" test_accuracy {a:.4}")).unwrap_or_default(),
             m.samples,

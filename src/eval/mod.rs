@@ -17,7 +17,33 @@ use crate::weights;
 use log::{info, warn};
 use std::path::Path;
 
+pub mod regression;
+use regression::Regression;
+
 const CHUNK: usize = 512;
+
+/// The length of an evaluation's sums: loss, correct predictions, rows, then for regression
+/// `regression::PER_OUTPUT` sums per output.
+pub fn sums_len(model: &Mlp) -> usize {
+    3 + if model.loss == LossKind::Mse { regression::PER_OUTPUT * model.n_outputs() } else { 0 }
+}
+
+/// Add a chunk's outputs (downloaded) to the regression sums, for a regression shard.
+fn add_regression<B: Backend>(
+    be: &B,
+    model: &Mlp,
+    ws: &Workspace<B>,
+    shard: &Shard,
+    rows: std::ops::Range<usize>,
+    out: &mut [f32],
+    sums: &mut [f64],
+) -> Result<()> {
+    let Labels::Values(v, k) = &shard.labels else { return Ok(()) };
+    let c = rows.len();
+    ws.output_host(be, model, c, &mut out[..c * k])?;
+    regression::add(&mut sums[3..], &out[..c * k], &v[rows.start * k..rows.end * k], *k, shard.norm());
+    Ok(())
+}
 
 /// What `model` needs of its data, for opening a `Shard`.
 pub fn expect(model: &Mlp) -> Expect {
@@ -81,7 +107,7 @@ fn diff(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Ve
 
 /// This rank's test sums: [loss sum, correct predictions, samples]. Local work only.
 /// On backend `be` (training's own: the GPU when it trains on one).
-pub fn evaluate_local<B: Backend>(be: &B, model: &Mlp, params: &[f32], shard: &Shard) -> Result<[f64; 3]> {
+pub fn evaluate_local<B: Backend>(be: &B, model: &Mlp, params: &[f32], shard: &Shard) -> Result<Vec<f64>> {
     evaluate_on(be, model, params, shard, &mut Whole)
 }
 
@@ -95,7 +121,7 @@ pub fn evaluate_in_group<B: Backend>(
     params: &[f32],
     shard: &Shard,
     group: &mut TensorGroup,
-) -> Result<[f64; 3]> {
+) -> Result<Vec<f64>> {
     if group.pipe.is_none() {
         return evaluate_on(be, model, params, shard, group);
     }
@@ -109,7 +135,7 @@ pub fn evaluate_in_group<B: Backend>(
     let mut values = be.zeros(CHUNK * outp)?;
     let mut x = vec![0.0f32; CHUNK * shard.features.max(inp)];
     let mut out = vec![0.0f32; CHUNK * outp];
-    let mut sums = [0.0f64; 3];
+    let mut sums = vec![0.0f64; sums_len(model)];
     let n = shard.len();
     let mut start = 0;
     while start < n {
@@ -133,6 +159,7 @@ pub fn evaluate_in_group<B: Backend>(
             sums[0] += l;
             sums[1] += k as f64;
             sums[2] += c as f64;
+            add_regression(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
         }
         start += c;
         liveness::progress();
@@ -149,7 +176,7 @@ fn evaluate_on<B: Backend>(
     params: &[f32],
     shard: &Shard,
     tp: &mut impl TensorSum<B>,
-) -> Result<[f64; 3]> {
+) -> Result<Vec<f64>> {
     let _p = liveness::phase("evaluating the test data");
     crate::fault::point(At::Eval)?;
     let mut ws = Workspace::new(be, model, CHUNK)?;
@@ -158,7 +185,8 @@ fn evaluate_on<B: Backend>(
     let mut labels = be.labels(CHUNK)?;
     let mut values = be.zeros(CHUNK * model.n_outputs())?;
     let mut x = vec![0.0f32; CHUNK * shard.features];
-    let (mut loss, mut correct) = (0.0f64, 0usize);
+    let mut out = vec![0.0f32; CHUNK * model.n_outputs()];
+    let mut sums = vec![0.0f64; sums_len(model)];
     let n = shard.len();
     let mut start = 0;
     while start < n {
@@ -168,12 +196,14 @@ fn evaluate_on<B: Backend>(
         model.forward_tp(be, &params, &xd, c, &mut ws, tp)?;
         let t = targets(be, shard, start..start + c, &mut labels, &mut values)?;
         let (l, k) = model.loss(be, t, c, 1.0, &mut ws, false)?;
-        loss += l;
-        correct += k;
+        sums[0] += l;
+        sums[1] += k as f64;
+        add_regression(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
         start += c;
         liveness::progress();
     }
-    Ok([loss, correct as f64, n as f64])
+    sums[2] = n as f64;
+    Ok(sums)
 }
 
 /// The targets of the shard's `rows`, uploaded into `labels` or `values`.
@@ -196,13 +226,24 @@ fn targets<'a, B: Backend>(
     })
 }
 
-/// (mean loss, accuracy for classification) from sums added over every rank.
-pub fn eval_result(sums: &[f64], shard: &Shard) -> (f64, Option<f64>) {
+/// What an evaluation gives: the mean loss, accuracy for classes, MAE/RMSE/R² for regression.
+pub struct EvalResult {
+    pub loss: f64,
+    pub accuracy: Option<f64>,
+    pub regression: Option<Regression>,
+}
+
+/// The metrics from sums (`sums_len` of them) added over every rank.
+pub fn eval_result(sums: &[f64], shard: &Shard) -> EvalResult {
     if sums[2] == 0.0 {
         warn!("the test set is empty");
     }
-    let acc = matches!(shard.labels, Labels::Classes(_)).then(|| sums[1] / sums[2]);
-    (sums[0] / sums[2], acc)
+    let accuracy = matches!(shard.labels, Labels::Classes(_)).then(|| sums[1] / sums[2]);
+    let regression = match &shard.labels {
+        Labels::Values(_, k) if sums.len() > 3 => Some(regression::finish(&sums[3..], sums[2], *k)),
+        _ => None,
+    };
+    EvalResult { loss: sums[0] / sums[2], accuracy, regression }
 }
 
 /// `hvtrain eval`: load weights (or a checkpoint), evaluate on the job's test data over all ranks.
@@ -236,16 +277,28 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
         let _p = liveness::phase("the all-reduce of the evaluation's sums");
         comm.all_reduce_sum_f64(&mut sums);
     }
-    let (loss, acc) = eval_result(&sums, &shard);
+    let r = eval_result(&sums, &shard);
+    let (loss, acc) = (r.loss, r.accuracy);
     if comm.rank == 0 {
-        match acc {
-            Some(a) => info!("eval {}: test_loss {loss:.4} test_accuracy {a:.4}", weights_path.display()),
-            None => info!("eval {}: test_loss {loss:.6}", weights_path.display()),
+        match (acc, &r.regression) {
+            (Some(a), _) => info!("eval {}: test_loss {loss:.4} test_accuracy {a:.4}", weights_path.display()),
+            (None, Some(g)) => info!(
+                "eval {}: test_loss {loss:.6} test_mae {:.6} test_rmse {:.6} test_r2 {:.4}",
+                weights_path.display(),
+                g.mae,
+                g.rmse,
+                g.r2
+            ),
+            (None, None) => info!("eval {}: test_loss {loss:.6}", weights_path.display()),
         }
-        println!(
-            "{}",
-            serde_json::json!({"weights": weights_path.display().to_string(), "test_loss": loss, "test_accuracy": acc, "ranks": comm.size})
-        );
+        let mut j = serde_json::json!({"weights": weights_path.display().to_string(), "test_loss": loss, "test_accuracy": acc, "ranks": comm.size});
+        if let Some(g) = &r.regression {
+            j["test_mae"] = g.mae.into();
+            j["test_rmse"] = g.rmse.into();
+            j["test_r2"] = g.r2.into();
+            j["test_per_output"] = serde_json::to_value(&g.per_output).expect("serializes");
+        }
+        println!("{j}");
     }
     Ok(())
 }
@@ -321,8 +374,8 @@ struct Evaluate<'a> {
     shard: &'a Shard,
 }
 
-impl crate::device::WithBackend<[f64; 3]> for Evaluate<'_> {
-    fn run<B: Backend>(self, be: B) -> Result<[f64; 3]> {
+impl crate::device::WithBackend<Vec<f64>> for Evaluate<'_> {
+    fn run<B: Backend>(self, be: B) -> Result<Vec<f64>> {
         evaluate_local(&be, self.model, self.params, self.shard)
     }
 }
