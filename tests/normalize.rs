@@ -270,3 +270,26 @@ fn bad_values_name_the_key_or_the_file() {
     );
     assert!(!r.ok() && r.all().contains("nan.h5") && r.all().contains("row 7"), "{}", r.all());
 }
+
+#[test]
+fn tensor_pipeline_and_parameter_servers_normalize_validate_and_report_r2() {
+    let _g = mpi_lock();
+    for (ranks, sets) in
+        [(4, vec!["parallel.tensor=2", "parallel.pipeline=2"]), (3, vec!["distribution.strategy=\"parameter_server\""])]
+    {
+        let dir = setup(&format!("norm-modes-{ranks}"), "");
+        let mut args = vec!["train", "job.toml", "--set", "training.epochs=2", "--set", "data.validation_split=0.2"];
+        args.extend(NORM);
+        for s in &sets {
+            args.extend(["--set", s]);
+        }
+        let r = mpirun(ranks, &args, &dir, 180);
+        assert!(r.ok(), "{sets:?}\n{}", r.all());
+        let text = std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap();
+        let m: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        for key in ["val_loss", "val_r2", "test_r2", "test_mae"] {
+            assert!(m[key].as_f64().is_some_and(f64::is_finite), "{sets:?}: {key} in {m}");
+        }
+        assert_eq!(read_f64(&dir.join("out/weights.h5"), "normalization/y_div").len(), K, "{sets:?}");
+    }
+}

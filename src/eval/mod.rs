@@ -23,9 +23,13 @@ use regression::Regression;
 const CHUNK: usize = 512;
 
 /// The length of an evaluation's sums: loss, correct predictions, rows, then for regression
-/// `regression::PER_OUTPUT` sums per output.
-pub fn sums_len(model: &Mlp) -> usize {
-    3 + if model.loss == LossKind::Mse { regression::PER_OUTPUT * model.n_outputs() } else { 0 }
+/// targets `regression::PER_OUTPUT` sums per output. From the shard's targets (the whole
+/// model's outputs), not a pipeline stage's model: every rank's sums have the same length.
+pub fn sums_len(shard: &Shard) -> usize {
+    3 + match &shard.labels {
+        Labels::Values(_, k) => regression::PER_OUTPUT * k,
+        Labels::Classes(_) => 0,
+    }
 }
 
 /// Add a chunk's outputs (downloaded) to the regression sums, for a regression shard.
@@ -135,7 +139,7 @@ pub fn evaluate_in_group<B: Backend>(
     let mut values = be.zeros(CHUNK * outp)?;
     let mut x = vec![0.0f32; CHUNK * shard.features.max(inp)];
     let mut out = vec![0.0f32; CHUNK * outp];
-    let mut sums = vec![0.0f64; sums_len(model)];
+    let mut sums = vec![0.0f64; sums_len(shard)];
     let n = shard.len();
     let mut start = 0;
     while start < n {
@@ -186,7 +190,7 @@ fn evaluate_on<B: Backend>(
     let mut values = be.zeros(CHUNK * model.n_outputs())?;
     let mut x = vec![0.0f32; CHUNK * shard.features];
     let mut out = vec![0.0f32; CHUNK * model.n_outputs()];
-    let mut sums = vec![0.0f64; sums_len(model)];
+    let mut sums = vec![0.0f64; sums_len(shard)];
     let n = shard.len();
     let mut start = 0;
     while start < n {

@@ -376,14 +376,14 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             "epoch {epoch}/{}: train_loss {:.4}{}{}{}{}{}{} | {} samples, {:.0} samples/s ({:.2} s){note}",
             job.training.epochs,
             m.train_loss,
-            m.val_loss.map(|l| format!(" val_loss {l:.4}")).unwrap_or_default(),
-            m.val_accuracy.map(|a| format!(" val_accuracy {a:.4}")).unwrap_or_default(),
+            m.test_loss.map(|l| format!(" test_loss {l:.4}")).unwrap_or_default(),
+            m.test_accuracy.map(|a| format!(" test_accuracy {a:.4}")).unwrap_or_default(),
             m.test_r2
                 .map(|r| format!(" test_r2 {r:.4} test_mae {:.4e}", m.test_mae.unwrap_or(f64::NAN)))
                 .unwrap_or_default(),
+            m.val_loss.map(|l| format!(" val_loss {l:.4}")).unwrap_or_default(),
+            m.val_accuracy.map(|a| format!(" val_accuracy {a:.4}")).unwrap_or_default(),
             m.val_r2.map(|r| format!(" val_r2 {r:.4}")).unwrap_or_default(),
-            m.test_loss.map(|l| format!(" test_loss {l:.4}")).unwrap_or_default(),
-            m.test_accuracy.map(|a| format!(" test_accuracy {a:.4}")).unwrap_or_default(),
             m.samples,
             m.samples_per_sec,
             m.epoch_seconds,
