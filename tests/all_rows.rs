@@ -61,13 +61,6 @@ fn rows_used(stderr: &str, epochs: usize) -> Vec<(usize, u64, usize)> {
     out
 }
 
-fn metrics(dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join("out/metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 fn train(dir: &Path, ranks: usize, sets: &[&str]) -> Run {
     let mut args = vec!["train", "job.toml"];

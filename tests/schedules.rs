@@ -19,13 +19,6 @@ fn setup(name: &str, extra: &str) -> PathBuf {
     dir
 }
 
-fn metrics(dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join("out/metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 fn lrs(dir: &Path) -> Vec<f64> {
     metrics(dir).iter().map(|m| m["lr"].as_f64().unwrap()).collect()

@@ -6,7 +6,7 @@
 
 mod common;
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const D: usize = 6;
 
@@ -27,10 +27,6 @@ fn setup(name: &str, extra: &str) -> PathBuf {
     dir
 }
 
-fn metrics(dir: &Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap();
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
 
 #[test]
 fn validation_split_holds_out_the_last_rows_on_any_rank_count() {

@@ -148,6 +148,12 @@ pub fn synthetic(n: usize, d: usize, k: usize, seed: u64) -> (Vec<f32>, Vec<i32>
     (x, y)
 }
 
+/// `dir/out/metrics.jsonl`, one JSON object per epoch.
+pub fn metrics(dir: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
 /// Read a float dataset back (for comparing weights).
 pub fn read_f32(path: &Path, name: &str) -> Vec<f32> {
     hdf5::File::open(path).unwrap().dataset(name).unwrap().read_raw().unwrap()
