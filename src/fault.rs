@@ -1,6 +1,7 @@
 //! Fault injection for the fault-tolerance tests (and for users who want to see what their
 //! launcher does when a rank fails): `HVTRAIN_INJECT_FAULT=RANK:WHEN:KIND` makes rank RANK
-//! fail at WHEN, which is a global training step, `start` (start-up of `train` and `eval`,
+//! fail at WHEN, which is a global training step, `init` (before `MPI_Init`, rank RANK as the
+//! launcher numbers it; stop, kill, hang and slow only), `start` (start-up of `train` and `eval`,
 //! before the ranks first agree on the job) or `eval` (before the local evaluation of
 //! `hvtrain eval` and of every end-of-epoch evaluation), with KIND =
 //!
@@ -56,6 +57,8 @@ impl Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum At {
     Step(u64),
+    /// Before `MPI_Init` (the rank is the launcher's): stop, kill, hang or slow only.
+    Init,
     Start,
     Eval,
 }
@@ -68,7 +71,7 @@ pub struct Fault {
 }
 
 const USAGE: &str =
-    "expected RANK:STEP|start|eval:error|panic|kill|term|hang|stop|slow=SECONDS|delay=SECONDS|diverge|kill_in_checkpoint|\
+    "expected RANK:STEP|init|start|eval:error|panic|kill|term|hang|stop|slow=SECONDS|delay=SECONDS|diverge|kill_in_checkpoint|\
                      stop_in_checkpoint|slow_checkpoint=SECONDS|oom";
 
 pub fn from_env() -> Result<Option<Fault>> {
@@ -107,11 +110,15 @@ fn parse(spec: &str) -> Result<Fault> {
         },
     };
     let at = match at {
+        "init" => At::Init,
         "start" => At::Start,
         "eval" => At::Eval,
         n => At::Step(n.parse().map_err(|_| bad())?),
     };
     if (kind.in_checkpoint() || matches!(kind, Kind::Delay(_))) && !matches!(at, At::Step(_)) {
+        return Err(bad());
+    }
+    if at == At::Init && !matches!(kind, Kind::Stop | Kind::Kill | Kind::Hang | Kind::Slow(_)) {
         return Err(bad());
     }
     Ok(Fault { rank: rank.parse().map_err(|_| bad())?, at, kind })
@@ -152,6 +159,15 @@ pub fn at_step(f: &Option<Fault>, rank: usize, step: u64) -> Result<()> {
         return Ok(());
     }
     fire(f.kind, &format!("at step {step} (parameter server)"))
+}
+
+/// Before `MPI_Init`: fire an `init` fault if it names this process's launcher rank.
+pub fn at_init() -> Result<()> {
+    let Some(f) = from_env()? else { return Ok(()) };
+    if f.at != At::Init || Some(f.rank) != crate::parallel::startup::launcher_rank() {
+        return Ok(());
+    }
+    fire(f.kind, "before MPI_Init")
 }
 
 /// Fire the fault if it is this rank's and names this point (`At::Start`, `At::Eval`).

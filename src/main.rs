@@ -76,11 +76,13 @@ fn main() {
                     )
                 }),
         ),
-        Command::Bench(BenchCommand::Allreduce { min_bytes, max_bytes, threshold_mb, seconds }) => with_mpi(|comm| {
-            parallel::liveness::set("bench allreduce");
-            bench::allreduce::run(comm, min_bytes, max_bytes, threshold_mb, seconds);
-            Ok(0)
-        }),
+        Command::Bench(BenchCommand::Allreduce { min_bytes, max_bytes, threshold_mb, seconds }) => {
+            with_mpi(None, |comm| {
+                parallel::liveness::set("bench allreduce");
+                bench::allreduce::run(comm, min_bytes, max_bytes, threshold_mb, seconds);
+                Ok(0)
+            })
+        }
         Command::Bench(BenchCommand::Step { device, layers, batch, precision, steps, warmup, json }) => {
             finish(bench_step(device, layers, batch, precision, steps, warmup, json))
         }
@@ -92,8 +94,11 @@ fn main() {
             bench::gemm::run(&layers, batch, seconds);
             0
         }
-        Command::Train(args) => with_mpi(|comm| train(comm, args, t_process)),
-        Command::Eval { job, weights } => with_mpi(|comm| {
+        Command::Train(args) => {
+            let limit = startup_seconds(&args.job.job, &args.job.set);
+            with_mpi(limit, |comm| train(comm, args, t_process))
+        }
+        Command::Eval { job, weights } => with_mpi(startup_seconds(&job.job, &job.set), |comm| {
             let (j, _) = config::Job::load_with_env(&job.job, &job.set)?;
             eval::eval(comm, &j, &weights).map(|()| 0)
         }),
@@ -118,9 +123,25 @@ fn train(comm: &parallel::Comm, args: cli::TrainArgs, t_process: Instant) -> err
     }
 }
 
+/// `distribution.startup_seconds` of the job (read before MPI_Init for the start-up limit),
+/// or its default when the job does not load (its error is reported after MPI_Init).
+fn startup_seconds(job: &str, sets: &[String]) -> Option<f64> {
+    let secs = config::Job::load_with_env(job, sets).map(|(j, _)| j.distribution.startup_seconds);
+    Some(secs.unwrap_or_else(|_| config::DistributionCfg::default().startup_seconds))
+}
+
 /// Run `f` inside MPI. On error: print one line naming the rank and host, then abort the
-/// whole job (MPI_Abort) when there are other ranks to take down.
-fn with_mpi(f: impl FnOnce(&parallel::Comm) -> error::Result<i32>) -> i32 {
+/// whole job (MPI_Abort) when there are other ranks to take down. `startup`: the start-up
+/// limit in seconds (`parallel::startup`), from before MPI_Init until the heartbeats run.
+fn with_mpi(startup: Option<f64>, f: impl FnOnce(&parallel::Comm) -> error::Result<i32>) -> i32 {
+    parallel::startup::phase("MPI_Init");
+    if let Some(secs) = startup {
+        parallel::startup::arm(secs);
+    }
+    if let Err(e) = fault::at_init() {
+        sys::say(format!("hvtrain: error: {e}"));
+        return 1;
+    }
     let comm = match parallel::Comm::init() {
         Ok(c) => c,
         Err(e) => {
@@ -129,8 +150,10 @@ fn with_mpi(f: impl FnOnce(&parallel::Comm) -> error::Result<i32>) -> i32 {
         }
     };
     sys::set_rank(comm.rank);
+    parallel::startup::phase("the communicator set-up");
     // Heartbeats from here to the end, so that a rank stopped or gone at any point ends the job.
     let live = parallel::liveness::Liveness::start(&comm);
+    parallel::startup::disarm();
     match f(&comm) {
         Ok(code) => {
             if let Some(l) = live {

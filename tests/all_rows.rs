@@ -61,7 +61,6 @@ fn rows_used(stderr: &str, epochs: usize) -> Vec<(usize, u64, usize)> {
     out
 }
 
-
 fn train(dir: &Path, ranks: usize, sets: &[&str]) -> Run {
     let mut args = vec!["train", "job.toml"];
     for s in sets {

@@ -19,7 +19,6 @@ fn setup(name: &str, extra: &str) -> PathBuf {
     dir
 }
 
-
 fn lrs(dir: &Path) -> Vec<f64> {
     metrics(dir).iter().map(|m| m["lr"].as_f64().unwrap()).collect()
 }

@@ -27,7 +27,6 @@ fn setup(name: &str, extra: &str) -> PathBuf {
     dir
 }
 
-
 #[test]
 fn validation_split_holds_out_the_last_rows_on_any_rank_count() {
     let _g = mpi_lock();

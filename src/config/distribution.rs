@@ -45,6 +45,11 @@ pub struct DistributionCfg {
     /// checkpoint write, a data read, an evaluation) may take. Environment: HVTRAIN_STALL_SECONDS.
     #[serde(default = "default_stall")]
     pub stall_seconds: f64,
+    /// From the process's first line to the heartbeats' start (MPI_Init and the communicator
+    /// set-up): a rank that has not got there by then says where it is stuck and exits 1, so
+    /// the launcher ends the job. Environment: HVTRAIN_STARTUP_SECONDS.
+    #[serde(default = "default_startup")]
+    pub startup_seconds: f64,
     /// Compare a checksum of the parameters across ranks every this many steps (0: never).
     /// Environment: HVTRAIN_CHECK_EVERY.
     #[serde(default = "default_check_every")]
@@ -99,6 +104,12 @@ fn default_watchdog() -> f64 {
 fn default_stall() -> f64 {
     600.0
 }
+/// 15 minutes: MPI_Init of thousands of ranks (PMIx wire-up, binaries and libraries loaded
+/// from a cold parallel file system) takes tens of seconds to a few minutes on large systems;
+/// this stays well clear of that and still bounds a start-up that will never finish.
+fn default_startup() -> f64 {
+    900.0
+}
 fn default_check_every() -> usize {
     200
 }
@@ -113,6 +124,7 @@ impl Default for DistributionCfg {
             compression: default_compression(),
             watchdog_seconds: default_watchdog(),
             stall_seconds: default_stall(),
+            startup_seconds: default_startup(),
             check_every: default_check_every(),
             strategy: Strategy::Allreduce,
             servers: 1,
@@ -130,6 +142,7 @@ impl DistributionCfg {
             ("distribution.first_bucket_mb", d.first_bucket_mb, limits::FUSION_MB),
             ("distribution.watchdog_seconds", d.watchdog_seconds, limits::WATCHDOG_SECONDS),
             ("distribution.stall_seconds", d.stall_seconds, limits::STALL_SECONDS),
+            ("distribution.startup_seconds", d.startup_seconds, limits::STARTUP_SECONDS),
         ];
         for (field, v, span) in reals {
             real(origin, field, v, span)?;
