@@ -1,0 +1,184 @@
+//! Checkpoint files: round trip, keep-K within the live lineage, damage, older formats.
+//!
+//! Must not: use files outside a fresh temporary directory.
+use super::*;
+use crate::config::{Activation, LossKind};
+
+const RUN_A: Lineage = Lineage { run_id: 11, parent_run: 0, parent_step: -1 };
+
+fn sample(model: &Mlp, step: u64) -> Checkpoint {
+    sample_of(model, step, RUN_A, step as i64)
+}
+
+fn sample_of(model: &Mlp, step: u64, lineage: Lineage, written_at: i64) -> Checkpoint {
+    let params = model.init_params(step);
+    let n = params.len();
+    Checkpoint {
+        step,
+        epoch: 2,
+        step_in_epoch: 7,
+        world_size: 3,
+        global_batch: 12,
+        loss_sums: vec![1.5, 2.5, 3.5],
+        loss_sums_exact: step % 2 == 0,
+        m: params.iter().map(|p| p * 0.5).collect(),
+        v: vec![0.25; n],
+        params,
+        job_json: "{\"a\":1}".into(),
+        trainer_json: "{\"plateau\":[0.1,0.5,2.0]}".into(),
+        norm: crate::data::norm::Norm {
+            x_kind: crate::config::Normalize::Standard,
+            x_shift: (0..model.n_inputs()).map(|i| i as f64 * 0.5).collect(),
+            x_div: vec![3.0; model.n_inputs()],
+            ..Default::default()
+        },
+        lineage,
+        written_at,
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hvtrain-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn model() -> Mlp {
+    Mlp::new(&[4, 5, 3], Activation::Tanh, LossKind::SoftmaxCrossEntropy)
+}
+
+fn truncate(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn round_trip_keep_and_damage() {
+    let dir = scratch("ckpt");
+    let model = model();
+    for step in [10, 20, 30, 40] {
+        save(&dir, &model, &sample(&model, step), 3, || {}).unwrap();
+    }
+    let steps: Vec<u64> = list(&dir).iter().map(|e| e.0).collect();
+    assert_eq!(steps, vec![40, 30, 20], "keeps the newest 3");
+    assert_eq!(load(&dir.join(file_name(30)), &model).unwrap(), sample(&model, 30));
+    // Damage the newest: the one before it is chosen, with a warning.
+    truncate(&dir.join(file_name(40)));
+    let (path, c) = newest_valid(&dir, &model).unwrap().unwrap();
+    assert_eq!((path, c.step), (dir.join(file_name(30)), 30));
+    // Another model's checkpoint is refused, naming the field.
+    let other = Mlp::new(&[4, 6, 3], Activation::Tanh, LossKind::SoftmaxCrossEntropy);
+    let e = load(&dir.join(file_name(30)), &other).unwrap_err();
+    assert!(matches!(e, Error::Checkpoint { kind: CheckpointKind::OtherModel, .. }), "{e:?}");
+    let e = e.to_string();
+    assert!(e.contains(": layers:") && e.contains(&file_name(30)), "{e}");
+    assert!(matches!(newest_valid(&dir, &other), Err(Error::Checkpoint { kind: CheckpointKind::OtherModel, .. })));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Damage is told from another model by the error's type, not its text: a damaged file
+/// whose path (or message) mentions "layers" is still skipped.
+#[test]
+fn damage_is_skipped_whatever_the_path_says() {
+    let dir = scratch("layers-ckpt");
+    let model = model();
+    for step in [10, 20] {
+        save(&dir, &model, &sample(&model, step), 3, || {}).unwrap();
+    }
+    truncate(&dir.join(file_name(20)));
+    let e = load(&dir.join(file_name(20)), &model).unwrap_err();
+    assert!(matches!(e, Error::Checkpoint { kind: CheckpointKind::Damaged, .. }), "{e:?}");
+    let (path, _) = newest_valid(&dir, &model).unwrap().expect("the older one");
+    assert_eq!(path, dir.join(file_name(10)));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Run A writes steps 100..500 (keep 3); run B resumes from A's step 300 and writes 350,
+/// 360, 370. Auto picks B's newest, keep-K counts B's lineage only and leaves A's
+/// abandoned 400 and 500 alone.
+#[test]
+fn lineage_decides_auto_and_keep() {
+    let dir = scratch("ckpt-lineage");
+    let model = model();
+    for step in [100, 200, 300, 400, 500] {
+        save(&dir, &model, &sample(&model, step), 3, || {}).unwrap();
+    }
+    let from = load(&dir.join(file_name(300)), &model).unwrap();
+    let run_b = Lineage::new_run(Some(&from));
+    assert_eq!((run_b.parent_run, run_b.parent_step), (RUN_A.run_id, 300));
+    assert_ne!(run_b.run_id, RUN_A.run_id);
+    save(&dir, &model, &sample_of(&model, 350, run_b, 1000), 3, || {}).unwrap();
+    let (path, c) = newest_valid(&dir, &model).unwrap().unwrap();
+    assert_eq!((path, c.lineage), (dir.join(file_name(350)), run_b), "auto takes the live run's newest");
+    let steps = |d: &Path| list(d).iter().map(|e| e.0).collect::<Vec<_>>();
+    assert_eq!(steps(&dir), vec![500, 400, 350, 300], "B's parent is kept");
+    for (i, step) in [360, 370].into_iter().enumerate() {
+        save(&dir, &model, &sample_of(&model, step, run_b, 1001 + i as i64), 3, || {}).unwrap();
+    }
+    assert_eq!(steps(&dir), vec![500, 400, 370, 360, 350], "keep 3 of B's lineage; A's branch untouched");
+    assert_eq!(newest_valid(&dir, &model).unwrap().unwrap().1.step, 370);
+    assert_eq!(abandoned_newer(&dir, run_b), vec![dir.join(file_name(400)), dir.join(file_name(500))]);
+    // B's newest damaged: B's previous one, not A's newer-step files.
+    truncate(&dir.join(file_name(370)));
+    assert_eq!(newest_valid(&dir, &model).unwrap().unwrap().1.step, 360);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A format-2 file (before `global_batch`) still loads and verifies, with global_batch 0
+/// for the caller to derive (training.batch_size × world_size).
+#[test]
+fn format_2_loads_without_global_batch() {
+    let dir = scratch("ckpt-format2");
+    let model = model();
+    let c = sample(&model, 10);
+    let path = save(&dir, &model, &c, 3, || {}).unwrap();
+    {
+        let f = hdf5::File::open_rw(&path).unwrap();
+        f.dataset("format").unwrap().write_raw(&[2i64]).unwrap();
+        f.unlink("global_batch").unwrap();
+        f.dataset("checksum").unwrap().write_raw(&[c.checksum(2)]).unwrap();
+    }
+    let read = load(&path, &model).unwrap();
+    assert_eq!(read, Checkpoint { global_batch: 0, trainer_json: "{}".into(), ..c });
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A format-3 file (before `trainer_json`) loads with the empty trainer state; a changed
+/// trainer state in a format-4 file fails its checksum.
+#[test]
+fn format_3_loads_without_trainer_state_and_the_state_is_checksummed() {
+    let dir = scratch("ckpt-format3");
+    let model = model();
+    let c = sample(&model, 10);
+    let path = save(&dir, &model, &c, 3, || {}).unwrap();
+    assert_eq!(load(&path, &model).unwrap(), c);
+    {
+        let f = hdf5::File::open_rw(&path).unwrap();
+        f.unlink("trainer_json").unwrap();
+        let other = b"{\"plateau\":[0.1,0.5,3.0]}";
+        h5::write(&f, &path, "trainer_json", other, &[other.len()]).unwrap();
+    }
+    let e = load(&path, &model).unwrap_err().to_string();
+    assert!(e.contains("checksum"), "{e}");
+    {
+        let f = hdf5::File::open_rw(&path).unwrap();
+        f.dataset("format").unwrap().write_raw(&[3i64]).unwrap();
+        f.unlink("trainer_json").unwrap();
+        f.dataset("checksum").unwrap().write_raw(&[c.checksum(3)]).unwrap();
+    }
+    assert_eq!(load(&path, &model).unwrap(), Checkpoint { trainer_json: "{}".into(), ..c });
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn stale_temporary_files_are_removed() {
+    let dir = scratch("ckpt-tmp");
+    for name in ["ckpt-step000000007.h5.tmp", "weights.h5.tmp", "notes.tmp", "ckpt-step000000003.h5"] {
+        std::fs::write(dir.join(name), b"x").unwrap();
+    }
+    assert_eq!(remove_stale_tmp(&dir), vec!["ckpt-step000000007.h5.tmp", "weights.h5.tmp"]);
+    assert!(dir.join("notes.tmp").exists() && dir.join("ckpt-step000000003.h5").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
