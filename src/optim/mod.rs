@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::model::TensorInfo;
 
 pub mod schedule;
-pub use schedule::{LrSchedule, Plateau};
+pub use schedule::{Best, LrSchedule, Plateau};
 
 /// The lengths of the state (m, v) that `cfg` keeps for `n_params` parameters.
 pub fn state_lens(cfg: &OptimizerCfg, n_params: usize) -> (usize, usize) {

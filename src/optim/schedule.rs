@@ -7,28 +7,39 @@
 //! plateau monitors (the training loop passes it).
 
 use crate::config::{OptimizerCfg, Schedule};
+use serde::{Deserialize, Serialize};
 
-/// Plateau's state: the factor applied so far, the best monitored value, and epochs since it.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// The best value so far of a lower-is-better metric and the epochs since it. Keras' rule for
+/// both `ReduceLROnPlateau` and `EarlyStopping`: an improvement is a value below best − min_delta.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Best {
+    pub value: Option<f64>,
+    pub wait: u64,
+}
+
+impl Best {
+    /// Take an epoch's value: true when it improved (the wait starts again), else one more epoch.
+    pub fn observe(&mut self, v: f64, min_delta: f64) -> bool {
+        let improved = self.value.is_none_or(|b| v < b - min_delta);
+        if improved {
+            (self.value, self.wait) = (Some(v), 0);
+        } else {
+            self.wait += 1;
+        }
+        improved
+    }
+}
+
+/// Plateau's state: the factor applied so far, and its metric's best and wait.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plateau {
     pub scale: f64,
-    pub best: f64,
-    pub wait: u64,
+    pub best: Best,
 }
 
 impl Default for Plateau {
     fn default() -> Self {
-        Plateau { scale: 1.0, best: f64::INFINITY, wait: 0 }
-    }
-}
-
-impl Plateau {
-    /// As checkpoints store it (JSON has no infinity: "no best yet" is f64::MAX there).
-    pub fn to_array(self) -> [f64; 3] {
-        [self.scale, if self.best.is_finite() { self.best } else { f64::MAX }, self.wait as f64]
-    }
-    pub fn from_array(a: [f64; 3]) -> Plateau {
-        Plateau { scale: a[0], best: if a[1] == f64::MAX { f64::INFINITY } else { a[1] }, wait: a[2] as u64 }
+        Plateau { scale: 1.0, best: Best::default() }
     }
 }
 
@@ -88,16 +99,10 @@ impl LrSchedule {
             return None;
         }
         let p = &mut self.plateau;
-        if metric < p.best - self.cfg.min_delta {
-            p.best = metric;
-            p.wait = 0;
+        if p.best.observe(metric, self.cfg.min_delta) || p.best.wait < self.cfg.patience as u64 {
             return None;
         }
-        p.wait += 1;
-        if p.wait < self.cfg.patience as u64 {
-            return None;
-        }
-        p.wait = 0;
+        p.best.wait = 0;
         let floor = self.cfg.min_lr / self.base;
         if p.scale <= floor {
             return None;
@@ -153,11 +158,10 @@ mod tests {
         assert_eq!(s.epoch_end(0.94), None);
         assert_eq!(s.epoch_end(0.95), None); // at the floor: no more drops
         assert_eq!(s.at(10), 0.03);
-        let p = Plateau::from_array(s.plateau.to_array());
-        assert_eq!(p, s.plateau);
-        let fresh = Plateau::default();
-        let json = serde_json::to_string(&fresh.to_array()).unwrap();
-        assert_eq!(Plateau::from_array(serde_json::from_str(&json).unwrap()), fresh, "{json}");
+        for p in [s.plateau, Plateau::default()] {
+            let json = serde_json::to_string(&p).unwrap();
+            assert_eq!(serde_json::from_str::<Plateau>(&json).unwrap(), p, "{json}");
+        }
     }
 
     #[test]

@@ -114,8 +114,8 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         );
         let trainer = TrainerState::from_json(&start.trainer_json, start.from.as_deref().unwrap_or(Path::new("-")))?;
         let mut st = p.st;
-        if let Some(a) = trainer.plateau {
-            st.opt_mut().schedule_mut().plateau = crate::optim::Plateau::from_array(a);
+        if let Some(p) = trainer.plateau {
+            st.opt_mut().schedule_mut().plateau = p;
         }
         mode.set_trainer_state(trainer.to_json());
         let watch = Watch::new(job, &trainer);
@@ -344,12 +344,12 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             }
         }
         let is_plateau = o.schedule == crate::config::Schedule::Plateau;
-        self.trainer.plateau = is_plateau.then(|| self.st.opt().schedule().plateau.to_array());
+        self.trainer.plateau = is_plateau.then(|| self.st.opt().schedule().plateau);
         self.watch.save(&mut self.trainer);
         self.mode.set_trainer_state(self.trainer.to_json());
         if v.stop && rank0 {
             let e = self.job.training.early_stopping.as_ref().expect("stop needs early stopping");
-            let best = self.watch.best.map(|b| self.watch.shown(b)).unwrap_or(f64::NAN);
+            let best = self.watch.best.value.map(|b| self.watch.shown(b)).unwrap_or(f64::NAN);
             info!(
                 "early stopping after epoch {}: {name} has not improved by more than {} for {} epochs; the best was {best:.6} at epoch {}",
                 m.epoch, e.min_delta, e.patience, self.watch.best_epoch
@@ -432,7 +432,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                     "keep_best: weights.h5 holds epoch {}'s weights ({} {:.6}, the best); the checkpoints hold the last epoch's",
                     self.watch.best_epoch,
                     self.watch.name,
-                    self.watch.best.map(|b| self.watch.shown(b)).unwrap_or(f64::NAN)
+                    self.watch.best.value.map(|b| self.watch.shown(b)).unwrap_or(f64::NAN)
                 );
             } else {
                 weights::save(&self.st.tensor().full, &params, &self.norm, &path)?;

@@ -6,18 +6,18 @@
 //! Must not: decide anything (the run loop and `optim::schedule` do); only hold and convert.
 
 use crate::error::{Error, Result};
+use crate::optim::{Best, Plateau};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TrainerState {
-    /// `optim::Plateau` as [scale, best, wait]; None before the first epoch's end.
-    pub plateau: Option<[f64; 3]>,
-    /// The monitored metric's best value so far (lower is better: accuracy negated).
-    pub best: Option<f64>,
+    /// The plateau schedule's state (None without it).
+    pub plateau: Option<Plateau>,
+    /// The monitored metric's best value so far (lower is better: accuracy negated) and the
+    /// epochs since it, and the epoch it came from.
+    pub best: Best,
     pub best_epoch: usize,
-    /// Epochs since the best.
-    pub wait: u64,
 }
 
 impl TrainerState {
@@ -37,7 +37,8 @@ mod tests {
 
     #[test]
     fn round_trips_and_reads_older_checkpoints() {
-        let t = TrainerState { plateau: Some([0.25, 0.5, 1.0]), best: Some(0.3), best_epoch: 4, wait: 2 };
+        let best = Best { value: Some(0.3), wait: 2 };
+        let t = TrainerState { plateau: Some(Plateau { scale: 0.25, best }), best, best_epoch: 4 };
         assert_eq!(TrainerState::from_json(&t.to_json(), "c.h5".as_ref()).unwrap(), t);
         assert_eq!(TrainerState::from_json("{}", "c.h5".as_ref()).unwrap(), TrainerState::default());
         assert!(TrainerState::from_json("[", "c.h5".as_ref()).is_err());

@@ -10,6 +10,7 @@
 use super::trainer::TrainerState;
 use crate::config::Job;
 use crate::metrics::EpochMetrics;
+use crate::optim::Best;
 
 pub(super) struct Watch {
     pub name: String,
@@ -18,9 +19,8 @@ pub(super) struct Watch {
     min_delta: f64,
     /// Early stopping's patience (None: no early stopping).
     patience: Option<u64>,
-    pub best: Option<f64>,
+    pub best: Best,
     pub best_epoch: usize,
-    wait: u64,
 }
 
 /// What an epoch's end decided.
@@ -42,7 +42,6 @@ impl Watch {
             patience: e.map(|e| e.patience as u64),
             best: state.best,
             best_epoch: state.best_epoch,
-            wait: state.wait,
         }
     }
 
@@ -58,13 +57,11 @@ impl Watch {
 
     pub fn epoch_end(&mut self, m: &EpochMetrics) -> Verdict {
         let Some(v) = self.value(m) else { return Verdict { value: None, improved: false, stop: false } };
-        let improved = self.best.is_none_or(|b| v < b - self.min_delta);
+        let improved = self.best.observe(v, self.min_delta);
         if improved {
-            (self.best, self.best_epoch, self.wait) = (Some(v), m.epoch, 0);
-        } else {
-            self.wait += 1;
+            self.best_epoch = m.epoch;
         }
-        let stop = self.patience.is_some_and(|p| self.wait >= p);
+        let stop = self.patience.is_some_and(|p| self.best.wait >= p);
         Verdict { value: Some(v), improved, stop }
     }
 
@@ -78,7 +75,7 @@ impl Watch {
     }
 
     pub fn save(&self, into: &mut TrainerState) {
-        (into.best, into.best_epoch, into.wait) = (self.best, self.best_epoch, self.wait);
+        (into.best, into.best_epoch) = (self.best, self.best_epoch);
     }
 }
 
@@ -136,13 +133,13 @@ mod tests {
             verdicts,
             [(true, false), (true, false), (false, false), (true, false), (false, false), (false, true)]
         );
-        assert_eq!((w.best, w.best_epoch), (Some(0.7), 4));
+        assert_eq!((w.best.value, w.best_epoch), (Some(0.7), 4));
         // Through a checkpoint: the same state.
         let mut s = TrainerState::default();
         w.save(&mut s);
         let s2 = TrainerState::from_json(&s.to_json(), "c.h5".as_ref()).unwrap();
         let w2 = Watch::new(&j, &s2);
-        assert_eq!((w2.best, w2.best_epoch, w2.wait), (w.best, w.best_epoch, w.wait));
+        assert_eq!((w2.best, w2.best_epoch), (w.best, w.best_epoch));
     }
 
     #[test]
@@ -153,6 +150,6 @@ mod tests {
         assert!(w.epoch_end(&metrics(2, 0.4)).improved); // accuracy 0.6
         let v = w.epoch_end(&metrics(3, 0.45)); // accuracy 0.55: worse
         assert!(!v.improved && v.stop);
-        assert_eq!(w.shown(w.best.unwrap()), 0.6);
+        assert_eq!(w.shown(w.best.value.unwrap()), 0.6);
     }
 }
