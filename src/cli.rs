@@ -68,9 +68,11 @@ Reads the job's x_dataset from INPUT; writes `outputs` [N, K] and, for classific
     },
     /// Write a trained model as a standard ONNX graph (onnxruntime, TensorRT, C++ codes).
     #[command(
-        after_help = "Example:\n  hvtrain export jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5 \\\n      --format onnx --output model.onnx --softmax\n\n\
+        after_help = "Example:\n  hvtrain export jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5 \\\n      --format onnx --output model.onnx --probabilities\n\n\
 Input `x` float [N, layers[0]]; outputs `outputs` [N, K] (logits or regression values, as\n\
-`hvtrain predict` writes them) and, with --softmax, `probabilities` [N, K]. Opset 17.\n\
+`hvtrain predict` writes them) and, with --probabilities (or --softmax), `probabilities` [N, K]:\n\
+the loss's output activation (softmax for softmax_cross_entropy, sigmoid for\n\
+binary_cross_entropy), as `hvtrain predict` writes them. Opset 17.\n\
 --weights takes weights.h5 or a checkpoint; the model it records must be the job's."
     )]
     Export {
@@ -82,9 +84,10 @@ Input `x` float [N, layers[0]]; outputs `outputs` [N, K] (logits or regression v
         format: ExportFormat,
         #[arg(long)]
         output: PathBuf,
-        /// Also output `probabilities`: softmax of the outputs (classification only).
-        #[arg(long)]
-        softmax: bool,
+        /// Also output `probabilities`: the loss's output activation of the outputs (softmax
+        /// for classes, sigmoid for multi-label; not for regression).
+        #[arg(long, alias = "softmax")]
+        probabilities: bool,
     },
     /// Prepare data: convert IDX to HDF5, split a file into per-rank shards.
     #[command(subcommand)]

@@ -7,7 +7,7 @@
 //! backend for whole steps).
 
 use crate::config::Activation;
-use crate::device::backend::{AdamHyper, Backend, Gemm, SgdHyper, Trans};
+use crate::device::backend::{AdamHyper, Backend, Gemm, Pointwise, SgdHyper, Trans};
 use crate::device::cpu::{gelu, gelu_grad};
 use crate::rng::Rng;
 
@@ -136,18 +136,49 @@ fn losses<B: Backend>(be: &B) {
     close(&host(be, &d, b * k), &grad, 1e-5, "softmax_xent gradient");
 
     let target = random(b * k, 6);
-    let mut mse = 0.0;
-    let mut mg = vec![0.0; b * k];
-    for i in 0..b * k {
-        let e = logits[i] as f64 - target[i] as f64;
-        mse += e * e / k as f64;
-        mg[i] = 2.0 * scale as f64 / k as f64 * e;
+    let bits: Vec<f32> = random(b * k, 7).iter().map(|&t| if t > 0.0 { 1.0 } else { 0.0 }).collect();
+    for f in [Pointwise::Mse, Pointwise::Mae, Pointwise::Huber(0.5), Pointwise::BinaryXent] {
+        let t = if f == Pointwise::BinaryXent { &bits } else { &target };
+        let (mut want, mut wc) = (0.0, 0);
+        let mut wg = vec![0.0; b * k];
+        for i in 0..b * k {
+            let (p, y) = (logits[i] as f64, t[i] as f64);
+            let e = p - y;
+            let (v, g) = match f {
+                Pointwise::Mse => (e * e, 2.0 * e),
+                Pointwise::Mae => (e.abs(), e.signum()),
+                Pointwise::Huber(dl) => {
+                    let dl = dl as f64;
+                    if e.abs() <= dl {
+                        (0.5 * e * e, e)
+                    } else {
+                        (dl * (e.abs() - 0.5 * dl), dl * e.signum())
+                    }
+                }
+                Pointwise::BinaryXent => {
+                    let s = 1.0 / (1.0 + (-p).exp());
+                    wc += ((p > 0.0) == (y > 0.5)) as usize;
+                    (-(y * s.ln() + (1.0 - y) * (1.0 - s).ln()), s - y)
+                }
+            };
+            want += v / k as f64;
+            wg[i] = scale as f64 / k as f64 * g;
+        }
+        let td = be.upload(t).unwrap();
+        let (got, c) = be
+            .pointwise_loss(
+                f,
+                be.view(&ld, 0..b * k),
+                be.view(&td, 0..b * k),
+                k,
+                scale,
+                Some(be.view_mut(&mut d, 0..b * k)),
+            )
+            .unwrap();
+        assert!((got - want).abs() < 1e-4 * want, "{f:?} loss {got} vs {want}");
+        assert_eq!(c, wc, "{f:?} elements predicted right");
+        close(&host(be, &d, b * k), &wg, 1e-5, &format!("{f:?} gradient"));
     }
-    let td = be.upload(&target).unwrap();
-    let got =
-        be.mse(be.view(&ld, 0..b * k), be.view(&td, 0..b * k), k, scale, Some(be.view_mut(&mut d, 0..b * k))).unwrap();
-    assert!((got - mse).abs() < 1e-4 * mse, "mse {got} vs {mse}");
-    close(&host(be, &d, b * k), &mg, 1e-5, "mse gradient");
 
     let mut sd = be.upload(&logits).unwrap();
     be.softmax(be.view_mut(&mut sd, 0..b * k), k).unwrap();
@@ -261,6 +292,8 @@ fn model<B: Backend>(be: &B, tol: f64) {
         (Activation::Relu, LossKind::SoftmaxCrossEntropy),
         (Activation::Gelu, LossKind::SoftmaxCrossEntropy),
         (Activation::Tanh, LossKind::Mse),
+        (Activation::Tanh, LossKind::Huber),
+        (Activation::Relu, LossKind::BinaryCrossEntropy),
     ] {
         gradcheck::check(be, act, loss);
         gradcheck::step_matches_cpu(be, act, loss, tol, tol);
@@ -488,8 +521,16 @@ mod tests {
         ) -> crate::error::Result<(f64, usize)> {
             Cpu.softmax_xent(l, y, k, s, d)
         }
-        fn mse(&self, p: &[f32], t: &[f32], k: usize, s: f32, d: Option<&mut [f32]>) -> crate::error::Result<f64> {
-            Cpu.mse(p, t, k, s, d)
+        fn pointwise_loss(
+            &self,
+            f: Pointwise,
+            p: &[f32],
+            t: &[f32],
+            k: usize,
+            s: f32,
+            d: Option<&mut [f32]>,
+        ) -> crate::error::Result<(f64, usize)> {
+            Cpu.pointwise_loss(f, p, t, k, s, d)
         }
         fn softmax(&self, v: &mut [f32], k: usize) -> crate::error::Result<()> {
             Cpu.softmax(v, k)

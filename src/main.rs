@@ -62,9 +62,9 @@ fn main() {
                 .and_then(|(j, _)| eval::predict(&j, &weights, &input, &output))
                 .map(|n| log::info!("wrote {} predictions to {}", n, output.display())),
         ),
-        Command::Export { job, weights, format: cli::ExportFormat::Onnx, output, softmax } => finish(
+        Command::Export { job, weights, format: cli::ExportFormat::Onnx, output, probabilities } => finish(
             config::Job::load_with_env(&job.job, &job.set)
-                .and_then(|(j, _)| export::export(&j, &weights, &output, softmax))
+                .and_then(|(j, _)| export::export(&j, &weights, &output, probabilities))
                 .map(|e| {
                     log::info!(
                         "wrote {} ({} bytes, ONNX opset {}): MLP {:?}, {} nodes",

@@ -16,11 +16,16 @@ pub struct EpochMetrics {
     pub test_loss: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_accuracy: Option<f64>,
+    /// More than 5 classes: the share of rows whose label is among the 5 largest outputs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_top5_accuracy: Option<f64>,
     /// On the validation data (`data.validation` or `data.validation_split`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub val_loss: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub val_accuracy: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_top5_accuracy: Option<f64>,
     /// Regression, in the targets' units: means over the outputs, and per output (K ≤ 16).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_mae: Option<f64>,

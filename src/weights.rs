@@ -130,7 +130,7 @@ fn write_model_attrs(f: &hdf5::File, path: &Path, model: &Mlp, sizes: &[i64]) ->
     for (name, value) in [
         ("activation", name_of(&model.act)),
         ("final_activation", "identity".into()),
-        ("loss", name_of(&model.loss)),
+        ("loss", model.loss.kind.name().to_string()),
         ("weight_layout", "[in, out]".into()),
     ] {
         let v: hdf5::types::VarLenUnicode = value.parse().expect("attribute text has no NUL");

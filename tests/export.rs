@@ -100,6 +100,9 @@ fn train(dir: &Path, act: &str, loss: &str) -> String {
     write_dataset(&f, "x", &x, &[64, D]);
     if classify {
         write_dataset(&f, "y", &y, &[64]);
+    } else if loss == "binary_cross_entropy" {
+        let t: Vec<f32> = (0..64 * K).map(|i| (x[(i * 7) % x.len()] > 0.0) as u8 as f32).collect();
+        write_dataset(&f, "y", &t, &[64, K]);
     } else {
         let t: Vec<f32> = (0..64 * K).map(|i| x[(i * 7) % x.len()] * 0.5).collect();
         write_dataset(&f, "y", &t, &[64, K]);
@@ -180,12 +183,13 @@ fn strip_attrs(src: &Path, dst: &Path) {
 fn onnx_export_matches_predict_for_every_activation_and_loss() {
     let py = python();
     let mut cases = Vec::new();
-    for loss in ["softmax_cross_entropy", "mse"] {
+    for loss in ["softmax_cross_entropy", "mse", "binary_cross_entropy"] {
         for act in ["relu", "tanh", "gelu", "identity"] {
             let name = format!("{act}-{loss}");
             let dir = scratch(&format!("export-{name}"));
             train(&dir, act, loss);
-            let classify = loss == "softmax_cross_entropy";
+            // With probabilities: softmax (classes) or sigmoid (multi-label).
+            let classify = loss != "mse";
             cases.push(case(&dir, &name, "out/weights.h5", classify, Some((act, loss))));
             if act == "gelu" {
                 // A checkpoint as --weights (step 15 of 16: not the final weights).

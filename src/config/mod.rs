@@ -30,7 +30,7 @@ pub use data::{DataCfg, Normalize, NormalizeY};
 pub use distribution::{roles, BucketOrder, Compression, DistributionCfg, Strategy};
 use env::env_overrides;
 pub use limits::{num, Span};
-pub use model::{Activation, LossKind, ModelCfg};
+pub use model::{Activation, Loss, LossKind, ModelCfg, OutputActivation, Targets};
 pub use optimizer::{OptimizerCfg, OptimizerKind, Schedule};
 pub use output::OutputCfg;
 pub use parallel::ParallelCfg;
@@ -102,13 +102,16 @@ impl Job {
         count(origin, "parallel.tensor", self.parallel.tensor as u64, limits::TENSOR)?;
         count(origin, "parallel.pipeline", self.parallel.pipeline as u64, limits::PIPELINE)?;
         count(origin, "parallel.micro_batches", self.parallel.micro_batches as u64, limits::MICRO_BATCHES)?;
-        if self.data.normalize_y != NormalizeY::None && self.model.loss != LossKind::Mse {
+        if self.data.normalize_y != NormalizeY::None && self.model.loss.targets() != Targets::Regression {
             return Err(Error::config(
                 origin,
                 "data.normalize_y",
-                "standardizes regression targets, and model.loss = \"softmax_cross_entropy\" has class labels; \
-                 use it with loss = \"mse\", or leave it \"none\""
-                    .to_string(),
+                format!(
+                    "standardizes regression targets, and model.loss = \"{}\" has {}; \
+                     use it with loss = \"mse\", \"mae\" or \"huber\", or leave it \"none\"",
+                    self.model.loss.name(),
+                    if self.model.loss.targets() == Targets::Classes { "class labels" } else { "0/1 labels" }
+                ),
             ));
         }
         self.validate_monitor(origin)?;
@@ -144,11 +147,14 @@ impl Job {
                 format!("watches {m}, and the run has no validation data; set data.validation (a file) or data.validation_split (a fraction of the training rows), or monitor train_loss"),
             ));
         }
-        if m == "val_accuracy" && self.model.loss != LossKind::SoftmaxCrossEntropy {
+        if m == "val_accuracy" && self.model.loss.targets() == Targets::Regression {
             return Err(Error::config(
                 origin,
                 field,
-                "watches val_accuracy, which a regression (model.loss = \"mse\") does not have; monitor val_loss",
+                format!(
+                    "watches val_accuracy, which a regression (model.loss = \"{}\") does not have; monitor val_loss",
+                    self.model.loss.name()
+                ),
             ));
         }
         if self.output.keep_best && !self.has_validation() && self.training.early_stopping.is_none() {

@@ -24,7 +24,77 @@ pub enum LossKind {
     SoftmaxCrossEntropy,
     /// Regression: `y` holds float32 targets [N, outputs]; loss is the mean over all elements.
     Mse,
+    /// Regression, mean absolute error (robust to outliers; gradient sign(e)).
+    Mae,
+    /// Regression, Huber: ½e² within `model.huber_delta`, δ(|e| − ½δ) beyond (Keras' `Huber`).
+    Huber,
+    /// Multi-label: K independent sigmoid outputs, `y` [N, K] of 0 and 1 (Keras'
+    /// `BinaryCrossentropy(from_logits=True)`, mean over the K labels).
+    BinaryCrossEntropy,
 }
+
+/// What a loss's targets are and what its outputs mean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Targets {
+    /// One integer class per row.
+    Classes,
+    /// Real targets [N, K]: MAE, RMSE and R² are its metrics.
+    Regression,
+    /// 0/1 targets [N, K]: element-wise accuracy is its metric.
+    MultiLabel,
+}
+
+/// The function `predict` and the ONNX graph apply to the last layer's outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputActivation {
+    Softmax,
+    Sigmoid,
+    Identity,
+}
+
+impl LossKind {
+    pub fn targets(self) -> Targets {
+        match self {
+            LossKind::SoftmaxCrossEntropy => Targets::Classes,
+            LossKind::Mse | LossKind::Mae | LossKind::Huber => Targets::Regression,
+            LossKind::BinaryCrossEntropy => Targets::MultiLabel,
+        }
+    }
+    pub fn output_activation(self) -> OutputActivation {
+        match self {
+            LossKind::SoftmaxCrossEntropy => OutputActivation::Softmax,
+            LossKind::BinaryCrossEntropy => OutputActivation::Sigmoid,
+            LossKind::Mse | LossKind::Mae | LossKind::Huber => OutputActivation::Identity,
+        }
+    }
+    /// The job file's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            LossKind::SoftmaxCrossEntropy => "softmax_cross_entropy",
+            LossKind::Mse => "mse",
+            LossKind::Mae => "mae",
+            LossKind::Huber => "huber",
+            LossKind::BinaryCrossEntropy => "binary_cross_entropy",
+        }
+    }
+}
+
+/// A loss with its parameter: what the model computes at its head.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Loss {
+    pub kind: LossKind,
+    /// Huber's δ (unused by the other losses).
+    pub huber_delta: f32,
+}
+
+impl From<LossKind> for Loss {
+    fn from(kind: LossKind) -> Loss {
+        Loss { kind, huber_delta: DEFAULT_HUBER_DELTA as f32 }
+    }
+}
+
+/// Keras' `Huber(delta=1.0)`.
+pub const DEFAULT_HUBER_DELTA: f64 = 1.0;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -35,6 +105,14 @@ pub struct ModelCfg {
     pub activation: Activation,
     #[serde(default = "default_loss")]
     pub loss: LossKind,
+    /// Huber's δ, in the targets' units as the loss sees them (standardized with
+    /// `data.normalize_y = "standard"`).
+    #[serde(default = "default_huber_delta")]
+    pub huber_delta: f64,
+}
+
+fn default_huber_delta() -> f64 {
+    DEFAULT_HUBER_DELTA
 }
 
 fn default_activation() -> Activation {
@@ -45,6 +123,11 @@ fn default_loss() -> LossKind {
 }
 
 impl ModelCfg {
+    /// The loss with its parameters.
+    pub fn loss(&self) -> Loss {
+        Loss { kind: self.loss, huber_delta: self.huber_delta as f32 }
+    }
+
     pub(super) fn validate(&self, origin: &str) -> Result<()> {
         let bad = |msg: String| Err(Error::config(origin, "model.layers", msg));
         let m = self;
@@ -74,6 +157,13 @@ impl ModelCfg {
         }
         if m.loss == LossKind::SoftmaxCrossEntropy && *m.layers.last().unwrap() < 2 {
             return bad("softmax_cross_entropy needs at least 2 output classes".into());
+        }
+        if !(self.huber_delta.is_finite() && self.huber_delta > 0.0 && self.huber_delta <= 1e30) {
+            return Err(Error::config(
+                origin,
+                "model.huber_delta",
+                format!("is {}; Huber's δ must be a positive number (1.0 is Keras' default)", self.huber_delta),
+            ));
         }
         Ok(())
     }

@@ -152,10 +152,7 @@ impl Tally {
 
 fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare: &Receiver<Batch>) -> Result<()> {
     let d = shard.features;
-    let k = match &shard.labels {
-        Labels::Values(_, k) => *k,
-        Labels::Classes(_) => 0,
-    };
+    let k = shard.labels.values().map_or(0, |(_, k)| k);
     let record = log::log_enabled!(log::Level::Debug);
     let (b, g, n) = (cfg.batch, cfg.batch * cfg.ranks, shard.len());
     // The epoch's last `n - n_used` positions are dropped (data.drop_last).
@@ -222,7 +219,7 @@ fn push_row(batch: &mut Batch, shard: &Shard, x: &[f32], row: usize, record: boo
     batch.x.extend_from_slice(x);
     match &shard.labels {
         Labels::Classes(c) => batch.classes.push(c[row]),
-        Labels::Values(v, k) => batch.values.extend_from_slice(&v[row * k..(row + 1) * k]),
+        Labels::Values(v, k) | Labels::Bits(v, k) => batch.values.extend_from_slice(&v[row * k..(row + 1) * k]),
     }
     batch.rows += 1;
     if record {

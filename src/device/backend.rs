@@ -62,6 +62,33 @@ impl Gemm {
     }
 }
 
+/// A loss computed element by element on [b, k] outputs and targets of the same shape: the
+/// per-sample loss is the mean over the k elements.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Pointwise {
+    /// (p − t)², gradient 2(p − t).
+    Mse,
+    /// |p − t|, gradient sign(p − t) (0 at 0).
+    Mae,
+    /// ½e² for |e| ≤ δ, δ(|e| − ½δ) beyond; gradient e clamped to [−δ, δ].
+    Huber(f32),
+    /// Binary cross-entropy of the logit p against t ∈ {0, 1}: max(p, 0) − p·t + ln(1 + e^−|p|),
+    /// gradient sigmoid(p) − t. An element counts as correct when (p > 0) == (t > ½).
+    BinaryXent,
+}
+
+impl Pointwise {
+    /// The kernels' mode number (kernels.cu's `hv_pointwise_loss`).
+    pub fn mode(self) -> (i32, f32) {
+        match self {
+            Pointwise::Mse => (0, 0.0),
+            Pointwise::Mae => (1, 0.0),
+            Pointwise::Huber(d) => (2, d),
+            Pointwise::BinaryXent => (3, 0.0),
+        }
+    }
+}
+
 /// One SGD (momentum, Nesterov) update's hyperparameters.
 #[derive(Clone, Copy, Debug)]
 pub struct SgdHyper {
@@ -166,15 +193,18 @@ pub trait Backend: Send {
         grad_scale: f32,
         d: Option<Self::ViewMut<'_>>,
     ) -> Result<(f64, usize)>;
-    /// Σ over samples of the mean squared error over k outputs; gradient × `grad_scale`.
-    fn mse(
+    /// Σ over samples of the per-sample mean over k outputs of loss `f` (see `Pointwise`), and
+    /// the elements predicted right (binary cross-entropy; 0 for the others); the gradient of
+    /// (that sum × `grad_scale`) into `d` when given.
+    fn pointwise_loss(
         &self,
+        f: Pointwise,
         pred: Self::View<'_>,
         target: Self::View<'_>,
         k: usize,
         grad_scale: f32,
         d: Option<Self::ViewMut<'_>>,
-    ) -> Result<f64>;
+    ) -> Result<(f64, usize)>;
     /// Row-wise softmax of [rows, k] in place (probabilities for `predict`).
     fn softmax(&self, v: Self::ViewMut<'_>, k: usize) -> Result<()>;
 

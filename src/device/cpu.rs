@@ -6,7 +6,7 @@
 //! Must not: be fast at the cost of being the plain reference (speed work keeps its results within
 //! the conformance tolerances).
 
-use super::backend::{AdamHyper, Backend, SgdHyper};
+use super::backend::{AdamHyper, Backend, Pointwise, SgdHyper};
 pub use super::backend::{Gemm, Trans};
 use crate::config::Activation;
 use crate::error::Result;
@@ -87,8 +87,16 @@ impl Backend for Cpu {
     ) -> Result<(f64, usize)> {
         Ok(softmax_xent(logits, &labels[..logits.len() / k], k, grad_scale, d))
     }
-    fn mse(&self, pred: &[f32], target: &[f32], k: usize, grad_scale: f32, d: Option<&mut [f32]>) -> Result<f64> {
-        Ok(mse(pred, target, k, grad_scale, d))
+    fn pointwise_loss(
+        &self,
+        f: Pointwise,
+        pred: &[f32],
+        target: &[f32],
+        k: usize,
+        grad_scale: f32,
+        d: Option<&mut [f32]>,
+    ) -> Result<(f64, usize)> {
+        Ok(pointwise_loss(f, pred, target, k, grad_scale, d))
     }
     fn softmax(&self, v: &mut [f32], k: usize) -> Result<()> {
         softmax_rows(v, k);
@@ -255,18 +263,78 @@ pub fn softmax_xent(
     (loss, correct)
 }
 
-/// Mean squared error over `pred` [b, k] and `target` [b, k]: returns the sum over samples of
-/// the per-sample mean over the k outputs; the gradient of (that sum × grad_scale).
-pub fn mse(pred: &[f32], target: &[f32], k: usize, grad_scale: f32, dpred: Option<&mut [f32]>) -> f64 {
+/// Loss `f` (see `Pointwise`) over `pred` [b, k] and `target` [b, k]: returns the sum over
+/// samples of the per-sample mean over the k outputs (accumulated in f64) and the elements
+/// predicted right (binary cross-entropy only); the gradient of (that sum × grad_scale).
+pub fn pointwise_loss(
+    f: Pointwise,
+    pred: &[f32],
+    target: &[f32],
+    k: usize,
+    grad_scale: f32,
+    dpred: Option<&mut [f32]>,
+) -> (f64, usize) {
     let mut loss = 0.0f64;
+    let mut correct = 0;
     for (p, t) in pred.chunks_exact(k).zip(target.chunks_exact(k)) {
-        loss += p.iter().zip(t).map(|(&a, &b)| ((a - b) as f64).powi(2)).sum::<f64>() / k as f64;
+        let row: f64 = p.iter().zip(t).map(|(&a, &b)| pointwise_value(f, a, b) as f64).sum();
+        loss += row / k as f64;
+        if f == Pointwise::BinaryXent {
+            correct += p.iter().zip(t).filter(|(&a, &b)| (a > 0.0) == (b > 0.5)).count();
+        }
     }
     if let Some(d) = dpred {
-        let s = 2.0 * grad_scale / k as f32;
-        d.iter_mut().zip(pred.iter().zip(target)).for_each(|(g, (&a, &b))| *g = s * (a - b));
+        let s = grad_scale / k as f32;
+        d.iter_mut().zip(pred.iter().zip(target)).for_each(|(g, (&a, &b))| *g = s * pointwise_grad(f, a, b));
     }
-    loss
+    (loss, correct)
+}
+
+/// One element's loss, in f32 as the kernels compute it.
+pub fn pointwise_value(f: Pointwise, p: f32, t: f32) -> f32 {
+    let e = p - t;
+    match f {
+        Pointwise::Mse => e * e,
+        Pointwise::Mae => e.abs(),
+        Pointwise::Huber(delta) => {
+            let a = e.abs();
+            if a <= delta {
+                0.5 * e * e
+            } else {
+                delta * (a - 0.5 * delta)
+            }
+        }
+        Pointwise::BinaryXent => p.max(0.0) - p * t + (-p.abs()).exp().ln_1p(),
+    }
+}
+
+/// One element's loss gradient with respect to `p`.
+pub fn pointwise_grad(f: Pointwise, p: f32, t: f32) -> f32 {
+    let e = p - t;
+    match f {
+        Pointwise::Mse => 2.0 * e,
+        Pointwise::Mae => {
+            if e > 0.0 {
+                1.0
+            } else if e < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        Pointwise::Huber(delta) => e.clamp(-delta, delta),
+        Pointwise::BinaryXent => sigmoid(p) - t,
+    }
+}
+
+/// The logistic function, without overflow for either sign.
+pub fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
 }
 
 /// Row-wise softmax of [rows, k] in place.

@@ -3,7 +3,7 @@
 //!
 //! Must not: train or write checkpoints.
 
-use crate::config::{Job, LossKind};
+use crate::config::{Job, OutputActivation};
 use crate::data::h5;
 use crate::data::shard::{Expect, Labels, Shard};
 use crate::device::{Backend, Cpu};
@@ -22,14 +22,56 @@ use regression::Regression;
 
 const CHUNK: usize = 512;
 
-/// The length of an evaluation's sums: loss, correct predictions, rows, then for regression
-/// targets `regression::PER_OUTPUT` sums per output. From the shard's targets (the whole
-/// model's outputs), not a pipeline stage's model: every rank's sums have the same length.
+/// The length of an evaluation's sums: loss, correct predictions (rows for classes, elements
+/// for multi-label), rows, then for more than 5 classes the rows whose label is among the 5
+/// largest outputs, for regression targets `regression::PER_OUTPUT` sums per output. From the
+/// shard's targets (the whole model's outputs), not a pipeline stage's model: every rank's
+/// sums have the same length.
 pub fn sums_len(shard: &Shard) -> usize {
     3 + match &shard.labels {
         Labels::Values(_, k) => regression::PER_OUTPUT * k,
-        Labels::Classes(_) => 0,
+        Labels::Classes(_) if has_top5(shard) => 1,
+        Labels::Classes(_) | Labels::Bits(..) => 0,
     }
+}
+
+/// Whether the shard's classes are more than 5 (top-5 accuracy is then a metric).
+fn has_top5(shard: &Shard) -> bool {
+    matches!(shard.labels, Labels::Classes(_)) && shard.outputs > 5
+}
+
+/// Rows of `logits` [c, k] whose label is among the 5 largest (ties count for the label, as
+/// Keras' `in_top_k` does not promise otherwise: a label ties in when no more than 4 outputs
+/// are strictly larger).
+pub fn top5_hits(logits: &[f32], labels: &[i32], k: usize) -> usize {
+    logits
+        .chunks_exact(k)
+        .zip(labels)
+        .filter(|(row, &y)| {
+            let v = row[y as usize];
+            row.iter().filter(|&&o| o > v).count() < 5 && !v.is_nan()
+        })
+        .count()
+}
+
+/// Add a chunk's outputs (downloaded) to the top-5 sum, for more than 5 classes.
+fn add_top5<B: Backend>(
+    be: &B,
+    model: &Mlp,
+    ws: &Workspace<B>,
+    shard: &Shard,
+    rows: std::ops::Range<usize>,
+    out: &mut [f32],
+    sums: &mut [f64],
+) -> Result<()> {
+    let Labels::Classes(y) = &shard.labels else { return Ok(()) };
+    if !has_top5(shard) {
+        return Ok(());
+    }
+    let (c, k) = (rows.len(), shard.outputs);
+    ws.output_host(be, model, c, &mut out[..c * k])?;
+    sums[3] += top5_hits(&out[..c * k], &y[rows], k) as f64;
+    Ok(())
 }
 
 /// Add a chunk's outputs (downloaded) to the regression sums, for a regression shard.
@@ -51,7 +93,7 @@ fn add_regression<B: Backend>(
 
 /// What `model` needs of its data, for opening a `Shard`.
 pub fn expect(model: &Mlp) -> Expect {
-    Expect { inputs: model.n_inputs(), outputs: model.n_outputs(), loss: model.loss }
+    Expect { inputs: model.n_inputs(), outputs: model.n_outputs(), loss: model.loss.kind }
 }
 
 /// Start-up shared by `train` and `eval`: placement log, device choice, cross-rank checks.
@@ -164,6 +206,7 @@ pub fn evaluate_in_group<B: Backend>(
             sums[1] += k as f64;
             sums[2] += c as f64;
             add_regression(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
+            add_top5(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
         }
         start += c;
         liveness::progress();
@@ -203,6 +246,7 @@ fn evaluate_on<B: Backend>(
         sums[0] += l;
         sums[1] += k as f64;
         add_regression(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
+        add_top5(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
         start += c;
         liveness::progress();
     }
@@ -223,17 +267,19 @@ fn targets<'a, B: Backend>(
             be.upload_labels(&v[rows], labels)?;
             Targets::Classes(labels)
         }
-        Labels::Values(v, k) => {
+        Labels::Values(v, k) | Labels::Bits(v, k) => {
             be.upload_into(&v[rows.start * k..rows.end * k], values)?;
             Targets::Values(be.view(values, 0..rows.len() * k))
         }
     })
 }
 
-/// What an evaluation gives: the mean loss, accuracy for classes, MAE/RMSE/R² for regression.
+/// What an evaluation gives: the mean loss, accuracy for classes (top-5 too for more than 5)
+/// and multi-label (the share of labels right), MAE/RMSE/R² for regression.
 pub struct EvalResult {
     pub loss: f64,
     pub accuracy: Option<f64>,
+    pub top5: Option<f64>,
     pub regression: Option<Regression>,
 }
 
@@ -242,12 +288,17 @@ pub fn eval_result(sums: &[f64], shard: &Shard) -> EvalResult {
     if sums[2] == 0.0 {
         warn!("the test set is empty");
     }
-    let accuracy = matches!(shard.labels, Labels::Classes(_)).then(|| sums[1] / sums[2]);
+    let accuracy = match &shard.labels {
+        Labels::Classes(_) => Some(sums[1] / sums[2]),
+        Labels::Bits(_, k) => Some(sums[1] / (sums[2] * *k as f64)),
+        Labels::Values(..) => None,
+    };
+    let top5 = has_top5(shard).then(|| sums[3] / sums[2]);
     let regression = match &shard.labels {
         Labels::Values(_, k) if sums.len() > 3 => Some(regression::finish(&sums[3..], sums[2], *k)),
         _ => None,
     };
-    EvalResult { loss: sums[0] / sums[2], accuracy, regression }
+    EvalResult { loss: sums[0] / sums[2], accuracy, top5, regression }
 }
 
 /// `hvtrain eval`: load weights (or a checkpoint), evaluate on the job's test data over all ranks.
@@ -296,6 +347,9 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
             (None, None) => info!("eval {}: test_loss {loss:.6}", weights_path.display()),
         }
         let mut j = serde_json::json!({"weights": weights_path.display().to_string(), "test_loss": loss, "test_accuracy": acc, "ranks": comm.size});
+        if let Some(t) = r.top5 {
+            j["test_top5_accuracy"] = t.into();
+        }
         if let Some(g) = &r.regression {
             j["test_mae"] = g.mae.into();
             j["test_rmse"] = g.rmse.into();
@@ -309,8 +363,10 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
 
 /// `hvtrain predict`: the model's outputs for every row of `input`'s features dataset
 /// (`data.x_dataset`), written to `output`: `outputs` float32 [N, K] (logits for
-/// classification, predictions for regression) and, for classification, `classes` int32 [N]
-/// and `probabilities` float32 [N, K]. A single process; no MPI needed.
+/// classification and multi-label, predictions for regression); for classification
+/// `classes` int32 [N] and `probabilities` float32 [N, K] (softmax); for multi-label
+/// `probabilities` float32 [N, K] (sigmoid) and `labels` uint8 [N, K] (probability > ½).
+/// A single process; no MPI needed.
 pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> Result<usize> {
     let model = Mlp::from_cfg(&job.model);
     let params = weights::load(&model, weights_path)?;
@@ -336,7 +392,8 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
     let mut ws = Workspace::new(&be, &model, CHUNK)?;
     let params = be.upload(&params)?;
     let mut xd = be.zeros(CHUNK * d)?;
-    let classify = model.loss == LossKind::SoftmaxCrossEntropy;
+    let head = model.loss.kind.output_activation();
+    let classify = head == OutputActivation::Softmax;
     let mut outputs = vec![0.0f32; n * k];
     let mut probs = if classify { vec![0.0f32; n * k] } else { Vec::new() };
     let mut start = 0;
@@ -354,6 +411,9 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
         start += c;
     }
     norm.unapply_y(&mut outputs); // regression outputs in the targets' units
+    if head == OutputActivation::Sigmoid {
+        probs = outputs.iter().map(|&z| crate::device::cpu::sigmoid(z)).collect();
+    }
     let tmp = output.with_extension("h5.tmp");
     {
         let o = h5::create(&tmp)?;
@@ -365,6 +425,11 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
                 .collect();
             h5::write(&o, &tmp, "probabilities", &probs, &[n, k])?;
             h5::write(&o, &tmp, "classes", &classes, &[n])?;
+        }
+        if head == OutputActivation::Sigmoid {
+            let labels: Vec<u8> = probs.iter().map(|&p| (p > 0.5) as u8).collect();
+            h5::write(&o, &tmp, "probabilities", &probs, &[n, k])?;
+            h5::write(&o, &tmp, "labels", &labels, &[n, k])?;
         }
     }
     std::fs::rename(&tmp, output).map_err(|e| Error::io(output, "rename the finished output into place", e))?;

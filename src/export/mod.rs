@@ -23,7 +23,7 @@
 #[allow(clippy::all, clippy::pedantic, dead_code, missing_docs)]
 mod onnx;
 
-use crate::config::{Activation, Job, LossKind};
+use crate::config::{Activation, Job, OutputActivation};
 use crate::data::h5;
 use crate::error::{Error, Result};
 use crate::weights;
@@ -55,22 +55,28 @@ pub struct Exported {
 /// Export the weights (weights.h5 or a checkpoint) of `job`'s model to `output` as ONNX.
 /// The model recorded in the file's attributes must agree with the job's; files written
 /// before hvtrain recorded it are taken as the job's model (the shapes are still checked).
-pub fn export(job: &Job, weights_path: &Path, output: &Path, softmax: bool) -> Result<Exported> {
+pub fn export(job: &Job, weights_path: &Path, output: &Path, probabilities: bool) -> Result<Exported> {
     let model = crate::model::Mlp::from_cfg(&job.model);
-    if softmax && model.loss != LossKind::SoftmaxCrossEntropy {
+    let head = model.loss.kind.output_activation();
+    if probabilities && head == OutputActivation::Identity {
         return Err(Error::config(
             &job.source,
             "model.loss",
-            "is mse (regression); --softmax adds class probabilities and needs softmax_cross_entropy",
+            format!(
+                "is {} (regression); --probabilities (--softmax) adds class or label probabilities and needs \
+                 softmax_cross_entropy or binary_cross_entropy",
+                model.loss.kind.name()
+            ),
         ));
     }
+    let head = if probabilities { head } else { OutputActivation::Identity };
     let f = h5::open(weights_path, "--weights")?;
     check_attrs(&weights::read_model_attrs(&f, weights_path)?, job, weights_path)?;
     let params = weights::read_params(&f, weights_path, &model)?;
     let norm = weights::read_norm(&f, weights_path, &model)?;
     drop(f);
 
-    let (g, outputs) = graph(job, &model, &params, &norm, softmax);
+    let (g, outputs) = graph(job, &model, &params, &norm, head);
     let nodes = g.nodes.len();
     let bytes = model_proto(&model, g, outputs, weights_path).encode_to_vec();
     write_atomic(output, &bytes)?;
@@ -78,13 +84,13 @@ pub fn export(job: &Job, weights_path: &Path, output: &Path, softmax: bool) -> R
 }
 
 /// The graph of `model` with parameters `params`: the input's scale and offset, a Gemm and
-/// an activation per layer, and with `softmax` the class probabilities; and its outputs.
+/// an activation per layer, and with `head` softmax or sigmoid the probabilities; and its outputs.
 fn graph(
     job: &Job,
     model: &crate::model::Mlp,
     params: &[f32],
     norm: &crate::data::norm::Norm,
-    softmax: bool,
+    head: OutputActivation,
 ) -> (Graph, Vec<ValueInfoProto>) {
     let mut g = Graph::default();
     let n = model.layers.len();
@@ -124,16 +130,24 @@ fn graph(
         g.node("Add", "output/shift", &["output/scaled", "output/y_shift"], "outputs", vec![]);
     }
     let k = model.n_outputs();
-    let mut outputs = vec![tensor_info("outputs", k, "logits (softmax_cross_entropy) or predictions (mse), [N, k]")];
-    if softmax {
-        let axis = AttributeProto {
-            name: Some("axis".into()),
-            r#type: Some(AttributeType::Int as i32),
-            i: Some(-1),
-            ..Default::default()
-        };
-        g.node("Softmax", "softmax", &["outputs"], "probabilities", vec![axis]);
-        outputs.push(tensor_info("probabilities", k, "softmax of outputs over the classes, [N, k]"));
+    let mut outputs =
+        vec![tensor_info("outputs", k, "logits (softmax or binary cross-entropy) or predictions (regression), [N, k]")];
+    match head {
+        OutputActivation::Softmax => {
+            let axis = AttributeProto {
+                name: Some("axis".into()),
+                r#type: Some(AttributeType::Int as i32),
+                i: Some(-1),
+                ..Default::default()
+            };
+            g.node("Softmax", "softmax", &["outputs"], "probabilities", vec![axis]);
+            outputs.push(tensor_info("probabilities", k, "softmax of outputs over the classes, [N, k]"));
+        }
+        OutputActivation::Sigmoid => {
+            g.node("Sigmoid", "sigmoid", &["outputs"], "probabilities", vec![]);
+            outputs.push(tensor_info("probabilities", k, "sigmoid of each output: each label's probability, [N, k]"));
+        }
+        OutputActivation::Identity => {}
     }
     (g, outputs)
 }
@@ -150,13 +164,13 @@ fn model_proto(model: &crate::model::Mlp, g: Graph, outputs: Vec<ValueInfoProto>
         doc_string: Some(format!(
             "hvtrain MLP {layers}, activation {}, loss {}; exported from {}",
             weights::name_of(&model.act),
-            weights::name_of(&model.loss),
+            model.loss.kind.name().to_string(),
             weights_path.display()
         )),
         metadata_props: vec![
             meta("layers", layers),
             meta("activation", weights::name_of(&model.act)),
-            meta("loss", weights::name_of(&model.loss)),
+            meta("loss", model.loss.kind.name().to_string()),
         ],
         graph: Some(GraphProto {
             name: Some("hvtrain_mlp".into()),

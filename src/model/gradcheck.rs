@@ -7,6 +7,7 @@
 //! Must not: be used by training.
 
 use super::*;
+use crate::config::Loss;
 use crate::device::Cpu;
 use crate::rng::Rng;
 
@@ -47,6 +48,22 @@ struct Data {
     values: Vec<f32>,
 }
 
+/// The value targets `m`'s loss takes from `d`: 0/1 for binary cross-entropy.
+fn values_for(m: &Mlp, d: &Data) -> Vec<f32> {
+    match m.loss.kind.targets() {
+        crate::config::Targets::MultiLabel => d.values.iter().map(|&v| if v > 0.0 { 1.0 } else { 0.0 }).collect(),
+        _ => d.values.clone(),
+    }
+}
+
+/// The targets of `m`'s loss: the labels or the values.
+fn targets_of<'a, B: Backend>(be: &B, m: &Mlp, ld: &'a B::Labels, vd: &'a B::Buf, n: usize) -> Targets<'a, B> {
+    match m.loss.kind.targets() {
+        crate::config::Targets::Classes => Targets::Classes(ld),
+        _ => Targets::Values(be.view(vd, 0..n)),
+    }
+}
+
 /// Forward, loss (mean over the batch) and backward of `m` at `p` on `be`: the gradient
 /// arena, the summed loss, and the order tensors became ready.
 fn grads<B: Backend>(be: &B, m: &Mlp, p: &[f32], d: &Data) -> (Vec<f32>, f64, Vec<usize>) {
@@ -54,11 +71,8 @@ fn grads<B: Backend>(be: &B, m: &Mlp, p: &[f32], d: &Data) -> (Vec<f32>, f64, Ve
     let xd = be.upload(&d.x).unwrap();
     let mut ld = be.labels(b).unwrap();
     be.upload_labels(&d.labels, &mut ld).unwrap();
-    let vd = be.upload(&d.values).unwrap();
-    let t = match m.loss {
-        LossKind::SoftmaxCrossEntropy => Targets::Classes(&ld),
-        LossKind::Mse => Targets::Values(be.view(&vd, 0..d.values.len())),
-    };
+    let vd = be.upload(&values_for(m, d)).unwrap();
+    let t = targets_of(be, m, &ld, &vd, d.values.len());
     let mut ws = Workspace::new(be, m, b).unwrap();
     let pd = be.upload(p).unwrap();
     let mut gd = be.zeros(m.n_params).unwrap();
@@ -74,7 +88,8 @@ fn grads<B: Backend>(be: &B, m: &Mlp, p: &[f32], d: &Data) -> (Vec<f32>, f64, Ve
 }
 
 /// Finite differences against backward, on backend `be` (every backend runs this).
-pub fn check<B: Backend>(be: &B, act: Activation, loss: LossKind) {
+pub fn check<B: Backend>(be: &B, act: Activation, loss: impl Into<Loss>) {
+    let loss = loss.into();
     let sizes = [5, 7, 6, 3];
     let b = 4;
     let m = Mlp::new(&sizes, act, loss);
@@ -92,12 +107,10 @@ pub fn check<B: Backend>(be: &B, act: Activation, loss: LossKind) {
     let xd = be.upload(&d.x).unwrap();
     let mut ld = be.labels(b).unwrap();
     be.upload_labels(&d.labels, &mut ld).unwrap();
-    let vd = be.upload(&d.values).unwrap();
-    let t = match loss {
-        LossKind::SoftmaxCrossEntropy => Targets::Classes(&ld),
-        LossKind::Mse => Targets::Values(be.view(&vd, 0..d.values.len())),
-    };
-    let h = if act == Activation::Relu { 1e-3 } else { 1e-2 };
+    let vd = be.upload(&values_for(&m, &d)).unwrap();
+    let t = targets_of(be, &m, &ld, &vd, d.values.len());
+    // Kinks (ReLU, the absolute error) need a step that does not cross them.
+    let h = if act == Activation::Relu || loss.kind == crate::config::LossKind::Mae { 1e-3 } else { 1e-2 };
     let mut worst = 0.0f64;
     for i in 0..m.n_params {
         let orig = p[i];
@@ -124,7 +137,8 @@ pub fn check<B: Backend>(be: &B, act: Activation, loss: LossKind) {
 /// relative, so 1e-4 for both bounds in fp32. TF32 rounds inputs to 10 mantissa bits: on an
 /// H100 (2026-11-25) one element near a ReLU kink differed by 2.6e-2 of the largest
 /// gradient, so the element-wise bound cannot be tight there; the norm-wise one can.
-pub fn step_matches_cpu<B: Backend>(be: &B, act: Activation, loss: LossKind, tol: f64, elem_tol: f64) -> f64 {
+pub fn step_matches_cpu<B: Backend>(be: &B, act: Activation, loss: impl Into<Loss>, tol: f64, elem_tol: f64) -> f64 {
+    let loss = loss.into();
     let sizes = [37, 65, 33, 5];
     let b = 129;
     let m = Mlp::new(&sizes, act, loss);

@@ -1,17 +1,18 @@
-//! Losses on the network's output: softmax cross-entropy for classes, mean squared error
-//! for regression. Both return a sum over samples, so that ranks can add them up.
+//! Losses on the network's output: softmax cross-entropy for classes; squared, absolute and
+//! Huber error for regression; binary cross-entropy for multi-label targets. Each returns a
+//! sum over samples, so that ranks can add them up.
 //!
 //! Must not: divide by the batch (the caller scales by the global row count).
 
-use crate::config::LossKind;
-use crate::device::Backend;
+use crate::config::{Loss, LossKind};
+use crate::device::{Backend, Pointwise};
 use crate::error::{Error, Result};
 
 /// The training targets of a batch, on the device.
 pub enum Targets<'a, B: Backend + 'a> {
     /// Class labels, one per sample (the first b of the buffer).
     Classes(&'a B::Labels),
-    /// Regression targets, [b, outputs].
+    /// Regression or 0/1 multi-label targets, [b, outputs].
     Values(B::View<'a>),
 }
 
@@ -22,11 +23,12 @@ impl<B: Backend> Clone for Targets<'_, B> {
 }
 impl<B: Backend> Copy for Targets<'_, B> {}
 
-/// (sum of per-sample losses, correct predictions: classification only, else 0).
+/// (sum of per-sample losses, correct predictions: rows for classes, elements for
+/// multi-label, 0 for regression).
 #[allow(clippy::too_many_arguments)]
 pub fn compute<B: Backend>(
     be: &B,
-    kind: LossKind,
+    loss: Loss,
     out: B::View<'_>,
     targets: Targets<B>,
     _b: usize,
@@ -34,11 +36,19 @@ pub fn compute<B: Backend>(
     grad_scale: f32,
     d: Option<B::ViewMut<'_>>,
 ) -> Result<(f64, usize)> {
-    match (kind, targets) {
-        (LossKind::SoftmaxCrossEntropy, Targets::Classes(y)) => be.softmax_xent(out, y, k, grad_scale, d),
-        (LossKind::Mse, Targets::Values(t)) => Ok((be.mse(out, t, k, grad_scale, d)?, 0)),
-        (kind, _) => Err(Error::Training(format!(
-            "loss {kind:?} got the wrong kind of targets (an internal error: checked when the data is opened)"
+    let f = match loss.kind {
+        LossKind::SoftmaxCrossEntropy => None,
+        LossKind::Mse => Some(Pointwise::Mse),
+        LossKind::Mae => Some(Pointwise::Mae),
+        LossKind::Huber => Some(Pointwise::Huber(loss.huber_delta)),
+        LossKind::BinaryCrossEntropy => Some(Pointwise::BinaryXent),
+    };
+    match (f, targets) {
+        (None, Targets::Classes(y)) => be.softmax_xent(out, y, k, grad_scale, d),
+        (Some(f), Targets::Values(t)) => be.pointwise_loss(f, out, t, k, grad_scale, d),
+        (_, _) => Err(Error::Training(format!(
+            "loss {} got the wrong kind of targets (an internal error: checked when the data is opened)",
+            loss.kind.name()
         ))),
     }
 }

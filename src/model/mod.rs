@@ -15,7 +15,7 @@ pub mod pipeline;
 pub mod placement;
 pub mod tensor;
 
-use crate::config::{Activation, LossKind};
+use crate::config::{Activation, Loss};
 use crate::device::{Backend, Gemm, Trans};
 use crate::error::Result;
 use crate::rng::Rng;
@@ -42,7 +42,7 @@ pub struct Mlp {
     /// The whole model's widths (also for a tensor-parallel shard).
     pub sizes: Vec<usize>,
     pub act: Activation,
-    pub loss: LossKind,
+    pub loss: Loss,
     pub layers: Vec<DenseSlot>,
     /// Parameters in this arena (this rank's shard under tensor parallelism).
     pub n_params: usize,
@@ -68,17 +68,18 @@ pub struct TensorInfo {
 impl Mlp {
     /// The whole model a job's `[model]` table describes.
     pub fn from_cfg(m: &crate::config::ModelCfg) -> Mlp {
-        Mlp::new(&m.layers, m.activation, m.loss)
+        Mlp::new(&m.layers, m.activation, m.loss())
     }
 
-    pub fn new(sizes: &[usize], act: Activation, loss: LossKind) -> Mlp {
+    pub fn new(sizes: &[usize], act: Activation, loss: impl Into<Loss>) -> Mlp {
         Mlp::with_tensor(sizes, act, loss, 0, 1)
     }
 
     /// Tensor rank `t`'s shard of the model split over `ts` ranks (`ts` = 1: the whole
     /// model). Layers pair up, 2i column-parallel and 2i+1 row-parallel; an unpaired last
     /// layer is whole on every rank. The arena keeps backward's order.
-    pub fn with_tensor(sizes: &[usize], act: Activation, loss: LossKind, t: usize, ts: usize) -> Mlp {
+    pub fn with_tensor(sizes: &[usize], act: Activation, loss: impl Into<Loss>, t: usize, ts: usize) -> Mlp {
+        let loss = loss.into();
         assert!(sizes.len() >= 2 && t < ts);
         let n_layers = sizes.len() - 1;
         let mut layers: Vec<Option<DenseSlot>> = vec![None; n_layers];
@@ -109,7 +110,7 @@ impl Mlp {
 
     /// The pipeline stage of the whole model `sizes` that holds layers `layers`, whole
     /// (its tensor shards: `shard`). Its `sizes` are the stage's own widths.
-    pub fn stage(sizes: &[usize], act: Activation, loss: LossKind, layers: Range<usize>) -> Mlp {
+    pub fn stage(sizes: &[usize], act: Activation, loss: impl Into<Loss>, layers: Range<usize>) -> Mlp {
         let mut m = Mlp::new(&sizes[layers.start..=layers.end], act, loss);
         m.first = layers.start;
         m.head = layers.end + 1 == sizes.len();

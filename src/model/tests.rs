@@ -5,6 +5,7 @@
 
 use super::gradcheck::check;
 use super::*;
+use crate::config::LossKind;
 use crate::device::{cpu, Cpu};
 
 #[test]
@@ -30,6 +31,20 @@ fn gradcheck_tanh_mse() {
 #[test]
 fn gradcheck_gelu_mse() {
     check(&Cpu, Activation::Gelu, LossKind::Mse);
+}
+
+#[test]
+fn gradcheck_tanh_mae() {
+    check(&Cpu, Activation::Tanh, LossKind::Mae);
+}
+#[test]
+fn gradcheck_tanh_huber_both_branches() {
+    // δ = 0.3: some of the outputs' errors fall inside δ, some beyond.
+    check(&Cpu, Activation::Tanh, crate::config::Loss { kind: LossKind::Huber, huber_delta: 0.3 });
+}
+#[test]
+fn gradcheck_relu_binary_cross_entropy() {
+    check(&Cpu, Activation::Relu, LossKind::BinaryCrossEntropy);
 }
 
 #[test]

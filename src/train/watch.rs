@@ -89,6 +89,8 @@ mod tests {
             train_loss: 1.0,
             test_loss: None,
             test_accuracy: None,
+            test_top5_accuracy: None,
+            val_top5_accuracy: None,
             val_loss: Some(val_loss),
             val_accuracy: Some(1.0 - val_loss),
             test_mae: None,

@@ -4,7 +4,7 @@
 //! Must not read `x` (that is `read.rs`'s, by rows, when the loader asks).
 
 use super::Part;
-use crate::config::{DataCfg, LossKind};
+use crate::config::{DataCfg, LossKind, Targets};
 use crate::data::h5::{self, with_elem, Elem, Num};
 use crate::error::{Error, Result};
 use std::ops::Range;
@@ -24,8 +24,20 @@ pub struct Expect {
 #[derive(Clone, Debug)]
 pub enum Labels {
     Classes(Vec<i32>),
-    /// Row-major [rows, k].
+    /// Regression targets, row-major [rows, k].
     Values(Vec<f32>, usize),
+    /// Multi-label targets of 0 and 1, row-major [rows, k] (binary cross-entropy).
+    Bits(Vec<f32>, usize),
+}
+
+impl Labels {
+    /// The targets as values [rows, k] (regression or multi-label), with k.
+    pub fn values(&self) -> Option<(&[f32], usize)> {
+        match self {
+            Labels::Values(v, k) | Labels::Bits(v, k) => Some((v, *k)),
+            Labels::Classes(_) => None,
+        }
+    }
 }
 
 /// One file, opened and its shapes checked; its labels not read yet.
@@ -112,7 +124,8 @@ impl OpenFile {
                     with_elem!(h5::elem(&y, &path, yn, need)?, T => read_labels::<T>(&y, &path, yn, rows.clone(), k))?;
                 Labels::Classes(v)
             }
-            LossKind::Mse => {
+            loss => {
+                let name = loss.name();
                 let width = if ys.len() == 1 { 1 } else { ys[1] };
                 let y_kind = h5::kind(&y, &path, yn)?;
                 if ys.len() > 2 || width != k || y_kind == "other" {
@@ -120,7 +133,7 @@ impl OpenFile {
                     &path,
                     yn,
                     format!(
-                        "mse needs numeric targets [samples, {k}] (the model's output width; floats or integers), found shape {ys:?} of {}",
+                        "{name} needs numeric targets [samples, {k}] (the model's output width; floats or integers), found shape {ys:?} of {}",
                         type_name(&y)
                     ),
                 ));
@@ -138,7 +151,23 @@ impl OpenFile {
                         format!("non-finite target {} at row {}", v[i], rows.start + i / k),
                     ));
                 }
-                Labels::Values(v, k)
+                if loss.targets() == Targets::MultiLabel {
+                    if let Some(i) = v.iter().position(|&t| t != 0.0 && t != 1.0) {
+                        return Err(Error::data(
+                            &path,
+                            yn,
+                            format!(
+                                "binary_cross_entropy needs targets 0 or 1 (one column per label), found {} at row {} column {}",
+                                v[i],
+                                rows.start + i / k,
+                                i % k
+                            ),
+                        ));
+                    }
+                    Labels::Bits(v, k)
+                } else {
+                    Labels::Values(v, k)
+                }
             }
         };
         Ok((Part { path, number, rows, first, _file: file, x, elem }, labels))

@@ -48,6 +48,8 @@ struct Part {
 pub struct Shard {
     pub x_name: String,
     pub features: usize,
+    /// The model's output width (classes, or targets per row).
+    pub outputs: usize,
     pub labels: Labels,
     parts: Vec<Part>,
     len: usize,
@@ -165,6 +167,10 @@ impl Shard {
                     a.extend(b);
                     Labels::Values(a, k)
                 }
+                (Some(Labels::Bits(mut a, k)), Labels::Bits(b, _)) => {
+                    a.extend(b);
+                    Labels::Bits(a, k)
+                }
                 _ => unreachable!("one loss, one kind of labels"),
             });
             parts.push(part);
@@ -172,6 +178,7 @@ impl Shard {
         Ok(Shard {
             x_name: cfg.x_dataset.clone(),
             features: want.inputs,
+            outputs: want.outputs,
             labels: labels.expect("at least one file"),
             parts,
             len,

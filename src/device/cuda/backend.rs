@@ -14,7 +14,7 @@ use super::gemm_map::{cublas_args, Op};
 use super::launch::{act_code, config_1d};
 use super::module::Kernels;
 use crate::config::{Activation, Precision};
-use crate::device::backend::{AdamHyper, Backend, Gemm, SgdHyper, Trans};
+use crate::device::backend::{AdamHyper, Backend, Gemm, Pointwise, SgdHyper, Trans};
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys as blas_sys, CudaBlas, Gemm as _, GemmConfig};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaViewMut, DriverError, PushKernelArg};
@@ -367,36 +367,43 @@ impl Backend for Cuda {
         Ok((losses.iter().map(|&v| v as f64).sum(), c.iter().filter(|&&v| v != 0).count()))
     }
 
-    fn mse(
+    fn pointwise_loss(
         &self,
+        f: Pointwise,
         pred: DView<'_>,
         target: DView<'_>,
         k: usize,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
-    ) -> Result<f64> {
+    ) -> Result<(f64, usize)> {
         let rows = pred.len / k;
         if rows == 0 {
-            return Ok(0.0);
+            return Ok((0.0, 0));
         }
         self.row_scratch(rows)?;
         let mut scratch = self.rows.borrow_mut();
-        let (loss, _) = scratch.as_mut().expect("grown above");
+        let (loss, correct) = scratch.as_mut().expect("grown above");
         {
             let (pv, tv) = (pred.cu(), target.cu());
             let (rows64, k32) = (rows as i64, k as i32);
+            let (mode, delta) = f.mode();
             let mut dv = d.map(DViewMut::cu);
-            let mut l = self.stream.launch_builder(&self.k.mse);
-            l.arg(&pv).arg(&tv).arg(&rows64).arg(&k32).arg(&grad_scale);
+            let mut l = self.stream.launch_builder(&self.k.pointwise_loss);
+            l.arg(&pv).arg(&tv).arg(&rows64).arg(&k32).arg(&mode).arg(&delta).arg(&grad_scale);
             match dv.as_mut() {
                 Some(dv) => l.arg(dv),
                 None => l.arg(&NULL),
             };
-            l.arg(&mut *loss);
-            // SAFETY: hv_mse(const float*, const float*, long long, int, float, float*, float*).
-            unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_mse"))?;
+            l.arg(&mut *loss).arg(&mut *correct);
+            // SAFETY: hv_pointwise_loss(const float*, const float*, long long, int, int, float, float,
+            // float*, float*, int*) over `rows` rows; the scratch holds at least `rows`.
+            unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_pointwise_loss"))?;
         }
-        Ok(self.read_f32(loss, rows)?.iter().map(|&v| v as f64).sum())
+        let losses = self.read_f32(loss, rows)?;
+        let mut c = vec![0i32; rows];
+        self.stream.memcpy_dtoh(&correct.slice(0..rows), &mut c[..]).map_err(drv("reading a result back"))?;
+        self.stream.synchronize().map_err(drv("waiting for the GPU"))?;
+        Ok((losses.iter().map(|&v| v as f64).sum(), c.iter().map(|&v| v as usize).sum()))
     }
 
     fn softmax(&self, v: DViewMut<'_>, k: usize) -> Result<()> {

@@ -114,19 +114,53 @@ extern "C" __global__ void hv_softmax_xent(const float* logits, const int* label
     }
 }
 
-// Mean squared error, one thread per row of [rows, k]: row_loss[r] = mean over the row of
-// (pred - target)^2; d (may be null) = 2 · grad_scale / k · (pred - target).
-extern "C" __global__ void hv_mse(const float* pred, const float* target, long long rows, int k, float grad_scale,
-                                  float* d, float* row_loss) {
+// Element-wise losses, one thread per row of [rows, k] (device/backend.rs `Pointwise`; the CPU
+// reference is device/cpu.rs `pointwise_loss`): mode 0 squared error, 1 absolute error, 2 Huber
+// with delta, 3 binary cross-entropy of logits against 0/1 targets. row_loss[r] = mean over the
+// row; row_correct[r] = elements with (p > 0) == (t > 0.5) (mode 3; else 0); d (may be null) =
+// grad_scale / k · dloss/dp.
+__device__ float hv_pointwise_value(int mode, float delta, float p, float t) {
+    const float e = p - t;
+    switch (mode) {
+        case 0: return e * e;
+        case 1: return fabsf(e);
+        case 2: {
+            const float a = fabsf(e);
+            return a <= delta ? 0.5f * e * e : delta * (a - 0.5f * delta);
+        }
+        default: return fmaxf(p, 0.0f) - p * t + log1pf(expf(-fabsf(p)));
+    }
+}
+
+__device__ float hv_pointwise_grad(int mode, float delta, float p, float t) {
+    const float e = p - t;
+    switch (mode) {
+        case 0: return 2.0f * e;
+        case 1: return e > 0.0f ? 1.0f : (e < 0.0f ? -1.0f : 0.0f);
+        case 2: return fminf(fmaxf(e, -delta), delta);
+        default: {
+            if (p >= 0.0f) return 1.0f / (1.0f + expf(-p)) - t;
+            const float x = expf(p);
+            return x / (1.0f + x) - t;
+        }
+    }
+}
+
+extern "C" __global__ void hv_pointwise_loss(const float* pred, const float* target, long long rows, int k, int mode,
+                                             float delta, float grad_scale, float* d, float* row_loss,
+                                             int* row_correct) {
     HV_GRID_STRIDE(r, rows) {
-        const float s = 2.0f * grad_scale / (float)k;
+        const float s = grad_scale / (float)k;
         float acc = 0.0f;
+        int correct = 0;
         for (int j = 0; j < k; ++j) {
-            const float e = pred[r * k + j] - target[r * k + j];
-            acc += e * e;
-            if (d) d[r * k + j] = s * e;
+            const float p = pred[r * k + j], t = target[r * k + j];
+            acc += hv_pointwise_value(mode, delta, p, t);
+            correct += (p > 0.0f) == (t > 0.5f) ? 1 : 0;
+            if (d) d[r * k + j] = s * hv_pointwise_grad(mode, delta, p, t);
         }
         row_loss[r] = acc / (float)k;
+        row_correct[r] = mode == 3 ? correct : 0;
     }
 }
 

@@ -24,7 +24,7 @@ pub const KERNELS: &[&str] = &[
     "hv_bias_act",
     "hv_act_backward",
     "hv_softmax_xent",
-    "hv_mse",
+    "hv_pointwise_loss",
     "hv_softmax_rows",
     "hv_sgd",
     "hv_adam",

@@ -66,9 +66,9 @@ void hvshim_hv_softmax_xent(u32 g, u32 b, const float* logits, const int* labels
     launch(g, b, hv_softmax_xent, logits, labels, rows, k, grad_scale, d, row_loss, row_correct);
 }
 
-void hvshim_hv_mse(u32 g, u32 b, const float* pred, const float* target, i64 rows, int k, float grad_scale, float* d,
-                   float* row_loss) {
-    launch(g, b, hv_mse, pred, target, rows, k, grad_scale, d, row_loss);
+void hvshim_hv_pointwise_loss(u32 g, u32 b, const float* pred, const float* target, i64 rows, int k, int mode,
+                              float delta, float grad_scale, float* d, float* row_loss, int* row_correct) {
+    launch(g, b, hv_pointwise_loss, pred, target, rows, k, mode, delta, grad_scale, d, row_loss, row_correct);
 }
 
 void hvshim_hv_softmax_rows(u32 g, u32 b, float* v, i64 rows, int k) { launch(g, b, hv_softmax_rows, v, rows, k); }

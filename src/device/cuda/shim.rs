@@ -28,7 +28,7 @@
 use super::launch::{act_code, grid_1d};
 use crate::config::Activation;
 use crate::device::cpu;
-use crate::device::{AdamHyper, SgdHyper};
+use crate::device::{AdamHyper, Pointwise, SgdHyper};
 use crate::rng::Rng;
 use std::ptr::{null, null_mut};
 
@@ -57,16 +57,19 @@ extern "C" {
         row_loss: *mut f32,
         row_correct: *mut i32,
     );
-    fn hvshim_hv_mse(
+    fn hvshim_hv_pointwise_loss(
         g: u32,
         b: u32,
         pred: *const f32,
         target: *const f32,
         rows: i64,
         k: i32,
+        mode: i32,
+        delta: f32,
         grad_scale: f32,
         d: *mut f32,
         row_loss: *mut f32,
+        row_correct: *mut i32,
     );
     fn hvshim_hv_softmax_rows(g: u32, b: u32, v: *mut f32, rows: i64, k: i32);
     fn hvshim_hv_sgd(
@@ -313,47 +316,59 @@ fn softmax_xent_with_a_label_out_of_range_is_nan() {
 }
 
 #[test]
-fn mse_matches_cpu() {
+fn pointwise_losses_match_cpu() {
     let mut rng = Rng::new(14, 0);
-    for rows in ROWS {
-        for k in COLS {
-            let pred = random(&mut rng, rows * k, 2.0);
-            let target = random(&mut rng, rows * k, 2.0);
-            let gs = 1.0 / rows as f32;
-            let mut want_d = vec![0.0; rows * k];
-            cpu::mse(&pred, &target, k, gs, Some(&mut want_d));
-            let per_row: Vec<f64> =
-                (0..rows).map(|r| cpu::mse(&pred[r * k..][..k], &target[r * k..][..k], k, gs, None)).collect();
-            // The kernel sums a row in f32, cpu.rs in f64 (see the module comment).
-            let row_tol = (k as f64 + 2.0) * f32::EPSILON as f64;
-            for with_d in [false, true] {
-                for (g, b) in grids(rows) {
-                    let what = format!("mse {rows}x{k} d={with_d} grid {g}x{b}");
-                    let mut d = with_d.then(|| guarded(vec![0.0; rows * k]));
-                    let mut loss = guarded(vec![0.0; rows]);
-                    // SAFETY: pred, target and d hold rows·k elements, loss rows.
-                    unsafe {
-                        let dp = ptr_or_null(&mut d);
-                        hvshim_hv_mse(
-                            g,
-                            b,
-                            pred.as_ptr(),
-                            target.as_ptr(),
-                            rows as i64,
-                            k as i32,
-                            gs,
-                            dp,
-                            loss.as_mut_ptr(),
-                        );
-                    }
-                    for (r, (&got, &want)) in body(&what, &loss).iter().zip(&per_row).enumerate() {
-                        assert!(
-                            (got as f64 - want).abs() <= row_tol * want + f32::MIN_POSITIVE as f64,
-                            "{what}: row {r} loss {got:e} vs cpu {want:e}"
-                        );
-                    }
-                    if let Some(d) = &d {
-                        assert_close(&format!("{what} d"), body(&what, d), &want_d);
+    for f in [Pointwise::Mse, Pointwise::Mae, Pointwise::Huber(0.7), Pointwise::BinaryXent] {
+        for rows in ROWS {
+            for k in COLS {
+                let pred = random(&mut rng, rows * k, if f == Pointwise::BinaryXent { 12.0 } else { 2.0 });
+                let mut target = random(&mut rng, rows * k, 2.0);
+                if f == Pointwise::BinaryXent {
+                    target.iter_mut().for_each(|t| *t = if *t > 0.0 { 1.0 } else { 0.0 });
+                }
+                let gs = 1.0 / rows as f32;
+                let mut want_d = vec![0.0; rows * k];
+                cpu::pointwise_loss(f, &pred, &target, k, gs, Some(&mut want_d));
+                let per_row: Vec<(f64, usize)> = (0..rows)
+                    .map(|r| cpu::pointwise_loss(f, &pred[r * k..][..k], &target[r * k..][..k], k, gs, None))
+                    .collect();
+                // The kernel sums a row in f32, cpu.rs in f64 (see the module comment).
+                let row_tol = (k as f64 + 2.0) * 4.0 * f32::EPSILON as f64;
+                for with_d in [false, true] {
+                    for (g, b) in grids(rows) {
+                        let what = format!("{f:?} {rows}x{k} d={with_d} grid {g}x{b}");
+                        let mut d = with_d.then(|| guarded(vec![0.0; rows * k]));
+                        let mut loss = guarded(vec![0.0; rows]);
+                        let mut correct = vec![-1i32; rows];
+                        let (mode, delta) = f.mode();
+                        // SAFETY: pred, target and d hold rows·k elements, loss and correct rows.
+                        unsafe {
+                            let dp = ptr_or_null(&mut d);
+                            hvshim_hv_pointwise_loss(
+                                g,
+                                b,
+                                pred.as_ptr(),
+                                target.as_ptr(),
+                                rows as i64,
+                                k as i32,
+                                mode,
+                                delta,
+                                gs,
+                                dp,
+                                loss.as_mut_ptr(),
+                                correct.as_mut_ptr(),
+                            );
+                        }
+                        for (r, (&got, &(want, c))) in body(&what, &loss).iter().zip(&per_row).enumerate() {
+                            assert!(
+                                (got as f64 - want).abs() <= row_tol * want + f32::MIN_POSITIVE as f64,
+                                "{what}: row {r} loss {got:e} vs cpu {want:e}"
+                            );
+                            assert_eq!(correct[r] as usize, c, "{what}: row {r} correct elements");
+                        }
+                        if let Some(d) = &d {
+                            assert_close(&format!("{what} d"), body(&what, d), &want_d);
+                        }
                     }
                 }
             }

@@ -1,0 +1,223 @@
+//! The losses beyond softmax cross-entropy and MSE, and the metrics that go with them, under a
+//! real `mpirun` on real HDF5 files: binary cross-entropy learns multi-label targets, `predict`
+//! writes sigmoid probabilities and 0/1 labels, and eval's loss and accuracy are what those
+//! predictions give; Huber and MAE report the loss their formula gives on `predict`'s outputs;
+//! top-5 accuracy counts the rows whose label is among the 5 largest outputs; bad values name
+//! the key or the file, dataset and row.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+
+const D: usize = 6;
+
+/// Rows of x in [-1, 1] and `k` targets per row: bits (x_j > 0 for label j, learnable) or
+/// real values (a smooth function of x with a few large outliers, where Huber and MAE differ
+/// from MSE).
+fn write_values(path: &Path, n: usize, k: usize, seed: u64, bits: bool) {
+    let (x, _) = synthetic(n, D, 2, seed);
+    let y: Vec<f32> = (0..n * k)
+        .map(|i| {
+            let (r, j) = (i / k, i % k);
+            let row = &x[r * D..(r + 1) * D];
+            if bits {
+                (row[j % D] + 0.3 * row[(j + 1) % D] > 0.0) as u8 as f32
+            } else {
+                let v = row[j % D] * 2.0 - row[(j + 2) % D];
+                if r % 17 == 3 {
+                    v + 8.0
+                } else {
+                    v
+                }
+            }
+        })
+        .collect();
+    let f = hdf5::File::create(path).unwrap();
+    write_dataset(&f, "x", &x, &[n, D]);
+    write_dataset(&f, "y", &y, &[n, k]);
+}
+
+fn setup(name: &str, k: usize, bits: bool, loss: &str, extra: &str) -> PathBuf {
+    let dir = scratch(name);
+    write_values(&dir.join("d.h5"), 800, k, 1, bits);
+    write_values(&dir.join("t.h5"), 203, k, 2, bits);
+    job(&dir, &[D, 32, 32, k], "d.h5", Some("t.h5"), "[optimizer]\nkind = \"adam\"\nlr = 0.01\n");
+    let p = dir.join("job.toml");
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("[model]\n", &format!("[model]\nloss = \"{loss}\"\n{extra}"))
+        .replace("epochs = 1", "epochs = 6")
+        .replace("batch_size = 4", "batch_size = 16");
+    std::fs::write(&p, text).unwrap();
+    dir
+}
+
+/// `hvtrain eval`'s JSON line and `predict`'s file for the test data, from weights.h5.
+fn eval_and_predict(dir: &Path) -> (serde_json::Value, PathBuf) {
+    let e = hvtrain(&["eval", "job.toml", "--weights", "out/weights.h5"], dir, 60);
+    assert!(e.ok(), "{}", e.all());
+    let j: serde_json::Value = serde_json::from_str(e.stdout.lines().last().unwrap()).unwrap();
+    let p = hvtrain(
+        &["predict", "job.toml", "--weights", "out/weights.h5", "--input", "t.h5", "--output", "p.h5"],
+        dir,
+        60,
+    );
+    assert!(p.ok(), "{}", p.all());
+    (j, dir.join("p.h5"))
+}
+
+fn close(got: f64, want: f64, rel: f64, what: &str) {
+    assert!((got - want).abs() <= rel * want.abs().max(1e-3), "{what}: hvtrain {got}, from the predictions {want}");
+}
+
+#[test]
+fn binary_cross_entropy_learns_multi_label_targets_and_predicts_probabilities() {
+    let _g = mpi_lock();
+    let k = 4;
+    let dir = setup("loss-bce", k, true, "binary_cross_entropy", "");
+    let r = mpirun(2, &["train", "job.toml"], &dir, 120);
+    assert!(r.ok(), "{}", r.all());
+    let m = metrics(&dir);
+    let (first, last) = (&m[0], m.last().unwrap());
+    assert!(last["train_loss"].as_f64().unwrap() < first["train_loss"].as_f64().unwrap(), "{first}\n{last}");
+    let acc = last["test_accuracy"].as_f64().expect("multi-label accuracy in metrics.jsonl");
+    assert!(acc > 0.9, "labels are a linear rule of x: accuracy {acc}");
+
+    let (j, pred) = eval_and_predict(&dir);
+    let (z, p) = (read_f32(&pred, "outputs"), read_f32(&pred, "probabilities"));
+    let labels: Vec<u8> = hdf5::File::open(&pred).unwrap().dataset("labels").unwrap().read_raw().unwrap();
+    let y = read_f32(&dir.join("t.h5"), "y");
+    assert_eq!((z.len(), p.len(), labels.len()), (203 * k, 203 * k, 203 * k));
+    let (mut loss, mut right) = (0.0f64, 0usize);
+    for i in 0..z.len() {
+        let (zi, yi) = (z[i] as f64, y[i] as f64);
+        let s = 1.0 / (1.0 + (-zi).exp());
+        assert!((p[i] as f64 - s).abs() < 1e-6, "probabilities[{i}] {} is not sigmoid({zi})", p[i]);
+        assert_eq!(labels[i], (s > 0.5) as u8, "labels[{i}]");
+        loss += -(yi * s.ln() + (1.0 - yi) * (1.0 - s).ln()) / k as f64;
+        right += (labels[i] as f64 == yi) as usize;
+    }
+    close(j["test_loss"].as_f64().unwrap(), loss / 203.0, 1e-4, "test_loss");
+    close(j["test_accuracy"].as_f64().unwrap(), right as f64 / (203 * k) as f64, 1e-9, "test_accuracy");
+}
+
+#[test]
+fn huber_and_mae_report_the_loss_their_formula_gives() {
+    let _g = mpi_lock();
+    let k = 2;
+    for (loss, extra, delta) in [("huber", "huber_delta = 0.5\n", 0.5f64), ("mae", "", 0.0)] {
+        let dir = setup(&format!("loss-{loss}"), k, false, loss, extra);
+        let r = mpirun(2, &["train", "job.toml"], &dir, 120);
+        assert!(r.ok(), "{}", r.all());
+        let m = metrics(&dir);
+        assert!(
+            m.last().unwrap()["train_loss"].as_f64().unwrap() < m[0]["train_loss"].as_f64().unwrap(),
+            "{loss}: {m:?}"
+        );
+        let (j, pred) = eval_and_predict(&dir);
+        let (z, y) = (read_f32(&pred, "outputs"), read_f32(&dir.join("t.h5"), "y"));
+        let (mut want, mut abs) = (0.0f64, 0.0f64);
+        for (&p, &t) in z.iter().zip(&y) {
+            let e = p as f64 - t as f64;
+            let l = match loss {
+                "huber" if e.abs() <= delta => 0.5 * e * e,
+                "huber" => delta * (e.abs() - 0.5 * delta),
+                _ => e.abs(),
+            };
+            want += l / k as f64;
+            abs += e.abs();
+        }
+        close(j["test_loss"].as_f64().unwrap(), want / 203.0, 1e-4, &format!("{loss} test_loss"));
+        close(j["test_mae"].as_f64().unwrap(), abs / (203 * k) as f64, 1e-4, &format!("{loss} test_mae"));
+        if loss == "mae" {
+            // The loss is the MAE.
+            close(j["test_loss"].as_f64().unwrap(), j["test_mae"].as_f64().unwrap(), 1e-4, "mae loss vs test_mae");
+        }
+    }
+}
+
+#[test]
+fn top5_accuracy_counts_labels_among_the_five_largest_outputs() {
+    let _g = mpi_lock();
+    let dir = scratch("loss-top5");
+    let k = 10;
+    let (x, y) = synthetic(600, D, k, 3);
+    write_classes(&dir.join("d.h5"), &x, D, &y);
+    let (tx, ty) = synthetic(211, D, k, 4);
+    write_classes(&dir.join("t.h5"), &tx, D, &ty);
+    job(&dir, &[D, 32, k], "d.h5", Some("t.h5"), "");
+    let r = mpirun(2, &["train", "job.toml", "--set", "training.epochs=2"], &dir, 120);
+    assert!(r.ok(), "{}", r.all());
+    let m = metrics(&dir);
+    let t5 = m[1]["test_top5_accuracy"].as_f64().expect("test_top5_accuracy with 10 classes");
+    assert!(t5 >= m[1]["test_accuracy"].as_f64().unwrap(), "{}", m[1]);
+    let (j, pred) = eval_and_predict(&dir);
+    let z = read_f32(&pred, "outputs");
+    let hits =
+        z.chunks_exact(k).zip(&ty).filter(|(row, &c)| row.iter().filter(|&&o| o > row[c as usize]).count() < 5).count();
+    close(j["test_top5_accuracy"].as_f64().unwrap(), hits as f64 / 211.0, 1e-9, "test_top5_accuracy");
+    assert!(hits < 211, "a 2-epoch model on 10 noisy classes should miss some: the check would be vacuous");
+
+    // 3 classes: no top-5 metric.
+    let dir = scratch("loss-top5-few");
+    let (x, y) = synthetic(100, D, 3, 3);
+    write_classes(&dir.join("d.h5"), &x, D, &y);
+    job(&dir, &[D, 8, 3], "d.h5", Some("d.h5"), "");
+    let r = hvtrain(&["train", "job.toml"], &dir, 60);
+    assert!(r.ok(), "{}", r.all());
+    assert!(metrics(&dir)[0].get("test_top5_accuracy").is_none());
+}
+
+#[test]
+fn bad_loss_values_name_the_key_or_the_file_and_row() {
+    let dir = setup("loss-bad", 3, true, "binary_cross_entropy", "");
+    // A target that is neither 0 nor 1.
+    let f = hdf5::File::create(dir.join("bad.h5")).unwrap();
+    let (x, _) = synthetic(20, D, 2, 9);
+    let mut y = vec![0.0f32; 20 * 3];
+    y[7 * 3 + 2] = 2.0;
+    write_dataset(&f, "x", &x, &[20, D]);
+    write_dataset(&f, "y", &y, &[20, 3]);
+    drop(f);
+    let r = hvtrain(&["train", "job.toml", "--set", "data.train=\"bad.h5\""], &dir, 30);
+    let all = r.all();
+    assert!(!r.ok() && all.contains("bad.h5") && all.contains("at row 7 column 2") && all.contains("0 or 1"), "{all}");
+    for (sets, key) in [
+        (vec!["model.loss=\"huber\"", "model.huber_delta=0.0"], "model.huber_delta"),
+        (vec!["model.loss=\"huber\"", "model.huber_delta=-1.0"], "model.huber_delta"),
+        (vec!["data.normalize_y=\"standard\""], "data.normalize_y"),
+        (
+            vec![
+                "model.loss=\"mae\"",
+                "training.early_stopping={monitor=\"val_accuracy\"}",
+                "data.validation_split=0.2",
+            ],
+            "training.early_stopping.monitor",
+        ),
+        (vec!["model.loss=\"hinge\""], "hinge"),
+    ] {
+        let mut args = vec!["train", "job.toml"];
+        for s in &sets {
+            args.extend(["--set", s]);
+        }
+        let r = hvtrain(&args, &dir, 30);
+        assert!(!r.ok() && r.all().contains(key), "{sets:?}: {}", r.all());
+    }
+    // Multi-label val_accuracy is a metric the run has.
+    let r = hvtrain(
+        &[
+            "train",
+            "job.toml",
+            "--set",
+            "training.epochs=1",
+            "--set",
+            "training.early_stopping={monitor=\"val_accuracy\"}",
+            "--set",
+            "data.validation_split=0.2",
+        ],
+        &dir,
+        60,
+    );
+    assert!(r.ok(), "{}", r.all());
+    assert!(metrics(&dir)[0]["val_accuracy"].as_f64().is_some());
+}
