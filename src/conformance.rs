@@ -7,7 +7,7 @@
 //! backend for whole steps).
 
 use crate::config::Activation;
-use crate::device::backend::{AdamHyper, Backend, Gemm, Pointwise, SgdHyper, Trans};
+use crate::device::backend::{AdamHyper, Backend, Gemm, Mask, Pointwise, SgdHyper, Trans};
 use crate::device::cpu::{gelu, gelu_grad};
 use crate::rng::Rng;
 
@@ -63,6 +63,44 @@ fn act_ref(act: Activation, z: f64) -> f64 {
         Activation::Tanh => z.tanh(),
         Activation::Gelu => gelu(z as f32) as f64,
     }
+}
+
+/// Dropout against the mask computed here: kept elements × 1/(1 − p) exactly, dropped ones 0,
+/// the dropped share near p, a block of columns masked as those columns of the whole layer
+/// (tensor splits), and the scale-only mask.
+fn dropout<B: Backend>(be: &B) {
+    let (rows, cols, p) = (129usize, 65usize, 0.25f32);
+    let v = random(rows * cols, 8);
+    let keys: Vec<i32> = (0..rows as i32).map(|r| r * 3 + 1000).collect();
+    let mut kd = be.labels(rows).unwrap();
+    be.upload_labels(&keys, &mut kd).unwrap();
+    let m = Mask::new(42, 7, 2, p);
+    let mut d = be.upload(&v).unwrap();
+    be.dropout(be.view_mut(&mut d, 0..rows * cols), cols, &kd, m).unwrap();
+    let got = host(be, &d, rows * cols);
+    let threshold = (p as f64 * 16_777_216.0).round() as u32;
+    let mut dropped = 0;
+    for (i, &g) in got.iter().enumerate() {
+        let (r, c) = (i / cols, i % cols);
+        let keep = crate::device::backend::mask_bits(m.salt, keys[r] as u32, c as u32) >= threshold;
+        let want = if keep { v[i] * (1.0 / (1.0 - p)) } else { 0.0 };
+        assert_eq!(g.to_bits(), want.to_bits(), "dropout [{r}, {c}]: {g} vs {want}");
+        dropped += !keep as usize;
+    }
+    let share = dropped as f64 / (rows * cols) as f64;
+    assert!((share - p as f64).abs() < 0.03, "dropout dropped {share} of the units at rate {p}");
+    // Columns 20..45 as a block of their own (a tensor shard's slice).
+    let block: Vec<f32> = (0..rows).flat_map(|r| v[r * cols + 20..r * cols + 45].to_vec()).collect();
+    let mut bd = be.upload(&block).unwrap();
+    be.dropout(be.view_mut(&mut bd, 0..rows * 25), 25, &kd, m.at_col(20)).unwrap();
+    let gb = host(be, &bd, rows * 25);
+    for r in 0..rows {
+        assert_eq!(&gb[r * 25..(r + 1) * 25], &got[r * cols + 20..r * cols + 45], "dropout block row {r}");
+    }
+    let mut sd = be.upload(&v).unwrap();
+    be.dropout(be.view_mut(&mut sd, 0..rows * cols), cols, &kd, Mask::scale_only(0.5)).unwrap();
+    let gs = host(be, &sd, rows * cols);
+    assert!(gs.iter().zip(&v).all(|(a, b)| *a == b * 0.5), "dropout scale_only");
 }
 
 fn elementwise<B: Backend>(be: &B) {
@@ -307,7 +345,8 @@ pub fn suite<B: Backend>(be: &B, step_tol: f64) -> Vec<(&'static str, std::resul
         ("memory (upload, download, views, fill)", Box::new(|| memory(be))),
         ("gemm (every transpose, odd shapes)", Box::new(|| gemm(be))),
         ("element-wise (bias + activation, activation backward, column sums)", Box::new(|| elementwise(be))),
-        ("losses (softmax cross-entropy, MSE, softmax)", Box::new(|| losses(be))),
+        ("losses (softmax cross-entropy, MSE, MAE, Huber, binary cross-entropy, softmax)", Box::new(|| losses(be))),
+        ("dropout (the mask, its rate, column blocks)", Box::new(|| dropout(be))),
         ("optimizers (SGD, momentum, Nesterov, Adam, AdamW)", Box::new(|| optimizers(be))),
         ("fp16/bf16 packing (bit-exact)", Box::new(|| half(be))),
         ("model (gradient checks, one step against the CPU)", Box::new(|| model(be, step_tol))),
@@ -411,6 +450,10 @@ mod tests {
         losses(&Cpu);
     }
     #[test]
+    fn cpu_dropout() {
+        dropout(&Cpu);
+    }
+    #[test]
     fn cpu_optimizers() {
         optimizers(&Cpu);
     }
@@ -426,7 +469,7 @@ mod tests {
     fn cpu_suite_passes_and_catches_failures() {
         let r = suite(&Cpu, 1e-4);
         assert!(r.iter().all(|(_, r)| r.is_ok()), "{r:?}");
-        assert_eq!(r.len(), 7);
+        assert_eq!(r.len(), 8);
         // A backend with one wrong operation (Nesterov's look-ahead dropped, a slightly wrong
         // GELU): the suite names exactly the checks that cover it.
         let r = suite(&Broken, 1e-4);
@@ -534,6 +577,9 @@ mod tests {
         }
         fn softmax(&self, v: &mut [f32], k: usize) -> crate::error::Result<()> {
             Cpu.softmax(v, k)
+        }
+        fn dropout(&self, v: &mut [f32], c: usize, keys: &Vec<i32>, m: Mask) -> crate::error::Result<()> {
+            Cpu.dropout(v, c, keys, m)
         }
         fn round_half(&self, v: &mut [f32], kind: crate::config::Compression) -> crate::error::Result<()> {
             Cpu.round_half(v, kind)

@@ -93,6 +93,10 @@ impl From<LossKind> for Loss {
     }
 }
 
+/// The largest dropout rate (a rate of 1 drops every unit; above this the kept ones are scaled
+/// by more than 100).
+pub const MAX_DROPOUT: f64 = 0.99;
+
 /// Keras' `Huber(delta=1.0)`.
 pub const DEFAULT_HUBER_DELTA: f64 = 1.0;
 
@@ -109,6 +113,24 @@ pub struct ModelCfg {
     /// `data.normalize_y = "standard"`).
     #[serde(default = "default_huber_delta")]
     pub huber_delta: f64,
+    /// Dropout after every hidden activation: one rate for all, or one per hidden layer
+    /// (0 = none). Training only; off in eval, predict and ONNX.
+    #[serde(default)]
+    pub dropout: Dropout,
+}
+
+/// `model.dropout`: a rate, or a list of one rate per hidden layer.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum Dropout {
+    All(f64),
+    PerLayer(Vec<f64>),
+}
+
+impl Default for Dropout {
+    fn default() -> Dropout {
+        Dropout::All(0.0)
+    }
 }
 
 fn default_huber_delta() -> f64 {
@@ -123,6 +145,15 @@ fn default_loss() -> LossKind {
 }
 
 impl ModelCfg {
+    /// The dropout rate after each hidden layer (`layers.len() − 2` of them).
+    pub fn dropout_rates(&self) -> Vec<f32> {
+        let hidden = self.layers.len().saturating_sub(2);
+        match &self.dropout {
+            Dropout::All(p) => vec![*p as f32; hidden],
+            Dropout::PerLayer(v) => v.iter().map(|&p| p as f32).collect(),
+        }
+    }
+
     /// The loss with its parameters.
     pub fn loss(&self) -> Loss {
         Loss { kind: self.loss, huber_delta: self.huber_delta as f32 }
@@ -157,6 +188,33 @@ impl ModelCfg {
         }
         if m.loss == LossKind::SoftmaxCrossEntropy && *m.layers.last().unwrap() < 2 {
             return bad("softmax_cross_entropy needs at least 2 output classes".into());
+        }
+        let hidden = self.layers.len() - 2;
+        let rates: &[f64] = match &self.dropout {
+            Dropout::All(p) => std::slice::from_ref(p),
+            Dropout::PerLayer(v) => v,
+        };
+        if let Dropout::PerLayer(v) = &self.dropout {
+            if v.len() != hidden {
+                return Err(Error::config(
+                    origin,
+                    "model.dropout",
+                    format!(
+                        "lists {} rates, and model.layers {:?} has {hidden} hidden layers; give one rate per hidden layer, or one number for all",
+                        v.len(),
+                        abbreviate(&self.layers)
+                    ),
+                ));
+            }
+        }
+        if let Some(p) = rates.iter().find(|p| !(p.is_finite() && (0.0..=MAX_DROPOUT).contains(*p))) {
+            return Err(Error::config(
+                origin,
+                "model.dropout",
+                format!(
+                    "has rate {p}; a dropout rate is the share of units dropped, from 0 (none) up to {MAX_DROPOUT}"
+                ),
+            ));
         }
         if !(self.huber_delta.is_finite() && self.huber_delta > 0.0 && self.huber_delta <= 1e30) {
             return Err(Error::config(

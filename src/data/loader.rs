@@ -29,6 +29,8 @@ pub struct Batch {
     pub x: Vec<f32>,
     pub classes: Vec<i32>,
     pub values: Vec<f32>,
+    /// The rows' global ids (their row in the training data): dropout's masks are drawn from them.
+    pub ids: Vec<u32>,
     /// Sum of `row_digest` over its rows (0 unless debug logging is on).
     pub digest: u64,
 }
@@ -217,6 +219,7 @@ fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare
 /// when `record`, its digest.
 fn push_row(batch: &mut Batch, shard: &Shard, x: &[f32], row: usize, record: bool) {
     batch.x.extend_from_slice(x);
+    batch.ids.push(row as u32);
     match &shard.labels {
         Labels::Classes(c) => batch.classes.push(c[row]),
         Labels::Values(v, k) | Labels::Bits(v, k) => batch.values.extend_from_slice(&v[row * k..(row + 1) * k]),
@@ -263,6 +266,7 @@ fn new_batch(spare: &Receiver<Batch>, b: usize, d: usize, k: usize) -> Batch {
         x: Vec::with_capacity(b * d),
         classes: Vec::with_capacity(b),
         values: Vec::with_capacity(b * k),
+        ids: Vec::with_capacity(b),
         digest: 0,
     });
     batch.rows = 0;
@@ -270,6 +274,7 @@ fn new_batch(spare: &Receiver<Batch>, b: usize, d: usize, k: usize) -> Batch {
     batch.x.clear();
     batch.classes.clear();
     batch.values.clear();
+    batch.ids.clear();
     batch
 }
 

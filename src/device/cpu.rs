@@ -6,7 +6,7 @@
 //! Must not: be fast at the cost of being the plain reference (speed work keeps its results within
 //! the conformance tolerances).
 
-use super::backend::{AdamHyper, Backend, Pointwise, SgdHyper};
+use super::backend::{mask_bits, AdamHyper, Backend, Mask, Pointwise, SgdHyper};
 pub use super::backend::{Gemm, Trans};
 use crate::config::Activation;
 use crate::error::Result;
@@ -97,6 +97,10 @@ impl Backend for Cpu {
         d: Option<&mut [f32]>,
     ) -> Result<(f64, usize)> {
         Ok(pointwise_loss(f, pred, target, k, grad_scale, d))
+    }
+    fn dropout(&self, v: &mut [f32], cols: usize, keys: &Vec<i32>, m: Mask) -> Result<()> {
+        dropout(v, cols, keys, m);
+        Ok(())
     }
     fn softmax(&self, v: &mut [f32], k: usize) -> Result<()> {
         softmax_rows(v, k);
@@ -334,6 +338,16 @@ pub fn sigmoid(x: f32) -> f32 {
     } else {
         let e = x.exp();
         e / (1.0 + e)
+    }
+}
+
+/// Dropout on [rows, cols] `v` in place (see `Mask`).
+pub fn dropout(v: &mut [f32], cols: usize, keys: &[i32], m: Mask) {
+    for (row, &key) in v.chunks_exact_mut(cols).zip(keys) {
+        for (c, e) in row.iter_mut().enumerate() {
+            let keep = m.threshold == 0 || mask_bits(m.salt, key as u32, m.col0 + c as u32) >= m.threshold;
+            *e = if keep { *e * m.scale } else { 0.0 };
+        }
     }
 }
 

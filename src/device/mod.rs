@@ -10,7 +10,7 @@ pub mod backend;
 pub mod cpu;
 pub mod cuda;
 
-pub use backend::{AdamHyper, Backend, Gemm, Pointwise, SgdHyper, Trans};
+pub use backend::{AdamHyper, Backend, Gemm, Mask, Pointwise, SgdHyper, Trans};
 pub use cpu::Cpu;
 
 use crate::config::DeviceChoice;

@@ -33,8 +33,17 @@ fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
     (0..n).map(|_| ((r.uniform() * 2.0 - 1.0) as f32) * scale).collect()
 }
 
-fn mean_loss<B: Backend>(be: &B, m: &Mlp, p: &[f32], x: &B::Buf, t: Targets<B>, b: usize) -> f64 {
+/// A workspace for `b` rows, with dropout of `rates` (per hidden layer; empty: none) on rows
+/// with ids 100.. at step 3.
+fn workspace<B: Backend>(be: &B, m: &Mlp, b: usize, rates: &[f32]) -> Workspace<B> {
     let mut ws = Workspace::new(be, m, b).unwrap();
+    ws.enable_dropout(be, rates, 9).unwrap();
+    ws.set_rows(be, &(100..100 + b as u32).collect::<Vec<_>>(), 3).unwrap();
+    ws
+}
+
+fn mean_loss<B: Backend>(be: &B, m: &Mlp, p: &[f32], x: &B::Buf, t: Targets<B>, b: usize, rates: &[f32]) -> f64 {
+    let mut ws = workspace(be, m, b, rates);
     let p = be.upload(p).unwrap();
     m.forward(be, &p, x, b, &mut ws).unwrap();
     m.loss(be, t, b, 1.0, &mut ws, false).unwrap().0 / b as f64
@@ -66,14 +75,14 @@ fn targets_of<'a, B: Backend>(be: &B, m: &Mlp, ld: &'a B::Labels, vd: &'a B::Buf
 
 /// Forward, loss (mean over the batch) and backward of `m` at `p` on `be`: the gradient
 /// arena, the summed loss, and the order tensors became ready.
-fn grads<B: Backend>(be: &B, m: &Mlp, p: &[f32], d: &Data) -> (Vec<f32>, f64, Vec<usize>) {
+fn grads<B: Backend>(be: &B, m: &Mlp, p: &[f32], d: &Data, rates: &[f32]) -> (Vec<f32>, f64, Vec<usize>) {
     let b = d.b;
     let xd = be.upload(&d.x).unwrap();
     let mut ld = be.labels(b).unwrap();
     be.upload_labels(&d.labels, &mut ld).unwrap();
     let vd = be.upload(&values_for(m, d)).unwrap();
     let t = targets_of(be, m, &ld, &vd, d.values.len());
-    let mut ws = Workspace::new(be, m, b).unwrap();
+    let mut ws = workspace(be, m, b, rates);
     let pd = be.upload(p).unwrap();
     let mut gd = be.zeros(m.n_params).unwrap();
     m.forward(be, &pd, &xd, b, &mut ws).unwrap();
@@ -89,6 +98,12 @@ fn grads<B: Backend>(be: &B, m: &Mlp, p: &[f32], d: &Data) -> (Vec<f32>, f64, Ve
 
 /// Finite differences against backward, on backend `be` (every backend runs this).
 pub fn check<B: Backend>(be: &B, act: Activation, loss: impl Into<Loss>) {
+    check_with_dropout(be, act, loss, &[]);
+}
+
+/// `check` with dropout of `rates` after the two hidden layers (a fixed mask: rows, step and
+/// seed do not change between the evaluations).
+pub fn check_with_dropout<B: Backend>(be: &B, act: Activation, loss: impl Into<Loss>, rates: &[f32]) {
     let loss = loss.into();
     let sizes = [5, 7, 6, 3];
     let b = 4;
@@ -101,7 +116,7 @@ pub fn check<B: Backend>(be: &B, act: Activation, loss: impl Into<Loss>) {
         }
     }
     let d = Data { b, x: random(b * sizes[0], 1, 1.0), labels: vec![0, 2, 1, 2], values: random(b * 3, 2, 1.0) };
-    let (g, _, order) = grads(be, &m, &p, &d);
+    let (g, _, order) = grads(be, &m, &p, &d, rates);
     assert_eq!(order, (0..2 * m.layers.len()).collect::<Vec<_>>(), "tensors must become ready in arena order");
 
     let xd = be.upload(&d.x).unwrap();
@@ -115,9 +130,9 @@ pub fn check<B: Backend>(be: &B, act: Activation, loss: impl Into<Loss>) {
     for i in 0..m.n_params {
         let orig = p[i];
         p[i] = orig + h;
-        let up = mean_loss(be, &m, &p, &xd, t, b);
+        let up = mean_loss(be, &m, &p, &xd, t, b, rates);
         p[i] = orig - h;
-        let down = mean_loss(be, &m, &p, &xd, t, b);
+        let down = mean_loss(be, &m, &p, &xd, t, b, rates);
         p[i] = orig;
         let numeric = (up - down) / (2.0 * h as f64);
         let err = (numeric - g[i] as f64).abs() / (1e-2 + numeric.abs().max((g[i] as f64).abs()));
@@ -149,8 +164,8 @@ pub fn step_matches_cpu<B: Backend>(be: &B, act: Activation, loss: impl Into<Los
         labels: (0..b).map(|i| (i * 7 % 5) as i32).collect(),
         values: random(b * 5, 5, 1.0),
     };
-    let (got, loss_got, _) = grads(be, &m, &p, &d);
-    let (want, loss_want, _) = grads(&Cpu, &m, &p, &d);
+    let (got, loss_got, _) = grads(be, &m, &p, &d, &[0.3, 0.0]);
+    let (want, loss_want, _) = grads(&Cpu, &m, &p, &d, &[0.3, 0.0]);
     assert!(
         (loss_got - loss_want).abs() <= tol * (1.0 + loss_want.abs()),
         "{act:?}/{loss:?}: loss {loss_got} on {}, {loss_want} on the CPU",

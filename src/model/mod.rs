@@ -16,7 +16,7 @@ pub mod placement;
 pub mod tensor;
 
 use crate::config::{Activation, Loss};
-use crate::device::{Backend, Gemm, Trans};
+use crate::device::{Backend, Gemm, Mask, Trans};
 use crate::error::Result;
 use crate::rng::Rng;
 use std::ops::Range;
@@ -207,6 +207,49 @@ impl Mlp {
             let act = if l + 1 == n && self.head { Activation::Identity } else { self.act };
             let keep_z = if act == Activation::Gelu { Some(be.view_mut(&mut ws.z[l], 0..b * s.out)) } else { None };
             be.bias_act(be.view_mut(out, 0..b * s.out), be.view(params, s.b.clone()), act, keep_z)?;
+            if let Some((m, keys)) = self.mask(&ws.drop, l) {
+                be.dropout(be.view_mut(out, 0..b * s.out), s.out, keys, m)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Layer `l`'s dropout mask in this step (with the rows' ids), when the workspace trains
+    /// with dropout and the layer is hidden with a non-zero rate. The mask is the whole
+    /// model's layer's: a column-parallel shard takes its columns of it.
+    fn mask<'a, B: Backend>(&self, drop: &'a Option<DropState<B>>, l: usize) -> Option<(Mask, &'a B::Labels)> {
+        let d = drop.as_ref()?;
+        if l + 1 == self.layers.len() && self.head {
+            return None;
+        }
+        let gl = self.first + l;
+        let p = *d.rates.get(gl)?;
+        if p == 0.0 {
+            return None;
+        }
+        let s = &self.layers[l];
+        let col0 =
+            if s.split == Split::Column { part(self.sizes[l + 1], self.tensor.0, self.tensor.1).start } else { 0 };
+        Some((Mask::new(d.seed, d.step, gl, p).at_col(col0), &d.keys))
+    }
+
+    /// Backward through layer `l`'s dropout, before its activation's backward: the same
+    /// mask on the gradient `g` [b, out], and for tanh (whose derivative reads the activation)
+    /// the kept activations scaled back to their value before dropout.
+    fn dropout_backward<B: Backend>(
+        &self,
+        be: &B,
+        drop: &Option<DropState<B>>,
+        l: usize,
+        b: usize,
+        g: &mut B::Buf,
+        a: &mut B::Buf,
+    ) -> Result<()> {
+        let Some((m, keys)) = self.mask(drop, l) else { return Ok(()) };
+        let w = self.layers[l].out;
+        be.dropout(be.view_mut(g, 0..b * w), w, keys, m)?;
+        if self.act == Activation::Tanh {
+            be.dropout(be.view_mut(a, 0..b * w), w, keys, Mask::scale_only(1.0 / m.scale))?;
         }
         Ok(())
     }
@@ -263,12 +306,13 @@ impl Mlp {
         grads: &mut impl GradSink<B>,
         tp: &mut impl TensorSum<B>,
     ) -> Result<()> {
-        let Workspace { a, z, d, dx, .. } = ws;
+        let Workspace { a, z, d, dx, drop, .. } = ws;
         let (d0, d1) = d.split_at_mut(1);
         let (mut dz, mut dprev) = (&mut d0[0], &mut d1[0]);
         let n = self.layers.len();
         if !self.head {
             let s = &self.layers[n - 1];
+            self.dropout_backward(be, drop, n - 1, b, dz, &mut a[n - 1])?;
             let zin = if self.act == Activation::Gelu { Some(be.view(&z[n - 1], 0..b * s.out)) } else { None };
             be.act_backward(be.view_mut(dz, 0..b * s.out), be.view(&a[n - 1], 0..b * s.out), zin, self.act)?;
         }
@@ -295,6 +339,7 @@ impl Mlp {
                 if s.split == Split::Column {
                     tp.sum(be, dprev, b * s.inp)?;
                 }
+                self.dropout_backward(be, drop, l - 1, b, dprev, &mut a[l - 1])?;
                 let zin = if self.act == Activation::Gelu { Some(be.view(&z[l - 1], 0..b * s.inp)) } else { None };
                 be.act_backward(be.view_mut(dprev, 0..b * s.inp), be.view(&a[l - 1], 0..b * s.inp), zin, self.act)?;
                 std::mem::swap(&mut dz, &mut dprev);
@@ -327,13 +372,51 @@ pub struct Workspace<B: Backend> {
     z: Vec<B::Buf>,
     d: Vec<B::Buf>,
     dx: B::Buf,
+    /// Training with dropout: the rates, the seed, this step's rows (`set_rows`). None in
+    /// evaluation and prediction.
+    drop: Option<DropState<B>>,
+}
+
+/// Dropout's state in a training workspace.
+struct DropState<B: Backend> {
+    /// Per whole-model hidden layer.
+    rates: Vec<f32>,
+    seed: u64,
+    /// The global step of the rows in `keys`.
+    step: u64,
+    /// The global ids of the batch's rows (their row in the training data), on the device.
+    keys: B::Labels,
 }
 
 impl<B: Backend> Workspace<B> {
     pub fn new(be: &B, model: &Mlp, batch: usize) -> Result<Workspace<B>> {
-        let mut ws = Workspace { cap: 0, a: Vec::new(), z: Vec::new(), d: Vec::new(), dx: be.zeros(0)? };
+        let mut ws = Workspace { cap: 0, a: Vec::new(), z: Vec::new(), d: Vec::new(), dx: be.zeros(0)?, drop: None };
         ws.ensure(be, model, batch)?;
         Ok(ws)
+    }
+
+    /// Train with dropout of `rates` (per whole-model hidden layer; all 0: none) drawn from
+    /// `seed`; each step's rows then come through `set_rows`.
+    pub fn enable_dropout(&mut self, be: &B, rates: &[f32], seed: u64) -> Result<()> {
+        if rates.iter().all(|&p| p == 0.0) {
+            self.drop = None;
+            return Ok(());
+        }
+        let keys = be.labels(self.cap)?;
+        self.drop = Some(DropState { rates: rates.to_vec(), seed, step: 0, keys });
+        Ok(())
+    }
+
+    /// The next forward's rows: their global ids and the global step (dropout's masks are a
+    /// function of these, not of the rank that holds a row). A no-op without dropout.
+    pub fn set_rows(&mut self, be: &B, ids: &[u32], step: u64) -> Result<()> {
+        let cap = self.cap;
+        let Some(d) = self.drop.as_mut() else { return Ok(()) };
+        assert!(ids.len() <= cap, "more rows than the workspace holds");
+        let keys: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+        be.upload_labels(&keys, &mut d.keys)?;
+        d.step = step;
+        Ok(())
     }
 
     fn ensure(&mut self, be: &B, m: &Mlp, b: usize) -> Result<()> {
@@ -345,6 +428,9 @@ impl<B: Backend> Workspace<B> {
         self.z = m.layers.iter().map(|s| be.zeros(if keep_z { b * s.out } else { 0 })).collect::<Result<_>>()?;
         self.d = vec![be.zeros(b * m.max_width())?, be.zeros(b * m.max_width())?];
         self.dx = be.zeros(if m.first > 0 { b * m.layers[0].inp } else { 0 })?;
+        if let Some(d) = self.drop.as_mut() {
+            d.keys = be.labels(b)?;
+        }
         self.cap = b;
         Ok(())
     }

@@ -48,6 +48,36 @@ fn gradcheck_relu_binary_cross_entropy() {
 }
 
 #[test]
+fn gradcheck_with_dropout_every_activation() {
+    for act in [Activation::Tanh, Activation::Relu, Activation::Gelu, Activation::Identity] {
+        super::gradcheck::check_with_dropout(&Cpu, act, LossKind::SoftmaxCrossEntropy, &[0.4, 0.25]);
+    }
+}
+
+#[test]
+fn dropout_drops_in_training_and_not_in_evaluation() {
+    let m = Mlp::new(&[5, 64, 3], Activation::Tanh, LossKind::Mse);
+    let p = Cpu.upload(&m.init_params(1)).unwrap();
+    let x = Cpu.upload(&(0..8 * 5).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>()).unwrap();
+    let hidden = |rates: &[f32], step: u64| {
+        let mut ws = Workspace::new(&Cpu, &m, 8).unwrap();
+        ws.enable_dropout(&Cpu, rates, 4).unwrap();
+        ws.set_rows(&Cpu, &(0..8).collect::<Vec<_>>(), step).unwrap();
+        m.forward(&Cpu, &p, &x, 8, &mut ws).unwrap();
+        ws.a[0].clone()
+    };
+    let plain = hidden(&[], 1);
+    let dropped = hidden(&[0.5], 1);
+    let zeros = dropped.iter().filter(|&&v| v == 0.0).count();
+    assert!((150..362).contains(&zeros), "half of 512 units dropped, got {zeros}");
+    for (a, b) in plain.iter().zip(&dropped) {
+        assert!(*b == 0.0 || (b - 2.0 * a).abs() <= 1e-6 * a.abs(), "kept units are scaled by 2: {a} -> {b}");
+    }
+    assert_eq!(dropped, hidden(&[0.5], 1), "the same step and rows, the same mask");
+    assert_ne!(dropped, hidden(&[0.5], 2), "another step, another mask");
+}
+
+#[test]
 fn gelu_derivative_matches_difference_quotient() {
     for &x in &[-3.0f32, -1.0, -0.1, 0.0, 0.4, 2.5] {
         let h = 1e-3;

@@ -71,6 +71,8 @@ where
     /// forward to its backward).
     mws: Vec<Workspace<B>>,
     mx: Vec<B::Buf>,
+    /// `set_dropout`'s rates and seed, for the micro-batches' workspaces.
+    dropout: (Vec<f32>, u64),
     /// Host staging for the messages between stages.
     h_in: Vec<f32>,
     h_out: Vec<f32>,
@@ -117,6 +119,7 @@ where
             host_secs: [0.0; 4],
             mws: Vec::new(),
             mx: Vec::new(),
+            dropout: (Vec::new(), 0),
             h_in: Vec::new(),
             h_out: Vec::new(),
         })
@@ -136,6 +139,14 @@ where
     pub fn set_micro_batches(&mut self, m: usize) {
         assert!(m >= 1);
         self.micro = m;
+    }
+
+    /// Train with dropout (`model.dropout`'s rates per hidden layer, masks from `seed`, the
+    /// step and each row's global id).
+    pub fn set_dropout(&mut self, rates: &[f32], seed: u64) -> Result<()> {
+        self.ws.enable_dropout(&self.be, rates, seed)?;
+        self.dropout = (rates.to_vec(), seed);
+        Ok(())
     }
     pub fn tensor(&self) -> &TensorGroup {
         &self.tp
@@ -252,6 +263,7 @@ where
             Targets::Classes(&self.labels)
         };
         self.tp.step = self.step;
+        self.ws.set_rows(be, &batch.ids, self.step)?;
         self.model.forward_tp(be, &self.params, &self.xs[xi], b, &mut self.ws, &mut self.tp)?;
         let (loss, _) = self.model.loss(be, targets, b, 1.0 / global_rows as f32, &mut self.ws, true)?;
         self.span("forward + loss", t);

@@ -35,7 +35,9 @@ where
         let inp = self.model.n_inputs();
         let cap = batch.rows.div_ceil(m_n).max(self.batch.div_ceil(m_n));
         while self.mws.len() < m_n {
-            self.mws.push(Workspace::new(&self.be, &self.model, cap)?);
+            let mut ws = Workspace::new(&self.be, &self.model, cap)?;
+            ws.enable_dropout(&self.be, &self.dropout.0, self.dropout.1)?;
+            self.mws.push(ws);
             self.mx.push(self.be.zeros(cap * inp)?);
         }
         let (stage, stages) = self.tp.pipe.as_ref().map_or((0, 1), |p| (p.stage, p.stages));
@@ -129,6 +131,7 @@ where
             }
             None => be.upload_into(&batch.x[r.start * inp..r.end * inp], &mut self.mx[m])?,
         }
+        self.mws[m].set_rows(be, &batch.ids[r.clone()], self.step)?;
         self.model.forward_tp(be, &self.params, &self.mx[m], n, &mut self.mws[m], &mut self.tp)?;
         if !head {
             self.h_out.resize(n * outp, 0.0);

@@ -82,6 +82,7 @@ pub(super) fn build<'a, B: Backend>(
     tensor.set_watchdog(watchdog.share());
     st.set_tensor_group(tensor);
     st.set_micro_batches(job.parallel.micro_batches);
+    st.set_dropout(&job.model.dropout_rates(), job.training.seed)?;
     let writer = Writer::new(job, start.lineage, sched.global_batch, grid.data, comm.rank)?;
     writer.set_norm(train_shard.norm().clone());
     let stop = StopState::new(start.loss_sums.clone());

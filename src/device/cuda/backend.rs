@@ -14,7 +14,7 @@ use super::gemm_map::{cublas_args, Op};
 use super::launch::{act_code, config_1d};
 use super::module::Kernels;
 use crate::config::{Activation, Precision};
-use crate::device::backend::{AdamHyper, Backend, Gemm, Pointwise, SgdHyper, Trans};
+use crate::device::backend::{AdamHyper, Backend, Gemm, Mask, Pointwise, SgdHyper, Trans};
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys as blas_sys, CudaBlas, Gemm as _, GemmConfig};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaViewMut, DriverError, PushKernelArg};
@@ -404,6 +404,21 @@ impl Backend for Cuda {
         self.stream.memcpy_dtoh(&correct.slice(0..rows), &mut c[..]).map_err(drv("reading a result back"))?;
         self.stream.synchronize().map_err(drv("waiting for the GPU"))?;
         Ok((losses.iter().map(|&v| v as f64).sum(), c.iter().map(|&v| v as usize).sum()))
+    }
+
+    fn dropout(&self, v: DViewMut<'_>, cols: usize, keys: &CudaSlice<i32>, m: Mask) -> Result<()> {
+        let n = v.len;
+        if n == 0 {
+            return Ok(());
+        }
+        let (rows64, cols32) = ((n / cols) as i64, cols as i32);
+        let mut vv = v.cu();
+        let mut l = self.stream.launch_builder(&self.k.dropout);
+        l.arg(&mut vv).arg(&rows64).arg(&cols32).arg(keys).arg(&m.salt).arg(&m.col0).arg(&m.threshold).arg(&m.scale);
+        // SAFETY: hv_dropout(float*, long long, int, const int*, unsigned long long, unsigned int,
+        // unsigned int, float) over rows·cols elements; keys holds at least `rows`.
+        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_dropout"))?;
+        Ok(())
     }
 
     fn softmax(&self, v: DViewMut<'_>, k: usize) -> Result<()> {

@@ -164,6 +164,27 @@ extern "C" __global__ void hv_pointwise_loss(const float* pred, const float* tar
     }
 }
 
+// Dropout on [rows, cols] in place (device/backend.rs `Mask`, `mask_bits`; CPU reference
+// device/cpu.rs `dropout`): element (r, c) is kept when the 24 bits of SplitMix64's finalizer of
+// salt ^ (keys[r] | (col0 + c) << 32) are >= threshold (threshold 0 keeps all); kept ones are
+// multiplied by scale, dropped ones set to 0.
+__device__ unsigned long long hv_mix64(unsigned long long z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+extern "C" __global__ void hv_dropout(float* v, long long rows, int cols, const int* keys, unsigned long long salt,
+                                      unsigned int col0, unsigned int threshold, float scale) {
+    HV_GRID_STRIDE(i, rows * cols) {
+        const long long r = i / cols;
+        const unsigned int c = col0 + (unsigned int)(i % cols);
+        const unsigned long long key = (unsigned long long)(unsigned int)keys[r] | ((unsigned long long)c << 32);
+        const unsigned int bits = (unsigned int)(hv_mix64(salt ^ key) >> 40);
+        v[i] = (threshold == 0 || bits >= threshold) ? v[i] * scale : 0.0f;
+    }
+}
+
 // Row-wise softmax of [rows, k] in place, one thread per row.
 extern "C" __global__ void hv_softmax_rows(float* v, long long rows, int k) {
     HV_GRID_STRIDE(r, rows) {

@@ -26,6 +26,7 @@ pub const KERNELS: &[&str] = &[
     "hv_softmax_xent",
     "hv_pointwise_loss",
     "hv_softmax_rows",
+    "hv_dropout",
     "hv_sgd",
     "hv_adam",
     "hv_pack_f16",

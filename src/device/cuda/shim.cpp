@@ -71,6 +71,11 @@ void hvshim_hv_pointwise_loss(u32 g, u32 b, const float* pred, const float* targ
     launch(g, b, hv_pointwise_loss, pred, target, rows, k, mode, delta, grad_scale, d, row_loss, row_correct);
 }
 
+void hvshim_hv_dropout(u32 g, u32 b, float* v, i64 rows, int cols, const int* keys, unsigned long long salt, u32 col0,
+                       u32 threshold, float scale) {
+    launch(g, b, hv_dropout, v, rows, cols, keys, salt, col0, threshold, scale);
+}
+
 void hvshim_hv_softmax_rows(u32 g, u32 b, float* v, i64 rows, int k) { launch(g, b, hv_softmax_rows, v, rows, k); }
 
 void hvshim_hv_sgd(u32 g, u32 b, float* p, const float* grad, float* m, i64 n, float lr, float grad_scale, float wd,

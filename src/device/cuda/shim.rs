@@ -28,7 +28,7 @@
 use super::launch::{act_code, grid_1d};
 use crate::config::Activation;
 use crate::device::cpu;
-use crate::device::{AdamHyper, Pointwise, SgdHyper};
+use crate::device::{AdamHyper, Mask, Pointwise, SgdHyper};
 use crate::rng::Rng;
 use std::ptr::{null, null_mut};
 
@@ -72,6 +72,18 @@ extern "C" {
         row_correct: *mut i32,
     );
     fn hvshim_hv_softmax_rows(g: u32, b: u32, v: *mut f32, rows: i64, k: i32);
+    fn hvshim_hv_dropout(
+        g: u32,
+        b: u32,
+        v: *mut f32,
+        rows: i64,
+        cols: i32,
+        keys: *const i32,
+        salt: u64,
+        col0: u32,
+        threshold: u32,
+        scale: f32,
+    );
     fn hvshim_hv_sgd(
         g: u32,
         b: u32,
@@ -370,6 +382,42 @@ fn pointwise_losses_match_cpu() {
                             assert_close(&format!("{what} d"), body(&what, d), &want_d);
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dropout_matches_cpu_bit_for_bit() {
+    let mut rng = Rng::new(17, 0);
+    for rows in ROWS {
+        for cols in COLS {
+            let v = random(&mut rng, rows * cols, 3.0);
+            let keys: Vec<i32> = (0..rows).map(|r| (r as i32 * 7919) ^ 0x5a5a).collect();
+            for m in [Mask::new(5, 11, 1, 0.3).at_col(17), Mask::new(5, 12, 0, 0.9), Mask::scale_only(1.0 / 0.7)] {
+                let mut want = v.clone();
+                cpu::dropout(&mut want, cols, &keys, m);
+                for (g, b) in grids(rows * cols) {
+                    let what = format!("dropout {rows}x{cols} {m:?} grid {g}x{b}");
+                    let mut got = guarded(v.clone());
+                    // SAFETY: got holds rows·cols elements, keys rows.
+                    unsafe {
+                        hvshim_hv_dropout(
+                            g,
+                            b,
+                            got.as_mut_ptr(),
+                            rows as i64,
+                            cols as i32,
+                            keys.as_ptr(),
+                            m.salt,
+                            m.col0,
+                            m.threshold,
+                            m.scale,
+                        )
+                    };
+                    let got = body(&what, &got);
+                    assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}");
                 }
             }
         }

@@ -88,6 +88,7 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
     let opt = Optimizer::assign(&be, &job.optimizer, w.whole.tensors(), w.whole.n_params)?;
     let mut st = Stepper::new(be, w.whole.clone(), &w.start.params, opt, engine, b, None)?;
     st.restore(&[], &[], w.start.step).map_err(Error::Training)?;
+    st.set_dropout(&job.model.dropout_rates(), job.training.seed)?;
     let writer = Writer::new(job, w.start.lineage, sched.global_batch, n, rank)?;
     writer.set_norm(train.norm().clone());
     let mode = PsWorker {
