@@ -12,6 +12,17 @@ use std::path::{Path, PathBuf};
 pub struct EpochMetrics {
     pub epoch: usize,
     pub train_loss: f64,
+    /// Running train metrics over the epoch's steps (as Keras reports them): accuracy for
+    /// classes and multi-label, top-5 for more than 5 classes, MAE and RMSE (targets' units,
+    /// over all outputs) for regression.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_accuracy: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_top5_accuracy: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_mae: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_rmse: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_loss: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]

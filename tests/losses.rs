@@ -82,6 +82,8 @@ fn binary_cross_entropy_learns_multi_label_targets_and_predicts_probabilities() 
     assert!(last["train_loss"].as_f64().unwrap() < first["train_loss"].as_f64().unwrap(), "{first}\n{last}");
     let acc = last["test_accuracy"].as_f64().expect("multi-label accuracy in metrics.jsonl");
     assert!(acc > 0.9, "labels are a linear rule of x: accuracy {acc}");
+    let train_acc = last["train_accuracy"].as_f64().expect("multi-label train accuracy");
+    assert!(train_acc > 0.85 && train_acc <= 1.0 && m[0]["train_accuracy"].as_f64().unwrap() < train_acc, "{m:?}");
 
     let (j, pred) = eval_and_predict(&dir);
     let (z, p) = (read_f32(&pred, "outputs"), read_f32(&pred, "probabilities"));
@@ -114,6 +116,10 @@ fn huber_and_mae_report_the_loss_their_formula_gives() {
             m.last().unwrap()["train_loss"].as_f64().unwrap() < m[0]["train_loss"].as_f64().unwrap(),
             "{loss}: {m:?}"
         );
+        // Running train MAE and RMSE over the epoch's steps: RMSE ≥ MAE, both fall.
+        let errors = |e: &serde_json::Value| (e["train_mae"].as_f64().unwrap(), e["train_rmse"].as_f64().unwrap());
+        let ((m0, _), (m1, r1)) = (errors(&m[0]), errors(m.last().unwrap()));
+        assert!(m1 < m0 && r1 >= m1 && m.last().unwrap().get("train_accuracy").is_none(), "{loss}: {m:?}");
         let (j, pred) = eval_and_predict(&dir);
         let (z, y) = (read_f32(&pred, "outputs"), read_f32(&dir.join("t.h5"), "y"));
         let (mut want, mut abs) = (0.0f64, 0.0f64);
@@ -150,6 +156,8 @@ fn top5_accuracy_counts_labels_among_the_five_largest_outputs() {
     assert!(r.ok(), "{}", r.all());
     let m = metrics(&dir);
     let t5 = m[1]["test_top5_accuracy"].as_f64().expect("test_top5_accuracy with 10 classes");
+    let train5 = m[1]["train_top5_accuracy"].as_f64().expect("train_top5_accuracy with 10 classes");
+    assert!(train5 >= m[1]["train_accuracy"].as_f64().unwrap() && train5 < 1.0, "{}", m[1]);
     assert!(t5 >= m[1]["test_accuracy"].as_f64().unwrap(), "{}", m[1]);
     let (j, pred) = eval_and_predict(&dir);
     let z = read_f32(&pred, "outputs");
@@ -220,4 +228,62 @@ fn bad_loss_values_name_the_key_or_the_file_and_row() {
     );
     assert!(r.ok(), "{}", r.all());
     assert!(metrics(&dir)[0]["val_accuracy"].as_f64().is_some());
+}
+
+/// With weights that do not move (SGD at lr 1e-30), the running train metrics over an epoch
+/// are an evaluation of the training data: they must equal `eval` on the training file, also
+/// with the layers split into 2 pipeline stages (the last stage computes them).
+#[test]
+fn train_metrics_equal_an_evaluation_of_the_training_data_when_the_weights_stay() {
+    let _g = mpi_lock();
+    for (loss, k, bits) in
+        [("binary_cross_entropy", 4, true), ("huber", 2, false), ("softmax_cross_entropy", 10, false)]
+    {
+        let dir = setup(
+            &format!("loss-train-{loss}"),
+            k,
+            bits,
+            if loss == "softmax_cross_entropy" { "mse" } else { loss },
+            "",
+        );
+        if loss == "softmax_cross_entropy" {
+            let (x, y) = synthetic(800, D, k, 3);
+            write_classes(&dir.join("d.h5"), &x, D, &y);
+            let text = std::fs::read_to_string(dir.join("job.toml"))
+                .unwrap()
+                .replace("loss = \"mse\"", "loss = \"softmax_cross_entropy\"");
+            std::fs::write(dir.join("job.toml"), text).unwrap();
+        }
+        let sets = [
+            "--set",
+            "optimizer.kind=\"sgd\"",
+            "--set",
+            "optimizer.lr=1e-30",
+            "--set",
+            "training.epochs=1",
+            "--set",
+            "data.test=\"d.h5\"",
+        ];
+        for split in ["parallel.pipeline=1", "parallel.pipeline=2"] {
+            let r = mpirun(2, &[&["train", "job.toml", "--set", split][..], &sets].concat(), &dir, 120);
+            assert!(r.ok(), "{}", r.all());
+            let m = &metrics(&dir)[0];
+            let close = |a: &str, b: &str| {
+                let (x, y) = (m[a].as_f64().unwrap_or_else(|| panic!("{loss}: no {a}: {m}")), m[b].as_f64().unwrap());
+                assert!((x - y).abs() <= 1e-9 * y.abs().max(1e-3), "{loss} {split}: {a} {x} vs {b} {y}");
+            };
+            close("train_loss", "test_loss");
+            match loss {
+                "huber" => {
+                    close("train_mae", "test_mae");
+                    close("train_rmse", "test_rmse");
+                }
+                "softmax_cross_entropy" => {
+                    close("train_accuracy", "test_accuracy");
+                    close("train_top5_accuracy", "test_top5_accuracy");
+                }
+                _ => close("train_accuracy", "test_accuracy"),
+            }
+        }
+    }
 }

@@ -61,9 +61,13 @@ fn killed_at_a_random_step_then_resumed_matches_the_uninterrupted_run() {
         assert!(resumed.stderr.contains(from), "{spec}: expected {from:?}\n{}", resumed.all());
         assert_eq!(weights(&clean), weights(&dir), "{ranks} ranks, killed at {spec}: resumed weights differ");
         let metrics = |d: &Path| std::fs::read_to_string(d.join("out/metrics.jsonl")).unwrap();
+        // The train metrics are running sums over the epoch, carried by mid-epoch checkpoints.
         let losses = |m: String| {
             m.lines()
-                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["train_loss"].as_f64().unwrap())
+                .map(|l| {
+                    let v = serde_json::from_str::<serde_json::Value>(l).unwrap();
+                    (v["train_loss"].as_f64().unwrap(), v["train_accuracy"].as_f64().unwrap())
+                })
                 .collect::<Vec<_>>()
         };
         assert_eq!(losses(metrics(&clean)), losses(metrics(&dir)), "metrics of the resumed run differ");

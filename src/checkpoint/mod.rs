@@ -19,6 +19,10 @@
 //!   milliseconds);
 //! - `trainer_json` (format 4): the trainer's own state as JSON (UTF-8 bytes): the learning
 //!   rate's plateau state (`train::trainer::TrainerState`); `{}` when read from older formats;
+//! - `train_sums` (format 5): [data ranks, W], each rank's running sums of the epoch's train
+//!   metrics besides the loss (correct predictions, top-5 hits, Σ|e|, Σe² per output: see
+//!   `step::Sums`); empty when read from older formats (the resumed epoch's train metrics then
+//!   start from zero);
 //! - `job_json`: the job configuration (UTF-8 bytes); `checksum`: FNV-1a over all of the above.
 //!
 //! Writing is atomic and durable (temporary file, fsync, rename, fsync of the directory:
@@ -37,9 +41,9 @@ use crate::model::Mlp;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-/// The format written; format 1 (no lineage), 2 (no `global_batch`) and 3 (no
-/// `trainer_json`) are still read.
-pub const FORMAT: i64 = 4;
+/// The format written; format 1 (no lineage), 2 (no `global_batch`), 3 (no
+/// `trainer_json`) and 4 (no `train_sums`) are still read.
+pub const FORMAT: i64 = 5;
 
 /// Which run wrote a checkpoint, and where that run came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +91,8 @@ pub struct Checkpoint {
     /// Rows per step over all ranks; 0 when read from format 1 or 2 (the caller derives it).
     pub global_batch: usize,
     pub loss_sums: Vec<f64>,
+    /// The same number of sums per entry of `loss_sums`, rank after rank (empty: none known).
+    pub train_sums: Vec<f64>,
     /// False when the other ranks' last batch losses were estimated (a stop checkpoint that
     /// rank 0 wrote without hearing from them).
     pub loss_sums_exact: bool,
@@ -128,6 +134,9 @@ impl Checkpoint {
                 bytes.extend(v.iter().flat_map(|x| x.to_le_bytes()));
             }
             bytes.extend(n.x_kind.name().as_bytes());
+        }
+        if format >= 5 {
+            bytes.extend(self.train_sums.iter().flat_map(|x| x.to_le_bytes()));
         }
         h ^ crate::config::fnv1a(&bytes)
     }
@@ -203,6 +212,9 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
         h5::write(&f, &tmp, "run_id", &[l.run_id], &[1])?;
         h5::write(&f, &tmp, "parent_run", &[l.parent_run], &[1])?;
         h5::write(&f, &tmp, "loss_sums", &c.loss_sums, &[c.loss_sums.len()])?;
+        let n = c.loss_sums.len().max(1);
+        assert_eq!(c.train_sums.len() % n, 0, "as many train sums for every rank");
+        h5::write(&f, &tmp, "train_sums", &c.train_sums, &[n, c.train_sums.len() / n])?;
         h5::write(&f, &tmp, "job_json", c.job_json.as_bytes(), &[c.job_json.len()])?;
         h5::write(&f, &tmp, "trainer_json", c.trainer_json.as_bytes(), &[c.trainer_json.len()])?;
         h5::write(&f, &tmp, "checksum", &[c.checksum(FORMAT)], &[1])?;
@@ -335,6 +347,20 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
     let (m, v) = (opt("optimizer/m")?, opt("optimizer/v")?);
     let loss_sums: Vec<f64> =
         h5::dataset(&f, path, "loss_sums")?.read_raw().map_err(|e| Error::hdf5(path, "read loss_sums", e))?;
+    let train_sums: Vec<f64> = if format >= 5 {
+        let t: Vec<f64> =
+            h5::dataset(&f, path, "train_sums")?.read_raw().map_err(|e| Error::hdf5(path, "read train_sums", e))?;
+        if t.len() % loss_sums.len().max(1) != 0 {
+            return Err(Error::data(
+                path,
+                "train_sums",
+                format!("has {} values for {} ranks", t.len(), loss_sums.len()),
+            ));
+        }
+        t
+    } else {
+        Vec::new()
+    };
     let json: Vec<u8> =
         h5::dataset(&f, path, "job_json")?.read_raw().map_err(|e| Error::hdf5(path, "read job_json", e))?;
     let stored: Vec<u64> =
@@ -356,6 +382,7 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
         world_size: read1(&f, path, "world_size")? as usize,
         global_batch: if format >= 3 { read1(&f, path, "global_batch")? as usize } else { 0 },
         loss_sums,
+        train_sums,
         loss_sums_exact,
         params,
         m,

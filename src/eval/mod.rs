@@ -40,20 +40,6 @@ fn has_top5(shard: &Shard) -> bool {
     matches!(shard.labels, Labels::Classes(_)) && shard.outputs > 5
 }
 
-/// Rows of `logits` [c, k] whose label is among the 5 largest (ties count for the label, as
-/// Keras' `in_top_k` does not promise otherwise: a label ties in when no more than 4 outputs
-/// are strictly larger).
-pub fn top5_hits(logits: &[f32], labels: &[i32], k: usize) -> usize {
-    logits
-        .chunks_exact(k)
-        .zip(labels)
-        .filter(|(row, &y)| {
-            let v = row[y as usize];
-            row.iter().filter(|&&o| o > v).count() < 5 && !v.is_nan()
-        })
-        .count()
-}
-
 /// Add a chunk's outputs (downloaded) to the top-5 sum, for more than 5 classes.
 fn add_top5<B: Backend>(
     be: &B,
@@ -70,7 +56,7 @@ fn add_top5<B: Backend>(
     }
     let (c, k) = (rows.len(), shard.outputs);
     ws.output_host(be, model, c, &mut out[..c * k])?;
-    sums[3] += top5_hits(&out[..c * k], &y[rows], k) as f64;
+    sums[3] += crate::model::loss::top5_hits(&out[..c * k], &y[rows], k) as f64;
     Ok(())
 }
 

@@ -52,3 +52,29 @@ pub fn compute<B: Backend>(
         ))),
     }
 }
+
+/// Rows of `logits` [c, k] whose label is among the 5 largest outputs (a label tied with the
+/// fifth counts: no more than 4 outputs strictly larger; a NaN output never counts).
+pub fn top5_hits(logits: &[f32], labels: &[i32], k: usize) -> usize {
+    logits
+        .chunks_exact(k)
+        .zip(labels)
+        .filter(|(row, &y)| {
+            let v = row[y as usize];
+            !v.is_nan() && row.iter().filter(|&&o| o > v).count() < 5
+        })
+        .count()
+}
+
+/// Σ|e| over `outputs` − `targets` [c, k], and Σe² of each output added to `sq` [k]; each
+/// output's error × `y_div[j]` (the targets' units when they were standardized; empty: as
+/// they are).
+pub fn error_sums(outputs: &[f32], targets: &[f32], k: usize, y_div: &[f64], sq: &mut [f64]) -> f64 {
+    let mut abs = 0.0;
+    for (i, (&o, &t)) in outputs.iter().zip(targets).enumerate() {
+        let e = (o as f64 - t as f64) * y_div.get(i % k).copied().unwrap_or(1.0);
+        abs += e.abs();
+        sq[i % k] += e * e;
+    }
+    abs
+}

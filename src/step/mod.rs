@@ -28,6 +28,60 @@ use crate::parallel::{Engine, FusionPlan};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A rank's sums over its rows for the epoch's train metrics: the loss, the correct
+/// predictions (rows for classes, labels for multi-label), the rows whose label is among the 5
+/// largest outputs (more than 5 classes), Σ|e| over the outputs, and Σe² per output (regression,
+/// in the targets' units; one 0 otherwise). Running sums, like Keras' train metrics: each
+/// step's rows as the weights were at that step. `sums_len` long.
+pub type Sums = Vec<f64>;
+
+/// The length of `Sums` for a model with loss `loss` and `k` outputs.
+pub fn sums_len(loss: crate::config::LossKind, k: usize) -> usize {
+    4 + if loss.targets() == crate::config::Targets::Regression { k } else { 1 }
+}
+
+/// What a step adds to `Sums` beyond the loss and the correct predictions, from the outputs
+/// (downloaded when needed): top-5 hits, regression error sums.
+struct Extra {
+    top5: bool,
+    regression: bool,
+    /// The targets' standardization (`data.normalize_y`), to report errors in their units.
+    y_div: Vec<f64>,
+    host: Vec<f32>,
+}
+
+impl Extra {
+    /// The step's sums of `b` rows, whose outputs are in `ws`, loss `loss` and `correct`.
+    #[allow(clippy::too_many_arguments)]
+    fn sums<B: Backend>(
+        &mut self,
+        be: &B,
+        model: &Mlp,
+        ws: &Workspace<B>,
+        b: usize,
+        classes: &[i32],
+        values: &[f32],
+        loss: f64,
+        correct: usize,
+    ) -> Result<Sums> {
+        let k = model.n_outputs();
+        let mut s = vec![0.0; sums_len(model.loss.kind, k)];
+        (s[0], s[1]) = (loss, correct as f64);
+        if !(self.top5 || self.regression) {
+            return Ok(s);
+        }
+        self.host.resize(b * k, 0.0);
+        ws.output_host(be, model, b, &mut self.host)?;
+        if self.top5 {
+            s[2] = crate::model::loss::top5_hits(&self.host, classes, k) as f64;
+        }
+        if self.regression {
+            s[3] = crate::model::loss::error_sums(&self.host, values, k, &self.y_div, &mut s[4..]);
+        }
+        Ok(s)
+    }
+}
+
 /// Each fusion bucket's two buffers (this rank's gradients, the reduced ones) on `be`, for
 /// `Engine::new`'s `alloc`, which asks for them bucket by bucket. Made up front, so that a
 /// failed allocation (a GPU out of memory) is an error, not a panic inside the engine.
@@ -71,6 +125,8 @@ where
     /// forward to its backward).
     mws: Vec<Workspace<B>>,
     mx: Vec<B::Buf>,
+    /// What the train metrics need beyond the loss.
+    extra: Extra,
     /// `set_dropout`'s rates and seed, for the micro-batches' workspaces.
     dropout: (Vec<f32>, u64),
     /// Host staging for the messages between stages.
@@ -100,6 +156,13 @@ where
         let _a = crate::mem::allocating("this rank's parameters and the step's activations and batch buffers");
         let params = be.upload(params)?;
         assert_eq!(be.len(&params), model.n_params, "the backend's upload changed the length");
+        use crate::config::Targets as T;
+        let extra = Extra {
+            top5: model.head && model.loss.kind.targets() == T::Classes && model.n_outputs() > 5,
+            regression: model.head && model.loss.kind.targets() == T::Regression,
+            y_div: Vec::new(),
+            host: Vec::new(),
+        };
         Ok(Stepper {
             ws: Workspace::new(&be, &model, batch)?,
             params,
@@ -120,6 +183,7 @@ where
             mws: Vec::new(),
             mx: Vec::new(),
             dropout: (Vec::new(), 0),
+            extra,
             h_in: Vec::new(),
             h_out: Vec::new(),
         })
@@ -139,6 +203,17 @@ where
     pub fn set_micro_batches(&mut self, m: usize) {
         assert!(m >= 1);
         self.micro = m;
+    }
+
+    /// The length of the sums `run` returns.
+    pub fn sums_len(&self) -> usize {
+        sums_len(self.model.loss.kind, self.tp.full.n_outputs())
+    }
+
+    /// The targets' standardization (`data.normalize_y`'s divisors), so that the train
+    /// metrics' errors are in the targets' units.
+    pub fn set_y_div(&mut self, y_div: &[f64]) {
+        self.extra.y_div = y_div.to_vec();
     }
 
     /// Train with dropout (`model.dropout`'s rates per hidden layer, masks from `seed`, the
@@ -230,7 +305,7 @@ where
     /// scaled by 1/global_rows, so the reduced sum is already the mean over the step's rows,
     /// each rank weighted by the rows it used.
     /// `waited_since` is when the loop started waiting for this batch (for the timeline).
-    pub fn run(&mut self, batch: &Batch, global_rows: usize, waited_since: Instant) -> Result<f64> {
+    pub fn run(&mut self, batch: &Batch, global_rows: usize, waited_since: Instant) -> Result<Sums> {
         assert!(batch.rows <= self.batch && batch.rows <= global_rows && global_rows > 0, "bad step row counts");
         self.step += 1;
         self.span(if batch.rows == 0 { "data wait (no rows left)" } else { "data wait" }, waited_since);
@@ -248,7 +323,7 @@ where
             }
             self.engine.flush();
             self.apply_buckets()?;
-            return Ok(0.0);
+            return Ok(vec![0.0; self.sums_len()]);
         }
         let (be, b) = (&self.be, batch.rows);
         let t = Instant::now();
@@ -265,7 +340,8 @@ where
         self.tp.step = self.step;
         self.ws.set_rows(be, &batch.ids, self.step)?;
         self.model.forward_tp(be, &self.params, &self.xs[xi], b, &mut self.ws, &mut self.tp)?;
-        let (loss, _) = self.model.loss(be, targets, b, 1.0 / global_rows as f32, &mut self.ws, true)?;
+        let (loss, correct) = self.model.loss(be, targets, b, 1.0 / global_rows as f32, &mut self.ws, true)?;
+        let sums = self.extra.sums(be, &self.model, &self.ws, b, &batch.classes, &batch.values, loss, correct)?;
         self.span("forward + loss", t);
         let t_bwd = Instant::now();
         self.host_secs[0] += (t_fwd - t).as_secs_f64();
@@ -294,7 +370,7 @@ where
         self.apply_buckets()?;
         self.host_secs[2] += (t_opt - t_bwd).as_secs_f64();
         self.host_secs[3] += t_opt.elapsed().as_secs_f64();
-        Ok(loss)
+        Ok(sums)
     }
 
     /// The optimizer on each bucket as it comes back reduced.

@@ -14,7 +14,7 @@
 //!
 //! Must not: announce a gradient before the step's last micro-batch backward.
 
-use super::{Sink, Stepper};
+use super::{Sink, Stepper, Sums};
 use crate::data::loader::Batch;
 use crate::device::Backend;
 use crate::error::{Error, Result};
@@ -28,7 +28,7 @@ where
     B::Buf: HostBuf,
 {
     /// `run` for a batch of at least one row, as `self.micro` micro-batches.
-    pub(super) fn run_pipelined(&mut self, batch: &Batch, global_rows: usize) -> Result<f64> {
+    pub(super) fn run_pipelined(&mut self, batch: &Batch, global_rows: usize) -> Result<Sums> {
         let m_n = self.micro;
         let rows: Vec<std::ops::Range<usize>> = (0..m_n).map(|m| part(batch.rows, m, m_n)).collect();
         let last = rows.iter().rposition(|r| !r.is_empty()).expect("a batch of at least one row");
@@ -52,12 +52,13 @@ where
             let (buf, range) = self.engine.slot(t);
             self.be.fill_zero(self.be.view_mut(buf, range))?;
         }
-        let mut loss_sum = 0.0;
+        let mut sums = vec![0.0; self.sums_len()];
         for op in one_f_one_b(stage, stages, m_n) {
             match op {
                 Op::Forward(m) if !rows[m].is_empty() => {
                     let t = Instant::now();
-                    loss_sum += self.forward_micro(batch, m, &rows[m], global_rows, head)?;
+                    let s = self.forward_micro(batch, m, &rows[m], global_rows, head)?;
+                    sums.iter_mut().zip(s).for_each(|(a, b)| *a += b);
                     self.span(format!("forward micro-batch {m}"), t);
                 }
                 Op::Backward(m) if !rows[m].is_empty() => {
@@ -74,11 +75,9 @@ where
         self.engine.flush();
         self.apply_buckets()?;
         if let Some(p) = &self.tp.pipe {
-            let mut v = [loss_sum];
-            p.broadcast_from_last(&mut v);
-            loss_sum = v[0];
+            p.broadcast_from_last(&mut sums);
         }
-        Ok(loss_sum)
+        Ok(sums)
     }
 
     /// Backward of micro-batch `m` (`r` rows): its output gradient from the next stage
@@ -120,7 +119,7 @@ where
         r: &std::ops::Range<usize>,
         global_rows: usize,
         head: bool,
-    ) -> Result<f64> {
+    ) -> Result<Sums> {
         let (be, n) = (&self.be, r.len());
         let (inp, outp) = (self.model.n_inputs(), self.model.n_outputs());
         match self.tp.pipe.as_mut().filter(|p| !p.is_first()) {
@@ -137,7 +136,7 @@ where
             self.h_out.resize(n * outp, 0.0);
             self.mws[m].output_host(be, &self.model, n, &mut self.h_out)?;
             self.tp.pipe.as_mut().expect("a stage before the last").send_forward(&self.h_out);
-            return Ok(0.0);
+            return Ok(vec![0.0; self.sums_len()]);
         }
         let targets = if batch.classes.is_empty() {
             be.upload_into(&batch.values[r.start * outp..r.end * outp], &mut self.values)?;
@@ -146,7 +145,13 @@ where
             be.upload_labels(&batch.classes[r.clone()], &mut self.labels)?;
             Targets::Classes(&self.labels)
         };
-        let (loss, _) = self.model.loss(be, targets, n, 1.0 / global_rows as f32, &mut self.mws[m], true)?;
+        let (loss, correct) = self.model.loss(be, targets, n, 1.0 / global_rows as f32, &mut self.mws[m], true)?;
+        let (classes, values) = if batch.classes.is_empty() {
+            (&[][..], &batch.values[r.start * outp..r.end * outp])
+        } else {
+            (&batch.classes[r.clone()], &[][..])
+        };
+        let sums = self.extra.sums(be, &self.model, &self.mws[m], n, classes, values, loss, correct)?;
         if !loss.is_finite() {
             return Err(Error::Training(format!(
                 "the loss became {loss} at step {} (micro-batch {m}); lower optimizer.lr, or check the data for extreme \
@@ -154,6 +159,6 @@ where
                 self.step
             )));
         }
-        Ok(loss)
+        Ok(sums)
     }
 }

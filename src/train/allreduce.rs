@@ -22,7 +22,7 @@ use crate::parallel::reduce;
 use crate::parallel::timeline::Timeline;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::{check_agreement, checksum, Channel, Comm, Engine};
-use crate::step::Stepper;
+use crate::step::{Stepper, Sums};
 use log::{debug, info};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,6 +85,7 @@ pub(super) fn build<'a, B: Backend>(
     st.set_dropout(&job.model.dropout_rates(), job.training.seed)?;
     let writer = Writer::new(job, start.lineage, sched.global_batch, grid.data, comm.rank)?;
     writer.set_norm(train_shard.norm().clone());
+    st.set_y_div(&train_shard.norm().y_div);
     let stop = StopState::new(start.loss_sums.clone());
     let ctx = Ctx { comm, job, grid, watchdog, stop, writer };
     let mode = AllReduce { ctx, data_chan, last_ckpt: Instant::now() };
@@ -178,7 +179,7 @@ impl<B: Backend> Mode<B> for AllReduce<'_> {
         "a training step (forward, backward, optimizer)"
     }
 
-    fn after_step(&mut self, st: &Stepper<B>, at: At, loss_sum: f64) -> Result<Boundary> {
+    fn after_step(&mut self, st: &Stepper<B>, at: At, sums: &Sums) -> Result<Boundary> {
         self.check(st)?;
         // Agree on stopping and checkpointing, so every rank acts at the same step.
         let (comm, ck) = (self.ctx.comm, &self.ctx.job.checkpoint);
@@ -186,7 +187,7 @@ impl<B: Backend> Mode<B> for AllReduce<'_> {
             && ck.every_minutes > 0.0
             && self.last_ckpt.elapsed().as_secs_f64() >= ck.every_minutes * 60.0;
         let before = if at.step_in_epoch == 1 { 0.0 } else { self.ctx.stop.total() };
-        let boundary = stop::at_boundary(&self.ctx, st, at.epoch_index, at.step_in_epoch, loss_sum, time_due)?;
+        let boundary = stop::at_boundary(&self.ctx, st, at.epoch_index, at.step_in_epoch, sums, time_due)?;
         if comm.rank == 0 && log::log_enabled!(log::Level::Debug) {
             // The step's mean loss over every rank's rows, from the agreement's sums.
             debug!("step {}: loss {:.9e}", st.step(), (self.ctx.stop.total() - before) / at.rows as f64);
@@ -194,7 +195,7 @@ impl<B: Backend> Mode<B> for AllReduce<'_> {
         Ok(boundary)
     }
 
-    fn checkpoint(&mut self, st: &Stepper<B>, at: At, _loss_sum: f64) -> Result<()> {
+    fn checkpoint(&mut self, st: &Stepper<B>, at: At, _sums: &Sums) -> Result<()> {
         stop::save_checkpoint(&self.ctx, st, at.epoch_index, at.step_in_epoch)?;
         self.last_ckpt = Instant::now();
         Ok(())

@@ -11,7 +11,7 @@ use crate::device::Backend;
 use crate::error::Result;
 use crate::parallel::watchdog::Watchdog;
 use crate::parallel::Channel;
-use crate::step::Stepper;
+use crate::step::{Stepper, Sums};
 
 /// Where a step boundary or checkpoint is: after step `step_in_epoch` of epoch
 /// `epoch_index + 1` (`step_in_epoch` 0: at the start of epoch `epoch_index + 1`).
@@ -49,15 +49,15 @@ pub(super) trait Mode<B: Backend> {
     /// The liveness phase of a step.
     fn step_phase(&self) -> &'static str;
 
-    /// After a step, whose running loss sum in the epoch on this rank is `loss_sum`:
+    /// After a step, whose running sums in the epoch on this rank are `sums`:
     /// continue, checkpoint or stop.
-    fn after_step(&mut self, st: &Stepper<B>, at: At, loss_sum: f64) -> Result<Boundary>;
+    fn after_step(&mut self, st: &Stepper<B>, at: At, sums: &Sums) -> Result<Boundary>;
 
     /// The trainer's state (JSON) that this mode's next checkpoints carry.
     fn set_trainer_state(&self, json: String);
 
     /// Write a checkpoint at `at` (collective over the mode's ranks).
-    fn checkpoint(&mut self, st: &Stepper<B>, at: At, loss_sum: f64) -> Result<()>;
+    fn checkpoint(&mut self, st: &Stepper<B>, at: At, sums: &Sums) -> Result<()>;
 
     /// At an epoch's end, before evaluation: meet the other ranks and bring this rank's
     /// parameters up to date. `my_rate` is this rank's samples/s in the epoch.

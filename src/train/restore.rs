@@ -11,6 +11,7 @@ use crate::config::Job;
 use crate::error::{Error, Result};
 use crate::model::Mlp;
 use crate::parallel::Comm;
+use crate::step::Sums;
 use log::{info, warn};
 use std::path::{Path, PathBuf};
 
@@ -28,7 +29,8 @@ pub(super) struct Start {
     pub step_in_epoch: usize,
     /// Each data-parallel rank's (tensor group's) running loss sum in the epoch being resumed
     /// (one per data-parallel rank of this job; resumed on another count, their total on 0).
-    pub loss_sums: Vec<f64>,
+    /// Each data rank's running sums of the epoch being resumed (loss, train metrics).
+    pub loss_sums: Vec<Sums>,
     /// Rows per step over all ranks: training.batch_size × data ranks at the run's first
     /// start, kept by every resume whatever its rank count.
     pub global_batch: usize,
@@ -136,12 +138,28 @@ pub(super) fn position(
         pos = [c.step, c.epoch as u64, c.step_in_epoch as u64, c.global_batch as u64, c.loss_sums.len() as u64];
     }
     comm.broadcast_u64(&mut pos);
-    let mut loss_sums = ckpt.map_or(vec![0.0; pos[4] as usize], |c| c.loss_sums.clone());
-    comm.broadcast_f64(&mut loss_sums);
+    // Each rank's sums (step::Sums): the loss, then the train metrics' (zeros when the
+    // checkpoint has none of this model's length: an older format).
+    let width = crate::step::sums_len(job.model.loss, *job.model.layers.last().expect("validated"));
+    let mut flat = vec![0.0; pos[4] as usize * width];
+    if let Some(c) = ckpt {
+        let w = c.train_sums.len() / c.loss_sums.len().max(1);
+        for (r, &l) in c.loss_sums.iter().enumerate() {
+            flat[r * width] = l;
+            if w + 1 == width {
+                flat[r * width + 1..(r + 1) * width].copy_from_slice(&c.train_sums[r * w..(r + 1) * w]);
+            }
+        }
+    }
+    comm.broadcast_f64(&mut flat);
+    let mut loss_sums: Vec<Sums> = flat.chunks_exact(width).map(<[f64]>::to_vec).collect();
     if loss_sums.len() != n_data {
-        // Written on another number of ranks: only the epoch's total matters (train_loss).
-        let total = loss_sums.iter().sum();
-        loss_sums = vec![0.0; n_data];
+        // Written on another number of ranks: only the epoch's totals matter.
+        let mut total = vec![0.0; width];
+        for s in &loss_sums {
+            total.iter_mut().zip(s).for_each(|(t, v)| *t += v);
+        }
+        loss_sums = vec![vec![0.0; width]; n_data];
         loss_sums[0] = total;
     }
     let l = Lineage::new_run(ckpt);

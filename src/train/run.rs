@@ -22,7 +22,7 @@ use crate::parallel::liveness;
 use crate::parallel::timeline::Timeline;
 use crate::parallel::watchdog::MAIN;
 use crate::parallel::Comm;
-use crate::step::Stepper;
+use crate::step::{Stepper, Sums};
 use crate::weights;
 use log::info;
 use std::path::{Path, PathBuf};
@@ -60,6 +60,14 @@ pub(super) struct Parts<'a, B: Backend> {
     pub t_process: Instant,
 }
 
+/// The epoch's train metrics (running, over the epoch's steps).
+struct TrainMetrics {
+    accuracy: Option<f64>,
+    top5: Option<f64>,
+    mae: Option<f64>,
+    rmse: Option<f64>,
+}
+
 pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
     comm: &'a Comm,
     job: &'a Job,
@@ -75,11 +83,11 @@ pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
     sched: Schedule,
     data_rank: usize,
     /// Where this run started: global step, epochs done, steps of the next epoch done, and
-    /// this rank's running loss in it.
+    /// this rank's running sums in it.
     start_step: u64,
     start_epoch: usize,
     start_batch: usize,
-    start_loss_sum: f64,
+    start_sums: Sums,
     t_process: Instant,
     last: Option<EpochMetrics>,
     last_progress: Instant,
@@ -135,7 +143,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             start_step: start.step,
             start_epoch: start.epoch,
             start_batch: start.step_in_epoch,
-            start_loss_sum: start.loss_sums[p.data_rank],
+            start_sums: start.loss_sums[p.data_rank].clone(),
             t_process: p.t_process,
             last: None,
             last_progress: Instant::now(),
@@ -151,8 +159,9 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         liveness::set("training");
         for epoch in self.start_epoch + 1..=self.job.training.epochs {
             let resumed = epoch == self.start_epoch + 1;
-            let (first, loss_sum) = if resumed { (self.start_batch, self.start_loss_sum) } else { (0, 0.0) };
-            match self.epoch(epoch, first, loss_sum)? {
+            let (first, sums) =
+                if resumed { (self.start_batch, self.start_sums.clone()) } else { (0, vec![0.0; self.st.sums_len()]) };
+            match self.epoch(epoch, first, sums)? {
                 EpochEnd::Stopped(o) => return Ok(o),
                 EpochEnd::EarlyStop => break,
                 EpochEnd::Go => {}
@@ -163,18 +172,19 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
     }
 
     /// One epoch from step `first` of it: stopped by a signal, ended by early stopping, or go on.
-    fn epoch(&mut self, epoch: usize, first: usize, mut loss_sum: f64) -> Result<EpochEnd> {
+    fn epoch(&mut self, epoch: usize, first: usize, mut sums: Sums) -> Result<EpochEnd> {
         let steps = self.sched.steps;
         let t0 = Instant::now();
         self.st.take_exposed();
         let mut at_epoch_end = false;
         let mut tally = Tally::default();
         for i in first..steps {
-            loss_sum += self.step(epoch, i, &mut tally)?;
-            self.progress(epoch, first, i, t0, loss_sum);
+            let s = self.step(epoch, i, &mut tally)?;
+            sums.iter_mut().zip(s).for_each(|(a, b)| *a += b);
+            self.progress(epoch, first, i, t0, sums[0]);
             let rows = self.sched.global_rows(i);
             let at = At { epoch_index: epoch - 1, step_in_epoch: i + 1, last: i + 1 == steps, rows };
-            match self.mode.after_step(&self.st, at, loss_sum)? {
+            match self.mode.after_step(&self.st, at, &sums)? {
                 Boundary::Stopped => {
                     // This rank's rows of the cut epoch (the resumed loader logs the rest).
                     tally.log_before_stop(epoch, first + 1, i + 1);
@@ -182,19 +192,23 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 }
                 // The epoch's last step: checkpoint after its metrics, as the start of the next.
                 Boundary::Checkpoint if at.last => at_epoch_end = true,
-                Boundary::Checkpoint => self.mode.checkpoint(&self.st, at, loss_sum)?,
+                Boundary::Checkpoint => self.mode.checkpoint(&self.st, at, &sums)?,
                 Boundary::Continue => {}
             }
         }
-        let early_stop = self.end_of_epoch(epoch, first, t0, loss_sum)?;
+        let early_stop = self.end_of_epoch(epoch, first, t0, &sums)?;
         if at_epoch_end {
-            self.mode.checkpoint(&self.st, At { epoch_index: epoch, step_in_epoch: 0, last: false, rows: 0 }, 0.0)?;
+            self.mode.checkpoint(
+                &self.st,
+                At { epoch_index: epoch, step_in_epoch: 0, last: false, rows: 0 },
+                &vec![0.0; self.st.sums_len()],
+            )?;
         }
         Ok(if early_stop { EpochEnd::EarlyStop } else { EpochEnd::Go })
     }
 
-    /// Step `i` of epoch `epoch`: this rank's loss sum over its rows of the step.
-    fn step(&mut self, epoch: usize, i: usize, tally: &mut Tally) -> Result<f64> {
+    /// Step `i` of epoch `epoch`: this rank's sums over its rows of the step.
+    fn step(&mut self, epoch: usize, i: usize, tally: &mut Tally) -> Result<Sums> {
         let rank = self.comm.rank;
         let waiting = Instant::now();
         let loader = self.loader.as_ref().expect("loader alive until the last epoch ends");
@@ -253,7 +267,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
     /// one collective), the epoch line and `metrics.jsonl`.
     /// The epoch's metrics, evaluation and the monitored metric's verdict: true when early
     /// stopping ends the run here.
-    fn end_of_epoch(&mut self, epoch: usize, first: usize, t0: Instant, loss_sum: f64) -> Result<bool> {
+    fn end_of_epoch(&mut self, epoch: usize, first: usize, t0: Instant, sums: &Sums) -> Result<bool> {
         let (steps, d) = (self.sched.steps, self.data_rank);
         let my_rows = self.sched.rows_before(d, steps) - self.sched.rows_before(d, first);
         self.mode.meet(&mut self.st, my_rows as f64 / t0.elapsed().as_secs_f64())?;
@@ -271,8 +285,9 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         crate::model::placement::reset_sum_time();
         // The rows this rank uses in the whole epoch (also before a resume), summed over ranks;
         // a replica counts once (its ranks all hold its losses).
-        // [loss sum, rows, waited, test sums..., validation sums...]
-        let mut totals = vec![loss_sum, self.sched.epoch_rows(d) as f64, waited];
+        // [loss sum, rows, waited, correct, top-5 hits, Σ|e|, Σe², test sums..., validation sums...]
+        let mut totals = vec![sums[0], self.sched.epoch_rows(d) as f64, waited];
+        totals.extend(&sums[1..]);
         let len = test.len();
         totals.extend(test);
         totals.extend(val);
@@ -285,13 +300,19 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             self.mode.trainers().all_reduce_sum_f64(&mut totals);
         }
         let ranks = self.mode.trainers().size;
-        let test = self.test.as_ref().map(|sh| eval_result(&totals[3..3 + len], sh));
-        let val = self.validation.as_ref().map(|sh| eval_result(&totals[3 + len..], sh));
+        let t = 2 + sums.len(); // where the test sums start
+        let test = self.test.as_ref().map(|sh| eval_result(&totals[t..t + len], sh));
+        let val = self.validation.as_ref().map(|sh| eval_result(&totals[t + len..], sh));
+        let train = self.train_metrics(&totals[1..t]);
         let reg = |r: &Option<EvalResult>| r.as_ref().and_then(|r| r.regression.clone());
         let (test_reg, val_reg) = (reg(&test), reg(&val));
         let m = EpochMetrics {
             epoch,
             train_loss: totals[0] / totals[1],
+            train_accuracy: train.accuracy,
+            train_top5_accuracy: train.top5,
+            train_mae: train.mae,
+            train_rmse: train.rmse,
             test_loss: test.as_ref().map(|r| r.loss),
             test_accuracy: test.as_ref().and_then(|r| r.accuracy),
             test_top5_accuracy: test.as_ref().and_then(|r| r.top5),
@@ -360,6 +381,23 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         Ok(v.stop)
     }
 
+    /// The epoch's train metrics from the summed [rows, waited, correct, top-5 hits, Σ|e|, Σe² per output].
+    fn train_metrics(&self, t: &[f64]) -> TrainMetrics {
+        use crate::config::Targets;
+        let (rows, k) = (t[0], self.st.tensor().full.n_outputs() as f64);
+        let model = &self.job.model;
+        let n = if model.loss.targets() == Targets::MultiLabel { rows * k } else { rows };
+        let regression = model.loss.targets() == Targets::Regression;
+        let top5 = model.loss.targets() == Targets::Classes && k > 5.0;
+        TrainMetrics {
+            accuracy: (!regression).then(|| t[2] / n),
+            top5: top5.then(|| t[3] / rows),
+            mae: regression.then(|| t[4] / (rows * k)),
+            // The mean over the outputs of each output's RMSE (as test_rmse: scikit-learn's).
+            rmse: regression.then(|| t[5..].iter().map(|s| (s / rows).sqrt()).sum::<f64>() / k),
+        }
+    }
+
     /// This rank's test (or validation) sums (`eval::sums_len`) on the training backend
     /// (none without the data); collective over the model replica.
     fn evaluate(&mut self, validation: bool) -> Result<Vec<f64>> {
@@ -375,9 +413,13 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         let (job, epoch) = (self.job, m.epoch);
         let note = self.mode.epoch_note(exposed_ms);
         info!(
-            "epoch {epoch}/{}: train_loss {:.4}{}{}{}{}{}{} | {} samples, {:.0} samples/s ({:.2} s){note}",
+            "epoch {epoch}/{}: train_loss {:.4}{}{}{}{}{}{}{} | {} samples, {:.0} samples/s ({:.2} s){note}",
             job.training.epochs,
             m.train_loss,
+            m.train_accuracy
+                .map(|a| format!(" train_accuracy {a:.4}"))
+                .or(m.train_mae.map(|e| format!(" train_mae {e:.4e}")))
+                .unwrap_or_default(),
             m.test_loss.map(|l| format!(" test_loss {l:.4}")).unwrap_or_default(),
             m.test_accuracy.map(|a| format!(" test_accuracy {a:.4}")).unwrap_or_default(),
             m.test_r2

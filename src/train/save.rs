@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::fault::Fault;
 use crate::model::Mlp;
 use crate::parallel::liveness;
+use crate::step::Sums;
 use log::info;
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
@@ -73,7 +74,7 @@ impl<'a> Writer<'a> {
     }
 
     /// Write the checkpoint of `state` at step `step_in_epoch` of epoch `epoch_index + 1`,
-    /// with every data rank's running loss sum in the epoch (`exact`: all known, not
+    /// with every data rank's running sums in the epoch (loss and train metrics) (`exact`: all known, not
     /// estimated). Returns its path.
     pub fn write(
         &self,
@@ -81,10 +82,12 @@ impl<'a> Writer<'a> {
         state: State,
         epoch_index: usize,
         step_in_epoch: usize,
-        loss_sums: Vec<f64>,
+        sums: Vec<Sums>,
         exact: bool,
     ) -> Result<PathBuf> {
         let (params, m, v, step) = state;
+        let loss_sums = sums.iter().map(|s| s[0]).collect();
+        let train_sums = sums.iter().flat_map(|s| s[1..].to_vec()).collect();
         let c = Checkpoint {
             step,
             epoch: epoch_index,
@@ -92,6 +95,7 @@ impl<'a> Writer<'a> {
             world_size: self.world_size,
             global_batch: self.global_batch,
             loss_sums,
+            train_sums,
             loss_sums_exact: exact,
             params,
             m,

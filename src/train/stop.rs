@@ -27,7 +27,7 @@ use crate::parallel::grid::Grid;
 use crate::parallel::liveness;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::Comm;
-use crate::step::Stepper;
+use crate::step::{Stepper, Sums};
 use log::info;
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
@@ -39,18 +39,18 @@ pub(super) const CHECKPOINT: u64 = 2;
 /// What the boundary needs to remember from step to step.
 pub(super) struct StopState {
     last_boundary: Cell<Option<Instant>>,
-    /// Every data-parallel rank's (tensor group's) running loss sum in the epoch, as of the
-    /// last agreement.
-    known_sums: RefCell<Vec<f64>>,
+    /// Every data-parallel rank's (tensor group's) running sums in the epoch (loss, train
+    /// metrics), as of the last agreement.
+    known_sums: RefCell<Vec<Sums>>,
 }
 
 impl StopState {
     /// The sum of every data-parallel rank's running loss in the epoch, as of the last agreement.
     pub fn total(&self) -> f64 {
-        self.known_sums.borrow().iter().sum()
+        self.known_sums.borrow().iter().map(|s| s[0]).sum()
     }
 
-    pub fn new(start_sums: Vec<f64>) -> StopState {
+    pub fn new(start_sums: Vec<Sums>) -> StopState {
         StopState { last_boundary: Cell::new(None), known_sums: RefCell::new(start_sums) }
     }
 }
@@ -66,13 +66,13 @@ pub(super) struct Ctx<'a> {
 }
 
 /// Collective, once per step (after step `step_in_epoch` of epoch `epoch_index + 1`, whose
-/// running loss on this rank is `loss_sum`): stop, checkpoint, or go on.
+/// running sums on this rank are `sums`): stop, checkpoint, or go on.
 pub(super) fn at_boundary<B: Backend>(
     ctx: &Ctx,
     st: &Stepper<B>,
     epoch_index: usize,
     step_in_epoch: usize,
-    loss_sum: f64,
+    sums: &Sums,
     time_due: bool,
 ) -> Result<Boundary> {
     let (comm, state) = (ctx.comm, &ctx.stop);
@@ -82,27 +82,32 @@ pub(super) fn at_boundary<B: Backend>(
     }
     let grid = ctx.grid;
     if step_in_epoch == 1 {
-        state.known_sums.replace(vec![0.0; grid.data]);
+        state.known_sums.replace(vec![vec![0.0; sums.len()]; grid.data]);
     }
     let mut written = false;
     if comm.rank == 0 && crate::signals::stop_requested() && write_first(ctx, st) {
         // Others' sums up to the previous step are known; their last batch is estimated by
         // rank 0's own.
         let known = state.known_sums.borrow().clone();
-        let batch = loss_sum - known[0];
-        let mut sums: Vec<f64> = known.iter().map(|s| s + batch).collect();
-        sums[0] = loss_sum;
-        write(ctx, st, (epoch_index, step_in_epoch), sums, comm.size == 1, true)?;
+        let batch: Sums = sums.iter().zip(&known[0]).map(|(a, b)| a - b).collect();
+        let mut all: Vec<Sums> = known.iter().map(|s| s.iter().zip(&batch).map(|(a, b)| a + b).collect()).collect();
+        all[0] = sums.clone();
+        write(ctx, st, (epoch_index, step_in_epoch), all, comm.size == 1, true)?;
         written = true; // only without tensor parallelism: see write_first
     }
     let mine = if crate::signals::stop_requested() { STOP } else { 0 } | if time_due { CHECKPOINT } else { 0 };
     let all = {
         let _g = ctx.watchdog.guard(MAIN, "the end-of-step agreement", st.step());
-        comm.all_gather_u64s(&[mine, loss_sum.to_bits()])
+        let mut words = vec![mine];
+        words.extend(sums.iter().map(|s| s.to_bits()));
+        comm.all_gather_u64s(&words)
     };
-    let flags = all.chunks(2).fold(0, |acc, r| acc | r[0]);
-    // One sum per replica (its ranks' are equal): its first rank's.
-    state.known_sums.replace(all.chunks(2).step_by(grid.replica()).map(|r| f64::from_bits(r[1])).collect());
+    let n = 1 + sums.len();
+    let flags = all.chunks(n).fold(0, |acc, r| acc | r[0]);
+    // One set of sums per replica (its ranks' are equal): its first rank's.
+    state.known_sums.replace(
+        all.chunks(n).step_by(grid.replica()).map(|r| r[1..].iter().map(|&b| f64::from_bits(b)).collect()).collect(),
+    );
     if flags & STOP != 0 {
         // Tensor group 0 assembles the whole model; its rank 0 (world rank 0) writes.
         if grid.d == 0 && !written {
@@ -152,7 +157,7 @@ fn write<B: Backend>(
     ctx: &Ctx,
     st: &Stepper<B>,
     at: (usize, usize),
-    loss_sums: Vec<f64>,
+    loss_sums: Vec<Sums>,
     exact: bool,
     stop: bool,
 ) -> Result<Option<PathBuf>> {
@@ -185,7 +190,11 @@ pub(super) fn save_checkpoint<B: Backend>(
     let comm = ctx.comm;
     let path = ctx.writer.out_dir.join(checkpoint::file_name(st.step()));
     if ctx.grid.d == 0 {
-        let sums = if step_in_epoch == 0 { vec![0.0; ctx.grid.data] } else { ctx.stop.known_sums.borrow().clone() };
+        let sums = if step_in_epoch == 0 {
+            vec![vec![0.0; st.sums_len()]; ctx.grid.data]
+        } else {
+            ctx.stop.known_sums.borrow().clone()
+        };
         write(ctx, st, (epoch_index, step_in_epoch), sums, true, false)?;
     }
     let _p = liveness::phase_at("waiting at the barrier for rank 0's checkpoint write", st.step());

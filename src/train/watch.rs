@@ -87,6 +87,10 @@ mod tests {
         EpochMetrics {
             epoch,
             train_loss: 1.0,
+            train_accuracy: None,
+            train_top5_accuracy: None,
+            train_mae: None,
+            train_rmse: None,
             test_loss: None,
             test_accuracy: None,
             test_top5_accuracy: None,

@@ -30,7 +30,7 @@ use crate::parallel::ps::reducer::{self, PushPull};
 use crate::parallel::ps::Roles;
 use crate::parallel::watchdog::Watchdog;
 use crate::parallel::{Channel, Comm, Engine, FusionPlan};
-use crate::step::Stepper;
+use crate::step::{Stepper, Sums};
 use log::info;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -91,6 +91,7 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
     st.set_dropout(&job.model.dropout_rates(), job.training.seed)?;
     let writer = Writer::new(job, w.start.lineage, sched.global_batch, n, rank)?;
     writer.set_norm(train.norm().clone());
+    st.set_y_div(&train.norm().y_div);
     let mode = PsWorker {
         workers: w.workers,
         link: w.link,
@@ -186,7 +187,7 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
 
     /// No agreement per step (workers are at different steps): a signal ends the job, and
     /// checkpoints come every `checkpoint.every_steps`.
-    fn after_step(&mut self, st: &Stepper<B>, _at: At, _loss_sum: f64) -> Result<Boundary> {
+    fn after_step(&mut self, st: &Stepper<B>, _at: At, _sums: &Sums) -> Result<Boundary> {
         if crate::signals::stop_requested() {
             // No stop checkpoint: end the job; the last every_steps checkpoint is where to resume.
             return Err(Error::Training(format!(
@@ -201,16 +202,18 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
 
     /// Collective over the workers: a checkpoint assembled from the servers by worker 0 while
     /// the others wait.
-    fn checkpoint(&mut self, st: &Stepper<B>, at: At, loss_sum: f64) -> Result<()> {
-        let sums: Vec<f64> = {
+    fn checkpoint(&mut self, st: &Stepper<B>, at: At, mine: &Sums) -> Result<()> {
+        let sums: Vec<Sums> = {
             let _p = phase_at("waiting for the other workers to checkpoint", st.step());
-            self.workers.all_gather_u64(loss_sum.to_bits()).into_iter().map(f64::from_bits).collect()
+            let words: Vec<u64> = mine.iter().map(|s| s.to_bits()).collect();
+            let all = self.workers.all_gather_u64s(&words);
+            all.chunks(mine.len()).map(|r| r.iter().map(|&b| f64::from_bits(b)).collect()).collect()
         };
         if self.rank == 0 {
             let _p = phase_at("gathering the state from the servers and writing a checkpoint", st.step());
             let (m_len, v_len) = crate::optim::state_lens(&self.writer.job.optimizer, self.whole.n_params);
             let (params, m, v) = reducer::snapshot(&self.link, &self.roles, &self.plan, m_len, v_len);
-            let sums = if at.step_in_epoch == 0 { vec![0.0; sums.len()] } else { sums };
+            let sums = if at.step_in_epoch == 0 { vec![vec![0.0; st.sums_len()]; sums.len()] } else { sums };
             self.writer.write(&self.whole, (params, m, v, st.step()), at.epoch_index, at.step_in_epoch, sums, true)?;
         }
         let _p = phase_at("waiting at the barrier for worker 0's checkpoint write", st.step());
