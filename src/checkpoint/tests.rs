@@ -142,7 +142,7 @@ fn format_2_loads_without_global_batch() {
         f.dataset("checksum").unwrap().write_raw(&[c.checksum(2)]).unwrap();
     }
     let read = load(&path, &model).unwrap();
-    assert_eq!(read, Checkpoint { global_batch: 0, trainer_json: "{}".into(), ..c });
+    assert_eq!(read, Checkpoint { global_batch: 0, trainer_json: "{}".into(), train_sums: Vec::new(), ..c });
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -169,7 +169,33 @@ fn format_3_loads_without_trainer_state_and_the_state_is_checksummed() {
         f.unlink("trainer_json").unwrap();
         f.dataset("checksum").unwrap().write_raw(&[c.checksum(3)]).unwrap();
     }
-    assert_eq!(load(&path, &model).unwrap(), Checkpoint { trainer_json: "{}".into(), ..c });
+    assert_eq!(load(&path, &model).unwrap(), Checkpoint { trainer_json: "{}".into(), train_sums: Vec::new(), ..c });
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A format-4 file (before `train_sums`) loads with none; changed train sums in a format-5
+/// file fail its checksum.
+#[test]
+fn format_4_loads_without_train_sums_and_they_are_checksummed() {
+    let dir = scratch("ckpt-format4");
+    let model = model();
+    let c = sample(&model, 10);
+    let path = save(&dir, &model, &c, 3, || {}).unwrap();
+    {
+        let f = hdf5::File::open_rw(&path).unwrap();
+        let mut t = c.train_sums.clone();
+        t[5] += 1.0;
+        f.dataset("train_sums").unwrap().write_raw(&t).unwrap();
+    }
+    let e = load(&path, &model).unwrap_err().to_string();
+    assert!(e.contains("checksum"), "{e}");
+    {
+        let f = hdf5::File::open_rw(&path).unwrap();
+        f.dataset("format").unwrap().write_raw(&[4i64]).unwrap();
+        f.unlink("train_sums").unwrap();
+        f.dataset("checksum").unwrap().write_raw(&[c.checksum(4)]).unwrap();
+    }
+    assert_eq!(load(&path, &model).unwrap(), Checkpoint { train_sums: Vec::new(), ..c });
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
