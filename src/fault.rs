@@ -61,6 +61,9 @@ pub enum At {
     Init,
     Start,
     Eval,
+    /// After the heartbeats end, before the final handshake and MPI_Finalize: stop, kill,
+    /// hang or slow only.
+    Finish,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -71,7 +74,7 @@ pub struct Fault {
 }
 
 const USAGE: &str =
-    "expected RANK:STEP|init|start|eval:error|panic|kill|term|hang|stop|slow=SECONDS|delay=SECONDS|diverge|kill_in_checkpoint|\
+    "expected RANK:STEP|init|start|eval|finish:error|panic|kill|term|hang|stop|slow=SECONDS|delay=SECONDS|diverge|kill_in_checkpoint|\
                      stop_in_checkpoint|slow_checkpoint=SECONDS|oom";
 
 pub fn from_env() -> Result<Option<Fault>> {
@@ -113,12 +116,13 @@ fn parse(spec: &str) -> Result<Fault> {
         "init" => At::Init,
         "start" => At::Start,
         "eval" => At::Eval,
+        "finish" => At::Finish,
         n => At::Step(n.parse().map_err(|_| bad())?),
     };
     if (kind.in_checkpoint() || matches!(kind, Kind::Delay(_))) && !matches!(at, At::Step(_)) {
         return Err(bad());
     }
-    if at == At::Init && !matches!(kind, Kind::Stop | Kind::Kill | Kind::Hang | Kind::Slow(_)) {
+    if matches!(at, At::Init | At::Finish) && !matches!(kind, Kind::Stop | Kind::Kill | Kind::Hang | Kind::Slow(_)) {
         return Err(bad());
     }
     Ok(Fault { rank: rank.parse().map_err(|_| bad())?, at, kind })
@@ -170,7 +174,8 @@ pub fn at_init() -> Result<()> {
     fire(f.kind, "before MPI_Init")
 }
 
-/// Fire the fault if it is this rank's and names this point (`At::Start`, `At::Eval`).
+/// Fire the fault if it is this rank's and names this point (`At::Start`, `At::Eval`,
+/// `At::Finish`).
 pub fn point(at: At) -> Result<()> {
     let Some(f) = from_env()? else { return Ok(()) };
     if f.at != at || Some(f.rank) != crate::sys::rank() || f.kind == Kind::Diverge {

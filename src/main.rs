@@ -77,7 +77,8 @@ fn main() {
                 }),
         ),
         Command::Bench(BenchCommand::Allreduce { min_bytes, max_bytes, threshold_mb, seconds }) => {
-            with_mpi(None, |comm| {
+            let defaults = config::DistributionCfg::default();
+            with_mpi(Limits { startup: None, finish: defaults.finish_seconds }, |comm| {
                 parallel::liveness::set("bench allreduce");
                 bench::allreduce::run(comm, min_bytes, max_bytes, threshold_mb, seconds);
                 Ok(0)
@@ -95,10 +96,10 @@ fn main() {
             0
         }
         Command::Train(args) => {
-            let limit = startup_seconds(&args.job.job, &args.job.set);
-            with_mpi(limit, |comm| train(comm, args, t_process))
+            let limits = limits(&args.job.job, &args.job.set);
+            with_mpi(limits, |comm| train(comm, args, t_process))
         }
-        Command::Eval { job, weights } => with_mpi(startup_seconds(&job.job, &job.set), |comm| {
+        Command::Eval { job, weights } => with_mpi(limits(&job.job, &job.set), |comm| {
             let (j, _) = config::Job::load_with_env(&job.job, &job.set)?;
             eval::eval(comm, &j, &weights).map(|()| 0)
         }),
@@ -123,19 +124,48 @@ fn train(comm: &parallel::Comm, args: cli::TrainArgs, t_process: Instant) -> err
     }
 }
 
-/// `distribution.startup_seconds` of the job (read before MPI_Init for the start-up limit),
-/// or its default when the job does not load (its error is reported after MPI_Init).
-fn startup_seconds(job: &str, sets: &[String]) -> Option<f64> {
-    let secs = config::Job::load_with_env(job, sets).map(|(j, _)| j.distribution.startup_seconds);
-    Some(secs.unwrap_or_else(|_| config::DistributionCfg::default().startup_seconds))
+/// The job's limits on the waits around MPI (read before MPI_Init): start-up and the end.
+struct Limits {
+    startup: Option<f64>,
+    finish: f64,
+}
+
+/// `distribution.startup_seconds` and `finish_seconds` of the job, or their defaults when the
+/// job does not load (its error is reported after MPI_Init).
+fn limits(job: &str, sets: &[String]) -> Limits {
+    let d = config::Job::load_with_env(job, sets).map(|(j, _)| j.distribution).unwrap_or_default();
+    Limits { startup: Some(d.startup_seconds), finish: d.finish_seconds }
+}
+
+/// The end, after every output is written: the `finish` fault point, the final handshake and
+/// MPI_Finalize, each bounded by `secs` (`parallel::finish`): a rank that does not finish ends
+/// the job with exit code 5 instead of holding the others for ever.
+fn end(comm: parallel::Comm, beacon: Option<parallel::comm::Beacon>, secs: f64) {
+    if let Err(e) = fault::point(fault::At::Finish) {
+        sys::say(format!("hvtrain: error: {e}"));
+    }
+    if let Some(b) = &beacon {
+        if let Err(line) = parallel::finish::handshake(b, &comm.host, secs) {
+            sys::say(line);
+            parallel::comm::abort_world(parallel::finish::EXIT_HUNG_AT_EXIT);
+        }
+    }
+    drop(beacon);
+    parallel::startup::arm_line(
+        secs,
+        &parallel::finish::finalize_line(comm.rank, &comm.host, secs),
+        parallel::finish::EXIT_HUNG_AT_EXIT,
+    );
+    drop(comm); // finalizes MPI
+    parallel::startup::disarm();
 }
 
 /// Run `f` inside MPI. On error: print one line naming the rank and host, then abort the
 /// whole job (MPI_Abort) when there are other ranks to take down. `startup`: the start-up
 /// limit in seconds (`parallel::startup`), from before MPI_Init until the heartbeats run.
-fn with_mpi(startup: Option<f64>, f: impl FnOnce(&parallel::Comm) -> error::Result<i32>) -> i32 {
+fn with_mpi(limits: Limits, f: impl FnOnce(&parallel::Comm) -> error::Result<i32>) -> i32 {
     parallel::startup::phase("MPI_Init");
-    if let Some(secs) = startup {
+    if let Some(secs) = limits.startup {
         parallel::startup::arm(secs);
     }
     if let Err(e) = fault::at_init() {
@@ -156,10 +186,9 @@ fn with_mpi(startup: Option<f64>, f: impl FnOnce(&parallel::Comm) -> error::Resu
     parallel::startup::disarm();
     match f(&comm) {
         Ok(code) => {
-            if let Some(l) = live {
-                l.finish(); // waits, still heartbeating, until every rank is done
-            }
-            drop(comm); // finalizes MPI
+            // Waits, still heartbeating, until every rank is done: every output is written.
+            let beacon = live.and_then(|l| l.finish());
+            end(comm, beacon, limits.finish);
             code
         }
         Err(e) => {

@@ -50,6 +50,12 @@ pub struct DistributionCfg {
     /// the launcher ends the job. Environment: HVTRAIN_STARTUP_SECONDS.
     #[serde(default = "default_startup")]
     pub startup_seconds: f64,
+    /// After every output is written and synced: how long a rank waits for the others at the
+    /// end (the final handshake, then MPI_Finalize) before it says which rank did not finish
+    /// and ends the job with exit code 5 (done; a rank hung at exit). Environment:
+    /// HVTRAIN_FINISH_SECONDS.
+    #[serde(default = "default_finish")]
+    pub finish_seconds: f64,
     /// Compare a checksum of the parameters across ranks every this many steps (0: never).
     /// Environment: HVTRAIN_CHECK_EVERY.
     #[serde(default = "default_check_every")]
@@ -110,6 +116,12 @@ fn default_stall() -> f64 {
 fn default_startup() -> f64 {
     900.0
 }
+/// 30 s: every rank passed the final barrier (they all finished training) before this wait
+/// starts, so what is left is local (MPI_Finalize's clean-up); only a rank stopped or hung
+/// there takes longer.
+fn default_finish() -> f64 {
+    30.0
+}
 fn default_check_every() -> usize {
     200
 }
@@ -125,6 +137,7 @@ impl Default for DistributionCfg {
             watchdog_seconds: default_watchdog(),
             stall_seconds: default_stall(),
             startup_seconds: default_startup(),
+            finish_seconds: default_finish(),
             check_every: default_check_every(),
             strategy: Strategy::Allreduce,
             servers: 1,
@@ -143,6 +156,7 @@ impl DistributionCfg {
             ("distribution.watchdog_seconds", d.watchdog_seconds, limits::WATCHDOG_SECONDS),
             ("distribution.stall_seconds", d.stall_seconds, limits::STALL_SECONDS),
             ("distribution.startup_seconds", d.startup_seconds, limits::STARTUP_SECONDS),
+            ("distribution.finish_seconds", d.finish_seconds, limits::FINISH_SECONDS),
         ];
         for (field, v, span) in reals {
             real(origin, field, v, span)?;

@@ -19,6 +19,7 @@ const ENV_KEYS: &[(&str, &str, Unit)] = &[
     ("HVTRAIN_WATCHDOG_SECONDS", "distribution.watchdog_seconds", Unit::Number(limits::WATCHDOG_SECONDS)),
     ("HVTRAIN_STALL_SECONDS", "distribution.stall_seconds", Unit::Number(limits::STALL_SECONDS)),
     ("HVTRAIN_STARTUP_SECONDS", "distribution.startup_seconds", Unit::Number(limits::STARTUP_SECONDS)),
+    ("HVTRAIN_FINISH_SECONDS", "distribution.finish_seconds", Unit::Number(limits::FINISH_SECONDS)),
     ("HVTRAIN_CHECK_EVERY", "distribution.check_every", Unit::Count(limits::CHECK_EVERY)),
     ("HVTRAIN_TIMELINE", "output.timeline", Unit::Word),
 ];

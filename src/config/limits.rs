@@ -98,6 +98,7 @@ pub const WATCHDOG_SECONDS: Span = Span::new(1.0, 3600.0, "seconds without a hea
 pub const STALL_SECONDS: Span = Span::new(1.0, 604_800.0, "seconds without progress");
 /// Seconds from the process's start to the heartbeats (a day at most).
 pub const STARTUP_SECONDS: Span = Span::new(1.0, 86_400.0, "seconds of start-up");
+pub const FINISH_SECONDS: Span = Span::new(1.0, 86_400.0, "seconds of the end");
 pub const CHECK_EVERY: Span = Span::or_off(1.0, 1e9, "steps");
 pub const EVERY_STEPS: Span = Span::or_off(1.0, 1e12, "steps");
 /// 2e-5 minutes is 1.2 ms.

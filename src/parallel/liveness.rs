@@ -148,7 +148,7 @@ fn interval(silence_s: f64) -> Duration {
 /// The running heartbeat thread.
 pub struct Liveness {
     finishing: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<Beacon>>,
 }
 
 impl Liveness {
@@ -173,7 +173,10 @@ impl Liveness {
         let f = finishing.clone();
         let thread = std::thread::Builder::new()
             .name("hvtrain-liveness".into())
-            .spawn(move || run(beacon, host, &f))
+            .spawn(move || {
+                run(&beacon, host, &f);
+                beacon
+            })
             .expect("spawn the liveness thread");
         ACTIVE.store(true, Ordering::Release);
         Some(Liveness { finishing, thread: Some(thread) })
@@ -181,17 +184,18 @@ impl Liveness {
 
     /// This rank is done: wait (heartbeating) until every rank is, then stop the thread and
     /// settle its requests. Call before MPI_Finalize.
-    pub fn finish(mut self) {
-        self.stop();
+    /// Returns the thread's communicator, for the final handshake (`finish`).
+    pub fn finish(mut self) -> Option<Beacon> {
+        self.stop()
     }
 
-    fn stop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            set("finished; waiting for the other ranks to finish");
-            self.finishing.store(true, Ordering::Release);
-            let _ = t.join();
-            ACTIVE.store(false, Ordering::Release);
-        }
+    fn stop(&mut self) -> Option<Beacon> {
+        let t = self.thread.take()?;
+        set("finished; waiting for the other ranks to finish");
+        self.finishing.store(true, Ordering::Release);
+        let b = t.join().ok();
+        ACTIVE.store(false, Ordering::Release);
+        b
     }
 }
 
@@ -305,7 +309,7 @@ struct Peer {
     said_bye: bool,
 }
 
-fn run(b: Beacon, host: String, finishing: &AtomicBool) {
+fn run(b: &Beacon, host: String, finishing: &AtomicBool) {
     let t0 = Instant::now();
     let me = b.rank;
     let watched: Vec<usize> = if me == 0 { (1..b.size).collect() } else { vec![0] };

@@ -9,6 +9,7 @@
 pub mod comm;
 pub mod compress;
 pub mod engine;
+pub mod finish;
 pub mod fusion;
 pub mod grid;
 pub mod liveness;

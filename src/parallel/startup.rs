@@ -11,9 +11,12 @@
 //! failed inside MPI instead of with hvtrain's out-of-memory line. The signal handler only
 //! calls `write` and `_exit` (async-signal-safe) on a line formatted beforehand.
 //!
+//! The same alarm bounds the end (`arm_line`, used by `finish.rs`): MPI_Finalize waits for
+//! every rank, and a rank stopped after the final handshake would hold the others there.
+//!
 //! Must not: call MPI, allocate, or take locks in the handler.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 const LEN: usize = 1024;
@@ -22,6 +25,8 @@ const LEN: usize = 1024;
 static mut LINES: [[u8; LEN]; 2] = [[0; LEN]; 2];
 static LENS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
+/// The exit code the handler exits with: 1 at start-up, `arm_line`'s at the end.
+static CODE: AtomicI32 = AtomicI32::new(1);
 /// (seconds, phase) of the armed limit; the writers' lock (never taken by the handler).
 static STATE: Mutex<(f64, &'static str)> = Mutex::new((0.0, "the process start"));
 
@@ -41,7 +46,7 @@ extern "C" fn on_alarm(_: i32) {
     unsafe {
         let p = std::ptr::addr_of!(LINES[i]) as *const u8;
         write(2, p, n);
-        _exit(1);
+        _exit(CODE.load(Ordering::Acquire));
     }
 }
 
@@ -57,12 +62,16 @@ pub fn launcher_rank() -> Option<usize> {
 fn publish(secs: f64, phase: &str) {
     let rank = crate::sys::rank().or_else(launcher_rank).map_or_else(|| "?".into(), |r| r.to_string());
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let line = format!(
+    publish_line(&format!(
         "hvtrain: error on rank {rank} ({}): start-up did not finish within {secs} s (distribution.startup_seconds; \
          HVTRAIN_STARTUP_SECONDS overrides): stuck in {phase}. A rank that never arrived (stopped, crashed, or still \
          loading on a slow file system) holds the others there; this rank exits 1 so that the launcher ends the job\n",
         host.trim()
-    );
+    ));
+}
+
+/// Put `line` into the buffer the handler does not read, then switch.
+fn publish_line(line: &str) {
     let bytes = &line.as_bytes()[..line.len().min(LEN)];
     let next = 1 - CURRENT.load(Ordering::Acquire);
     // SAFETY: only `publish` writes LINES, under STATE's lock (callers hold it), and into the
@@ -90,6 +99,20 @@ pub fn arm(secs: f64) {
     s.0 = secs;
     publish(secs, s.1);
     // SAFETY: installs an async-signal-safe handler for SIGALRM, which nothing else uses.
+    unsafe {
+        signal(SIGALRM, on_alarm);
+        alarm(secs.ceil().clamp(1.0, u32::MAX as f64) as u32);
+    }
+}
+
+/// The same alarm for another wait (the end: `finish`): in `secs` seconds write `line` and
+/// exit with `code`, unless `disarm` comes first.
+pub fn arm_line(secs: f64, line: &str, code: i32) {
+    let mut s = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    s.0 = 0.0; // `phase` no longer rewrites the line
+    CODE.store(code, Ordering::Release);
+    publish_line(&format!("{}\n", line.trim_end()));
+    // SAFETY: as in `arm`.
     unsafe {
         signal(SIGALRM, on_alarm);
         alarm(secs.ceil().clamp(1.0, u32::MAX as f64) as u32);
