@@ -277,6 +277,12 @@ fn train_metrics_equal_an_evaluation_of_the_training_data_when_the_weights_stay(
                 "huber" => {
                     close("train_mae", "test_mae");
                     close("train_rmse", "test_rmse");
+                    close("train_r2", "test_r2");
+                    let per = |key: &str| -> Vec<f64> {
+                        m[key]["r2"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()
+                    };
+                    let (a, b) = (per("train_per_output"), per("test_per_output"));
+                    assert!(a.len() == 2 && a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-9), "{a:?} vs {b:?}");
                 }
                 "softmax_cross_entropy" => {
                     close("train_accuracy", "test_accuracy");

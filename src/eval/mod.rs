@@ -17,8 +17,7 @@ use crate::weights;
 use log::{info, warn};
 use std::path::Path;
 
-pub mod regression;
-use regression::Regression;
+use crate::metrics::regression::{self, Regression};
 
 const CHUNK: usize = 512;
 

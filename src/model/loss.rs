@@ -65,16 +65,3 @@ pub fn top5_hits(logits: &[f32], labels: &[i32], k: usize) -> usize {
         })
         .count()
 }
-
-/// Σ|e| over `outputs` − `targets` [c, k], and Σe² of each output added to `sq` [k]; each
-/// output's error × `y_div[j]` (the targets' units when they were standardized; empty: as
-/// they are).
-pub fn error_sums(outputs: &[f32], targets: &[f32], k: usize, y_div: &[f64], sq: &mut [f64]) -> f64 {
-    let mut abs = 0.0;
-    for (i, (&o, &t)) in outputs.iter().zip(targets).enumerate() {
-        let e = (o as f64 - t as f64) * y_div.get(i % k).copied().unwrap_or(1.0);
-        abs += e.abs();
-        sq[i % k] += e * e;
-    }
-    abs
-}

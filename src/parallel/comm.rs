@@ -160,6 +160,23 @@ impl Channel {
         self.comm.process_at_rank(0).broadcast_into(buf);
     }
 
+    /// Start an OR of `flag` over this communicator's ranks (`MPI_Iallreduce`), to be
+    /// completed later with `Vote::wait`: the parameter-server workers' stop vote, which must
+    /// not make their steps synchronous. Collective (every rank starts the same votes in order).
+    pub fn ivote(&self, flag: bool) -> Vote {
+        // SAFETY: RSMPI_REQUEST_NULL is a valid initial value; MPI_Iallreduce writes `req`.
+        let mut v = Vote { req: unsafe { ffi::RSMPI_REQUEST_NULL }, buf: Box::new([u64::from(flag), 0]), done: false };
+        let ty = u64::equivalent_datatype().as_raw();
+        // SAFETY: the buffer is heap-allocated and owned by `v`, which keeps it until the request
+        // completes (`wait`; a vote dropped unfinished leaks it, see `Drop`); the communicator
+        // outlives the request (votes are waited for before the channel is dropped).
+        unsafe {
+            let p = v.buf.as_mut_ptr();
+            ffi::MPI_Iallreduce(p.cast(), p.add(1).cast(), 1, ty, ffi::RSMPI_BOR, self.comm.as_raw(), &mut v.req);
+        }
+        v
+    }
+
     /// Send `out` to rank `to` while receiving `inp` from rank `from` (one ring step).
     pub fn exchange_u16(&self, out: &[u16], to: usize, inp: &mut [u16], from: usize) {
         mpi::point_to_point::send_receive_into(
@@ -348,6 +365,7 @@ fn offsets(counts: &[i32]) -> Vec<i32> {
 /// Words in one heartbeat (see `liveness.rs` for their meaning).
 pub const BEAT_WORDS: usize = 20;
 const BEAT_TAG: i32 = 0x4842; // "HB"
+const END_TAG: i32 = 0x4845; // "HE"
 
 /// Non-blocking point-to-point and barrier on a private communicator, for the liveness
 /// thread. Every call returns at once; a `Pending` is polled with `test`.
@@ -382,7 +400,7 @@ enum PendingKind {
 unsafe impl Send for Pending {}
 
 impl Beacon {
-    fn request(&self, kind: PendingKind, buf: Box<[u64; BEAT_WORDS]>, peer: usize) -> Pending {
+    fn request(&self, kind: PendingKind, buf: Box<[u64; BEAT_WORDS]>, peer: usize, tag: i32) -> Pending {
         // SAFETY: RSMPI_REQUEST_NULL is a valid initial value; every call below writes `req`.
         let mut p = Pending { req: unsafe { ffi::RSMPI_REQUEST_NULL }, buf, kind, done: false };
         let ty = u64::equivalent_datatype().as_raw();
@@ -393,10 +411,10 @@ impl Beacon {
         unsafe {
             match kind {
                 PendingKind::Send => {
-                    ffi::MPI_Isend(p.buf.as_ptr().cast(), n, ty, peer as i32, BEAT_TAG, comm, &mut p.req);
+                    ffi::MPI_Isend(p.buf.as_ptr().cast(), n, ty, peer as i32, tag, comm, &mut p.req);
                 }
                 PendingKind::Recv => {
-                    ffi::MPI_Irecv(p.buf.as_mut_ptr().cast(), n, ty, peer as i32, BEAT_TAG, comm, &mut p.req);
+                    ffi::MPI_Irecv(p.buf.as_mut_ptr().cast(), n, ty, peer as i32, tag, comm, &mut p.req);
                 }
                 PendingKind::Barrier => {
                     ffi::MPI_Ibarrier(comm, &mut p.req);
@@ -406,19 +424,30 @@ impl Beacon {
         p
     }
 
-    /// Start sending `msg` to `to`.
+    /// Start sending heartbeat `msg` to `to`.
     pub fn isend(&self, to: usize, msg: &[u64; BEAT_WORDS]) -> Pending {
-        self.request(PendingKind::Send, Box::new(*msg), to)
+        self.request(PendingKind::Send, Box::new(*msg), to, BEAT_TAG)
     }
 
     /// Start receiving one heartbeat from `from`.
     pub fn irecv(&self, from: usize) -> Pending {
-        self.request(PendingKind::Recv, Box::new([0; BEAT_WORDS]), from)
+        self.request(PendingKind::Recv, Box::new([0; BEAT_WORDS]), from, BEAT_TAG)
+    }
+
+    /// Start sending a message of the final handshake (`finish.rs`) to `to`. Its own tag: a
+    /// heartbeat receive still posted when the heartbeats end must never take one.
+    pub fn isend_end(&self, to: usize, msg: &[u64; BEAT_WORDS]) -> Pending {
+        self.request(PendingKind::Send, Box::new(*msg), to, END_TAG)
+    }
+
+    /// Start receiving one message of the final handshake from `from`.
+    pub fn irecv_end(&self, from: usize) -> Pending {
+        self.request(PendingKind::Recv, Box::new([0; BEAT_WORDS]), from, END_TAG)
     }
 
     /// Start a barrier over every rank (it completes once all have started it).
     pub fn ibarrier(&self) -> Pending {
-        self.request(PendingKind::Barrier, Box::new([0; BEAT_WORDS]), 0)
+        self.request(PendingKind::Barrier, Box::new([0; BEAT_WORDS]), 0, BEAT_TAG)
     }
 }
 
@@ -465,6 +494,44 @@ impl Drop for Pending {
         }
     }
 }
+
+/// A started `Channel::ivote`.
+pub struct Vote {
+    req: ffi::MPI_Request,
+    /// [this rank's flag, the OR of all].
+    buf: Box<[u64; 2]>,
+    done: bool,
+}
+
+impl Vote {
+    /// Wait (polling, yielding the core) until every rank has started this vote; whether any
+    /// voted yes.
+    pub fn wait(&mut self) -> bool {
+        while !self.done {
+            let mut flag: std::ffi::c_int = 0;
+            // SAFETY: `req` is our active request (or null once complete, which MPI_Test accepts).
+            unsafe { ffi::MPI_Test(&mut self.req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            self.done = flag != 0;
+            if !self.done {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+        self.buf[1] != 0
+    }
+}
+
+impl Drop for Vote {
+    /// A vote not waited for (the job is ending) is left to MPI: a collective's request cannot
+    /// be freed or cancelled, so its buffer is leaked (16 bytes).
+    fn drop(&mut self) {
+        if !self.done {
+            std::mem::forget(std::mem::replace(&mut self.buf, Box::new([0; 2])));
+        }
+    }
+}
+
+// SAFETY: the request and its buffer move together; only the main thread of a worker uses them.
+unsafe impl Send for Vote {}
 
 /// Abort the whole MPI job from a context that holds no `Comm` (the panic hook, the
 /// watchdog, the liveness thread). Does nothing when MPI is not running.

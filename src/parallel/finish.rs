@@ -35,8 +35,9 @@ pub fn waits(secs: f64) -> (Duration, Duration) {
     (Duration::from_secs_f64(secs), Duration::from_secs_f64(secs * 1.5 + 2.0))
 }
 
-/// Receive from `from` until a message of `kind` arrives (late heartbeats of the liveness
-/// thread on the same communicator are skipped) or `deadline` passes.
+/// Receive from `from` until a handshake message of `kind` arrives. The handshake has its own
+/// tag: a heartbeat receive that the liveness thread posted just before it ended (and then
+/// cancelled, too late) could otherwise take a rank's "done" and lose it.
 struct Await {
     from: usize,
     recv: Pending,
@@ -45,7 +46,7 @@ struct Await {
 
 impl Await {
     fn new(b: &Beacon, from: usize) -> Await {
-        Await { from, recv: b.irecv(from), done: false }
+        Await { from, recv: b.irecv_end(from), done: false }
     }
 
     fn poll(&mut self, b: &Beacon, kind: u64) -> bool {
@@ -54,7 +55,7 @@ impl Await {
             if m[0] == FIN && m[1] == kind {
                 self.done = true;
             } else {
-                self.recv = b.irecv(self.from);
+                self.recv = b.irecv_end(self.from);
             }
         }
         self.done
@@ -75,7 +76,7 @@ pub fn handshake(b: &Beacon, host: &str, secs: f64) -> Result<(), String> {
         while t0.elapsed() < hub_wait {
             waiting.retain_mut(|w| !w.poll(b, DONE));
             if waiting.is_empty() {
-                let mut sends: Vec<Pending> = (1..b.size).map(|r| b.isend(r, &message(GO))).collect();
+                let mut sends: Vec<Pending> = (1..b.size).map(|r| b.isend_end(r, &message(GO))).collect();
                 let t = Instant::now();
                 while !sends.iter_mut().all(Pending::test) && t.elapsed() < hub_wait {
                     std::thread::sleep(POLL);
@@ -92,7 +93,7 @@ pub fn handshake(b: &Beacon, host: &str, secs: f64) -> Result<(), String> {
             missing.join(", ")
         ));
     }
-    let mut send = b.isend(0, &message(DONE));
+    let mut send = b.isend_end(0, &message(DONE));
     let mut go = Await::new(b, 0);
     while t0.elapsed() < spoke_wait {
         if go.poll(b, GO) {

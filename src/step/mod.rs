@@ -17,8 +17,10 @@
 mod pipeline;
 
 use crate::data::loader::Batch;
+use crate::data::norm::Norm;
 use crate::device::Backend;
 use crate::error::{Error, Result};
+use crate::metrics::regression;
 use crate::model::placement::TensorGroup;
 use crate::model::{GradSink, Mlp, Targets, Workspace};
 use crate::optim::Optimizer;
@@ -30,14 +32,15 @@ use std::time::{Duration, Instant};
 
 /// A rank's sums over its rows for the epoch's train metrics: the loss, the correct
 /// predictions (rows for classes, labels for multi-label), the rows whose label is among the 5
-/// largest outputs (more than 5 classes), Σ|e| over the outputs, and Σe² per output (regression,
-/// in the targets' units; one 0 otherwise). Running sums, like Keras' train metrics: each
-/// step's rows as the weights were at that step. `sums_len` long.
+/// largest outputs (more than 5 classes), and for regression `metrics::regression`'s sums per
+/// output (|e|, e², y, y² in the targets' units: the same MAE, RMSE and R² as evaluation's).
+/// Running sums, like Keras' train metrics: each step's rows as the weights were at that step.
+/// `sums_len` long.
 pub type Sums = Vec<f64>;
 
 /// The length of `Sums` for a model with loss `loss` and `k` outputs.
 pub fn sums_len(loss: crate::config::LossKind, k: usize) -> usize {
-    4 + if loss.targets() == crate::config::Targets::Regression { k } else { 1 }
+    3 + if loss.targets() == crate::config::Targets::Regression { regression::PER_OUTPUT * k } else { 0 }
 }
 
 /// What a step adds to `Sums` beyond the loss and the correct predictions, from the outputs
@@ -46,7 +49,7 @@ struct Extra {
     top5: bool,
     regression: bool,
     /// The targets' standardization (`data.normalize_y`), to report errors in their units.
-    y_div: Vec<f64>,
+    norm: Norm,
     host: Vec<f32>,
 }
 
@@ -76,7 +79,7 @@ impl Extra {
             s[2] = crate::model::loss::top5_hits(&self.host, classes, k) as f64;
         }
         if self.regression {
-            s[3] = crate::model::loss::error_sums(&self.host, values, k, &self.y_div, &mut s[4..]);
+            regression::add(&mut s[3..], &self.host, values, k, &self.norm);
         }
         Ok(s)
     }
@@ -160,7 +163,7 @@ where
         let extra = Extra {
             top5: model.head && model.loss.kind.targets() == T::Classes && model.n_outputs() > 5,
             regression: model.head && model.loss.kind.targets() == T::Regression,
-            y_div: Vec::new(),
+            norm: Norm::default(),
             host: Vec::new(),
         };
         Ok(Stepper {
@@ -210,10 +213,10 @@ where
         sums_len(self.model.loss.kind, self.tp.full.n_outputs())
     }
 
-    /// The targets' standardization (`data.normalize_y`'s divisors), so that the train
-    /// metrics' errors are in the targets' units.
-    pub fn set_y_div(&mut self, y_div: &[f64]) {
-        self.extra.y_div = y_div.to_vec();
+    /// The data's normalization (`data.normalize_y`'s part), so that the train metrics are
+    /// in the targets' units.
+    pub fn set_norm(&mut self, norm: &Norm) {
+        self.extra.norm = norm.clone();
     }
 
     /// Train with dropout (`model.dropout`'s rates per hidden layer, masks from `seed`, the

@@ -85,7 +85,7 @@ pub(super) fn build<'a, B: Backend>(
     st.set_dropout(&job.model.dropout_rates(), job.training.seed)?;
     let writer = Writer::new(job, start.lineage, sched.global_batch, grid.data, comm.rank)?;
     writer.set_norm(train_shard.norm().clone());
-    st.set_y_div(&train_shard.norm().y_div);
+    st.set_norm(train_shard.norm());
     let stop = StopState::new(start.loss_sums.clone());
     let ctx = Ctx { comm, job, grid, watchdog, stop, writer };
     let mode = AllReduce { ctx, data_chan, last_ckpt: Instant::now() };

@@ -17,7 +17,7 @@ use crate::device::Backend;
 use crate::error::{Error, Result};
 use crate::eval::{eval_result, evaluate_in_group, EvalResult};
 use crate::fault::Fault;
-use crate::metrics::{EpochMetrics, MetricsLog};
+use crate::metrics::{regression, EpochMetrics, MetricsLog};
 use crate::parallel::liveness;
 use crate::parallel::timeline::Timeline;
 use crate::parallel::watchdog::MAIN;
@@ -64,8 +64,7 @@ pub(super) struct Parts<'a, B: Backend> {
 struct TrainMetrics {
     accuracy: Option<f64>,
     top5: Option<f64>,
-    mae: Option<f64>,
-    rmse: Option<f64>,
+    regression: Option<regression::Regression>,
 }
 
 pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
@@ -311,8 +310,10 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             train_loss: totals[0] / totals[1],
             train_accuracy: train.accuracy,
             train_top5_accuracy: train.top5,
-            train_mae: train.mae,
-            train_rmse: train.rmse,
+            train_mae: train.regression.as_ref().map(|r| r.mae),
+            train_rmse: train.regression.as_ref().map(|r| r.rmse),
+            train_r2: train.regression.as_ref().map(|r| r.r2),
+            train_per_output: train.regression.and_then(|r| r.per_output),
             test_loss: test.as_ref().map(|r| r.loss),
             test_accuracy: test.as_ref().and_then(|r| r.accuracy),
             test_top5_accuracy: test.as_ref().and_then(|r| r.top5),
@@ -381,20 +382,17 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         Ok(v.stop)
     }
 
-    /// The epoch's train metrics from the summed [rows, waited, correct, top-5 hits, Σ|e|, Σe² per output].
+    /// The epoch's train metrics from the summed [rows, waited, correct, top-5 hits,
+    /// regression sums...].
     fn train_metrics(&self, t: &[f64]) -> TrainMetrics {
         use crate::config::Targets;
-        let (rows, k) = (t[0], self.st.tensor().full.n_outputs() as f64);
-        let model = &self.job.model;
-        let n = if model.loss.targets() == Targets::MultiLabel { rows * k } else { rows };
-        let regression = model.loss.targets() == Targets::Regression;
-        let top5 = model.loss.targets() == Targets::Classes && k > 5.0;
+        let (rows, k) = (t[0], self.st.tensor().full.n_outputs());
+        let targets = self.job.model.loss.targets();
+        let n = if targets == Targets::MultiLabel { rows * k as f64 } else { rows };
         TrainMetrics {
-            accuracy: (!regression).then(|| t[2] / n),
-            top5: top5.then(|| t[3] / rows),
-            mae: regression.then(|| t[4] / (rows * k)),
-            // The mean over the outputs of each output's RMSE (as test_rmse: scikit-learn's).
-            rmse: regression.then(|| t[5..].iter().map(|s| (s / rows).sqrt()).sum::<f64>() / k),
+            accuracy: (targets != Targets::Regression).then(|| t[2] / n),
+            top5: (targets == Targets::Classes && k > 5).then(|| t[3] / rows),
+            regression: (targets == Targets::Regression).then(|| regression::finish(&t[4..], rows, k)),
         }
     }
 

@@ -91,6 +91,8 @@ mod tests {
             train_top5_accuracy: None,
             train_mae: None,
             train_rmse: None,
+            train_r2: None,
+            train_per_output: None,
             test_loss: None,
             test_accuracy: None,
             test_top5_accuracy: None,

@@ -60,8 +60,9 @@ pub(super) fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<&
         if job.output.timeline.is_some() {
             off.push("output.timeline");
         }
-        off.push("stop checkpoints on signals (a signal ends the job; resume from the last every_steps checkpoint)");
-        log::warn!("with strategy = \"parameter_server\" these are not available: {}", off.join(", "));
+        if !off.is_empty() {
+            log::warn!("with strategy = \"parameter_server\" these are not available: {}", off.join(", "));
+        }
     }
     let start = start::start(comm, job, &whole, w, resume)?;
     if is_server {
@@ -71,7 +72,8 @@ pub(super) fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<&
         let owned = roles.owned_by(comm.rank);
         let stats = server.serve()?;
         info!("parameter server (buckets {owned:?}) done: {}", stats.describe());
-        return Ok(Outcome::Completed);
+        // Signalled with the workers (scancel signals every rank): they wrote the stop checkpoint.
+        return Ok(if crate::signals::stop_requested() { Outcome::Preempted } else { Outcome::Completed });
     }
     let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
     let wk = worker::Worker { comm, job, workers, link, roles, plan, whole, start, t_process };

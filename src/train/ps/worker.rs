@@ -10,6 +10,16 @@
 //! whole state from the servers while the others wait, so it holds exactly the updates of
 //! every worker's steps up to the checkpoint's.
 //!
+//! Stop on a signal (SIGTERM, SIGUSR1: Slurm's preemption): the workers must stop after one
+//! and the same step, without a per-step agreement. After each step every worker starts a
+//! non-blocking OR of "I was signalled" over the workers (`Channel::ivote`) and completes the
+//! vote of `VOTE_DELAY` steps before (all of them at the epoch's last step). Every worker
+//! completes the same votes at the same step, so all see the first yes at the same step and
+//! stop there; a worker waits only for workers more than `VOTE_DELAY` steps behind it, which
+//! the staleness bound already rules out (with staleness −1 this bounds a worker's lead to
+//! `VOTE_DELAY` steps). Then the stop checkpoint (as a periodic one: the servers' state
+//! gathered by worker 0, every worker's running sums), DONE to the servers, exit 75.
+//!
 //! Must not: run the epoch loop.
 
 use super::super::mode::{At, Boundary, Mode};
@@ -24,7 +34,7 @@ use crate::device::Backend;
 use crate::error::{Error, Result};
 use crate::model::Mlp;
 use crate::optim::Optimizer;
-use crate::parallel::comm::Link;
+use crate::parallel::comm::{Link, Vote};
 use crate::parallel::liveness::phase_at;
 use crate::parallel::ps::reducer::{self, PushPull};
 use crate::parallel::ps::Roles;
@@ -55,6 +65,16 @@ impl crate::device::WithBackend<Outcome> for Worker<'_> {
     }
 }
 
+/// Steps between starting a stop vote and completing it: more than any staleness bound, so
+/// that completing it never waits on a worker that is still allowed to be behind.
+fn vote_delay(staleness: i64) -> usize {
+    if staleness < 0 {
+        64
+    } else {
+        staleness as usize + 2
+    }
+}
+
 /// The worker's side of the loop.
 struct PsWorker<'a> {
     workers: Channel,
@@ -67,6 +87,9 @@ struct PsWorker<'a> {
     /// Every worker's samples/s in the epoch, from the epoch's meeting.
     rates: Vec<f64>,
     rank: usize,
+    /// The stop votes started and not yet completed, oldest first.
+    votes: std::collections::VecDeque<Vote>,
+    vote_delay: usize,
 }
 
 /// The worker's stepper and the loop's other parts, and the mode.
@@ -91,7 +114,7 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
     st.set_dropout(&job.model.dropout_rates(), job.training.seed)?;
     let writer = Writer::new(job, w.start.lineage, sched.global_batch, n, rank)?;
     writer.set_norm(train.norm().clone());
-    st.set_y_div(&train.norm().y_div);
+    st.set_norm(train.norm());
     let mode = PsWorker {
         workers: w.workers,
         link: w.link,
@@ -102,6 +125,8 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
         writer,
         rates: Vec::new(),
         rank,
+        votes: std::collections::VecDeque::new(),
+        vote_delay: vote_delay(job.distribution.staleness),
     };
     let parts = Parts {
         comm: w.comm,
@@ -185,16 +210,35 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
         "a training step (push gradients, pull parameters)"
     }
 
-    /// No agreement per step (workers are at different steps): a signal ends the job, and
-    /// checkpoints come every `checkpoint.every_steps`.
-    fn after_step(&mut self, st: &Stepper<B>, _at: At, _sums: &Sums) -> Result<Boundary> {
-        if crate::signals::stop_requested() {
-            // No stop checkpoint: end the job; the last every_steps checkpoint is where to resume.
-            return Err(Error::Training(format!(
-                "stopped by a signal at step {}: strategy = \"parameter_server\" writes no stop checkpoint; \
-                 resume with --resume auto from the last checkpoint (checkpoint.every_steps)",
-                st.step()
-            )));
+    /// No agreement per step (workers are at different steps): the stop vote (see the module
+    /// comment) and checkpoints every `checkpoint.every_steps`.
+    fn after_step(&mut self, st: &Stepper<B>, at: At, sums: &Sums) -> Result<Boundary> {
+        self.votes.push_back(self.workers.ivote(crate::signals::stop_requested()));
+        let due = if at.last { self.votes.len() } else { self.votes.len().saturating_sub(self.vote_delay) };
+        let mut stop = false;
+        if due > 0 {
+            let _p = phase_at("the workers' stop vote", st.step());
+            for _ in 0..due {
+                stop |= self.votes.pop_front().expect("counted").wait();
+            }
+        }
+        if stop {
+            self.votes.clear();
+            let rank0 = self.rank == 0;
+            if rank0 {
+                crate::signals::writing_stop_checkpoint();
+            }
+            self.checkpoint(st, at, sums)?;
+            if rank0 {
+                crate::signals::stop_checkpoint_written();
+                info!(
+                    "stopped by a signal at step {}; resume with --resume auto (exit code {})",
+                    st.step(),
+                    crate::signals::EXIT_PREEMPTED
+                );
+            }
+            reducer::done(&self.link, &self.roles);
+            return Ok(Boundary::Stopped);
         }
         let ck = self.writer.job.checkpoint.every_steps;
         Ok(if ck > 0 && st.step() % ck == 0 { Boundary::Checkpoint } else { Boundary::Continue })

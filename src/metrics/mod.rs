@@ -3,7 +3,10 @@
 //!
 //! Must not: compute metrics (the training loop does) or write on any rank but 0.
 
+pub mod regression;
+
 use crate::error::{Error, Result};
+pub use regression::PerOutput;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,8 +16,8 @@ pub struct EpochMetrics {
     pub epoch: usize,
     pub train_loss: f64,
     /// Running train metrics over the epoch's steps (as Keras reports them): accuracy for
-    /// classes and multi-label, top-5 for more than 5 classes, MAE and RMSE (targets' units,
-    /// over all outputs) for regression.
+    /// classes and multi-label, top-5 for more than 5 classes, MAE, RMSE and R² (targets'
+    /// units, as the test ones) for regression.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub train_accuracy: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -23,6 +26,10 @@ pub struct EpochMetrics {
     pub train_mae: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub train_rmse: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_r2: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_per_output: Option<PerOutput>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_loss: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -70,14 +77,6 @@ pub struct EpochMetrics {
     /// neighbouring stages' messages (the measured bubble).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipeline_bubble: Option<f64>,
-}
-
-/// Regression metrics per output, in the targets' units.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct PerOutput {
-    pub mae: Vec<f64>,
-    pub rmse: Vec<f64>,
-    pub r2: Vec<f64>,
 }
 
 pub struct MetricsLog {

@@ -4,10 +4,19 @@
 //! With `data.normalize_y` the outputs and targets are standardized: errors are scaled back
 //! by the targets' standard deviations first.
 //!
-//! Must not: run the model (`mod.rs` does) or talk to other ranks (callers sum the sums).
+//! Must not: run the model (evaluation and the step do) or talk to other ranks (callers sum
+//! the sums).
 
 use crate::data::norm::Norm;
-pub use crate::metrics::PerOutput;
+use serde::Serialize;
+
+/// Regression metrics per output, in the targets' units.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PerOutput {
+    pub mae: Vec<f64>,
+    pub rmse: Vec<f64>,
+    pub r2: Vec<f64>,
+}
 
 /// Sums per output: |e|, e², y, y² (raw units).
 pub const PER_OUTPUT: usize = 4;
