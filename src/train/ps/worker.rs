@@ -95,21 +95,20 @@ struct PsWorker<'a> {
 /// The worker's stepper and the loop's other parts, and the mode.
 fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>)> {
     let (job, rank, n) = (w.job, w.comm.rank, w.roles.workers);
-    let b = job.training.batch_size;
     // Only workers read data: every worker opens all the training rows and takes worker
     // r's part of each step's global batch from the epoch's global order (as data rank r of
     // W under all-reduce); worker r evaluates test slice r of W.
     let super::super::setup::Data { mut train, mut test, mut validation } = open_data(job, &w.whole, rank, n)?;
     let others = [test.as_mut(), validation.as_mut()];
     super::super::normalize::normalize(&w.workers, job, &w.start.norm, &mut train, others)?;
-    let sched = schedule(job, train.len(), rank, n, be.name())?;
+    let sched = schedule(job, train.len(), rank, n, w.start.global_batch, be.name())?;
     let d = &job.distribution;
     let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), rank, w.comm.host.clone());
     let reducer = Box::new(PushPull::new(w.link, &w.roles, w.start.step));
     let alloc = crate::step::bucket_buffers(&be, &w.plan)?;
     let engine = Engine::new(reducer, w.plan.clone(), d.overlap, None, Some(watchdog.share()), alloc);
     let opt = Optimizer::assign(&be, &job.optimizer, w.whole.tensors(), w.whole.n_params)?;
-    let mut st = Stepper::new(be, w.whole.clone(), &w.start.params, opt, engine, b, None)?;
+    let mut st = Stepper::new(be, w.whole.clone(), &w.start.params, opt, engine, sched.batch, None)?;
     st.restore(&[], &[], w.start.step).map_err(Error::Training)?;
     st.set_dropout(&job.model.dropout_rates(), job.training.seed)?;
     let writer = Writer::new(job, w.start.lineage, sched.global_batch, n, rank)?;
@@ -146,31 +145,39 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
     Ok((parts, mode))
 }
 
-/// The rows of every step: training.batch_size per worker, `n` workers, over `rows` training
-/// rows; an error naming `training.batch_size` when no full step is left (drop_last). Worker
-/// 0 logs the plan.
-fn schedule(job: &Job, rows: usize, rank: usize, n: usize, backend: String) -> Result<Schedule> {
-    let b = job.training.batch_size;
-    let sched = Schedule::new(rows, b * n, n, job.data.drop_last);
+/// The rows of every step: the global batch (training.batch_size per worker at the run's first
+/// start; a resume keeps it, on any number of workers it divides over), `n` workers, over
+/// `rows` training rows; an error naming `training.batch_size` when no full step is left
+/// (drop_last) or the global batch does not divide over the workers. Worker 0 logs the plan.
+fn schedule(job: &Job, rows: usize, rank: usize, n: usize, global: usize, backend: String) -> Result<Schedule> {
+    if global % n != 0 {
+        return Err(Error::config(
+            &job.source,
+            "training.batch_size",
+            format!(
+                "the run's global batch is {global} (fixed at its first start: training.batch_size x workers), which \
+                 does not divide over {n} workers; resume on a number of workers that divides {global}"
+            ),
+        ));
+    }
+    let b = global / n;
+    let sched = Schedule::new(rows, global, n, job.data.drop_last);
     if sched.steps == 0 {
         return Err(Error::config(
             &job.source,
             "training.batch_size",
             format!(
-                "the global batch {} ({b} per worker x {n} workers) is larger than the training data ({} samples) \
-                     with data.drop_last = true",
-                b * n,
-                rows
+                "the global batch {global} ({b} per worker x {n} workers) is larger than the training data ({rows} \
+                 samples) with data.drop_last = true"
             ),
         ));
     }
     if rank == 0 {
         info!(
-            "{} epochs of {} steps per worker, batch {b} per worker = up to {} global; {} of the {} training samples \
-                 per epoch over {n} worker(s); backend: {}",
+            "{} epochs of {} steps per worker, batch {b} per worker = up to {global} global; {} of the {} training \
+             samples per epoch over {n} worker(s); backend: {}",
             job.training.epochs,
             sched.steps,
-            b * n,
             sched.global_rows_in(0, sched.steps),
             sched.rows,
             backend
