@@ -39,8 +39,9 @@ fn has_top5(shard: &Shard) -> bool {
     matches!(shard.labels, Labels::Classes(_)) && shard.outputs > 5
 }
 
-/// Add a chunk's outputs (downloaded) to the top-5 sum, for more than 5 classes.
-fn add_top5<B: Backend>(
+/// Add a chunk's outputs (downloaded when needed) to the sums that need them: the top-5 hits
+/// for more than 5 classes, the regression sums for regression targets.
+fn add_outputs<B: Backend>(
     be: &B,
     model: &Mlp,
     ws: &Workspace<B>,
@@ -49,30 +50,18 @@ fn add_top5<B: Backend>(
     out: &mut [f32],
     sums: &mut [f64],
 ) -> Result<()> {
-    let Labels::Classes(y) = &shard.labels else { return Ok(()) };
-    if !has_top5(shard) {
-        return Ok(());
-    }
     let (c, k) = (rows.len(), shard.outputs);
-    ws.output_host(be, model, c, &mut out[..c * k])?;
-    sums[3] += crate::model::loss::top5_hits(&out[..c * k], &y[rows], k) as f64;
-    Ok(())
-}
-
-/// Add a chunk's outputs (downloaded) to the regression sums, for a regression shard.
-fn add_regression<B: Backend>(
-    be: &B,
-    model: &Mlp,
-    ws: &Workspace<B>,
-    shard: &Shard,
-    rows: std::ops::Range<usize>,
-    out: &mut [f32],
-    sums: &mut [f64],
-) -> Result<()> {
-    let Labels::Values(v, k) = &shard.labels else { return Ok(()) };
-    let c = rows.len();
-    ws.output_host(be, model, c, &mut out[..c * k])?;
-    regression::add(&mut sums[3..], &out[..c * k], &v[rows.start * k..rows.end * k], *k, shard.norm());
+    match &shard.labels {
+        Labels::Classes(y) if has_top5(shard) => {
+            ws.output_host(be, model, c, &mut out[..c * k])?;
+            sums[3] += crate::model::loss::top5_hits(&out[..c * k], &y[rows], k) as f64;
+        }
+        Labels::Values(v, _) => {
+            ws.output_host(be, model, c, &mut out[..c * k])?;
+            regression::add(&mut sums[3..], &out[..c * k], &v[rows.start * k..rows.end * k], k, shard.norm());
+        }
+        _ => {}
+    }
     Ok(())
 }
 
@@ -190,8 +179,7 @@ pub fn evaluate_in_group<B: Backend>(
             sums[0] += l;
             sums[1] += k as f64;
             sums[2] += c as f64;
-            add_regression(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
-            add_top5(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
+            add_outputs(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
         }
         start += c;
         liveness::progress();
@@ -230,8 +218,7 @@ fn evaluate_on<B: Backend>(
         let (l, k) = model.loss(be, t, c, 1.0, &mut ws, false)?;
         sums[0] += l;
         sums[1] += k as f64;
-        add_regression(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
-        add_top5(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
+        add_outputs(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
         start += c;
         liveness::progress();
     }

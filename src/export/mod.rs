@@ -164,7 +164,7 @@ fn model_proto(model: &crate::model::Mlp, g: Graph, outputs: Vec<ValueInfoProto>
         doc_string: Some(format!(
             "hvtrain MLP {layers}, activation {}, loss {}; exported from {}",
             weights::name_of(&model.act),
-            model.loss.kind.name().to_string(),
+            model.loss.kind.name(),
             weights_path.display()
         )),
         metadata_props: vec![

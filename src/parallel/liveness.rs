@@ -326,7 +326,7 @@ fn run(b: &Beacon, host: String, finishing: &AtomicBool) {
     loop {
         let now = Instant::now();
         let (silence_s, stall_s) = limits();
-        hear(&b, &mut peers);
+        hear(b, &mut peers);
         if barrier.is_none() && finishing.load(Ordering::Acquire) {
             barrier = Some(b.ibarrier());
         }

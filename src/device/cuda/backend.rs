@@ -148,6 +148,17 @@ impl Cuda {
     }
 }
 
+impl Cuda {
+    /// A loss kernel's per-row results summed on the host: (Σ row losses, Σ correct counts).
+    fn read_loss_sums(&self, loss: &CudaSlice<f32>, correct: &CudaSlice<i32>, rows: usize) -> Result<(f64, usize)> {
+        let losses = self.read_f32(loss, rows)?;
+        let mut c = vec![0i32; rows];
+        self.stream.memcpy_dtoh(&correct.slice(0..rows), &mut c[..]).map_err(drv("reading a result back"))?;
+        self.stream.synchronize().map_err(drv("waiting for the GPU"))?;
+        Ok((losses.iter().map(|&v| v as f64).sum(), c.iter().map(|&v| v.max(0) as usize).sum()))
+    }
+}
+
 /// NULL for a kernel's optional pointer argument.
 const NULL: u64 = 0;
 
@@ -360,11 +371,7 @@ impl Backend for Cuda {
             // float*, int*) over `rows` rows; labels and scratch hold at least `rows`.
             unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_softmax_xent"))?;
         }
-        let losses = self.read_f32(loss, rows)?;
-        let mut c = vec![0i32; rows];
-        self.stream.memcpy_dtoh(&correct.slice(0..rows), &mut c[..]).map_err(drv("reading a result back"))?;
-        self.stream.synchronize().map_err(drv("waiting for the GPU"))?;
-        Ok((losses.iter().map(|&v| v as f64).sum(), c.iter().filter(|&&v| v != 0).count()))
+        self.read_loss_sums(loss, correct, rows)
     }
 
     fn pointwise_loss(
@@ -399,11 +406,7 @@ impl Backend for Cuda {
             // float*, float*, int*) over `rows` rows; the scratch holds at least `rows`.
             unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_pointwise_loss"))?;
         }
-        let losses = self.read_f32(loss, rows)?;
-        let mut c = vec![0i32; rows];
-        self.stream.memcpy_dtoh(&correct.slice(0..rows), &mut c[..]).map_err(drv("reading a result back"))?;
-        self.stream.synchronize().map_err(drv("waiting for the GPU"))?;
-        Ok((losses.iter().map(|&v| v as f64).sum(), c.iter().map(|&v| v as usize).sum()))
+        self.read_loss_sums(loss, correct, rows)
     }
 
     fn dropout(&self, v: DViewMut<'_>, cols: usize, keys: &CudaSlice<i32>, m: Mask) -> Result<()> {
