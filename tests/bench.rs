@@ -71,7 +71,7 @@ fn selftest_passes_on_the_cpu_and_refuses_a_missing_gpu() {
     let dir = scratch("selftest");
     let run = hvtrain(&["selftest", "--device", "cpu"], &dir, 120);
     assert!(run.ok(), "{}", run.all());
-    assert_eq!(run.stdout.lines().filter(|l| l.trim_start().starts_with("ok ")).count(), 7, "{}", run.all());
+    assert_eq!(run.stdout.lines().filter(|l| l.trim_start().starts_with("ok ")).count(), 8, "{}", run.all());
     assert!(run.stdout.contains("all checks passed"), "{}", run.all());
     if std::path::Path::new("/dev/nvidiactl").exists() {
         return;
