@@ -13,11 +13,12 @@
 //! Stop on a signal (SIGTERM, SIGUSR1: Slurm's preemption): the workers must stop after one
 //! and the same step, without a per-step agreement. After each step every worker starts a
 //! non-blocking OR of "I was signalled" over the workers (`Channel::ivote`) and completes the
-//! vote of `VOTE_DELAY` steps before (all of them at the epoch's last step). Every worker
-//! completes the same votes at the same step, so all see the first yes at the same step and
-//! stop there; a worker waits only for workers more than `VOTE_DELAY` steps behind it, which
-//! the staleness bound already rules out (with staleness −1 this bounds a worker's lead to
-//! `VOTE_DELAY` steps). Then the stop checkpoint (as a periodic one: the servers' state
+//! vote of `vote_delay` steps before (the epoch's last ones at its end meeting, which then
+//! stops the run after the next step). Every worker completes the same votes at the same step,
+//! so all see the first yes at the same step and stop there; a worker waits only for workers more than `vote_delay` steps behind it, which
+//! the staleness bound already rules out. With staleness −1 (no bound) there is no such
+//! delay: the workers vote only where they meet anyway (a periodic checkpoint, the epoch's
+//! end), so the stop waits for the next of those. Then the stop checkpoint (as a periodic one: the servers' state
 //! gathered by worker 0, every worker's running sums), DONE to the servers, exit 75.
 //!
 //! Must not: run the epoch loop.
@@ -65,14 +66,11 @@ impl crate::device::WithBackend<Outcome> for Worker<'_> {
     }
 }
 
-/// Steps between starting a stop vote and completing it: more than any staleness bound, so
-/// that completing it never waits on a worker that is still allowed to be behind.
-fn vote_delay(staleness: i64) -> usize {
-    if staleness < 0 {
-        64
-    } else {
-        staleness as usize + 2
-    }
+/// Steps between starting a stop vote and completing it: more than the staleness bound, so
+/// that completing it never waits on a worker that is still allowed to be behind. None with
+/// staleness −1 (no bound): the stop then waits for the next meeting point.
+fn vote_delay(staleness: i64) -> Option<usize> {
+    (staleness >= 0).then(|| staleness as usize + 2)
 }
 
 /// The worker's side of the loop.
@@ -89,7 +87,9 @@ struct PsWorker<'a> {
     rank: usize,
     /// The stop votes started and not yet completed, oldest first.
     votes: std::collections::VecDeque<Vote>,
-    vote_delay: usize,
+    vote_delay: Option<usize>,
+    /// The votes completed at the epoch's meeting said stop: after the next step.
+    stop_at_next_step: bool,
 }
 
 /// The worker's stepper and the loop's other parts, and the mode.
@@ -126,6 +126,7 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
         rank,
         votes: std::collections::VecDeque::new(),
         vote_delay: vote_delay(job.distribution.staleness),
+        stop_at_next_step: false,
     };
     let parts = Parts {
         comm: w.comm,
@@ -220,14 +221,27 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
     /// No agreement per step (workers are at different steps): the stop vote (see the module
     /// comment) and checkpoints every `checkpoint.every_steps`.
     fn after_step(&mut self, st: &Stepper<B>, at: At, sums: &Sums) -> Result<Boundary> {
-        self.votes.push_back(self.workers.ivote(crate::signals::stop_requested()));
-        let due = if at.last { self.votes.len() } else { self.votes.len().saturating_sub(self.vote_delay) };
-        let mut stop = false;
-        if due > 0 {
-            let _p = phase_at("the workers' stop vote", st.step());
-            for _ in 0..due {
-                stop |= self.votes.pop_front().expect("counted").wait();
+        let ck = self.writer.job.checkpoint.every_steps;
+        let periodic = ck > 0 && st.step() % ck == 0;
+        let signalled = crate::signals::stop_requested();
+        let mut stop = std::mem::take(&mut self.stop_at_next_step);
+        match self.vote_delay {
+            Some(delay) => {
+                self.votes.push_back(self.workers.ivote(signalled));
+                let due = self.votes.len().saturating_sub(delay);
+                let _p = (due > 0).then(|| phase_at("the workers' stop vote", st.step()));
+                for _ in 0..due {
+                    stop |= self.votes.pop_front().expect("counted").wait();
+                }
             }
+            // Unbounded staleness: only where the workers meet anyway (a periodic checkpoint,
+            // the epoch's end), so that no worker ever waits for a slower one in between.
+            None if periodic => {
+                let _p = phase_at("the workers' stop vote", st.step());
+                stop |= self.workers.all_gather_u64(u64::from(signalled)).iter().any(|&f| f != 0);
+            }
+            None if at.last => self.votes.push_back(self.workers.ivote(signalled)),
+            None => {}
         }
         if stop {
             self.votes.clear();
@@ -247,8 +261,7 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
             reducer::done(&self.link, &self.roles);
             return Ok(Boundary::Stopped);
         }
-        let ck = self.writer.job.checkpoint.every_steps;
-        Ok(if ck > 0 && st.step() % ck == 0 { Boundary::Checkpoint } else { Boundary::Continue })
+        Ok(if periodic { Boundary::Checkpoint } else { Boundary::Continue })
     }
 
     /// Collective over the workers: a checkpoint assembled from the servers by worker 0 while
@@ -279,6 +292,10 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
             let _p = phase_at("waiting for the other workers at the end of the epoch", st.step());
             self.workers.all_gather_u64(my_rate.to_bits()).into_iter().map(f64::from_bits).collect()
         };
+        // Every worker is here: the epoch's remaining stop votes complete without waiting.
+        for mut v in self.votes.drain(..) {
+            self.stop_at_next_step |= v.wait();
+        }
         self.pull(st)
     }
 
