@@ -1,0 +1,61 @@
+//! Cells of the fault matrix (ARCHITECTURE.md, "Liveness") that `faults.rs`, `startup.rs` and
+//! `finish.rs` leave open, under a real `mpirun` with 2 ranks: a rank killed or hung at the
+//! start-up agreement (`start`) or in the evaluation (`eval`, inside `train` and in `hvtrain
+//! eval`), and killed at the end (`finish`), ends the job non-zero within a bound; a hang is a
+//! stall (`stall_seconds = 5`). After the kill at the end, every output is complete and `eval`
+//! on it passes. Each prints how long the job took, for the table.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const D: usize = 8;
+
+fn setup(name: &str) -> PathBuf {
+    let dir = scratch(name);
+    let (x, y) = synthetic(1600, D, 3, 5);
+    write_classes(&dir.join("d.h5"), &x, D, &y);
+    job(&dir, &[D, 32, 3], "d.h5", Some("d.h5"), "[distribution]\nstall_seconds = 5.0\n");
+    dir
+}
+
+/// Run `args` on 2 ranks with `spec`; the job must fail within `bound`.
+fn ends(dir: &Path, spec: &str, args: &[&str], bound: Duration) -> Run {
+    let _ = std::fs::remove_dir_all(dir.join("out2"));
+    let run = mpirun_env(2, &[("HVTRAIN_INJECT_FAULT", spec)], args, dir, 90);
+    eprintln!("fault {spec} ({}): exit {:?} after {:.1} s", args[0], run.code, run.elapsed.as_secs_f64());
+    assert!(!run.ok(), "fault {spec}: the job must fail\n{}", run.all());
+    assert!(run.elapsed < bound, "fault {spec}: took {:?} (bound {bound:?})\n{}", run.elapsed, run.all());
+    run
+}
+
+#[test]
+fn killed_or_hung_at_start_up_and_in_evaluation_ends_the_job() {
+    let _g = mpi_lock();
+    let dir = setup("matrix");
+    let train = ["train", "job.toml", "--set", "output.dir=\"out2\""];
+    for spec in ["1:start:kill", "0:eval:kill"] {
+        ends(&dir, spec, &train, Duration::from_secs(20));
+    }
+    for spec in ["1:start:hang", "1:eval:hang"] {
+        let run = ends(&dir, spec, &train, Duration::from_secs(40));
+        assert_eq!(run.code, Some(4), "a hang is a stall (exit 4)\n{}", run.all());
+    }
+    let trained = mpirun(2, &["train", "job.toml"], &dir, 60);
+    assert!(trained.ok(), "{}", trained.all());
+    let eval = ["eval", "job.toml", "--weights", "out/weights.h5"];
+    ends(&dir, "1:eval:kill", &eval, Duration::from_secs(20));
+    let run = ends(&dir, "0:eval:hang", &eval, Duration::from_secs(40));
+    assert_eq!(run.code, Some(4), "{}", run.all());
+}
+
+#[test]
+fn killed_at_the_end_leaves_complete_outputs() {
+    let _g = mpi_lock();
+    let dir = setup("matrix-finish");
+    let run = ends(&dir, "1:finish:kill", &["train", "job.toml"], Duration::from_secs(40));
+    assert!(run.all().contains("done: test accuracy"), "{}", run.all());
+    let e = hvtrain(&["eval", "job.toml", "--weights", "out/weights.h5"], &dir, 60);
+    assert!(e.ok() && e.stdout.contains("test_accuracy"), "{}", e.all());
+}
