@@ -25,10 +25,12 @@
 //!
 //! Must not: be built into the binary (tests only).
 
+mod losses;
+
 use super::launch::{act_code, grid_1d};
 use crate::config::Activation;
 use crate::device::cpu;
-use crate::device::{AdamHyper, Mask, Pointwise, SgdHyper};
+use crate::device::{AdamHyper, SgdHyper};
 use crate::rng::Rng;
 use std::ptr::{null, null_mut};
 
@@ -242,182 +244,6 @@ fn act_backward_matches_cpu() {
                     // SAFETY: d, a and z (when passed) hold n elements.
                     unsafe { hvshim_hv_act_backward(g, b, got.as_mut_ptr(), a.as_ptr(), zp, n as i64, act_code(act)) };
                     assert_close(&what, body(&what, &got), &want);
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn softmax_xent_matches_cpu() {
-    let mut rng = Rng::new(13, 0);
-    for rows in ROWS {
-        for k in COLS {
-            let logits = random(&mut rng, rows * k, 6.0);
-            let labels: Vec<i32> = (0..rows).map(|_| rng.below(k) as i32).collect();
-            let gs = 1.0 / rows as f32;
-            let mut want_d = vec![0.0; rows * k];
-            let (want_sum, want_correct) = cpu::softmax_xent(&logits, &labels, k, gs, Some(&mut want_d));
-            // Per-row losses and hits from the CPU, one row at a time.
-            let per_row: Vec<(f64, usize)> =
-                (0..rows).map(|r| cpu::softmax_xent(&logits[r * k..][..k], &labels[r..][..1], k, gs, None)).collect();
-            for with_d in [false, true] {
-                for (g, b) in grids(rows) {
-                    let what = format!("softmax_xent {rows}x{k} d={with_d} grid {g}x{b}");
-                    let mut d = with_d.then(|| guarded(vec![0.0; rows * k]));
-                    let mut loss = guarded(vec![0.0; rows]);
-                    let mut correct = vec![-1i32; rows + GUARD];
-                    // SAFETY: logits and d hold rows·k elements, labels, loss and correct rows.
-                    unsafe {
-                        let dp = ptr_or_null(&mut d);
-                        hvshim_hv_softmax_xent(
-                            g,
-                            b,
-                            logits.as_ptr(),
-                            labels.as_ptr(),
-                            rows as i64,
-                            k as i32,
-                            gs,
-                            dp,
-                            loss.as_mut_ptr(),
-                            correct.as_mut_ptr(),
-                        );
-                    }
-                    let loss = body(&what, &loss);
-                    assert!(correct[rows..].iter().all(|&c| c == -1), "{what}: row_correct written past the end");
-                    for (r, &(l, c)) in per_row.iter().enumerate() {
-                        assert_close(&format!("{what} loss row {r}"), &[loss[r]], &[l as f32]);
-                        assert_eq!(correct[r], c as i32, "{what}: correct, row {r}");
-                    }
-                    let sum: f64 = loss.iter().map(|&l| l as f64).sum();
-                    let hits: i32 = correct[..rows].iter().sum();
-                    let tol = ULPS as f64 * f32::EPSILON as f64 * want_sum.max(1.0);
-                    assert!((sum - want_sum).abs() <= tol, "{what}: loss sum {sum:e} vs cpu {want_sum:e}");
-                    assert_eq!(hits as usize, want_correct, "{what}: correct count");
-                    if let Some(d) = &d {
-                        assert_close(&format!("{what} d"), body(&what, d), &want_d);
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn softmax_xent_with_a_label_out_of_range_is_nan() {
-    let logits = [0.5f32, -1.0, 2.0, 0.0, 1.0, 3.0, 1.0, 1.0, 1.0];
-    let labels = [-1i32, 3, 2];
-    let (mut loss, mut correct) = ([0.0f32; 3], [7i32; 3]);
-    // SAFETY: 3 rows of 3.
-    unsafe {
-        hvshim_hv_softmax_xent(
-            1,
-            32,
-            logits.as_ptr(),
-            labels.as_ptr(),
-            3,
-            3,
-            1.0,
-            null_mut(),
-            loss.as_mut_ptr(),
-            correct.as_mut_ptr(),
-        )
-    };
-    assert!(loss[0].is_nan() && loss[1].is_nan() && loss[2].is_finite(), "{loss:?}");
-    assert_eq!(correct, [0, 0, 0]);
-}
-
-#[test]
-fn pointwise_losses_match_cpu() {
-    let mut rng = Rng::new(14, 0);
-    for f in [Pointwise::Mse, Pointwise::Mae, Pointwise::Huber(0.7), Pointwise::BinaryXent] {
-        for rows in ROWS {
-            for k in COLS {
-                let pred = random(&mut rng, rows * k, if f == Pointwise::BinaryXent { 12.0 } else { 2.0 });
-                let mut target = random(&mut rng, rows * k, 2.0);
-                if f == Pointwise::BinaryXent {
-                    target.iter_mut().for_each(|t| *t = if *t > 0.0 { 1.0 } else { 0.0 });
-                }
-                let gs = 1.0 / rows as f32;
-                let mut want_d = vec![0.0; rows * k];
-                cpu::pointwise_loss(f, &pred, &target, k, gs, Some(&mut want_d));
-                let per_row: Vec<(f64, usize)> = (0..rows)
-                    .map(|r| cpu::pointwise_loss(f, &pred[r * k..][..k], &target[r * k..][..k], k, gs, None))
-                    .collect();
-                // The kernel sums a row in f32, cpu.rs in f64 (see the module comment).
-                let row_tol = (k as f64 + 2.0) * 4.0 * f32::EPSILON as f64;
-                for with_d in [false, true] {
-                    for (g, b) in grids(rows) {
-                        let what = format!("{f:?} {rows}x{k} d={with_d} grid {g}x{b}");
-                        let mut d = with_d.then(|| guarded(vec![0.0; rows * k]));
-                        let mut loss = guarded(vec![0.0; rows]);
-                        let mut correct = vec![-1i32; rows];
-                        let (mode, delta) = f.mode();
-                        // SAFETY: pred, target and d hold rows·k elements, loss and correct rows.
-                        unsafe {
-                            let dp = ptr_or_null(&mut d);
-                            hvshim_hv_pointwise_loss(
-                                g,
-                                b,
-                                pred.as_ptr(),
-                                target.as_ptr(),
-                                rows as i64,
-                                k as i32,
-                                mode,
-                                delta,
-                                gs,
-                                dp,
-                                loss.as_mut_ptr(),
-                                correct.as_mut_ptr(),
-                            );
-                        }
-                        for (r, (&got, &(want, c))) in body(&what, &loss).iter().zip(&per_row).enumerate() {
-                            assert!(
-                                (got as f64 - want).abs() <= row_tol * want + f32::MIN_POSITIVE as f64,
-                                "{what}: row {r} loss {got:e} vs cpu {want:e}"
-                            );
-                            assert_eq!(correct[r] as usize, c, "{what}: row {r} correct elements");
-                        }
-                        if let Some(d) = &d {
-                            assert_close(&format!("{what} d"), body(&what, d), &want_d);
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn dropout_matches_cpu_bit_for_bit() {
-    let mut rng = Rng::new(17, 0);
-    for rows in ROWS {
-        for cols in COLS {
-            let v = random(&mut rng, rows * cols, 3.0);
-            let keys: Vec<i32> = (0..rows).map(|r| (r as i32 * 7919) ^ 0x5a5a).collect();
-            for m in [Mask::new(5, 11, 1, 0.3).at_col(17), Mask::new(5, 12, 0, 0.9), Mask::scale_only(1.0 / 0.7)] {
-                let mut want = v.clone();
-                cpu::dropout(&mut want, cols, &keys, m);
-                for (g, b) in grids(rows * cols) {
-                    let what = format!("dropout {rows}x{cols} {m:?} grid {g}x{b}");
-                    let mut got = guarded(v.clone());
-                    // SAFETY: got holds rows·cols elements, keys rows.
-                    unsafe {
-                        hvshim_hv_dropout(
-                            g,
-                            b,
-                            got.as_mut_ptr(),
-                            rows as i64,
-                            cols as i32,
-                            keys.as_ptr(),
-                            m.salt,
-                            m.col0,
-                            m.threshold,
-                            m.scale,
-                        )
-                    };
-                    let got = body(&what, &got);
-                    assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}");
                 }
             }
         }
@@ -711,7 +537,7 @@ fn fp16_and_bf16_unpack_bit_exact_with_half() {
 
 #[test]
 fn every_kernel_has_a_shim() {
-    let src = include_str!("shim.cpp");
+    let src = include_str!("../shim.cpp");
     for k in super::launch::KERNELS {
         assert!(src.contains(&format!("void hvshim_{k}(")), "{k} has no hvshim_{k} in shim.cpp");
     }
