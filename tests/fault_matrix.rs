@@ -3,7 +3,8 @@
 //! start-up agreement (`start`) or in the evaluation (`eval`, inside `train` and in `hvtrain
 //! eval`), and killed at the end (`finish`), ends the job non-zero within a bound; a hang is a
 //! stall (`stall_seconds = 5`). After the kill at the end, every output is complete and `eval`
-//! on it passes. Each prints how long the job took, for the table.
+//! on it passes. With parameter servers, a hung worker or server is a stall too. Each prints
+//! how long the job took, for the table.
 
 mod common;
 use common::*;
@@ -58,4 +59,21 @@ fn killed_at_the_end_leaves_complete_outputs() {
     assert!(run.all().contains("done: test accuracy"), "{}", run.all());
     let e = hvtrain(&["eval", "job.toml", "--weights", "out/weights.h5"], &dir, 60);
     assert!(e.ok() && e.stdout.contains("test_accuracy"), "{}", e.all());
+}
+
+/// Parameter servers: a worker or a server that hangs (alive, no progress) mid-training is a
+/// stall: with `stall_seconds = 5` the job ends with exit 4.
+#[test]
+fn a_hung_worker_or_server_is_a_stall() {
+    let _g = mpi_lock();
+    let dir = setup("matrix-ps");
+    let args =
+        ["train", "job.toml", "--set", "distribution.strategy=\"parameter_server\"", "--set", "training.epochs=200"];
+    for spec in ["1:40:hang", "2:40:hang"] {
+        let _ = std::fs::remove_dir_all(dir.join("out"));
+        let run = mpirun_env(3, &[("HVTRAIN_INJECT_FAULT", spec)], &args, &dir, 90);
+        eprintln!("fault {spec} (parameter servers): exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
+        assert_eq!(run.code, Some(4), "fault {spec}: a stall (exit 4)\n{}", run.all());
+        assert!(run.elapsed < Duration::from_secs(40), "fault {spec}: took {:?}\n{}", run.elapsed, run.all());
+    }
 }
