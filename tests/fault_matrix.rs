@@ -3,7 +3,8 @@
 //! start-up agreement (`start`) or in the evaluation (`eval`, inside `train` and in `hvtrain
 //! eval`), and killed at the end (`finish`), ends the job non-zero within a bound; a hang is a
 //! stall (`stall_seconds = 5`). After the kill at the end, every output is complete and `eval`
-//! on it passes. With parameter servers, a hung worker or server is a stall too. Each prints
+//! on it passes. With parameter servers, a hung worker or server is a stall too. SIGTERM at
+//! the start-up agreement or in the evaluation stops at the next step with a checkpoint (75). Each prints
 //! how long the job took, for the table.
 
 mod common;
@@ -75,5 +76,26 @@ fn a_hung_worker_or_server_is_a_stall() {
         eprintln!("fault {spec} (parameter servers): exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
         assert_eq!(run.code, Some(4), "fault {spec}: a stall (exit 4)\n{}", run.all());
         assert!(run.elapsed < Duration::from_secs(40), "fault {spec}: took {:?}\n{}", run.elapsed, run.all());
+    }
+}
+
+/// SIGTERM at the start-up agreement or in the end-of-epoch evaluation: the stop takes effect
+/// at the next step boundary (step 1; the next epoch's first step), with a stop checkpoint
+/// there and exit 75, and `--resume auto` finishes the run.
+#[test]
+fn sigterm_at_start_up_or_in_evaluation_stops_at_the_next_step() {
+    let _g = mpi_lock();
+    let dir = setup("matrix-term");
+    // 1600 rows / (2 ranks × batch 4) = 200 steps per epoch.
+    for (spec, step) in [("1:start:term", 1), ("0:eval:term", 201)] {
+        let _ = std::fs::remove_dir_all(dir.join("out"));
+        let args = ["train", "job.toml", "--set", "training.epochs=2"];
+        let run = mpirun_env(2, &[("HVTRAIN_INJECT_FAULT", spec)], &args, &dir, 90);
+        eprintln!("fault {spec}: exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
+        assert_eq!(run.code, Some(75), "fault {spec}\n{}", run.all());
+        assert_eq!(assert_stop_checkpoint(&dir.join("out"), &run.stderr, 200), step, "fault {spec}");
+        let resumed = mpirun(2, &[&args[..], &["--resume", "auto"]].concat(), &dir, 90);
+        assert!(resumed.ok() && resumed.stderr.contains("resuming from"), "{}", resumed.all());
+        assert_eq!(metrics(&dir).len(), 2, "fault {spec}: both epochs in metrics.jsonl");
     }
 }
