@@ -2,7 +2,7 @@
 //! device buffers, the optimizer updates included. The model (`model/`), the losses and the
 //! optimizer (`optim.rs`) are written against this trait only and never name a device;
 //! `device::cpu::Cpu` is the reference implementation, and every other backend is tested
-//! against it with the same generic tests (`conformance.rs`, `model/tests.rs`).
+//! against it with the same generic tests (`conformance/`, `model/tests.rs`).
 //!
 //! Buffers are owned (`Buf`, `Labels`); operations take views of ranges of them (`View`,
 //! `ViewMut`), so a gradient bucket, a layer's weight or a batch's rows are addressed without

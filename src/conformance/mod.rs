@@ -6,28 +6,15 @@
 //! Must not: use a backend's own code as the reference (the references are written here, or the CPU
 //! backend for whole steps).
 
+mod check;
+mod losses;
+
 use crate::config::Activation;
-use crate::device::backend::{AdamHyper, Backend, Gemm, Mask, Pointwise, SgdHyper, Trans};
+use crate::device::backend::{AdamHyper, Backend, Gemm, SgdHyper, Trans};
 use crate::device::cpu::{gelu, gelu_grad};
 use crate::rng::Rng;
-
-fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut r = Rng::new(seed, 7);
-    (0..n).map(|_| (r.uniform() * 2.0 - 1.0) as f32).collect()
-}
-
-fn host<B: Backend>(be: &B, buf: &B::Buf, n: usize) -> Vec<f32> {
-    let mut v = vec![0.0; n];
-    be.download(buf, 0..n, &mut v).unwrap();
-    v
-}
-
-fn close(got: &[f32], want: &[f64], tol: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        assert!((g as f64 - w).abs() <= tol * (1.0 + w.abs()), "{what}[{i}]: got {g}, want {w}");
-    }
-}
+use check::{close, host, random};
+use losses::{dropout, losses};
 
 /// Odd shapes, including 1 and sizes that are not multiples of any vector width.
 const SHAPES: [(usize, usize, usize); 5] = [(1, 1, 1), (3, 5, 7), (17, 1, 9), (33, 65, 31), (2, 129, 3)];
@@ -63,44 +50,6 @@ fn act_ref(act: Activation, z: f64) -> f64 {
         Activation::Tanh => z.tanh(),
         Activation::Gelu => gelu(z as f32) as f64,
     }
-}
-
-/// Dropout against the mask computed here: kept elements × 1/(1 − p) exactly, dropped ones 0,
-/// the dropped share near p, a block of columns masked as those columns of the whole layer
-/// (tensor splits), and the scale-only mask.
-fn dropout<B: Backend>(be: &B) {
-    let (rows, cols, p) = (129usize, 65usize, 0.25f32);
-    let v = random(rows * cols, 8);
-    let keys: Vec<i32> = (0..rows as i32).map(|r| r * 3 + 1000).collect();
-    let mut kd = be.labels(rows).unwrap();
-    be.upload_labels(&keys, &mut kd).unwrap();
-    let m = Mask::new(42, 7, 2, p);
-    let mut d = be.upload(&v).unwrap();
-    be.dropout(be.view_mut(&mut d, 0..rows * cols), cols, &kd, m).unwrap();
-    let got = host(be, &d, rows * cols);
-    let threshold = (p as f64 * 16_777_216.0).round() as u32;
-    let mut dropped = 0;
-    for (i, &g) in got.iter().enumerate() {
-        let (r, c) = (i / cols, i % cols);
-        let keep = crate::device::backend::mask_bits(m.salt, keys[r] as u32, c as u32) >= threshold;
-        let want = if keep { v[i] * (1.0 / (1.0 - p)) } else { 0.0 };
-        assert_eq!(g.to_bits(), want.to_bits(), "dropout [{r}, {c}]: {g} vs {want}");
-        dropped += !keep as usize;
-    }
-    let share = dropped as f64 / (rows * cols) as f64;
-    assert!((share - p as f64).abs() < 0.03, "dropout dropped {share} of the units at rate {p}");
-    // Columns 20..45 as a block of their own (a tensor shard's slice).
-    let block: Vec<f32> = (0..rows).flat_map(|r| v[r * cols + 20..r * cols + 45].to_vec()).collect();
-    let mut bd = be.upload(&block).unwrap();
-    be.dropout(be.view_mut(&mut bd, 0..rows * 25), 25, &kd, m.at_col(20)).unwrap();
-    let gb = host(be, &bd, rows * 25);
-    for r in 0..rows {
-        assert_eq!(&gb[r * 25..(r + 1) * 25], &got[r * cols + 20..r * cols + 45], "dropout block row {r}");
-    }
-    let mut sd = be.upload(&v).unwrap();
-    be.dropout(be.view_mut(&mut sd, 0..rows * cols), cols, &kd, Mask::scale_only(0.5)).unwrap();
-    let gs = host(be, &sd, rows * cols);
-    assert!(gs.iter().zip(&v).all(|(a, b)| *a == b * 0.5), "dropout scale_only");
 }
 
 fn elementwise<B: Backend>(be: &B) {
@@ -144,88 +93,6 @@ fn elementwise<B: Backend>(be: &B) {
     be.column_sums(be.view(&md, 0..rows * cols), cols, 1.0, be.view_mut(&mut out, 0..cols)).unwrap();
     let twice: Vec<f64> = want.iter().map(|v| 2.0 * v).collect();
     close(&host(be, &out, cols), &twice, 1e-5, "column_sums with beta = 1");
-}
-
-fn losses<B: Backend>(be: &B) {
-    let (b, k) = (9, 7);
-    let logits: Vec<f32> = random(b * k, 5).iter().map(|v| v * 8.0).collect();
-    let labels: Vec<i32> = (0..b as i32).map(|i| (i * 3) % k as i32).collect();
-    let scale = 1.0 / b as f32;
-    let (mut loss, mut correct, mut grad) = (0.0f64, 0usize, vec![0.0f64; b * k]);
-    for r in 0..b {
-        let row: Vec<f64> = logits[r * k..(r + 1) * k].iter().map(|&v| v as f64).collect();
-        let max = row.iter().cloned().fold(f64::MIN, f64::max);
-        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
-        loss += sum.ln() - (row[labels[r] as usize] - max);
-        let arg = (0..k).fold(0, |best, j| if row[j] > row[best] { j } else { best });
-        correct += (arg == labels[r] as usize) as usize;
-        for j in 0..k {
-            let p = (row[j] - max).exp() / sum;
-            grad[r * k + j] = scale as f64 * (p - (j == labels[r] as usize) as u8 as f64);
-        }
-    }
-    let ld = be.upload(&logits).unwrap();
-    let mut lab = be.labels(b).unwrap();
-    be.upload_labels(&labels, &mut lab).unwrap();
-    let mut d = be.zeros(b * k).unwrap();
-    let (l, c) = be.softmax_xent(be.view(&ld, 0..b * k), &lab, k, scale, Some(be.view_mut(&mut d, 0..b * k))).unwrap();
-    assert!((l - loss).abs() < 1e-4 * loss.abs().max(1.0), "softmax_xent loss {l} vs {loss}");
-    assert_eq!(c, correct, "softmax_xent correct predictions");
-    close(&host(be, &d, b * k), &grad, 1e-5, "softmax_xent gradient");
-
-    let target = random(b * k, 6);
-    let bits: Vec<f32> = random(b * k, 7).iter().map(|&t| if t > 0.0 { 1.0 } else { 0.0 }).collect();
-    for f in [Pointwise::Mse, Pointwise::Mae, Pointwise::Huber(0.5), Pointwise::BinaryXent] {
-        let t = if f == Pointwise::BinaryXent { &bits } else { &target };
-        let (mut want, mut wc) = (0.0, 0);
-        let mut wg = vec![0.0; b * k];
-        for i in 0..b * k {
-            let (p, y) = (logits[i] as f64, t[i] as f64);
-            let e = p - y;
-            let (v, g) = match f {
-                Pointwise::Mse => (e * e, 2.0 * e),
-                Pointwise::Mae => (e.abs(), e.signum()),
-                Pointwise::Huber(dl) => {
-                    let dl = dl as f64;
-                    if e.abs() <= dl {
-                        (0.5 * e * e, e)
-                    } else {
-                        (dl * (e.abs() - 0.5 * dl), dl * e.signum())
-                    }
-                }
-                Pointwise::BinaryXent => {
-                    let s = 1.0 / (1.0 + (-p).exp());
-                    wc += ((p > 0.0) == (y > 0.5)) as usize;
-                    (-(y * s.ln() + (1.0 - y) * (1.0 - s).ln()), s - y)
-                }
-            };
-            want += v / k as f64;
-            wg[i] = scale as f64 / k as f64 * g;
-        }
-        let td = be.upload(t).unwrap();
-        let (got, c) = be
-            .pointwise_loss(
-                f,
-                be.view(&ld, 0..b * k),
-                be.view(&td, 0..b * k),
-                k,
-                scale,
-                Some(be.view_mut(&mut d, 0..b * k)),
-            )
-            .unwrap();
-        assert!((got - want).abs() < 1e-4 * want, "{f:?} loss {got} vs {want}");
-        assert_eq!(c, wc, "{f:?} elements predicted right");
-        close(&host(be, &d, b * k), &wg, 1e-5, &format!("{f:?} gradient"));
-    }
-
-    let mut sd = be.upload(&logits).unwrap();
-    be.softmax(be.view_mut(&mut sd, 0..b * k), k).unwrap();
-    let probs = host(be, &sd, b * k);
-    for r in 0..b {
-        let want: Vec<f64> =
-            (0..k).map(|j| (grad[r * k + j] / scale as f64) + (j == labels[r] as usize) as u8 as f64).collect();
-        close(&probs[r * k..(r + 1) * k], &want, 1e-5, "softmax");
-    }
 }
 
 fn optimizers<B: Backend>(be: &B) {
@@ -435,6 +302,7 @@ fn hook_default() -> Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::backend::{Mask, Pointwise};
     use crate::device::Cpu;
 
     #[test]
