@@ -26,11 +26,7 @@ fn train(name: &str, ranks: usize, data_ranks: usize, sets: &[&str]) -> Vec<Vec<
     }
     let r = mpirun(ranks, &args, &dir, 120);
     assert!(r.ok(), "{name}: {}", r.all());
-    let w = dir.join("out/weights.h5");
-    (0..LAYERS.len() - 1)
-        .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
-        .map(|t| read_f32(&w, &t))
-        .collect()
+    layer_tensors(&dir.join("out/weights.h5"), LAYERS.len() - 1)
 }
 
 fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
@@ -128,11 +124,7 @@ fn dropout_resumes_bit_exact_mid_epoch_on_any_rank_count() {
                 .concat();
         let r = mpirun(ranks_after, &second, &dir, 120);
         assert!(r.ok() && r.stderr.contains("resuming from"), "{}", r.all());
-        let w = dir.join("out/weights.h5");
-        let got: Vec<Vec<f32>> = (0..LAYERS.len() - 1)
-            .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
-            .map(|t| read_f32(&w, &t))
-            .collect();
+        let got = layer_tensors(&dir.join("out/weights.h5"), LAYERS.len() - 1);
         let d = max_diff(&straight, &got);
         let bound = if ranks_after == 2 { 0.0 } else { 1e-5 };
         assert!(d <= bound, "{name}: resumed weights differ from the uninterrupted run by {d}");

@@ -47,10 +47,7 @@ struct Trained {
 }
 
 fn weights_of(path: &Path, layers: &[usize]) -> Vec<Vec<f32>> {
-    (0..layers.len() - 1)
-        .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
-        .map(|t| read_f32(path, &t))
-        .collect()
+    layer_tensors(path, layers.len() - 1)
 }
 
 /// The per-step losses rank 0 logs at debug level ("step N: loss X").

@@ -31,11 +31,7 @@ fn data(dir: &Path, workers: usize) {
 }
 
 fn weights(dir: &Path) -> Vec<Vec<f32>> {
-    let w = dir.join("out/weights.h5");
-    (0..LAYERS.len() - 1)
-        .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
-        .map(|t| read_f32(&w, &t))
-        .collect()
+    layer_tensors(&dir.join("out/weights.h5"), LAYERS.len() - 1)
 }
 
 fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {

@@ -35,10 +35,7 @@ fn setup(name: &str) -> PathBuf {
 }
 
 fn weights(out: &Path) -> Vec<Vec<f32>> {
-    (0..3)
-        .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
-        .map(|t| read_f32(&out.join("weights.h5"), &t))
-        .collect()
+    layer_tensors(&out.join("weights.h5"), 3)
 }
 
 fn pick(seed: &mut u64, n: u64) -> u64 {

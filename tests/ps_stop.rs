@@ -31,10 +31,7 @@ fn setup(name: &str) -> std::path::PathBuf {
 }
 
 fn weights(dir: &Path) -> Vec<Vec<f32>> {
-    (0..LAYERS.len() - 1)
-        .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
-        .map(|t| read_f32(&dir.join("out/weights.h5"), &t))
-        .collect()
+    layer_tensors(&dir.join("out/weights.h5"), LAYERS.len() - 1)
 }
 
 fn train_losses(dir: &Path) -> Vec<f64> {

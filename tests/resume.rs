@@ -26,10 +26,7 @@ fn setup(name: &str, job_name: &str) -> PathBuf {
 }
 
 fn weights(dir: &Path) -> Vec<Vec<f32>> {
-    (0..3)
-        .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
-        .map(|t| read_f32(&dir.join("out/weights.h5"), &t))
-        .collect()
+    layer_tensors(&dir.join("out/weights.h5"), 3)
 }
 
 fn pick(seed: &mut u64, n: u64) -> u64 {

@@ -159,6 +159,15 @@ pub fn read_f32(path: &Path, name: &str) -> Vec<f32> {
     hdf5::File::open(path).unwrap().dataset(name).unwrap().read_raw().unwrap()
 }
 
+/// Every layer's weight and bias (`dense{l}/weight`, `dense{l}/bias`, l < `layers`) of a
+/// weights file or checkpoint, in layer order (for comparing weights).
+pub fn layer_tensors(path: &Path, layers: usize) -> Vec<Vec<f32>> {
+    (0..layers)
+        .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
+        .map(|t| read_f32(path, &t))
+        .collect()
+}
+
 /// A small job file: model `layers`, data paths, output dir, extra TOML appended.
 pub fn job(dir: &Path, layers: &[usize], train: &str, test: Option<&str>, extra: &str) -> PathBuf {
     let test = test.map(|t| format!("test = \"{t}\"\n")).unwrap_or_default();
