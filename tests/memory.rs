@@ -6,15 +6,18 @@
 //! The limit is virtual memory, which counts more than the model: MPI's mappings, the threads'
 //! stacks and malloc's arenas (about 580 MiB per rank on the machine this was written on). So
 //! the test measures that baseline first (a tiny job's VmPeak, which hvtrain logs) and sets the
-//! limit to baseline + 3.25 × the model's parameter bytes P. At T = 1 a rank's own allocations
+//! limit to baseline + 2.6 × the model's parameter bytes P. At T = 1 a rank's own allocations
 //! need baseline + 4 P (the starting parameters received from rank 0, two gradient buffers and
 //! the backend's copy of the parameters; plain SGD keeps no optimizer state), so one of them
 //! fails, before MPI's all-reduce would need its own temporary buffer. At T = 4 a rank holds
 //! about 0.75 P (a quarter of the parameters and of the two gradient buffers); rank 0 also
 //! holds the whole parameters at start-up (before its part) and, at the end, the gathered
-//! shards and the assembled model for weights.h5 (2 P), about baseline + 2.75 P at most (it
-//! trained under baseline + 2.6 P too, so the margins are about 0.65 P below the limit and
-//! 0.75 P above it).
+//! shards and the assembled model for weights.h5 (2 P); measured, rank 0 peaks at about
+//! baseline + 0.7 P. The margins are wide because the mapped memory moves by glibc's malloc
+//! arenas (64 MiB of address space each, one per thread that allocates) from run to run: with
+//! the limit at baseline + 3.25 P a CI run once fitted all of T = 1's own allocations and ran
+//! out inside MPI_Allreduce instead (MPI_ERR_INTERN, no hvtrain line). Now T = 1 is 1.4 P
+//! (about 4 arenas) over the limit, and T = 4's peak about 1.9 P under it.
 
 mod common;
 use common::*;
@@ -81,7 +84,7 @@ fn a_model_too_big_for_one_rank_fails_clearly_and_trains_split_over_four() {
     assert!(tiny.ok(), "{}", tiny.all());
     let base = vm_peaks(&tiny.stderr).into_iter().fold(0.0, f64::max);
     assert!(base > 10.0, "baseline VmPeak {base} MiB");
-    let limit = (base + 3.25 * p_mib) as u64;
+    let limit = (base + 2.6 * p_mib) as u64;
     eprintln!("baseline VmPeak {base:.0} MiB, model parameters {p_mib:.0} MiB: ulimit -v {limit} MiB per process");
 
     // T = 1: out of memory on some rank, one clear line, the whole job ends non-zero.
