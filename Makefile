@@ -67,7 +67,7 @@ demo: data
 
 test: test-deps build nvrtc gpu-bundle onnx-venv
 	LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH HVTRAIN_REQUIRE_NVRTC=1 HVTRAIN_REQUIRE_BUNDLE=1 \
-	  HVTRAIN_REQUIRE_ONNX=1 HVTRAIN_ONNX_PYTHON=$(CURDIR)/$(ONNX_VENV)/bin/python cargo test --release
+	  HVTRAIN_REQUIRE_ONNX=1 HVTRAIN_ONNX_PYTHON=$(CURDIR)/$(ONNX_VENV)/bin/python cargo test --release --no-fail-fast
 	$(MAKE) --no-print-directory check-mpich
 
 # The code must build against MPICH too: build with MPICH's wrapper into target-mpich/ and
