@@ -2,7 +2,7 @@
 # GPU benchmark: hvtrain's training step against a PyTorch eager peer, one GPU, same shapes.
 #   bash bench/gpu.sh LOGDIR
 # For layers 784-4096-4096-4096-10 and 784-512-512-10, batch 1024 and 8192, precision fp32
-# and tf32, it runs
+# and tf32, and the large model in bf16 (torch: autocast) at both batches, it runs
 #   hvtrain bench step --device cuda --layers L --batch B --precision P --steps N --json F
 #   python3 bench/torch_peer.py --layers L --batch B --precision P --steps N --json F
 # and writes LOGDIR/gpu-bench.md (a markdown table) and LOGDIR/gpu-bench.json.
@@ -30,6 +30,7 @@ SMALL=784,512,512,10
 if [ -z "${SHAPES:-}" ]; then
   SHAPES=""
   for L in $LARGE $SMALL; do for B in 1024 8192; do for P in fp32 tf32; do SHAPES+="$L:$B:$P "; done; done; done
+  for B in 1024 8192; do SHAPES+="$LARGE:$B:bf16 "; done
 fi
 mkdir -p "$LOGDIR/bench"
 D="$LOGDIR/bench"

@@ -32,8 +32,8 @@ def main(argv=None):
     ap.add_argument("--layers", type=parse_layers, default=parse_layers("784,512,512,10"),
                     help="comma-separated sizes, input first (784,512,512,10)")
     ap.add_argument("--batch", type=int, default=1024, help="rows per step (1024)")
-    ap.add_argument("--precision", choices=["fp32", "tf32"], default="fp32",
-                    help="fp32: TF32 off for matmuls and cuDNN; tf32: on")
+    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32",
+                    help="fp32: TF32 off for matmuls and cuDNN; tf32: on; bf16: torch.autocast(cuda, bfloat16)")
     ap.add_argument("--steps", type=int, default=50, help="timed steps (50)")
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps first (10)")
     ap.add_argument("--lr", type=float, default=0.01)
@@ -66,7 +66,8 @@ def main(argv=None):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         return loss

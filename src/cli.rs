@@ -226,6 +226,9 @@ also written to --json FILE. The PyTorch peer on the same shapes: bench/torch_pe
         /// Seconds to measure.
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
+        /// fp32 (the matrix crate) or bf16 (bf16 operands, float32 sums: AVX512-BF16).
+        #[arg(long, value_enum, default_value_t = PrecisionArg::Fp32)]
+        precision: PrecisionArg,
     },
 }
 
@@ -258,6 +261,7 @@ pub enum ExportFormat {
 pub enum PrecisionArg {
     Fp32,
     Tf32,
+    Bf16,
 }
 
 impl PrecisionArg {
@@ -265,6 +269,7 @@ impl PrecisionArg {
         match self {
             PrecisionArg::Fp32 => crate::config::Precision::Fp32,
             PrecisionArg::Tf32 => crate::config::Precision::Tf32,
+            PrecisionArg::Bf16 => crate::config::Precision::Bf16,
         }
     }
 }

@@ -91,9 +91,8 @@ fn main() {
         Command::Plot { runs, output } => {
             finish(plot::plot(&runs, output.as_deref()).map(|p| println!("hvtrain plot: wrote {}", p.display())))
         }
-        Command::Bench(BenchCommand::Gemm { layers, batch, seconds }) => {
-            bench::gemm::run(&layers, batch, seconds);
-            0
+        Command::Bench(BenchCommand::Gemm { layers, batch, seconds, precision }) => {
+            finish(bench::gemm::run(&layers, batch, seconds, precision.precision()))
         }
         Command::Train(args) => {
             let limits = limits(&args.job.job, &args.job.set);

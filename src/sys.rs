@@ -81,6 +81,14 @@ pub fn vm_peak_mib() -> Option<f64> {
     status_mib("VmPeak:")
 }
 
+/// The processor's name ("model name" in /proc/cpuinfo), or "unknown".
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|m| m.trim().to_string()))
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// Virtual memory now (VmSize) in MiB.
 pub fn vm_size_mib() -> Option<f64> {
     status_mib("VmSize:")

@@ -1,13 +1,17 @@
-//! `hvtrain bench gemm`: the SGEMM rate of the matrix crate hvtrain uses, on exactly the
-//! matrix products of one training step of an MLP (forward, weight gradients, input
-//! gradients), so a training run's FLOP rate can be read as a fraction of it.
+//! `hvtrain bench gemm`: the single-core GEMM rate of the CPU backend (float32 through the
+//! matrix crate, or the bf16 kernel with `--precision bf16`), on exactly the matrix products
+//! of one training step of an MLP (forward, weight gradients, input gradients), so a training
+//! run's FLOP rate can be read as a fraction of it.
 //!
 //! Must not: call MPI or time anything but the matrix products.
 
-use crate::device::cpu::{gemm, Gemm, Trans};
+use crate::device::cpu::{Gemm, Trans};
+use crate::device::{Backend, Cpu};
+use crate::error::Result;
 use std::time::Instant;
 
-pub fn run(layers: &[usize], batch: usize, seconds: f64) {
+pub fn run(layers: &[usize], batch: usize, seconds: f64, precision: crate::config::Precision) -> Result<()> {
+    let be = Cpu::new(precision)?;
     // (m, k, n, ta, tb) for each product of a step, as Mlp::forward/backward issue them.
     let mut shapes = Vec::new();
     for w in layers.windows(2) {
@@ -27,7 +31,7 @@ pub fn run(layers: &[usize], batch: usize, seconds: f64) {
     let mut bufs = bufs;
     let step = |bufs: &mut Vec<(Vec<f32>, Vec<f32>, Vec<f32>)>| {
         for (&(m, k, n, ta, tb), (a, b, c)) in shapes.iter().zip(bufs.iter_mut()) {
-            gemm(Gemm::new(m, k, n, ta, tb), a, b, c);
+            be.gemm(Gemm::new(m, k, n, ta, tb), a, b, c).expect("the CPU backend's gemm returns no error");
         }
     };
     for _ in 0..3 {
@@ -45,9 +49,11 @@ pub fn run(layers: &[usize], batch: usize, seconds: f64) {
     println!(
         "{}",
         serde_json::json!({
-            "crate": "matrixmultiply", "layers": layers, "batch": batch, "step_gemms": shapes.len(),
+            "crate": if precision == crate::config::Precision::Bf16 { "hvtrain bf16 (AVX512-BF16)" } else { "matrixmultiply" },
+            "precision": format!("{precision:?}").to_lowercase(), "layers": layers, "batch": batch, "step_gemms": shapes.len(),
             "gflops": gflops, "flop_per_sample": per_sample,
             "samples_per_sec_ceiling": gflops * 1e9 / per_sample, "seconds": secs, "iters": iters
         })
     );
+    Ok(())
 }

@@ -16,14 +16,17 @@ pub enum DeviceChoice {
     Cuda,
 }
 
-/// The dense layers' arithmetic on a GPU: exact float32 (SGEMM), or TF32 tensor cores
-/// (inputs rounded to 10 mantissa bits, sums in float32). The CPU always computes in fp32.
+/// The dense layers' matrix products: exact float32 (SGEMM); TF32 tensor cores on a GPU
+/// (inputs rounded to 10 mantissa bits, sums in float32; the CPU computes float32 for it); or
+/// bf16 mixed precision (operands rounded to bfloat16, sums, master weights, gradients and
+/// optimizer state in float32; on the CPU through AVX512-BF16).
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Precision {
     #[default]
     Fp32,
     Tf32,
+    Bf16,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -38,7 +41,8 @@ pub struct TrainingCfg {
     pub seed: u64,
     #[serde(default = "default_device")]
     pub device: DeviceChoice,
-    /// "fp32" (default) or "tf32" (TF32 tensor cores on the GPU; the CPU ignores it).
+    /// "fp32" (default), "tf32" (TF32 tensor cores on the GPU; the CPU ignores it) or "bf16"
+    /// (bf16 operands, float32 sums and state).
     #[serde(default)]
     pub precision: Precision,
     /// Log a progress line every this many steps (0: only per epoch).

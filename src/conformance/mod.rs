@@ -20,12 +20,24 @@ use losses::{dropout, losses};
 const SHAPES: [(usize, usize, usize); 5] = [(1, 1, 1), (3, 5, 7), (17, 1, 9), (33, 65, 31), (2, 129, 3)];
 
 fn gemm<B: Backend>(be: &B) {
+    gemm_of(be, |x| x as f64, "gemm");
+}
+
+/// The products of a backend opened with `precision = "bf16"`: equal to the exact product of
+/// the operands rounded to bf16 (nearest even, the `half` crate's rounding), within float32
+/// summation. A product that does not round, rounds otherwise or truncates fails.
+pub fn gemm_bf16<B: Backend>(be: &B) {
+    gemm_of(be, |x| half::bf16::from_f32(x).to_f32() as f64, "bf16 gemm");
+}
+
+/// Every transpose of `SHAPES` against the float64 product of the operands as `operand` sees them.
+fn gemm_of<B: Backend>(be: &B, operand: fn(f32) -> f64, label: &str) {
     for (seed, &(m, k, n)) in SHAPES.iter().enumerate() {
         for ta in [Trans::N, Trans::T] {
             for tb in [Trans::N, Trans::T] {
                 let (a, b, c0) = (random(m * k, seed as u64), random(k * n, 100 + seed as u64), random(m * n, 200));
-                let at = |i: usize, p: usize| if ta == Trans::N { a[i * k + p] } else { a[p * m + i] } as f64;
-                let bt = |p: usize, j: usize| if tb == Trans::N { b[p * n + j] } else { b[j * k + p] } as f64;
+                let at = |i: usize, p: usize| operand(if ta == Trans::N { a[i * k + p] } else { a[p * m + i] });
+                let bt = |p: usize, j: usize| operand(if tb == Trans::N { b[p * n + j] } else { b[j * k + p] });
                 let (alpha, beta) = (0.75f32, 0.5f32);
                 let want: Vec<f64> = (0..m * n)
                     .map(|ij| {
@@ -37,7 +49,7 @@ fn gemm<B: Backend>(be: &B) {
                 let (av, bv) = (be.view(&ad, 0..a.len()), be.view(&bd, 0..b.len()));
                 be.gemm(Gemm::new(m, k, n, ta, tb).alpha(alpha).beta(beta), av, bv, be.view_mut(&mut cd, 0..m * n))
                     .unwrap();
-                close(&host(be, &cd, m * n), &want, 1e-5, &format!("gemm {m}x{k}x{n} {ta:?}{tb:?}"));
+                close(&host(be, &cd, m * n), &want, 1e-5, &format!("{label} {m}x{k}x{n} {ta:?}{tb:?}"));
             }
         }
     }
@@ -233,8 +245,8 @@ pub fn suite<B: Backend>(be: &B, step_tol: f64) -> Vec<(&'static str, std::resul
 }
 
 /// `hvtrain selftest`: the suite on this node's backend (`device`), as a table on stdout;
-/// on a GPU also one step with TF32 tensor cores against the CPU. Ok(true) when every check
-/// passed.
+/// with bf16 (a GPU, or a CPU with AVX512-BF16) also the bf16 products, and on a GPU one step
+/// with TF32 tensor cores against the CPU. Ok(true) when every check passed.
 pub fn selftest(device: crate::config::DeviceChoice) -> crate::error::Result<bool> {
     let (kind, how) = crate::device::select(device, 0)?;
     println!("hvtrain selftest on {how}");
@@ -263,6 +275,19 @@ pub fn selftest(device: crate::config::DeviceChoice) -> crate::error::Result<boo
     std::panic::set_hook(hook);
     for (name, r) in results? {
         report(name, &r);
+    }
+    if matches!(kind, crate::device::Kind::Cuda(_)) || crate::device::bf16::supported() {
+        struct Bf16;
+        impl crate::device::WithBackend<std::result::Result<(), String>> for Bf16 {
+            fn run<B: crate::device::Backend>(self, be: B) -> crate::error::Result<std::result::Result<(), String>> {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gemm_bf16(&be)));
+                Ok(r.map_err(|e| e.downcast_ref::<String>().cloned().unwrap_or_default()))
+            }
+        }
+        std::panic::set_hook(Box::new(|_| {}));
+        let r = crate::device::with_backend(kind, crate::config::Precision::Bf16, Bf16);
+        std::panic::set_hook(hook_default());
+        report("gemm with bf16 operands (precision = \"bf16\") against the rounded operands' exact product", &r?);
     }
     if let crate::device::Kind::Cuda(_) = kind {
         // TF32: the gradients of this small model at initialisation cancel (sums of terms of
@@ -308,6 +333,17 @@ mod tests {
     #[test]
     fn cpu_gemm() {
         gemm(&Cpu);
+    }
+    /// The CPU's bf16 products pass the check, and the float32 ones (which do not round the
+    /// operands) fail it: the check can tell.
+    #[test]
+    fn cpu_bf16_gemm() {
+        if !crate::device::bf16::supported() {
+            return;
+        }
+        gemm_bf16(&Cpu::new(crate::config::Precision::Bf16).unwrap());
+        let fp32 = std::panic::catch_unwind(|| gemm_bf16(&Cpu));
+        assert!(fp32.is_err(), "float32 products passed the bf16 check");
     }
     #[test]
     fn cpu_elementwise() {

@@ -12,9 +12,36 @@ use crate::config::Activation;
 use crate::error::Result;
 use std::ops::Range;
 
-/// The CPU backend: buffers are `Vec<f32>` in host memory, views are slices.
+/// The CPU backend: buffers are `Vec<f32>` in host memory, views are slices. Its matrix
+/// products are float32 (`Cpu`, the reference) or bf16 mixed precision (`Cpu::new(Bf16)`,
+/// `bf16.rs`); everything else is float32 either way.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Cpu;
+pub struct Cpu {
+    bf16: bool,
+}
+
+/// The float32 CPU backend, spelled as a value (`&Cpu`) as the unit struct it once was.
+#[allow(non_upper_case_globals)]
+pub const Cpu: Cpu = Cpu { bf16: false };
+
+impl Cpu {
+    /// The backend for `training.precision`: bf16 needs AVX512-BF16 (checked here, at run
+    /// time); tf32 is a GPU setting, so the CPU computes float32 for it.
+    pub fn new(precision: crate::config::Precision) -> Result<Cpu> {
+        if precision != crate::config::Precision::Bf16 {
+            return Ok(Cpu);
+        }
+        if !super::bf16::supported() {
+            return Err(crate::error::Error::Device(format!(
+                "training.precision = \"bf16\" on the CPU needs AVX512-BF16 (the vdpbf16ps instruction: \
+                 Intel Cooper Lake or Sapphire Rapids and later, AMD Zen 4 and later), and this CPU ({}) lacks it \
+                 (no avx512_bf16 in /proc/cpuinfo); use training.precision = \"fp32\", or run on such a CPU or a GPU",
+                crate::sys::cpu_model()
+            )));
+        }
+        Ok(Cpu { bf16: true })
+    }
+}
 
 impl Backend for Cpu {
     type Buf = Vec<f32>;
@@ -23,7 +50,7 @@ impl Backend for Cpu {
     type ViewMut<'a> = &'a mut [f32];
 
     fn name(&self) -> String {
-        "cpu".into()
+        if self.bf16 { "cpu (bf16 products, AVX512-BF16)".into() } else { "cpu".into() }
     }
     // Allocations fail with `Error::OutOfMemory` (naming what and this rank's model state),
     // never with an abort.
@@ -62,7 +89,11 @@ impl Backend for Cpu {
         &mut buf[r]
     }
     fn gemm(&self, g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) -> Result<()> {
-        gemm(g, a, b, c);
+        if self.bf16 {
+            super::bf16::gemm(g, a, b, c);
+        } else {
+            gemm(g, a, b, c);
+        }
         Ok(())
     }
     fn bias_act(&self, out: &mut [f32], bias: &[f32], act: Activation, keep_z: Option<&mut [f32]>) -> Result<()> {

@@ -7,6 +7,7 @@
 //! Must not: know the model or MPI (the rank's node-local index is handed in).
 
 pub mod backend;
+pub mod bf16;
 pub mod cpu;
 pub mod cuda;
 
@@ -55,7 +56,7 @@ pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Kind, String)>
 /// Run `f` with the backend `kind` names (opened here: on a GPU, context, cuBLAS, kernels).
 pub fn with_backend<T>(kind: Kind, precision: crate::config::Precision, f: impl WithBackend<T>) -> Result<T> {
     match kind {
-        Kind::Cpu => f.run(Cpu),
+        Kind::Cpu => f.run(Cpu::new(precision)?),
         Kind::Cuda(g) => f.run(cuda::Cuda::new(g, precision)?),
     }
 }

@@ -1,5 +1,7 @@
 //! The CUDA backend: `Backend` on one GPU. Buffers live in device memory; the dense layers'
-//! products go through cuBLAS (SGEMM, or TF32 tensor cores with `precision = "tf32"`), the
+//! products go through cuBLAS (SGEMM, TF32 tensor cores with `precision = "tf32"`, or, with
+//! `precision = "bf16"`, `cublasGemmEx` on operands rounded to bf16 by `hv_pack_bf16` with
+//! float32 output and compute, so master weights and gradients stay float32), the
 //! element-wise work through our kernels (`kernels.cu`, compiled by NVRTC at start-up for
 //! this GPU's architecture, `module.rs`). Everything runs on one compute stream; a second
 //! stream carries gradient buckets to and from pinned host memory for the communication
@@ -34,6 +36,8 @@ pub struct Cuda {
     ones: RefCell<Option<CudaSlice<f32>>>,
     /// Per-row loss and correct-prediction scratch for the loss kernels, grown on demand.
     rows: RefCell<Option<(CudaSlice<f32>, CudaSlice<i32>)>>,
+    /// bf16 products: the two operands' bf16 copies, grown on demand (None: float32 products).
+    bf16: Option<RefCell<[Option<CudaSlice<u16>>; 2]>>,
 }
 
 /// A driver error as one line, with what was being done.
@@ -54,6 +58,8 @@ impl Cuda {
         let mode = match precision {
             Precision::Fp32 => blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH,
             Precision::Tf32 => blas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
+            // GemmEx's compute type says how; the math mode stays the default.
+            Precision::Bf16 => blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH,
         };
         // SAFETY: a valid handle from CudaBlas::new; the mode is a documented value.
         unsafe { blas_sys::cublasSetMathMode(*blas.handle(), mode) }
@@ -68,9 +74,11 @@ impl Cuda {
             match precision {
                 Precision::Fp32 => "fp32 SGEMM",
                 Precision::Tf32 => "TF32 tensor cores",
+                Precision::Bf16 => "bf16 tensor cores (cublasGemmEx, float32 sums)",
             }
         );
-        Ok(Cuda { ctx, stream, copy, blas, k, name, ones: RefCell::new(None), rows: RefCell::new(None) })
+        let bf16 = (precision == Precision::Bf16).then(|| RefCell::new([None, None]));
+        Ok(Cuda { ctx, stream, copy, blas, k, name, ones: RefCell::new(None), rows: RefCell::new(None), bf16 })
     }
 
     /// Allocate, naming the sizes asked for and free when the GPU is out of memory.
@@ -271,6 +279,9 @@ impl Backend for Cuda {
             beta,
             ldc: int(g.ldc)?,
         };
+        if let Some(scratch) = &self.bf16 {
+            return self.gemm_bf16(&cfg, a, b, c, &mut scratch.borrow_mut());
+        }
         // cuBLAS's A is our b, its B our a (see gemm_map).
         let (ca, cb) = (b.cu(), a.cu());
         // SAFETY: the asserts above and gemm_map's tested arguments keep every access inside
@@ -499,5 +510,69 @@ impl Backend for Cuda {
         // SAFETY: hv_adam(float*, const float*, float*, float*, long long, float × 9).
         unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_adam"))?;
         Ok(())
+    }
+}
+
+impl Cuda {
+    /// `gemm` with bf16 operands: each operand rounded to bf16 into its scratch buffer
+    /// (`hv_pack_bf16`, round to nearest even as the CPU's `bf16.rs`), then `cublasGemmEx`
+    /// with bf16 A and B, float32 C and float32 compute (`CUBLAS_COMPUTE_32F`): the tensor
+    /// cores multiply bf16 and sum in float32. The arguments are gemm_map's, as for SGEMM.
+    fn gemm_bf16(
+        &self,
+        cfg: &GemmConfig<f32>,
+        a: DView<'_>,
+        b: DView<'_>,
+        c: DViewMut<'_>,
+        scratch: &mut [Option<CudaSlice<u16>>; 2],
+    ) -> Result<()> {
+        use cudarc::driver::{DevicePtr, DevicePtrMut};
+        for (slot, v) in scratch.iter_mut().zip([&a, &b]) {
+            if slot.as_ref().is_none_or(|s| s.len() < v.len) {
+                *slot = None; // free the old one first
+                *slot = Some(self.stream.alloc_zeros::<u16>(v.len.max(1)).map_err(|e| self.oom(e, v.len * 2))?);
+            }
+            let n64 = v.len as i64;
+            let src = v.cu();
+            let dst = slot.as_mut().expect("allocated above");
+            let mut l = self.stream.launch_builder(&self.k.pack_bf16);
+            l.arg(&src).arg(dst).arg(&n64);
+            // SAFETY: hv_pack_bf16(const float*, unsigned short*, long long) over v.len elements,
+            // the scratch holding at least that many.
+            unsafe { l.launch(config_1d(v.len.max(1))) }.map_err(drv("launching the bf16 rounding of a GEMM operand"))?;
+        }
+        let [sa, sb] = scratch;
+        let (sa, sb) = (sa.as_ref().expect("allocated above"), sb.as_ref().expect("allocated above"));
+        let mut cc = c.cu();
+        let (pa, _ga) = sa.device_ptr(&self.stream);
+        let (pb, _gb) = sb.device_ptr(&self.stream);
+        let (pc, _gc) = cc.device_ptr_mut(&self.stream);
+        let bf = blas_sys::cudaDataType::CUDA_R_16BF;
+        // SAFETY: device pointers of live buffers holding the operands gemm_map sized; alpha
+        // and beta are host floats (the handle's default pointer mode). cuBLAS's A is our b.
+        unsafe {
+            cudarc::cublas::result::gemm_ex(
+                *self.blas.handle(),
+                cfg.transa,
+                cfg.transb,
+                cfg.m,
+                cfg.n,
+                cfg.k,
+                (&cfg.alpha) as *const f32 as *const _,
+                pb as *const _,
+                bf,
+                cfg.lda,
+                pa as *const _,
+                bf,
+                cfg.ldb,
+                (&cfg.beta) as *const f32 as *const _,
+                pc as *mut _,
+                blas_sys::cudaDataType::CUDA_R_32F,
+                cfg.ldc,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| Error::Cuda(format!("cuBLAS GemmEx (bf16): {e}")))
     }
 }
