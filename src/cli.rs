@@ -216,7 +216,7 @@ also written to --json FILE. The PyTorch peer on the same shapes: bench/torch_pe
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// Single-core SGEMM rate (GFLOP/s) of hvtrain's matrix crate on an MLP's step shapes.
+    /// GEMM rate (GFLOP/s) of the CPU backend on an MLP's step shapes (one thread unless --threads).
     #[command(after_help = "Example:\n  hvtrain bench gemm --layers 784,512,512,10 --batch 128")]
     Gemm {
         #[arg(long, value_delimiter = ',', default_value = "784,512,512,10")]
@@ -229,6 +229,9 @@ also written to --json FILE. The PyTorch peer on the same shapes: bench/torch_pe
         /// fp32 (the matrix crate) or bf16 (bf16 operands, float32 sums: AVX512-BF16).
         #[arg(long, value_enum, default_value_t = PrecisionArg::Fp32)]
         precision: PrecisionArg,
+        /// Threads of the one process (training.threads).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
     },
 }
 

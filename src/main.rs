@@ -50,6 +50,9 @@ fn main() {
     let t_process = Instant::now();
     let cli = Cli::parse();
     init_logging();
+    // One thread per process's products unless a job says otherwise (`limits` below), set
+    // before any other thread exists.
+    device::set_cpu_threads(1);
     std::panic::set_hook(Box::new(|info| {
         sys::say(format!("hvtrain: internal error on rank {}: {info}", sys::rank_tag()));
         parallel::comm::abort_world(101);
@@ -91,8 +94,9 @@ fn main() {
         Command::Plot { runs, output } => {
             finish(plot::plot(&runs, output.as_deref()).map(|p| println!("hvtrain plot: wrote {}", p.display())))
         }
-        Command::Bench(BenchCommand::Gemm { layers, batch, seconds, precision }) => {
-            finish(bench::gemm::run(&layers, batch, seconds, precision.precision()))
+        Command::Bench(BenchCommand::Gemm { layers, batch, seconds, precision, threads }) => {
+            device::set_cpu_threads(threads);
+            finish(bench::gemm::run(&layers, batch, seconds, precision.precision(), threads))
         }
         Command::Train(args) => {
             let limits = limits(&args.job.job, &args.job.set);
@@ -130,9 +134,12 @@ struct Limits {
 }
 
 /// `distribution.startup_seconds` and `finish_seconds` of the job, or their defaults when the
-/// job does not load (its error is reported after MPI_Init).
+/// job does not load (its error is reported after MPI_Init). Also sets the job's
+/// `training.threads`, which must be in place before MPI_Init starts threads.
 fn limits(job: &str, sets: &[String]) -> Limits {
-    let d = config::Job::load_with_env(job, sets).map(|(j, _)| j.distribution).unwrap_or_default();
+    let j = config::Job::load_with_env(job, sets).map(|(j, _)| j).ok();
+    device::set_cpu_threads(j.as_ref().map_or(1, |j| j.training.threads));
+    let d = j.map(|j| j.distribution).unwrap_or_default();
     Limits { startup: Some(d.startup_seconds), finish: d.finish_seconds }
 }
 

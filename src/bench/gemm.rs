@@ -10,7 +10,8 @@ use crate::device::{Backend, Cpu};
 use crate::error::Result;
 use std::time::Instant;
 
-pub fn run(layers: &[usize], batch: usize, seconds: f64, precision: crate::config::Precision) -> Result<()> {
+/// `threads`: what `device::set_cpu_threads` was given (reported only).
+pub fn run(layers: &[usize], batch: usize, seconds: f64, precision: crate::config::Precision, threads: usize) -> Result<()> {
     let be = Cpu::new(precision)?;
     // (m, k, n, ta, tb) for each product of a step, as Mlp::forward/backward issue them.
     let mut shapes = Vec::new();
@@ -50,7 +51,8 @@ pub fn run(layers: &[usize], batch: usize, seconds: f64, precision: crate::confi
         "{}",
         serde_json::json!({
             "crate": if precision == crate::config::Precision::Bf16 { "hvtrain bf16 (AVX512-BF16)" } else { "matrixmultiply" },
-            "precision": format!("{precision:?}").to_lowercase(), "layers": layers, "batch": batch, "step_gemms": shapes.len(),
+            "precision": format!("{precision:?}").to_lowercase(), "layers": layers,
+            "threads": threads, "batch": batch, "step_gemms": shapes.len(),
             "gflops": gflops, "flop_per_sample": per_sample,
             "samples_per_sec_ceiling": gflops * 1e9 / per_sample, "seconds": secs, "iters": iters
         })

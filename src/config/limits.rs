@@ -73,6 +73,7 @@ pub fn num(v: f64) -> String {
 pub const YEAR_S: f64 = 365.0 * 24.0 * 3600.0;
 pub const EPOCHS: Span = Span::new(1.0, 1e6, "");
 pub const BATCH_SIZE: Span = Span::new(1.0, 1_048_576.0, "samples per rank");
+pub const THREADS: Span = Span::new(1.0, 64.0, "threads per rank");
 pub const LOG_EVERY: Span = Span::or_off(1.0, 1e9, "steps");
 pub const PROGRESS_SECONDS: Span = Span::or_off(0.001, YEAR_S, "seconds");
 pub const LR: Span = Span::above(0.0, 1e30);

@@ -45,6 +45,10 @@ pub struct TrainingCfg {
     /// (bf16 operands, float32 sums and state).
     #[serde(default)]
     pub precision: Precision,
+    /// Threads of one rank's matrix products on the CPU (1: N ranks of one thread, the
+    /// default; 2 on a node of 2 cores: one rank that uses both; float32 uses at most 4).
+    #[serde(default = "super::one")]
+    pub threads: usize,
     /// Log a progress line every this many steps (0: only per epoch).
     #[serde(default)]
     pub log_every: usize,
@@ -98,6 +102,7 @@ impl Default for TrainingCfg {
             seed: 0,
             device: default_device(),
             precision: Precision::Fp32,
+            threads: super::one(),
             log_every: 0,
             progress_seconds: default_progress(),
             early_stopping: None,
@@ -110,6 +115,7 @@ impl TrainingCfg {
         count(origin, "training.epochs", self.epochs as u64, limits::EPOCHS)?;
         count(origin, "training.batch_size", self.batch_size as u64, limits::BATCH_SIZE)?;
         count(origin, "training.log_every", self.log_every as u64, limits::LOG_EVERY)?;
+        count(origin, "training.threads", self.threads as u64, limits::THREADS)?;
         // (training.seed needs no bound: every u64 is a seed.)
         if let Some(e) = &self.early_stopping {
             count(origin, "training.early_stopping.patience", e.patience as u64, limits::PATIENCE)?;

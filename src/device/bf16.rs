@@ -16,6 +16,7 @@
 
 use super::backend::{Gemm, Trans};
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Rows and columns of the register tile: 8 × 2 zmm accumulators.
 pub const MR: usize = 8;
@@ -97,38 +98,64 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
         Trans::N => View { d: b, rs: n, cs: 1 },
         Trans::T => View { d: b, rs: 1, cs: k },
     };
+    // Threads take column ranges of C (whole NR strips): each packs its own B columns and
+    // the same A. Products under PAR_FLOP stay on one thread (a hand-off costs ~10 µs).
+    let t = THREADS.load(Ordering::Relaxed).min(n.div_ceil(NR)).max(1);
+    let parts = if t > 1 && 2.0 * (m * n * k) as f64 >= PAR_FLOP { t } else { 1 };
+    let per = n.div_ceil(NR).div_ceil(parts) * NR;
+    let c = CPtr(c.as_mut_ptr());
+    super::pool::run(n.div_ceil(per), &|i| {
+        let cols = i * per..(i * per + per).min(n);
+        // SAFETY: supported(); the parts write disjoint columns of C, which `check` sized.
+        unsafe { columns(av, bv, m, k, n, cols, &c, alpha, beta) }
+    });
+}
+
+/// Threads for one product (`training.threads`; 1: the calling thread only).
+static THREADS: AtomicUsize = AtomicUsize::new(1);
+const PAR_FLOP: f64 = 4e6;
+
+pub fn set_threads(n: usize) {
+    THREADS.store(n.max(1), Ordering::Relaxed);
+}
+
+/// C's base pointer, shared by the threads that write its disjoint column ranges.
+struct CPtr(*mut f32);
+// SAFETY: the threads of one product write disjoint columns, and `gemm` waits for all.
+unsafe impl Sync for CPtr {}
+
+/// C[:, cols] of the product (C's rows `n` apart), on this thread.
+#[allow(clippy::too_many_arguments)]
+unsafe fn columns(av: View, bv: View, m: usize, k: usize, n: usize, cols: std::ops::Range<usize>, c: &CPtr, alpha: f32, beta: f32) {
     PACKED.with(|p| {
         let (pa, pb, row) = &mut *p.borrow_mut();
         pa.resize(MC.div_ceil(MR) * MR * KC.div_ceil(2), 0);
         pb.resize(NC.div_ceil(NR) * NR * KC.div_ceil(2), 0);
         row.resize(KC.div_ceil(2), 0);
         let mut tile = [0f32; MR * NR];
-        for jc in (0..n).step_by(NC) {
-            let nc = NC.min(n - jc);
+        for jc in cols.clone().step_by(NC) {
+            let nc = NC.min(cols.end - jc);
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
                 let kp = kc.div_ceil(2);
                 // The first k-block applies beta; the others add to what it wrote.
                 let beta = if pc == 0 { beta } else { 1.0 };
-                // SAFETY: supported() was checked above.
-                unsafe { pack_b(bv, pc, kc, jc, nc, pb, row) };
+                pack_b(bv, pc, kc, jc, nc, pb, row);
                 for ic in (0..m).step_by(MC) {
                     let mc = MC.min(m - ic);
-                    unsafe { pack_a(av, ic, mc, pc, kc, pa, row) };
+                    pack_a(av, ic, mc, pc, kc, pa, row);
                     for js in 0..nc.div_ceil(NR) {
                         let bs = &pb[js * NR * kp..(js + 1) * NR * kp];
-                        let (j0, cols) = (jc + js * NR, NR.min(nc - js * NR));
+                        let (j0, w) = (jc + js * NR, NR.min(nc - js * NR));
                         for is in 0..mc.div_ceil(MR) {
                             let as_ = &pa[is * MR * kp..(is + 1) * MR * kp];
                             let (i0, rows) = (ic + is * MR, MR.min(mc - is * MR));
-                            if rows == MR && cols == NR {
-                                let c = &mut c[i0 * n + j0..(i0 + MR - 1) * n + j0 + NR];
-                                // SAFETY: supported(); the strips hold kp pairs of MR / NR
-                                // lanes; c holds MR rows of NR from its start, n apart.
-                                unsafe { kernel(kp, as_, bs, Out::C { c, ldc: n, alpha, beta }) };
+                            let at = c.0.add(i0 * n + j0);
+                            if rows == MR && w == NR {
+                                kernel(kp, as_, bs, Out::C { c: at, ldc: n, alpha, beta });
                             } else {
-                                unsafe { kernel(kp, as_, bs, Out::Tile(&mut tile)) };
-                                write_back(&tile, c, n, i0, rows, j0, cols, alpha, beta);
+                                kernel(kp, as_, bs, Out::Tile(&mut tile));
+                                write_back(&tile, at, n, rows, w, alpha, beta);
                             }
                         }
                     }
@@ -142,15 +169,17 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
 enum Out<'a> {
     /// An edge tile, for `write_back` to clip.
     Tile(&'a mut [f32; MR * NR]),
-    /// A whole tile of C (rows `ldc` apart): alpha · sums + beta · C (C unread when beta is 0).
-    C { c: &'a mut [f32], ldc: usize, alpha: f32, beta: f32 },
+    /// A whole MR × NR tile of C at `c` (rows `ldc` apart): alpha · sums + beta · C (C unread
+    /// when beta is 0).
+    C { c: *mut f32, ldc: usize, alpha: f32, beta: f32 },
 }
 
-/// C[i0.., j0..] (rows × cols of the tile) = alpha · tile + beta · C (C unread when beta is 0).
-#[allow(clippy::too_many_arguments)]
-fn write_back(t: &[f32; MR * NR], c: &mut [f32], n: usize, i0: usize, rows: usize, j0: usize, cols: usize, alpha: f32, beta: f32) {
+/// The tile's first rows × cols into C at `c` (rows `ldc` apart): alpha · tile + beta · C
+/// (C unread when beta is 0).
+unsafe fn write_back(t: &[f32; MR * NR], c: *mut f32, ldc: usize, rows: usize, cols: usize, alpha: f32, beta: f32) {
     for r in 0..rows {
-        let row = &mut c[(i0 + r) * n + j0..(i0 + r) * n + j0 + cols];
+        // SAFETY: the caller's tile of C holds rows × cols from c, rows ldc apart.
+        let row = std::slice::from_raw_parts_mut(c.add(r * ldc), cols);
         let acc = &t[r * NR..r * NR + cols];
         if beta == 0.0 {
             row.iter_mut().zip(acc).for_each(|(c, a)| *c = alpha * a);
@@ -315,12 +344,11 @@ unsafe fn kernel(kp: usize, a: &[u32], b: &[u32], out: Out) {
             }
         }
         Out::C { c, ldc, alpha, beta } => {
-            assert!(c.len() > (MR - 1) * ldc + NR - 1);
             let (al, be) = (_mm512_set1_ps(alpha), _mm512_set1_ps(beta));
             for (r, acc) in acc.iter().enumerate() {
                 for (h, acc) in acc.iter().enumerate() {
-                    // SAFETY: row r's 16 lanes h at r·ldc + 16h, inside c by the assert.
-                    let q = c.as_mut_ptr().add(r * ldc + 16 * h);
+                    // SAFETY: the caller's whole tile: row r's 16 lanes h at r·ldc + 16h.
+                    let q = c.add(r * ldc + 16 * h);
                     let v = if beta == 0.0 {
                         _mm512_mul_ps(al, *acc)
                     } else {
@@ -413,6 +441,29 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Threads split C's columns; each element is summed by the same code in the same order,
+    /// so any thread count gives the same bits.
+    #[test]
+    fn threads_give_the_same_bits() {
+        if !supported() {
+            return;
+        }
+        let (m, k, n) = (37, 300, 200);
+        for (ta, tb) in [(Trans::N, Trans::N), (Trans::T, Trans::N), (Trans::N, Trans::T)] {
+            let g = Gemm { m, k, n, ta, tb, alpha: 1.0, beta: 0.5 };
+            let (a, b, c0) = (data(m * k, 7), data(k * n, 8), data(m * n, 9));
+            let mut one = c0.clone();
+            gemm(g, &a, &b, &mut one);
+            let mut three = c0.clone();
+            set_threads(3);
+            gemm(g, &a, &b, &mut three);
+            set_threads(1);
+            assert_eq!(one, three, "{g:?}");
+            let (want, scale) = reference(g, &a, &b, &c0);
+            assert!(three.iter().zip(want.iter().zip(&scale)).all(|(&x, (&w, &s))| (x as f64 - w).abs() / s < 1e-4));
         }
     }
 

@@ -58,8 +58,6 @@ pub trait HostBuf: Send + 'static {
     fn reduce_on_device(&mut self, _out: &mut Self, _reducer: &mut dyn Reducer) -> Option<Result<(), String>> {
         None
     }
-    /// self = other, where both live (one rank's "reduction"; on a GPU, device to device).
-    fn copy_from(&mut self, other: &Self) -> Result<(), String>;
 }
 
 impl HostBuf for Vec<f32> {
@@ -71,10 +69,6 @@ impl HostBuf for Vec<f32> {
     }
     fn len(&self) -> usize {
         <[f32]>::len(self)
-    }
-    fn copy_from(&mut self, other: &Self) -> Result<(), String> {
-        self.copy_from_slice(other);
-        Ok(())
     }
 }
 
@@ -368,9 +362,10 @@ fn reduce_bucket<G: HostBuf>(reducer: &mut dyn Reducer, bucket: &mut Bucket<G>, 
         return; // the step reports it; the job ends
     }
     if reducer.is_copy() {
-        if let Err(e) = reduced.copy_from(grads) {
-            *failed = Some(format!("copying gradient bucket {index}: {e}"));
-        }
+        // One rank: the reduced gradients are this rank's. Swapping the two buffers gives the
+        // optimizer them without a copy (23 MB a step on a 784-2048-2048-10 model, 2 ms);
+        // backward overwrites the other one next step (its first product has beta 0).
+        std::mem::swap(grads, reduced);
         return;
     }
     let on_device = if reducer.takes_device_pointers() { grads.reduce_on_device(reduced, reducer) } else { None };

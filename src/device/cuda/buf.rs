@@ -124,15 +124,6 @@ impl HostBuf for DevBuf {
         crate::parallel::compress::widen(bits, out, wire);
         Ok(())
     }
-    fn copy_from(&mut self, other: &Self) -> std::result::Result<(), String> {
-        let s = self.stage.as_ref().ok_or("a gradient bucket is staged")?;
-        if self.len > 0 {
-            s.copy
-                .memcpy_dtod(&other.dev.slice(0..other.len), &mut self.dev.slice_mut(0..self.len))
-                .map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    }
     /// Asynchronous: the optimizer's kernels wait for it through the buffer's write event.
     /// With a compressed wire the result (already representable in it) travels packed and
     /// the GPU widens it.
