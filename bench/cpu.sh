@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # hvtrain against PyTorch on this CPU node, side by side in one run (issue #19): the
 # Fashion-MNIST job (784-512-512-10, SGD lr 0.05 momentum 0.9, global batch 256) and its wide
-# variant (784-2048-2048-10), in float32 and in bf16 mixed precision, for ROUNDS rounds with
-# the systems interleaved in each round; and the GEMM rate of hvtrain's CPU backend on the
-# step's shapes (fp32 and bf16, one process and two at once).
-#   bash bench/cpu.sh                 # ROUNDS=2 EPOCHS=6 WIDE_EPOCHS=3
+# variant (784-2048-2048-10), in float32 and in bf16 mixed precision, hvtrain in both layouts
+# of a 2-core node (2 ranks × 1 thread, 1 rank × 2 threads), for ROUNDS rounds with the
+# systems interleaved in each round; and the GEMM rate of hvtrain's CPU backend on the
+# step's shapes (fp32 and bf16: one thread at batch 128, two processes at once, and one
+# process of two threads at batch 256).
+#   bash bench/cpu.sh                 # ROUNDS=2 EPOCHS=8 WIDE_EPOCHS=3
 # The PyTorch peer is set up by bench/setup_torch.sh (run here when missing). Prints a
 # markdown report and saves it as bench/results/cpu-DATE.md (raw numbers: cpu-DATE.json).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 ROUNDS=${ROUNDS:-2}
-EPOCHS=${EPOCHS:-6}
+EPOCHS=${EPOCHS:-8}
 WIDE_EPOCHS=${WIDE_EPOCHS:-3}
 PY=bench/.venv-torch/bin/python
 [ -x "$PY" ] || bash bench/setup_torch.sh
@@ -25,12 +27,13 @@ gemm() { # name layers precision
   $BIN bench gemm --layers "$2" --batch 128 --seconds 3 --precision "$3" > "$work/g-$1-2a.json" &
   $BIN bench gemm --layers "$2" --batch 128 --seconds 3 --precision "$3" > "$work/g-$1-2b.json"
   wait
+  $BIN bench gemm --layers "$2" --batch 256 --seconds 3 --precision "$3" --threads 2 > "$work/g-$1-t2.json"
 }
-hv() { # tag ranks layers epochs precision
+hv() { # tag ranks threads layers epochs precision
   local dir=runs/bench-cpu-$1
-  $MPIRUN -n "$2" $BIN train jobs/fashion-mnist.toml --set training.epochs="$4" --set "model.layers=[$3]" \
-    --set training.batch_size=$((256 / $2)) --set training.precision=\""$5"\" --set training.device=\"cpu\" \
-    --set checkpoint.every_minutes=0 --set output.dir="\"$dir\"" 2> "$work/$1.log"
+  $MPIRUN -n "$2" $BIN train jobs/fashion-mnist.toml --set training.epochs="$5" --set "model.layers=[$4]" \
+    --set training.batch_size=$((256 / $2)) --set training.threads="$3" --set training.precision=\""$6"\" \
+    --set training.device=\"cpu\" --set checkpoint.every_minutes=0 --set output.dir="\"$dir\"" 2> "$work/$1.log"
   cp "$dir/metrics.jsonl" "$work/$1.jsonl"
 }
 pt() { # tag layers epochs precision
@@ -43,12 +46,14 @@ for p in fp32 $([ $BF16 = 1 ] && echo bf16); do
 done
 for r in $(seq 1 "$ROUNDS"); do
   for p in fp32 $([ $BF16 = 1 ] && echo bf16); do
-    hv "r$r-std-2-$p" 2 784,512,512,10 "$EPOCHS" $p
+    hv "r$r-std-2-$p" 2 1 784,512,512,10 "$EPOCHS" $p
+    hv "r$r-std-t2-$p" 1 2 784,512,512,10 "$EPOCHS" $p
     pt "r$r-std-pt-$p" 784,512,512,10 "$EPOCHS" $p
-    hv "r$r-wide-2-$p" 2 $WIDE "$WIDE_EPOCHS" $p
+    hv "r$r-wide-2-$p" 2 1 $WIDE "$WIDE_EPOCHS" $p
+    hv "r$r-wide-t2-$p" 1 2 $WIDE "$WIDE_EPOCHS" $p
     pt "r$r-wide-pt-$p" $WIDE "$WIDE_EPOCHS" $p
   done
-  hv "r$r-std-1-fp32" 1 784,512,512,10 "$EPOCHS" fp32
+  hv "r$r-std-1-fp32" 1 1 784,512,512,10 "$EPOCHS" fp32
 done
 
 python3 - "$work" "$ROUNDS" "$EPOCHS" "$WIDE_EPOCHS" "$LOAD" "$BF16" "$PY" <<'PY'
@@ -63,7 +68,7 @@ for m in ("std", "wide"):
     for p in precs:
         one = j(f"g-{m}-{p}-1.json")["gflops"]
         two = j(f"g-{m}-{p}-2a.json")["gflops"] + j(f"g-{m}-{p}-2b.json")["gflops"]
-        gem[m, p] = (one, two)
+        gem[m, p] = (one, two, j(f"g-{m}-{p}-t2.json")["gflops"])
 
 def hv(tag):
     m = [json.loads(l) for l in open(os.path.join(work, f"{tag}.jsonl"))]
@@ -86,7 +91,8 @@ rows, raw = [], {}
 for m, name in (("std", "784-512-512-10"), ("wide", "784-2048-2048-10")):
     systems = []
     for p in precs:
-        systems.append((f"hvtrain, 2 ranks × 1 thread, batch 128/rank", p, f"{m}-2-{p}", hv))
+        systems.append(("hvtrain, 2 ranks × 1 thread, batch 128/rank", p, f"{m}-2-{p}", hv))
+        systems.append(("hvtrain, 1 rank × 2 threads (training.threads = 2), batch 256", p, f"{m}-t2-{p}", hv))
         systems.append(("PyTorch, 1 process × 2 threads" + (", autocast bf16" if p == "bf16" else ""), p, f"{m}-pt-{p}", pt))
     if m == "std":
         systems.append(("hvtrain, 1 rank × 1 thread, batch 256 (one core idle)", "fp32", "std-1-fp32", hv))
@@ -117,9 +123,10 @@ out = [f"# hvtrain vs PyTorch on the CPU, fp32 and bf16, {today}", "",
        "medians, min..max over every steady epoch of every round (the noise); first step from process start, per round",
        f"- load average (1/5/15 min) before the run: {load}; the 2 vCPUs may be shared: compare rows of one run only", ""]
 out += ["## GEMM rate of hvtrain's CPU backend on the step's shapes (batch 128)", "",
-        "| model | precision | one process GFLOP/s | two processes at once (sum) |", "|---|---|---|---|"]
-for (m, p), (one, two) in gem.items():
-    out.append(f"| {m} | {p} | {one:.1f} | {two:.1f} |")
+        "| model | precision | one thread, batch 128 | two processes at once, batch 128 (sum) | one process × 2 threads, batch 256 |",
+        "|---|---|---|---|---|"]
+for (m, p), (one, two, t2) in gem.items():
+    out.append(f"| {m} | {p} | {one:.1f} | {two:.1f} | {t2:.1f} |")
 out += ["", "## Training", "",
         "| model | system | precision | samples/s | × PyTorch (same precision) | min..max | rounds | first step (s) | peak RSS/process (MiB) | test acc | GEMM FLOP rate |",
         "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -128,9 +135,8 @@ for r in rows:
     ratio = f"{r['med'] / peer['med']:.2f}×"
     fr = ""
     if r["label"].startswith("hvtrain"):
-        ranks = 1 if "1 rank" in r["label"] else 2
-        one, two = gem[r["m"], r["p"]]
-        ceil = one if ranks == 1 else two
+        one, two, t2 = gem[r["m"], r["p"]]
+        ceil = t2 if "2 threads" in r["label"] else one if "1 rank" in r["label"] else two
         g = r["med"] * flop[r["m"]] / 1e9
         fr = f"{g:.0f} GFLOP/s = {100 * g / ceil:.0f}% of the {r['p']} GEMM rate {ceil:.0f}"
     acc = " / ".join(f"{a:.4f}" for a in r["acc"] if a is not None)
@@ -140,11 +146,11 @@ for r in rows:
 if "bf16" in precs:
     out += ["", "bf16 over fp32, same system: " + "; ".join(
         f"{m} {s}: {find(m, f'{m}-{s}-bf16')['med'] / find(m, f'{m}-{s}-fp32')['med']:.2f}×"
-        for m in ("std", "wide") for s in ("2", "pt"))]
+        for m in ("std", "wide") for s in ("2", "t2", "pt"))]
 text = "\n".join(out) + "\n"
 print(text)
 path = f"bench/results/cpu-{today}.md"
 open(path, "w").write(text)
-json.dump(dict(gemm={f"{m}-{p}": v for (m, p), v in gem.items()}, runs=raw), open(f"bench/results/cpu-{today}.json", "w"), indent=1)
+json.dump(dict(gemm={f"{m}-{p}": dict(zip(("one_thread_b128", "two_processes_b128", "two_threads_b256"), v)) for (m, p), v in gem.items()}, runs=raw), open(f"bench/results/cpu-{today}.json", "w"), indent=1)
 print(f"saved {path}")
 PY
