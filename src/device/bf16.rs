@@ -16,7 +16,6 @@
 
 use super::backend::{Gemm, Trans};
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Rows and columns of the register tile: 8 × 2 zmm accumulators.
 pub const MR: usize = 8;
@@ -100,7 +99,7 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     };
     // Threads take column ranges of C (whole NR strips): each packs its own B columns and
     // the same A. Products under PAR_FLOP stay on one thread (a hand-off costs ~10 µs).
-    let t = THREADS.load(Ordering::Relaxed).min(n.div_ceil(NR)).max(1);
+    let t = super::pool::threads().min(n.div_ceil(NR)).max(1);
     let parts = if t > 1 && 2.0 * (m * n * k) as f64 >= PAR_FLOP { t } else { 1 };
     let per = n.div_ceil(NR).div_ceil(parts) * NR;
     let c = CPtr(c.as_mut_ptr());
@@ -111,13 +110,7 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     });
 }
 
-/// Threads for one product (`training.threads`; 1: the calling thread only).
-static THREADS: AtomicUsize = AtomicUsize::new(1);
 const PAR_FLOP: f64 = 4e6;
-
-pub fn set_threads(n: usize) {
-    THREADS.store(n.max(1), Ordering::Relaxed);
-}
 
 /// C's base pointer, shared by the threads that write its disjoint column ranges.
 struct CPtr(*mut f32);
@@ -458,9 +451,9 @@ mod tests {
             let mut one = c0.clone();
             gemm(g, &a, &b, &mut one);
             let mut three = c0.clone();
-            set_threads(3);
+            super::super::pool::set_threads(3);
             gemm(g, &a, &b, &mut three);
-            set_threads(1);
+            super::super::pool::set_threads(1);
             assert_eq!(one, three, "{g:?}");
             let (want, scale) = reference(g, &a, &b, &c0);
             assert!(three.iter().zip(want.iter().zip(&scale)).all(|(&x, (&w, &s))| (x as f64 - w).abs() / s < 1e-4));

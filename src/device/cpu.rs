@@ -143,12 +143,23 @@ impl Backend for Cpu {
         }
         Ok(())
     }
+    // The updates are element by element: with training.threads > 1 the pool's threads take
+    // contiguous parts (the same bits; the update reads and writes 3-5 floats per parameter
+    // and is bound by memory, which two cores fetch faster than one).
     fn sgd(&self, p: &mut [f32], g: &[f32], m: Option<&mut [f32]>, h: &SgdHyper) -> Result<()> {
-        sgd(p, g, m, h);
+        let c = p.len().div_ceil(super::pool::parts(p.len())).max(1);
+        let ms: Vec<Option<&mut [f32]>> = match m {
+            Some(m) => m.chunks_mut(c).map(Some).collect(),
+            None => p.chunks(c).map(|_| None).collect(),
+        };
+        let parts: Vec<_> = p.chunks_mut(c).zip(g.chunks(c)).zip(ms).collect();
+        super::pool::each(parts, &|((p, g), m)| sgd(p, g, m, h));
         Ok(())
     }
     fn adam(&self, p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], h: &AdamHyper) -> Result<()> {
-        adam(p, g, m, v, h);
+        let c = p.len().div_ceil(super::pool::parts(p.len())).max(1);
+        let parts: Vec<_> = p.chunks_mut(c).zip(g.chunks(c)).zip(m.chunks_mut(c)).zip(v.chunks_mut(c)).collect();
+        super::pool::each(parts, &|(((p, g), m), v)| adam(p, g, m, v, h));
         Ok(())
     }
 }

@@ -6,8 +6,39 @@
 //! Must not: return before every part has finished (the parts borrow the caller's data).
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Mutex;
+
+/// Threads of this process's CPU work (`training.threads`; 1: the calling thread only).
+static THREADS: AtomicUsize = AtomicUsize::new(1);
+
+pub fn set_threads(n: usize) {
+    THREADS.store(n.max(1), Ordering::Relaxed);
+}
+
+pub fn threads() -> usize {
+    THREADS.load(Ordering::Relaxed)
+}
+
+/// Into how many parts to cut element-wise work over `n` elements: one per thread, none
+/// under 32 Ki elements (a hand-off costs about as much as updating that many).
+pub fn parts(n: usize) -> usize {
+    threads().min(n / (1 << 15)).max(1)
+}
+
+/// `f` on each of `items` (one part each), the parts on the pool's threads; every item
+/// is handed to exactly one call.
+pub fn each<T: Send>(items: Vec<T>, f: &(dyn Fn(T) + Sync)) {
+    if items.is_empty() {
+        return;
+    }
+    let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    run(slots.len(), &|i| {
+        let item = slots[i].lock().unwrap_or_else(|e| e.into_inner()).take().expect("each part runs once");
+        f(item)
+    });
+}
 
 type Part = (&'static (dyn Fn(usize) + Sync), usize, Sender<std::thread::Result<()>>);
 
@@ -66,6 +97,16 @@ mod tests {
         }
         let got: Vec<usize> = hits.iter().map(|h| h.load(Ordering::SeqCst)).collect();
         assert_eq!(got, [4, 3, 2, 1, 1]);
+    }
+
+    #[test]
+    fn each_hands_every_item_to_one_call() {
+        let seen = std::sync::Mutex::new(Vec::new());
+        super::each((0..4).collect(), &|i: i32| seen.lock().unwrap().push(i));
+        super::each(Vec::<i32>::new(), &|_| panic!("no items, no calls"));
+        let mut got = seen.into_inner().unwrap();
+        got.sort();
+        assert_eq!(got, [0, 1, 2, 3]);
     }
 
     #[test]
