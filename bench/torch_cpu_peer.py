@@ -22,17 +22,7 @@ import statistics
 import time
 
 
-def process_start_time():
-    """Wall-clock time at which this process was created (from /proc), else now."""
-    try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return time.time()
-
+from peer_clock import process_start_time  # noqa: E402 (bench/, the script's own folder)
 
 T0 = process_start_time()
 
