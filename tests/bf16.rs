@@ -43,7 +43,18 @@ fn train(name: &str, ranks: usize, precision: &str) -> (Run, std::path::PathBuf)
     job(&dir, &LAYERS, "d.h5", Some("t.h5"), "[optimizer]\nlr = 0.05\nmomentum = 0.9\n");
     let bsz = format!("training.batch_size={}", 16 / ranks);
     let prec = format!("training.precision=\"{precision}\"");
-    let args = ["train", "job.toml", "--set", &bsz, "--set", "training.epochs=6", "--set", &prec, "--set", "training.device=\"cpu\""];
+    let args = [
+        "train",
+        "job.toml",
+        "--set",
+        &bsz,
+        "--set",
+        "training.epochs=6",
+        "--set",
+        &prec,
+        "--set",
+        "training.device=\"cpu\"",
+    ];
     let r = mpirun(ranks, &args, &dir, 120);
     (r, dir)
 }
@@ -79,8 +90,12 @@ fn bf16_learns_as_fp32_does_repeats_bit_for_bit_and_alike_on_1_and_2_ranks() {
     let precision = max_rel_diff(&wf, &w2);
     assert!(precision > 1e-4, "bf16 weights equal fp32's to {precision}: the products were not bf16");
     let (m16, m32) = (metrics(&d2), metrics(&df));
-    let (a16, a32) = (m16.last().unwrap()["test_accuracy"].as_f64().unwrap(), m32.last().unwrap()["test_accuracy"].as_f64().unwrap());
-    let (l16, l32) = (m16.last().unwrap()["train_loss"].as_f64().unwrap(), m32.last().unwrap()["train_loss"].as_f64().unwrap());
+    let (a16, a32) = (
+        m16.last().unwrap()["test_accuracy"].as_f64().unwrap(),
+        m32.last().unwrap()["test_accuracy"].as_f64().unwrap(),
+    );
+    let (l16, l32) =
+        (m16.last().unwrap()["train_loss"].as_f64().unwrap(), m32.last().unwrap()["train_loss"].as_f64().unwrap());
     let l0 = m32[0]["train_loss"].as_f64().unwrap();
     assert!(l16 < 0.5 * l0, "bf16 did not learn: train loss {l16} after 6 epochs, fp32 started at {l0}");
     assert!(a16 > 0.8, "bf16 test accuracy {a16} after 6 epochs (fp32 {a32})");

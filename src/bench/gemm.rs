@@ -11,7 +11,13 @@ use crate::error::Result;
 use std::time::Instant;
 
 /// `threads`: what `device::set_cpu_threads` was given (reported only).
-pub fn run(layers: &[usize], batch: usize, seconds: f64, precision: crate::config::Precision, threads: usize) -> Result<()> {
+pub fn run(
+    layers: &[usize],
+    batch: usize,
+    seconds: f64,
+    precision: crate::config::Precision,
+    threads: usize,
+) -> Result<()> {
     let be = Cpu::new(precision)?;
     // (m, k, n, ta, tb) for each product of a step, as Mlp::forward/backward issue them.
     let mut shapes = Vec::new();

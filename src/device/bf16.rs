@@ -119,7 +119,17 @@ unsafe impl Sync for CPtr {}
 
 /// C[:, cols] of the product (C's rows `n` apart), on this thread.
 #[allow(clippy::too_many_arguments)]
-unsafe fn columns(av: View, bv: View, m: usize, k: usize, n: usize, cols: std::ops::Range<usize>, c: &CPtr, alpha: f32, beta: f32) {
+unsafe fn columns(
+    av: View,
+    bv: View,
+    m: usize,
+    k: usize,
+    n: usize,
+    cols: std::ops::Range<usize>,
+    c: &CPtr,
+    alpha: f32,
+    beta: f32,
+) {
     PACKED.with(|p| {
         let (pa, pb, row) = &mut *p.borrow_mut();
         pa.resize(MC.div_ceil(MR) * MR * KC.div_ceil(2), 0);
@@ -300,7 +310,8 @@ unsafe fn pairs_within(x: &[f32], out: &mut [u32]) {
     let mut p = 0;
     while 2 * p + 32 <= x.len() {
         // SAFETY: 2p + 32 ≤ x.len() and p + 16 ≤ n.
-        let v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x.as_ptr().add(2 * p + 16)), _mm512_loadu_ps(x.as_ptr().add(2 * p)));
+        let v =
+            _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x.as_ptr().add(2 * p + 16)), _mm512_loadu_ps(x.as_ptr().add(2 * p)));
         _mm512_storeu_si512(out.as_mut_ptr().add(p) as *mut _, std::mem::transmute::<__m512bh, __m512i>(v));
         p += 16;
     }
@@ -376,9 +387,12 @@ mod tests {
         let (mut out, mut scale) = (vec![0.0; g.m * g.n], vec![0.0; g.m * g.n]);
         for i in 0..g.m {
             for j in 0..g.n {
-                let (s, abs) = (0..g.k).fold((0.0, 0.0), |(s, abs), p| (s + at(i, p) * bt(p, j), abs + (at(i, p) * bt(p, j)).abs()));
-                out[i * g.n + j] = g.alpha as f64 * s + if g.beta == 0.0 { 0.0 } else { g.beta as f64 * c0[i * g.n + j] as f64 };
-                scale[i * g.n + j] = g.alpha.abs() as f64 * abs + (g.beta as f64 * c0[i * g.n + j] as f64).abs() + 1e-30;
+                let (s, abs) = (0..g.k)
+                    .fold((0.0, 0.0), |(s, abs), p| (s + at(i, p) * bt(p, j), abs + (at(i, p) * bt(p, j)).abs()));
+                out[i * g.n + j] =
+                    g.alpha as f64 * s + if g.beta == 0.0 { 0.0 } else { g.beta as f64 * c0[i * g.n + j] as f64 };
+                scale[i * g.n + j] =
+                    g.alpha.abs() as f64 * abs + (g.beta as f64 * c0[i * g.n + j] as f64).abs() + 1e-30;
             }
         }
         (out, scale)
@@ -429,7 +443,10 @@ mod tests {
                         let (want, scale) = reference(g, &a, &b, &c0);
                         for (idx, (&got, (&w, &s))) in c.iter().zip(want.iter().zip(&scale)).enumerate() {
                             let err = (got as f64 - w).abs() / s;
-                            assert!(err < 1e-6 * (k as f64).sqrt().max(1.0) * 4.0, "{g:?} at {idx}: {got} vs {w} (scale {s})");
+                            assert!(
+                                err < 1e-6 * (k as f64).sqrt().max(1.0) * 4.0,
+                                "{g:?} at {idx}: {got} vs {w} (scale {s})"
+                            );
                         }
                     }
                 }

@@ -50,7 +50,11 @@ impl Backend for Cpu {
     type ViewMut<'a> = &'a mut [f32];
 
     fn name(&self) -> String {
-        if self.bf16 { "cpu (bf16 products, AVX512-BF16)".into() } else { "cpu".into() }
+        if self.bf16 {
+            "cpu (bf16 products, AVX512-BF16)".into()
+        } else {
+            "cpu".into()
+        }
     }
     // Allocations fail with `Error::OutOfMemory` (naming what and this rank's model state),
     // never with an abort.

@@ -8,9 +8,9 @@
 
 pub mod backend;
 pub mod bf16;
-pub mod pool;
 pub mod cpu;
 pub mod cuda;
+pub mod pool;
 
 pub use backend::{AdamHyper, Backend, Gemm, Mask, Pointwise, SgdHyper, Trans};
 pub use cpu::Cpu;

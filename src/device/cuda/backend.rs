@@ -539,7 +539,8 @@ impl Cuda {
             l.arg(&src).arg(dst).arg(&n64);
             // SAFETY: hv_pack_bf16(const float*, unsigned short*, long long) over v.len elements,
             // the scratch holding at least that many.
-            unsafe { l.launch(config_1d(v.len.max(1))) }.map_err(drv("launching the bf16 rounding of a GEMM operand"))?;
+            unsafe { l.launch(config_1d(v.len.max(1))) }
+                .map_err(drv("launching the bf16 rounding of a GEMM operand"))?;
         }
         let [sa, sb] = scratch;
         let (sa, sb) = (sa.as_ref().expect("allocated above"), sb.as_ref().expect("allocated above"));
