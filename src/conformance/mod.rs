@@ -230,18 +230,17 @@ pub fn suite<B: Backend>(be: &B, step_tol: f64) -> Vec<(&'static str, std::resul
         ("fp16/bf16 packing (bit-exact)", Box::new(|| half(be))),
         ("model (gradient checks, one step against the CPU)", Box::new(|| model(be, step_tol))),
     ];
-    checks
-        .into_iter()
-        .map(|(name, f)| {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|e| {
-                e.downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default()
-            });
-            (name, r)
-        })
-        .collect()
+    checks.into_iter().map(|(name, f)| (name, caught(f))).collect()
+}
+
+/// `f`'s value, or the message it panicked with (a failed check's assertion).
+fn caught<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|e| {
+        e.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    })
 }
 
 /// `hvtrain selftest`: the suite on this node's backend (`device`), as a table on stdout;
@@ -280,8 +279,7 @@ pub fn selftest(device: crate::config::DeviceChoice) -> crate::error::Result<boo
         struct Bf16;
         impl crate::device::WithBackend<std::result::Result<(), String>> for Bf16 {
             fn run<B: crate::device::Backend>(self, be: B) -> crate::error::Result<std::result::Result<(), String>> {
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gemm_bf16(&be)));
-                Ok(r.map_err(|e| e.downcast_ref::<String>().cloned().unwrap_or_default()))
+                Ok(caught(|| gemm_bf16(&be)))
             }
         }
         std::panic::set_hook(Box::new(|_| {}));
@@ -299,12 +297,11 @@ pub fn selftest(device: crate::config::DeviceChoice) -> crate::error::Result<boo
         struct Tf32;
         impl crate::device::WithBackend<std::result::Result<f64, String>> for Tf32 {
             fn run<B: crate::device::Backend>(self, be: B) -> crate::error::Result<std::result::Result<f64, String>> {
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                Ok(caught(|| {
                     use crate::config::{Activation, LossKind};
                     let (act, loss) = (Activation::Relu, LossKind::SoftmaxCrossEntropy);
                     crate::model::gradcheck::step_matches_cpu(&be, act, loss, 0.15, 0.25)
-                }));
-                Ok(r.map_err(|e| e.downcast_ref::<String>().cloned().unwrap_or_default()))
+                }))
             }
         }
         std::panic::set_hook(Box::new(|_| {}));
