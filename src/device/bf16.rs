@@ -69,9 +69,12 @@ struct View<'a> {
     cs: usize,
 }
 
+/// Packed A and B blocks and one row's pairs.
+type Packed = (Vec<u32>, Vec<u32>, Vec<u32>);
+
 thread_local! {
-    /// Packed A and B blocks, kept between calls (no allocation per product).
-    static PACKED: RefCell<(Vec<u32>, Vec<u32>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+    /// Each thread's `Packed`, kept between calls (no allocation per product).
+    static PACKED: RefCell<Packed> = const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
 /// C = alpha · op(A) · op(B) + beta · C with bf16 operands and float32 sums (see `Gemm`).

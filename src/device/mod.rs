@@ -57,7 +57,8 @@ pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Kind, String)>
 /// Threads for this process's matrix products on the CPU (`training.threads`): float32
 /// through matrixmultiply's pool (it reads MATMUL_NUM_THREADS at its first product and uses at
 /// most 4; unset it would take every physical core, too many for N ranks on a node), bf16
-/// products and the optimizer's update through `pool.rs`. Call before any other thread starts: the environment is process-wide.
+/// products and the optimizer's update through `pool.rs`. Call before any other thread
+/// starts: the environment is process-wide.
 pub fn set_cpu_threads(n: usize) {
     std::env::set_var("MATMUL_NUM_THREADS", n.clamp(1, 4).to_string());
     pool::set_threads(n);

@@ -1,6 +1,6 @@
-//! A few persistent worker threads for one process's matrix products (`training.threads`):
-//! `run(parts, f)` calls f(0) on the calling thread and f(1), ..., f(parts − 1) on workers,
-//! and returns when every call has returned (a panic in any is raised again here). Workers
+//! A few persistent worker threads for one process's CPU work (`training.threads`: bf16
+//! products, the optimizer's update): `run(parts, f)` calls f(0) on the calling thread and
+//! f(1), ..., f(parts − 1) on workers, and returns when every call has returned (a panic in any is raised again here). Workers
 //! are started on first use and kept, so their thread-local packing buffers are too.
 //!
 //! Must not: return before every part has finished (the parts borrow the caller's data).
