@@ -1,7 +1,7 @@
 //! Fault injection for the fault-tolerance tests (and for users who want to see what their
 //! launcher does when a rank fails): `HVTRAIN_INJECT_FAULT=RANK:WHEN:KIND` makes rank RANK
 //! fail at WHEN, which is a global training step, `init` (before `MPI_Init`, rank RANK as the
-//! launcher numbers it; stop, kill, hang and slow only), `start` (start-up of `train` and `eval`,
+//! launcher numbers it; stop, kill, hang, slow and term only), `start` (start-up of `train` and `eval`,
 //! before the ranks first agree on the job) or `eval` (before the local evaluation of
 //! `hvtrain eval` and of every end-of-epoch evaluation), with KIND =
 //!
@@ -13,8 +13,9 @@
 //! - `slow=SECONDS` (sleeps that long, then goes on: a slow rank, which must not be killed);
 //! - `delay=SECONDS` (sleeps that long before *every* step from WHEN on: a slower worker);
 //! - `diverge` (nudges one parameter, as a bit flip would: the consistency check must catch it);
-//! - `kill_in_checkpoint`, `stop_in_checkpoint`, `slow_checkpoint=SECONDS`: the same, while
-//!   rank 0 writes the first checkpoint at or after step WHEN (only rank 0 writes checkpoints);
+//! - `kill_in_checkpoint`, `stop_in_checkpoint`, `hang_in_checkpoint`, `term_in_checkpoint`,
+//!   `slow_checkpoint=SECONDS`: the same, while rank 0 writes the first checkpoint at or after
+//!   step WHEN (only rank 0 writes checkpoints);
 //! - `oom` (an allocation of 64 TiB that cannot return an error: the allocator's out-of-memory
 //!   line, `tests/memory.rs`).
 //!
@@ -40,6 +41,8 @@ pub enum Kind {
     Diverge,
     KillInCheckpoint,
     StopInCheckpoint,
+    HangInCheckpoint,
+    TermInCheckpoint,
     /// Milliseconds.
     SlowCheckpoint(u64),
     /// An allocation of 64 TiB that cannot return an error: the global allocator's
@@ -49,7 +52,14 @@ pub enum Kind {
 
 impl Kind {
     fn in_checkpoint(self) -> bool {
-        matches!(self, Kind::KillInCheckpoint | Kind::StopInCheckpoint | Kind::SlowCheckpoint(_))
+        matches!(
+            self,
+            Kind::KillInCheckpoint
+                | Kind::StopInCheckpoint
+                | Kind::HangInCheckpoint
+                | Kind::TermInCheckpoint
+                | Kind::SlowCheckpoint(_)
+        )
     }
 }
 
@@ -57,12 +67,12 @@ impl Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum At {
     Step(u64),
-    /// Before `MPI_Init` (the rank is the launcher's): stop, kill, hang or slow only.
+    /// Before `MPI_Init` (the rank is the launcher's): stop, kill, hang, slow or term only.
     Init,
     Start,
     Eval,
     /// After the heartbeats end, before the final handshake and MPI_Finalize: stop, kill,
-    /// hang or slow only.
+    /// hang, slow or term only.
     Finish,
 }
 
@@ -75,7 +85,7 @@ pub struct Fault {
 
 const USAGE: &str =
     "expected RANK:STEP|init|start|eval|finish:error|panic|kill|term|hang|stop|slow=SECONDS|delay=SECONDS|diverge|kill_in_checkpoint|\
-                     stop_in_checkpoint|slow_checkpoint=SECONDS|oom";
+                     stop_in_checkpoint|hang_in_checkpoint|term_in_checkpoint|slow_checkpoint=SECONDS|oom";
 
 pub fn from_env() -> Result<Option<Fault>> {
     let Ok(spec) = std::env::var("HVTRAIN_INJECT_FAULT") else { return Ok(None) };
@@ -109,6 +119,8 @@ fn parse(spec: &str) -> Result<Fault> {
             "oom" => Kind::Oom,
             "kill_in_checkpoint" => Kind::KillInCheckpoint,
             "stop_in_checkpoint" => Kind::StopInCheckpoint,
+            "hang_in_checkpoint" => Kind::HangInCheckpoint,
+            "term_in_checkpoint" => Kind::TermInCheckpoint,
             _ => return Err(bad()),
         },
     };
@@ -122,7 +134,9 @@ fn parse(spec: &str) -> Result<Fault> {
     if (kind.in_checkpoint() || matches!(kind, Kind::Delay(_))) && !matches!(at, At::Step(_)) {
         return Err(bad());
     }
-    if matches!(at, At::Init | At::Finish) && !matches!(kind, Kind::Stop | Kind::Kill | Kind::Hang | Kind::Slow(_)) {
+    if matches!(at, At::Init | At::Finish)
+        && !matches!(kind, Kind::Stop | Kind::Kill | Kind::Hang | Kind::Slow(_) | Kind::Term)
+    {
         return Err(bad());
     }
     Ok(Fault { rank: rank.parse().map_err(|_| bad())?, at, kind })
@@ -225,7 +239,12 @@ fn fire(kind: Kind, when: &str) -> Result<()> {
             std::thread::sleep(Duration::from_millis(ms));
             Ok(())
         }
-        Kind::Diverge | Kind::KillInCheckpoint | Kind::StopInCheckpoint | Kind::SlowCheckpoint(_) => Ok(()),
+        Kind::Diverge
+        | Kind::KillInCheckpoint
+        | Kind::StopInCheckpoint
+        | Kind::HangInCheckpoint
+        | Kind::TermInCheckpoint
+        | Kind::SlowCheckpoint(_) => Ok(()),
     }
 }
 
@@ -246,6 +265,8 @@ pub fn in_checkpoint(f: &Option<Fault>, rank: usize, step: u64) {
     let _ = match f.kind {
         Kind::KillInCheckpoint => fire(Kind::Kill, &when),
         Kind::StopInCheckpoint => fire(Kind::Stop, &when),
+        Kind::HangInCheckpoint => fire(Kind::Hang, &when),
+        Kind::TermInCheckpoint => fire(Kind::Term, &when),
         Kind::SlowCheckpoint(ms) => fire(Kind::Slow(ms), &when),
         _ => Ok(()),
     };
@@ -264,10 +285,23 @@ mod tests {
         assert_eq!(parse("2:eval:hang").unwrap().at, At::Eval);
         assert_eq!(parse("0:20:slow_checkpoint=1.5").unwrap().kind, Kind::SlowCheckpoint(1500));
         assert_eq!(parse("0:20:stop_in_checkpoint").unwrap().kind, Kind::StopInCheckpoint);
+        assert_eq!(parse("0:20:hang_in_checkpoint").unwrap().kind, Kind::HangInCheckpoint);
+        assert_eq!(parse("0:20:term_in_checkpoint").unwrap().kind, Kind::TermInCheckpoint);
+        assert_eq!(parse("1:init:term").unwrap().at, At::Init);
+        assert_eq!(parse("1:finish:term").unwrap().kind, Kind::Term);
         assert_eq!(parse("1:start:oom").unwrap().kind, Kind::Oom);
         assert_eq!(parse("1:1:delay=0.02").unwrap().kind, Kind::Delay(20));
         assert!(parse("1:start:delay=1").is_err());
-        for bad in ["1:50", "1:50:slow", "1:50:slow=-1", "1:x:kill", "1:start:kill_in_checkpoint", "1:5:fast=2"] {
+        for bad in [
+            "1:50",
+            "1:50:slow",
+            "1:50:slow=-1",
+            "1:x:kill",
+            "1:start:kill_in_checkpoint",
+            "1:5:fast=2",
+            "1:init:error",
+            "0:finish:panic",
+        ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
     }

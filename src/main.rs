@@ -100,6 +100,11 @@ fn main() {
         }
         Command::Train(args) => {
             let limits = limits(&args.job.job, &args.job.set);
+            // A stop request during start-up is kept for the first step boundary (75 there).
+            if let Err(e) = signals::handlers() {
+                sys::say(format!("hvtrain: error: {}", error::Error::Signal(e)));
+                std::process::exit(1);
+            }
             with_mpi(limits, |comm| train(comm, args, t_process))
         }
         Command::Eval { job, weights } => with_mpi(limits(&job.job, &job.set), |comm| {

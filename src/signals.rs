@@ -67,13 +67,29 @@ fn request() {
     }
 }
 
-pub fn install() -> std::io::Result<()> {
+/// The handlers alone, no thread: `main` calls this for `train` before `MPI_Init`, so that a
+/// stop request that arrives during start-up (`scancel` while thousands of ranks wire up) is
+/// kept and acted on at the first step boundary, like any other, instead of killing the rank
+/// by the default action. (A thread here would move the address space before MPI_Init; see
+/// `parallel::startup`.) Idempotent.
+pub fn handlers() -> std::io::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+    static DONE: AtomicBool = AtomicBool::new(false);
     BASE.get_or_init(Instant::now);
+    if DONE.swap(true, SeqCst) {
+        return Ok(());
+    }
     for sig in [SIGTERM, SIGINT, SIGUSR1] {
         // SAFETY: `request` only touches atomics, reads the clock and may call _exit.
         unsafe { signal_hook::low_level::register(sig, request)? };
     }
+    Ok(())
+}
+
+/// The handlers (if `handlers` has not run) and the thread that enforces the grace period and
+/// watches the launcher.
+pub fn install() -> std::io::Result<()> {
+    handlers()?;
     let launched = ["OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK"].iter().any(|v| std::env::var_os(v).is_some());
     std::thread::Builder::new().name("hvtrain-signals".into()).spawn(move || watch(launched))?;
     Ok(())

@@ -76,6 +76,16 @@ impl Link {
         assert_eq!(rc, 0, "MPI_Recv failed with code {rc}");
     }
 
+    /// The next message from `from` with `tag` if one has arrived (MPI_Iprobe), else `None`
+    /// at once.
+    pub fn try_receive(&self, from: usize, tag: i32) -> Option<Vec<u32>> {
+        let mut flag = 0;
+        let mut st = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+        // SAFETY: a probe on a valid communicator.
+        unsafe { ffi::MPI_Iprobe(from as i32, tag, self.raw, &mut flag, st.as_mut_ptr()) };
+        (flag != 0).then(|| self.receive_matching(from as i32, tag).words)
+    }
+
     /// Poll (MPI_Iprobe) until a message from `from` with `tag` is there; its (source, tag).
     /// Spins (yielding) for 200 µs, then sleeps 50 µs between polls.
     fn wait_for(&self, from: i32, tag: i32) -> (i32, i32) {

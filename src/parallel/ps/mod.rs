@@ -20,7 +20,8 @@
 //! | worker → owner | `PULL` | bucket | `REPLY + bucket`: the bucket's parameters |
 //! | worker 0 → every server | `SNAPSHOT` | – | `CONTROL`: per owned bucket, params, m, v |
 //! | worker 0 → every server | `STATS` | – | `CONTROL`: the staleness statistics since the last ask |
-//! | every worker → every server | `DONE` | – | none; a server ends when all W are done |
+//! | every worker → every server | `DONE` | 1 if the workers stopped on a signal, else 0 | none; a server ends when all W are done |
+//! | server → every worker not yet done | `STOP_NOTE` | – | none: this server was signalled (SIGTERM, SIGUSR1); a worker that reads it votes to stop |
 //!
 //! Must not: apply an optimizer (the server's loop, `train/ps/server.rs`, does).
 
@@ -35,6 +36,7 @@ pub const SNAPSHOT: i32 = 3;
 pub const STATS: i32 = 4;
 pub const DONE: i32 = 5;
 pub const CONTROL: i32 = 6;
+pub const STOP_NOTE: i32 = 7;
 /// Replies carrying bucket b's parameters have tag REPLY + b.
 pub const REPLY: i32 = 1000;
 /// Words before a push's gradients.

@@ -13,10 +13,26 @@
 //! Must not: block the main thread (it runs on the engine's communication thread).
 
 use super::stats::Stats;
-use super::{as_words_mut, floats, Roles, CONTROL, DONE, PULL, PUSH, PUSH_HEADER, REPLY, SNAPSHOT, STATS};
+use super::{as_words_mut, floats, Roles, CONTROL, DONE, PULL, PUSH, PUSH_HEADER, REPLY, SNAPSHOT, STATS, STOP_NOTE};
 use crate::parallel::comm::{Channel, Link};
 use crate::parallel::reduce::Reducer;
 use crate::parallel::FusionPlan;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A server's `STOP_NOTE` has reached this worker: its next stop vote says "signalled", as if
+/// the signal had come here (a node going down signals only its own ranks).
+static SERVER_SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+pub fn server_signalled() -> bool {
+    SERVER_SIGNALLED.load(Ordering::SeqCst)
+}
+
+/// Read a `STOP_NOTE` from server `from` if one has come.
+fn read_stop_note(link: &Link, from: usize) {
+    if link.try_receive(from, STOP_NOTE).is_some() && !SERVER_SIGNALLED.swap(true, Ordering::SeqCst) {
+        log::info!("parameter server (rank {from}) was signalled: stopping at the workers' next stop vote");
+    }
+}
 
 pub struct PushPull {
     link: Link,
@@ -47,6 +63,7 @@ impl Reducer for PushPull {
         let to = self.owner[index];
         self.link.send(to, PUSH, &self.buf);
         self.link.receive_into(to, REPLY + index as i32, as_words_mut(out));
+        read_stop_note(&self.link, to);
     }
     fn grad_scale(&self) -> f32 {
         1.0
@@ -67,6 +84,7 @@ pub fn pull_all(link: &Link, roles: &Roles, plan: &FusionPlan, params: &mut [f32
     }
     for (b, &from) in roles.owner.iter().enumerate() {
         link.receive_into(from, REPLY + b as i32, as_words_mut(&mut params[plan.buckets[b].clone()]));
+        read_stop_note(link, from);
     }
 }
 
@@ -109,9 +127,10 @@ pub fn stats(link: &Link, roles: &Roles) -> Stats {
     all
 }
 
-/// Every worker, at the end: tell each server this worker is done.
-pub fn done(link: &Link, roles: &Roles) {
+/// Every worker, at the end: tell each server this worker is done, and whether the workers
+/// stopped on a signal (`stopped`: the servers then exit 75 with them) or completed.
+pub fn done(link: &Link, roles: &Roles, stopped: bool) {
     for s in roles.workers..roles.workers + roles.servers {
-        link.send(s, DONE, &[]);
+        link.send(s, DONE, &[u32::from(stopped)]);
     }
 }

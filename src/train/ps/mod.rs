@@ -70,10 +70,12 @@ pub(super) fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<&
         let st = StartState { params: &start.params, m: &start.m, v: &start.v, step: start.step };
         let server = Server::new(link, roles.clone(), &plan, &tensors, &job.optimizer, st, fault)?;
         let owned = roles.owned_by(comm.rank);
-        let stats = server.serve()?;
+        let (stats, stopped) = server.serve()?;
         info!("parameter server (buckets {owned:?}) done: {}", stats.describe());
-        // Signalled with the workers (scancel signals every rank): they wrote the stop checkpoint.
-        return Ok(if crate::signals::stop_requested() { Outcome::Preempted } else { Outcome::Completed });
+        // The workers decide: stopped on a signal (theirs or a server's), they wrote the stop
+        // checkpoint and every rank exits 75; completed, every rank exits 0 (a signal after
+        // their last vote finds the run done).
+        return Ok(if stopped { Outcome::Preempted } else { Outcome::Completed });
     }
     let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
     let wk = worker::Worker { comm, job, workers, link, roles, plan, whole, start, t_process };

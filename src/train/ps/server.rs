@@ -24,7 +24,7 @@ use crate::optim::Optimizer;
 use crate::parallel::comm::Link;
 use crate::parallel::liveness;
 use crate::parallel::ps::stats::Stats;
-use crate::parallel::ps::{floats, Roles, CONTROL, DONE, PULL, PUSH, PUSH_HEADER, REPLY, SNAPSHOT, STATS};
+use crate::parallel::ps::{floats, Roles, CONTROL, DONE, PULL, PUSH, PUSH_HEADER, REPLY, SNAPSHOT, STATS, STOP_NOTE};
 use crate::parallel::FusionPlan;
 use std::ops::Range;
 
@@ -117,12 +117,23 @@ impl Server {
         Ok(Server { link, roles, slots, deferred: Vec::new(), stats: Stats::default(), fault, fired_up_to: start.step })
     }
 
-    /// Serve until every worker is done. Returns the staleness statistics of the whole run.
-    pub fn serve(mut self) -> Result<Stats> {
+    /// Serve until every worker is done. Returns the staleness statistics of the whole run,
+    /// and whether the workers stopped on a signal (their `DONE` says so).
+    pub fn serve(mut self) -> Result<(Stats, bool)> {
         liveness::set("serving parameters (waiting for pushes and pulls)");
         let mut total = Stats::default();
-        let mut done = 0;
-        while done < self.roles.workers {
+        let mut done = vec![false; self.roles.workers];
+        let (mut stopped, mut noted) = (false, false);
+        while done.iter().any(|d| !d) {
+            // Signalled here (a node going down signals its own ranks only): the workers,
+            // which decide where to stop, hear of it at their next reply from this server.
+            if !noted && crate::signals::stop_requested() {
+                noted = true;
+                log::info!("signalled: telling the workers, which stop at their next stop vote");
+                for w in (0..self.roles.workers).filter(|&w| !done[w]) {
+                    self.link.send(w, STOP_NOTE, &[]);
+                }
+            }
             let msg = self.link.receive_any();
             let w = msg.from;
             match msg.tag {
@@ -146,7 +157,10 @@ impl Server {
                     total.merge(&self.stats);
                     self.stats = Stats::default();
                 }
-                DONE => done += 1,
+                DONE => {
+                    done[w] = true;
+                    stopped |= msg.words.first() == Some(&1);
+                }
                 t => {
                     return Err(Error::Training(format!(
                         "parameter server got a message with unknown tag {t} from rank {w}"
@@ -155,7 +169,7 @@ impl Server {
             }
         }
         total.merge(&self.stats);
-        Ok(total)
+        Ok((total, stopped))
     }
 
     fn slot_of(&self, bucket: usize) -> Result<usize> {

@@ -223,7 +223,7 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
     fn after_step(&mut self, st: &Stepper<B>, at: At, sums: &Sums) -> Result<Boundary> {
         let ck = self.writer.job.checkpoint.every_steps;
         let periodic = ck > 0 && st.step() % ck == 0;
-        let signalled = crate::signals::stop_requested();
+        let signalled = crate::signals::stop_requested() || reducer::server_signalled();
         let mut stop = std::mem::take(&mut self.stop_at_next_step);
         match self.vote_delay {
             Some(delay) => {
@@ -258,7 +258,7 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
                     crate::signals::EXIT_PREEMPTED
                 );
             }
-            reducer::done(&self.link, &self.roles);
+            reducer::done(&self.link, &self.roles, true);
             return Ok(Boundary::Stopped);
         }
         Ok(if periodic { Boundary::Checkpoint } else { Boundary::Continue })
@@ -315,7 +315,7 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
 
     /// Every worker tells the servers it is done.
     fn finish(&mut self) -> Result<()> {
-        reducer::done(&self.link, &self.roles);
+        reducer::done(&self.link, &self.roles, false);
         Ok(())
     }
 }
