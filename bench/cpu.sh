@@ -5,7 +5,9 @@
 # of a 2-core node (2 ranks × 1 thread, 1 rank × 2 threads), for ROUNDS rounds with the
 # systems interleaved in each round; and the GEMM rate of hvtrain's CPU backend on the
 # step's shapes (fp32 and bf16: one thread at batch 128, two processes at once, and one
-# process of two threads at batch 256).
+# process of two threads at batch 256). fp32 runs hvtrain's AVX-512 kernel where the CPU has
+# AVX-512; "fp32-mm" is the same with matrixmultiply's (HVTRAIN_CPU_GEMM=matrixmultiply, the
+# product before it), in the GEMM table and in the 1 rank × 2 threads layout.
 #   bash bench/cpu.sh                 # ROUNDS=2 EPOCHS=8 WIDE_EPOCHS=3
 # The PyTorch peer is set up by bench/setup_torch.sh (run here when missing). Prints a
 # markdown report and saves it as bench/results/cpu-DATE.md (raw numbers: cpu-DATE.json).
@@ -21,18 +23,23 @@ LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 BF16=1
 $BIN bench gemm --seconds 0.1 --precision bf16 > /dev/null 2>&1 || BF16=0
 WIDE="784,2048,2048,10"
+# The float32 FMA peak of this CPU (bench/fma_peak.c): the ceiling the GEMM rates are read against.
+cc -O2 -mavx512f -mfma -pthread bench/fma_peak.c -o "$work/fma_peak" 2>/dev/null && "$work/fma_peak" 2 > "$work/peak.jsonl" || : > "$work/peak.jsonl"
 
-gemm() { # name layers precision
-  $BIN bench gemm --layers "$2" --batch 128 --seconds 3 --precision "$3" > "$work/g-$1-1.json"
-  $BIN bench gemm --layers "$2" --batch 128 --seconds 3 --precision "$3" > "$work/g-$1-2a.json" &
-  $BIN bench gemm --layers "$2" --batch 128 --seconds 3 --precision "$3" > "$work/g-$1-2b.json"
+gemm() { # name layers precision (fp32-mm: fp32 with matrixmultiply's product)
+  local p=${3%-mm} k=$([ "$3" = fp32-mm ] && echo matrixmultiply || echo auto)
+  export HVTRAIN_CPU_GEMM=$k
+  $BIN bench gemm --layers "$2" --batch 128 --seconds 3 --precision "$p" > "$work/g-$1-1.json"
+  $BIN bench gemm --layers "$2" --batch 128 --seconds 3 --precision "$p" > "$work/g-$1-2a.json" &
+  $BIN bench gemm --layers "$2" --batch 128 --seconds 3 --precision "$p" > "$work/g-$1-2b.json"
   wait
-  $BIN bench gemm --layers "$2" --batch 256 --seconds 3 --precision "$3" --threads 2 > "$work/g-$1-t2.json"
+  $BIN bench gemm --layers "$2" --batch 256 --seconds 3 --precision "$p" --threads 2 > "$work/g-$1-t2.json"
 }
-hv() { # tag ranks threads layers epochs precision
-  local dir=runs/bench-cpu-$1
-  $MPIRUN -n "$2" $BIN train jobs/fashion-mnist.toml --set training.epochs="$5" --set "model.layers=[$4]" \
-    --set training.batch_size=$((256 / $2)) --set training.threads="$3" --set training.precision=\""$6"\" \
+hv() { # tag ranks threads layers epochs precision (fp32-mm: fp32 with matrixmultiply's product)
+  local dir=runs/bench-cpu-$1 p=${6%-mm}
+  export HVTRAIN_CPU_GEMM=$([ "$6" = fp32-mm ] && echo matrixmultiply || echo auto)
+  $MPIRUN -x HVTRAIN_CPU_GEMM -n "$2" $BIN train jobs/fashion-mnist.toml --set training.epochs="$5" --set "model.layers=[$4]" \
+    --set training.batch_size=$((256 / $2)) --set training.threads="$3" --set training.precision=\""$p"\" \
     --set training.device=\"cpu\" --set checkpoint.every_minutes=0 --set output.dir="\"$dir\"" 2> "$work/$1.log"
   cp "$dir/metrics.jsonl" "$work/$1.jsonl"
 }
@@ -40,7 +47,7 @@ pt() { # tag layers epochs precision
   "$PY" bench/torch_cpu_peer.py --layers "$2" --epochs "$3" --threads 2 --precision "$4" > "$work/$1.peer" 2>&1
 }
 
-for p in fp32 $([ $BF16 = 1 ] && echo bf16); do
+for p in fp32 fp32-mm $([ $BF16 = 1 ] && echo bf16); do
   gemm std-$p 784,512,512,10 $p
   gemm wide-$p $WIDE $p
 done
@@ -48,9 +55,11 @@ for r in $(seq 1 "$ROUNDS"); do
   for p in fp32 $([ $BF16 = 1 ] && echo bf16); do
     hv "r$r-std-2-$p" 2 1 784,512,512,10 "$EPOCHS" $p
     hv "r$r-std-t2-$p" 1 2 784,512,512,10 "$EPOCHS" $p
+    [ $p = fp32 ] && hv "r$r-std-t2-fp32-mm" 1 2 784,512,512,10 "$EPOCHS" fp32-mm
     pt "r$r-std-pt-$p" 784,512,512,10 "$EPOCHS" $p
     hv "r$r-wide-2-$p" 2 1 $WIDE "$WIDE_EPOCHS" $p
     hv "r$r-wide-t2-$p" 1 2 $WIDE "$WIDE_EPOCHS" $p
+    [ $p = fp32 ] && hv "r$r-wide-t2-fp32-mm" 1 2 $WIDE "$WIDE_EPOCHS" fp32-mm
     pt "r$r-wide-pt-$p" $WIDE "$WIDE_EPOCHS" $p
   done
   hv "r$r-std-1-fp32" 1 1 784,512,512,10 "$EPOCHS" fp32
@@ -65,7 +74,7 @@ def j(p): return json.load(open(os.path.join(work, p)))
 flop = {m: j(f"g-{m}-fp32-1.json")["flop_per_sample"] for m in ("std", "wide")}
 gem = {}
 for m in ("std", "wide"):
-    for p in precs:
+    for p in precs[:1] + ["fp32-mm"] + precs[1:]:
         one = j(f"g-{m}-{p}-1.json")["gflops"]
         two = j(f"g-{m}-{p}-2a.json")["gflops"] + j(f"g-{m}-{p}-2b.json")["gflops"]
         gem[m, p] = (one, two, j(f"g-{m}-{p}-t2.json")["gflops"])
@@ -93,6 +102,8 @@ for m, name in (("std", "784-512-512-10"), ("wide", "784-2048-2048-10")):
     for p in precs:
         systems.append(("hvtrain, 2 ranks × 1 thread, batch 128/rank", p, f"{m}-2-{p}", hv))
         systems.append(("hvtrain, 1 rank × 2 threads (training.threads = 2), batch 256", p, f"{m}-t2-{p}", hv))
+        if p == "fp32":
+            systems.append(("hvtrain, 1 rank × 2 threads, matrixmultiply's GEMM (before)", "fp32", f"{m}-t2-fp32-mm", hv))
         systems.append(("PyTorch, 1 process × 2 threads" + (", autocast bf16" if p == "bf16" else ""), p, f"{m}-pt-{p}", pt))
     if m == "std":
         systems.append(("hvtrain, 1 rank × 1 thread, batch 256 (one core idle)", "fp32", "std-1-fp32", hv))
@@ -122,11 +133,21 @@ out = [f"# hvtrain vs PyTorch on the CPU, fp32 and bf16, {today}", "",
        f"- samples/s: each run's median over its epochs after the first; the cell is the median of the {rounds} rounds' "
        "medians, min..max over every steady epoch of every round (the noise); first step from process start, per round",
        f"- load average (1/5/15 min) before the run: {load}; the 2 vCPUs may be shared: compare rows of one run only", ""]
-out += ["## GEMM rate of hvtrain's CPU backend on the step's shapes (batch 128)", "",
+peak = {}
+for line in open(os.path.join(work, "peak.jsonl")):
+    d = json.loads(line)
+    peak[d["threads"]] = max(peak.get(d["threads"], 0), d["gflops"])
+if peak:
+    out += [f"- float32 FMA peak (`bench/fma_peak.c`, registers only, best of 256- and 512-bit): "
+            f"{peak[1]:.1f} GFLOP/s on one core, {peak.get(2, 0):.1f} on two", ""]
+pct = lambda g, t: f" ({100 * g / peak[t]:.0f} %)" if t in peak else ""
+out += ["## GEMM rate of hvtrain's CPU backend on the step's shapes, GFLOP/s (% of the FMA peak)", "",
+        "fp32: hvtrain's AVX-512 kernel (`src/device/sgemm.rs`); fp32-mm: matrixmultiply's, as before it.", "",
         "| model | precision | one thread, batch 128 | two processes at once, batch 128 (sum) | one process × 2 threads, batch 256 |",
         "|---|---|---|---|---|"]
 for (m, p), (one, two, t2) in gem.items():
-    out.append(f"| {m} | {p} | {one:.1f} | {two:.1f} | {t2:.1f} |")
+    q = pct if p.startswith("fp32") else (lambda g, t: "")  # bf16's peak is twice float32's
+    out.append(f"| {m} | {p} | {one:.1f}{q(one, 1)} | {two:.1f}{q(two, 2)} | {t2:.1f}{q(t2, 2)} |")
 out += ["", "## Training", "",
         "| model | system | precision | samples/s | × PyTorch (same precision) | min..max | rounds | first step (s) | peak RSS/process (MiB) | test acc | GEMM FLOP rate |",
         "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -136,6 +157,7 @@ for r in rows:
     fr = ""
     if r["label"].startswith("hvtrain"):
         one, two, t2 = gem[r["m"], r["p"]]
+        one, two, t2 = gem[r["m"], "fp32-mm"] if "matrixmultiply" in r["label"] else (one, two, t2)
         ceil = t2 if "2 threads" in r["label"] else one if "1 rank" in r["label"] else two
         g = r["med"] * flop[r["m"]] / 1e9
         fr = f"{g:.0f} GFLOP/s = {100 * g / ceil:.0f}% of the {r['p']} GEMM rate {ceil:.0f}"

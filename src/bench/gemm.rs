@@ -56,7 +56,7 @@ pub fn run(
     println!(
         "{}",
         serde_json::json!({
-            "crate": if precision == crate::config::Precision::Bf16 { "hvtrain bf16 (AVX512-BF16)" } else { "matrixmultiply" },
+            "crate": if precision == crate::config::Precision::Bf16 { "hvtrain bf16 (AVX512-BF16)" } else { crate::device::cpu::fp32_kernel() },
             "precision": format!("{precision:?}").to_lowercase(), "layers": layers,
             "threads": threads, "batch": batch, "step_gemms": shapes.len(),
             "gflops": gflops, "flop_per_sample": per_sample,

@@ -15,11 +15,8 @@
 //! change what `cpu::gemm` computes (fp32 stays the reference).
 
 use super::backend::{Gemm, Trans};
+use super::tile::{write_back, Out, MR, NR};
 use std::cell::RefCell;
-
-/// Rows and columns of the register tile: 8 × 2 zmm accumulators.
-pub const MR: usize = 8;
-pub const NR: usize = 32;
 /// Block sizes: a packed B block (KC × NC bf16 = 1 MiB) is what L2 holds on Zen 4, one B
 /// strip (KC × NR = 32 KiB) what L1 holds while the A strips of the block pass it. Measured
 /// on the step's shapes (batch 128, 2-vCPU EPYC): KC 512 / NC 1024 125-130 GFLOP/s against
@@ -171,30 +168,6 @@ unsafe fn columns(
     });
 }
 
-/// Where the kernel puts its MR × NR sums.
-enum Out<'a> {
-    /// An edge tile, for `write_back` to clip.
-    Tile(&'a mut [f32; MR * NR]),
-    /// A whole MR × NR tile of C at `c` (rows `ldc` apart): alpha · sums + beta · C (C unread
-    /// when beta is 0).
-    C { c: *mut f32, ldc: usize, alpha: f32, beta: f32 },
-}
-
-/// The tile's first rows × cols into C at `c` (rows `ldc` apart): alpha · tile + beta · C
-/// (C unread when beta is 0).
-unsafe fn write_back(t: &[f32; MR * NR], c: *mut f32, ldc: usize, rows: usize, cols: usize, alpha: f32, beta: f32) {
-    for r in 0..rows {
-        // SAFETY: the caller's tile of C holds rows × cols from c, rows ldc apart.
-        let row = std::slice::from_raw_parts_mut(c.add(r * ldc), cols);
-        let acc = &t[r * NR..r * NR + cols];
-        if beta == 0.0 {
-            row.iter_mut().zip(acc).for_each(|(c, a)| *c = alpha * a);
-        } else {
-            row.iter_mut().zip(acc).for_each(|(c, a)| *c = alpha * a + beta * *c);
-        }
-    }
-}
-
 /// A's rows ic..ic+mc, columns pc..pc+kc into MR-row strips: strip s, pair p, lane r holds
 /// (A[ic + s·MR + r, pc + 2p], A[.., pc + 2p + 1]); rows past m and the odd k's partner are 0.
 #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16"))]
@@ -343,29 +316,7 @@ unsafe fn kernel(kp: usize, a: &[u32], b: &[u32], out: Out) {
             acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
         }
     }
-    match out {
-        Out::Tile(tile) => {
-            for (r, acc) in acc.iter().enumerate() {
-                _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR), acc[0]);
-                _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR + 16), acc[1]);
-            }
-        }
-        Out::C { c, ldc, alpha, beta } => {
-            let (al, be) = (_mm512_set1_ps(alpha), _mm512_set1_ps(beta));
-            for (r, acc) in acc.iter().enumerate() {
-                for (h, acc) in acc.iter().enumerate() {
-                    // SAFETY: the caller's whole tile: row r's 16 lanes h at r·ldc + 16h.
-                    let q = c.add(r * ldc + 16 * h);
-                    let v = if beta == 0.0 {
-                        _mm512_mul_ps(al, *acc)
-                    } else {
-                        _mm512_fmadd_ps(al, *acc, _mm512_mul_ps(be, _mm512_loadu_ps(q)))
-                    };
-                    _mm512_storeu_ps(q, v);
-                }
-            }
-        }
-    }
+    super::tile::epilogue!(acc, out);
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -13,8 +13,8 @@ use crate::error::Result;
 use std::ops::Range;
 
 /// The CPU backend: buffers are `Vec<f32>` in host memory, views are slices. Its matrix
-/// products are float32 (`Cpu`, the reference) or bf16 mixed precision (`Cpu::new(Bf16)`,
-/// `bf16.rs`); everything else is float32 either way.
+/// products are float32 (`Cpu`, the reference: `sgemm.rs` on AVX-512, else matrixmultiply) or
+/// bf16 mixed precision (`Cpu::new(Bf16)`, `bf16.rs`); everything else is float32 either way.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cpu {
     bf16: bool,
@@ -53,7 +53,7 @@ impl Backend for Cpu {
         if self.bf16 {
             "cpu (bf16 products, AVX512-BF16)".into()
         } else {
-            "cpu".into()
+            format!("cpu (float32 products: {})", fp32_kernel())
         }
     }
     // Allocations fail with `Error::OutOfMemory` (naming what and this rank's model state),
@@ -168,8 +168,32 @@ impl Backend for Cpu {
     }
 }
 
-/// The product `g` (see `Gemm`): transposes are expressed through strides, nothing is copied.
+/// Which float32 product the CPU backend runs: hvtrain's AVX-512 kernel (`sgemm`) where the
+/// CPU has AVX-512F, else matrixmultiply. `HVTRAIN_CPU_GEMM=matrixmultiply` forces the latter
+/// (for comparisons: `bench/cpu.sh`).
+pub fn fp32_kernel() -> &'static str {
+    static CHOICE: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    CHOICE.get_or_init(|| {
+        let forced = std::env::var("HVTRAIN_CPU_GEMM").is_ok_and(|v| v == "matrixmultiply");
+        if super::sgemm::supported() && !forced {
+            "hvtrain's AVX-512 kernel"
+        } else {
+            "matrixmultiply"
+        }
+    })
+}
+
+/// The product `g` (see `Gemm`) in float32: `sgemm`'s AVX-512 kernel or matrixmultiply's
+/// (`fp32_kernel`).
 pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+    if fp32_kernel() == "hvtrain's AVX-512 kernel" {
+        return super::sgemm::gemm(g, a, b, c);
+    }
+    mm_gemm(g, a, b, c)
+}
+
+/// matrixmultiply's product: transposes are expressed through strides, nothing is copied.
+pub fn mm_gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     g.check(a.len(), b.len(), c.len());
     let Gemm { m, k, n, ta, tb, alpha, beta } = g;
     let (rsa, csa) = match ta {

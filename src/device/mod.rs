@@ -11,6 +11,8 @@ pub mod bf16;
 pub mod cpu;
 pub mod cuda;
 pub mod pool;
+pub mod sgemm;
+pub mod tile;
 
 pub use backend::{AdamHyper, Backend, Gemm, Mask, Pointwise, SgdHyper, Trans};
 pub use cpu::Cpu;

@@ -1,0 +1,143 @@
+// The CPU's float32 FMA peak, measured: a loop of independent fused multiply-adds on
+// registers only (no memory), 256-bit (AVX2/FMA) and 512-bit (AVX-512F), on 1 and on N
+// threads at once. No GEMM, training step or library can compute faster than this, so it is
+// the ceiling against which bench/cpu.sh's GEMM and step rates (and PyTorch's) are read.
+//
+//   cc -O2 -mavx512f -mfma -pthread bench/fma_peak.c -o /tmp/fma_peak && /tmp/fma_peak 2
+//
+// Prints one JSON line per (width, threads): GFLOP/s (2 flops per lane per FMA), the best of
+// 5 runs of about 0.4 s each.
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+#define ITERS 20000000L
+
+// 12 independent accumulators: enough to cover the FMA latency (4 cycles) × 2 pipes and more.
+static float run256(void) {
+    __m256 a0 = _mm256_set1_ps((float)0 * 1e-3f);
+    __m256 a1 = _mm256_set1_ps((float)1 * 1e-3f);
+    __m256 a2 = _mm256_set1_ps((float)2 * 1e-3f);
+    __m256 a3 = _mm256_set1_ps((float)3 * 1e-3f);
+    __m256 a4 = _mm256_set1_ps((float)4 * 1e-3f);
+    __m256 a5 = _mm256_set1_ps((float)5 * 1e-3f);
+    __m256 a6 = _mm256_set1_ps((float)6 * 1e-3f);
+    __m256 a7 = _mm256_set1_ps((float)7 * 1e-3f);
+    __m256 a8 = _mm256_set1_ps((float)8 * 1e-3f);
+    __m256 a9 = _mm256_set1_ps((float)9 * 1e-3f);
+    __m256 a10 = _mm256_set1_ps((float)10 * 1e-3f);
+    __m256 a11 = _mm256_set1_ps((float)11 * 1e-3f);
+    const __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    for (long n = 0; n < ITERS; n++) {
+        a0 = _mm256_fmadd_ps(a0, b, c);
+        a1 = _mm256_fmadd_ps(a1, b, c);
+        a2 = _mm256_fmadd_ps(a2, b, c);
+        a3 = _mm256_fmadd_ps(a3, b, c);
+        a4 = _mm256_fmadd_ps(a4, b, c);
+        a5 = _mm256_fmadd_ps(a5, b, c);
+        a6 = _mm256_fmadd_ps(a6, b, c);
+        a7 = _mm256_fmadd_ps(a7, b, c);
+        a8 = _mm256_fmadd_ps(a8, b, c);
+        a9 = _mm256_fmadd_ps(a9, b, c);
+        a10 = _mm256_fmadd_ps(a10, b, c);
+        a11 = _mm256_fmadd_ps(a11, b, c);
+    }
+    __m256 s = a0;
+    s = _mm256_add_ps(s, a1);
+    s = _mm256_add_ps(s, a2);
+    s = _mm256_add_ps(s, a3);
+    s = _mm256_add_ps(s, a4);
+    s = _mm256_add_ps(s, a5);
+    s = _mm256_add_ps(s, a6);
+    s = _mm256_add_ps(s, a7);
+    s = _mm256_add_ps(s, a8);
+    s = _mm256_add_ps(s, a9);
+    s = _mm256_add_ps(s, a10);
+    s = _mm256_add_ps(s, a11);
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    return out[0];
+}
+
+static float run512(void) {
+    __m512 a0 = _mm512_set1_ps((float)0 * 1e-3f);
+    __m512 a1 = _mm512_set1_ps((float)1 * 1e-3f);
+    __m512 a2 = _mm512_set1_ps((float)2 * 1e-3f);
+    __m512 a3 = _mm512_set1_ps((float)3 * 1e-3f);
+    __m512 a4 = _mm512_set1_ps((float)4 * 1e-3f);
+    __m512 a5 = _mm512_set1_ps((float)5 * 1e-3f);
+    __m512 a6 = _mm512_set1_ps((float)6 * 1e-3f);
+    __m512 a7 = _mm512_set1_ps((float)7 * 1e-3f);
+    __m512 a8 = _mm512_set1_ps((float)8 * 1e-3f);
+    __m512 a9 = _mm512_set1_ps((float)9 * 1e-3f);
+    __m512 a10 = _mm512_set1_ps((float)10 * 1e-3f);
+    __m512 a11 = _mm512_set1_ps((float)11 * 1e-3f);
+    const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+    for (long n = 0; n < ITERS; n++) {
+        a0 = _mm512_fmadd_ps(a0, b, c);
+        a1 = _mm512_fmadd_ps(a1, b, c);
+        a2 = _mm512_fmadd_ps(a2, b, c);
+        a3 = _mm512_fmadd_ps(a3, b, c);
+        a4 = _mm512_fmadd_ps(a4, b, c);
+        a5 = _mm512_fmadd_ps(a5, b, c);
+        a6 = _mm512_fmadd_ps(a6, b, c);
+        a7 = _mm512_fmadd_ps(a7, b, c);
+        a8 = _mm512_fmadd_ps(a8, b, c);
+        a9 = _mm512_fmadd_ps(a9, b, c);
+        a10 = _mm512_fmadd_ps(a10, b, c);
+        a11 = _mm512_fmadd_ps(a11, b, c);
+    }
+    __m512 s = a0;
+    s = _mm512_add_ps(s, a1);
+    s = _mm512_add_ps(s, a2);
+    s = _mm512_add_ps(s, a3);
+    s = _mm512_add_ps(s, a4);
+    s = _mm512_add_ps(s, a5);
+    s = _mm512_add_ps(s, a6);
+    s = _mm512_add_ps(s, a7);
+    s = _mm512_add_ps(s, a8);
+    s = _mm512_add_ps(s, a9);
+    s = _mm512_add_ps(s, a10);
+    s = _mm512_add_ps(s, a11);
+    return _mm512_reduce_add_ps(s);
+}
+
+static int width;
+static volatile float sink;
+
+static void *worker(void *arg) {
+    (void)arg;
+    sink = width == 512 ? run512() : run256();
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    int max_threads = argc > 1 ? atoi(argv[1]) : 2;
+    int widths[2] = {256, 512};
+    for (int w = 0; w < 2; w++) {
+        width = widths[w];
+        for (int t = 1; t <= max_threads; t++) {
+            double best = 0;
+            for (int round = 0; round < 5; round++) {
+                pthread_t th[64];
+                double t0 = now();
+                for (int i = 0; i < t; i++) pthread_create(&th[i], NULL, worker, NULL);
+                for (int i = 0; i < t; i++) pthread_join(th[i], NULL);
+                double dt = now() - t0;
+                double flops = (double)t * ITERS * 12 * (width / 32) * 2;
+                if (flops / dt > best) best = flops / dt;
+            }
+            printf("{\"width\": %d, \"threads\": %d, \"gflops\": %.1f}\n", width, t, best / 1e9);
+            fflush(stdout);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,403 @@
+//! The float32 matrix product on CPUs with AVX-512: an 8 × 32 register tile of 16 zmm
+//! accumulators, one k per step (2 loads of B, 8 broadcasts of A, 16 FMAs), with *no packing*:
+//! the kernel reads both operands where they lie. The vector operand needs its 32 columns
+//! contiguous at each k (B row-major, `Trans::N`: a weight in the forward, the output gradient
+//! in the weight gradient); the broadcast operand may have any strides (A or Aᵀ). matrixmultiply
+//! (the crate this replaces where AVX-512 is there) runs a kernel as fast but packs both
+//! operands on every call: about 20 % of its time on a training step's shapes, the weights
+//! (the larger operand at a per-rank batch of 128-256) packed afresh each product.
+//!
+//! The one product whose B is transposed, the input gradient dX = dY · Wᵀ, is computed as
+//! Cᵀ = W · dYᵀ: W (row-major [n, k]) is then the broadcast operand, read in place; dY, the
+//! small operand (batch × k), is transposed into scratch as the vector operand; and the
+//! result (n × m, scratch) is written back transposed with alpha and beta. Transposing dY and
+//! the result moves (m·k + m·n) floats instead of the weights' n·k.
+//!
+//! Blocking: k in blocks of KC (the first applies beta, the others add), rows of C in blocks
+//! of MC (the broadcast operand's block, MC × KC, stays in L2 while every 32-column strip of B
+//! passes it); threads take column ranges of C (whole strips) as in `blocked`, and every element
+//! is summed in the same order on any thread count (the same bits). Edges: columns past n are
+//! masked loads and stores, rows past m repeat the last row and are not written.
+//!
+//! Must not: run without `supported()` (the instructions fault on other CPUs).
+
+use super::backend::{Gemm, Trans};
+use super::tile::{write_back, Out, MR, NR};
+use std::cell::RefCell;
+
+/// Whether this CPU can run the kernel.
+pub fn supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// k per block: a 32-column strip of B (KC rows) is 32 KiB.
+const KC: usize = 256;
+/// Rows of C per block: the broadcast operand's block (MC × KC floats) is 256 KiB of L2.
+const MC: usize = 256;
+/// Columns of B per packed block (KC × NC floats = 1 MiB).
+const NC: usize = 1024;
+
+thread_local! {
+    /// A packed block of B (KC × NC at most).
+    static STRIP: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Scratch for the transposed product (op(A)ᵀ and the result), kept between calls.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// An operand read in place: element (i, p) at `d[i·rs + p·ps]`.
+#[derive(Clone, Copy)]
+struct Strided<'a> {
+    d: &'a [f32],
+    rs: usize,
+    ps: usize,
+}
+
+/// C = alpha · op(A) · op(B) + beta · C in float32 (see `Gemm`). Panics unless `supported()`.
+pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+    g.check(a.len(), b.len(), c.len());
+    assert!(supported(), "AVX-512 sgemm on a CPU without AVX-512");
+    let Gemm { m, k, n, ta, tb, alpha, beta } = g;
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        for v in &mut c[..m * n] {
+            *v = if beta == 0.0 { 0.0 } else { beta * *v };
+        }
+        return;
+    }
+    let av = match ta {
+        Trans::N => Strided { d: a, rs: k, ps: 1 },
+        Trans::T => Strided { d: a, rs: 1, ps: m },
+    };
+    if tb == Trans::N {
+        return direct(av, b, m, k, n, c, alpha, beta, &|_| ());
+    }
+    // Cᵀ (n × m) = B (n × k, row-major: broadcast) · op(A)ᵀ (k × m: vector, unit stride in m).
+    SCRATCH.with(|s| {
+        let (at, t) = &mut *s.borrow_mut();
+        let vec_op: &[f32] = match ta {
+            Trans::T => a, // A is stored k × m already
+            Trans::N => {
+                at.resize(k * m, 0.0);
+                transpose(a, m, k, at);
+                at
+            }
+        };
+        t.resize(n * m, 0.0);
+        // Each thread, once its columns of t (rows of C) are done, writes those rows of C:
+        // C = alpha · tᵀ + beta · C, in 32 × 32 blocks (both sides stay in cache).
+        let cp = CPtr(c.as_mut_ptr());
+        let tp = CPtr(t.as_mut_ptr());
+        let (cp, tp) = (&cp, &tp); // the closure shares the wrappers (Sync), not raw pointers
+        let write = |rows: std::ops::Range<usize>| {
+            for i0 in rows.clone().step_by(32) {
+                for j0 in (0..n).step_by(32) {
+                    for i in i0..(i0 + 32).min(rows.end) {
+                        // SAFETY: row i of C (this part's rows only) and t, both sized above.
+                        let row = unsafe { std::slice::from_raw_parts_mut(cp.0.add(i * n), n) };
+                        for j in j0..(j0 + 32).min(n) {
+                            let v = alpha * unsafe { *tp.0.add(j * m + i) };
+                            row[j] = if beta == 0.0 { v } else { v + beta * row[j] };
+                        }
+                    }
+                }
+            }
+        };
+        // SAFETY: `t` is only read through `tp` by `write`, after `direct` wrote this part.
+        let t = unsafe { std::slice::from_raw_parts_mut(tp.0, n * m) };
+        direct(Strided { d: b, rs: k, ps: 1 }, vec_op, n, k, m, t, 1.0, 0.0, &write);
+    });
+}
+
+/// out (cols × rows) = x (rows × cols)ᵀ, in 32 × 32 blocks.
+fn transpose(x: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
+    for i0 in (0..rows).step_by(32) {
+        for j0 in (0..cols).step_by(32) {
+            for i in i0..(i0 + 32).min(rows) {
+                for j in j0..(j0 + 32).min(cols) {
+                    out[j * rows + i] = x[i * cols + j];
+                }
+            }
+        }
+    }
+}
+
+/// C's base pointer, shared by the threads that write its disjoint column ranges.
+struct CPtr(*mut f32);
+// SAFETY: the threads of one product write disjoint columns, and `direct` waits for all.
+unsafe impl Sync for CPtr {}
+
+/// C (m × n, row-major) = alpha · A · B + beta · C with A read through `av` and B row-major
+/// (k × n), on the pool's threads by column ranges.
+/// `after(cols)` runs on the same thread once C's columns `cols` are complete.
+#[allow(clippy::too_many_arguments)]
+fn direct(
+    av: Strided,
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    c: &mut [f32],
+    alpha: f32,
+    beta: f32,
+    after: &(dyn Fn(std::ops::Range<usize>) + Sync),
+) {
+    assert!(b.len() >= k * n && c.len() >= m * n);
+    assert!(av.d.len() > (m - 1) * av.rs + (k - 1) * av.ps);
+    let t = super::pool::threads().min(n.div_ceil(NR)).max(1);
+    let parts = if t > 1 && 2.0 * (m * n * k) as f64 >= 4e6 { t } else { 1 };
+    let per = n.div_ceil(NR).div_ceil(parts) * NR;
+    let cp = CPtr(c.as_mut_ptr());
+    super::pool::run(n.div_ceil(per), &|part| {
+        let cols = part * per..(part * per + per).min(n);
+        // SAFETY: supported() (checked by `gemm`); the asserts above bound every read; the
+        // parts write disjoint columns of C.
+        unsafe { columns(av, b, m, k, n, cols.clone(), &cp, alpha, beta) };
+        after(cols);
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn columns(
+    av: Strided,
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    cols: std::ops::Range<usize>,
+    c: &CPtr,
+    alpha: f32,
+    beta: f32,
+) {
+    let mut tile = [0f32; MR * NR];
+    STRIP.with(|packed| {
+        let packed = &mut *packed.borrow_mut();
+        for jc in cols.clone().step_by(NC) {
+            let nc = NC.min(cols.end - jc);
+            let strips = nc.div_ceil(NR);
+            packed.resize(strips * KC * NR, 0.0);
+            // k in equal blocks of at most KC (784 = 4 × 196, not 3 × 256 + 16: a short last
+            // block pays a whole pass over C for little work).
+            let kb = k.div_ceil(KC).max(1);
+            let step = k.div_ceil(kb);
+            for pc in (0..k).step_by(step) {
+                let kc = step.min(k - pc);
+                let beta = if pc == 0 { beta } else { 1.0 };
+                pack_b(b, n, pc, kc, jc, nc, packed);
+                for ic in (0..m).step_by(MC) {
+                    let mc = MC.min(m - ic);
+                    for s in 0..strips {
+                        let (j0, w) = (jc + s * NR, NR.min(nc - s * NR));
+                        let bp = packed.as_ptr().add(s * kc * NR);
+                        for i0 in (ic..ic + mc).step_by(MR) {
+                            let rows = MR.min(ic + mc - i0);
+                            let ap = av.d.as_ptr().add(i0 * av.rs + pc * av.ps);
+                            let at = c.0.add(i0 * n + j0);
+                            if rows == MR && w == NR {
+                                kernel(kc, ap, av.rs, av.ps, MR, bp, NR, NR, Out::C { c: at, ldc: n, alpha, beta });
+                            } else {
+                                kernel(kc, ap, av.rs, av.ps, rows, bp, NR, w, Out::Tile(&mut tile));
+                                write_back(&tile, at, n, rows, w, alpha, beta);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// B's rows pc..pc+kc, columns jc..jc+nc (B row-major, rows `n` apart) into NR-column strips
+/// of kc rows each (a strip's row is 2 zmm, contiguous). B's rows are read front to back, one
+/// stream the prefetcher follows; read in place instead, a strip's rows (n floats apart) fall
+/// on a few L1 sets and evict each other.
+fn pack_b(b: &[f32], n: usize, pc: usize, kc: usize, jc: usize, nc: usize, out: &mut [f32]) {
+    for p in 0..kc {
+        let src = &b[(pc + p) * n + jc..(pc + p) * n + jc + nc];
+        for (s, chunk) in src.chunks(NR).enumerate() {
+            let at = s * kc * NR + p * NR;
+            if let Ok(whole) = <&[f32; NR]>::try_from(chunk) {
+                let dst: &mut [f32; NR] = (&mut out[at..at + NR]).try_into().expect("NR");
+                *dst = *whole;
+            } else {
+                out[at..at + chunk.len()].copy_from_slice(chunk);
+            }
+        }
+    }
+}
+
+/// Σ_p A(r, p) (broadcast; element (r, p) at a + r·a_rs + p·a_ps, rows past `rows` repeat
+/// the last) · B(p, 0..cols) (b + p·ldb, columns past `cols` masked to 0), kc steps: MR × 2
+/// zmm accumulators; then into `out`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel(
+    kc: usize,
+    a: *const f32,
+    a_rs: usize,
+    a_ps: usize,
+    rows: usize,
+    b: *const f32,
+    ldb: usize,
+    cols: usize,
+    out: Out,
+) {
+    use std::arch::x86_64::*;
+    let m0: __mmask16 = if cols >= 16 { 0xffff } else { (1u16 << cols) - 1 };
+    let m1: __mmask16 = if cols >= 32 { 0xffff } else if cols > 16 { (1u16 << (cols - 16)) - 1 } else { 0 };
+    let mut ar = [a; MR];
+    for (r, p) in ar.iter_mut().enumerate() {
+        *p = a.add(r.min(rows - 1) * a_rs);
+    }
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    let mut bp = b;
+    if a_ps == 1 {
+        for p in 0..kc {
+            let b0 = _mm512_maskz_loadu_ps(m0, bp);
+            let b1 = _mm512_maskz_loadu_ps(m1, bp.add(16));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*ar[r].add(p));
+                acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+            }
+            bp = bp.add(ldb);
+        }
+    } else {
+        let mut ap = ar;
+        for _ in 0..kc {
+            let b0 = _mm512_maskz_loadu_ps(m0, bp);
+            let b1 = _mm512_maskz_loadu_ps(m1, bp.add(16));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*ap[r]);
+                acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+                ap[r] = ap[r].add(a_ps);
+            }
+            bp = bp.add(ldb);
+        }
+    }
+    super::tile::epilogue!(acc, out);
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel(
+    _kc: usize,
+    _a: *const f32,
+    _a_rs: usize,
+    _a_ps: usize,
+    _rows: usize,
+    _b: *const f32,
+    _ldb: usize,
+    _cols: usize,
+    _out: Out,
+) {
+    unreachable!("supported() is false off x86_64")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::backend::Trans;
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        (0..n).map(|i| (i as f32 * 0.618 + seed as f32).sin() * 3.0).collect()
+    }
+
+    /// The exact product in f64, and Σ|a||b| + |beta·c| per element (the scale of float32
+    /// summation error).
+    fn reference(g: Gemm, a: &[f32], b: &[f32], c0: &[f32]) -> (Vec<f64>, Vec<f64>) {
+        let at = |i: usize, p: usize| (if g.ta == Trans::N { a[i * g.k + p] } else { a[p * g.m + i] }) as f64;
+        let bt = |p: usize, j: usize| (if g.tb == Trans::N { b[p * g.n + j] } else { b[j * g.k + p] }) as f64;
+        let (mut out, mut scale) = (vec![0.0; g.m * g.n], vec![0.0; g.m * g.n]);
+        for i in 0..g.m {
+            for j in 0..g.n {
+                let (s, abs) =
+                    (0..g.k).fold((0.0, 0.0), |(s, abs), p| (s + at(i, p) * bt(p, j), abs + (at(i, p) * bt(p, j)).abs()));
+                let c = if g.beta == 0.0 { 0.0 } else { g.beta as f64 * c0[i * g.n + j] as f64 };
+                out[i * g.n + j] = g.alpha as f64 * s + c;
+                scale[i * g.n + j] = g.alpha.abs() as f64 * abs + c.abs() + 1e-30;
+            }
+        }
+        (out, scale)
+    }
+
+    /// Every transpose, edges on every side (m, n past a tile, several k- and n-blocks),
+    /// alpha and beta (beta 0 never reads C): within float32 summation error of the exact
+    /// product. A kernel that drops a k, misplaces a lane, misses an edge or mis-applies beta
+    /// on the second k-block is off by far more.
+    #[test]
+    fn sgemm_equals_the_exact_product() {
+        if !supported() {
+            eprintln!("skipped: this CPU has no AVX-512");
+            return;
+        }
+        let shapes = [(1, 1, 1), (3, 5, 2), (8, 2, 32), (13, 37, 45), (17, 300, 70), (130, 513, 33), (9, 20, 1100)];
+        for &(m, k, n) in &shapes {
+            for ta in [Trans::N, Trans::T] {
+                for tb in [Trans::N, Trans::T] {
+                    for (alpha, beta) in [(1.0, 0.0), (0.5, 1.0), (-2.0, 0.25)] {
+                        let g = Gemm { m, k, n, ta, tb, alpha, beta };
+                        let (a, b, c0) = (data(m * k, 1), data(k * n, 2), data(m * n, 3));
+                        let mut c = c0.clone();
+                        if beta == 0.0 {
+                            c.fill(f32::NAN);
+                        }
+                        gemm(g, &a, &b, &mut c);
+                        let (want, scale) = reference(g, &a, &b, &c0);
+                        for (idx, (&got, (&w, &s))) in c.iter().zip(want.iter().zip(&scale)).enumerate() {
+                            let err = (got as f64 - w).abs() / s;
+                            assert!(err < 1e-6 * (k as f64).sqrt().max(1.0) * 4.0, "{g:?} at {idx}: {got} vs {w}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The same as matrixmultiply's product to float32 rounding, on a training step's shapes.
+    #[test]
+    fn sgemm_agrees_with_matrixmultiply() {
+        if !supported() {
+            return;
+        }
+        for (m, k, n, ta, tb) in [(128, 784, 512, Trans::N, Trans::N), (784, 128, 512, Trans::T, Trans::N)] {
+            let g = Gemm::new(m, k, n, ta, tb);
+            let (a, b) = (data(m * k, 4), data(k * n, 5));
+            let (mut ours, mut theirs) = (vec![0.0; m * n], vec![0.0; m * n]);
+            gemm(g, &a, &b, &mut ours);
+            crate::device::cpu::mm_gemm(g, &a, &b, &mut theirs);
+            let worst = ours.iter().zip(&theirs).map(|(x, y)| (x - y).abs() / (1.0 + y.abs())).fold(0.0, f32::max);
+            assert!(worst < 1e-4, "{g:?}: {worst}");
+        }
+    }
+
+    /// Threads split C's columns; each element is summed by the same code in the same order.
+    #[test]
+    fn threads_give_the_same_bits() {
+        if !supported() {
+            return;
+        }
+        let (m, k, n) = (37, 300, 200);
+        for (ta, tb) in [(Trans::N, Trans::N), (Trans::T, Trans::N), (Trans::N, Trans::T)] {
+            let g = Gemm { m, k, n, ta, tb, alpha: 1.0, beta: 0.5 };
+            let (a, b, c0) = (data(m * k, 7), data(k * n, 8), data(m * n, 9));
+            let mut one = c0.clone();
+            gemm(g, &a, &b, &mut one);
+            let mut three = c0.clone();
+            super::super::pool::set_threads(3);
+            gemm(g, &a, &b, &mut three);
+            super::super::pool::set_threads(1);
+            assert_eq!(one, three, "{g:?}");
+        }
+    }
+}
