@@ -171,8 +171,13 @@ if "bf16" in precs:
         for m in ("std", "wide") for s in ("2", "t2", "pt"))]
 text = "\n".join(out) + "\n"
 print(text)
-path = f"bench/results/cpu-{today}.md"
+# A second run on the same day gets its own name (-run2, -run3, ...), never overwriting one.
+stem, n = f"bench/results/cpu-{today}", 1
+while os.path.exists(stem + ".md"):
+    n += 1
+    stem = f"bench/results/cpu-{today}-run{n}"
+path = stem + ".md"
 open(path, "w").write(text)
-json.dump(dict(gemm={f"{m}-{p}": dict(zip(("one_thread_b128", "two_processes_b128", "two_threads_b256"), v)) for (m, p), v in gem.items()}, runs=raw), open(f"bench/results/cpu-{today}.json", "w"), indent=1)
+json.dump(dict(gemm={f"{m}-{p}": dict(zip(("one_thread_b128", "two_processes_b128", "two_threads_b256"), v)) for (m, p), v in gem.items()}, runs=raw), open(stem + ".json", "w"), indent=1)
 print(f"saved {path}")
 PY

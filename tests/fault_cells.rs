@@ -164,7 +164,10 @@ fn cell(dir: &Path, m: &Mode, phase: Phase, fault: Fault) -> Result<String, Stri
 fn assert_stop_checkpoint_soft(out: &Path, log: &str, spe: u64) -> Result<u64, String> {
     let (out, log) = (out.to_path_buf(), log.to_string());
     std::panic::catch_unwind(move || assert_stop_checkpoint(&out, &log, spe)).map_err(|e| {
-        e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+        e.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
     })
 }
 

@@ -14,8 +14,8 @@
 //! Must not: run without `supported()` (the kernel's instructions fault on other CPUs), or
 //! change what `cpu::gemm` computes (fp32 stays the reference).
 
-use super::backend::{Gemm, Trans};
-use super::tile::{write_back, Out, MR, NR};
+use super::backend::Gemm;
+use super::tile::{write_back, Out, View, MR, NR};
 use std::cell::RefCell;
 /// Block sizes: a packed B block (KC × NC bf16 = 1 MiB) is what L2 holds on Zen 4, one B
 /// strip (KC × NR = 32 KiB) what L1 holds while the A strips of the block pass it. Measured
@@ -58,14 +58,6 @@ fn pair(lo: f32, hi: f32) -> u32 {
     to_bf16(lo) as u32 | (to_bf16(hi) as u32) << 16
 }
 
-/// A row-major matrix read through strides: element (i, j) is `d[i·rs + j·cs]`.
-#[derive(Clone, Copy)]
-struct View<'a> {
-    d: &'a [f32],
-    rs: usize,
-    cs: usize,
-}
-
 /// Packed A and B blocks and one row's pairs.
 type Packed = (Vec<u32>, Vec<u32>, Vec<u32>);
 
@@ -79,24 +71,11 @@ thread_local! {
 pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     g.check(a.len(), b.len(), c.len());
     assert!(supported(), "bf16 gemm on a CPU without AVX512-BF16");
+    if super::tile::trivial(g, c) {
+        return;
+    }
     let Gemm { m, k, n, ta, tb, alpha, beta } = g;
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        for v in &mut c[..m * n] {
-            *v = if beta == 0.0 { 0.0 } else { beta * *v };
-        }
-        return;
-    }
-    let av = match ta {
-        Trans::N => View { d: a, rs: k, cs: 1 },
-        Trans::T => View { d: a, rs: 1, cs: m },
-    };
-    let bv = match tb {
-        Trans::N => View { d: b, rs: n, cs: 1 },
-        Trans::T => View { d: b, rs: 1, cs: k },
-    };
+    let (av, bv) = (View::op(a, m, k, ta), View::op(b, k, n, tb));
     // Threads take column ranges of C (whole NR strips): each packs its own B columns and
     // the same A. Products under PAR_FLOP stay on one thread (a hand-off costs ~10 µs).
     let t = super::pool::threads().min(n.div_ceil(NR)).max(1);
@@ -327,6 +306,7 @@ unsafe fn kernel(_kp: usize, _a: &[u32], _b: &[u32], _out: Out) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::backend::Trans;
 
     /// The product of the bf16-rounded operands in f64, and Σ|a||b| per element (the scale
     /// of float32 summation error).

@@ -22,7 +22,7 @@
 //! Must not: run without `supported()` (the instructions fault on other CPUs).
 
 use super::backend::{Gemm, Trans};
-use super::tile::{write_back, Out, MR, NR};
+use super::tile::{write_back, Out, View, MR, NR};
 use std::cell::RefCell;
 
 /// Whether this CPU can run the kernel.
@@ -51,32 +51,15 @@ thread_local! {
     static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// An operand read in place: element (i, p) at `d[i·rs + p·ps]`.
-#[derive(Clone, Copy)]
-struct Strided<'a> {
-    d: &'a [f32],
-    rs: usize,
-    ps: usize,
-}
-
 /// C = alpha · op(A) · op(B) + beta · C in float32 (see `Gemm`). Panics unless `supported()`.
 pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     g.check(a.len(), b.len(), c.len());
     assert!(supported(), "AVX-512 sgemm on a CPU without AVX-512");
+    if super::tile::trivial(g, c) {
+        return;
+    }
     let Gemm { m, k, n, ta, tb, alpha, beta } = g;
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        for v in &mut c[..m * n] {
-            *v = if beta == 0.0 { 0.0 } else { beta * *v };
-        }
-        return;
-    }
-    let av = match ta {
-        Trans::N => Strided { d: a, rs: k, ps: 1 },
-        Trans::T => Strided { d: a, rs: 1, ps: m },
-    };
+    let av = View::op(a, m, k, ta);
     if tb == Trans::N {
         return direct(av, b, m, k, n, c, alpha, beta, &|_| ());
     }
@@ -103,9 +86,10 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
                     for i in i0..(i0 + 32).min(rows.end) {
                         // SAFETY: row i of C (this part's rows only) and t, both sized above.
                         let row = unsafe { std::slice::from_raw_parts_mut(cp.0.add(i * n), n) };
-                        for j in j0..(j0 + 32).min(n) {
+                        let cols = j0..(j0 + 32).min(n);
+                        for (j, x) in cols.clone().zip(&mut row[cols]) {
                             let v = alpha * unsafe { *tp.0.add(j * m + i) };
-                            row[j] = if beta == 0.0 { v } else { v + beta * row[j] };
+                            *x = if beta == 0.0 { v } else { v + beta * *x };
                         }
                     }
                 }
@@ -113,7 +97,7 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
         };
         // SAFETY: `t` is only read through `tp` by `write`, after `direct` wrote this part.
         let t = unsafe { std::slice::from_raw_parts_mut(tp.0, n * m) };
-        direct(Strided { d: b, rs: k, ps: 1 }, vec_op, n, k, m, t, 1.0, 0.0, &write);
+        direct(View { d: b, rs: k, cs: 1 }, vec_op, n, k, m, t, 1.0, 0.0, &write);
     });
 }
 
@@ -140,7 +124,7 @@ unsafe impl Sync for CPtr {}
 /// `after(cols)` runs on the same thread once C's columns `cols` are complete.
 #[allow(clippy::too_many_arguments)]
 fn direct(
-    av: Strided,
+    av: View,
     b: &[f32],
     m: usize,
     k: usize,
@@ -151,7 +135,7 @@ fn direct(
     after: &(dyn Fn(std::ops::Range<usize>) + Sync),
 ) {
     assert!(b.len() >= k * n && c.len() >= m * n);
-    assert!(av.d.len() > (m - 1) * av.rs + (k - 1) * av.ps);
+    assert!(av.d.len() > (m - 1) * av.rs + (k - 1) * av.cs);
     let t = super::pool::threads().min(n.div_ceil(NR)).max(1);
     let parts = if t > 1 && 2.0 * (m * n * k) as f64 >= 4e6 { t } else { 1 };
     let per = n.div_ceil(NR).div_ceil(parts) * NR;
@@ -167,7 +151,7 @@ fn direct(
 
 #[allow(clippy::too_many_arguments)]
 unsafe fn columns(
-    av: Strided,
+    av: View,
     b: &[f32],
     m: usize,
     k: usize,
@@ -199,12 +183,12 @@ unsafe fn columns(
                         let bp = packed.as_ptr().add(s * kc * NR);
                         for i0 in (ic..ic + mc).step_by(MR) {
                             let rows = MR.min(ic + mc - i0);
-                            let ap = av.d.as_ptr().add(i0 * av.rs + pc * av.ps);
+                            let ap = av.d.as_ptr().add(i0 * av.rs + pc * av.cs);
                             let at = c.0.add(i0 * n + j0);
                             if rows == MR && w == NR {
-                                kernel(kc, ap, av.rs, av.ps, MR, bp, NR, NR, Out::C { c: at, ldc: n, alpha, beta });
+                                kernel(kc, ap, av.rs, av.cs, MR, bp, NR, NR, Out::C { c: at, ldc: n, alpha, beta });
                             } else {
-                                kernel(kc, ap, av.rs, av.ps, rows, bp, NR, w, Out::Tile(&mut tile));
+                                kernel(kc, ap, av.rs, av.cs, rows, bp, NR, w, Out::Tile(&mut tile));
                                 write_back(&tile, at, n, rows, w, alpha, beta);
                             }
                         }
@@ -253,7 +237,13 @@ unsafe fn kernel(
 ) {
     use std::arch::x86_64::*;
     let m0: __mmask16 = if cols >= 16 { 0xffff } else { (1u16 << cols) - 1 };
-    let m1: __mmask16 = if cols >= 32 { 0xffff } else if cols > 16 { (1u16 << (cols - 16)) - 1 } else { 0 };
+    let m1: __mmask16 = if cols >= 32 {
+        0xffff
+    } else if cols > 16 {
+        (1u16 << (cols - 16)) - 1
+    } else {
+        0
+    };
     let mut ar = [a; MR];
     for (r, p) in ar.iter_mut().enumerate() {
         *p = a.add(r.min(rows - 1) * a_rs);
@@ -321,8 +311,8 @@ mod tests {
         let (mut out, mut scale) = (vec![0.0; g.m * g.n], vec![0.0; g.m * g.n]);
         for i in 0..g.m {
             for j in 0..g.n {
-                let (s, abs) =
-                    (0..g.k).fold((0.0, 0.0), |(s, abs), p| (s + at(i, p) * bt(p, j), abs + (at(i, p) * bt(p, j)).abs()));
+                let (s, abs) = (0..g.k)
+                    .fold((0.0, 0.0), |(s, abs), p| (s + at(i, p) * bt(p, j), abs + (at(i, p) * bt(p, j)).abs()));
                 let c = if g.beta == 0.0 { 0.0 } else { g.beta as f64 * c0[i * g.n + j] as f64 };
                 out[i * g.n + j] = g.alpha as f64 * s + c;
                 scale[i * g.n + j] = g.alpha.abs() as f64 * abs + c.abs() + 1e-30;

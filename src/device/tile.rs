@@ -4,11 +4,46 @@
 //! the 16 accumulators stay in registers: as a function call they went through memory, 6 % of
 //! the kernel's time).
 //!
-//! Must not: know how the operands are laid out (each kernel does).
+//! Must not: know how the operands are packed (each kernel does).
+
+use super::backend::{Gemm, Trans};
 
 /// Rows and columns of the register tile: 8 × 2 zmm accumulators.
 pub const MR: usize = 8;
 pub const NR: usize = 32;
+
+/// A row-major matrix read through strides: element (i, j) is `d[i·rs + j·cs]`.
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    pub d: &'a [f32],
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<'a> View<'a> {
+    /// op(X), `rows` × `cols`, of `d` stored row-major as X (`Trans::N`) or Xᵀ (`Trans::T`).
+    pub fn op(d: &'a [f32], rows: usize, cols: usize, t: Trans) -> View<'a> {
+        match t {
+            Trans::N => View { d, rs: cols, cs: 1 },
+            Trans::T => View { d, rs: 1, cs: rows },
+        }
+    }
+}
+
+/// A product with nothing to sum: m or n zero (nothing to do), or k zero (C = beta · C, C
+/// unread when beta is 0). True when `g` was such a product and is done.
+pub fn trivial(g: Gemm, c: &mut [f32]) -> bool {
+    if g.m == 0 || g.n == 0 {
+        return true;
+    }
+    if g.k == 0 {
+        for v in &mut c[..g.m * g.n] {
+            *v = if g.beta == 0.0 { 0.0 } else { g.beta * *v };
+        }
+        return true;
+    }
+    false
+}
 
 /// Where a kernel puts its MR × NR sums.
 pub enum Out<'a> {
