@@ -472,6 +472,24 @@ mod tests {
         c
     }
 
+    /// The same as matrixmultiply's product to float32 rounding, on a training step's shapes.
+    #[test]
+    fn sgemm_agrees_with_matrixmultiply() {
+        if !super::super::sgemm::supported() {
+            return;
+        }
+        for (m, k, n, ta, tb) in [(128, 784, 512, Trans::N, Trans::N), (784, 128, 512, Trans::T, Trans::N)] {
+            let g = Gemm::new(m, k, n, ta, tb);
+            let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.618 + 4.0).sin() * 3.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.618 + 5.0).sin() * 3.0).collect();
+            let (mut ours, mut theirs) = (vec![0.0; m * n], vec![0.0; m * n]);
+            super::super::sgemm::gemm(g, &a, &b, &mut ours);
+            mm_gemm(g, &a, &b, &mut theirs);
+            let worst = ours.iter().zip(&theirs).map(|(x, y)| (x - y).abs() / (1.0 + y.abs())).fold(0.0, f32::max);
+            assert!(worst < 1e-4, "{g:?}: {worst}");
+        }
+    }
+
     #[test]
     fn gemm_matches_naive_for_every_transpose() {
         let (m, k, n) = (5, 7, 3);
