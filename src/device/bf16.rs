@@ -15,7 +15,7 @@
 //! change what `cpu::gemm` computes (fp32 stays the reference).
 
 use super::backend::Gemm;
-use super::tile::{write_back, Out, View, MR, NR};
+use super::tile::{write_back, CPtr, Out, View, MR, NR};
 use std::cell::RefCell;
 /// Block sizes: a packed B block (KC × NC bf16 = 1 MiB) is what L2 holds on Zen 4, one B
 /// strip (KC × NR = 32 KiB) what L1 holds while the A strips of the block pass it. Measured
@@ -90,11 +90,6 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
 }
 
 const PAR_FLOP: f64 = 4e6;
-
-/// C's base pointer, shared by the threads that write its disjoint column ranges.
-struct CPtr(*mut f32);
-// SAFETY: the threads of one product write disjoint columns, and `gemm` waits for all.
-unsafe impl Sync for CPtr {}
 
 /// C[:, cols] of the product (C's rows `n` apart), on this thread.
 #[allow(clippy::too_many_arguments)]
@@ -308,33 +303,7 @@ mod tests {
     use super::*;
     use crate::device::backend::Trans;
 
-    /// The product of the bf16-rounded operands in f64, and Σ|a||b| per element (the scale
-    /// of float32 summation error).
-    fn reference(g: Gemm, a: &[f32], b: &[f32], c0: &[f32]) -> (Vec<f64>, Vec<f64>) {
-        reference_of(g, a, b, c0, round)
-    }
-
-    /// The same with the operands as `operand` sees them.
-    fn reference_of(g: Gemm, a: &[f32], b: &[f32], c0: &[f32], operand: fn(f32) -> f32) -> (Vec<f64>, Vec<f64>) {
-        let at = |i: usize, p: usize| operand(if g.ta == Trans::N { a[i * g.k + p] } else { a[p * g.m + i] }) as f64;
-        let bt = |p: usize, j: usize| operand(if g.tb == Trans::N { b[p * g.n + j] } else { b[j * g.k + p] }) as f64;
-        let (mut out, mut scale) = (vec![0.0; g.m * g.n], vec![0.0; g.m * g.n]);
-        for i in 0..g.m {
-            for j in 0..g.n {
-                let (s, abs) = (0..g.k)
-                    .fold((0.0, 0.0), |(s, abs), p| (s + at(i, p) * bt(p, j), abs + (at(i, p) * bt(p, j)).abs()));
-                out[i * g.n + j] =
-                    g.alpha as f64 * s + if g.beta == 0.0 { 0.0 } else { g.beta as f64 * c0[i * g.n + j] as f64 };
-                scale[i * g.n + j] =
-                    g.alpha.abs() as f64 * abs + (g.beta as f64 * c0[i * g.n + j] as f64).abs() + 1e-30;
-            }
-        }
-        (out, scale)
-    }
-
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        (0..n).map(|i| (i as f32 * 0.618 + seed as f32).sin() * 3.0).collect()
-    }
+    use crate::device::tile::check::{self, data, reference_of};
 
     #[test]
     fn rounding_is_to_nearest_even_and_keeps_nan_and_infinities() {
@@ -361,31 +330,7 @@ mod tests {
             eprintln!("skipped: this CPU has no AVX512-BF16");
             return;
         }
-        let shapes = [(1, 1, 1), (3, 5, 2), (8, 2, 32), (13, 37, 45), (17, 300, 70), (130, 513, 33), (9, 20, 1100)];
-        for &(m, k, n) in &shapes {
-            for ta in [Trans::N, Trans::T] {
-                for tb in [Trans::N, Trans::T] {
-                    for (alpha, beta) in [(1.0, 0.0), (0.5, 1.0), (-2.0, 0.25)] {
-                        let g = Gemm { m, k, n, ta, tb, alpha, beta };
-                        let (a, b) = (data(m * k, 1), data(k * n, 2));
-                        let c0 = data(m * n, 3);
-                        let mut c = c0.clone();
-                        if beta == 0.0 {
-                            c.fill(f32::NAN); // beta 0 must not read C
-                        }
-                        gemm(g, &a, &b, &mut c);
-                        let (want, scale) = reference(g, &a, &b, &c0);
-                        for (idx, (&got, (&w, &s))) in c.iter().zip(want.iter().zip(&scale)).enumerate() {
-                            let err = (got as f64 - w).abs() / s;
-                            assert!(
-                                err < 1e-6 * (k as f64).sqrt().max(1.0) * 4.0,
-                                "{g:?} at {idx}: {got} vs {w} (scale {s})"
-                            );
-                        }
-                    }
-                }
-            }
-        }
+        check::exact_over_shapes(gemm, round);
     }
 
     /// Threads split C's columns; each element is summed by the same code in the same order,
@@ -395,20 +340,7 @@ mod tests {
         if !supported() {
             return;
         }
-        let (m, k, n) = (37, 300, 200);
-        for (ta, tb) in [(Trans::N, Trans::N), (Trans::T, Trans::N), (Trans::N, Trans::T)] {
-            let g = Gemm { m, k, n, ta, tb, alpha: 1.0, beta: 0.5 };
-            let (a, b, c0) = (data(m * k, 7), data(k * n, 8), data(m * n, 9));
-            let mut one = c0.clone();
-            gemm(g, &a, &b, &mut one);
-            let mut three = c0.clone();
-            super::super::pool::set_threads(3);
-            gemm(g, &a, &b, &mut three);
-            super::super::pool::set_threads(1);
-            assert_eq!(one, three, "{g:?}");
-            let (want, scale) = reference(g, &a, &b, &c0);
-            assert!(three.iter().zip(want.iter().zip(&scale)).all(|(&x, (&w, &s))| (x as f64 - w).abs() / s < 1e-4));
-        }
+        check::same_bits_on_threads(gemm, round);
     }
 
     /// bf16 differs from the exact float32 product by the operands' rounding, no more:

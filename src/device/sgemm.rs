@@ -22,7 +22,7 @@
 //! Must not: run without `supported()` (the instructions fault on other CPUs).
 
 use super::backend::{Gemm, Trans};
-use super::tile::{write_back, Out, View, MR, NR};
+use super::tile::{write_back, CPtr, Out, View, MR, NR};
 use std::cell::RefCell;
 
 /// Whether this CPU can run the kernel.
@@ -113,11 +113,6 @@ fn transpose(x: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
         }
     }
 }
-
-/// C's base pointer, shared by the threads that write its disjoint column ranges.
-struct CPtr(*mut f32);
-// SAFETY: the threads of one product write disjoint columns, and `direct` waits for all.
-unsafe impl Sync for CPtr {}
 
 /// C (m × n, row-major) = alpha · A · B + beta · C with A read through `av` and B row-major
 /// (k × n), on the pool's threads by column ranges.
@@ -297,80 +292,25 @@ unsafe fn kernel(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::backend::Trans;
+    use crate::device::tile::check;
 
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        (0..n).map(|i| (i as f32 * 0.618 + seed as f32).sin() * 3.0).collect()
-    }
-
-    /// The exact product in f64, and Σ|a||b| + |beta·c| per element (the scale of float32
-    /// summation error).
-    fn reference(g: Gemm, a: &[f32], b: &[f32], c0: &[f32]) -> (Vec<f64>, Vec<f64>) {
-        let at = |i: usize, p: usize| (if g.ta == Trans::N { a[i * g.k + p] } else { a[p * g.m + i] }) as f64;
-        let bt = |p: usize, j: usize| (if g.tb == Trans::N { b[p * g.n + j] } else { b[j * g.k + p] }) as f64;
-        let (mut out, mut scale) = (vec![0.0; g.m * g.n], vec![0.0; g.m * g.n]);
-        for i in 0..g.m {
-            for j in 0..g.n {
-                let (s, abs) = (0..g.k)
-                    .fold((0.0, 0.0), |(s, abs), p| (s + at(i, p) * bt(p, j), abs + (at(i, p) * bt(p, j)).abs()));
-                let c = if g.beta == 0.0 { 0.0 } else { g.beta as f64 * c0[i * g.n + j] as f64 };
-                out[i * g.n + j] = g.alpha as f64 * s + c;
-                scale[i * g.n + j] = g.alpha.abs() as f64 * abs + c.abs() + 1e-30;
-            }
-        }
-        (out, scale)
-    }
-
-    /// Every transpose, edges on every side (m, n past a tile, several k- and n-blocks),
-    /// alpha and beta (beta 0 never reads C): within float32 summation error of the exact
-    /// product. A kernel that drops a k, misplaces a lane, misses an edge or mis-applies beta
-    /// on the second k-block is off by far more.
+    /// Every transpose, edge, alpha and beta (beta 0 never reads C): within float32 summation
+    /// error of the exact product. A kernel that drops a k, misplaces a lane, misses an edge
+    /// or mis-applies beta on the second k-block is off by far more.
     #[test]
     fn sgemm_equals_the_exact_product() {
         if !supported() {
             eprintln!("skipped: this CPU has no AVX-512");
             return;
         }
-        let shapes = [(1, 1, 1), (3, 5, 2), (8, 2, 32), (13, 37, 45), (17, 300, 70), (130, 513, 33), (9, 20, 1100)];
-        for &(m, k, n) in &shapes {
-            for ta in [Trans::N, Trans::T] {
-                for tb in [Trans::N, Trans::T] {
-                    for (alpha, beta) in [(1.0, 0.0), (0.5, 1.0), (-2.0, 0.25)] {
-                        let g = Gemm { m, k, n, ta, tb, alpha, beta };
-                        let (a, b, c0) = (data(m * k, 1), data(k * n, 2), data(m * n, 3));
-                        let mut c = c0.clone();
-                        if beta == 0.0 {
-                            c.fill(f32::NAN);
-                        }
-                        gemm(g, &a, &b, &mut c);
-                        let (want, scale) = reference(g, &a, &b, &c0);
-                        for (idx, (&got, (&w, &s))) in c.iter().zip(want.iter().zip(&scale)).enumerate() {
-                            let err = (got as f64 - w).abs() / s;
-                            assert!(err < 1e-6 * (k as f64).sqrt().max(1.0) * 4.0, "{g:?} at {idx}: {got} vs {w}");
-                        }
-                    }
-                }
-            }
-        }
+        check::exact_over_shapes(gemm, |x| x);
     }
 
-    /// Threads split C's columns; each element is summed by the same code in the same order.
     #[test]
     fn threads_give_the_same_bits() {
         if !supported() {
             return;
         }
-        let (m, k, n) = (37, 300, 200);
-        for (ta, tb) in [(Trans::N, Trans::N), (Trans::T, Trans::N), (Trans::N, Trans::T)] {
-            let g = Gemm { m, k, n, ta, tb, alpha: 1.0, beta: 0.5 };
-            let (a, b, c0) = (data(m * k, 7), data(k * n, 8), data(m * n, 9));
-            let mut one = c0.clone();
-            gemm(g, &a, &b, &mut one);
-            let mut three = c0.clone();
-            super::super::pool::set_threads(3);
-            gemm(g, &a, &b, &mut three);
-            super::super::pool::set_threads(1);
-            assert_eq!(one, three, "{g:?}");
-        }
+        check::same_bits_on_threads(gemm, |x| x);
     }
 }

@@ -45,6 +45,11 @@ pub fn trivial(g: Gemm, c: &mut [f32]) -> bool {
     false
 }
 
+/// C's base pointer, shared by the threads that write its disjoint column ranges.
+pub struct CPtr(pub *mut f32);
+// SAFETY: the threads of one product write disjoint columns, and the product waits for all.
+unsafe impl Sync for CPtr {}
+
 /// Where a kernel puts its MR × NR sums.
 pub enum Out<'a> {
     /// An edge tile, for `write_back` to clip.
@@ -105,3 +110,84 @@ macro_rules! epilogue {
 }
 #[cfg(target_arch = "x86_64")]
 pub(crate) use epilogue;
+
+/// The checks both kernels' tests run (each with the operands as its kernel sees them).
+#[cfg(test)]
+pub mod check {
+    use super::super::backend::{Gemm, Trans};
+
+    pub type GemmFn = fn(Gemm, &[f32], &[f32], &mut [f32]);
+
+    pub fn data(n: usize, seed: u32) -> Vec<f32> {
+        (0..n).map(|i| (i as f32 * 0.618 + seed as f32).sin() * 3.0).collect()
+    }
+
+    /// The product in f64 with the operands as `operand` sees them, and Σ|a||b| + |beta·c| per
+    /// element (the scale of float32 summation error).
+    pub fn reference_of(g: Gemm, a: &[f32], b: &[f32], c0: &[f32], operand: fn(f32) -> f32) -> (Vec<f64>, Vec<f64>) {
+        let at = |i: usize, p: usize| operand(if g.ta == Trans::N { a[i * g.k + p] } else { a[p * g.m + i] }) as f64;
+        let bt = |p: usize, j: usize| operand(if g.tb == Trans::N { b[p * g.n + j] } else { b[j * g.k + p] }) as f64;
+        let (mut out, mut scale) = (vec![0.0; g.m * g.n], vec![0.0; g.m * g.n]);
+        for i in 0..g.m {
+            for j in 0..g.n {
+                let (s, abs) = (0..g.k)
+                    .fold((0.0, 0.0), |(s, abs), p| (s + at(i, p) * bt(p, j), abs + (at(i, p) * bt(p, j)).abs()));
+                out[i * g.n + j] =
+                    g.alpha as f64 * s + if g.beta == 0.0 { 0.0 } else { g.beta as f64 * c0[i * g.n + j] as f64 };
+                scale[i * g.n + j] =
+                    g.alpha.abs() as f64 * abs + (g.beta as f64 * c0[i * g.n + j] as f64).abs() + 1e-30;
+            }
+        }
+        (out, scale)
+    }
+
+    /// Every transpose, edges on every side (m, n past a tile, k odd, several k- and
+    /// n-blocks), alpha and beta (beta 0 must not read C): within float32 summation error of
+    /// the exact product of the operands as `operand` sees them.
+    pub fn exact_over_shapes(gemm: GemmFn, operand: fn(f32) -> f32) {
+        let shapes = [(1, 1, 1), (3, 5, 2), (8, 2, 32), (13, 37, 45), (17, 300, 70), (130, 513, 33), (9, 20, 1100)];
+        for &(m, k, n) in &shapes {
+            for ta in [Trans::N, Trans::T] {
+                for tb in [Trans::N, Trans::T] {
+                    for (alpha, beta) in [(1.0, 0.0), (0.5, 1.0), (-2.0, 0.25)] {
+                        let g = Gemm { m, k, n, ta, tb, alpha, beta };
+                        let (a, b) = (data(m * k, 1), data(k * n, 2));
+                        let c0 = data(m * n, 3);
+                        let mut c = c0.clone();
+                        if beta == 0.0 {
+                            c.fill(f32::NAN); // beta 0 must not read C
+                        }
+                        gemm(g, &a, &b, &mut c);
+                        let (want, scale) = reference_of(g, &a, &b, &c0, operand);
+                        for (idx, (&got, (&w, &s))) in c.iter().zip(want.iter().zip(&scale)).enumerate() {
+                            let err = (got as f64 - w).abs() / s;
+                            assert!(
+                                err < 1e-6 * (k as f64).sqrt().max(1.0) * 4.0,
+                                "{g:?} at {idx}: {got} vs {w} (scale {s})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Threads split C's columns; each element is summed by the same code in the same order,
+    /// so 1 and 3 threads give the same bits (and the product is right).
+    pub fn same_bits_on_threads(gemm: GemmFn, operand: fn(f32) -> f32) {
+        let (m, k, n) = (37, 300, 200);
+        for (ta, tb) in [(Trans::N, Trans::N), (Trans::T, Trans::N), (Trans::N, Trans::T)] {
+            let g = Gemm { m, k, n, ta, tb, alpha: 1.0, beta: 0.5 };
+            let (a, b, c0) = (data(m * k, 7), data(k * n, 8), data(m * n, 9));
+            let mut one = c0.clone();
+            gemm(g, &a, &b, &mut one);
+            let mut three = c0.clone();
+            super::super::pool::set_threads(3);
+            gemm(g, &a, &b, &mut three);
+            super::super::pool::set_threads(1);
+            assert_eq!(one, three, "{g:?}");
+            let (want, scale) = reference_of(g, &a, &b, &c0, operand);
+            assert!(three.iter().zip(want.iter().zip(&scale)).all(|(&x, (&w, &s))| (x as f64 - w).abs() / s < 1e-4));
+        }
+    }
+}
