@@ -213,6 +213,9 @@ also written to --json FILE. The PyTorch peer on the same shapes: bench/torch_pe
         steps: usize,
         #[arg(long, default_value_t = 10)]
         warmup: usize,
+        /// CPU threads of the one process (training.threads).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
         #[arg(long)]
         json: Option<PathBuf>,
     },

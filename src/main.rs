@@ -87,7 +87,8 @@ fn main() {
                 Ok(0)
             })
         }
-        Command::Bench(BenchCommand::Step { device, layers, batch, precision, steps, warmup, json }) => {
+        Command::Bench(BenchCommand::Step { device, layers, batch, precision, steps, warmup, threads, json }) => {
+            device::set_cpu_threads(threads);
             finish(bench_step(device, layers, batch, precision, steps, warmup, json))
         }
         Command::Selftest { device } => selftest(device),

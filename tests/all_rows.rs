@@ -231,3 +231,61 @@ fn resume_mid_epoch_with_uneven_files_is_exact() {
         assert_eq!(metrics(&clean).last().unwrap()["samples"], 153);
     }
 }
+
+/// Rows read from the files per epoch, added over the ranks' loader lines.
+fn rows_read(stderr: &str, epochs: usize) -> Vec<usize> {
+    let mut out = vec![0; epochs];
+    for line in stderr.lines().filter(|l| l.contains("loader: epoch ")) {
+        let rest = line.split("loader: epoch ").nth(1).unwrap();
+        let epoch: usize = rest.split(':').next().unwrap().trim().parse().unwrap();
+        let n: usize = rest.split("read ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        out[epoch - 1] += n;
+    }
+    out
+}
+
+/// `data.cache_mb`: rows that fit are read from the files once (the first epoch), later
+/// epochs from memory, and training is bit for bit what it is reading every epoch
+/// (`data.cache_mb = 0`), on 1 rank and on 2, shuffled, over uneven `{rank}` files.
+#[test]
+fn the_row_cache_reads_once_and_changes_nothing() {
+    let _g = mpi_lock();
+    let sizes = [70, 50, 33];
+    let total: usize = sizes.iter().sum();
+    for ranks in [1, 2] {
+        let run_with = |cache: &str| {
+            let dir = scratch(&format!("rows-cache-{ranks}-{cache}"));
+            write_files(&dir, &sizes, 9);
+            job(&dir, &LAYERS, "d-{rank}.h5", None, "");
+            let c = format!("data.cache_mb={cache}");
+            let sets = [
+                &c as &str,
+                "training.batch_size=8",
+                "training.epochs=3",
+                "data.shuffle_block=8",
+                "data.shuffle_window=16",
+            ];
+            let run = train(&dir, ranks, &sets);
+            assert!(run.ok(), "cache_mb {cache}, {ranks} ranks\n{}", run.all());
+            let w = dir.join("out/weights.h5");
+            let weights: Vec<f32> = (0..LAYERS.len() - 1)
+                .flat_map(|l| [format!("dense{l}/weight"), format!("dense{l}/bias")])
+                .flat_map(|t| read_f32(&w, &t))
+                .collect();
+            (rows_read(&run.stderr, 3), weights, run)
+        };
+        let (read_off, w_off, run_off) = run_with("0");
+        let (read_on, w_on, run_on) = run_with("64");
+        // Without the cache every epoch reads at least each row once (spans of blocks).
+        assert!(read_off.iter().all(|&r| r >= total), "cache off, {ranks} ranks: {read_off:?}\n{}", run_off.all());
+        if ranks == 1 {
+            // One rank needs every row in the first epoch: nothing is left to read after it.
+            assert_eq!(read_on, [total, 0, 0], "cache on, 1 rank\n{}", run_on.all());
+        } else {
+            // Each rank reads each row at most once, whatever the epochs.
+            let sum: usize = read_on.iter().sum();
+            assert!(read_on[0] >= total && sum <= ranks * total, "cache on, 2 ranks: {read_on:?}\n{}", run_on.all());
+        }
+        assert_eq!(w_on, w_off, "{ranks} ranks: the cache changed the weights");
+    }
+}

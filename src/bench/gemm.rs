@@ -36,9 +36,13 @@ pub fn run(
         .collect();
     let flops: f64 = shapes.iter().map(|&(m, k, n, _, _)| 2.0 * (m * k * n) as f64).sum();
     let mut bufs = bufs;
-    let step = |bufs: &mut Vec<(Vec<f32>, Vec<f32>, Vec<f32>)>| {
-        for (&(m, k, n, ta, tb), (a, b, c)) in shapes.iter().zip(bufs.iter_mut()) {
+    // Each product's time within the step sequence (operands as cold as the sequence leaves them).
+    let mut in_step = vec![0f64; shapes.len()];
+    let mut step = |bufs: &mut Vec<(Vec<f32>, Vec<f32>, Vec<f32>)>| {
+        for ((&(m, k, n, ta, tb), (a, b, c)), acc) in shapes.iter().zip(bufs.iter_mut()).zip(&mut in_step) {
+            let t = Instant::now();
             be.gemm(Gemm::new(m, k, n, ta, tb), a, b, c).expect("the CPU backend's gemm returns no error");
+            *acc += t.elapsed().as_secs_f64();
         }
     };
     for _ in 0..3 {
@@ -51,7 +55,24 @@ pub fn run(
         iters += 1;
     }
     let secs = t.elapsed().as_secs_f64();
+    let in_step: Vec<f64> = in_step.iter().map(|s| s / (iters + 3) as f64).collect();
     let gflops = flops * iters as f64 / secs / 1e9;
+    // Each product alone, repeated for a share of the time: which shapes fall short.
+    let mut products = Vec::new();
+    for ((&(m, k, n, ta, tb), (a, b, c)), in_step) in shapes.iter().zip(bufs.iter_mut()).zip(in_step) {
+        let g = Gemm::new(m, k, n, ta, tb);
+        let (t, mut reps) = (Instant::now(), 0u64);
+        while reps < 3 || t.elapsed().as_secs_f64() < seconds / shapes.len() as f64 {
+            be.gemm(g, a, b, c).expect("the CPU backend's gemm returns no error");
+            reps += 1;
+        }
+        let s = t.elapsed().as_secs_f64() / reps as f64;
+        products.push(serde_json::json!({
+            "m": m, "k": k, "n": n, "a": format!("{ta:?}"), "b": format!("{tb:?}"),
+            "us": s * 1e6, "gflops": 2.0 * (m * k * n) as f64 / s / 1e9,
+            "us_in_step": in_step * 1e6, "gflops_in_step": 2.0 * (m * k * n) as f64 / in_step / 1e9,
+        }));
+    }
     let per_sample = flops / batch as f64;
     println!(
         "{}",
@@ -60,7 +81,8 @@ pub fn run(
             "precision": format!("{precision:?}").to_lowercase(), "layers": layers,
             "threads": threads, "batch": batch, "step_gemms": shapes.len(),
             "gflops": gflops, "flop_per_sample": per_sample,
-            "samples_per_sec_ceiling": gflops * 1e9 / per_sample, "seconds": secs, "iters": iters
+            "samples_per_sec_ceiling": gflops * 1e9 / per_sample, "seconds": secs, "iters": iters,
+            "products": products,
         })
     );
     Ok(())

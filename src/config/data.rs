@@ -63,6 +63,11 @@ pub struct DataCfg {
     /// Rows held in memory at once by the reader (a multiple of `shuffle_block`).
     #[serde(default = "default_window")]
     pub shuffle_window: usize,
+    /// Keep the training rows in memory after their first read (float32, as converted) when
+    /// they fit in this many MiB per process; 0: read them from HDF5 every epoch. Larger data
+    /// streams as before, one window at a time.
+    #[serde(default = "default_cache_mb")]
+    pub cache_mb: f64,
     /// Leave out each rank's rows past the smallest share's full batches, every epoch (the
     /// old behaviour; logged at warn). Off: every row is used once per epoch, with short
     /// last batches and the gradient average weighted by the rows each rank used.
@@ -105,6 +110,9 @@ fn default_block() -> usize {
 fn default_window() -> usize {
     4096
 }
+fn default_cache_mb() -> f64 {
+    1024.0
+}
 
 impl DataCfg {
     pub(super) fn validate(&self, origin: &str) -> Result<()> {
@@ -116,6 +124,12 @@ impl DataCfg {
             return bad(
                 "data.shuffle_window",
                 format!("must be >= data.shuffle_block ({}), got {}", d.shuffle_block, d.shuffle_window),
+            );
+        }
+        if !d.cache_mb.is_finite() || d.cache_mb < 0.0 {
+            return bad(
+                "data.cache_mb",
+                format!("must be a number of MiB >= 0 (0: no cache), got {}", limits::num(d.cache_mb)),
             );
         }
         for (field, v) in [("data.x_scale", d.x_scale), ("data.x_offset", d.x_offset)] {

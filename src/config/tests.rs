@@ -188,6 +188,7 @@ fn every_numeric_field_is_bounded() {
             "at least 1 and at most 16777216 rows",
             &["data.shuffle_block=1"],
         ),
+        ("data.cache_mb", &["0", "0.5", "1024", "1e6"], &["-1", "nan", "inf"], "MiB >= 0 (0: no cache)", &[]),
     ];
     for (key, good, bad, range, with) in cases {
         let sets = |v: &str| -> Vec<String> {

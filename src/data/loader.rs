@@ -50,6 +50,9 @@ pub struct LoaderCfg {
     pub seed: u64,
     /// Batches produced ahead of the consumer.
     pub depth: usize,
+    /// Keep every row read in memory when the shard's float32 rows fit in this many bytes
+    /// (`data.cache_mb`; 0: never).
+    pub cache_bytes: usize,
     /// Where to start (resuming): epoch (0-based) and batches of it already done.
     pub start_epoch: usize,
     pub start_batch: usize,
@@ -105,6 +108,8 @@ struct Used {
     empty: usize,
     /// Sum of `row_digest` over the rows used: order-independent.
     digest: u64,
+    /// Rows read from the files (the spans read; none that the cache held).
+    read: usize,
 }
 
 impl Used {
@@ -159,7 +164,12 @@ fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare
     let (b, g, n) = (cfg.batch, cfg.batch * cfg.ranks, shard.len());
     // The epoch's last `n - n_used` positions are dropped (data.drop_last).
     let n_used = n.min(cfg.steps * g);
-    let mut window = vec![0.0f32; cfg.window.max(cfg.block) * d];
+    let mut store = if n * d * 4 <= cfg.cache_bytes {
+        debug!("loader: keeping the shard's {n} rows in memory ({} MiB, data.cache_mb)", (n * d * 4) >> 20);
+        Store::Cache { x: vec![0.0f32; n * d], have: vec![false; n] }
+    } else {
+        Store::Window(vec![0.0f32; cfg.window.max(cfg.block) * d])
+    };
     let (mut rows, mut need, mut scratch, mut mark) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for epoch in cfg.start_epoch..cfg.epochs {
         let first = if epoch == cfg.start_epoch { cfg.start_batch } else { 0 };
@@ -182,11 +192,11 @@ fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare
             let perm = order.perm(w);
             let parts = window_parts(&perm, ws, n_used, g, b, cfg.rank, first, &mut need, &mut scratch);
             order.window_rows(w, &mut rows);
-            read_needed(shard, &order, w, &rows, &need, &mut mark, &mut window)?;
+            used.read += read_needed(shard, &order, w, &rows, &need, &mut mark, &mut store)?;
             for p in parts {
                 for &q in &need[p.rows] {
                     let q = q as usize;
-                    push_row(&mut batch, shard, &window[q * d..(q + 1) * d], rows[q], record);
+                    push_row(&mut batch, shard, store.row(q, rows[q], d), rows[q], record);
                 }
                 if !p.completes {
                     continue; // the step goes on in the next window
@@ -202,12 +212,13 @@ fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare
         }
         if record {
             debug!(
-                "loader: epoch {}: used {} rows in {} batches ({} short, {} empty), row digest {:016x}",
+                "loader: epoch {}: used {} rows in {} batches ({} short, {} empty), read {} rows from the files, row digest {:016x}",
                 epoch + 1,
                 used.rows,
                 cfg.steps - first,
                 used.short,
                 used.empty,
+                used.read,
                 used.digest
             );
         }
@@ -231,8 +242,27 @@ fn push_row(batch: &mut Batch, shard: &Shard, x: &[f32], row: usize, record: boo
     }
 }
 
-/// Read, of window `w`, the rows at the read positions `need` into `window` (at their read
-/// position): per block, one read of the span from its first to its last needed row.
+/// Where the loader keeps the rows it has read.
+enum Store {
+    /// The current window's rows, at their read position.
+    Window(Vec<f32>),
+    /// Every shard row, at its shard row, and which of them have been read.
+    Cache { x: Vec<f32>, have: Vec<bool> },
+}
+
+impl Store {
+    /// The features of the row at read position `q` of the window, shard row `row`.
+    fn row(&self, q: usize, row: usize, d: usize) -> &[f32] {
+        match self {
+            Store::Window(w) => &w[q * d..(q + 1) * d],
+            Store::Cache { x, .. } => &x[row * d..(row + 1) * d],
+        }
+    }
+}
+
+/// Read, of window `w`, the rows at the read positions `need` into `store`: per block, one
+/// read of the span from its first to its last needed row (none where the cache has it).
+/// Returns the rows read from the files.
 fn read_needed(
     shard: &Shard,
     order: &Order,
@@ -240,9 +270,10 @@ fn read_needed(
     rows: &[usize],
     need: &[u32],
     mark: &mut Vec<bool>,
-    window: &mut [f32],
-) -> Result<()> {
+    store: &mut Store,
+) -> Result<usize> {
     let d = shard.features;
+    let mut read = 0;
     mark.clear();
     mark.resize(rows.len(), false);
     for &q in need {
@@ -252,12 +283,32 @@ fn read_needed(
     for &(_, count) in order.window_blocks(w) {
         let m = &mark[at..at + count];
         if let (Some(lo), Some(hi)) = (m.iter().position(|&x| x), m.iter().rposition(|&x| x)) {
+            // A block's rows are contiguous shard rows: the span is rows[a]..rows[a] + (z − a).
             let (a, z) = (at + lo, at + hi + 1);
-            shard.read_rows(rows[a], z - a, &mut window[a * d..z * d])?;
+            match store {
+                Store::Window(window) => {
+                    shard.read_rows(rows[a], z - a, &mut window[a * d..z * d])?;
+                    read += z - a;
+                }
+                Store::Cache { x, have } => {
+                    // The span's runs of rows not read before, each once.
+                    let (mut r, end) = (rows[a], rows[a] + (z - a));
+                    while r < end {
+                        let lo = r + have[r..end].iter().position(|&h| !h).unwrap_or(end - r);
+                        let hi = lo + have[lo..end].iter().position(|&h| h).unwrap_or(end - lo);
+                        if lo < hi {
+                            shard.read_rows(lo, hi - lo, &mut x[lo * d..hi * d])?;
+                            have[lo..hi].fill(true);
+                            read += hi - lo;
+                        }
+                        r = hi;
+                    }
+                }
+            }
         }
         at += count;
     }
-    Ok(())
+    Ok(read)
 }
 
 fn new_batch(spare: &Receiver<Batch>, b: usize, d: usize, k: usize) -> Batch {

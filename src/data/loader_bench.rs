@@ -46,6 +46,7 @@ fn epochs_s(path: &Path, extra: &str, n: usize, d: usize, epochs: usize, ranks: 
         seed: 1,
         rank: 0,
         depth: 4,
+        cache_bytes: 0, // HDF5 and the conversion every epoch: what this measures
         start_epoch: 0,
         start_batch: 0,
     };

@@ -1,14 +1,17 @@
 //! A few persistent worker threads for one process's CPU work (`training.threads`: bf16
 //! products, the optimizer's update): `run(parts, f)` calls f(0) on the calling thread and
 //! f(1), ..., f(parts − 1) on workers, and returns when every call has returned (a panic in any is raised again here). Workers
-//! are started on first use and kept, so their thread-local packing buffers are too.
+//! are started on first use and kept, so their thread-local packing buffers are too; between
+//! parts they spin a while before sleeping (`spin_limit`). One `run` at a time holds the
+//! workers: a call from another thread meanwhile runs its parts itself, one after another.
 //!
 //! Must not: return before every part has finished (the parts borrow the caller's data).
 
+use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Sender};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock, TryLockError};
+use std::time::Instant;
 
 /// Threads of this process's CPU work (`training.threads`; 1: the calling thread only).
 static THREADS: AtomicUsize = AtomicUsize::new(1);
@@ -40,44 +43,117 @@ pub fn each<T: Send>(items: Vec<T>, f: &(dyn Fn(T) + Sync)) {
     });
 }
 
-type Part = (&'static (dyn Fn(usize) + Sync), usize, Sender<std::thread::Result<()>>);
+/// How long an idle worker spins for its next part before it sleeps. A training step hands
+/// parts out every few hundred microseconds; woken from sleep instead, a worker on a virtual
+/// machine starts 50-100 µs late (the idle vCPU is descheduled), and the caller then waits
+/// for it at the end of every product (measured: 2 threads ran the step's products at
+/// 60-75 % of twice the one-thread rate with sleeping workers). OpenMP runtimes spin for the
+/// same reason (GOMP_SPINCOUNT, KMP_BLOCKTIME). `HVTRAIN_POOL_SPIN_US` sets it (0: sleep at once).
+fn spin_limit() -> std::time::Duration {
+    static US: OnceLock<u64> = OnceLock::new();
+    let us =
+        *US.get_or_init(|| std::env::var("HVTRAIN_POOL_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(2000));
+    std::time::Duration::from_micros(us)
+}
 
-/// One sender per worker thread.
-static WORKERS: Mutex<Vec<Sender<Part>>> = Mutex::new(Vec::new());
+type Job = Option<(&'static (dyn Fn(usize) + Sync), usize)>;
 
-/// f(0) here, f(1..parts) on the workers; returns when all have returned.
+/// One worker's mailbox: the caller writes `job`, then bumps `seq`; the worker runs it and
+/// counts `PENDING` down.
+struct Slot {
+    seq: AtomicU64,
+    job: UnsafeCell<Job>,
+    sleeping: AtomicBool,
+}
+
+// SAFETY: `job` is written only by the caller holding `WORKERS` while the worker is idle
+// (every earlier part has counted PENDING down), and read by the worker after it has seen
+// the `seq` bump that follows the write (release/acquire).
+unsafe impl Sync for Slot {}
+
+/// The workers (mailbox and handle, to wake it); the lock is held for a whole `run`.
+static WORKERS: Mutex<Vec<(&'static Slot, std::thread::Thread)>> = Mutex::new(Vec::new());
+/// Parts handed to workers in the current `run` and not yet returned.
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+/// The first panic of a worker's part in the current `run`.
+static FAILED: Mutex<Option<Box<dyn std::any::Any + Send>>> = Mutex::new(None);
+
+fn worker(slot: &'static Slot) {
+    let mut seen = 0;
+    loop {
+        let mut idle_since = Instant::now();
+        let mut spins = 0u32;
+        while slot.seq.load(Ordering::Acquire) == seen {
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(256) && idle_since.elapsed() >= spin_limit() {
+                slot.sleeping.store(true, Ordering::SeqCst);
+                if slot.seq.load(Ordering::SeqCst) == seen {
+                    std::thread::park(); // may return early: the loop looks again
+                }
+                slot.sleeping.store(false, Ordering::SeqCst);
+                idle_since = Instant::now();
+            }
+        }
+        seen = slot.seq.load(Ordering::Acquire);
+        // SAFETY: see `Slot`: the caller wrote the job before the bump just seen.
+        let (f, i) = unsafe { (*slot.job.get()).take() }.expect("a part comes with its bump");
+        if let Err(e) = catch_unwind(AssertUnwindSafe(|| f(i))) {
+            FAILED.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+        }
+        PENDING.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// f(0) here, f(1..parts) on the workers; returns when all have returned. A call made while
+/// another thread's `run` holds the workers runs its parts one after another here.
 pub fn run(parts: usize, f: &(dyn Fn(usize) + Sync)) {
     if parts <= 1 {
         return f(0);
     }
+    let mut w = match WORKERS.try_lock() {
+        Ok(w) => w,
+        Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(TryLockError::WouldBlock) => return (0..parts).for_each(f),
+    };
     // SAFETY: every worker's call of f has returned (or unwound) before this function returns:
-    // one message per part arrives below, sent after the call. So f outlives every use.
+    // PENDING reaches 0 below only after each part's call. So f outlives every use.
     let fs: &'static (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
-    let (done_tx, done_rx) = channel();
-    {
-        let mut w = WORKERS.lock().unwrap_or_else(|e| e.into_inner());
-        while w.len() < parts - 1 {
-            let (tx, rx) = channel::<Part>();
-            std::thread::Builder::new()
-                .name("hvtrain-gemm".into())
-                .spawn(move || {
-                    for (f, i, done) in rx {
-                        let _ = done.send(catch_unwind(AssertUnwindSafe(|| f(i))));
-                    }
-                })
-                .expect("start a GEMM worker thread");
-            w.push(tx);
-        }
-        for (i, tx) in w.iter().take(parts - 1).enumerate() {
-            tx.send((fs, i + 1, done_tx.clone())).expect("a GEMM worker thread is gone");
+    while w.len() < parts - 1 {
+        let slot: &'static Slot = Box::leak(Box::new(Slot {
+            seq: AtomicU64::new(0),
+            job: UnsafeCell::new(None),
+            sleeping: AtomicBool::new(false),
+        }));
+        let h = std::thread::Builder::new()
+            .name("hvtrain-pool".into())
+            .spawn(move || worker(slot))
+            .expect("start a CPU worker thread");
+        w.push((slot, h.thread().clone()));
+    }
+    PENDING.store(parts - 1, Ordering::SeqCst);
+    for (i, (slot, thread)) in w.iter().take(parts - 1).enumerate() {
+        // SAFETY: see `Slot`: this worker is idle (PENDING was 0 when the last run returned).
+        unsafe { *slot.job.get() = Some((fs, i + 1)) };
+        slot.seq.fetch_add(1, Ordering::SeqCst);
+        if slot.sleeping.load(Ordering::SeqCst) {
+            thread.unpark();
         }
     }
     let mut failed = catch_unwind(AssertUnwindSafe(|| f(0))).err();
-    for _ in 1..parts {
-        if let Err(e) = done_rx.recv().expect("a GEMM worker thread is gone") {
-            failed.get_or_insert(e);
+    let mut spins = 0u32;
+    while PENDING.load(Ordering::Acquire) != 0 {
+        spins = spins.wrapping_add(1);
+        if spins < 1 << 20 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
         }
     }
+    if let Some(e) = FAILED.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        failed.get_or_insert(e);
+    }
+    drop(w);
     if let Some(e) = failed {
         resume_unwind(e);
     }

@@ -1,22 +1,22 @@
 //! The float32 matrix product on CPUs with AVX-512: an 8 × 32 register tile of 16 zmm
-//! accumulators, one k per step (2 loads of B, 8 broadcasts of A, 16 FMAs), with *no packing*:
-//! the kernel reads both operands where they lie. The vector operand needs its 32 columns
-//! contiguous at each k (B row-major, `Trans::N`: a weight in the forward, the output gradient
-//! in the weight gradient); the broadcast operand may have any strides (A or Aᵀ). matrixmultiply
-//! (the crate this replaces where AVX-512 is there) runs a kernel as fast but packs both
-//! operands on every call: about 20 % of its time on a training step's shapes, the weights
-//! (the larger operand at a per-rank batch of 128-256) packed afresh each product.
+//! accumulators, one k per step (2 loads of B, 8 broadcasts of A, 16 FMAs). The broadcast
+//! operand (A or Aᵀ, any strides) is read where it lies; the vector operand B is copied
+//! into 32-column strips block by block (rows front to back: read in place, a strip's rows n
+//! floats apart thrash a few L1 sets). matrixmultiply (the crate this replaces where AVX-512
+//! is there) runs a kernel as fast but packs both operands on every call: about 20 % of its
+//! time on a training step's shapes.
 //!
-//! The one product whose B is transposed, the input gradient dX = dY · Wᵀ, is computed as
-//! Cᵀ = W · dYᵀ: W (row-major [n, k]) is then the broadcast operand, read in place; dY, the
-//! small operand (batch × k), is transposed into scratch as the vector operand; and the
-//! result (n × m, scratch) is written back transposed with alpha and beta. Transposing dY and
-//! the result moves (m·k + m·n) floats instead of the weights' n·k.
+//! The one product whose B is transposed, the input gradient dX = dY · Wᵀ (W stored n × k),
+//! takes the cheaper of two routes: Wᵀ's strips packed straight from W's rows (n·k floats
+//! moved), or Cᵀ = W · dYᵀ, W then the broadcast operand read in place, dY transposed into
+//! scratch and the result written back transposed (m·k + m·n floats moved). The first wins
+//! on a narrow last layer (k = 10) and on 512 × 512 at batch 256; the second on 2048 × 2048.
 //!
 //! Blocking: k in blocks of KC (the first applies beta, the others add), rows of C in blocks
 //! of MC (the broadcast operand's block, MC × KC, stays in L2 while every 32-column strip of B
-//! passes it); threads take column ranges of C (whole strips) as in `blocked`, and every element
-//! is summed in the same order on any thread count (the same bits). Edges: columns past n are
+//! passes it); threads take column ranges of C (whole strips), or row ranges where C has
+//! fewer strips than threads (the 10 classes of a last layer), and every element is summed in
+//! the same order on any thread count (the same bits). Edges: columns past n are
 //! masked loads and stores, rows past m repeat the last row and are not written.
 //!
 //! Must not: run without `supported()` (the instructions fault on other CPUs).
@@ -60,8 +60,13 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     }
     let Gemm { m, k, n, ta, tb, alpha, beta } = g;
     let av = View::op(a, m, k, ta);
-    if tb == Trans::N {
-        return direct(av, b, m, k, n, c, alpha, beta, &|_| ());
+    // B transposed (the input gradient dX = dY · Wᵀ): packing Wᵀ's strips moves n·k floats;
+    // the route below moves m·k + m·n (dY and the result transposed). The first wins where
+    // the weights are no larger than dY and dX together: a narrow last layer (k = 10), or
+    // 512 × 512 at batch 256 (measured: 107-128 → 133-153 GFLOP/s on 2 threads); at
+    // 2048 × 2048 the second (154 vs 141).
+    if tb == Trans::N || n * k <= m * k + m * n {
+        return direct(av, Src { d: b, t: tb }, m, k, n, c, alpha, beta, &|_, _| ());
     }
     // Cᵀ (n × m) = B (n × k, row-major: broadcast) · op(A)ᵀ (k × m: vector, unit stride in m).
     SCRATCH.with(|s| {
@@ -75,18 +80,18 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
             }
         };
         t.resize(n * m, 0.0);
-        // Each thread, once its columns of t (rows of C) are done, writes those rows of C:
-        // C = alpha · tᵀ + beta · C, in 32 × 32 blocks (both sides stay in cache).
+        // Each thread, once its block of t (rows `tr`, columns `tc`) is done, writes C's rows
+        // `tc`, columns `tr`: C = alpha · tᵀ + beta · C, in 32 × 32 blocks (both sides in cache).
         let cp = CPtr(c.as_mut_ptr());
         let tp = CPtr(t.as_mut_ptr());
         let (cp, tp) = (&cp, &tp); // the closure shares the wrappers (Sync), not raw pointers
-        let write = |rows: std::ops::Range<usize>| {
-            for i0 in rows.clone().step_by(32) {
-                for j0 in (0..n).step_by(32) {
-                    for i in i0..(i0 + 32).min(rows.end) {
+        let write = |tr: std::ops::Range<usize>, tc: std::ops::Range<usize>| {
+            for i0 in tc.clone().step_by(32) {
+                for j0 in tr.clone().step_by(32) {
+                    for i in i0..(i0 + 32).min(tc.end) {
                         // SAFETY: row i of C (this part's rows only) and t, both sized above.
                         let row = unsafe { std::slice::from_raw_parts_mut(cp.0.add(i * n), n) };
-                        let cols = j0..(j0 + 32).min(n);
+                        let cols = j0..(j0 + 32).min(tr.end);
                         for (j, x) in cols.clone().zip(&mut row[cols]) {
                             let v = alpha * unsafe { *tp.0.add(j * m + i) };
                             *x = if beta == 0.0 { v } else { v + beta * *x };
@@ -97,8 +102,16 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
         };
         // SAFETY: `t` is only read through `tp` by `write`, after `direct` wrote this part.
         let t = unsafe { std::slice::from_raw_parts_mut(tp.0, n * m) };
-        direct(View { d: b, rs: k, cs: 1 }, vec_op, n, k, m, t, 1.0, 0.0, &write);
+        direct(View { d: b, rs: k, cs: 1 }, Src { d: vec_op, t: Trans::N }, n, k, m, t, 1.0, 0.0, &write);
     });
+}
+
+/// The vector operand B (k × n) as stored: row-major k × n (`Trans::N`) or its transpose,
+/// row-major n × k (`Trans::T`), transposed while it is packed.
+#[derive(Clone, Copy)]
+struct Src<'a> {
+    d: &'a [f32],
+    t: Trans,
 }
 
 /// out (cols × rows) = x (rows × cols)ᵀ, in 32 × 32 blocks.
@@ -114,43 +127,49 @@ fn transpose(x: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
     }
 }
 
-/// C (m × n, row-major) = alpha · A · B + beta · C with A read through `av` and B row-major
-/// (k × n), on the pool's threads by column ranges.
-/// `after(cols)` runs on the same thread once C's columns `cols` are complete.
+/// C (m × n, row-major) = alpha · A · B + beta · C with A read through `av` and B from `b`,
+/// on the pool's threads: by column ranges (whole strips), or by row ranges where C has fewer
+/// strips than threads (a narrow last layer). `after(rows, cols)` runs on the same thread once
+/// that block of C is complete.
 #[allow(clippy::too_many_arguments)]
 fn direct(
     av: View,
-    b: &[f32],
+    b: Src,
     m: usize,
     k: usize,
     n: usize,
     c: &mut [f32],
     alpha: f32,
     beta: f32,
-    after: &(dyn Fn(std::ops::Range<usize>) + Sync),
+    after: &(dyn Fn(std::ops::Range<usize>, std::ops::Range<usize>) + Sync),
 ) {
-    assert!(b.len() >= k * n && c.len() >= m * n);
+    assert!(b.d.len() >= k * n && c.len() >= m * n);
     assert!(av.d.len() > (m - 1) * av.rs + (k - 1) * av.cs);
-    let t = super::pool::threads().min(n.div_ceil(NR)).max(1);
-    let parts = if t > 1 && 2.0 * (m * n * k) as f64 >= 4e6 { t } else { 1 };
-    let per = n.div_ceil(NR).div_ceil(parts) * NR;
+    let threads = super::pool::threads();
+    let threads = if 2.0 * (m * n * k) as f64 >= 2e6 { threads } else { 1 };
     let cp = CPtr(c.as_mut_ptr());
-    super::pool::run(n.div_ceil(per), &|part| {
-        let cols = part * per..(part * per + per).min(n);
+    let by_cols = n.div_ceil(NR) >= threads || m <= MR;
+    let (len, unit) = if by_cols { (n, NR) } else { (m, MR) };
+    let parts = threads.min(len.div_ceil(unit)).max(1);
+    let per = len.div_ceil(unit).div_ceil(parts) * unit;
+    super::pool::run(len.div_ceil(per), &|part| {
+        let range = part * per..(part * per + per).min(len);
+        let (rows, cols) = if by_cols { (0..m, range) } else { (range, 0..n) };
         // SAFETY: supported() (checked by `gemm`); the asserts above bound every read; the
-        // parts write disjoint columns of C.
-        unsafe { columns(av, b, m, k, n, cols.clone(), &cp, alpha, beta) };
-        after(cols);
+        // parts write disjoint blocks of C.
+        unsafe { block(av, b, k, n, rows.clone(), cols.clone(), &cp, alpha, beta) };
+        after(rows, cols);
     });
 }
 
+/// C's block rows × cols (C row-major, rows `n` apart).
 #[allow(clippy::too_many_arguments)]
-unsafe fn columns(
+unsafe fn block(
     av: View,
-    b: &[f32],
-    m: usize,
+    b: Src,
     k: usize,
     n: usize,
+    rows: std::ops::Range<usize>,
     cols: std::ops::Range<usize>,
     c: &CPtr,
     alpha: f32,
@@ -170,9 +189,12 @@ unsafe fn columns(
             for pc in (0..k).step_by(step) {
                 let kc = step.min(k - pc);
                 let beta = if pc == 0 { beta } else { 1.0 };
-                pack_b(b, n, pc, kc, jc, nc, packed);
-                for ic in (0..m).step_by(MC) {
-                    let mc = MC.min(m - ic);
+                match b.t {
+                    Trans::N => pack_b(b.d, n, pc, kc, jc, nc, packed),
+                    Trans::T => pack_bt(b.d, k, pc, kc, jc, nc, packed),
+                }
+                for ic in (rows.start..rows.end).step_by(MC) {
+                    let mc = MC.min(rows.end - ic);
                     for s in 0..strips {
                         let (j0, w) = (jc + s * NR, NR.min(nc - s * NR));
                         let bp = packed.as_ptr().add(s * kc * NR);
@@ -208,6 +230,20 @@ fn pack_b(b: &[f32], n: usize, pc: usize, kc: usize, jc: usize, nc: usize, out: 
                 *dst = *whole;
             } else {
                 out[at..at + chunk.len()].copy_from_slice(chunk);
+            }
+        }
+    }
+}
+
+/// As `pack_b`, from B stored transposed (row-major n × k, rows `k` apart): a strip's 32
+/// columns are 32 rows of the stored matrix, each read front to back.
+fn pack_bt(bt: &[f32], k: usize, pc: usize, kc: usize, jc: usize, nc: usize, out: &mut [f32]) {
+    for s in 0..nc.div_ceil(NR) {
+        let strip = &mut out[s * kc * NR..(s + 1) * kc * NR];
+        for j in 0..NR.min(nc - s * NR) {
+            let row = &bt[(jc + s * NR + j) * k + pc..][..kc];
+            for (p, &v) in row.iter().enumerate() {
+                strip[p * NR + j] = v;
             }
         }
     }

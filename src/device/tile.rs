@@ -172,22 +172,28 @@ pub mod check {
         }
     }
 
-    /// Threads split C's columns; each element is summed by the same code in the same order,
-    /// so 1 and 3 threads give the same bits (and the product is right).
+    /// Threads split C's columns (or its rows, where C is narrower than a strip per thread);
+    /// each element is summed by the same code in the same order, so 1 and 3 threads give the
+    /// same bits (and the product is right). Shapes: square-ish, a narrow last layer (n 10),
+    /// and one whose transposed B is cheaper to pack than dY and dX to transpose.
     pub fn same_bits_on_threads(gemm: GemmFn, operand: fn(f32) -> f32) {
-        let (m, k, n) = (37, 300, 200);
-        for (ta, tb) in [(Trans::N, Trans::N), (Trans::T, Trans::N), (Trans::N, Trans::T)] {
-            let g = Gemm { m, k, n, ta, tb, alpha: 1.0, beta: 0.5 };
-            let (a, b, c0) = (data(m * k, 7), data(k * n, 8), data(m * n, 9));
-            let mut one = c0.clone();
-            gemm(g, &a, &b, &mut one);
-            let mut three = c0.clone();
-            super::super::pool::set_threads(3);
-            gemm(g, &a, &b, &mut three);
-            super::super::pool::set_threads(1);
-            assert_eq!(one, three, "{g:?}");
-            let (want, scale) = reference_of(g, &a, &b, &c0, operand);
-            assert!(three.iter().zip(want.iter().zip(&scale)).all(|(&x, (&w, &s))| (x as f64 - w).abs() / s < 1e-4));
+        for (m, k, n) in [(37, 300, 200), (600, 200, 10), (300, 100, 60)] {
+            for (ta, tb) in [(Trans::N, Trans::N), (Trans::T, Trans::N), (Trans::N, Trans::T)] {
+                let g = Gemm { m, k, n, ta, tb, alpha: 1.0, beta: 0.5 };
+                let (a, b, c0) = (data(m * k, 7), data(k * n, 8), data(m * n, 9));
+                let mut one = c0.clone();
+                gemm(g, &a, &b, &mut one);
+                let mut three = c0.clone();
+                super::super::pool::set_threads(3);
+                gemm(g, &a, &b, &mut three);
+                super::super::pool::set_threads(1);
+                assert_eq!(one, three, "{g:?}");
+                let (want, scale) = reference_of(g, &a, &b, &c0, operand);
+                assert!(three
+                    .iter()
+                    .zip(want.iter().zip(&scale))
+                    .all(|(&x, (&w, &s))| (x as f64 - w).abs() / s < 1e-4));
+            }
         }
     }
 }

@@ -115,6 +115,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 rank: p.data_rank,
                 ranks: p.data_ranks,
                 depth: 4,
+                cache_bytes: (job.data.cache_mb * 1048576.0) as usize,
                 start_epoch: start.epoch,
                 start_batch: start.step_in_epoch,
             },
