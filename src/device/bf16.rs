@@ -15,7 +15,7 @@
 //! change what `cpu::gemm` computes (fp32 stays the reference).
 
 use super::backend::Gemm;
-use super::tile::{write_back, CPtr, Out, View, MR, NR};
+use super::tile::{write_back, CPtr, Out, Split, View, MR, NR};
 use std::cell::RefCell;
 /// Block sizes: a packed B block (KC × NC bf16 = 1 MiB) is what L2 holds on Zen 4, one B
 /// strip (KC × NR = 32 KiB) what L1 holds while the A strips of the block pass it. Measured
@@ -76,29 +76,25 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     }
     let Gemm { m, k, n, ta, tb, alpha, beta } = g;
     let (av, bv) = (View::op(a, m, k, ta), View::op(b, k, n, tb));
-    // Threads take column ranges of C (whole NR strips): each packs its own B columns and
-    // the same A. Products under PAR_FLOP stay on one thread (a hand-off costs ~10 µs).
-    let t = super::pool::threads().min(n.div_ceil(NR)).max(1);
-    let parts = if t > 1 && 2.0 * (m * n * k) as f64 >= PAR_FLOP { t } else { 1 };
-    let per = n.div_ceil(NR).div_ceil(parts) * NR;
+    // Threads take column ranges of C (whole NR strips: each packs its own B columns and
+    // the same A), or row ranges where C is narrower than a strip per thread (`Split`).
+    let split = Split::of(m, k, n);
     let c = CPtr(c.as_mut_ptr());
-    super::pool::run(n.div_ceil(per), &|i| {
-        let cols = i * per..(i * per + per).min(n);
-        // SAFETY: supported(); the parts write disjoint columns of C, which `check` sized.
-        unsafe { columns(av, bv, m, k, n, cols, &c, alpha, beta) }
+    super::pool::run(split.parts, &|i| {
+        let (rows, cols) = split.block(i, m, n);
+        // SAFETY: supported(); the parts write disjoint blocks of C, which `check` sized.
+        unsafe { block(av, bv, k, n, rows, cols, &c, alpha, beta) }
     });
 }
 
-const PAR_FLOP: f64 = 4e6;
-
-/// C[:, cols] of the product (C's rows `n` apart), on this thread.
+/// C[rows, cols] of the product (C's rows `n` apart), on this thread.
 #[allow(clippy::too_many_arguments)]
-unsafe fn columns(
+unsafe fn block(
     av: View,
     bv: View,
-    m: usize,
     k: usize,
     n: usize,
+    rows: std::ops::Range<usize>,
     cols: std::ops::Range<usize>,
     c: &CPtr,
     alpha: f32,
@@ -118,8 +114,8 @@ unsafe fn columns(
                 // The first k-block applies beta; the others add to what it wrote.
                 let beta = if pc == 0 { beta } else { 1.0 };
                 pack_b(bv, pc, kc, jc, nc, pb, row);
-                for ic in (0..m).step_by(MC) {
-                    let mc = MC.min(m - ic);
+                for ic in rows.clone().step_by(MC) {
+                    let mc = MC.min(rows.end - ic);
                     pack_a(av, ic, mc, pc, kc, pa, row);
                     for js in 0..nc.div_ceil(NR) {
                         let bs = &pb[js * NR * kp..(js + 1) * NR * kp];

@@ -22,7 +22,7 @@
 //! Must not: run without `supported()` (the instructions fault on other CPUs).
 
 use super::backend::{Gemm, Trans};
-use super::tile::{write_back, CPtr, Out, View, MR, NR};
+use super::tile::{write_back, CPtr, Out, Split, View, MR, NR};
 use std::cell::RefCell;
 
 /// Whether this CPU can run the kernel.
@@ -145,16 +145,10 @@ fn direct(
 ) {
     assert!(b.d.len() >= k * n && c.len() >= m * n);
     assert!(av.d.len() > (m - 1) * av.rs + (k - 1) * av.cs);
-    let threads = super::pool::threads();
-    let threads = if 2.0 * (m * n * k) as f64 >= 2e6 { threads } else { 1 };
+    let split = Split::of(m, k, n);
     let cp = CPtr(c.as_mut_ptr());
-    let by_cols = n.div_ceil(NR) >= threads || m <= MR;
-    let (len, unit) = if by_cols { (n, NR) } else { (m, MR) };
-    let parts = threads.min(len.div_ceil(unit)).max(1);
-    let per = len.div_ceil(unit).div_ceil(parts) * unit;
-    super::pool::run(len.div_ceil(per), &|part| {
-        let range = part * per..(part * per + per).min(len);
-        let (rows, cols) = if by_cols { (0..m, range) } else { (range, 0..n) };
+    super::pool::run(split.parts, &|part| {
+        let (rows, cols) = split.block(part, m, n);
         // SAFETY: supported() (checked by `gemm`); the asserts above bound every read; the
         // parts write disjoint blocks of C.
         unsafe { block(av, b, k, n, rows.clone(), cols.clone(), &cp, alpha, beta) };

@@ -45,6 +45,38 @@ pub fn trivial(g: Gemm, c: &mut [f32]) -> bool {
     false
 }
 
+/// How a product's C is cut over the pool's threads: column ranges of whole NR strips, or,
+/// where C has fewer strips than threads (a 10-class last layer), row ranges of whole MR
+/// tiles. Products under 2 MFLOP stay on one thread (a hand-off to a spinning worker costs
+/// about a microsecond, to a sleeping one tens).
+pub struct Split {
+    pub by_cols: bool,
+    /// Columns (or rows) per part, and the parts.
+    pub per: usize,
+    pub parts: usize,
+}
+
+impl Split {
+    pub fn of(m: usize, k: usize, n: usize) -> Split {
+        let threads = if 2.0 * (m * n * k) as f64 >= 2e6 { super::pool::threads() } else { 1 };
+        let by_cols = n.div_ceil(NR) >= threads || m <= MR;
+        let (len, unit) = if by_cols { (n, NR) } else { (m, MR) };
+        let per = len.div_ceil(unit).div_ceil(threads.min(len.div_ceil(unit)).max(1)) * unit;
+        Split { by_cols, per, parts: len.div_ceil(per) }
+    }
+
+    /// Part `i`'s rows and columns of the m × n C.
+    pub fn block(&self, i: usize, m: usize, n: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let len = if self.by_cols { n } else { m };
+        let range = i * self.per..(i * self.per + self.per).min(len);
+        if self.by_cols {
+            (0..m, range)
+        } else {
+            (range, 0..n)
+        }
+    }
+}
+
 /// C's base pointer, shared by the threads that write its disjoint column ranges.
 pub struct CPtr(pub *mut f32);
 // SAFETY: the threads of one product write disjoint columns, and the product waits for all.
