@@ -9,6 +9,8 @@
 # AVX-512; "fp32-mm" is the same with matrixmultiply's (HVTRAIN_CPU_GEMM=matrixmultiply, the
 # product before it), in the GEMM table and in the 1 rank × 2 threads layout.
 #   bash bench/cpu.sh                 # ROUNDS=2 EPOCHS=8 WIDE_EPOCHS=3
+#   KEEP_WORK=1 bash bench/cpu.sh     # keeps the raw files (their folder is printed), so that
+#   REPORT=DIR ROUNDS=N bash bench/cpu.sh   # writes the report again from them, measuring nothing
 # The PyTorch peer is set up by bench/setup_torch.sh (run here when missing). Prints a
 # markdown report and saves it as bench/results/cpu-DATE.md (raw numbers: cpu-DATE.json).
 set -euo pipefail
@@ -22,7 +24,17 @@ MPIRUN="mpirun --bind-to none --mca mpi_yield_when_idle 1"
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 BF16=1
 $BIN bench gemm --seconds 0.1 --precision bf16 > /dev/null 2>&1 || BF16=0
+if [ -n "${REPORT:-}" ]; then
+  rm -rf "$work"; trap - EXIT
+  work=$REPORT LOAD=$(cat "$REPORT/load.txt") COMMIT=$(cat "$REPORT/commit.txt")
+  BF16=$([ -f "$work/g-std-bf16-1.json" ] && echo 1 || echo 0)
+else
+  COMMIT=$(git rev-parse --short HEAD)
+  echo "$LOAD" > "$work/load.txt"
+  echo "$COMMIT" > "$work/commit.txt"
+fi
 WIDE="784,2048,2048,10"
+if [ -z "${REPORT:-}" ]; then
 # The float32 FMA peak of this CPU (bench/fma_peak.c): the ceiling the GEMM rates are read against.
 cc -O2 -mavx512f -mfma -pthread bench/fma_peak.c -o "$work/fma_peak" 2>/dev/null && "$work/fma_peak" 2 > "$work/peak.jsonl" || : > "$work/peak.jsonl"
 
@@ -64,10 +76,11 @@ for r in $(seq 1 "$ROUNDS"); do
   done
   hv "r$r-std-1-fp32" 1 1 784,512,512,10 "$EPOCHS" fp32
 done
+fi
 
-python3 - "$work" "$ROUNDS" "$EPOCHS" "$WIDE_EPOCHS" "$LOAD" "$BF16" "$PY" <<'PY'
+python3 - "$work" "$ROUNDS" "$EPOCHS" "$WIDE_EPOCHS" "$LOAD" "$BF16" "$PY" "$COMMIT" <<'PY'
 import datetime, glob, json, os, platform, re, statistics, subprocess, sys
-work, rounds, epochs, wide_epochs, load, bf16, py = sys.argv[1:]
+work, rounds, epochs, wide_epochs, load, bf16, py, commit = sys.argv[1:]
 rounds = int(rounds)
 precs = ["fp32", "bf16"] if bf16 == "1" else ["fp32"]
 def j(p): return json.load(open(os.path.join(work, p)))
@@ -120,7 +133,6 @@ def find(m, tag):
     return next(r for r in rows if r["m"] == m and r["tag"] == tag)
 cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True, text=True).stdout.strip()
 flags = open("/proc/cpuinfo").read()
-commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 tv = next((r["ver"] for r in rows if r["ver"]), "?")
 today = datetime.date.today()
 out = [f"# hvtrain vs PyTorch on the CPU, fp32 and bf16, {today}", "",
@@ -149,11 +161,13 @@ for (m, p), (one, two, t2) in gem.items():
     q = pct if p.startswith("fp32") else (lambda g, t: "")  # bf16's peak is twice float32's
     out.append(f"| {m} | {p} | {one:.1f}{q(one, 1)} | {two:.1f}{q(two, 2)} | {t2:.1f}{q(t2, 2)} |")
 out += ["", "## Training", "",
-        "| model | system | precision | samples/s | × PyTorch (same precision) | min..max | rounds | first step (s) | peak RSS/process (MiB) | test acc | GEMM FLOP rate |",
+        "| model | system | precision | samples/s | × PyTorch (same precision; per round) | min..max | rounds | first step (s) | peak RSS/process (MiB) | test acc | GEMM FLOP rate |",
         "|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
     peer = find(r["m"], f"{r['m']}-pt-{r['p']}")
-    ratio = f"{r['med'] / peer['med']:.2f}×"
+    # The median's ratio, then each round's against the peer's run of the same round (the
+    # runs nearest in time: the VM's speed drifts between rounds).
+    ratio = f"{r['med'] / peer['med']:.2f}× (" + " / ".join(f"{a / b:.2f}" for a, b in zip(r["meds"], peer["meds"])) + ")"
     fr = ""
     if r["label"].startswith("hvtrain"):
         one, two, t2 = gem[r["m"], r["p"]]
