@@ -229,7 +229,7 @@ also written to --json FILE. The PyTorch peer on the same shapes: bench/torch_pe
         /// Seconds to measure.
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
-        /// fp32 (the matrix crate) or bf16 (bf16 operands, float32 sums: AVX512-BF16).
+        /// fp32 (hvtrain's AVX-512 kernel; matrixmultiply's on CPUs without AVX-512F) or bf16 (bf16 operands, float32 sums: AVX512-BF16).
         #[arg(long, value_enum, default_value_t = PrecisionArg::Fp32)]
         precision: PrecisionArg,
         /// Threads of the one process (training.threads).

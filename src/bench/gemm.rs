@@ -1,7 +1,9 @@
-//! `hvtrain bench gemm`: the single-core GEMM rate of the CPU backend (float32 through the
-//! matrix crate, or the bf16 kernel with `--precision bf16`), on exactly the matrix products
-//! of one training step of an MLP (forward, weight gradients, input gradients), so a training
-//! run's FLOP rate can be read as a fraction of it.
+//! `hvtrain bench gemm`: the GEMM rate of the CPU backend (float32: hvtrain's AVX-512 kernel
+//! or matrixmultiply's; bf16 with `--precision bf16`) on one thread or `--threads`, on exactly
+//! the matrix products of one training step of an MLP (forward, weight gradients, input
+//! gradients), so a training run's FLOP rate can be read as a fraction of it; and each
+//! product's rate, within the step sequence (operands as cold as the step leaves them) and
+//! alone (repeated, operands in cache), to show which shapes fall short.
 //!
 //! Must not: call MPI or time anything but the matrix products.
 
