@@ -66,7 +66,7 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     // 512 × 512 at batch 256 (measured: 107-128 → 133-153 GFLOP/s on 2 threads); at
     // 2048 × 2048 the second (154 vs 141).
     if tb == Trans::N || n * k <= m * k + m * n {
-        return direct(av, Src { d: b, t: tb }, m, k, n, c, alpha, beta, &|_, _| ());
+        return direct(av, View::op(b, k, n, tb), m, k, n, c, alpha, beta, &|_, _| ());
     }
     // Cᵀ (n × m) = B (n × k, row-major: broadcast) · op(A)ᵀ (k × m: vector, unit stride in m).
     SCRATCH.with(|s| {
@@ -102,16 +102,8 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
         };
         // SAFETY: `t` is only read through `tp` by `write`, after `direct` wrote this part.
         let t = unsafe { std::slice::from_raw_parts_mut(tp.0, n * m) };
-        direct(View { d: b, rs: k, cs: 1 }, Src { d: vec_op, t: Trans::N }, n, k, m, t, 1.0, 0.0, &write);
+        direct(View { d: b, rs: k, cs: 1 }, View::op(vec_op, k, m, Trans::N), n, k, m, t, 1.0, 0.0, &write);
     });
-}
-
-/// The vector operand B (k × n) as stored: row-major k × n (`Trans::N`) or its transpose,
-/// row-major n × k (`Trans::T`), transposed while it is packed.
-#[derive(Clone, Copy)]
-struct Src<'a> {
-    d: &'a [f32],
-    t: Trans,
 }
 
 /// out (cols × rows) = x (rows × cols)ᵀ, in 32 × 32 blocks.
@@ -127,14 +119,15 @@ fn transpose(x: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
     }
 }
 
-/// C (m × n, row-major) = alpha · A · B + beta · C with A read through `av` and B from `b`,
+/// C (m × n, row-major) = alpha · A · B + beta · C with A read through `av` and B through
+/// `b`: B row-major (`cs` 1) or stored transposed (n × k, `rs` 1), transposed while packed;
 /// on the pool's threads: by column ranges (whole strips), or by row ranges where C has fewer
 /// strips than threads (a narrow last layer). `after(rows, cols)` runs on the same thread once
 /// that block of C is complete.
 #[allow(clippy::too_many_arguments)]
 fn direct(
     av: View,
-    b: Src,
+    b: View,
     m: usize,
     k: usize,
     n: usize,
@@ -160,7 +153,7 @@ fn direct(
 #[allow(clippy::too_many_arguments)]
 unsafe fn block(
     av: View,
-    b: Src,
+    b: View,
     k: usize,
     n: usize,
     rows: std::ops::Range<usize>,
@@ -183,9 +176,10 @@ unsafe fn block(
             for pc in (0..k).step_by(step) {
                 let kc = step.min(k - pc);
                 let beta = if pc == 0 { beta } else { 1.0 };
-                match b.t {
-                    Trans::N => pack_b(b.d, n, pc, kc, jc, nc, packed),
-                    Trans::T => pack_bt(b.d, k, pc, kc, jc, nc, packed),
+                if b.cs == 1 {
+                    pack_b(b.d, n, pc, kc, jc, nc, packed)
+                } else {
+                    pack_bt(b.d, k, pc, kc, jc, nc, packed)
                 }
                 for ic in (rows.start..rows.end).step_by(MC) {
                     let mc = MC.min(rows.end - ic);
