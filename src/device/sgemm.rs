@@ -8,9 +8,10 @@
 //!
 //! The one product whose B is transposed, the input gradient dX = dY · Wᵀ (W stored n × k),
 //! takes the cheaper of two routes: Wᵀ's strips packed straight from W's rows (n·k floats
-//! moved), or Cᵀ = W · dYᵀ, W then the broadcast operand read in place, dY transposed into
-//! scratch and the result written back transposed (m·k + m·n floats moved). The first wins
-//! on a narrow last layer (k = 10) and on 512 × 512 at batch 256; the second on 2048 × 2048.
+//! moved, transposed 16 × 16 in registers), or Cᵀ = W · dYᵀ, W then the broadcast operand
+//! read in place, dY transposed into scratch and the result written back transposed (m·k +
+//! m·n floats moved). The first wins at training batches (256 on both models); the second
+//! where the weights outweigh a small batch's dY and dX more than eightfold.
 //!
 //! Blocking: k in blocks of KC (the first applies beta, the others add), rows of C in blocks
 //! of MC (the broadcast operand's block, MC × KC, stays in L2 while every 32-column strip of B
@@ -60,12 +61,13 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     }
     let Gemm { m, k, n, ta, tb, alpha, beta } = g;
     let av = View::op(a, m, k, ta);
-    // B transposed (the input gradient dX = dY · Wᵀ): packing Wᵀ's strips moves n·k floats;
-    // the route below moves m·k + m·n (dY and the result transposed). The first wins where
-    // the weights are no larger than dY and dX together: a narrow last layer (k = 10), or
-    // 512 × 512 at batch 256 (measured: 107-128 → 133-153 GFLOP/s on 2 threads); at
-    // 2048 × 2048 the second (154 vs 141).
-    if tb == Trans::N || n * k <= m * k + m * n {
+    // B transposed (the input gradient dX = dY · Wᵀ): packing Wᵀ's strips moves n·k floats
+    // (16 × 16 blocks transposed in registers); the route below moves m·k + m·n one float at a
+    // time (dY and the result transposed) but reads W in place. Packing wins unless the
+    // weights outweigh dY and dX eightfold: on 2 threads, 2048 × 2048 at batch 128 and 256
+    // packed 148-175 GFLOP/s against 126-164 for the route below; at batch 64 (16-fold)
+    // 123-124 against 139-147; 512 × 512 at batch 32 (8-fold) about even.
+    if tb == Trans::N || n * k <= 8 * (m * k + m * n) {
         return direct(av, View::op(b, k, n, tb), m, k, n, c, alpha, beta, &|_, _| ());
     }
     // Cᵀ (n × m) = B (n × k, row-major: broadcast) · op(A)ᵀ (k × m: vector, unit stride in m).
@@ -224,16 +226,75 @@ fn pack_b(b: &[f32], n: usize, pc: usize, kc: usize, jc: usize, nc: usize, out: 
 }
 
 /// As `pack_b`, from B stored transposed (row-major n × k, rows `k` apart): a strip's 32
-/// columns are 32 rows of the stored matrix, each read front to back.
+/// columns are 32 rows of the stored matrix, each read front to back; whole 16 × 16 blocks
+/// are transposed in registers (`transpose16`), the edges one float at a time.
 fn pack_bt(bt: &[f32], k: usize, pc: usize, kc: usize, jc: usize, nc: usize, out: &mut [f32]) {
     for s in 0..nc.div_ceil(NR) {
         let strip = &mut out[s * kc * NR..(s + 1) * kc * NR];
-        for j in 0..NR.min(nc - s * NR) {
-            let row = &bt[(jc + s * NR + j) * k + pc..][..kc];
-            for (p, &v) in row.iter().enumerate() {
+        let cols = NR.min(nc - s * NR);
+        let row = |j: usize| &bt[(jc + s * NR + j) * k + pc..][..kc];
+        let (mut j0, mut p0) = (0, kc);
+        #[cfg(target_arch = "x86_64")]
+        if supported() {
+            let whole = kc / 16 * 16;
+            for jb in (0..cols / 16 * 16).step_by(16) {
+                let src: [&[f32]; 16] = std::array::from_fn(|j| row(jb + j));
+                for pb in (0..whole).step_by(16) {
+                    // SAFETY: supported(); each of the 16 rows holds kc ≥ pb + 16 floats, and the
+                    // strip's rows pb..pb + 16 hold NR ≥ jb + 16 floats each.
+                    unsafe { transpose16(&src, pb, &mut strip[pb * NR + jb..], NR) };
+                }
+            }
+            (j0, p0) = (cols / 16 * 16, whole);
+        }
+        for j in 0..cols {
+            let from = if j < j0 { p0 } else { 0 };
+            for (p, &v) in row(j).iter().enumerate().skip(from) {
                 strip[p * NR + j] = v;
             }
         }
+    }
+}
+
+/// out[p·ld + j] = src[j][p0 + p] for a 16 × 16 block: 16 loads, four rounds of shuffles
+/// (32-bit, 64-bit, then 128-bit lanes twice), 16 stores.
+///
+/// # Safety
+/// AVX-512F; every src[j] holds p0 + 16 floats; out holds 15·ld + 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose16(src: &[&[f32]; 16], p0: usize, out: &mut [f32], ld: usize) {
+    use std::arch::x86_64::*;
+    assert!(out.len() >= 15 * ld + 16 && src.iter().all(|r| r.len() >= p0 + 16));
+    let r: [__m512; 16] = std::array::from_fn(|j| _mm512_loadu_ps(src[j].as_ptr().add(p0)));
+    // Round 1: pairs of rows interleaved by 32-bit element.
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // Round 2: by 64-bit element, rows 4 apart in groups of four.
+    let pd = |x: __m512| _mm512_castps_pd(x);
+    let mut u = [_mm512_setzero_ps(); 16];
+    for g in 0..4 {
+        let b = 4 * g;
+        u[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[b]), pd(t[b + 2])));
+        u[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[b]), pd(t[b + 2])));
+        u[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[b + 1]), pd(t[b + 3])));
+        u[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[b + 1]), pd(t[b + 3])));
+    }
+    // Rounds 3 and 4: 128-bit lanes.
+    for h in 0..2 {
+        for i in 0..4 {
+            let (x, y) = (u[8 * h + i], u[8 * h + 4 + i]);
+            t[8 * h + i] = _mm512_shuffle_f32x4::<0x88>(x, y);
+            t[8 * h + 4 + i] = _mm512_shuffle_f32x4::<0xdd>(x, y);
+        }
+    }
+    for i in 0..8 {
+        let (x, y) = (t[i], t[8 + i]);
+        _mm512_storeu_ps(out.as_mut_ptr().add(i * ld), _mm512_shuffle_f32x4::<0x88>(x, y));
+        _mm512_storeu_ps(out.as_mut_ptr().add((8 + i) * ld), _mm512_shuffle_f32x4::<0xdd>(x, y));
     }
 }
 
@@ -328,6 +389,25 @@ mod tests {
             return;
         }
         check::exact_over_shapes(gemm, |x| x);
+    }
+
+    /// The register transpose against the definition, on a block that is not at the start of
+    /// its rows and a destination wider than the block.
+    #[test]
+    fn transpose16_transposes() {
+        if !supported() {
+            return;
+        }
+        let rows: Vec<Vec<f32>> = (0..16).map(|j| (0..40).map(|p| (j * 100 + p) as f32).collect()).collect();
+        let src: [&[f32]; 16] = std::array::from_fn(|j| &rows[j][..]);
+        let mut out = vec![-1.0; 16 * 32];
+        unsafe { transpose16(&src, 7, &mut out, 32) };
+        for p in 0..16 {
+            for j in 0..32 {
+                let want = if j < 16 { (j * 100 + 7 + p) as f32 } else { -1.0 };
+                assert_eq!(out[p * 32 + j], want, "p {p} j {j}");
+            }
+        }
     }
 
     #[test]

@@ -174,10 +174,19 @@ pub mod check {
     }
 
     /// Every transpose, edges on every side (m, n past a tile, k odd, several k- and
-    /// n-blocks), alpha and beta (beta 0 must not read C): within float32 summation error of
+    /// n-blocks; the last shape takes sgemm's Cᵀ route for B transposed), alpha and beta (beta 0 must not read C): within float32 summation error of
     /// the exact product of the operands as `operand` sees them.
     pub fn exact_over_shapes(gemm: GemmFn, operand: fn(f32) -> f32) {
-        let shapes = [(1, 1, 1), (3, 5, 2), (8, 2, 32), (13, 37, 45), (17, 300, 70), (130, 513, 33), (9, 20, 1100)];
+        let shapes = [
+            (1, 1, 1),
+            (3, 5, 2),
+            (8, 2, 32),
+            (13, 37, 45),
+            (17, 300, 70),
+            (130, 513, 33),
+            (9, 20, 1100),
+            (2, 300, 200),
+        ];
         for &(m, k, n) in &shapes {
             for ta in [Trans::N, Trans::T] {
                 for tb in [Trans::N, Trans::T] {
@@ -207,9 +216,10 @@ pub mod check {
     /// Threads split C's columns (or its rows, where C is narrower than a strip per thread);
     /// each element is summed by the same code in the same order, so 1 and 3 threads give the
     /// same bits (and the product is right). Shapes: square-ish, a narrow last layer (n 10),
-    /// and one whose transposed B is cheaper to pack than dY and dX to transpose.
+    /// one whose transposed B is cheaper to pack than dY and dX to transpose, and one whose
+    /// weights outweigh them (sgemm's Cᵀ route).
     pub fn same_bits_on_threads(gemm: GemmFn, operand: fn(f32) -> f32) {
-        for (m, k, n) in [(37, 300, 200), (600, 200, 10), (300, 100, 60)] {
+        for (m, k, n) in [(37, 300, 200), (600, 200, 10), (300, 100, 60), (8, 1000, 600)] {
             for (ta, tb) in [(Trans::N, Trans::N), (Trans::T, Trans::N), (Trans::N, Trans::T)] {
                 let g = Gemm { m, k, n, ta, tb, alpha: 1.0, beta: 0.5 };
                 let (a, b, c0) = (data(m * k, 7), data(k * n, 8), data(m * n, 9));
