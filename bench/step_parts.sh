@@ -18,8 +18,8 @@ perf report -i "$work/perf.data" --no-children --sort comm,sym --stdio 2>/dev/nu
 import re, sys
 parts = [
     ("GEMM kernel", r"sgemm::kernel|bf16::kernel|matrixmultiply::.*kernel|kernel_target|sgemm_kernel"),
-    ("GEMM packing and tile loops", r"sgemm::direct|sgemm::block|sgemm::pack|bf16::pack|bf16::block|bf16::gemm|matrixmultiply::packing|matrixmultiply::gemm|pack_b|pack_a"),
-    ("transposes (the Cᵀ = W·dYᵀ route)", r"sgemm::gemm::\{\{closure\}\}|sgemm::transpose"),
+    ("GEMM packing and tile loops", r"tile::transpose16|bf16::deal16|sgemm::direct|sgemm::block|sgemm::pack|bf16::pack|bf16::block|bf16::gemm|matrixmultiply::packing|matrixmultiply::gemm|pack_b|pack_a"),
+    ("transposes (the Cᵀ = W·dYᵀ route)", r"sgemm::gemm::\{\{closure\}\}|sgemm::transpose$"),
     ("waiting for the other thread (spin, hand-off)", r"pool::run|pool::worker|__rust_begin_short_backtrace|thread_tree|sched_yield|__schedule|finish_task_switch|futex|_raw_spin_unlock"),
     ("optimizer", r"::sgd|::adam"),
     ("element-wise (bias+activation, its backward, loss, column sums)", r"bias_act|act_backward|softmax_xent|backward_tp|col_sum|__expf|dropout"),

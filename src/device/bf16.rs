@@ -104,7 +104,7 @@ unsafe fn block(
         let (pa, pb, row) = &mut *p.borrow_mut();
         pa.resize(MC.div_ceil(MR) * MR * KC.div_ceil(2), 0);
         pb.resize(NC.div_ceil(NR) * NR * KC.div_ceil(2), 0);
-        row.resize(KC.div_ceil(2), 0);
+        row.resize(32 * KC.div_ceil(2), 0);
         let mut tile = [0f32; MR * NR];
         for jc in cols.clone().step_by(NC) {
             let nc = NC.min(cols.end - jc);
@@ -149,7 +149,23 @@ unsafe fn pack_a(a: View, ic: usize, mc: usize, pc: usize, kc: usize, out: &mut 
         if rows < MR {
             strip.fill(0);
         }
-        if a.cs == 1 {
+        if a.cs == 1 && rows == MR && s % 2 == 0 && mc >= (s + 2) * MR {
+            // Row-major A, this strip and the next whole: 16 rows' pairs, dealt 16 × 16 in
+            // registers to a scratch strip of 16 lanes, then halved.
+            for r in 0..2 * MR {
+                let i = ic + s * MR + r;
+                pairs_within(&a.d[i * a.rs + pc..i * a.rs + pc + kc], &mut row[r * kp..(r + 1) * kp]);
+            }
+            let (rows16, wide) = row.split_at_mut(16 * kp);
+            deal16(rows16, kp, &mut wide[..16 * kp], 16, 0);
+            let (lo, hi) = out[s * MR * kp..(s + 2) * MR * kp].split_at_mut(MR * kp);
+            for p in 0..kp {
+                lo[p * MR..(p + 1) * MR].copy_from_slice(&wide[p * 16..p * 16 + MR]);
+                hi[p * MR..(p + 1) * MR].copy_from_slice(&wide[p * 16 + MR..(p + 1) * 16]);
+            }
+        } else if a.cs == 1 && rows == MR && s % 2 == 1 && mc >= (s + 1) * MR {
+            // Packed with the strip before.
+        } else if a.cs == 1 {
             // Row-major A: a row's k-pairs are adjacent floats; convert, then spread over the strip.
             for r in 0..rows {
                 let i = ic + s * MR + r;
@@ -194,16 +210,48 @@ unsafe fn pack_b(b: View, pc: usize, kc: usize, jc: usize, nc: usize, out: &mut 
             }
         }
     } else {
-        // Bᵀ stored row-major ([n, k]): a column's k-pairs are adjacent floats.
+        // Bᵀ stored row-major ([n, k]): a column's k-pairs are adjacent floats. 16 columns'
+        // pairs at a time, dealt to the strip 16 × 16 in registers (`tile::transpose16`).
         for s in 0..strips {
             let strip = &mut out[s * NR * kp..(s + 1) * NR * kp];
-            let j0 = jc + s * NR;
-            for j in 0..NR.min(nc - s * NR) {
+            let (j0, cols) = (jc + s * NR, NR.min(nc - s * NR));
+            let mut j = 0;
+            while j + 16 <= cols {
+                for q in 0..16 {
+                    let at = (j0 + j + q) * b.cs + pc;
+                    pairs_within(&b.d[at..at + kc], &mut col[q * kp..(q + 1) * kp]);
+                }
+                deal16(&col[..16 * kp], kp, strip, NR, j);
+                j += 16;
+            }
+            for j in j..cols {
                 pairs_within(&b.d[(j0 + j) * b.cs + pc..(j0 + j) * b.cs + pc + kc], &mut col[..kp]);
                 for (p, &v) in col[..kp].iter().enumerate() {
                     strip[p * NR + j] = v;
                 }
             }
+        }
+    }
+}
+
+/// Sixteen runs of `kp` pairs (`src`, run q at q·kp) into lanes j0..j0 + 16 of `out`'s rows
+/// (`ld` apart): out[p·ld + j0 + q] = src[q·kp + p]; whole blocks of 16 pairs transposed in
+/// registers (`tile::transpose16`, the pairs' bits moved as floats), the last kp % 16 singly.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn deal16(src: &[u32], kp: usize, out: &mut [u32], ld: usize, j0: usize) {
+    assert!(src.len() >= 16 * kp && j0 + 16 <= ld && out.len() >= kp.saturating_sub(1) * ld + j0 + 16);
+    // SAFETY: u32 and f32 have the same size and alignment; the bits are only moved.
+    let srcf = std::slice::from_raw_parts(src.as_ptr() as *const f32, 16 * kp);
+    let outf = std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f32, out.len());
+    let runs: [&[f32]; 16] = std::array::from_fn(|q| &srcf[q * kp..(q + 1) * kp]);
+    let whole = kp / 16 * 16;
+    for pb in (0..whole).step_by(16) {
+        super::tile::transpose16_into(&runs, pb, &mut outf[pb * ld + j0..], ld);
+    }
+    for q in 0..16 {
+        for p in whole..kp {
+            out[p * ld + j0 + q] = src[q * kp + p];
         }
     }
 }

@@ -227,7 +227,7 @@ fn pack_b(b: &[f32], n: usize, pc: usize, kc: usize, jc: usize, nc: usize, out: 
 
 /// As `pack_b`, from B stored transposed (row-major n × k, rows `k` apart): a strip's 32
 /// columns are 32 rows of the stored matrix, each read front to back; whole 16 × 16 blocks
-/// are transposed in registers (`transpose16`), the edges one float at a time.
+/// are transposed in registers (`tile::transpose16`), the edges one float at a time.
 fn pack_bt(bt: &[f32], k: usize, pc: usize, kc: usize, jc: usize, nc: usize, out: &mut [f32]) {
     for s in 0..nc.div_ceil(NR) {
         let strip = &mut out[s * kc * NR..(s + 1) * kc * NR];
@@ -242,7 +242,7 @@ fn pack_bt(bt: &[f32], k: usize, pc: usize, kc: usize, jc: usize, nc: usize, out
                 for pb in (0..whole).step_by(16) {
                     // SAFETY: supported(); each of the 16 rows holds kc ≥ pb + 16 floats, and the
                     // strip's rows pb..pb + 16 hold NR ≥ jb + 16 floats each.
-                    unsafe { transpose16(&src, pb, &mut strip[pb * NR + jb..], NR) };
+                    unsafe { super::tile::transpose16_into(&src, pb, &mut strip[pb * NR + jb..], NR) };
                 }
             }
             (j0, p0) = (cols / 16 * 16, whole);
@@ -253,48 +253,6 @@ fn pack_bt(bt: &[f32], k: usize, pc: usize, kc: usize, jc: usize, nc: usize, out
                 strip[p * NR + j] = v;
             }
         }
-    }
-}
-
-/// out[p·ld + j] = src[j][p0 + p] for a 16 × 16 block: 16 loads, four rounds of shuffles
-/// (32-bit, 64-bit, then 128-bit lanes twice), 16 stores.
-///
-/// # Safety
-/// AVX-512F; every src[j] holds p0 + 16 floats; out holds 15·ld + 16.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn transpose16(src: &[&[f32]; 16], p0: usize, out: &mut [f32], ld: usize) {
-    use std::arch::x86_64::*;
-    assert!(out.len() >= 15 * ld + 16 && src.iter().all(|r| r.len() >= p0 + 16));
-    let r: [__m512; 16] = std::array::from_fn(|j| _mm512_loadu_ps(src[j].as_ptr().add(p0)));
-    // Round 1: pairs of rows interleaved by 32-bit element.
-    let mut t = [_mm512_setzero_ps(); 16];
-    for i in 0..8 {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    // Round 2: by 64-bit element, rows 4 apart in groups of four.
-    let pd = |x: __m512| _mm512_castps_pd(x);
-    let mut u = [_mm512_setzero_ps(); 16];
-    for g in 0..4 {
-        let b = 4 * g;
-        u[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[b]), pd(t[b + 2])));
-        u[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[b]), pd(t[b + 2])));
-        u[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[b + 1]), pd(t[b + 3])));
-        u[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[b + 1]), pd(t[b + 3])));
-    }
-    // Rounds 3 and 4: 128-bit lanes.
-    for h in 0..2 {
-        for i in 0..4 {
-            let (x, y) = (u[8 * h + i], u[8 * h + 4 + i]);
-            t[8 * h + i] = _mm512_shuffle_f32x4::<0x88>(x, y);
-            t[8 * h + 4 + i] = _mm512_shuffle_f32x4::<0xdd>(x, y);
-        }
-    }
-    for i in 0..8 {
-        let (x, y) = (t[i], t[8 + i]);
-        _mm512_storeu_ps(out.as_mut_ptr().add(i * ld), _mm512_shuffle_f32x4::<0x88>(x, y));
-        _mm512_storeu_ps(out.as_mut_ptr().add((8 + i) * ld), _mm512_shuffle_f32x4::<0xdd>(x, y));
     }
 }
 
@@ -389,25 +347,6 @@ mod tests {
             return;
         }
         check::exact_over_shapes(gemm, |x| x);
-    }
-
-    /// The register transpose against the definition, on a block that is not at the start of
-    /// its rows and a destination wider than the block.
-    #[test]
-    fn transpose16_transposes() {
-        if !supported() {
-            return;
-        }
-        let rows: Vec<Vec<f32>> = (0..16).map(|j| (0..40).map(|p| (j * 100 + p) as f32).collect()).collect();
-        let src: [&[f32]; 16] = std::array::from_fn(|j| &rows[j][..]);
-        let mut out = vec![-1.0; 16 * 32];
-        unsafe { transpose16(&src, 7, &mut out, 32) };
-        for p in 0..16 {
-            for j in 0..32 {
-                let want = if j < 16 { (j * 100 + 7 + p) as f32 } else { -1.0 };
-                assert_eq!(out[p * 32 + j], want, "p {p} j {j}");
-            }
-        }
     }
 
     #[test]

@@ -143,6 +143,61 @@ macro_rules! epilogue {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use epilogue;
 
+/// The 16 × 16 block whose row j is the 16 floats from `rows[j]`, transposed: result p holds
+/// rows[0][p], ..., rows[15][p]. Four rounds of shuffles: 32-bit elements, 64-bit, then
+/// 128-bit lanes twice.
+///
+/// # Safety
+/// AVX-512F; each pointer reads 16 floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub unsafe fn transpose16(rows: [*const f32; 16]) -> [std::arch::x86_64::__m512; 16] {
+    use std::arch::x86_64::*;
+    let r: [__m512; 16] = std::array::from_fn(|j| _mm512_loadu_ps(rows[j]));
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    let pd = |x: __m512| _mm512_castps_pd(x);
+    let mut u = [_mm512_setzero_ps(); 16];
+    for g in 0..4 {
+        let b = 4 * g;
+        u[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[b]), pd(t[b + 2])));
+        u[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[b]), pd(t[b + 2])));
+        u[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[b + 1]), pd(t[b + 3])));
+        u[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[b + 1]), pd(t[b + 3])));
+    }
+    for h in 0..2 {
+        for i in 0..4 {
+            let (x, y) = (u[8 * h + i], u[8 * h + 4 + i]);
+            t[8 * h + i] = _mm512_shuffle_f32x4::<0x88>(x, y);
+            t[8 * h + 4 + i] = _mm512_shuffle_f32x4::<0xdd>(x, y);
+        }
+    }
+    let mut out = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        out[i] = _mm512_shuffle_f32x4::<0x88>(t[i], t[8 + i]);
+        out[8 + i] = _mm512_shuffle_f32x4::<0xdd>(t[i], t[8 + i]);
+    }
+    out
+}
+
+/// out[p·ld + j] = src[j][p0 + p] for p, j < 16 (`transpose16`, stored).
+///
+/// # Safety
+/// AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub unsafe fn transpose16_into(src: &[&[f32]; 16], p0: usize, out: &mut [f32], ld: usize) {
+    assert!(out.len() >= 15 * ld + 16 && src.iter().all(|r| r.len() >= p0 + 16));
+    let t = transpose16(std::array::from_fn(|j| src[j].as_ptr().add(p0)));
+    for (p, v) in t.iter().enumerate() {
+        std::arch::x86_64::_mm512_storeu_ps(out.as_mut_ptr().add(p * ld), *v);
+    }
+}
+
 /// The checks both kernels' tests run (each with the operands as its kernel sees them).
 #[cfg(test)]
 pub mod check {
@@ -235,6 +290,28 @@ pub mod check {
                     .iter()
                     .zip(want.iter().zip(&scale))
                     .all(|(&x, (&w, &s))| (x as f64 - w).abs() / s < 1e-4));
+            }
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    /// The register transpose against the definition, on a block that is not at the start of
+    /// its rows and a destination wider than the block.
+    #[test]
+    fn transpose16_transposes() {
+        if !is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let rows: Vec<Vec<f32>> = (0..16).map(|j| (0..40).map(|p| (j * 100 + p) as f32).collect()).collect();
+        let src: [&[f32]; 16] = std::array::from_fn(|j| &rows[j][..]);
+        let mut out = vec![-1.0; 16 * 32];
+        unsafe { super::transpose16_into(&src, 7, &mut out, 32) };
+        for p in 0..16 {
+            for j in 0..32 {
+                let want = if j < 16 { (j * 100 + 7 + p) as f32 } else { -1.0 };
+                assert_eq!(out[p * 32 + j], want, "p {p} j {j}");
             }
         }
     }
