@@ -58,7 +58,7 @@ fn pair(lo: f32, hi: f32) -> u32 {
     to_bf16(lo) as u32 | (to_bf16(hi) as u32) << 16
 }
 
-/// Packed A and B blocks and one row's pairs.
+/// Packed A and B blocks, and scratch for 16 rows' (or columns') pairs and their transpose.
 type Packed = (Vec<u32>, Vec<u32>, Vec<u32>);
 
 thread_local! {
