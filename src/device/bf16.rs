@@ -235,25 +235,17 @@ unsafe fn pack_b(b: View, pc: usize, kc: usize, jc: usize, nc: usize, out: &mut 
 }
 
 /// Sixteen runs of `kp` pairs (`src`, run q at q·kp) into lanes j0..j0 + 16 of `out`'s rows
-/// (`ld` apart): out[p·ld + j0 + q] = src[q·kp + p]; whole blocks of 16 pairs transposed in
-/// registers (`tile::transpose16`, the pairs' bits moved as floats), the last kp % 16 singly.
+/// (`ld` apart): out[p·ld + j0 + q] = src[q·kp + p], through `tile::deal16` (the pairs' bits
+/// moved as floats).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn deal16(src: &[u32], kp: usize, out: &mut [u32], ld: usize, j0: usize) {
-    assert!(src.len() >= 16 * kp && j0 + 16 <= ld && out.len() >= kp.saturating_sub(1) * ld + j0 + 16);
+    assert!(src.len() >= 16 * kp);
     // SAFETY: u32 and f32 have the same size and alignment; the bits are only moved.
     let srcf = std::slice::from_raw_parts(src.as_ptr() as *const f32, 16 * kp);
     let outf = std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f32, out.len());
     let runs: [&[f32]; 16] = std::array::from_fn(|q| &srcf[q * kp..(q + 1) * kp]);
-    let whole = kp / 16 * 16;
-    for pb in (0..whole).step_by(16) {
-        super::tile::transpose16_into(&runs, pb, &mut outf[pb * ld + j0..], ld);
-    }
-    for q in 0..16 {
-        for p in whole..kp {
-            out[p * ld + j0 + q] = src[q * kp + p];
-        }
-    }
+    super::tile::deal16(&runs, kp, outf, ld, j0);
 }
 
 /// out[j] = pair(lo[j], hi[j]) (hi absent: 0), 16 lanes at a time: `vcvtneps2bf16` rounds

@@ -227,29 +227,24 @@ fn pack_b(b: &[f32], n: usize, pc: usize, kc: usize, jc: usize, nc: usize, out: 
 
 /// As `pack_b`, from B stored transposed (row-major n × k, rows `k` apart): a strip's 32
 /// columns are 32 rows of the stored matrix, each read front to back; whole 16 × 16 blocks
-/// are transposed in registers (`tile::transpose16`), the edges one float at a time.
+/// are dealt through registers (`tile::deal16`), the edges one float at a time.
 fn pack_bt(bt: &[f32], k: usize, pc: usize, kc: usize, jc: usize, nc: usize, out: &mut [f32]) {
     for s in 0..nc.div_ceil(NR) {
         let strip = &mut out[s * kc * NR..(s + 1) * kc * NR];
         let cols = NR.min(nc - s * NR);
         let row = |j: usize| &bt[(jc + s * NR + j) * k + pc..][..kc];
-        let (mut j0, mut p0) = (0, kc);
+        let mut j = 0;
         #[cfg(target_arch = "x86_64")]
         if supported() {
-            let whole = kc / 16 * 16;
-            for jb in (0..cols / 16 * 16).step_by(16) {
-                let src: [&[f32]; 16] = std::array::from_fn(|j| row(jb + j));
-                for pb in (0..whole).step_by(16) {
-                    // SAFETY: supported(); each of the 16 rows holds kc ≥ pb + 16 floats, and the
-                    // strip's rows pb..pb + 16 hold NR ≥ jb + 16 floats each.
-                    unsafe { super::tile::transpose16_into(&src, pb, &mut strip[pb * NR + jb..], NR) };
-                }
+            while j + 16 <= cols {
+                let runs: [&[f32]; 16] = std::array::from_fn(|q| row(j + q));
+                // SAFETY: supported(); `deal16` checks the bounds.
+                unsafe { super::tile::deal16(&runs, kc, strip, NR, j) };
+                j += 16;
             }
-            (j0, p0) = (cols / 16 * 16, whole);
         }
-        for j in 0..cols {
-            let from = if j < j0 { p0 } else { 0 };
-            for (p, &v) in row(j).iter().enumerate().skip(from) {
+        for j in j..cols {
+            for (p, &v) in row(j).iter().enumerate() {
                 strip[p * NR + j] = v;
             }
         }

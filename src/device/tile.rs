@@ -184,17 +184,28 @@ pub unsafe fn transpose16(rows: [*const f32; 16]) -> [std::arch::x86_64::__m512;
     out
 }
 
-/// out[p·ld + j] = src[j][p0 + p] for p, j < 16 (`transpose16`, stored).
+/// out[p·ld + j0 + q] = runs[q][p] for q < 16 and p < len: sixteen runs dealt to 16 lanes of
+/// `out`'s rows (`ld` apart), whole blocks of 16 through `transpose16`, the last len % 16 one
+/// float at a time. What packing a transposed operand into strips comes down to.
 ///
 /// # Safety
 /// AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-pub unsafe fn transpose16_into(src: &[&[f32]; 16], p0: usize, out: &mut [f32], ld: usize) {
-    assert!(out.len() >= 15 * ld + 16 && src.iter().all(|r| r.len() >= p0 + 16));
-    let t = transpose16(std::array::from_fn(|j| src[j].as_ptr().add(p0)));
-    for (p, v) in t.iter().enumerate() {
-        std::arch::x86_64::_mm512_storeu_ps(out.as_mut_ptr().add(p * ld), *v);
+pub unsafe fn deal16(runs: &[&[f32]; 16], len: usize, out: &mut [f32], ld: usize, j0: usize) {
+    assert!(j0 + 16 <= ld && runs.iter().all(|r| r.len() >= len));
+    assert!(len == 0 || out.len() >= (len - 1) * ld + j0 + 16);
+    let whole = len / 16 * 16;
+    for pb in (0..whole).step_by(16) {
+        let t = transpose16(std::array::from_fn(|q| runs[q].as_ptr().add(pb)));
+        for (p, v) in t.iter().enumerate() {
+            std::arch::x86_64::_mm512_storeu_ps(out.as_mut_ptr().add((pb + p) * ld + j0), *v);
+        }
+    }
+    for (q, run) in runs.iter().enumerate() {
+        for (p, &v) in run[..len].iter().enumerate().skip(whole) {
+            out[p * ld + j0 + q] = v;
+        }
     }
 }
 
@@ -297,20 +308,20 @@ pub mod check {
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
-    /// The register transpose against the definition, on a block that is not at the start of
-    /// its rows and a destination wider than the block.
+    /// Sixteen runs of 23 (a whole block and a tail) dealt to lanes 5..21 of rows 32 apart:
+    /// every element where the definition puts it, the other lanes untouched.
     #[test]
-    fn transpose16_transposes() {
+    fn deal16_transposes() {
         if !is_x86_feature_detected!("avx512f") {
             return;
         }
-        let rows: Vec<Vec<f32>> = (0..16).map(|j| (0..40).map(|p| (j * 100 + p) as f32).collect()).collect();
-        let src: [&[f32]; 16] = std::array::from_fn(|j| &rows[j][..]);
-        let mut out = vec![-1.0; 16 * 32];
-        unsafe { super::transpose16_into(&src, 7, &mut out, 32) };
-        for p in 0..16 {
+        let runs: Vec<Vec<f32>> = (0..16).map(|q| (0..23).map(|p| (q * 100 + p) as f32).collect()).collect();
+        let src: [&[f32]; 16] = std::array::from_fn(|q| &runs[q][..]);
+        let mut out = vec![-1.0; 23 * 32];
+        unsafe { super::deal16(&src, 23, &mut out, 32, 5) };
+        for p in 0..23 {
             for j in 0..32 {
-                let want = if j < 16 { (j * 100 + 7 + p) as f32 } else { -1.0 };
+                let want = if (5..21).contains(&j) { ((j - 5) * 100 + p) as f32 } else { -1.0 };
                 assert_eq!(out[p * 32 + j], want, "p {p} j {j}");
             }
         }
