@@ -89,6 +89,7 @@ fn main() {
         }
         Command::Bench(BenchCommand::Step { device, layers, batch, precision, steps, warmup, threads, json }) => {
             device::set_cpu_threads(threads);
+            device::check_cpu_threads(device::Kind::Cpu, threads);
             finish(bench_step(device, layers, batch, precision, steps, warmup, json))
         }
         Command::Selftest { device } => selftest(device),
@@ -97,6 +98,7 @@ fn main() {
         }
         Command::Bench(BenchCommand::Gemm { layers, batch, seconds, precision, threads }) => {
             device::set_cpu_threads(threads);
+            device::check_cpu_threads(device::Kind::Cpu, threads);
             finish(bench::gemm::run(&layers, batch, seconds, precision.precision(), threads))
         }
         Command::Train(args) => {

@@ -66,6 +66,36 @@ pub fn set_cpu_threads(n: usize) {
     pool::set_threads(n);
 }
 
+/// The CPUs this process may run on: its affinity mask (`sched_getaffinity`, which `mpirun`
+/// and `srun` set per rank) and cgroup quota, as `available_parallelism` reads them.
+pub fn usable_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// What to tell a rank whose `training.threads` exceed the CPUs it may run on (`cpus`,
+/// `usable_cpus`): its threads would take turns on those CPUs, each product waiting for the
+/// turn of the others (measured: 5,300 instead of 50,000 samples/s on the Fashion-MNIST job,
+/// 1 rank × 2 threads bound to one core by `mpirun -n 1`). None when they fit.
+pub fn threads_warning(threads: usize, cpus: usize) -> Option<String> {
+    (threads > cpus).then(|| {
+        format!(
+            "training.threads = {threads} but this rank may run on {cpus} CPU(s) only (its affinity mask: \
+             mpirun binds each rank to one core by default); its threads will take turns there, several \
+             times slower than one thread. Launch with `mpirun --bind-to none` (or `--map-by slot:PE={threads}`; \
+             Slurm: `srun --cpus-per-task={threads}`), or set training.threads = {cpus}"
+        )
+    })
+}
+
+/// Logs `threads_warning` for this rank when it runs on the CPU.
+pub fn check_cpu_threads(kind: Kind, threads: usize) {
+    if kind == Kind::Cpu {
+        if let Some(w) = threads_warning(threads, usable_cpus()) {
+            log::warn!("{w}");
+        }
+    }
+}
+
 /// Run `f` with the backend `kind` names (opened here: on a GPU, context, cuBLAS, kernels).
 pub fn with_backend<T>(kind: Kind, precision: crate::config::Precision, f: impl WithBackend<T>) -> Result<T> {
     match kind {
@@ -87,5 +117,17 @@ mod tests {
         assert_eq!(got, vec![0, 1, 0, 1, 0]);
         assert_eq!(super::gpu_for(3, 8), 3);
         assert_eq!(super::gpu_for(3, 0), 0);
+    }
+
+    #[test]
+    fn threads_past_the_affinity_mask_are_warned_about() {
+        let w = super::threads_warning(2, 1).expect("2 threads on 1 CPU");
+        assert!(
+            w.contains("--bind-to none") && w.contains("cpus-per-task=2") && w.contains("training.threads = 1"),
+            "{w}"
+        );
+        assert_eq!(super::threads_warning(2, 2), None);
+        assert_eq!(super::threads_warning(1, 1), None);
+        assert!(super::usable_cpus() >= 1);
     }
 }

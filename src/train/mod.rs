@@ -67,6 +67,7 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>)
     normalize::normalize(comm, job, &start.norm, &mut setup.train_shard, others)?;
     let schedule = setup::schedule(comm, job, &setup, start.global_batch)?;
     let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
+    crate::device::check_cpu_threads(kind, job.training.threads);
     crate::device::with_backend(kind, job.training.precision, Train { comm, job, setup, schedule, start, t_process })
 }
 
