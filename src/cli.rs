@@ -119,6 +119,30 @@ its directory. One process, no mpirun; no Python and no system fonts needed."
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
+    /// Wait until rank 0 of the job's run has ended (a batch script's last step after the
+    /// launcher returns), then say how the run ended: exit 75 when it left a stop checkpoint.
+    #[command(after_help = "Example (the end of a batch script; jobs/*.sbatch do this):\n  \
+t0=$(date +%s)\n  timeout 23h mpirun -n 64 hvtrain train JOB --resume auto; rc=$?\n  \
+hvtrain wait JOB --since \"$t0\"; [ $? = 75 ] && rc=75\n\n\
+A second SIGTERM or SIGINT makes Open MPI's mpirun exit at once, before its ranks: rank 0\n\
+may still be writing the stop checkpoint, and a batch script that ends then takes it down\n\
+with the job. Rank 0 holds a lock on OUTPUT_DIR/.hvtrain-rank0.lock until its process ends;\n\
+this waits for that lock (no MPI, one process, on rank 0's node or a shared file system).\n\n\
+Exit codes: 75 rank 0 ended after writing a stop checkpoint (requeue and --resume auto);\n\
+0 rank 0 ended otherwise, or no run of this launch used output.dir; 1 rank 0 still held\n\
+the lock after --seconds (or an error).")]
+    Wait {
+        #[command(flatten)]
+        job: JobArgs,
+        /// Give up after this many seconds (keep it under Slurm's KillWait, 30 s by default
+        /// at most sites, when a scancel started the stop).
+        #[arg(long, default_value_t = 25.0)]
+        seconds: f64,
+        /// Unix time at which the launch started (`date +%s`): a state left by an older run
+        /// in output.dir is then not this launch's.
+        #[arg(long, value_name = "UNIX_SECONDS")]
+        since: Option<u64>,
+    },
     /// Micro-benchmarks of this machine, as hvtrain sees it.
     #[command(subcommand)]
     Bench(BenchCommand),

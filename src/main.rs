@@ -110,6 +110,7 @@ fn main() {
             }
             with_mpi(limits, |comm| train(comm, args, t_process))
         }
+        Command::Wait { job, seconds, since } => wait(&job, seconds, since),
         Command::Eval { job, weights } => with_mpi(limits(&job.job, &job.set), |comm| {
             let (j, _) = config::Job::load_with_env(&job.job, &job.set)?;
             eval::eval(comm, &j, &weights).map(|()| 0)
@@ -129,11 +130,19 @@ fn train(comm: &parallel::Comm, args: cli::TrainArgs, t_process: Instant) -> err
         log::info!("from the environment: {}", env.join(" "));
     }
     signals::install().map_err(error::Error::Signal)?;
+    if comm.rank == 0 {
+        if let Some(w) = signals::launcher_under_timeout() {
+            log::warn!("{w}");
+        }
+    }
     match train::train(comm, &job, t_process, args.resume.as_deref().map(train::Resume::parse))? {
         train::Outcome::Completed => Ok(0),
         train::Outcome::Preempted => Ok(signals::EXIT_PREEMPTED),
     }
 }
+
+/// How long a rank stopped by a signal waits in MPI_Finalize before it exits all the same.
+const STOPPED_FINALIZE_SECONDS: f64 = 2.0;
 
 /// The job's limits on the waits around MPI (read before MPI_Init): start-up and the end.
 struct Limits {
@@ -154,7 +163,7 @@ fn limits(job: &str, sets: &[String]) -> Limits {
 /// The end, after every output is written: the `finish` fault point, the final handshake and
 /// MPI_Finalize, each bounded by `secs` (`parallel::finish`): a rank that does not finish ends
 /// the job with exit code 5 instead of holding the others for ever.
-fn end(comm: parallel::Comm, beacon: Option<parallel::comm::Beacon>, secs: f64) {
+fn end(comm: parallel::Comm, beacon: Option<parallel::comm::Beacon>, secs: f64, code: i32) {
     if let Err(e) = fault::point(fault::At::Finish) {
         sys::say(format!("hvtrain: error: {e}"));
     }
@@ -165,11 +174,23 @@ fn end(comm: parallel::Comm, beacon: Option<parallel::comm::Beacon>, secs: f64) 
         }
     }
     drop(beacon);
-    parallel::startup::arm_line(
-        secs,
-        &parallel::finish::finalize_line(comm.rank, &comm.host, secs),
-        parallel::finish::EXIT_HUNG_AT_EXIT,
-    );
+    if code == signals::EXIT_PREEMPTED {
+        // Stopped by a signal: `mpirun`, signalled too, is tearing the job down and takes no
+        // part in MPI_Finalize until it has killed its ranks (after odls_base_sigkill_timeout).
+        // Every output is complete: do not wait long for it.
+        let secs = secs.min(STOPPED_FINALIZE_SECONDS);
+        parallel::startup::arm_line(
+            secs,
+            &parallel::finish::stopped_finalize_line(comm.rank, &comm.host, secs, code),
+            code,
+        );
+    } else {
+        parallel::startup::arm_line(
+            secs,
+            &parallel::finish::finalize_line(comm.rank, &comm.host, secs),
+            parallel::finish::EXIT_HUNG_AT_EXIT,
+        );
+    }
     drop(comm); // finalizes MPI
     parallel::startup::disarm();
 }
@@ -202,7 +223,7 @@ fn with_mpi(limits: Limits, f: impl FnOnce(&parallel::Comm) -> error::Result<i32
         Ok(code) => {
             // Waits, still heartbeating, until every rank is done: every output is written.
             let beacon = live.and_then(|l| l.finish());
-            end(comm, beacon, limits.finish);
+            end(comm, beacon, limits.finish, code);
             code
         }
         Err(e) => {
@@ -238,6 +259,39 @@ fn bench_step(
         std::fs::write(&p, format!("{out}\n")).map_err(|e| error::Error::io(&p, "writing the benchmark result", e))?;
     }
     Ok(())
+}
+
+/// `hvtrain wait`: until rank 0 of the job's run lets go of its lock; its outcome as the
+/// exit code (`train::runlock::Waited::code`).
+fn wait(job: &cli::JobArgs, seconds: f64, since: Option<u64>) -> i32 {
+    let dir = match config::Job::load_with_env(&job.job, &job.set) {
+        Ok((j, _)) => std::path::PathBuf::from(j.output.dir),
+        Err(e) => {
+            sys::say(format!("hvtrain: error: {e}"));
+            return 1;
+        }
+    };
+    if !(seconds.is_finite() && seconds >= 0.0) {
+        sys::say(format!("hvtrain: error: wait --seconds must be a number of seconds >= 0, not {seconds}"));
+        return 2;
+    }
+    match train::runlock::wait(&dir, seconds, since) {
+        Ok(w) => {
+            let line = match &w {
+                train::runlock::Waited::NoRun => format!("no run of this launch in {}", dir.display()),
+                train::runlock::Waited::Gone(s) => format!("rank 0 has ended ({s})"),
+                train::runlock::Waited::TimedOut(s) => {
+                    format!("rank 0 still running after {seconds:.0} s ({s}); its checkpoint may be incomplete")
+                }
+            };
+            sys::say(format!("hvtrain wait: {line}: exit {}", w.code()));
+            w.code()
+        }
+        Err(e) => {
+            sys::say(format!("hvtrain: error: {e}"));
+            1
+        }
+    }
 }
 
 /// `hvtrain selftest`: exit 0 when every check passed.

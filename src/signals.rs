@@ -10,12 +10,18 @@
 //!   3 s) count as the same request. If the stop is not under way when the grace period ends,
 //!   the rank exits with `EXIT_SECOND_SIGNAL` then;
 //! - a later signal exits at once with `EXIT_SECOND_SIGNAL`;
-//! - except on rank 0 while it writes the stop checkpoint: it finishes the write (and the
-//!   rename) first, then exits at once with `EXIT_PREEMPTED`.
+//! - except while the stop is under way: rank 0 finishes writing the stop checkpoint (and the
+//!   rename) first, the other ranks wait for it at the stop barrier (leaving early would end
+//!   the job through the heartbeats and kill rank 0 mid-write), then each exits at once with
+//!   `EXIT_PREEMPTED`.
 //!
 //! When the launcher that started this rank dies (`mpirun` killed by a double signal exits at
 //! once, leaving its ranks to be torn down a few seconds later), the rank treats that as a
 //! signal: the parent process is checked every 20 ms, under a launcher only.
+//! But under Open MPI 4.1 the rank does not outlive `mpirun` for long: one of the run-time's
+//! threads, on losing `mpirun`, ends the process with `_exit` (status 195; seen with strace)
+//! within some 10-50 ms, which no handler can delay. A stop checkpoint that takes
+//! longer is lost, which is why `mpirun` must get one signal only (see README, "Preemption").
 //!
 //! Must not: write checkpoints or call MPI (the training loop acts on the flag).
 
@@ -127,6 +133,37 @@ fn watch(launched: bool) {
     }
 }
 
+/// The process's parent and that parent's command name, from /proc.
+fn parent_of(pid: i32) -> Option<(i32, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1.to_string();
+    let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
+    Some((ppid, comm))
+}
+
+/// A warning when this rank's launcher is Open MPI's `mpirun` run under `timeout`: a
+/// `scancel` then signals `mpirun` twice (directly, and through `timeout`), and a second signal
+/// makes `mpirun` exit at once and its ranks with it, before the stop checkpoint is written.
+pub fn launcher_under_timeout() -> Option<String> {
+    let me = std::process::id() as i32;
+    let (launcher, _) = parent_of(me)?;
+    let (above, name) = parent_of(launcher)?;
+    if !["mpirun", "mpiexec", "orterun", "prterun"].contains(&name.as_str()) {
+        return None;
+    }
+    let (_, wrapper) = parent_of(above)?;
+    (wrapper == "timeout").then(|| {
+        format!(
+            "{name} runs under `timeout`: a scancel (or any signal to the whole job) reaches {name} twice, and on a \
+             second signal it exits at once, taking the ranks down before the stop checkpoint is written. Put the \
+             time limit inside the launch instead: `{name} ... timeout --preserve-status 23h hvtrain train ...` \
+             (with --mca odls_base_sigkill_timeout N when the stop checkpoint takes over 1 s), or use Slurm's --time with --signal (jobs/*.sbatch)"
+        )
+    })
+}
+
 pub fn stop_requested() -> bool {
     STOP.load(SeqCst)
 }
@@ -141,6 +178,14 @@ pub fn set_step_time(step: Duration) {
 /// Rank 0 begins writing the stop checkpoint: later signals wait for it.
 pub fn writing_stop_checkpoint() {
     PHASE.store(WRITING, SeqCst);
+}
+
+/// This rank has agreed to stop and now waits for rank 0's stop checkpoint (or helps assemble
+/// it): later signals wait for it too, as on rank 0. A rank that left now would end the job
+/// (its peers' heartbeats see it gone) and take rank 0's write down with it. The stop is
+/// bounded: the heartbeats tell a slow write from a dead rank. No effect once written.
+pub fn stop_under_way() {
+    let _ = PHASE.compare_exchange(RUNNING, WRITING, SeqCst, SeqCst);
 }
 
 /// Rank 0's stop checkpoint is in place: a signal that came during the write, or any later

@@ -94,6 +94,11 @@ pub fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// This machine's host name (/proc/sys/kernel/hostname), or "unknown".
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "unknown".into(), |h| h.trim().to_string())
+}
+
 /// Virtual memory now (VmSize) in MiB.
 pub fn vm_size_mib() -> Option<f64> {
     status_mib("VmSize:")

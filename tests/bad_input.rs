@@ -427,6 +427,28 @@ fn output_dir_is_a_regular_file() {
     assert_eq!(std::fs::read(dir.join("taken")).unwrap(), b"a regular file");
 }
 
+/// Another run's rank 0 holds output.dir's lock (`.hvtrain-rank0.lock`): this run waits
+/// for it (10 s: an earlier rank 0 finishing its stop checkpoint), then says who holds it; once
+/// it is free, the same run starts.
+#[test]
+fn output_dir_in_use_by_another_run() {
+    let _g = common::mpi_lock();
+    let dir = setup("bad_output_busy", "");
+    std::fs::create_dir_all(dir.join("busy")).unwrap();
+    let lock = dir.join("busy/.hvtrain-rank0.lock");
+    std::fs::write(&lock, "pid 4242 on node17, started 1; running\n").unwrap();
+    let held = std::fs::File::open(&lock).unwrap();
+    held.lock().unwrap();
+    let run = train2(&dir, &["output.dir=busy"]);
+    let line = assert_fails(&run, Some(0), &["busy", "output.dir", "another hvtrain run", "pid 4242 on node17"]);
+    assert!(run.stderr.contains("waiting (up to 10 s)"), "{}", run.all());
+    assert!(run.elapsed >= Duration::from_secs(10), "refused before the 10 s wait: {:?}", run.elapsed);
+    show("output.dir in use by another run", &line);
+    drop(held);
+    let run = train2(&dir, &["output.dir=busy"]);
+    assert!(run.ok(), "{}", run.all());
+}
+
 /// `mpirun -n 2 hvtrain train job.toml ARGS... --set S...`.
 fn train2_with(dir: &Path, args: &[&str], set: &[&str]) -> Run {
     let mut all = vec!["train", "job.toml"];

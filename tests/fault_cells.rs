@@ -229,3 +229,181 @@ fn parameter_server_server() {
     let m = Mode { name: "ps server", ranks: 3, sets, victim: 2, steps_per_epoch: 200, phases };
     matrix(m, &FAULTS);
 }
+
+/// The cells "launcher signalled twice" (all-reduce mode, a step, term; issue #32): `scancel`
+/// signals every process of a job (the batch shell, `mpirun`, each rank), and a `timeout`
+/// around the launch, or a second `scancel`, signals `mpirun` again, which then exits at once.
+/// `jobs/cpu.sbatch` (run as Slurm would, with `mpirun` as the launcher) must end only once
+/// the stop checkpoint is complete on disk, and with 75, in 20 of 20 tries (the second signal
+/// TERM or INT). Open MPI 4.1's ranks end themselves some 10-50 ms after `mpirun` is gone, so
+/// what the batch script can wait for is a write shorter than that (this model's); a longer
+/// one needs `mpirun` to get one signal only (README, "Preemption"). So four more tries signal
+/// every process once, with rank 0's write slowed by 2 s: `mpirun` must let its ranks finish
+/// (it kills them 1 s after its TERM unless the script passes HVTRAIN_MPIRUN_KILL_AFTER on).
+/// The last try's checkpoint is resumed.
+#[test]
+fn launcher_signalled_twice() {
+    const TRIES: usize = 20;
+    const SLOW: usize = 4;
+    let _g = mpi_lock();
+    let dir = scratch("cells-launcher-twice");
+    let (x, y) = synthetic(4800, D, 3, 11);
+    write_classes(&dir.join("d.h5"), &x, D, &y);
+    // No periodic checkpoints: the only one is the stop checkpoint.
+    job(&dir, &[D, 256, 256, 3], "d.h5", None, "[checkpoint]\nkeep = 3\n");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs/cpu.sbatch");
+    let mut failed = Vec::new();
+    for k in 0..TRIES + SLOW {
+        let slow = k >= TRIES;
+        // The second signal to mpirun: TERM or INT; none in the slowed tries.
+        let second = if slow {
+            None
+        } else if k % 2 == 0 {
+            Some(15)
+        } else {
+            Some(2)
+        };
+        let out = format!("out-{k}");
+        match twice(&dir, &script, &out, slow, second) {
+            Ok(line) => eprintln!("try {k}: {line}"),
+            Err(e) => {
+                eprintln!("try {k}: FAILED: {}", e.lines().next().unwrap_or(""));
+                failed.push(format!("try {k}: {e}"));
+            }
+        }
+        if k + 1 < TRIES + SLOW {
+            let _ = std::fs::remove_dir_all(dir.join(&out));
+        }
+    }
+    assert!(failed.is_empty(), "{} of {} tries failed:\n\n{}", failed.len(), TRIES + SLOW, failed.join("\n\n"));
+    let last = format!("output.dir=\"out-{}\"", TRIES + SLOW - 1);
+    let args = ["train", "job.toml", "--set", "training.epochs=40", "--set", "training.batch_size=32"];
+    let resumed = mpirun(2, &[&args[..], &["--set", &last, "--resume", "auto"]].concat(), &dir, 120);
+    assert!(resumed.ok() && resumed.stderr.contains("resuming from"), "{}", resumed.all());
+}
+
+/// One try of `launcher_signalled_twice`: Ok(what happened) or Err(why it failed, the log).
+fn twice(dir: &Path, script: &Path, out: &str, slow: bool, second: Option<i32>) -> Result<String, String> {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+    let mut cmd = Command::new("bash");
+    cmd.arg(script)
+        .current_dir(dir)
+        .env("HVTRAIN_JOB", "job.toml")
+        .env("HVTRAIN_BIN", BIN)
+        .env("HVTRAIN_LAUNCHER", "mpirun")
+        // mpirun's kill timeout: above the slowed write's 2 s, and short, since mpirun sits out
+        // twice that after its TERM however soon the ranks end.
+        .env("HVTRAIN_MPIRUN_KILL_AFTER", "5")
+        .env("HVTRAIN_SET", format!("training.epochs=40 training.batch_size=32 output.dir=\"{out}\""))
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("HDF5_USE_FILE_LOCKING", "FALSE")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if slow {
+        cmd.env("HVTRAIN_INJECT_FAULT", "0:1:slow_checkpoint=2");
+    }
+    let mut child = cmd.spawn().unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    let readers: Vec<_> = [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ]
+    .into_iter()
+    .map(|r| {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines().map_while(|l| l.ok()) {
+                log.lock().unwrap().push_str(&(line + "\n"));
+            }
+        })
+    })
+    .collect();
+    let t = Instant::now();
+    while !log.lock().unwrap().contains("first step done") {
+        if t.elapsed() > Duration::from_secs(60) || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            return Err(format!("the job did not start\n{}", log.lock().unwrap()));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let shell = child.id();
+    let mpirun = children(shell);
+    let ranks = mpirun.first().map(|&m| children(m)).unwrap_or_default();
+    if mpirun.len() != 1 || ranks.len() != 2 {
+        let _ = child.kill();
+        return Err(format!("expected one mpirun under the batch shell and two ranks under it: {mpirun:?} {ranks:?}"));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // scancel: every process of the job, back to back; then the second signal to mpirun.
+    for pid in [shell, mpirun[0], ranks[0], ranks[1]] {
+        signal(pid, 15);
+    }
+    if let Some(sig) = second {
+        std::thread::sleep(Duration::from_millis(10));
+        signal(mpirun[0], sig);
+    }
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            return Err(format!("the batch script did not end within 60 s\n{}", log.lock().unwrap()));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let ended = t.elapsed().as_secs_f64();
+    // What is on disk the moment the batch script (and so, under Slurm, the job) ends.
+    let outdir = dir.join(out);
+    let ckpts = checkpoints(&outdir);
+    let tmp: Vec<String> = std::fs::read_dir(&outdir)
+        .map(|rd| {
+            rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".tmp")).collect()
+        })
+        .unwrap_or_default();
+    let at_exit = format!("checkpoints {ckpts:?}, temporary files {tmp:?}, exit {status}");
+    // The ranks may outlive mpirun: wait for them before the next try.
+    let t = Instant::now();
+    while ranks.iter().any(|&p| alive(p)) && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for r in readers {
+        let _ = r.join();
+    }
+    let log = log.lock().unwrap().clone();
+    let fail = |why: &str| Err(format!("{why}: {at_exit}\n{log}"));
+    if outdir.join("weights.h5").exists() {
+        return fail("the job finished before the signals; make it longer");
+    }
+    if ckpts.len() != 1 || !tmp.is_empty() {
+        return fail("the stop checkpoint was not complete on disk when the batch script ended");
+    }
+    if status.code() != Some(75) {
+        return fail("the batch script must end with 75 (stopped with a checkpoint)");
+    }
+    let lock = std::fs::read_to_string(outdir.join(".hvtrain-rank0.lock")).unwrap_or_default();
+    let step = ckpts[0].trim_start_matches("ckpt-step").trim_end_matches(".h5").parse::<u64>().unwrap();
+    if !lock.contains(&format!("stopped at step {step}")) || checkpoint_step(&outdir.join(&ckpts[0])) != step {
+        return fail(&format!("rank 0's lock file ({}) or the checkpoint disagree on the step", lock.trim()));
+    }
+    if slow && ended < 2.0 {
+        return fail("the write was slowed by 2 s, the script cannot have ended sooner");
+    }
+    let waited = log.contains("hvtrain wait: rank 0 (");
+    let what = match second {
+        Some(15) => "a second TERM to mpirun",
+        Some(_) => "a second INT to mpirun",
+        None => "one TERM to each process, rank 0's write slowed 2 s",
+    };
+    Ok(format!(
+        "{what}: stop checkpoint of step {step} complete when the script ended ({:.2} s after the signals), exit 75{}",
+        ended,
+        if waited { ", the script waited for rank 0" } else { "" }
+    ))
+}

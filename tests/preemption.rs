@@ -43,20 +43,6 @@ fn pick(seed: &mut u64, n: u64) -> u64 {
     (*seed >> 33) % n
 }
 
-extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
-}
-
-fn children(pid: u32) -> Vec<u32> {
-    let out = Command::new("pgrep").args(["-P", &pid.to_string()]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect()
-}
-
-fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
-}
-
 fn step_of(name: &str) -> u64 {
     name.strip_prefix("ckpt-step").and_then(|s| s.strip_suffix(".h5")).unwrap().parse().unwrap()
 }
@@ -111,8 +97,7 @@ fn signalled(dir: &Path, out: &str, seed: &mut u64) -> (String, String, Vec<Stri
         if delay > 0 {
             std::thread::sleep(Duration::from_millis(delay));
         }
-        // SAFETY: plain kill(2) of a process this test started.
-        unsafe { kill(pid as i32, 15) };
+        signal(pid, 15);
         order.push(format!("+{delay}ms {name}"));
     }
     let status = child.wait().unwrap();

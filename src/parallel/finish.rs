@@ -112,6 +112,14 @@ pub fn handshake(b: &Beacon, host: &str, secs: f64) -> Result<(), String> {
 }
 
 /// The line the alarm prints when `MPI_Finalize` does not return within `secs`.
+pub fn stopped_finalize_line(rank: usize, host: &str, secs: f64, code: i32) -> String {
+    format!(
+        "hvtrain: stopped on rank {rank} ({host}) with the stop checkpoint complete; MPI_Finalize did not return \
+         within {secs} s (the launcher, signalled too, is ending the job): exiting with code {code}"
+    )
+}
+
+/// The line of a rank whose MPI_Finalize did not return after a completed run.
 pub fn finalize_line(rank: usize, host: &str, secs: f64) -> String {
     format!(
         "hvtrain: done on rank {rank} ({host}): every output is complete (written and synced before the end); \

@@ -21,6 +21,7 @@ mod normalize;
 mod ps;
 mod restore;
 mod run;
+pub mod runlock;
 mod save;
 mod setup;
 mod stop;

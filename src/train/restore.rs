@@ -251,6 +251,7 @@ pub(super) fn prepare_output(
     let probe = out_dir.join(".hvtrain-write-test");
     std::fs::write(&probe, b"").map_err(|e| Error::io(out_dir, "write into output.dir", e))?;
     let _ = std::fs::remove_file(&probe);
+    super::runlock::take(out_dir)?;
     let found = find(job, out_dir, model, resume)?;
     // What a crash mid-write left behind: never a valid file, and never picked up.
     let stale = checkpoint::remove_stale_tmp(out_dir);

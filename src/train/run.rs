@@ -480,6 +480,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             } else {
                 weights::save(&self.st.tensor().full, &params, &self.norm, &path)?;
             }
+            super::runlock::done();
             match self.last.as_ref().and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {
                 Some((a, e)) => info!("done: test accuracy {a:.4} after {e} epochs; weights in {}", path.display()),
                 None => info!(

@@ -95,7 +95,14 @@ pub(super) fn at_boundary<B: Backend>(
         write(ctx, st, (epoch_index, step_in_epoch), all, comm.size == 1, true)?;
         written = true; // only without tensor parallelism: see write_first
     }
-    let mine = if crate::signals::stop_requested() { STOP } else { 0 } | if time_due { CHECKPOINT } else { 0 };
+    let stopping = crate::signals::stop_requested();
+    if stopping {
+        // This rank votes to stop, so the job stops here: from now on it waits for rank 0's
+        // stop checkpoint, which may be under way already (written before the agreement),
+        // and later signals wait with it.
+        crate::signals::stop_under_way();
+    }
+    let mine = if stopping { STOP } else { 0 } | if time_due { CHECKPOINT } else { 0 };
     let all = {
         let _g = ctx.watchdog.guard(MAIN, "the end-of-step agreement", st.step());
         let mut words = vec![mine];
@@ -109,6 +116,7 @@ pub(super) fn at_boundary<B: Backend>(
         all.chunks(n).step_by(grid.replica()).map(|r| r[1..].iter().map(|&b| f64::from_bits(b)).collect()).collect(),
     );
     if flags & STOP != 0 {
+        crate::signals::stop_under_way();
         // Tensor group 0 assembles the whole model; its rank 0 (world rank 0) writes.
         if grid.d == 0 && !written {
             let sums = state.known_sums.borrow().clone();
@@ -123,6 +131,7 @@ pub(super) fn at_boundary<B: Backend>(
                 crate::signals::EXIT_PREEMPTED
             );
         }
+        crate::signals::stop_checkpoint_written();
         return Ok(Boundary::Stopped);
     }
     let every = ctx.job.checkpoint.every_steps;
@@ -172,6 +181,7 @@ fn write<B: Backend>(
     let Some(state) = whole else { return Ok(None) };
     let path = ctx.writer.write(&st.tensor().full, state, at.0, at.1, loss_sums, exact)?;
     if announce {
+        super::runlock::stopped(st.step());
         crate::signals::stop_checkpoint_written();
     }
     Ok(Some(path))

@@ -270,3 +270,25 @@ pub fn assert_stop_checkpoint(out: &Path, log: &str, steps_per_epoch: u64) -> u6
     assert_eq!(checkpoint_step(&path), n, "{} stores another step", path.display());
     n
 }
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+/// kill(2): signal `sig` to a process the test started (or one of its descendants).
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: plain kill(2); no memory is involved.
+    unsafe { kill(pid as i32, sig) };
+}
+
+/// The processes whose parent is `pid`.
+pub fn children(pid: u32) -> Vec<u32> {
+    let out = Command::new("pgrep").args(["-P", &pid.to_string()]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect()
+}
+
+/// Whether `pid` is running (exists and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}

@@ -246,18 +246,18 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
         if stop {
             self.votes.clear();
             let rank0 = self.rank == 0;
-            if rank0 {
-                crate::signals::writing_stop_checkpoint();
-            }
+            // Every worker waits for worker 0's write, later signals too (see signals.rs).
+            crate::signals::stop_under_way();
             self.checkpoint(st, at, sums)?;
             if rank0 {
-                crate::signals::stop_checkpoint_written();
+                crate::train::runlock::stopped(st.step());
                 info!(
                     "stopped by a signal at step {}; resume with --resume auto (exit code {})",
                     st.step(),
                     crate::signals::EXIT_PREEMPTED
                 );
             }
+            crate::signals::stop_checkpoint_written();
             reducer::done(&self.link, &self.roles, true);
             return Ok(Boundary::Stopped);
         }
