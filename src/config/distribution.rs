@@ -211,12 +211,23 @@ impl Job {
                     .into(),
             );
         }
-        if o.schedule == super::Schedule::Cosine && o.decay_steps == 0 {
+        if matches!(o.schedule, super::Schedule::Cosine | super::Schedule::Polynomial) && o.decay_steps == 0 {
             return bad(
                 "optimizer.decay_steps",
                 "must be set for schedule = \"cosine\" with strategy = \"parameter_server\" (the servers do not \
                  know the run's length); give the steps to reach optimizer.min_lr"
                     .into(),
+            );
+        }
+        if o.clips() {
+            let field = if o.global_clipnorm.is_some() { "optimizer.global_clipnorm" } else { "optimizer.clipnorm" };
+            return bad(
+                field,
+                format!(
+                    "{field}: gradient clipping is not available with strategy = \"parameter_server\" yet (each \
+                     server applies the optimizer to its own buckets as they arrive); remove it or use strategy = \
+                     \"allreduce\""
+                ),
             );
         }
         if d.compression != Compression::None {
@@ -240,16 +251,18 @@ impl Job {
                 ),
             );
         }
-        for (field, v) in
-            [("parallel.pipeline", self.parallel.pipeline), ("parallel.micro_batches", self.parallel.micro_batches)]
-        {
+        for (field, v) in [
+            ("parallel.pipeline", self.parallel.pipeline),
+            ("parallel.micro_batches", self.parallel.micro_batches),
+            ("training.accumulate", self.training.accumulate),
+        ] {
             if v > 1 {
                 return bad(
                     field,
                     format!(
-                        "{field} = {v}: pipeline stages and micro-batches are not available with strategy = \
-                         \"parameter_server\" (a worker trains the whole model, one batch per step); use 1 or \
-                         strategy = \"allreduce\""
+                        "{field} = {v}: pipeline stages, micro-batches and gradient accumulation are not available \
+                         with strategy = \"parameter_server\" (a worker pushes the gradients of one batch per step); use \
+                         1 or strategy = \"allreduce\""
                     ),
                 );
             }

@@ -73,6 +73,7 @@ pub fn num(v: f64) -> String {
 pub const YEAR_S: f64 = 365.0 * 24.0 * 3600.0;
 pub const EPOCHS: Span = Span::new(1.0, 1e6, "");
 pub const BATCH_SIZE: Span = Span::new(1.0, 1_048_576.0, "samples per rank");
+pub const ACCUMULATE: Span = Span::new(1.0, 65536.0, "micro-batches per optimizer step");
 pub const THREADS: Span = Span::new(1.0, 64.0, "threads per rank");
 pub const LOG_EVERY: Span = Span::or_off(1.0, 1e9, "steps");
 pub const PROGRESS_SECONDS: Span = Span::or_off(0.001, YEAR_S, "seconds");
@@ -81,6 +82,9 @@ pub const MOMENTUM: Span = Span::below(0.0, 1.0);
 pub const BETA: Span = Span::below(0.0, 1.0);
 pub const EPS: Span = Span::new(1e-30, 1.0, "");
 pub const WEIGHT_DECAY: Span = Span::new(0.0, 1000.0, "");
+pub const CLIPNORM: Span = Span::above(0.0, 1e30);
+pub const TRUST: Span = Span::above(0.0, 1e6);
+pub const POWER: Span = Span::above(0.0, 100.0);
 pub const WARMUP_STEPS: Span = Span::or_off(1.0, 1e9, "steps");
 /// `optimizer.schedule`'s parameters.
 pub const DECAY_STEPS: Span = Span::or_off(1.0, 1e12, "steps");

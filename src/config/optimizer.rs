@@ -14,6 +14,11 @@ pub enum OptimizerKind {
     Sgd,
     Adam,
     Adamw,
+    /// Layer-wise adaptive rate scaling (You, Gitman and Ginsburg, 2017), as TensorFlow's
+    /// `LARSOptimizer` computes it: per weight tensor lr × trust_coefficient × ‖w‖ /
+    /// (‖g‖ + weight_decay ‖w‖), momentum on the scaled step; biases take plain momentum SGD
+    /// without weight decay.
+    Lars,
 }
 
 /// `optimizer.schedule`: how the learning rate moves after warm-up, per step (Keras'
@@ -31,6 +36,9 @@ pub enum Schedule {
     /// min_lr + (lr − min_lr) × (1 + cos(π · min(s, decay_steps) / decay_steps)) / 2
     /// (Keras: CosineDecay with alpha = min_lr / lr); decay_steps 0: the run's steps after warm-up.
     Cosine,
+    /// min_lr + (lr − min_lr) × (1 − min(s, decay_steps) / decay_steps)^power (Keras:
+    /// PolynomialDecay; LARS and LAMB's schedule with power 2); decay_steps 0: the run's steps.
+    Polynomial,
     /// lr × factor each time the monitored metric (`training.early_stopping.monitor`, else
     /// `val_loss`, else `train_loss`) has not improved by min_delta for `patience` epochs,
     /// never below min_lr (Keras: ReduceLROnPlateau).
@@ -84,6 +92,20 @@ pub struct OptimizerCfg {
     /// plateau: the least decrease of the monitored metric that counts as an improvement.
     #[serde(default)]
     pub min_delta: f64,
+    /// Keras' `global_clipnorm` (torch's `clip_grad_norm_`): after the all-reduce, when the
+    /// L2 norm of every gradient together exceeds this, all are scaled by limit / norm.
+    #[serde(default)]
+    pub global_clipnorm: Option<f64>,
+    /// polynomial: the exponent of the decay (1: linear).
+    #[serde(default = "default_power")]
+    pub power: f64,
+    /// lars: η of the trust ratio η ‖w‖ / (‖g‖ + weight_decay ‖w‖) (0.001 in the paper).
+    #[serde(default = "default_trust")]
+    pub trust_coefficient: f64,
+    /// Keras' `clipnorm`: each tensor's gradient (a layer's weight, its bias) scaled to this L2
+    /// norm when its norm exceeds it.
+    #[serde(default)]
+    pub clipnorm: Option<f64>,
 }
 
 fn default_opt() -> OptimizerKind {
@@ -100,6 +122,12 @@ fn default_beta2() -> f64 {
 }
 fn default_eps() -> f64 {
     1e-8
+}
+fn default_power() -> f64 {
+    1.0
+}
+fn default_trust() -> f64 {
+    0.001
 }
 fn default_decay_rate() -> f64 {
     0.5
@@ -131,11 +159,20 @@ impl Default for OptimizerCfg {
             patience: default_patience(),
             factor: default_factor(),
             min_delta: 0.0,
+            global_clipnorm: None,
+            clipnorm: None,
+            trust_coefficient: default_trust(),
+            power: default_power(),
         }
     }
 }
 
 impl OptimizerCfg {
+    /// Whether gradients are clipped by a norm (every bucket must be back before any update).
+    pub fn clips(&self) -> bool {
+        self.global_clipnorm.is_some() || self.clipnorm.is_some()
+    }
+
     pub(super) fn validate(&self, origin: &str) -> Result<()> {
         let o = self;
         count(origin, "optimizer.warmup_steps", o.warmup_steps as u64, limits::WARMUP_STEPS)?;
@@ -151,6 +188,8 @@ impl OptimizerCfg {
             real(origin, field, v, span)?;
         }
         real(origin, "optimizer.decay_rate", o.decay_rate, limits::DECAY_RATE)?;
+        real(origin, "optimizer.trust_coefficient", o.trust_coefficient, limits::TRUST)?;
+        real(origin, "optimizer.power", o.power, limits::POWER)?;
         real(origin, "optimizer.factor", o.factor, limits::PLATEAU_FACTOR)?;
         real(origin, "optimizer.min_lr", o.min_lr, limits::MIN_LR)?;
         real(origin, "optimizer.min_delta", o.min_delta, limits::MIN_DELTA)?;
@@ -163,11 +202,24 @@ impl OptimizerCfg {
                 format!("is needed by schedule = \"{}\": the steps per decay by decay_rate", o.schedule.name()),
             ));
         }
-        if matches!(o.schedule, Schedule::Cosine | Schedule::Plateau) && o.min_lr >= o.lr {
+        if matches!(o.schedule, Schedule::Cosine | Schedule::Plateau | Schedule::Polynomial) && o.min_lr >= o.lr {
             return Err(Error::config(
                 origin,
                 "optimizer.min_lr",
                 format!("must be below optimizer.lr ({}), got {}", limits::num(o.lr), limits::num(o.min_lr)),
+            ));
+        }
+        for (field, v) in [("optimizer.global_clipnorm", o.global_clipnorm), ("optimizer.clipnorm", o.clipnorm)] {
+            if let Some(v) = v {
+                real(origin, field, v, limits::CLIPNORM)?;
+            }
+        }
+        if o.global_clipnorm.is_some() && o.clipnorm.is_some() {
+            return Err(Error::config(
+                origin,
+                "optimizer.clipnorm",
+                "and optimizer.global_clipnorm are both set; choose one (as Keras asks): global_clipnorm scales \
+                 every gradient by one factor, clipnorm each tensor's by its own",
             ));
         }
         if o.nesterov && o.momentum == 0.0 {
@@ -184,6 +236,7 @@ impl Schedule {
             Schedule::Step => "step",
             Schedule::Exponential => "exponential",
             Schedule::Cosine => "cosine",
+            Schedule::Polynomial => "polynomial",
             Schedule::Plateau => "plateau",
         }
     }

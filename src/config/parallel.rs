@@ -51,6 +51,29 @@ impl Job {
             Ok(s) => s,
             Err(m) => return bad("parallel.pipeline", format!("parallel.pipeline = {}: {m}", p.pipeline)),
         };
+        let o = &self.optimizer;
+        if o.global_clipnorm.is_some() && (p.tensor > 1 || p.pipeline > 1) {
+            return bad(
+                "optimizer.global_clipnorm",
+                format!(
+                    "optimizer.global_clipnorm with parallel.tensor = {} and parallel.pipeline = {}: the global norm \
+                     over tensor shards and pipeline stages is not available yet (each rank holds part of the \
+                     model); use it with tensor = pipeline = 1, or optimizer.clipnorm (per tensor) with pipeline \
+                     stages",
+                    p.tensor, p.pipeline
+                ),
+            );
+        }
+        if o.clipnorm.is_some() && p.tensor > 1 {
+            return bad(
+                "optimizer.clipnorm",
+                format!(
+                    "optimizer.clipnorm with parallel.tensor = {}: a tensor's norm over its shards is not \
+                     available yet; use it with tensor = 1",
+                    p.tensor
+                ),
+            );
+        }
         if p.micro_batches > self.training.batch_size {
             return bad(
                 "parallel.micro_batches",

@@ -93,6 +93,13 @@ fn every_numeric_field_is_bounded() {
             &[],
         ),
         (
+            "training.accumulate",
+            &["1", "65536"],
+            &["0", "65537"],
+            "at least 1 and at most 65536 micro-batches per optimizer step",
+            &[],
+        ),
+        (
             "training.log_every",
             &["0", "1", "1000000000"],
             &["1000000001"],
@@ -114,6 +121,15 @@ fn every_numeric_field_is_bounded() {
             &[],
         ),
         ("optimizer.momentum", &["0", "0.999"], &["-0.1", "1", "nan"], "at least 0 and less than 1", &[]),
+        (
+            "optimizer.trust_coefficient",
+            &["1e-9", "1e6"],
+            &["0", "-1", "2e6", "nan"],
+            "greater than 0 and at most 1000000",
+            &[],
+        ),
+        ("optimizer.power", &["0.5", "100"], &["0", "101", "nan"], "greater than 0 and at most 100", &[]),
+        ("optimizer.global_clipnorm", &["1e-9", "1e30"], &["0", "-1", "inf"], "greater than 0 and at most 1e30", &[]),
         ("optimizer.beta1", &["0", "0.999"], &["-0.1", "1", "nan"], "at least 0 and less than 1", &[]),
         ("optimizer.beta2", &["0", "0.9999"], &["-0.1", "1", "nan"], "at least 0 and less than 1", &[]),
         ("optimizer.eps", &["1e-30", "1"], &["0", "1e-31", "1.5", "nan", "-1e-8"], "at least 1e-30 and at most 1", &[]),
@@ -362,4 +378,30 @@ fn x_scale_and_offset() {
     }
     assert_eq!(field_of(Job::parse("job", MIN, &["data.x_offset=-inf".into()])), "data.x_offset");
     assert_eq!(field_of(Job::parse("job", MIN, &["data.x_offset=\"1\"".into()])), "data.x_offset");
+}
+
+#[test]
+fn clipping_keys_and_the_modes_that_refuse_them() {
+    let deep = "[data]\ntrain = \"t.h5\"\n[model]\nlayers = [4, 6, 3, 5, 2]\n";
+    let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let j = Job::parse("job", deep, &set(&["optimizer.global_clipnorm=1.0"])).unwrap();
+    assert_eq!((j.optimizer.global_clipnorm, j.optimizer.clipnorm), (Some(1.0), None));
+    assert!(j.optimizer.clips());
+    for bad in ["optimizer.global_clipnorm=0", "optimizer.clipnorm=-1", "optimizer.clipnorm=nan"] {
+        let f = field_of(Job::parse("job", deep, &set(&[bad])));
+        assert_eq!(f, bad.split('=').next().unwrap(), "{bad}");
+    }
+    let (f, m) = msg_of(Job::parse("job", deep, &set(&["optimizer.global_clipnorm=1", "optimizer.clipnorm=1"])));
+    assert!(f == "optimizer.clipnorm" && m.contains("choose one"), "{f}: {m}");
+    for mode in ["parallel.tensor=2", "parallel.pipeline=2"] {
+        let (f, m) = msg_of(Job::parse("job", deep, &set(&["optimizer.global_clipnorm=1", mode])));
+        assert!(f == "optimizer.global_clipnorm" && m.contains("not available yet"), "{mode}: {f}: {m}");
+    }
+    let (f, _) = msg_of(Job::parse("job", deep, &set(&["optimizer.clipnorm=1", "parallel.tensor=2"])));
+    assert_eq!(f, "optimizer.clipnorm");
+    // Per tensor with pipeline stages: each stage holds whole tensors.
+    assert!(Job::parse("job", deep, &set(&["optimizer.clipnorm=1", "parallel.pipeline=2"])).is_ok());
+    let ps = ["distribution.strategy=\"parameter_server\"", "optimizer.clipnorm=1"];
+    let (f, m) = msg_of(Job::parse("job", deep, &set(&ps)));
+    assert!(f == "optimizer.clipnorm" && m.contains("parameter_server"), "{f}: {m}");
 }

@@ -34,9 +34,16 @@ pub enum Precision {
 pub struct TrainingCfg {
     #[serde(default = "super::one")]
     pub epochs: usize,
-    /// Samples per rank per step; the global batch is this times the number of ranks.
+    /// Samples per rank per micro-batch; the global batch is this times `accumulate` times
+    /// the number of data-parallel ranks.
     #[serde(default = "default_batch")]
     pub batch_size: usize,
+    /// Gradient accumulation (Horovod's `backward_passes_per_step`): each optimizer step sums
+    /// the gradients of this many micro-batches of `batch_size` rows per rank, then all-reduces
+    /// once and updates once: the step of a batch `accumulate` times larger, within float32
+    /// rounding, with one micro-batch's activations in memory.
+    #[serde(default = "super::one")]
+    pub accumulate: usize,
     #[serde(default)]
     pub seed: u64,
     #[serde(default = "default_device")]
@@ -99,6 +106,7 @@ impl Default for TrainingCfg {
         TrainingCfg {
             epochs: super::one(),
             batch_size: default_batch(),
+            accumulate: super::one(),
             seed: 0,
             device: default_device(),
             precision: Precision::Fp32,
@@ -111,9 +119,15 @@ impl Default for TrainingCfg {
 }
 
 impl TrainingCfg {
+    /// Rows per data-parallel rank in one optimizer step: `batch_size` × `accumulate`.
+    pub fn rows_per_step(&self) -> usize {
+        self.batch_size * self.accumulate
+    }
+
     pub(super) fn validate(&self, origin: &str) -> Result<()> {
         count(origin, "training.epochs", self.epochs as u64, limits::EPOCHS)?;
         count(origin, "training.batch_size", self.batch_size as u64, limits::BATCH_SIZE)?;
+        count(origin, "training.accumulate", self.accumulate as u64, limits::ACCUMULATE)?;
         count(origin, "training.log_every", self.log_every as u64, limits::LOG_EVERY)?;
         count(origin, "training.threads", self.threads as u64, limits::THREADS)?;
         // (training.seed needs no bound: every u64 is a seed.)

@@ -202,6 +202,13 @@ pub trait Backend: Send {
     /// Copy `buf[range]` to `host` (`host.len() == range.len()`).
     fn download(&self, buf: &Self::Buf, range: Range<usize>, host: &mut [f32]) -> Result<()>;
     fn len(&self, buf: &Self::Buf) -> usize;
+    /// The sum of the squares of `buf[r]`, added in float64 in index order (gradient
+    /// clipping's norms). By default through host memory; the CPU reads the buffer in place.
+    fn sum_squares(&self, buf: &Self::Buf, r: Range<usize>) -> Result<f64> {
+        let mut h = vec![0.0; r.len()];
+        self.download(buf, r, &mut h)?;
+        Ok(h.iter().map(|&x| f64::from(x) * f64::from(x)).sum())
+    }
     fn fill_zero(&self, v: Self::ViewMut<'_>) -> Result<()>;
     fn view<'a>(&self, buf: &'a Self::Buf, r: Range<usize>) -> Self::View<'a>;
     fn view_mut<'a>(&self, buf: &'a mut Self::Buf, r: Range<usize>) -> Self::ViewMut<'a>;

@@ -82,6 +82,9 @@ impl Backend for Cpu {
     fn len(&self, buf: &Vec<f32>) -> usize {
         buf.len()
     }
+    fn sum_squares(&self, buf: &Vec<f32>, r: Range<usize>) -> Result<f64> {
+        Ok(buf[r].iter().map(|&x| f64::from(x) * f64::from(x)).sum())
+    }
     fn fill_zero(&self, v: &mut [f32]) -> Result<()> {
         v.fill(0.0);
         Ok(())

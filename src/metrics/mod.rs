@@ -77,6 +77,29 @@ pub struct EpochMetrics {
     /// neighbouring stages' messages (the measured bubble).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipeline_bubble: Option<f64>,
+    /// With gradient clipping: the global gradient norm (after the all-reduce, before
+    /// clipping) over the epoch's steps, and how many steps were clipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grad_norm: Option<GradNorm>,
+}
+
+/// The global gradient norm over some steps (`optimizer.global_clipnorm`, `clipnorm`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct GradNorm {
+    pub mean: f64,
+    pub max: f64,
+    pub steps: u64,
+    /// Steps at which a limit scaled some gradient down.
+    pub clipped: u64,
+}
+
+impl GradNorm {
+    pub fn add(&mut self, norm: f64, clipped: bool) {
+        self.mean += (norm - self.mean) / (self.steps + 1) as f64;
+        self.max = self.max.max(norm);
+        self.steps += 1;
+        self.clipped += u64::from(clipped);
+    }
 }
 
 pub struct MetricsLog {

@@ -17,8 +17,9 @@ pub use schedule::{Best, LrSchedule, Plateau};
 
 /// The lengths of the state (m, v) that `cfg` keeps for `n_params` parameters.
 pub fn state_lens(cfg: &OptimizerCfg, n_params: usize) -> (usize, usize) {
-    let needs_m = cfg.kind != OptimizerKind::Sgd || cfg.momentum > 0.0;
-    let needs_v = cfg.kind != OptimizerKind::Sgd;
+    let sgd_like = matches!(cfg.kind, OptimizerKind::Sgd | OptimizerKind::Lars);
+    let needs_m = !sgd_like || cfg.momentum > 0.0;
+    let needs_v = !sgd_like;
     (if needs_m { n_params } else { 0 }, if needs_v { n_params } else { 0 })
 }
 
@@ -68,6 +69,11 @@ impl<B: Backend> Optimizer<B> {
     pub fn assign(be: &B, cfg: &OptimizerCfg, tensors: Vec<TensorInfo>, n_params: usize) -> Result<Self> {
         let cfg = OptimizerCfg { kind: OptimizerKind::Sgd, momentum: 0.0, nesterov: false, ..cfg.clone() };
         Ok(Optimizer { assign: true, ..Optimizer::new(be, &cfg, tensors, n_params, 1)? })
+    }
+
+    /// The job's `[optimizer]` table.
+    pub fn cfg(&self) -> &OptimizerCfg {
+        &self.cfg
     }
 
     /// How many tensors this optimizer updates.
@@ -152,6 +158,13 @@ impl<B: Backend> Optimizer<B> {
                 continue;
             }
             let wd = if t.is_weight { c.weight_decay as f32 } else { 0.0 };
+            // LARS reads the tensor's norms before the update.
+            let lars = match c.kind {
+                OptimizerKind::Lars => {
+                    Some(lars_hyper(be, c, lr, grad_scale, params, grads, r.clone(), offset, t.is_weight)?)
+                }
+                _ => None,
+            };
             let g = be.view(grads, r.start - offset..r.end - offset);
             let p = be.view_mut(params, r.clone());
             match c.kind {
@@ -163,6 +176,10 @@ impl<B: Backend> Optimizer<B> {
                         momentum: c.momentum as f32,
                         nesterov: c.nesterov,
                     };
+                    be.sgd(p, g, self.m.as_mut().map(|m| be.view_mut(m, r)), &h)?
+                }
+                OptimizerKind::Lars => {
+                    let h = lars.expect("computed above for lars");
                     be.sgd(p, g, self.m.as_mut().map(|m| be.view_mut(m, r)), &h)?
                 }
                 OptimizerKind::Adam | OptimizerKind::Adamw => {
@@ -197,6 +214,50 @@ impl<B: Backend> Optimizer<B> {
     }
 }
 
+/// LARS's update of one tensor as the SGD kernel's hyperparameters. TensorFlow's
+/// `LARSOptimizer`: trust = η ‖w‖ / (‖g‖ + wd ‖w‖ + ε) when both norms are positive, else 1;
+/// accum = μ accum + lr·trust·(g + wd w); w −= accum. The kernel computes g' = g·scale + wd'·w,
+/// m = μ m + g', w −= lr'·m: so lr' = 1, scale = grad_scale·lr·trust, wd' = wd·lr·trust.
+/// Biases (`is_weight` false) are excluded from the trust ratio and the decay, as the paper's
+/// reference code excludes them.
+#[allow(clippy::too_many_arguments)]
+fn lars_hyper<B: Backend>(
+    be: &B,
+    c: &OptimizerCfg,
+    lr: f32,
+    grad_scale: f32,
+    params: &B::Buf,
+    grads: &B::Buf,
+    r: std::ops::Range<usize>,
+    offset: usize,
+    is_weight: bool,
+) -> Result<SgdHyper> {
+    let mut scaled = f64::from(lr);
+    let mut wd = 0.0;
+    if is_weight {
+        wd = c.weight_decay;
+        let w = be.sum_squares(params, r.clone())?.sqrt();
+        let g = be.sum_squares(grads, r.start - offset..r.end - offset)?.sqrt() * f64::from(grad_scale);
+        scaled *= lars_trust(c.trust_coefficient, w, g, wd);
+    }
+    Ok(SgdHyper {
+        lr: 1.0,
+        grad_scale: (f64::from(grad_scale) * scaled) as f32,
+        weight_decay: (wd * scaled) as f32,
+        momentum: c.momentum as f32,
+        nesterov: c.nesterov,
+    })
+}
+
+/// LARS's trust ratio from the weight and gradient norms (1 where either is 0).
+pub fn lars_trust(eta: f64, w_norm: f64, g_norm: f64, wd: f64) -> f64 {
+    if w_norm > 0.0 && g_norm > 0.0 {
+        eta * w_norm / (g_norm + wd * w_norm + 1e-9)
+    } else {
+        1.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +287,45 @@ mod tests {
         assert!((p[0] - (1.0 - 0.15)).abs() < 1e-6);
         let (o, _) = opt(&["optimizer.lr=0.1", "optimizer.warmup_steps=4", "optimizer.scale_lr_by_world_size=true"]);
         assert!((o.lr() - 0.05).abs() < 1e-12); // 0.1 * 2 ranks * 1/4
+    }
+
+    /// LARS over a weight tensor and a bias, two steps (momentum carries the scaled step),
+    /// against the update written out in float64 (TensorFlow's LARSOptimizer).
+    #[test]
+    fn lars_matches_a_float64_reference() {
+        let sets: Vec<String> = ["optimizer.kind='lars'", "optimizer.lr=0.5", "optimizer.momentum=0.9"]
+            .iter()
+            .chain(&["optimizer.weight_decay=0.01", "optimizer.trust_coefficient=0.02"])
+            .map(|s| s.to_string())
+            .collect();
+        let j = Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap();
+        let t = vec![
+            TensorInfo { name: "w".into(), range: 0..3, is_weight: true },
+            TensorInfo { name: "b".into(), range: 3..5, is_weight: false },
+        ];
+        let mut o = Optimizer::new(&Cpu, &j.optimizer, t, 5, 1).unwrap();
+        let mut p: Vec<f32> = vec![0.3, -1.2, 0.8, 0.1, -0.4];
+        let grads: [Vec<f32>; 2] = [vec![0.5, 0.25, -2.0, 0.3, -0.1], vec![-0.4, 1.0, 0.6, 0.2, 0.05]];
+        let (lr, mu, wd, eta) = (0.5f64, 0.9f64, 0.01f64, 0.02f64);
+        let mut wp: Vec<f64> = p.iter().map(|&x| f64::from(x)).collect();
+        let mut acc = [0.0f64; 5];
+        for g in &grads {
+            o.update(&Cpu, &mut p, g, 1.0).unwrap();
+            let g: Vec<f64> = g.iter().map(|&x| f64::from(x)).collect();
+            let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+            let trust = eta * norm(&wp[0..3]) / (norm(&g[0..3]) + wd * norm(&wp[0..3]));
+            for i in 0..5 {
+                let step = if i < 3 { lr * trust * (g[i] + wd * wp[i]) } else { lr * g[i] };
+                acc[i] = mu * acc[i] + step;
+                wp[i] -= acc[i];
+            }
+            for i in 0..5 {
+                assert!((f64::from(p[i]) - wp[i]).abs() < 1e-6 * wp[i].abs().max(1.0), "{i}: {} vs {}", p[i], wp[i]);
+            }
+        }
+        // The trust ratio is small here: the weights moved far less than plain SGD's lr would.
+        assert!((f64::from(p[0]) - 0.3).abs() < 0.05 && (f64::from(p[3]) - 0.1).abs() > 0.1);
+        assert_eq!(lars_trust(0.001, 0.0, 1.0, 0.0), 1.0);
     }
 
     #[test]

@@ -83,10 +83,14 @@ impl LrSchedule {
             Schedule::Constant => lr,
             Schedule::Step => lr * c.decay_rate.powf((s / c.decay_steps as f64).floor()),
             Schedule::Exponential => lr * c.decay_rate.powf(s / c.decay_steps as f64),
-            Schedule::Cosine => {
+            Schedule::Cosine | Schedule::Polynomial => {
                 let span = if c.decay_steps > 0 { c.decay_steps as u64 } else { self.total_steps.saturating_sub(w) };
                 let t = (s / span.max(1) as f64).min(1.0);
-                c.min_lr + (lr - c.min_lr) * 0.5 * (1.0 + (std::f64::consts::PI * t).cos())
+                let f = match c.schedule {
+                    Schedule::Cosine => 0.5 * (1.0 + (std::f64::consts::PI * t).cos()),
+                    _ => (1.0 - t).powf(c.power),
+                };
+                c.min_lr + (lr - c.min_lr) * f
             }
             Schedule::Plateau => (lr * self.plateau.scale).max(c.min_lr),
         }
@@ -141,6 +145,14 @@ mod tests {
         assert!((s.at(50) - 0.055).abs() < 1e-15);
         assert!((s.at(100) - 0.01).abs() < 1e-15);
         assert!((s.at(1000) - 0.01).abs() < 1e-15);
+        // Polynomial (power 2) after a 10-step linear warm-up, over decay_steps 40.
+        let s =
+            sched(&[("schedule", "\"polynomial\""), ("power", "2.0"), ("decay_steps", "40"), ("warmup_steps", "10")]);
+        assert!((s.at(4) - 0.05).abs() < 1e-15);
+        assert_eq!(s.at(10), 0.1);
+        assert!((s.at(30) - 0.025).abs() < 1e-15); // (1 - 20/40)^2
+        assert_eq!(s.at(50), 0.0);
+        assert_eq!(s.at(500), 0.0);
         let s = sched(&[]);
         assert_eq!(s.at(12345), 0.1);
     }

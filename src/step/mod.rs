@@ -14,13 +14,15 @@
 //!
 //! Must not: call MPI (the engine and the tensor group do) or decide when to stop.
 
+mod clip;
 mod pipeline;
 
 use crate::data::loader::Batch;
 use crate::data::norm::Norm;
 use crate::device::Backend;
 use crate::error::{Error, Result};
-use crate::metrics::regression;
+use crate::metrics::{regression, GradNorm};
+
 use crate::model::placement::TensorGroup;
 use crate::model::{GradSink, Mlp, Targets, Workspace};
 use crate::optim::Optimizer;
@@ -135,6 +137,8 @@ where
     /// Host staging for the messages between stages.
     h_in: Vec<f32>,
     h_out: Vec<f32>,
+    /// The global gradient norm of the steps since `take_grad_norm` (with clipping only).
+    grad_norm: GradNorm,
     /// Host seconds spent in each part of the unpipelined step (batch upload, forward + loss
     /// (which waits for the loss), backward's launches, the optimizer's wait and launches),
     /// for `hvtrain bench step`: on a GPU, where the host waits shows where the GPU idles.
@@ -187,6 +191,7 @@ where
             mx: Vec::new(),
             dropout: (Vec::new(), 0),
             extra,
+            grad_norm: GradNorm::default(),
             h_in: Vec::new(),
             h_out: Vec::new(),
         })
@@ -203,9 +208,20 @@ where
     }
     /// Run each step as `m` micro-batches (a 1F1B schedule under pipeline parallelism,
     /// gradient accumulation on one stage).
-    pub fn set_micro_batches(&mut self, m: usize) {
+    /// The whole-batch workspace and input buffers then shrink to one micro-batch's rows
+    /// (`run_pipelined` reads the batch from host memory into its own), so that gradient
+    /// accumulation's memory does not grow with the micro-batch count.
+    pub fn set_micro_batches(&mut self, m: usize) -> Result<()> {
         assert!(m >= 1);
         self.micro = m;
+        if m > 1 {
+            let _a = crate::mem::allocating("the step's activations (one micro-batch)");
+            let cap = self.batch.div_ceil(m);
+            self.ws = Workspace::new(&self.be, &self.model, cap)?;
+            let n = cap * self.model.n_inputs();
+            self.xs = [self.be.staged(n)?, self.be.staged(n)?];
+        }
+        Ok(())
     }
 
     /// The length of the sums `run` returns.
@@ -378,6 +394,9 @@ where
 
     /// The optimizer on each bucket as it comes back reduced.
     fn apply_buckets(&mut self) -> Result<()> {
+        if self.opt.cfg().clips() {
+            return self.apply_clipped();
+        }
         let be = &self.be;
         self.opt.begin_step();
         let scale = self.engine.grad_scale();

@@ -34,13 +34,18 @@ where
         let last = rows.iter().rposition(|r| !r.is_empty()).expect("a batch of at least one row");
         let inp = self.model.n_inputs();
         let cap = batch.rows.div_ceil(m_n).max(self.batch.div_ceil(m_n));
-        while self.mws.len() < m_n {
+        let (stage, stages) = self.tp.pipe.as_ref().map_or((0, 1), |p| (p.stage, p.stages));
+        // One stage runs each micro-batch's forward and backward back to back: one workspace
+        // serves them all, so activations do not grow with the micro-batch count (gradient
+        // accumulation). Pipeline stages keep micro-batches in flight: one each.
+        let slots = if stages == 1 { 1 } else { m_n };
+        let slot = |m: usize| if stages == 1 { 0 } else { m };
+        while self.mws.len() < slots {
             let mut ws = Workspace::new(&self.be, &self.model, cap)?;
             ws.enable_dropout(&self.be, &self.dropout.0, self.dropout.1)?;
             self.mws.push(ws);
             self.mx.push(self.be.zeros(cap * inp)?);
         }
-        let (stage, stages) = self.tp.pipe.as_ref().map_or((0, 1), |p| (p.stage, p.stages));
         let head = self.model.head;
         self.tp.step = self.step;
         if let Some(p) = &mut self.tp.pipe {
@@ -57,13 +62,13 @@ where
             match op {
                 Op::Forward(m) if !rows[m].is_empty() => {
                     let t = Instant::now();
-                    let s = self.forward_micro(batch, m, &rows[m], global_rows, head)?;
+                    let s = self.forward_micro(batch, m, slot(m), &rows[m], global_rows, head)?;
                     sums.iter_mut().zip(s).for_each(|(a, b)| *a += b);
                     self.span(format!("forward micro-batch {m}"), t);
                 }
                 Op::Backward(m) if !rows[m].is_empty() => {
                     let t = Instant::now();
-                    self.backward_micro(m, rows[m].len(), head, m == last)?;
+                    self.backward_micro(slot(m), rows[m].len(), head, m == last)?;
                     self.span(format!("backward micro-batch {m}"), t);
                 }
                 _ => {}
@@ -80,15 +85,15 @@ where
         Ok(sums)
     }
 
-    /// Backward of micro-batch `m` (`r` rows): its output gradient from the next stage
-    /// (before the last stage), gradients accumulated into the buckets (announced to the
-    /// engine when `announce`: the step's last micro-batch), its input gradient sent back.
-    fn backward_micro(&mut self, m: usize, r: usize, head: bool, announce: bool) -> Result<()> {
+    /// Backward of the micro-batch in workspace `w` (`r` rows): its output gradient from the
+    /// next stage (before the last stage), gradients accumulated into the buckets (announced to
+    /// the engine when `announce`: the step's last micro-batch), its input gradient sent back.
+    fn backward_micro(&mut self, w: usize, r: usize, head: bool, announce: bool) -> Result<()> {
         let (inp, outp) = (self.model.n_inputs(), self.model.n_outputs());
         if !head {
             self.h_out.resize(r * outp, 0.0);
             self.tp.pipe.as_mut().expect("a stage before the last").recv_backward(&mut self.h_out);
-            self.mws[m].output_grad(&self.be, &self.model, r, &self.h_out)?;
+            self.mws[w].output_grad(&self.be, &self.model, r, &self.h_out)?;
         }
         let mut sink = Sink {
             be: &self.be,
@@ -100,22 +105,23 @@ where
             accumulate: true,
             announce,
         };
-        self.model.backward_tp(&self.be, &self.params, &self.mx[m], r, &mut self.mws[m], &mut sink, &mut self.tp)?;
+        self.model.backward_tp(&self.be, &self.params, &self.mx[w], r, &mut self.mws[w], &mut sink, &mut self.tp)?;
         if let Some(p) = self.tp.pipe.as_mut().filter(|p| !p.is_first()) {
             self.h_in.resize(r * inp, 0.0);
-            self.mws[m].input_grad(&self.be, &self.model, r, &mut self.h_in)?;
+            self.mws[w].input_grad(&self.be, &self.model, r, &mut self.h_in)?;
             p.send_backward(&self.h_in);
         }
         Ok(())
     }
 
-    /// Forward of micro-batch `m` (rows `r` of the batch): its input from the batch (first
-    /// stage) or the previous stage, then the loss (last stage) or the activations sent on.
-    /// Returns the micro-batch's loss sum (0 on a stage before the last).
+    /// Forward of micro-batch `m` (rows `r` of the batch) in workspace `w`: its input from the
+    /// batch (first stage) or the previous stage, then the loss (last stage) or the activations
+    /// sent on. Returns the micro-batch's loss sum (0 on a stage before the last).
     fn forward_micro(
         &mut self,
         batch: &Batch,
         m: usize,
+        w: usize,
         r: &std::ops::Range<usize>,
         global_rows: usize,
         head: bool,
@@ -126,15 +132,15 @@ where
             Some(p) => {
                 self.h_in.resize(n * inp, 0.0);
                 p.recv_forward(&mut self.h_in);
-                be.upload_into(&self.h_in, &mut self.mx[m])?;
+                be.upload_into(&self.h_in, &mut self.mx[w])?;
             }
-            None => be.upload_into(&batch.x[r.start * inp..r.end * inp], &mut self.mx[m])?,
+            None => be.upload_into(&batch.x[r.start * inp..r.end * inp], &mut self.mx[w])?,
         }
-        self.mws[m].set_rows(be, &batch.ids[r.clone()], self.step)?;
-        self.model.forward_tp(be, &self.params, &self.mx[m], n, &mut self.mws[m], &mut self.tp)?;
+        self.mws[w].set_rows(be, &batch.ids[r.clone()], self.step)?;
+        self.model.forward_tp(be, &self.params, &self.mx[w], n, &mut self.mws[w], &mut self.tp)?;
         if !head {
             self.h_out.resize(n * outp, 0.0);
-            self.mws[m].output_host(be, &self.model, n, &mut self.h_out)?;
+            self.mws[w].output_host(be, &self.model, n, &mut self.h_out)?;
             self.tp.pipe.as_mut().expect("a stage before the last").send_forward(&self.h_out);
             return Ok(vec![0.0; self.sums_len()]);
         }
@@ -145,13 +151,13 @@ where
             be.upload_labels(&batch.classes[r.clone()], &mut self.labels)?;
             Targets::Classes(&self.labels)
         };
-        let (loss, correct) = self.model.loss(be, targets, n, 1.0 / global_rows as f32, &mut self.mws[m], true)?;
+        let (loss, correct) = self.model.loss(be, targets, n, 1.0 / global_rows as f32, &mut self.mws[w], true)?;
         let (classes, values) = if batch.classes.is_empty() {
             (&[][..], &batch.values[r.start * outp..r.end * outp])
         } else {
             (&batch.classes[r.clone()], &[][..])
         };
-        let sums = self.extra.sums(be, &self.model, &self.mws[m], n, classes, values, loss, correct)?;
+        let sums = self.extra.sums(be, &self.model, &self.mws[w], n, classes, values, loss, correct)?;
         if !loss.is_finite() {
             return Err(Error::Training(format!(
                 "the loss became {loss} at step {} (micro-batch {m}); lower optimizer.lr, or check the data for extreme \

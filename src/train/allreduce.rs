@@ -72,7 +72,7 @@ pub(super) fn build<'a, B: Backend>(
     drop(p);
     // scale_lr_by_world_size: × (global batch / batch_size), the data-parallel degree the run
     // started with: a resume on another count keeps the global batch, so the lr too.
-    let lr_ranks = sched.global_batch / job.training.batch_size;
+    let lr_ranks = sched.global_batch / job.training.rows_per_step();
     let mut opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, lr_ranks)?;
     opt.schedule_mut().set_total_steps((job.training.epochs * sched.steps) as u64);
     // This rank's part of the starting state (restore.rs cut it); rows per rank: the global
@@ -81,7 +81,8 @@ pub(super) fn build<'a, B: Backend>(
     st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
     tensor.set_watchdog(watchdog.share());
     st.set_tensor_group(tensor);
-    st.set_micro_batches(job.parallel.micro_batches);
+    // Gradient accumulation: each of the step's micro-batches split as parallel.micro_batches says.
+    st.set_micro_batches(job.parallel.micro_batches * job.training.accumulate)?;
     st.set_dropout(&job.model.dropout_rates(), job.training.seed)?;
     let writer = Writer::new(job, start.lineage, sched.global_batch, grid.data, comm.rank)?;
     writer.set_norm(train_shard.norm().clone());

@@ -133,7 +133,7 @@ pub(super) fn position(
     state: (Vec<f32>, Vec<f32>, Vec<f32>),
 ) -> Start {
     // step, epoch index, step in epoch, global batch, loss sums written (the writer's data ranks)
-    let mut pos = [0, 0, 0, (job.training.batch_size * n_data) as u64, n_data as u64];
+    let mut pos = [0, 0, 0, (job.training.rows_per_step() * n_data) as u64, n_data as u64];
     if let Some(c) = ckpt {
         pos = [c.step, c.epoch as u64, c.step_in_epoch as u64, c.global_batch as u64, c.loss_sums.len() as u64];
     }
@@ -299,7 +299,7 @@ fn resumable(job: &Job, path: &Path, mut c: Checkpoint, world: usize) -> Result<
         serde_json::from_str(&c.job_json).map_err(|e| Error::data(path, "job_json", format!("unreadable: {e}")))?;
     if c.global_batch == 0 {
         // Format 1 and 2 did not record it: their batch was per rank, on world_size ranks.
-        c.global_batch = then.training.batch_size * c.world_size;
+        c.global_batch = then.training.rows_per_step() * c.world_size;
         if c.step_in_epoch > 0 {
             warn!(
                 "{} was written by an older hvtrain, whose data order depended on the rank count: the rest of epoch {} \
@@ -324,6 +324,7 @@ fn resumable(job: &Job, path: &Path, mut c: Checkpoint, world: usize) -> Result<
     }
     for (field, same) in [
         ("training.batch_size", then.training.batch_size == job.training.batch_size),
+        ("training.accumulate", then.training.accumulate == job.training.accumulate),
         ("training.seed", then.training.seed == job.training.seed),
         ("data", serde_json::to_string(&then.data).ok() == serde_json::to_string(&job.data).ok()),
         ("optimizer.kind", then.optimizer.kind == job.optimizer.kind),

@@ -337,6 +337,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             ranks,
             lr: self.st.opt().lr(),
             pipeline_bubble: pipelined.then(|| totals[2] / ranks as f64),
+            grad_norm: self.st.take_grad_norm(),
         };
         if self.metrics.is_some() {
             self.log_epoch(&m, exposed_ms)?;
@@ -431,6 +432,23 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             m.samples_per_sec,
             m.epoch_seconds,
         );
+        if let Some(g) = m.grad_norm {
+            let o = &job.optimizer;
+            let limit = match (o.global_clipnorm, o.clipnorm) {
+                (Some(c), _) => format!("optimizer.global_clipnorm = {c}"),
+                (_, Some(c)) => format!("optimizer.clipnorm = {c}, per tensor"),
+                _ => "no limit".into(),
+            };
+            info!(
+                "epoch {epoch}/{}: gradient norm (global, after the all-reduce, before clipping) mean {:.4e}, max {:.4e}; \
+                 clipped at {} of {} steps ({limit})",
+                job.training.epochs,
+                g.mean,
+                g.max,
+                g.clipped,
+                g.steps
+            );
+        }
         if let Some(b) = m.pipeline_bubble {
             let (p, mb) = (job.parallel.pipeline, job.parallel.micro_batches);
             info!(

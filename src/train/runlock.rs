@@ -69,7 +69,7 @@ pub fn take(out_dir: &Path) -> Result<()> {
                 let holder = std::fs::read_to_string(&p).unwrap_or_default();
                 if t.elapsed() >= TAKE_WAIT {
                     return Err(Error::config(
-                        &p.display().to_string(),
+                        p.display().to_string(),
                         "output.dir",
                         format!(
                             "another hvtrain run is using this directory (its rank 0: {}); \

@@ -178,7 +178,7 @@ pub(super) fn state_bytes(job: &Job, model: &Mlp) -> crate::mem::StateBytes {
 /// the checkpoint's when resuming) over this job's data-parallel ranks; an error naming
 /// `training.batch_size` when it does not divide over them or (drop_last) leaves no full step.
 pub(super) fn schedule(comm: &Comm, job: &Job, setup: &Setup, global: usize) -> Result<Schedule> {
-    let (ranks, n, b) = (setup.grid.data, setup.train_shard.len(), job.training.batch_size);
+    let (ranks, n, b) = (setup.grid.data, setup.train_shard.len(), job.training.rows_per_step());
     if global % ranks != 0 {
         let fits: Vec<String> = (1..=global.min(4096)).filter(|m| global % m == 0).map(|m| m.to_string()).collect();
         return Err(Error::config(
@@ -214,8 +214,14 @@ pub(super) fn schedule(comm: &Comm, job: &Job, setup: &Setup, global: usize) -> 
 /// Rank 0: the steps and batches of an epoch, and what drop_last leaves out (at warn).
 fn log_schedule(job: &Job, s: &Schedule) {
     let (b, steps, ranks, total) = (s.batch, s.steps, s.ranks, s.rows);
+    let k = job.training.accumulate;
+    let per_rank = if k > 1 && b % k == 0 {
+        format!("{b} per data-parallel rank ({} x {k} accumulated micro-batches, training.accumulate)", b / k)
+    } else {
+        format!("{b} per data-parallel rank")
+    };
     info!(
-        "{} epochs of {steps} steps, global batch {} = {b} per data-parallel rank x {ranks} data-parallel rank(s); {} of \
+        "{} epochs of {steps} steps, global batch {} = {per_rank} x {ranks} data-parallel rank(s); {} of \
          the {total} training samples per epoch, in an order that does not depend on the rank count",
         job.training.epochs,
         s.global_batch,

@@ -113,6 +113,7 @@ mod tests {
             steps: 1,
             samples: 1,
             ranks: 1,
+            grad_norm: None,
             lr: 0.1,
             pipeline_bubble: None,
         }

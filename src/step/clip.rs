@@ -1,0 +1,107 @@
+//! Gradient clipping by norm (`optimizer.global_clipnorm`, Keras' and TensorFlow's
+//! clip_by_global_norm; `optimizer.clipnorm`, per tensor): every bucket must be back from the
+//! all-reduce before any update, since the norm is the reduced gradients' (the same on every
+//! replica); each tensor's sum of squares is the backend's (float64), the factors fold into the
+//! optimizer's gradient scale, so clipping costs no pass over the gradients of its own.
+//!
+//! Must not: take a norm before the all-reduce (a rank's own gradients are not the step's).
+
+use super::Stepper;
+use crate::device::Backend;
+use crate::error::{Error, Result};
+use crate::metrics::GradNorm;
+use crate::parallel::engine::HostBuf;
+use std::time::Instant;
+
+/// The factor each tensor's gradient is scaled by, from the tensors' sums of squares `sq` (of
+/// the reduced gradients): `global` (Keras' global_clipnorm, TensorFlow's clip_by_global_norm:
+/// limit / max(norm, limit) for all) or `per_tensor` (clipnorm: the same per tensor). Returns
+/// (factors, the global norm, whether any factor is below 1).
+pub fn clip_factors(sq: &[f64], global: Option<f64>, per_tensor: Option<f64>) -> (Vec<f32>, f64, bool) {
+    let norm = sq.iter().sum::<f64>().sqrt();
+    let f: Vec<f32> = match (global, per_tensor) {
+        (Some(c), _) => vec![(c / norm.max(c)) as f32; sq.len()],
+        (None, Some(c)) => sq.iter().map(|s| (c / s.sqrt().max(c)) as f32).collect(),
+        (None, None) => vec![1.0; sq.len()],
+    };
+    let clipped = f.iter().any(|&x| x < 1.0);
+    (f, norm, clipped)
+}
+
+impl<B: Backend> Stepper<B>
+where
+    B::Buf: HostBuf,
+{
+    /// `apply_buckets` with gradient clipping: every bucket back first (the norm needs all of
+    /// them), each tensor's sum of squares, the factors, then the optimizer on each tensor
+    /// with its factor folded into the gradient scale.
+    pub(super) fn apply_clipped(&mut self) -> Result<()> {
+        let be = &self.be;
+        self.opt.begin_step();
+        let scale = self.engine.grad_scale();
+        let t = Instant::now();
+        let mut back = Vec::new();
+        while let Some(bucket) = self.engine.wait_next() {
+            if let Some(e) = &bucket.failed {
+                return Err(Error::Cuda(e.clone()));
+            }
+            back.push(bucket);
+        }
+        self.span("wait for every bucket (clipping)", t);
+        let t = Instant::now();
+        let ranges: Vec<std::ops::Range<usize>> = self.model.tensors().into_iter().map(|t| t.range).collect();
+        let mut sq = vec![0.0f64; ranges.len()];
+        for b in &back {
+            let offset = self.engine.plan().buckets[b.index].start;
+            for &ti in &self.engine.plan().members[b.index] {
+                let r = &ranges[ti];
+                sq[ti] = be.sum_squares(&b.reduced, r.start - offset..r.end - offset)? * f64::from(scale).powi(2);
+            }
+        }
+        let c = self.opt.cfg();
+        let (factors, norm, clipped) = clip_factors(&sq, c.global_clipnorm, c.clipnorm);
+        if !norm.is_finite() {
+            return Err(Error::Training(format!(
+                "the gradient norm became {norm} at step {}; lower optimizer.lr, or check the data for extreme values",
+                self.step
+            )));
+        }
+        self.grad_norm.add(norm, clipped);
+        for bucket in back {
+            let offset = self.engine.plan().buckets[bucket.index].start;
+            for &ti in &self.engine.plan().members[bucket.index] {
+                self.opt.apply(be, &mut self.params, &bucket.reduced, offset, scale * factors[ti], &[ti])?;
+            }
+            self.engine.give_back(bucket);
+        }
+        self.span("clip and optimizer", t);
+        Ok(())
+    }
+
+    /// The global gradient norm since the last call (None without clipping).
+    pub fn take_grad_norm(&mut self) -> Option<GradNorm> {
+        let g = std::mem::take(&mut self.grad_norm);
+        (g.steps > 0).then_some(g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clip_factors;
+
+    #[test]
+    fn factors_follow_the_limit() {
+        // Tensors of norms 3 and 4: global norm 5.
+        let sq = [9.0, 16.0];
+        let (f, n, c) = clip_factors(&sq, Some(2.5), None);
+        assert_eq!((n, c), (5.0, true));
+        assert!(f.iter().all(|&x| (x - 0.5).abs() < 1e-7), "{f:?}");
+        let (f, _, c) = clip_factors(&sq, Some(10.0), None);
+        assert_eq!((f, c), (vec![1.0, 1.0], false));
+        // Per tensor: only the tensor over the limit shrinks, to the limit.
+        let (f, _, c) = clip_factors(&sq, None, Some(3.5));
+        assert!((f[0] - 1.0).abs() < 1e-7 && (f[1] - 3.5 / 4.0).abs() < 1e-7 && c, "{f:?}");
+        let (f, _, c) = clip_factors(&[0.0], Some(1.0), None);
+        assert_eq!((f, c), (vec![1.0], false));
+    }
+}
