@@ -4,7 +4,7 @@
 //! are 50 times larger than rank 0's (a norm taken on each rank's own gradients would scale
 //! the two halves by different factors and train elsewhere). The clipped runs must also
 //! differ from unclipped ones, so the limit really acts; the log and metrics.jsonl report the
-//! global norm per epoch.
+//! global norm per epoch. Clipping by value clamps the reduced gradients, on any split of the model.
 
 mod common;
 use common::*;
@@ -80,6 +80,26 @@ fn global_clipnorm_is_the_all_reduced_gradients_norm() {
 #[test]
 fn clipnorm_per_tensor_is_the_all_reduced_gradients_norm() {
     check("optimizer.clipnorm=0.2");
+}
+
+#[test]
+fn clipvalue_clamps_the_all_reduced_gradients() {
+    check("optimizer.clipvalue=0.01");
+}
+
+/// Clipping by value is element-wise, so it works on tensor shards and pipeline stages too.
+#[test]
+fn clipvalue_on_tensor_shards_and_pipeline_stages_equals_one_rank() {
+    let _g = mpi_lock();
+    let dir = setup("clip-value-split");
+    let limit = "optimizer.clipvalue=0.01";
+    let (one, _) = train(&dir, "one", 1, &[limit]);
+    for split in ["parallel.tensor=2", "parallel.pipeline=2"] {
+        let b = format!("training.batch_size={G}"); // one replica of 2 ranks: the whole batch
+        let (w, _) = train(&dir, "split", 2, &[limit, split, &b]);
+        let d = max_diff(&one, &w);
+        assert!(d < 1e-5, "{split}: clipped by value, {d} from 1 rank");
+    }
 }
 
 /// Accumulation and clipping together: one norm per optimizer step, over the micro-batches'

@@ -220,7 +220,11 @@ impl Job {
             );
         }
         if o.clips() {
-            let field = if o.global_clipnorm.is_some() { "optimizer.global_clipnorm" } else { "optimizer.clipnorm" };
+            let field = match (o.global_clipnorm, o.clipnorm) {
+                (Some(_), _) => "optimizer.global_clipnorm",
+                (_, Some(_)) => "optimizer.clipnorm",
+                _ => "optimizer.clipvalue",
+            };
             return bad(
                 field,
                 format!(

@@ -106,6 +106,10 @@ pub struct OptimizerCfg {
     /// norm when its norm exceeds it.
     #[serde(default)]
     pub clipnorm: Option<f64>,
+    /// Keras' `clipvalue`: every gradient element clamped to [-clipvalue, clipvalue], after
+    /// the all-reduce and after any norm clipping.
+    #[serde(default)]
+    pub clipvalue: Option<f64>,
 }
 
 fn default_opt() -> OptimizerKind {
@@ -161,6 +165,7 @@ impl Default for OptimizerCfg {
             min_delta: 0.0,
             global_clipnorm: None,
             clipnorm: None,
+            clipvalue: None,
             trust_coefficient: default_trust(),
             power: default_power(),
         }
@@ -168,9 +173,10 @@ impl Default for OptimizerCfg {
 }
 
 impl OptimizerCfg {
-    /// Whether gradients are clipped by a norm (every bucket must be back before any update).
+    /// Whether gradients are clipped (by a norm: every bucket must be back before any update;
+    /// by value).
     pub fn clips(&self) -> bool {
-        self.global_clipnorm.is_some() || self.clipnorm.is_some()
+        self.global_clipnorm.is_some() || self.clipnorm.is_some() || self.clipvalue.is_some()
     }
 
     pub(super) fn validate(&self, origin: &str) -> Result<()> {
@@ -209,7 +215,11 @@ impl OptimizerCfg {
                 format!("must be below optimizer.lr ({}), got {}", limits::num(o.lr), limits::num(o.min_lr)),
             ));
         }
-        for (field, v) in [("optimizer.global_clipnorm", o.global_clipnorm), ("optimizer.clipnorm", o.clipnorm)] {
+        for (field, v) in [
+            ("optimizer.global_clipnorm", o.global_clipnorm),
+            ("optimizer.clipnorm", o.clipnorm),
+            ("optimizer.clipvalue", o.clipvalue),
+        ] {
             if let Some(v) = v {
                 real(origin, field, v, limits::CLIPNORM)?;
             }

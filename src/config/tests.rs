@@ -399,8 +399,11 @@ fn clipping_keys_and_the_modes_that_refuse_them() {
     }
     let (f, _) = msg_of(Job::parse("job", deep, &set(&["optimizer.clipnorm=1", "parallel.tensor=2"])));
     assert_eq!(f, "optimizer.clipnorm");
-    // Per tensor with pipeline stages: each stage holds whole tensors.
+    // Per tensor with pipeline stages: each stage holds whole tensors; by value anywhere.
     assert!(Job::parse("job", deep, &set(&["optimizer.clipnorm=1", "parallel.pipeline=2"])).is_ok());
+    assert!(Job::parse("job", deep, &set(&["optimizer.clipvalue=1", "parallel.tensor=2"])).is_ok());
+    let ps = ["distribution.strategy=\"parameter_server\"", "optimizer.clipvalue=1"];
+    assert_eq!(msg_of(Job::parse("job", deep, &set(&ps))).0, "optimizer.clipvalue");
     let ps = ["distribution.strategy=\"parameter_server\"", "optimizer.clipnorm=1"];
     let (f, m) = msg_of(Job::parse("job", deep, &set(&ps)));
     assert!(f == "optimizer.clipnorm" && m.contains("parameter_server"), "{f}: {m}");

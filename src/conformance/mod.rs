@@ -175,6 +175,18 @@ fn memory<B: Backend>(be: &B) {
     let want: f64 = h[3..19].iter().map(|&x| f64::from(x) * f64::from(x)).sum();
     let got = be.sum_squares(&d, 3..19).unwrap();
     assert!((got - want).abs() <= 1e-12 * want.max(1.0), "sum of squares {got} vs {want}");
+    // Clipping by value: two ranges, two bounds; the rest untouched.
+    let mut c = be.upload(&h).unwrap();
+    let n = be.clamp(&mut c, &[(2..9, 0.5), (12..19, 0.25)]).unwrap();
+    let want: Vec<f32> = (0..19)
+        .map(|i| match i {
+            2..9 => h[i].clamp(-0.5, 0.5),
+            12..19 => h[i].clamp(-0.25, 0.25),
+            _ => h[i],
+        })
+        .collect();
+    assert_eq!(host(be, &c, 19), want, "clamp");
+    assert_eq!(n, (0..19).filter(|&i| h[i] != want[i]).count(), "clamped count");
     be.fill_zero(be.view_mut(&mut d, 0..10)).unwrap();
     assert!(host(be, &d, 25)[..10].iter().all(|&v| v == 0.0));
     assert!(!be.name().is_empty());
@@ -225,7 +237,7 @@ fn model<B: Backend>(be: &B, tol: f64) {
 /// is the tolerance of the step-against-CPU check (1e-4 for float32; `selftest` checks TF32 apart).
 pub fn suite<B: Backend>(be: &B, step_tol: f64) -> Vec<(&'static str, std::result::Result<(), String>)> {
     let checks: Vec<(&'static str, Box<dyn Fn()>)> = vec![
-        ("memory (upload, download, views, fill, sums of squares)", Box::new(|| memory(be))),
+        ("memory (upload, download, views, fill, sums of squares, clamp)", Box::new(|| memory(be))),
         ("gemm (every transpose, odd shapes)", Box::new(|| gemm(be))),
         ("element-wise (bias + activation, activation backward, column sums)", Box::new(|| elementwise(be))),
         ("losses (softmax cross-entropy, MSE, MAE, Huber, binary cross-entropy, softmax)", Box::new(|| losses(be))),

@@ -103,6 +103,21 @@ pub struct Mask {
     pub scale: f32,
 }
 
+/// `Backend::clamp` on host memory: each range to [-bound, bound] (NaN stays NaN); how many
+/// values changed.
+pub fn clamp_host(h: &mut [f32], parts: &[(Range<usize>, f32)]) -> usize {
+    let mut k = 0;
+    for (r, b) in parts {
+        for x in &mut h[r.clone()] {
+            if x.abs() > *b {
+                *x = b.copysign(*x);
+                k += 1;
+            }
+        }
+    }
+    k
+}
+
 /// SplitMix64's finalizer: a bijection of u64 that mixes every bit into every other.
 pub fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -208,6 +223,18 @@ pub trait Backend: Send {
         let mut h = vec![0.0; r.len()];
         self.download(buf, r, &mut h)?;
         Ok(h.iter().map(|&x| f64::from(x) * f64::from(x)).sum())
+    }
+    /// Clamp each range of `buf` to [-bound, bound] (gradient clipping by value); returns how
+    /// many values changed. By default through host memory; the CPU clamps in place.
+    fn clamp(&self, buf: &mut Self::Buf, parts: &[(Range<usize>, f32)]) -> Result<usize> {
+        let n = self.len(buf);
+        let mut h = vec![0.0; n];
+        self.download(buf, 0..n, &mut h)?;
+        let k = clamp_host(&mut h, parts);
+        if k > 0 {
+            self.upload_into(&h, buf)?;
+        }
+        Ok(k)
     }
     fn fill_zero(&self, v: Self::ViewMut<'_>) -> Result<()>;
     fn view<'a>(&self, buf: &'a Self::Buf, r: Range<usize>) -> Self::View<'a>;

@@ -85,6 +85,9 @@ impl Backend for Cpu {
     fn sum_squares(&self, buf: &Vec<f32>, r: Range<usize>) -> Result<f64> {
         Ok(buf[r].iter().map(|&x| f64::from(x) * f64::from(x)).sum())
     }
+    fn clamp(&self, buf: &mut Vec<f32>, parts: &[(Range<usize>, f32)]) -> Result<usize> {
+        Ok(super::backend::clamp_host(buf, parts))
+    }
     fn fill_zero(&self, v: &mut [f32]) -> Result<()> {
         v.fill(0.0);
         Ok(())

@@ -1,8 +1,9 @@
 //! Gradient clipping by norm (`optimizer.global_clipnorm`, Keras' and TensorFlow's
-//! clip_by_global_norm; `optimizer.clipnorm`, per tensor): every bucket must be back from the
-//! all-reduce before any update, since the norm is the reduced gradients' (the same on every
-//! replica); each tensor's sum of squares is the backend's (float64), the factors fold into the
-//! optimizer's gradient scale, so clipping costs no pass over the gradients of its own.
+//! clip_by_global_norm; `optimizer.clipnorm`, per tensor) and by value (`clipvalue`, after the
+//! norms, in Keras' order): every bucket must be back from the all-reduce before any update,
+//! since the norm is the reduced gradients' (the same on every replica); each tensor's sum of
+//! squares is the backend's (float64), the factors fold into the optimizer's gradient scale,
+//! and the value limit, divided by that scale, clamps the reduced buckets (`Backend::clamp`).
 //!
 //! Must not: take a norm before the all-reduce (a rank's own gradients are not the step's).
 
@@ -50,23 +51,42 @@ where
         self.span("wait for every bucket (clipping)", t);
         let t = Instant::now();
         let ranges: Vec<std::ops::Range<usize>> = self.model.tensors().into_iter().map(|t| t.range).collect();
+        let c = self.opt.cfg();
+        // A tensor shard or pipeline stage holds part of the model: its norm is not the step's
+        // (norm limits are refused there at start-up; clipvalue alone is element-wise).
+        let whole = self.tp.full.n_params == self.model.n_params;
+        let norms = c.global_clipnorm.is_some() || c.clipnorm.is_some() || whole;
         let mut sq = vec![0.0f64; ranges.len()];
-        for b in &back {
+        for b in back.iter().filter(|_| norms) {
             let offset = self.engine.plan().buckets[b.index].start;
             for &ti in &self.engine.plan().members[b.index] {
                 let r = &ranges[ti];
                 sq[ti] = be.sum_squares(&b.reduced, r.start - offset..r.end - offset)? * f64::from(scale).powi(2);
             }
         }
-        let c = self.opt.cfg();
-        let (factors, norm, clipped) = clip_factors(&sq, c.global_clipnorm, c.clipnorm);
+        let (factors, norm, mut clipped) = clip_factors(&sq, c.global_clipnorm, c.clipnorm);
         if !norm.is_finite() {
             return Err(Error::Training(format!(
                 "the gradient norm became {norm} at step {}; lower optimizer.lr, or check the data for extreme values",
                 self.step
             )));
         }
-        self.grad_norm.add(norm, clipped);
+        if let Some(v) = c.clipvalue {
+            for b in &mut back {
+                let offset = self.engine.plan().buckets[b.index].start;
+                let parts: Vec<(std::ops::Range<usize>, f32)> = self.engine.plan().members[b.index]
+                    .iter()
+                    .map(|&ti| {
+                        let r = &ranges[ti];
+                        (r.start - offset..r.end - offset, (v / (f64::from(scale) * f64::from(factors[ti]))) as f32)
+                    })
+                    .collect();
+                clipped |= be.clamp(&mut b.reduced, &parts)? > 0;
+            }
+        }
+        if norms {
+            self.grad_norm.add(norm, clipped);
+        }
         for bucket in back {
             let offset = self.engine.plan().buckets[bucket.index].start;
             for &ti in &self.engine.plan().members[bucket.index] {

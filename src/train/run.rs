@@ -226,6 +226,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         tally.add(&batch);
         loader.give_back(batch);
         if self.st.step() == self.start_step + 1 && rank == 0 {
+            super::runlock::running();
             let since_exec = crate::sys::seconds_since_start().unwrap_or(f64::NAN);
             info!(
                 "first step done {since_exec:.3} s after process start ({:.3} s after main)",
@@ -434,11 +435,14 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         );
         if let Some(g) = m.grad_norm {
             let o = &job.optimizer;
-            let limit = match (o.global_clipnorm, o.clipnorm) {
+            let mut limit = match (o.global_clipnorm, o.clipnorm) {
                 (Some(c), _) => format!("optimizer.global_clipnorm = {c}"),
                 (_, Some(c)) => format!("optimizer.clipnorm = {c}, per tensor"),
-                _ => "no limit".into(),
+                _ => String::new(),
             };
+            if let Some(v) = o.clipvalue {
+                limit += &format!("{}optimizer.clipvalue = {v}", if limit.is_empty() { "" } else { ", then " });
+            }
             info!(
                 "epoch {epoch}/{}: gradient norm (global, after the all-reduce, before clipping) mean {:.4e}, max {:.4e}; \
                  clipped at {} of {} steps ({limit})",

@@ -4,7 +4,8 @@
 //! moment it prepares the directory until it has written its last output (the stop checkpoint,
 //! or weights.h5), or its process ends (the kernel releases it however the process ends:
 //! return, `_exit` from a signal handler, SIGKILL). The file says who holds it and how far the
-//! run got: `running`, `stopped at step N` (a stop checkpoint is on disk) or `done`.
+//! run got: `running` (from its first step), `stopped at step N` (a stop checkpoint is on
+//! disk) or `done`. A run refused at start-up writes nothing there (output.dir untouched).
 //!
 //! Why: a second SIGTERM or SIGINT makes Open MPI's `mpirun` exit at once, before its ranks;
 //! rank 0 may still be writing the stop checkpoint. Under Slurm the job ends when the batch
@@ -72,8 +73,8 @@ pub fn take(out_dir: &Path) -> Result<()> {
                         p.display().to_string(),
                         "output.dir",
                         format!(
-                            "another hvtrain run is using this directory (its rank 0: {}); \
-                             wait for it to end, or give this run another output.dir",
+                            "another hvtrain run is using this directory (its rank 0 holds {FILE}; last \
+                             recorded there: {}); wait for it to end, or give this run another output.dir",
                             holder.trim()
                         ),
                     ));
@@ -95,8 +96,13 @@ pub fn take(out_dir: &Path) -> Result<()> {
     let host = crate::sys::hostname();
     let who = format!("pid {} on {host}, started {}", std::process::id(), unix_now());
     let _ = HELD.set(Mutex::new(Held { file, who }));
-    mark("running", false);
     Ok(())
+}
+
+/// Rank 0's first step is done: the start-up checks passed. (Not at `take`: a run refused at
+/// start-up leaves output.dir as it found it, the lock file's text included.)
+pub fn running() {
+    mark("running", false);
 }
 
 /// Record how far the run got (rank 0, with the lock held; nothing elsewhere). `last`: rank 0
