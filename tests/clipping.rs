@@ -45,10 +45,6 @@ fn train(dir: &Path, out: &str, ranks: usize, sets: &[&str]) -> (Vec<Vec<f32>>, 
     (layer_tensors(&dir.join(out).join("weights.h5"), LAYERS.len() - 1), run.stderr)
 }
 
-fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    a.iter().zip(b).flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs())).fold(0.0, f32::max)
-}
-
 fn check(limit: &str) {
     let _g = mpi_lock();
     let tag = limit.split('=').next().unwrap().replace("optimizer.", "");

@@ -29,10 +29,6 @@ fn train(name: &str, ranks: usize, data_ranks: usize, sets: &[&str]) -> Vec<Vec<
     layer_tensors(&dir.join("out/weights.h5"), LAYERS.len() - 1)
 }
 
-fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    a.iter().zip(b).flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs())).fold(0.0, f32::max)
-}
-
 const DROP: &str = "model.dropout=[0.3, 0.2]";
 
 #[test]

@@ -73,10 +73,6 @@ fn try_train(
     Ok((tensors, run.stderr))
 }
 
-fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    a.iter().zip(b).flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs())).fold(0.0, f32::max)
-}
-
 fn check(optimizer: &str, tag: &str) {
     let _g = mpi_lock();
     let (reference, _) = train_weights(&format!("eq-{tag}-1"), 1, 64.0, optimizer, 7);

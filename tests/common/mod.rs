@@ -159,6 +159,11 @@ pub fn read_f32(path: &Path, name: &str) -> Vec<f32> {
     hdf5::File::open(path).unwrap().dataset(name).unwrap().read_raw().unwrap()
 }
 
+/// The largest element-wise difference between two sets of tensors (weights compared).
+pub fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    a.iter().zip(b).flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs())).fold(0.0, f32::max)
+}
+
 /// Every layer's weight and bias (`dense{l}/weight`, `dense{l}/bias`, l < `layers`) of a
 /// weights file or checkpoint, in layer order (for comparing weights).
 pub fn layer_tensors(path: &Path, layers: usize) -> Vec<Vec<f32>> {
