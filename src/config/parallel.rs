@@ -64,6 +64,16 @@ impl Job {
                 ),
             );
         }
+        if o.kind == super::OptimizerKind::Lars && p.tensor > 1 {
+            return bad(
+                "optimizer.kind",
+                format!(
+                    "\"lars\" with parallel.tensor = {}: its trust ratio needs each weight's whole norm, and a \
+                     tensor rank holds a shard; use tensor = 1 (pipeline stages hold whole tensors)",
+                    p.tensor
+                ),
+            );
+        }
         if o.clipnorm.is_some() && p.tensor > 1 {
             return bad(
                 "optimizer.clipnorm",

@@ -402,6 +402,9 @@ fn clipping_keys_and_the_modes_that_refuse_them() {
     // Per tensor with pipeline stages: each stage holds whole tensors; by value anywhere.
     assert!(Job::parse("job", deep, &set(&["optimizer.clipnorm=1", "parallel.pipeline=2"])).is_ok());
     assert!(Job::parse("job", deep, &set(&["optimizer.clipvalue=1", "parallel.tensor=2"])).is_ok());
+    let lars = ["optimizer.kind=\"lars\"", "parallel.tensor=2"];
+    assert_eq!(msg_of(Job::parse("job", deep, &set(&lars))).0, "optimizer.kind");
+    assert!(Job::parse("job", deep, &set(&["optimizer.kind=\"lars\"", "parallel.pipeline=2"])).is_ok());
     let ps = ["distribution.strategy=\"parameter_server\"", "optimizer.clipvalue=1"];
     assert_eq!(msg_of(Job::parse("job", deep, &set(&ps))).0, "optimizer.clipvalue");
     let ps = ["distribution.strategy=\"parameter_server\"", "optimizer.clipnorm=1"];
