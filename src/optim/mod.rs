@@ -76,6 +76,11 @@ impl<B: Backend> Optimizer<B> {
         &self.cfg
     }
 
+    /// Tensor `ti`'s range of the parameter arena.
+    pub fn range(&self, ti: usize) -> std::ops::Range<usize> {
+        self.tensors[ti].range.clone()
+    }
+
     /// How many tensors this optimizer updates.
     pub fn tensor_count(&self) -> usize {
         self.tensors.len()

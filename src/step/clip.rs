@@ -50,7 +50,7 @@ where
         }
         self.span("wait for every bucket (clipping)", t);
         let t = Instant::now();
-        let ranges: Vec<std::ops::Range<usize>> = self.model.tensors().into_iter().map(|t| t.range).collect();
+        let ranges: Vec<std::ops::Range<usize>> = (0..self.opt.tensor_count()).map(|ti| self.opt.range(ti)).collect();
         let c = self.opt.cfg();
         // A tensor shard or pipeline stage holds part of the model: its norm is not the step's
         // (norm limits are refused there at start-up; clipvalue alone is element-wise).

@@ -61,37 +61,25 @@ pub fn take(out_dir: &Path) -> Result<()> {
         .truncate(false)
         .open(&p)
         .map_err(|e| Error::io(&p, "open the run's lock file", e))?;
-    let t = Instant::now();
-    let mut said = false;
-    loop {
-        match file.try_lock() {
-            Ok(()) => break,
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let holder = std::fs::read_to_string(&p).unwrap_or_default();
-                if t.elapsed() >= TAKE_WAIT {
-                    return Err(Error::config(
-                        p.display().to_string(),
-                        "output.dir",
-                        format!(
-                            "another hvtrain run is using this directory (its rank 0 holds {FILE}; last \
-                             recorded there: {}); wait for it to end, or give this run another output.dir",
-                            holder.trim()
-                        ),
-                    ));
-                }
-                if !said {
-                    log::info!(
-                        "waiting (up to {} s) for the rank 0 of an earlier run to let go of {} ({})",
-                        TAKE_WAIT.as_secs(),
-                        p.display(),
-                        holder.trim()
-                    );
-                    said = true;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&p, "lock the run's lock file", e)),
-        }
+    let holder = || std::fs::read_to_string(&p).unwrap_or_default().trim().to_string();
+    let got = poll(&file, &p, false, TAKE_WAIT, Duration::from_millis(50), || {
+        log::info!(
+            "waiting (up to {} s) for the rank 0 of an earlier run to let go of {} ({})",
+            TAKE_WAIT.as_secs(),
+            p.display(),
+            holder()
+        )
+    })?;
+    if !got {
+        return Err(Error::config(
+            p.display().to_string(),
+            "output.dir",
+            format!(
+                "another hvtrain run is using this directory (its rank 0 holds {FILE}; last recorded there: {}); \
+                 wait for it to end, or give this run another output.dir",
+                holder()
+            ),
+        ));
     }
     let host = crate::sys::hostname();
     let who = format!("pid {} on {host}, started {}", std::process::id(), unix_now());
@@ -157,6 +145,26 @@ fn started(state: &str) -> Option<u64> {
     state.split(", started ").nth(1)?.split(';').next()?.trim().parse().ok()
 }
 
+/// Try to lock `file` (`p`, for errors), exclusively or shared, every `every` until `limit`:
+/// whether it was got. `waiting` runs once, at the first refusal.
+fn poll(file: &File, p: &Path, shared: bool, limit: Duration, every: Duration, waiting: impl FnOnce()) -> Result<bool> {
+    let t = Instant::now();
+    let mut waiting = Some(waiting);
+    loop {
+        match if shared { file.try_lock_shared() } else { file.try_lock() } {
+            Ok(()) => return Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) if t.elapsed() >= limit => return Ok(false),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                if let Some(f) = waiting.take() {
+                    f();
+                }
+                std::thread::sleep(every);
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(p, "lock the run's lock file", e)),
+        }
+    }
+}
+
 /// `hvtrain wait`: until rank 0 of the run in `out_dir` has let go of its lock, at most
 /// `seconds`. A state from a run started before `since` (Unix seconds) is not this launch's.
 pub fn wait(out_dir: &Path, seconds: f64, since: Option<u64>) -> Result<Waited> {
@@ -167,26 +175,15 @@ pub fn wait(out_dir: &Path, seconds: f64, since: Option<u64>) -> Result<Waited> 
         Err(e) => return Err(Error::io(&p, "open the run's lock file", e)),
     };
     let read = || std::fs::read_to_string(&p).unwrap_or_default().trim().to_string();
-    let t = Instant::now();
-    let mut said = false;
-    loop {
-        match file.try_lock_shared() {
-            Ok(()) => break,
-            Err(std::fs::TryLockError::WouldBlock) => {
-                if t.elapsed().as_secs_f64() >= seconds {
-                    return Ok(Waited::TimedOut(read()));
-                }
-                if !said {
-                    crate::sys::say(format!(
-                        "hvtrain wait: rank 0 ({}) is still running; waiting up to {seconds:.0} s for it to end",
-                        read()
-                    ));
-                    said = true;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&p, "lock the run's lock file", e)),
-        }
+    let limit = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX);
+    let got = poll(&file, &p, true, limit, Duration::from_millis(20), || {
+        crate::sys::say(format!(
+            "hvtrain wait: rank 0 ({}) is still running; waiting up to {seconds:.0} s for it to end",
+            read()
+        ))
+    })?;
+    if !got {
+        return Ok(Waited::TimedOut(read()));
     }
     let state = read();
     if state.is_empty() || since.is_some_and(|s| started(&state).is_none_or(|t| t < s)) {
