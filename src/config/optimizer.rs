@@ -19,6 +19,11 @@ pub enum OptimizerKind {
     /// (‖g‖ + weight_decay ‖w‖), momentum on the scaled step; biases take plain momentum SGD
     /// without weight decay.
     Lars,
+    /// Layer-wise adaptive moments (You et al., 2019), as TensorFlow Addons' `LAMB` computes
+    /// it: Adam's bias-corrected moments give r = m̂ / (√v̂ + eps) + weight_decay · w, and each
+    /// weight tensor moves by lr × ‖w‖ / ‖r‖ × r (ratio 1 where a norm is 0); biases are
+    /// excluded from the decay and the ratio, as the paper's reference code excludes them.
+    Lamb,
 }
 
 /// `optimizer.schedule`: how the learning rate moves after warm-up, per step (Keras'

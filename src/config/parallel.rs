@@ -64,11 +64,12 @@ impl Job {
                 ),
             );
         }
-        if o.kind == super::OptimizerKind::Lars && p.tensor > 1 {
+        if matches!(o.kind, super::OptimizerKind::Lars | super::OptimizerKind::Lamb) && p.tensor > 1 {
+            let kind = if o.kind == super::OptimizerKind::Lars { "lars" } else { "lamb" };
             return bad(
                 "optimizer.kind",
                 format!(
-                    "\"lars\" with parallel.tensor = {}: its trust ratio needs each weight's whole norm, and a \
+                    "\"{kind}\" with parallel.tensor = {}: its trust ratio needs each weight's whole norm, and a \
                      tensor rank holds a shard; use tensor = 1 (pipeline stages hold whole tensors)",
                     p.tensor
                 ),

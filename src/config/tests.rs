@@ -405,6 +405,9 @@ fn clipping_keys_and_the_modes_that_refuse_them() {
     let lars = ["optimizer.kind=\"lars\"", "parallel.tensor=2"];
     assert_eq!(msg_of(Job::parse("job", deep, &set(&lars))).0, "optimizer.kind");
     assert!(Job::parse("job", deep, &set(&["optimizer.kind=\"lars\"", "parallel.pipeline=2"])).is_ok());
+    let (field, msg) = msg_of(Job::parse("job", deep, &set(&["optimizer.kind=\"lamb\"", "parallel.tensor=2"])));
+    assert!(field == "optimizer.kind" && msg.contains("\"lamb\" with parallel.tensor = 2"), "{msg}");
+    assert!(Job::parse("job", deep, &set(&["optimizer.kind=\"lamb\"", "parallel.pipeline=2"])).is_ok());
     let ps = ["distribution.strategy=\"parameter_server\"", "optimizer.clipvalue=1"];
     assert_eq!(msg_of(Job::parse("job", deep, &set(&ps))).0, "optimizer.clipvalue");
     let ps = ["distribution.strategy=\"parameter_server\"", "optimizer.clipnorm=1"];

@@ -1,4 +1,5 @@
-//! Optimizers over the flat parameter arena: SGD (momentum, Nesterov), Adam and AdamW,
+//! Optimizers over the flat parameter arena: SGD (momentum, Nesterov), Adam, AdamW, LARS and
+//! LAMB (layer-wise trust ratios over whole tensors; LAMB composed of the Adam and SGD kernels),
 //! with the learning rate of `schedule.rs` (warm-up, then `optimizer.schedule`). This file
 //! holds the state and the per-tensor hyperparameters; the element-wise update runs on the backend (`Backend::sgd`/`adam`), so
 //! it runs where the parameters live. Gradients arrive as the sum over ranks, each rank's
@@ -31,6 +32,9 @@ pub struct Optimizer<B: Backend> {
     m: Option<B::Buf>,
     /// Adam's second moments.
     v: Option<B::Buf>,
+    /// LAMB's per-tensor update direction r before its ratio is known (the largest tensor's
+    /// length).
+    scratch: Option<B::Buf>,
     n_params: usize,
     step: u64,
     lr_now: f32,
@@ -54,9 +58,13 @@ impl<B: Backend> Optimizer<B> {
         Ok(Optimizer {
             cfg: cfg.clone(),
             sched: LrSchedule::new(cfg, base_lr),
-            tensors,
             m: if m_len > 0 { Some(be.zeros(m_len)?) } else { None },
             v: if v_len > 0 { Some(be.zeros(v_len)?) } else { None },
+            scratch: match cfg.kind {
+                OptimizerKind::Lamb => Some(be.zeros(tensors.iter().map(|t| t.range.len()).max().unwrap_or(0))?),
+                _ => None,
+            },
+            tensors,
             n_params,
             step: 0,
             lr_now: 0.0,
@@ -170,6 +178,14 @@ impl<B: Backend> Optimizer<B> {
                 }
                 _ => None,
             };
+            if c.kind == OptimizerKind::Lamb {
+                let h = self.adam_hyper(lr, grad_scale);
+                let (m, v) = (self.m.as_mut().expect("lamb keeps m"), self.v.as_mut().expect("lamb keeps v"));
+                let s = self.scratch.as_mut().expect("lamb keeps a scratch buffer");
+                let g = be.view(grads, r.start - offset..r.end - offset);
+                lamb(be, params, r.clone(), g, be.view_mut(m, r.clone()), be.view_mut(v, r), s, wd, t.is_weight, &h)?;
+                continue;
+            }
             let g = be.view(grads, r.start - offset..r.end - offset);
             let p = be.view_mut(params, r.clone());
             match c.kind {
@@ -189,25 +205,36 @@ impl<B: Backend> Optimizer<B> {
                 }
                 OptimizerKind::Adam | OptimizerKind::Adamw => {
                     let decoupled = c.kind == OptimizerKind::Adamw;
-                    let bc1 = 1.0 - c.beta1.powi(self.step as i32);
-                    let bc2 = 1.0 - c.beta2.powi(self.step as i32);
                     let h = AdamHyper {
-                        lr,
-                        grad_scale,
-                        b1: c.beta1 as f32,
-                        b2: c.beta2 as f32,
-                        eps: c.eps as f32,
-                        bc1: bc1 as f32,
-                        bc2_sqrt: bc2.sqrt() as f32,
                         l2: if decoupled { 0.0 } else { wd },
                         decay: if decoupled { lr * wd } else { 0.0 },
+                        ..self.adam_hyper(lr, grad_scale)
                     };
                     let (m, v) = (self.m.as_mut().expect("adam keeps m"), self.v.as_mut().expect("adam keeps v"));
                     be.adam(p, g, be.view_mut(m, r.clone()), be.view_mut(v, r), &h)?
                 }
+                OptimizerKind::Lamb => unreachable!("handled above"),
             }
         }
         Ok(())
+    }
+
+    /// Adam's hyperparameters for this step, without weight decay.
+    fn adam_hyper(&self, lr: f32, grad_scale: f32) -> AdamHyper {
+        let c = &self.cfg;
+        let bc1 = 1.0 - c.beta1.powi(self.step as i32);
+        let bc2 = 1.0 - c.beta2.powi(self.step as i32);
+        AdamHyper {
+            lr,
+            grad_scale,
+            b1: c.beta1 as f32,
+            b2: c.beta2 as f32,
+            eps: c.eps as f32,
+            bc1: bc1 as f32,
+            bc2_sqrt: bc2.sqrt() as f32,
+            l2: 0.0,
+            decay: 0.0,
+        }
     }
 
     /// One whole step over every tensor (tests).
@@ -252,6 +279,40 @@ fn lars_hyper<B: Backend>(
         momentum: c.momentum as f32,
         nesterov: c.nesterov,
     })
+}
+
+/// LAMB's update of one tensor, from the backend's Adam and SGD kernels (no kernel of its
+/// own, so every backend has it): Adam with lr −1 on a zeroed scratch `s` updates m and v and
+/// leaves s = m̂ / (√v̂ + eps); SGD adds weight_decay · w to it (weights only); the ratio is
+/// ‖w‖ / ‖s‖ (1 for biases, or where a norm is 0); SGD then takes w −= lr · ratio · s.
+#[allow(clippy::too_many_arguments)]
+fn lamb<B: Backend>(
+    be: &B,
+    params: &mut B::Buf,
+    r: std::ops::Range<usize>,
+    g: B::View<'_>,
+    m: B::ViewMut<'_>,
+    v: B::ViewMut<'_>,
+    s: &mut B::Buf,
+    wd: f32,
+    is_weight: bool,
+    h: &AdamHyper,
+) -> Result<()> {
+    let len = r.len();
+    be.fill_zero(be.view_mut(s, 0..len))?;
+    be.adam(be.view_mut(s, 0..len), g, m, v, &AdamHyper { lr: -1.0, l2: 0.0, decay: 0.0, ..*h })?;
+    let plain = |lr: f32, grad_scale: f32| SgdHyper { lr, grad_scale, weight_decay: 0.0, momentum: 0.0, nesterov: false };
+    let mut ratio = 1.0;
+    if is_weight {
+        if wd != 0.0 {
+            // s − 1 · (w · −wd) = s + wd · w.
+            be.sgd(be.view_mut(s, 0..len), be.view(params, r.clone()), None, &plain(1.0, -wd))?;
+        }
+        let w_norm = be.sum_squares(params, r.clone())?.sqrt();
+        let r_norm = be.sum_squares(s, 0..len)?.sqrt();
+        ratio = if w_norm > 0.0 && r_norm > 0.0 { w_norm / r_norm } else { 1.0 };
+    }
+    be.sgd(be.view_mut(params, r), be.view(s, 0..len), None, &plain((f64::from(h.lr) * ratio) as f32, 1.0))
 }
 
 /// LARS's trust ratio from the weight and gradient norms (1 where either is 0).
@@ -331,6 +392,54 @@ mod tests {
         // The trust ratio is small here: the weights moved far less than plain SGD's lr would.
         assert!((f64::from(p[0]) - 0.3).abs() < 0.05 && (f64::from(p[3]) - 0.1).abs() > 0.1);
         assert_eq!(lars_trust(0.001, 0.0, 1.0, 0.0), 1.0);
+    }
+
+    /// LAMB over a weight tensor and a bias, three steps, against TensorFlow Addons' `LAMB`
+    /// written out in float64 (bias-corrected moments, decay in r, ratio ‖w‖ / ‖r‖; the bias
+    /// without decay or ratio).
+    #[test]
+    fn lamb_matches_a_float64_reference() {
+        let sets: Vec<String> = ["optimizer.kind='lamb'", "optimizer.lr=0.05", "optimizer.weight_decay=0.01"]
+            .iter()
+            .chain(&["optimizer.beta1=0.8", "optimizer.beta2=0.95", "optimizer.eps=1e-6"])
+            .map(|s| s.to_string())
+            .collect();
+        let j = Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap();
+        let t = vec![
+            TensorInfo { name: "w".into(), range: 0..3, is_weight: true },
+            TensorInfo { name: "b".into(), range: 3..5, is_weight: false },
+        ];
+        let mut o = Optimizer::new(&Cpu, &j.optimizer, t, 5, 1).unwrap();
+        let mut p: Vec<f32> = vec![0.3, -1.2, 0.8, 0.1, -0.4];
+        let grads: [Vec<f32>; 3] =
+            [vec![0.5, 0.25, -2.0, 0.3, -0.1], vec![-0.4, 1.0, 0.6, 0.2, 0.05], vec![0.1, -0.3, 0.2, -0.6, 0.4]];
+        let (lr, b1, b2, eps, wd) = (0.05f64, 0.8f64, 0.95f64, 1e-6f64, 0.01f64);
+        let mut wp: Vec<f64> = p.iter().map(|&x| f64::from(x)).collect();
+        let (mut m, mut v) = ([0.0f64; 5], [0.0f64; 5]);
+        for (k, g) in grads.iter().enumerate() {
+            // grad_scale 2: the kernel's factor is part of the gradient LAMB sees.
+            let g2: Vec<f32> = g.iter().map(|x| x / 2.0).collect();
+            o.update(&Cpu, &mut p, &g2, 2.0).unwrap();
+            let t = (k + 1) as i32;
+            let mut r = [0.0f64; 5];
+            for i in 0..5 {
+                let gi = f64::from(g[i]);
+                m[i] = b1 * m[i] + (1.0 - b1) * gi;
+                v[i] = b2 * v[i] + (1.0 - b2) * gi * gi;
+                let (mh, vh) = (m[i] / (1.0 - b1.powi(t)), v[i] / (1.0 - b2.powi(t)));
+                r[i] = mh / (vh.sqrt() + eps) + if i < 3 { wd * wp[i] } else { 0.0 };
+            }
+            let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+            let ratio = norm(&wp[0..3]) / norm(&r[0..3]);
+            for i in 0..5 {
+                wp[i] -= lr * if i < 3 { ratio } else { 1.0 } * r[i];
+            }
+            for i in 0..5 {
+                assert!((f64::from(p[i]) - wp[i]).abs() < 2e-6 * wp[i].abs().max(1.0), "step {t}, {i}: {} vs {}", p[i], wp[i]);
+            }
+        }
+        // The bias moved by about lr per step (Adam's size), not by a ratio's.
+        assert!((f64::from(p[3]) - 0.1).abs() > 0.05, "{}", p[3]);
     }
 
     #[test]
