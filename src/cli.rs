@@ -215,6 +215,10 @@ pub enum BenchCommand {
         /// Seconds to spend per size and path.
         #[arg(long, default_value_t = 0.5)]
         seconds: f64,
+        /// The fused paths' reduction: `average` (the sum) or `adasum` (checked against a
+        /// float64 Adasum of every rank's data; raw stays MPI_Allreduce's sum, for comparison).
+        #[arg(long, value_enum, default_value_t = ReductionArg::Average)]
+        reduction: ReductionArg,
     },
     /// Training steps per second of one MLP on one device (CPU or GPU, no MPI), and the
     /// GEMM rate of the step's own matrix products on that device in the same run.
@@ -300,6 +304,22 @@ impl PrecisionArg {
             PrecisionArg::Fp32 => crate::config::Precision::Fp32,
             PrecisionArg::Tf32 => crate::config::Precision::Tf32,
             PrecisionArg::Bf16 => crate::config::Precision::Bf16,
+        }
+    }
+}
+
+/// `hvtrain bench allreduce --reduction` (the job file's `distribution.reduction`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ReductionArg {
+    Average,
+    Adasum,
+}
+
+impl ReductionArg {
+    pub fn reduction(self) -> crate::config::Reduction {
+        match self {
+            ReductionArg::Average => crate::config::Reduction::Average,
+            ReductionArg::Adasum => crate::config::Reduction::Adasum,
         }
     }
 }

@@ -34,6 +34,10 @@ pub struct DistributionCfg {
     /// Environment: HVTRAIN_COMPRESSION.
     #[serde(default = "default_compression")]
     pub compression: Compression,
+    /// How the ranks' gradients are combined: `average` (the sum of every rank's gradient, each
+    /// divided by the global row count: the mean) or `adasum` (Horovod's Adasum, per tensor).
+    #[serde(default)]
+    pub reduction: Reduction,
     /// A rank whose heartbeats stop for this many seconds is dead, stopped or unreachable, and
     /// the job ends. A rank that is only slow keeps sending heartbeats, so this is not a
     /// deadline on any operation (it was one before heartbeats; it still is when MPI grants
@@ -87,6 +91,17 @@ pub enum BucketOrder {
     Forward,
 }
 
+/// `distribution.reduction`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Reduction {
+    /// The exact mean (sum-and-average), as Horovod's default `op=Average`.
+    #[default]
+    Average,
+    /// Adaptive summation (Horovod's `op=Adasum`), see `parallel/adasum.rs`.
+    Adasum,
+}
+
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Compression {
@@ -134,6 +149,7 @@ impl Default for DistributionCfg {
             bucket_order: default_order(),
             overlap: super::yes(),
             compression: default_compression(),
+            reduction: Reduction::Average,
             watchdog_seconds: default_watchdog(),
             stall_seconds: default_stall(),
             startup_seconds: default_startup(),
@@ -160,6 +176,17 @@ impl DistributionCfg {
         ];
         for (field, v, span) in reals {
             real(origin, field, v, span)?;
+        }
+        if d.reduction == Reduction::Adasum && d.compression != Compression::None {
+            return Err(Error::config(
+                origin,
+                "distribution.reduction",
+                format!(
+                    "\"adasum\" with compression = \"{}\": Adasum combines exact float32 gradients pair by pair; \
+                     set compression = \"none\" or reduction = \"average\"",
+                    format!("{:?}", d.compression).to_lowercase()
+                ),
+            ));
         }
         Ok(())
     }
@@ -243,6 +270,15 @@ impl Job {
                     d.compression
                 )
                 .to_lowercase(),
+            );
+        }
+        if d.reduction == Reduction::Adasum {
+            return bad(
+                "distribution.reduction",
+                "\"adasum\" combines the ranks' gradients with each other, and with strategy = \"parameter_server\" \
+                 each worker's gradient goes to the servers alone; use strategy = \"allreduce\" or reduction = \
+                 \"average\""
+                    .to_string(),
             );
         }
         if self.parallel.tensor > 1 {

@@ -75,6 +75,17 @@ impl Job {
                 ),
             );
         }
+        if self.distribution.reduction == super::Reduction::Adasum && p.tensor > 1 {
+            return bad(
+                "distribution.reduction",
+                format!(
+                    "\"adasum\" with parallel.tensor = {}: Adasum's coefficients need each tensor's whole norm and \
+                     dot product, and a tensor rank holds a shard; use tensor = 1 (pipeline stages hold whole tensors) \
+                     or reduction = \"average\"",
+                    p.tensor
+                ),
+            );
+        }
         if o.clipnorm.is_some() && p.tensor > 1 {
             return bad(
                 "optimizer.clipnorm",

@@ -408,6 +408,18 @@ fn clipping_keys_and_the_modes_that_refuse_them() {
     let (field, msg) = msg_of(Job::parse("job", deep, &set(&["optimizer.kind=\"lamb\"", "parallel.tensor=2"])));
     assert!(field == "optimizer.kind" && msg.contains("\"lamb\" with parallel.tensor = 2"), "{msg}");
     assert!(Job::parse("job", deep, &set(&["optimizer.kind=\"lamb\"", "parallel.pipeline=2"])).is_ok());
+    // Adasum: whole tensors and exact float32 gradients between ranks that reduce together.
+    let ada = "distribution.reduction=\"adasum\"";
+    for (other, says) in [
+        ("parallel.tensor=2", "with parallel.tensor = 2"),
+        ("distribution.compression=\"bf16\"", "with compression = \"bf16\""),
+        ("distribution.strategy=\"parameter_server\"", "parameter_server"),
+    ] {
+        let (f, m) = msg_of(Job::parse("job", deep, &set(&[ada, other])));
+        assert!(f == "distribution.reduction" && m.contains(says), "{other}: {f}: {m}");
+    }
+    assert!(Job::parse("job", deep, &set(&[ada, "parallel.pipeline=2"])).is_ok());
+    assert!(Job::parse("job", deep, &set(&["distribution.reduction=\"sum\""])).is_err());
     let ps = ["distribution.strategy=\"parameter_server\"", "optimizer.clipvalue=1"];
     assert_eq!(msg_of(Job::parse("job", deep, &set(&ps))).0, "optimizer.clipvalue");
     let ps = ["distribution.strategy=\"parameter_server\"", "optimizer.clipnorm=1"];

@@ -6,6 +6,7 @@
 //!
 //! Must not: know the model, the device or the data: it moves buffers that implement `HostBuf`.
 
+pub mod adasum;
 pub mod comm;
 pub mod compress;
 pub mod engine;

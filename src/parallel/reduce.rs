@@ -1,14 +1,17 @@
 //! The reduction seam: what happens to one gradient bucket between backward and the
 //! optimizer. The engine (`engine.rs`) decides *when* a bucket travels and on which thread;
 //! a `Reducer` decides *how*: an exact float32 `MPI_Allreduce`, a compressed fp16/bf16 ring,
-//! or (one rank) a copy. A parameter-server exchange (push gradients, pull parameters) is
+//! Adasum (`adasum.rs`, per tensor of the bucket), or (one rank) a copy. A parameter-server exchange (push gradients, pull parameters) is
 //! another implementation of the same trait.
 //!
 //! Must not: decide when a bucket travels (the engine does).
 
+use super::adasum;
 use super::comm::Channel;
 use super::compress::{self, Scratch};
-use crate::config::Compression;
+use super::fusion::FusionPlan;
+use crate::config::{Compression, Reduction};
+use std::ops::Range;
 
 pub trait Reducer: Send {
     /// Combine this rank's `grads` of one bucket with the other ranks' into `out` (both the
@@ -51,10 +54,18 @@ pub trait Reducer: Send {
 
 /// Choose the reducer for a job: `None` channel means one rank.
 /// `device_pointers`: the gradients live on a GPU and the MPI library is CUDA-aware, so the
-/// exact sum is handed device memory directly.
-pub fn for_job(chan: Option<Channel>, compression: Compression, device_pointers: bool) -> Box<dyn Reducer> {
+/// exact sum is handed device memory directly. `plan`: the buckets' tensors (Adasum combines
+/// tensor by tensor).
+pub fn for_job(
+    chan: Option<Channel>,
+    compression: Compression,
+    reduction: Reduction,
+    plan: &FusionPlan,
+    device_pointers: bool,
+) -> Box<dyn Reducer> {
     match (chan, compression) {
         (None, _) => Box::new(Local),
+        (Some(chan), _) if reduction == Reduction::Adasum => Box::new(Adasum::new(chan, plan)),
         (Some(chan), Compression::None) => Box::new(AllReduce { chan, device_pointers }),
         (Some(chan), kind) => Box::new(CompressedRing { chan, kind, scratch: Scratch::default() }),
     }
@@ -132,6 +143,52 @@ impl Reducer for CompressedRing {
             Compression::Fp16 => "all-reduce fp16 (pack, ring, unpack)",
             _ => "all-reduce bf16 (pack, ring, unpack)",
         }
+    }
+    fn into_channel(self: Box<Self>) -> Option<Channel> {
+        Some(self.chan)
+    }
+}
+
+/// Adasum (`adasum.rs`): each bucket's tensors combined pairwise over the ranks.
+pub struct Adasum {
+    chan: Channel,
+    /// For each bucket, its tensors' ranges inside it.
+    tensors: Vec<Vec<Range<usize>>>,
+    tmp: Vec<f32>,
+}
+
+impl Adasum {
+    pub fn new(chan: Channel, plan: &FusionPlan) -> Adasum {
+        let tensors = plan
+            .buckets
+            .iter()
+            .zip(&plan.members)
+            .map(|(b, m)| {
+                let mut ts: Vec<Range<usize>> =
+                    m.iter().map(|&t| plan.slots[t].start - b.start..plan.slots[t].end - b.start).collect();
+                ts.sort_by_key(|r| r.start);
+                ts
+            })
+            .collect();
+        Adasum { chan, tensors, tmp: Vec::new() }
+    }
+}
+
+impl Reducer for Adasum {
+    fn reduce(&mut self, grads: &[f32], out: &mut [f32]) {
+        // Without a bucket index: the buffer as one tensor.
+        out.copy_from_slice(grads);
+        adasum::all_reduce(&self.chan, out, &[0..out.len()], &mut self.tmp);
+    }
+    fn reduce_bucket(&mut self, index: usize, grads: &[f32], out: &mut [f32]) {
+        out.copy_from_slice(grads);
+        adasum::all_reduce(&self.chan, out, &self.tensors[index], &mut self.tmp);
+    }
+    fn grad_scale(&self) -> f32 {
+        1.0
+    }
+    fn what(&self) -> &'static str {
+        "adasum (pairwise, per tensor)"
     }
     fn into_channel(self: Box<Self>) -> Option<Channel> {
         Some(self.chan)

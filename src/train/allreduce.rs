@@ -65,7 +65,21 @@ pub(super) fn build<'a, B: Backend>(
     if comm.rank == 0 {
         info!("backend: {} on every rank", be.name());
     }
-    let reducer = reduce::for_job(engine_chan, d.compression, device_pointers(&be, comm, job));
+    if comm.rank == 0 && d.reduction == crate::config::Reduction::Adasum {
+        let p = crate::parallel::adasum::fold_size(grid.data);
+        let fold = if p < grid.data {
+            format!("; {} rank(s) above the power of two {p} folded in first (Horovod refuses this count)", grid.data - p)
+        } else {
+            String::new()
+        };
+        info!(
+            "gradient reduction: adasum (Horovod's op=Adasum), pairwise per tensor over {} data-parallel rank(s), \
+             {} whole-bucket exchange(s) per bucket{fold}",
+            grid.data,
+            p.trailing_zeros() as usize + usize::from(p < grid.data) * 2
+        );
+    }
+    let reducer = reduce::for_job(engine_chan, d.compression, d.reduction, &plan, device_pointers(&be, comm, job));
     let alloc = crate::step::bucket_buffers(&be, &plan)?;
     let overlap = overlap(comm, job, grid.data, grid.replica());
     let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
