@@ -219,6 +219,9 @@ pub enum BenchCommand {
         /// float64 Adasum of every rank's data; raw stays MPI_Allreduce's sum, for comparison).
         #[arg(long, value_enum, default_value_t = ReductionArg::Average)]
         reduction: ReductionArg,
+        /// The fused paths as the hierarchical all-reduce (`distribution.hierarchical`).
+        #[arg(long)]
+        hierarchical: bool,
     },
     /// Training steps per second of one MLP on one device (CPU or GPU, no MPI), and the
     /// GEMM rate of the step's own matrix products on that device in the same run.

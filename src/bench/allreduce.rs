@@ -99,12 +99,25 @@ fn check(what: &str, bytes: usize, got: &[f32], want: &[f32]) -> f64 {
     err / want.iter().map(|w| f64::from(w.abs())).fold(f64::MIN_POSITIVE, f64::max)
 }
 
-pub fn run(comm: &Comm, min_bytes: usize, max_bytes: usize, threshold_mb: f64, budget_s: f64, reduction: Reduction) {
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    comm: &Comm,
+    min_bytes: usize,
+    max_bytes: usize,
+    threshold_mb: f64,
+    budget_s: f64,
+    reduction: Reduction,
+    hierarchical: bool,
+) {
     let n = comm.size as f64;
     let bus = 2.0 * (n - 1.0) / n;
     let adasum = reduction == Reduction::Adasum;
     if comm.rank == 0 {
-        let what = if adasum { "raw: float32 sum, fused: Adasum (checked against float64)" } else { "float32 sum" };
+        let what = match (adasum, hierarchical) {
+            (true, _) => "raw: float32 sum, fused: Adasum (checked against float64)",
+            (false, true) => "raw: float32 sum, fused: hierarchical sum (node, leaders, node)",
+            _ => "float32 sum",
+        };
         println!("# hvtrain bench allreduce: {} ranks, {what}, fusion threshold {threshold_mb} MiB", comm.size);
         println!("# busbw in GB/s; fused = the engine's path with overlap off (reduced on the calling thread);");
         println!("# threaded = with overlap on (handed to the communication thread and back)");
@@ -157,7 +170,7 @@ pub fn run(comm: &Comm, min_bytes: usize, max_bytes: usize, threshold_mb: f64, b
         let (tensors, buckets) = (lens.len(), plan.buckets.len());
         let mut fused_out = vec![f32::NAN; len];
         let mut timed = |overlap: bool, chan: Channel| {
-            let reducer = reduce::for_job(Some(chan), Compression::None, reduction, &plan, false);
+            let reducer = reduce::for_job(Some(chan), Compression::None, reduction, hierarchical, &plan, false);
             let mut engine = Engine::new(reducer, plan.clone(), overlap, None, None, |n| vec![f32::NAN; n]);
             engine.load_grads(&send);
             let t = time_it(comm, budget_s, || engine.reduce_all());

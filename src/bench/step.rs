@@ -56,7 +56,7 @@ impl WithBackend<serde_json::Value> for &StepBench {
         let plan = FusionPlan::new(&lens, 64 << 20);
         let alloc = crate::step::bucket_buffers(&be, &plan)?;
         let engine =
-            Engine::new(reduce::for_job(None, crate::config::Compression::None, Default::default(), &plan, false), plan, false, None, None, alloc);
+            Engine::new(reduce::for_job(None, crate::config::Compression::None, Default::default(), false, &plan, false), plan, false, None, None, alloc);
         let cfg = OptimizerCfg { lr: 0.01, ..Default::default() };
         let opt = Optimizer::new(&be, &cfg, model.tensors(), model.n_params, 1)?;
         let name = be.name();

@@ -38,6 +38,11 @@ pub struct DistributionCfg {
     /// divided by the global row count: the mean) or `adasum` (Horovod's Adasum, per tensor).
     #[serde(default)]
     pub reduction: Reduction,
+    /// Reduce inside each node first (shared memory), all-reduce among one rank per node, then
+    /// broadcast inside the node (Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE). Environment:
+    /// HVTRAIN_HIERARCHICAL_ALLREDUCE (0/1).
+    #[serde(default)]
+    pub hierarchical: bool,
     /// A rank whose heartbeats stop for this many seconds is dead, stopped or unreachable, and
     /// the job ends. A rank that is only slow keeps sending heartbeats, so this is not a
     /// deadline on any operation (it was one before heartbeats; it still is when MPI grants
@@ -150,6 +155,7 @@ impl Default for DistributionCfg {
             overlap: super::yes(),
             compression: default_compression(),
             reduction: Reduction::Average,
+            hierarchical: false,
             watchdog_seconds: default_watchdog(),
             stall_seconds: default_stall(),
             startup_seconds: default_startup(),
@@ -176,6 +182,22 @@ impl DistributionCfg {
         ];
         for (field, v, span) in reals {
             real(origin, field, v, span)?;
+        }
+        if d.hierarchical && (d.compression != Compression::None || d.reduction == Reduction::Adasum) {
+            let (field, what) = if d.reduction == Reduction::Adasum {
+                ("distribution.reduction", "reduction = \"adasum\"".to_string())
+            } else {
+                ("distribution.compression", format!("compression = \"{}\"", format!("{:?}", d.compression).to_lowercase()))
+            };
+            return Err(Error::config(
+                origin,
+                field,
+                format!(
+                    "{what} with hierarchical = true: the hierarchical all-reduce sums exact float32 gradients \
+                     (reduce in the node, all-reduce among the nodes, broadcast); set hierarchical = false, or \
+                     compression = \"none\" and reduction = \"average\""
+                ),
+            ));
         }
         if d.reduction == Reduction::Adasum && d.compression != Compression::None {
             return Err(Error::config(

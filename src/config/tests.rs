@@ -420,6 +420,11 @@ fn clipping_keys_and_the_modes_that_refuse_them() {
     }
     assert!(Job::parse("job", deep, &set(&[ada, "parallel.pipeline=2"])).is_ok());
     assert!(Job::parse("job", deep, &set(&["distribution.reduction=\"sum\""])).is_err());
+    let hier = "distribution.hierarchical=true";
+    let (f, m) = msg_of(Job::parse("job", deep, &set(&[hier, "distribution.compression=\"fp16\""])));
+    assert!(f == "distribution.compression" && m.contains("with hierarchical = true"), "{f}: {m}");
+    assert_eq!(msg_of(Job::parse("job", deep, &set(&[hier, ada]))).0, "distribution.reduction");
+    assert!(Job::parse("job", deep, &set(&[hier, "parallel.tensor=2"])).is_ok());
     let ps = ["distribution.strategy=\"parameter_server\"", "optimizer.clipvalue=1"];
     assert_eq!(msg_of(Job::parse("job", deep, &set(&ps))).0, "optimizer.clipvalue");
     let ps = ["distribution.strategy=\"parameter_server\"", "optimizer.clipnorm=1"];

@@ -70,6 +70,28 @@ impl Channel {
         assert_eq!(rc, 0, "MPI_Allreduce on device memory failed with code {rc}");
     }
 
+    /// `recv` on rank 0 of this communicator = the element-wise sum of every rank's `send`
+    /// (`MPI_Reduce`); `recv` is left as it was on the others.
+    pub fn reduce_sum_f32(&self, send: &[f32], recv: &mut [f32]) {
+        let root = self.comm.process_at_rank(0);
+        if self.rank == 0 {
+            root.reduce_into_root(send, recv, SystemOperation::sum());
+        } else {
+            root.reduce_into(send, SystemOperation::sum());
+        }
+    }
+
+    /// The ranks of this communicator that share a node with this one, in this
+    /// communicator's order (`MPI_Comm_split_type` with `MPI_COMM_TYPE_SHARED`); with
+    /// `HVTRAIN_NODE_SIZE=k` (tests on one machine), runs of k consecutive ranks instead.
+    /// Collective.
+    pub fn split_node(&self) -> Channel {
+        match std::env::var("HVTRAIN_NODE_SIZE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&k| k > 0) {
+            Some(k) => self.split(self.rank / k, self.rank),
+            None => Channel::new(self.comm.split_shared(self.rank as i32)),
+        }
+    }
+
     /// In-place sum of small f64 vectors (metrics).
     pub fn all_reduce_sum_f64(&self, v: &mut [f64]) {
         let send = v.to_vec();

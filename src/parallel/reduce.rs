@@ -1,7 +1,8 @@
 //! The reduction seam: what happens to one gradient bucket between backward and the
 //! optimizer. The engine (`engine.rs`) decides *when* a bucket travels and on which thread;
 //! a `Reducer` decides *how*: an exact float32 `MPI_Allreduce`, a compressed fp16/bf16 ring,
-//! Adasum (`adasum.rs`, per tensor of the bucket), or (one rank) a copy. A parameter-server exchange (push gradients, pull parameters) is
+//! Adasum (`adasum.rs`, per tensor of the bucket), the hierarchical sum (in the node, among
+//! the nodes, back), or (one rank) a copy. A parameter-server exchange (push gradients, pull parameters) is
 //! another implementation of the same trait.
 //!
 //! Must not: decide when a bucket travels (the engine does).
@@ -60,11 +61,13 @@ pub fn for_job(
     chan: Option<Channel>,
     compression: Compression,
     reduction: Reduction,
+    hierarchical: bool,
     plan: &FusionPlan,
     device_pointers: bool,
 ) -> Box<dyn Reducer> {
     match (chan, compression) {
         (None, _) => Box::new(Local),
+        (Some(chan), _) if hierarchical => Box::new(Hierarchical::new(chan)),
         (Some(chan), _) if reduction == Reduction::Adasum => Box::new(Adasum::new(chan, plan)),
         (Some(chan), Compression::None) => Box::new(AllReduce { chan, device_pointers }),
         (Some(chan), kind) => Box::new(CompressedRing { chan, kind, scratch: Scratch::default() }),
@@ -189,6 +192,67 @@ impl Reducer for Adasum {
     }
     fn what(&self) -> &'static str {
         "adasum (pairwise, per tensor)"
+    }
+    fn into_channel(self: Box<Self>) -> Option<Channel> {
+        Some(self.chan)
+    }
+}
+
+/// The hierarchical sum (Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE): `MPI_Reduce` to the
+/// node's first rank over shared memory, `MPI_Allreduce` among the nodes' first ranks (one
+/// message per node crosses the network, not one per rank), `MPI_Bcast` back inside the
+/// node. The same sum as `AllReduce` in another order: equal within float32 rounding, and
+/// every rank gets the same bits (the broadcast).
+pub struct Hierarchical {
+    /// The whole group (kept for `into_channel`).
+    chan: Channel,
+    /// This rank's node.
+    node: Channel,
+    /// The nodes' first ranks (on them only).
+    leaders: Option<Channel>,
+    tmp: Vec<f32>,
+}
+
+impl Hierarchical {
+    /// Collective over `chan`.
+    pub fn new(chan: Channel) -> Hierarchical {
+        let node = chan.split_node();
+        let leader = node.rank == 0;
+        let leaders = chan.split(usize::from(!leader), chan.rank);
+        // Every node's size, in the order of their first ranks, for the log line.
+        let sizes: Vec<u64> =
+            chan.all_gather_u64(if leader { node.size as u64 } else { 0 }).into_iter().filter(|&s| s > 0).collect();
+        if crate::sys::rank() == Some(0) {
+            let same = sizes.iter().all(|&s| s == sizes[0]);
+            let shape = if same { format!("{} x {}", sizes.len(), sizes[0]) } else { format!("{sizes:?}") };
+            log::info!(
+                "hierarchical all-reduce: {shape} rank(s) (nodes x ranks per node, {}): reduce in \
+                 the node, all-reduce among {} node leader(s), broadcast in the node",
+                if std::env::var_os("HVTRAIN_NODE_SIZE").is_some() { "nodes as HVTRAIN_NODE_SIZE says" } else { "nodes by shared memory" },
+                sizes.len()
+            );
+        }
+        Hierarchical { chan, node, leaders: leader.then_some(leaders), tmp: Vec::new() }
+    }
+}
+
+impl Reducer for Hierarchical {
+    fn reduce(&mut self, grads: &[f32], out: &mut [f32]) {
+        self.node.reduce_sum_f32(grads, out);
+        if let Some(leaders) = &self.leaders {
+            if leaders.size > 1 {
+                self.tmp.clear();
+                self.tmp.extend_from_slice(out);
+                leaders.all_reduce_sum_f32(&self.tmp, out);
+            }
+        }
+        self.node.broadcast_f32(out);
+    }
+    fn grad_scale(&self) -> f32 {
+        1.0
+    }
+    fn what(&self) -> &'static str {
+        "hierarchical all-reduce (node reduce, leaders all-reduce, node broadcast)"
     }
     fn into_channel(self: Box<Self>) -> Option<Channel> {
         Some(self.chan)

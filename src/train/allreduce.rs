@@ -79,7 +79,14 @@ pub(super) fn build<'a, B: Backend>(
             p.trailing_zeros() as usize + usize::from(p < grid.data) * 2
         );
     }
-    let reducer = reduce::for_job(engine_chan, d.compression, d.reduction, &plan, device_pointers(&be, comm, job));
+    let reducer = reduce::for_job(
+        engine_chan,
+        d.compression,
+        d.reduction,
+        d.hierarchical && grid.data > 1,
+        &plan,
+        device_pointers(&be, comm, job) && !d.hierarchical,
+    );
     let alloc = crate::step::bucket_buffers(&be, &plan)?;
     let overlap = overlap(comm, job, grid.data, grid.replica());
     let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
