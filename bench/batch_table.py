@@ -31,6 +31,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("HVTRAIN_BIN", os.path.join(ROOT, "target/release/hvtrain"))
 RANKS = 2
+# A copy of the job file taken at start-up (main), so editing the repository meanwhile changes
+# nothing in a running table.
+JOB = os.path.join(ROOT, "jobs/fashion-mnist.toml")
 
 # Learning rate at global batch B, the scaling rule of each optimizer's large-batch practice.
 RULES = {
@@ -68,7 +71,7 @@ def run(opt, batch, factor, epochs, work):
         "data.validation_split=0.1",
         f"output.dir=\"{out}\"",
     ]
-    cmd = ["mpirun", "-n", str(RANKS), BIN, "train", "jobs/fashion-mnist.toml"]
+    cmd = ["mpirun", "-n", str(RANKS), BIN, "train", JOB]
     for s in sets:
         cmd += ["--set", s]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -93,7 +96,7 @@ def run(opt, batch, factor, epochs, work):
         "test_accuracy": last["test_accuracy"],
         "train_loss": last["train_loss"],
         "seconds": round(secs, 1),
-        "command": " ".join(cmd[:6]) + " " + " ".join(f"--set '{s}'" for s in sets if "output.dir" not in s),
+        "command": " ".join(cmd[:4]) + " train jobs/fashion-mnist.toml " + " ".join(f"--set '{s}'" for s in sets if "output.dir" not in s),
     }
 
 
@@ -141,21 +144,36 @@ def main():
     opts = a.optimizers.split(",")
     factors = [float(f) for f in a.factors.split(",")]
     rows, best = [], {}
+    # Rows already in OUT.csv (an interrupted table) are kept, not rerun: training is
+    # deterministic, so a rerun would give the same figures.
+    done = {}
+    if os.path.exists(a.out + ".csv"):
+        for r in csv.DictReader(open(a.out + ".csv")):
+            for k in ("batch",):
+                r[k] = int(r[k])
+            for k in ("factor", "lr", "val_accuracy", "test_accuracy", "train_loss", "seconds"):
+                r[k] = float(r[k])
+            done[(r["optimizer"], r["batch"], r["factor"])] = r
     with tempfile.TemporaryDirectory() as work:
+        global JOB
+        JOB = os.path.join(work, "job.toml")
+        with open(os.path.join(ROOT, "jobs/fashion-mnist.toml")) as src, open(JOB, "w") as dst:
+            dst.write(src.read())
         for o in opts:
             for bt in batches:
                 for f in factors:
-                    row = run(o, bt, f, a.epochs, work)
+                    row = done.get((o, bt, f)) or run(o, bt, f, a.epochs, work)
                     rows.append(row)
+                    done[(o, bt, f)] = row
+                    with open(a.out + ".csv", "w", newline="") as fh:
+                        wr = csv.DictWriter(fh, fieldnames=list(row.keys()))
+                        wr.writeheader()
+                        wr.writerows(done.values())
                     print(f"{o:12} batch {bt:6} lr {row['lr']:.5g}: val {row['val_accuracy']:.4f} "
                           f"test {row['test_accuracy']:.4f} ({row['seconds']} s)", flush=True)
                     k = (o, bt)
                     if k not in best or not row["val_accuracy"] <= best[k]["val_accuracy"] and not math.isnan(row["val_accuracy"]):
                         best[k] = row
-    with open(a.out + ".csv", "w", newline="") as fh:
-        wr = csv.DictWriter(fh, fieldnames=list(rows[0].keys()))
-        wr.writeheader()
-        wr.writerows(rows)
     svg(best, batches, opts, a.out + ".svg")
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     md = [f"# Large-batch accuracy, Fashion-MNIST, {a.epochs} epochs ({datetime.date.today()})", "",
