@@ -52,18 +52,6 @@ impl Job {
             Err(m) => return bad("parallel.pipeline", format!("parallel.pipeline = {}: {m}", p.pipeline)),
         };
         let o = &self.optimizer;
-        if o.global_clipnorm.is_some() && (p.tensor > 1 || p.pipeline > 1) {
-            return bad(
-                "optimizer.global_clipnorm",
-                format!(
-                    "optimizer.global_clipnorm with parallel.tensor = {} and parallel.pipeline = {}: the global norm \
-                     over tensor shards and pipeline stages is not available yet (each rank holds part of the \
-                     model); use it with tensor = pipeline = 1, or optimizer.clipnorm (per tensor) with pipeline \
-                     stages",
-                    p.tensor, p.pipeline
-                ),
-            );
-        }
         if matches!(o.kind, super::OptimizerKind::Lars | super::OptimizerKind::Lamb) && p.tensor > 1 {
             let kind = if o.kind == super::OptimizerKind::Lars { "lars" } else { "lamb" };
             return bad(
@@ -82,16 +70,6 @@ impl Job {
                     "\"adasum\" with parallel.tensor = {}: Adasum's coefficients need each tensor's whole norm and \
                      dot product, and a tensor rank holds a shard; use tensor = 1 (pipeline stages hold whole tensors) \
                      or reduction = \"average\"",
-                    p.tensor
-                ),
-            );
-        }
-        if o.clipnorm.is_some() && p.tensor > 1 {
-            return bad(
-                "optimizer.clipnorm",
-                format!(
-                    "optimizer.clipnorm with parallel.tensor = {}: a tensor's norm over its shards is not \
-                     available yet; use it with tensor = 1",
                     p.tensor
                 ),
             );

@@ -167,6 +167,28 @@ impl TensorGroup {
         self.watchdog = Some(wd);
     }
 
+    /// Collective over the replica (every tensor rank and stage): `sq`, this rank's sum of
+    /// squares of each of its tensors, becomes each whole tensor's (summed over the tensor
+    /// group; a tensor every tensor rank holds whole, a replicated bias, counted once); returns
+    /// the whole model's sum over every tensor of every stage (gradient clipping's norms).
+    pub fn whole_sums_of_squares(&self, sq: &mut [f64]) -> f64 {
+        if let Some(chan) = &self.chan {
+            let (local, stage) = (self.local_model().tensors(), self.stage.tensors());
+            for ((s, l), w) in sq.iter_mut().zip(&local).zip(&stage) {
+                if l.range.len() == w.range.len() && self.index != 0 {
+                    *s = 0.0; // replicated: tensor rank 0's counts
+                }
+            }
+            let _g = self.watchdog.as_ref().map(|w| w.guard(MAIN, "the tensor group's gradient-norm sum", self.step));
+            chan.all_reduce_sum_f64(sq);
+        }
+        let mut total = [sq.iter().sum::<f64>()];
+        if let Some(pipe) = &self.pipe {
+            pipe.sum_over_stages(&mut total);
+        }
+        total[0]
+    }
+
     /// This rank's shard of its stage.
     pub fn local_model(&self) -> Mlp {
         self.stage.shard(self.index, self.size)

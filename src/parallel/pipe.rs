@@ -114,6 +114,13 @@ impl PipeLink {
     }
 
     /// Collective over the pipeline: every stage gets the last stage's `v` (the step's loss).
+    /// `v` summed element-wise over the stages, on every stage (gradient clipping's global norm).
+    pub fn sum_over_stages(&self, v: &mut [f64]) {
+        let _g = self.watchdog.as_ref().map(|w| w.guard(MAIN, "the pipeline's gradient-norm sum", self.step));
+        self.chan.all_reduce_sum_f64(v);
+    }
+
+    /// The loss broadcast from the last stage (collective over the stages).
     pub fn broadcast_from_last(&self, v: &mut [f64]) {
         let _g = self.watchdog.as_ref().map(|w| w.guard(MAIN, "the pipeline's loss broadcast", self.step));
         self.chan.broadcast_f64_from(self.stages - 1, v);

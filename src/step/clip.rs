@@ -2,7 +2,9 @@
 //! clip_by_global_norm; `optimizer.clipnorm`, per tensor) and by value (`clipvalue`, after the
 //! norms, in Keras' order): every bucket must be back from the all-reduce before any update,
 //! since the norm is the reduced gradients' (the same on every replica); each tensor's sum of
-//! squares is the backend's (float64), the factors fold into the optimizer's gradient scale,
+//! squares is the backend's (float64), summed over the replica's tensor shards (a replicated
+//! bias once) and, for the global norm, its pipeline stages (`TensorGroup::whole_sums_of_squares`),
+//! the factors fold into the optimizer's gradient scale,
 //! and the value limit, divided by that scale, clamps the reduced buckets (`Backend::clamp`).
 //!
 //! Must not: take a norm before the all-reduce (a rank's own gradients are not the step's).
@@ -15,11 +17,12 @@ use crate::parallel::engine::HostBuf;
 use std::time::Instant;
 
 /// The factor each tensor's gradient is scaled by, from the tensors' sums of squares `sq` (of
-/// the reduced gradients): `global` (Keras' global_clipnorm, TensorFlow's clip_by_global_norm:
-/// limit / max(norm, limit) for all) or `per_tensor` (clipnorm: the same per tensor). Returns
-/// (factors, the global norm, whether any factor is below 1).
-pub fn clip_factors(sq: &[f64], global: Option<f64>, per_tensor: Option<f64>) -> (Vec<f32>, f64, bool) {
-    let norm = sq.iter().sum::<f64>().sqrt();
+/// the reduced gradients, whole tensors) and the whole model's `total` (every stage's):
+/// `global` (Keras' global_clipnorm, TensorFlow's clip_by_global_norm: limit / max(norm,
+/// limit) for all) or `per_tensor` (clipnorm: the same per tensor). Returns (factors, the
+/// global norm, whether any factor is below 1).
+pub fn clip_factors(sq: &[f64], total: f64, global: Option<f64>, per_tensor: Option<f64>) -> (Vec<f32>, f64, bool) {
+    let norm = total.sqrt();
     let f: Vec<f32> = match (global, per_tensor) {
         (Some(c), _) => vec![(c / norm.max(c)) as f32; sq.len()],
         (None, Some(c)) => sq.iter().map(|s| (c / s.sqrt().max(c)) as f32).collect(),
@@ -52,19 +55,17 @@ where
         let t = Instant::now();
         let ranges: Vec<std::ops::Range<usize>> = (0..self.opt.tensor_count()).map(|ti| self.opt.range(ti)).collect();
         let c = self.opt.cfg();
-        // A tensor shard or pipeline stage holds part of the model: its norm is not the step's
-        // (norm limits are refused there at start-up; clipvalue alone is element-wise).
-        let whole = self.tp.full.n_params == self.model.n_params;
-        let norms = c.global_clipnorm.is_some() || c.clipnorm.is_some() || whole;
         let mut sq = vec![0.0f64; ranges.len()];
-        for b in back.iter().filter(|_| norms) {
+        for b in &back {
             let offset = self.engine.plan().buckets[b.index].start;
             for &ti in &self.engine.plan().members[b.index] {
                 let r = &ranges[ti];
                 sq[ti] = be.sum_squares(&b.reduced, r.start - offset..r.end - offset)? * f64::from(scale).powi(2);
             }
         }
-        let (factors, norm, mut clipped) = clip_factors(&sq, c.global_clipnorm, c.clipnorm);
+        // Whole tensors and the whole model's norm, over this replica's tensor shards and stages.
+        let total = self.tp.whole_sums_of_squares(&mut sq);
+        let (factors, norm, mut clipped) = clip_factors(&sq, total, c.global_clipnorm, c.clipnorm);
         if !norm.is_finite() {
             return Err(Error::Training(format!(
                 "the gradient norm became {norm} at step {}; lower optimizer.lr, or check the data for extreme values",
@@ -84,9 +85,7 @@ where
                 clipped |= be.clamp(&mut b.reduced, &parts)? > 0;
             }
         }
-        if norms {
-            self.grad_norm.add(norm, clipped);
-        }
+        self.grad_norm.add(norm, clipped);
         for bucket in back {
             let offset = self.engine.plan().buckets[bucket.index].start;
             for &ti in &self.engine.plan().members[bucket.index] {
@@ -113,15 +112,18 @@ mod tests {
     fn factors_follow_the_limit() {
         // Tensors of norms 3 and 4: global norm 5.
         let sq = [9.0, 16.0];
-        let (f, n, c) = clip_factors(&sq, Some(2.5), None);
+        let (f, n, c) = clip_factors(&sq, 25.0, Some(2.5), None);
         assert_eq!((n, c), (5.0, true));
         assert!(f.iter().all(|&x| (x - 0.5).abs() < 1e-7), "{f:?}");
-        let (f, _, c) = clip_factors(&sq, Some(10.0), None);
+        let (f, _, c) = clip_factors(&sq, 25.0, Some(10.0), None);
         assert_eq!((f, c), (vec![1.0, 1.0], false));
+        // A pipeline stage: the norm is the whole model's (another stage holds 11 more).
+        let (f, n, _) = clip_factors(&sq, 36.0, Some(3.0), None);
+        assert!(n == 6.0 && f.iter().all(|&x| (x - 0.5).abs() < 1e-7), "{f:?}");
         // Per tensor: only the tensor over the limit shrinks, to the limit.
-        let (f, _, c) = clip_factors(&sq, None, Some(3.5));
+        let (f, _, c) = clip_factors(&sq, 25.0, None, Some(3.5));
         assert!((f[0] - 1.0).abs() < 1e-7 && (f[1] - 3.5 / 4.0).abs() < 1e-7 && c, "{f:?}");
-        let (f, _, c) = clip_factors(&[0.0], Some(1.0), None);
+        let (f, _, c) = clip_factors(&[0.0], 0.0, Some(1.0), None);
         assert_eq!((f, c), (vec![1.0], false));
     }
 }
