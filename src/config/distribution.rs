@@ -43,6 +43,15 @@ pub struct DistributionCfg {
     /// HVTRAIN_HIERARCHICAL_ALLREDUCE (0/1).
     #[serde(default)]
     pub hierarchical: bool,
+    /// Time the first steps with each of a few fusion settings (bucket size, a smaller first
+    /// bucket) and keep the fastest, as Horovod's HOROVOD_AUTOTUNE does; the choice and every
+    /// candidate's time go to OUTPUT_DIR/autotune.json, which a later run in the same
+    /// output.dir reuses instead of tuning again. Environment: HVTRAIN_AUTOTUNE (0/1).
+    #[serde(default)]
+    pub autotune: bool,
+    /// Steps timed per autotune candidate.
+    #[serde(default = "default_autotune_steps")]
+    pub autotune_steps: usize,
     /// A rank whose heartbeats stop for this many seconds is dead, stopped or unreachable, and
     /// the job ends. A rank that is only slow keeps sending heartbeats, so this is not a
     /// deadline on any operation (it was one before heartbeats; it still is when MPI grants
@@ -124,6 +133,9 @@ fn default_order() -> BucketOrder {
 fn default_compression() -> Compression {
     Compression::None
 }
+fn default_autotune_steps() -> usize {
+    10
+}
 fn default_watchdog() -> f64 {
     8.0
 }
@@ -156,6 +168,8 @@ impl Default for DistributionCfg {
             compression: default_compression(),
             reduction: Reduction::Average,
             hierarchical: false,
+            autotune: false,
+            autotune_steps: default_autotune_steps(),
             watchdog_seconds: default_watchdog(),
             stall_seconds: default_stall(),
             startup_seconds: default_startup(),
@@ -172,6 +186,7 @@ impl DistributionCfg {
     pub(super) fn validate(&self, origin: &str) -> Result<()> {
         let d = self;
         super::count(origin, "distribution.check_every", d.check_every as u64, limits::CHECK_EVERY)?;
+        super::count(origin, "distribution.autotune_steps", d.autotune_steps as u64, limits::AUTOTUNE_STEPS)?;
         let reals = [
             ("distribution.fusion_threshold_mb", d.fusion_threshold_mb, limits::FUSION_MB),
             ("distribution.first_bucket_mb", d.first_bucket_mb, limits::FUSION_MB),
@@ -292,6 +307,14 @@ impl Job {
                     d.compression
                 )
                 .to_lowercase(),
+            );
+        }
+        if d.autotune {
+            return bad(
+                "distribution.autotune",
+                "tunes the all-reduce's fusion buckets, and strategy = \"parameter_server\" has none (each bucket \
+                 goes to its server); remove it or use strategy = \"allreduce\""
+                    .to_string(),
             );
         }
         if d.reduction == Reduction::Adasum {

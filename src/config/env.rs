@@ -17,6 +17,7 @@ const ENV_KEYS: &[(&str, &str, Unit)] = &[
     ("HVTRAIN_OVERLAP", "distribution.overlap", Unit::Bool),
     ("HVTRAIN_COMPRESSION", "distribution.compression", Unit::Word),
     ("HVTRAIN_HIERARCHICAL_ALLREDUCE", "distribution.hierarchical", Unit::Bool),
+    ("HVTRAIN_AUTOTUNE", "distribution.autotune", Unit::Bool),
     ("HVTRAIN_WATCHDOG_SECONDS", "distribution.watchdog_seconds", Unit::Number(limits::WATCHDOG_SECONDS)),
     ("HVTRAIN_STALL_SECONDS", "distribution.stall_seconds", Unit::Number(limits::STALL_SECONDS)),
     ("HVTRAIN_STARTUP_SECONDS", "distribution.startup_seconds", Unit::Number(limits::STARTUP_SECONDS)),

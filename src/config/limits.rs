@@ -105,6 +105,8 @@ pub const STALL_SECONDS: Span = Span::new(1.0, 604_800.0, "seconds without progr
 pub const STARTUP_SECONDS: Span = Span::new(1.0, 86_400.0, "seconds of start-up");
 pub const FINISH_SECONDS: Span = Span::new(1.0, 86_400.0, "seconds of the end");
 pub const CHECK_EVERY: Span = Span::or_off(1.0, 1e9, "steps");
+/// Steps timed per autotune candidate (the first of each is not counted: new buckets).
+pub const AUTOTUNE_STEPS: Span = Span::new(3.0, 10_000.0, "steps per candidate");
 pub const EVERY_STEPS: Span = Span::or_off(1.0, 1e12, "steps");
 /// 2e-5 minutes is 1.2 ms.
 pub const EVERY_MINUTES: Span = Span::or_off(2e-5, YEAR_S / 60.0, "minutes");

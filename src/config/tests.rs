@@ -176,6 +176,13 @@ fn every_numeric_field_is_bounded() {
             &[],
         ),
         (
+            "distribution.autotune_steps",
+            &["3", "10000"],
+            &["0", "2", "10001"],
+            "at least 3 and at most 10000 steps per candidate",
+            &[],
+        ),
+        (
             "checkpoint.every_steps",
             &["0", "1000000000000"],
             &["1000000000001"],
@@ -276,6 +283,8 @@ fn environment_values_are_bounded() {
         ("HVTRAIN_FUSION_THRESHOLD", "0", "distribution.fusion_threshold_mb=0"),
         ("HVTRAIN_FUSION_THRESHOLD", "8589934592", "distribution.fusion_threshold_mb=8192"),
         ("HVTRAIN_FIRST_BUCKET", "1048576", "distribution.first_bucket_mb=1"),
+        ("HVTRAIN_AUTOTUNE", "1", "distribution.autotune=true"),
+        ("HVTRAIN_HIERARCHICAL_ALLREDUCE", "0", "distribution.hierarchical=false"),
     ];
     for (var, value, want) in ok {
         let (sets, _) = one(var, value).unwrap_or_else(|e| panic!("{var}={value}: {e}"));
@@ -418,6 +427,8 @@ fn clipping_keys_and_the_modes_that_refuse_them() {
     }
     assert!(Job::parse("job", deep, &set(&[ada, "parallel.pipeline=2"])).is_ok());
     assert!(Job::parse("job", deep, &set(&["distribution.reduction=\"sum\""])).is_err());
+    let ps = ["distribution.autotune=true", "distribution.strategy=\"parameter_server\""];
+    assert_eq!(msg_of(Job::parse("job", deep, &set(&ps))).0, "distribution.autotune");
     let hier = "distribution.hierarchical=true";
     let (f, m) = msg_of(Job::parse("job", deep, &set(&[hier, "distribution.compression=\"fp16\""])));
     assert!(f == "distribution.compression" && m.contains("with hierarchical = true"), "{f}: {m}");

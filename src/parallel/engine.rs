@@ -113,6 +113,9 @@ struct Ctx {
 pub struct Engine<G: HostBuf> {
     plan: FusionPlan,
     overlap: bool,
+    /// Kept for `replan`, which starts the engine again.
+    timeline: Option<Arc<Timeline>>,
+    watchdog: Option<SharedWatchdog>,
     grad_scale: f32,
     /// Buckets not in flight, by index.
     home: Vec<Option<Bucket<G>>>,
@@ -141,6 +144,7 @@ impl<G: HostBuf> Engine<G> {
         mut alloc: impl FnMut(usize) -> G,
     ) -> Engine<G> {
         let grad_scale = reducer.grad_scale();
+        let (tl, wd) = (timeline.clone(), watchdog.clone());
         let mode = if overlap {
             let (wtx, wrx) = channel::<Work<G>>();
             let (dtx, drx) = channel::<Bucket<G>>();
@@ -171,6 +175,8 @@ impl<G: HostBuf> Engine<G> {
             grad_scale,
             plan,
             overlap,
+            timeline: tl,
+            watchdog: wd,
             step: 0,
             active: false,
             mode,
@@ -312,6 +318,29 @@ impl<G: HostBuf> Engine<G> {
         for (bucket, r) in self.home.iter().zip(&self.plan.buckets) {
             out[r.clone()].copy_from_slice(bucket.as_ref().expect("at home").reduced.host());
         }
+    }
+
+    /// Start again on another fusion plan (autotune), between steps: the reducer is taken back
+    /// (the communication thread stopped) and `remake` turns it into the new plan's (an Adasum
+    /// reducer knows its buckets' tensors); `alloc` makes the new buckets. The step count and
+    /// the exposed time carry over. Collective when `remake` is (every rank of the group in
+    /// the same step).
+    pub fn replan(
+        &mut self,
+        plan: FusionPlan,
+        remake: impl FnOnce(Box<dyn Reducer>, &FusionPlan) -> Box<dyn Reducer>,
+        alloc: impl FnMut(usize) -> G,
+    ) {
+        assert!(!self.active && self.home.iter().all(Option::is_some), "replan during a step");
+        let reducer = match &mut self.mode {
+            Mode::Inline { reducer, .. } => std::mem::replace(reducer, Box::new(super::reduce::Local)),
+            Mode::Thread { .. } => self.stop_thread().expect("the communication thread gives its reducer back"),
+        };
+        let reducer = remake(reducer, &plan);
+        let (step, exposed) = (self.step, self.exposed);
+        *self = Engine::new(reducer, plan, self.overlap, self.timeline.clone(), self.watchdog.clone(), alloc);
+        self.step = step;
+        self.exposed = exposed;
     }
 
     /// Stop the communication thread and take its channel back (benchmarks reuse it, since

@@ -307,6 +307,28 @@ where
         self.set_params_host(&p)
     }
 
+    /// Gradient buckets of `threshold_bytes` (the first `first_bytes`) from the next step on,
+    /// in `order` (autotune); `remake` gives the reducer for the new plan. Collective over
+    /// the data group when `remake` is.
+    pub fn replan(
+        &mut self,
+        threshold_bytes: usize,
+        first_bytes: usize,
+        order: crate::config::BucketOrder,
+        remake: impl FnOnce(Box<dyn crate::parallel::reduce::Reducer>, &FusionPlan) -> Box<dyn crate::parallel::reduce::Reducer>,
+    ) -> Result<()> {
+        let lens: Vec<usize> = self.engine.plan().slots.iter().map(|s| s.len()).collect();
+        let plan = FusionPlan::with_options(&lens, threshold_bytes, first_bytes, order);
+        let alloc = bucket_buffers(&self.be, &plan)?;
+        self.engine.replan(plan, remake, alloc);
+        Ok(())
+    }
+
+    /// The fusion plan's fingerprint (the cross-rank check after autotune's switches).
+    pub fn plan_fingerprint(&self) -> u64 {
+        self.engine.plan().fingerprint()
+    }
+
     /// Time the optimizer waited for the network since the last call.
     pub fn take_exposed(&mut self) -> Duration {
         std::mem::take(&mut self.engine.exposed)

@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 pub(super) struct AllReduce<'a> {
     ctx: Ctx<'a>,
+    /// Whether buckets go to MPI as device pointers (autotune's new reducers keep it).
+    device_pointers: bool,
     /// This rank's data group (main thread): the parameter consistency check.
     data_chan: Channel,
     last_ckpt: Instant,
@@ -79,14 +81,9 @@ pub(super) fn build<'a, B: Backend>(
             p.trailing_zeros() as usize + usize::from(p < grid.data) * 2
         );
     }
-    let reducer = reduce::for_job(
-        engine_chan,
-        d.compression,
-        d.reduction,
-        d.hierarchical && grid.data > 1,
-        &plan,
-        device_pointers(&be, comm, job) && !d.hierarchical,
-    );
+    let pointers = device_pointers(&be, comm, job) && !d.hierarchical;
+    let reducer =
+        reduce::for_job(engine_chan, d.compression, d.reduction, d.hierarchical && grid.data > 1, &plan, pointers);
     let alloc = crate::step::bucket_buffers(&be, &plan)?;
     let overlap = overlap(comm, job, grid.data, grid.replica());
     let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
@@ -110,7 +107,7 @@ pub(super) fn build<'a, B: Backend>(
     st.set_norm(train_shard.norm());
     let stop = StopState::new(start.loss_sums.clone());
     let ctx = Ctx { comm, job, grid, watchdog, stop, writer };
-    let mode = AllReduce { ctx, data_chan, last_ckpt: Instant::now() };
+    let mode = AllReduce { ctx, device_pointers: pointers, data_chan, last_ckpt: Instant::now() };
     let parts = Parts {
         comm,
         job,
@@ -187,6 +184,18 @@ impl<B: Backend> Mode<B> for AllReduce<'_> {
 
     fn set_trainer_state(&self, json: String) {
         self.ctx.writer.set_trainer(json);
+    }
+
+    fn retune(&mut self, st: &mut Stepper<B>, s: super::autotune::Setting) -> Result<()> {
+        let (job, data) = (self.ctx.job, self.ctx.grid.data);
+        let d = &job.distribution;
+        let (threshold, first) = s.bytes();
+        let pointers = self.device_pointers;
+        st.replan(threshold, first, d.bucket_order, |old, plan| {
+            reduce::for_job(old.into_channel(), d.compression, d.reduction, d.hierarchical && data > 1, plan, pointers)
+        })?;
+        // Every rank of the group must have switched to the same buckets before the next step.
+        check_agreement(&self.data_chan, "the autotuned gradient fusion plan", st.plan_fingerprint())
     }
 
     fn trainers(&self) -> &Channel {

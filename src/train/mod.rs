@@ -16,6 +16,7 @@
 //! Must not: hold a mode's code (each has its file) or the loop's (`run.rs`).
 
 mod allreduce;
+mod autotune;
 mod mode;
 mod normalize;
 mod ps;

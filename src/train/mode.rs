@@ -75,4 +75,10 @@ pub(super) trait Mode<B: Backend> {
     fn finish(&mut self) -> Result<()> {
         Ok(())
     }
+
+    /// Autotune's switch to another fusion setting from the next step on (collective over the
+    /// data group). Modes without fusion buckets refuse `distribution.autotune` at start-up.
+    fn retune(&mut self, _st: &mut Stepper<B>, _s: super::autotune::Setting) -> Result<()> {
+        unreachable!("distribution.autotune is refused at start-up where there are no fusion buckets")
+    }
 }

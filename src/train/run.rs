@@ -5,6 +5,7 @@
 //!
 //! Must not: ask which mode it runs.
 
+use super::autotune::{Autotune, Switch};
 use super::mode::{At, Boundary, Mode};
 use super::restore::Start;
 use super::trainer::TrainerState;
@@ -95,6 +96,8 @@ pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
     /// The monitored metric (early stopping, keep_best, plateau) and the trainer's state.
     watch: Watch,
     trainer: TrainerState,
+    /// `distribution.autotune`'s search (None when off).
+    autotune: Option<Autotune>,
 }
 
 impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
@@ -127,7 +130,9 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         }
         mode.set_trainer_state(trainer.to_json());
         let watch = Watch::new(job, &trainer);
+        let autotune = Autotune::new(job, &p.out_dir, mode.trainers(), p.comm.rank, p.comm.size)?;
         Ok(Run {
+            autotune,
             comm: p.comm,
             job,
             mode,
@@ -179,7 +184,9 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         let mut at_epoch_end = false;
         let mut tally = Tally::default();
         for i in first..steps {
+            let t_step = Instant::now();
             let s = self.step(epoch, i, &mut tally)?;
+            let step_secs = t_step.elapsed().as_secs_f64();
             sums.iter_mut().zip(s).for_each(|(a, b)| *a += b);
             self.progress(epoch, first, i, t0, sums[0]);
             let rows = self.sched.global_rows(i);
@@ -194,6 +201,11 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 Boundary::Checkpoint if at.last => at_epoch_end = true,
                 Boundary::Checkpoint => self.mode.checkpoint(&self.st, at, &sums)?,
                 Boundary::Continue => {}
+            }
+            if let Some(a) = &mut self.autotune {
+                if let Switch::To(s) = a.after_step(step_secs, self.mode.trainers(), self.comm.rank)? {
+                    self.mode.retune(&mut self.st, s)?;
+                }
             }
         }
         let early_stop = self.end_of_epoch(epoch, first, t0, &sums)?;
