@@ -20,13 +20,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 OUT=${1:-bench/results/hierarchical-$(date +%F).md}
-P=hvtbench-hier
-SUBNET=10.77.0.0/24
-teardown() { tests/multihost/teardown.sh "$P" >/dev/null 2>&1 || true; }
-trap 'teardown; rm -rf "$work"' EXIT
-tests/multihost/setup.sh "$P" >/dev/null
-export HVTMH_PREFIX=$P
-
+source bench/netns.sh
 {
     echo "# Flat vs hierarchical all-reduce across 2 emulated nodes ($(date +%F))"
     echo
@@ -38,13 +32,10 @@ export HVTMH_PREFIX=$P
     echo "fused/raw > 1 means hierarchical is faster. busbw = bytes/time x 2(n-1)/n."
 } >"$OUT"
 
-for link in "1gbe|tbf rate 1gbit burst 256kb latency 100ms" "10gbe|tbf rate 10gbit burst 2mb latency 100ms" "fabric|"; do
+for link in "${LINKS[@]}"; do
     name=${link%%|*}
     params=${link#*|}
-    for port in vh1 vh2; do
-        ip netns exec "$P-br" tc qdisc del dev "$port" root 2>/dev/null || true
-        [ -z "$params" ] || ip netns exec "$P-br" tc qdisc replace dev "$port" root $params
-    done
+    shape "$params"
     for k in 2 4; do
         n=$((2 * k))
         echo "== $name, 2 x $k ranks" >&2
@@ -53,11 +44,7 @@ for link in "1gbe|tbf rate 1gbit burst 256kb latency 100ms" "10gbe|tbf rate 10gb
             echo "## $name (${params:-unshaped}), 2 nodes x $k ranks"
             echo
             echo '```'
-            timeout 600 ip netns exec "$P-h1" mpirun --bind-to none --mca mpi_yield_when_idle 1 \
-                --mca plm_rsh_agent "$PWD/tests/multihost/agent.sh" --mca plm_rsh_no_tree_spawn 1 \
-                --mca btl_tcp_if_include "$SUBNET" --mca oob_tcp_if_include "$SUBNET" --mca btl tcp,self,vader \
-                -x HVTMH_PREFIX --host "10.77.0.1:$k,10.77.0.2:$k" -n "$n" \
-                "$PWD/$BIN" bench allreduce --hierarchical --min-bytes 4096 --max-bytes "${MAX_BYTES:-67108864}" \
+            on_nodes "$k" bench allreduce --hierarchical --min-bytes 4096 --max-bytes "${MAX_BYTES:-67108864}" \
                 --seconds "${SECONDS_PER_POINT:-0.3}" 2>/dev/null | grep -v '^\[' 
             echo '```'
         } >>"$OUT"

@@ -77,16 +77,9 @@ fn setup(name: &str, duplicated: bool) -> std::path::PathBuf {
 }
 
 fn train(dir: &Path, out: &str, ranks: usize, sets: &[&str]) -> (Vec<Vec<f32>>, String) {
-    let o = format!("output.dir=\"{out}\"");
     let b = format!("training.batch_size={}", G / 2);
-    let mut args = vec!["train", "job.toml", "--set", "training.epochs=3", "--set", "data.shuffle=false"];
-    args.extend(["--set", &b, "--set", &o, "--set", "distribution.check_every=1"]);
-    for s in sets {
-        args.extend(["--set", s]);
-    }
-    let run = mpirun(ranks, &args, dir, 120);
-    assert!(run.ok(), "{sets:?}: training failed\n{}", run.all());
-    (layer_tensors(&dir.join(out).join("weights.h5"), LAYERS.len() - 1), run.stderr)
+    let base = ["training.epochs=3", "data.shuffle=false", &b, "distribution.check_every=1"];
+    train_weights(dir, out, ranks, LAYERS.len() - 1, &[], &base, sets)
 }
 
 #[test]

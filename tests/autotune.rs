@@ -26,15 +26,7 @@ fn setup(name: &str) -> std::path::PathBuf {
 }
 
 fn train(dir: &Path, out: &str, ranks: usize, sets: &[&str]) -> (Vec<Vec<f32>>, String) {
-    let o = format!("output.dir=\"{out}\"");
-    let mut args = vec!["train", "job.toml", "--set", "training.epochs=2", "--set", "training.batch_size=8"];
-    args.extend(["--set", &o]);
-    for s in sets {
-        args.extend(["--set", s]);
-    }
-    let run = mpirun(ranks, &args, dir, 120);
-    assert!(run.ok(), "{sets:?}: training failed\n{}", run.all());
-    (layer_tensors(&dir.join(out).join("weights.h5"), LAYERS.len() - 1), run.stderr)
+    train_weights(dir, out, ranks, LAYERS.len() - 1, &[], &["training.epochs=2", "training.batch_size=8"], sets)
 }
 
 #[test]

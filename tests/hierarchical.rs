@@ -27,15 +27,8 @@ fn setup(name: &str) -> std::path::PathBuf {
 }
 
 fn train(dir: &Path, out: &str, ranks: usize, env: &[(&str, &str)], sets: &[&str]) -> (Vec<Vec<f32>>, String) {
-    let o = format!("output.dir=\"{out}\"");
-    let mut args = vec!["train", "job.toml", "--set", "training.epochs=2", "--set", "training.batch_size=8"];
-    args.extend(["--set", &o, "--set", "distribution.check_every=1"]);
-    for s in sets {
-        args.extend(["--set", s]);
-    }
-    let run = mpirun_env(ranks, env, &args, dir, 120);
-    assert!(run.ok(), "{env:?} {sets:?}: training failed\n{}", run.all());
-    (layer_tensors(&dir.join(out).join("weights.h5"), LAYERS.len() - 1), run.stderr)
+    let base = ["training.epochs=2", "training.batch_size=8", "distribution.check_every=1"];
+    train_weights(dir, out, ranks, LAYERS.len() - 1, env, &base, sets)
 }
 
 #[test]

@@ -173,6 +173,28 @@ pub fn layer_tensors(path: &Path, layers: usize) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// `mpirun -n ranks hvtrain train job.toml` in `dir` with `env` exported, output.dir `out` and
+/// `--set` each of `base` then `sets`; asserts it succeeded; the final weights of its `layers`
+/// layers (`layer_tensors`) and the log.
+pub fn train_weights(
+    dir: &Path,
+    out: &str,
+    ranks: usize,
+    layers: usize,
+    env: &[(&str, &str)],
+    base: &[&str],
+    sets: &[&str],
+) -> (Vec<Vec<f32>>, String) {
+    let o = format!("output.dir=\"{out}\"");
+    let mut args = vec!["train", "job.toml", "--set", &o];
+    for s in base.iter().chain(sets) {
+        args.extend(["--set", s]);
+    }
+    let run = mpirun_env(ranks, env, &args, dir, 120);
+    assert!(run.ok(), "{env:?} {sets:?} on {ranks} rank(s): training failed\n{}", run.all());
+    (layer_tensors(&dir.join(out).join("weights.h5"), layers), run.stderr)
+}
+
 /// A small job file: model `layers`, data paths, output dir, extra TOML appended.
 pub fn job(dir: &Path, layers: &[usize], train: &str, test: Option<&str>, extra: &str) -> PathBuf {
     let test = test.map(|t| format!("test = \"{t}\"\n")).unwrap_or_default();
