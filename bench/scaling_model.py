@@ -334,7 +334,7 @@ def parse_hierarchical(path):
     return out
 
 
-def hierarchical_lines(path, alpha, bw, intra_alpha, intra_bw):
+def hierarchical_lines(path, alpha, bw, intra_alpha, intra_bw, m=None):
     """Fit (alpha, bw) inside and between nodes to the flat all-reduces measured on each link
     (both layouts together; least squares weighted by 1/sqrt(time), so neither the smallest nor
     the largest messages alone decide; every figure kept non-negative), predict the hierarchical path's times from
@@ -382,11 +382,15 @@ def hierarchical_lines(path, alpha, bw, intra_alpha, intra_bw):
           "errors say how much that matters.", "",
           f"### Predicted at {bw/1e9:g} GB/s, {alpha*1e6:g} us between nodes, {intra_bw/1e9:g} GB/s, "
           f"{intra_alpha*1e6:g} us inside (parameters, not measured)", "",
-          "All-reduce of the gradients of one step, 8 ranks per node; flat with ranks placed node by node (block, "
-          "mpirun's default) and round-robin over nodes (cyclic).", "",
+          "All-reduce of the gradients of one step (one bucket), 8 ranks per node; flat with ranks placed node by "
+          "node (block, mpirun's default) and round-robin over nodes (cyclic). samples/s: every rank's batch over "
+          "(the measured 1-rank compute + the all-reduce, no overlap), for Fashion-MNIST's job (batch 128 per rank, "
+          "compute measured here); '-' where no compute was measured.", "",
           "| model | ranks | flat, block (ms) | flat, cyclic (ms) | hierarchical (ms) | hierarchical / flat block | "
-          "hierarchical / flat cyclic |", "|---|---|---|---|---|---|---|"]
+          "hierarchical / flat cyclic | samples/s flat block | cyclic | hierarchical |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     intra, inter = (intra_alpha, intra_bw), (alpha, bw)
+    compute = m["runs"]["1-64"]["step_ms"] / 1e3 if m else None
     for name, layers in (("784-512-512-10", [784, 512, 512, 10]), ("784-4096x3-10", [784, 4096, 4096, 4096, 10])):
         n = sum(t[0] for t in tensors(layers))
         for p in (8, 16, 64, 256, 1024):
@@ -394,7 +398,12 @@ def hierarchical_lines(path, alpha, bw, intra_alpha, intra_bw):
             fb = flat_two_level(n, nodes, 8, intra, inter)
             fc = flat_two_level(n, nodes, 8, intra, inter, cyclic=True)
             h = hierarchical_two_level(n, nodes, 8, intra, inter)
-            L.append(f"| {name} | {p} | {fb*1e3:.3f} | {fc*1e3:.3f} | {h*1e3:.3f} | {fb/h:.2f} | {fc/h:.2f} |")
+            if compute and layers[1] == 512:
+                rate = lambda t: f"{p * 128 / (compute + t):,.0f}"
+                sps = f"{rate(fb)} | {rate(fc)} | {rate(h)}"
+            else:
+                sps = "– | – | –"
+            L.append(f"| {name} | {p} | {fb*1e3:.3f} | {fc*1e3:.3f} | {h*1e3:.3f} | {fb/h:.2f} | {fc/h:.2f} | {sps} |")
     L += ["", "In this model hierarchical never beats a flat all-reduce on block placement: the bytes each node sends "
           "are the same, and it adds the in-node reduce and broadcast. It wins, by the factor in the last column, "
           "when ranks are placed round-robin (or the flat algorithm is not node-aware), since then every rank's "
@@ -469,7 +478,7 @@ def main():
             lines.append("")
     lines += more
     if a.hierarchical_measured:
-        lines += hierarchical_lines(a.hierarchical_measured, alpha, bw, a.intra_latency * 1e-6, a.intra_bw * 1e9)
+        lines += hierarchical_lines(a.hierarchical_measured, alpha, bw, a.intra_latency * 1e-6, a.intra_bw * 1e9, m)
     text = "\n".join(lines)
     print(text)
     if a.out:
