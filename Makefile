@@ -4,9 +4,10 @@
 #   make test   installs what is needed and runs every test, multi-rank ones under mpirun.
 # Other targets: deps, build, data, bench, nvrtc, onnx-venv, clean.
 
-APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config g++ dataset-fashion-mnist
+APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config g++ dataset-fashion-mnist \
+            hdf5-filter-plugin hdf5-filter-plugin-blosc-serial hdf5-filter-plugin-zfp-serial
 # The test suite also starts a real single-node Slurm and makes hosts out of network namespaces.
-TEST_PKGS := slurm-wlm munge iproute2 procps util-linux libmpich-dev mpich python3-venv
+TEST_PKGS := slurm-wlm munge iproute2 procps util-linux libmpich-dev mpich python3-venv python3-h5py
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN      := target/release/hvtrain
 FMNIST   := /usr/share/datasets/fashion-mnist
@@ -29,10 +30,11 @@ NVRTC_DIR     := target/nvrtc
 NVRTC_LIB     := $(CURDIR)/$(NVRTC_DIR)/nvidia/cuda_nvrtc/lib
 
 # onnx and onnxruntime for tests/export.rs (the exported model checked and run against
-# `hvtrain predict`), and scikit-learn for tests/normalize.rs (hvtrain's R², MAE and RMSE
-# against its own), in a virtual environment under target/. Pinned; skipped when this set is
+# `hvtrain predict`), scikit-learn for tests/normalize.rs (hvtrain's R², MAE and RMSE
+# against its own), and hdf5plugin for tests/compressed.rs (Zstd, Bitshuffle, Blosc2, SZ3 files
+# as h5py writes them), in a virtual environment under target/. Pinned; skipped when this set is
 # already installed (the stamp names it). About 20 s from PyPI.
-ONNX_PIP   := onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6 h5py==3.16.0 scikit-learn==1.9.1 scipy==1.17.1
+ONNX_PIP   := onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6 h5py==3.16.0 scikit-learn==1.9.1 scipy==1.17.1 hdf5plugin==7.1.0
 ONNX_VENV  := target/onnx-venv
 ONNX_STAMP := $(ONNX_VENV)/.installed-$(shell echo '$(ONNX_PIP)' | cksum | cut -d' ' -f1)
 

@@ -177,6 +177,11 @@ pub enum DataCommand {
         after_help = "Example:\n  hvtrain data import-idx /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \\\n      /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz data/fashion-mnist-train.h5"
     )]
     ImportIdx { images: PathBuf, labels: PathBuf, out: PathBuf },
+    /// List an HDF5 file's datasets: shape, element type, chunks, compression filters, and
+    /// whether this HDF5 can load each filter (what to install when it cannot). Exit 1 when
+    /// one cannot be loaded.
+    #[command(after_help = "Example:\n  hvtrain data check data/fashion-mnist-train.h5")]
+    Check { file: PathBuf },
     /// Split one HDF5 file into N files of contiguous rows, for `{rank}` paths in a job file.
     #[command(
         after_help = "Example:\n  hvtrain data shard data/fashion-mnist-train.h5 --parts 4 --out data/shards\n  \

@@ -59,6 +59,14 @@ fn main() {
     }));
 
     let code = match cli.command {
+        Command::Data(DataCommand::Check { file }) => match data::inspect::check_file(&file) {
+            Ok(true) => 0,
+            Ok(false) => 1,
+            Err(e) => {
+                sys::say(format!("hvtrain: error: {e}"));
+                1
+            }
+        },
         Command::Data(cmd) => finish(run_data(cmd)),
         Command::Predict { job, weights, input, output } => finish(
             config::Job::load_with_env(&job.job, &job.set)
@@ -328,6 +336,7 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
             let (n, d) = data::convert::import_idx(&images, &labels, &out)?;
             log::info!("wrote {}: x float32 [{n}, {d}], y int32 [{n}]", out.display());
         }
+        DataCommand::Check { .. } => unreachable!("handled in main"),
         DataCommand::Shard { input, parts, out, x, y } => {
             let paths = data::convert::shard(&input, parts, &out, &x, &y)?;
             let stem = input.file_stem().and_then(|s| s.to_str()).unwrap_or("part");

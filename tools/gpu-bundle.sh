@@ -38,7 +38,7 @@ for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-
 done
 
 rm -rf "$OUT" "$ARCHIVE"
-mkdir -p "$OUT"/{bin,lib,data,jobs,bench,tools,hwloc-plugins}
+mkdir -p "$OUT"/{bin,lib,data,jobs,bench,tools,hwloc-plugins,hdf5-plugins}
 
 # --- The binary.
 strip -o "$OUT/bin/hvtrain" "$BIN"
@@ -78,8 +78,15 @@ if [ -d "$PMIX_SYS/lib/pmix" ]; then
   [ -f "$OUT/pmix/share/pmix-mca-params.conf" ] && sed -i 's|^mca_base_component_path *=|# (gpu-bundle: set by env.sh) &|' "$OUT/pmix/share/pmix-mca-params.conf"
 fi
 
+# --- HDF5's compression filter plugins (Debian's: Blosc, LZ4, BZip2, ZFP; LZF is built into
+# hvtrain), so compressed training files read on the GPU machine too (env.sh points
+# HDF5_PLUGIN_PATH here).
+HDF5_PLUGINS=/usr/lib/$MULTIARCH/hdf5/serial/plugins
+[ -d "$HDF5_PLUGINS" ] && cp -L "$HDF5_PLUGINS"/*.so "$OUT/hdf5-plugins/" 2>/dev/null || true
+rm -f "$OUT/hdf5-plugins/liblzf_filter.so" # Debian's misses its liblzf dependency; hvtrain has LZF built in
+
 # --- Shared libraries: ldd of every ELF file we ship (ldd gives the whole closure).
-elves() { find "$OUT/bin" "$P/bin" "$P/lib" "$OUT/pmix" -type f 2>/dev/null | while read -r f; do
+elves() { find "$OUT/bin" "$P/bin" "$P/lib" "$OUT/pmix" "$OUT/hdf5-plugins" -type f 2>/dev/null | while read -r f; do
   [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = "177ELF" ] && echo "$f"; done; }
 missing=0
 for f in $(elves); do
@@ -116,6 +123,8 @@ export PMIX_MCA_mca_base_component_path="$B/pmix/lib/pmix"
 # hwloc would load the host's hwloc plugins (another hwloc version's, or OpenCL/NVML/GL ones
 # that start GPU runtimes inside mpirun): point it at an empty folder; its built-ins suffice.
 export HWLOC_PLUGINS_PATH="$B/hwloc-plugins"
+# HDF5's compression filters (Blosc, LZ4, BZip2, ZFP) for compressed training files.
+export HDF5_PLUGIN_PATH="$B/hdf5-plugins"
 export PATH="$B/ompi/bin:$B/bin:$PATH"
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -24,7 +24,15 @@ pub fn open(path: &Path, origin: &str) -> Result<hdf5::File> {
 
 /// Open dataset `name`, which may be a path inside groups (`train/images`). When it is not
 /// there, the error lists what the deepest existing group on the way holds.
+/// A dataset whose filters this HDF5 cannot load is refused here (`filters::check`), before
+/// any read.
 pub fn dataset(file: &hdf5::File, path: &Path, name: &str) -> Result<hdf5::Dataset> {
+    let ds = open_dataset(file, path, name)?;
+    super::filters::check(&ds, path, name)?;
+    Ok(ds)
+}
+
+fn open_dataset(file: &hdf5::File, path: &Path, name: &str) -> Result<hdf5::Dataset> {
     file.dataset(name).map_err(|e| {
         let hint = if name.starts_with("dense") || ["layers", "format", "step"].contains(&name) {
             "is this a weights or checkpoint file written by hvtrain?"
