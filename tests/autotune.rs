@@ -1,7 +1,8 @@
 //! `distribution.autotune` under a real `mpirun`: the first steps time each fusion setting,
 //! the fastest is kept, the log and OUTPUT_DIR/autotune.json list every candidate with its
 //! time and the choice; a later run in the same output.dir reuses the choice without timing;
-//! a run on another rank count tunes again. Switching buckets mid-run changes which
+//! a run on another rank count tunes again; on two nodes the fastest setting is also timed with
+//! the hierarchical all-reduce. Switching buckets mid-run changes which
 //! gradients travel together, never their sums: on 2 ranks (a sum of two, the same bits in
 //! any grouping) the autotuned weights equal the untuned run's bit for bit. Every switch is
 //! followed by a cross-rank check of the fusion plan; with the choice made from each rank's
@@ -63,4 +64,20 @@ fn autotune_times_every_candidate_keeps_one_and_reuses_it() {
     let rec: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("tuned/autotune.json")).unwrap()).unwrap();
     assert_eq!(rec["ranks"], 3);
+
+    // Two "nodes" (HVTRAIN_NODE_SIZE): the fastest fusion setting is timed once more with the
+    // hierarchical all-reduce, a ninth candidate; whichever wins, training goes on (the same sum
+    // in another order: within rounding of the untuned run).
+    let env = [("HVTRAIN_NODE_SIZE", "2")];
+    let base = ["training.epochs=3", "training.batch_size=8"];
+    let (plain4, _) = train_weights(&dir, "plain4", 4, LAYERS.len() - 1, &env, &base, &[]);
+    let (tuned4, log) = train_weights(&dir, "nodes", 4, LAYERS.len() - 1, &env, &base, &tune);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("autotune: fusion_threshold_mb")).collect();
+    assert_eq!(lines.len(), 9, "{log}");
+    assert_eq!(lines.iter().filter(|l| l.contains(" hierarchical:")).count(), 1, "{lines:?}");
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("nodes/autotune.json")).unwrap()).unwrap();
+    assert_eq!(rec["candidates"].as_array().unwrap().len(), 9, "{rec}");
+    let d = max_diff(&plain4, &tuned4);
+    assert!(d < 1e-5, "4 ranks on 2 nodes: autotuned weights {d} from the untuned run's");
 }

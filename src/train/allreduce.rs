@@ -190,9 +190,9 @@ impl<B: Backend> Mode<B> for AllReduce<'_> {
         let (job, data) = (self.ctx.job, self.ctx.grid.data);
         let d = &job.distribution;
         let (threshold, first) = s.bytes();
-        let pointers = self.device_pointers;
+        let pointers = self.device_pointers && !s.hierarchical;
         st.replan(threshold, first, d.bucket_order, |old, plan| {
-            reduce::for_job(old.into_channel(), d.compression, d.reduction, d.hierarchical && data > 1, plan, pointers)
+            reduce::for_job(old.into_channel(), d.compression, d.reduction, s.hierarchical && data > 1, plan, pointers)
         })?;
         // Every rank of the group must have switched to the same buckets before the next step.
         check_agreement(&self.data_chan, "the autotuned gradient fusion plan", st.plan_fingerprint())

@@ -1,6 +1,8 @@
 //! `distribution.autotune` (Horovod's HOROVOD_AUTOTUNE, by exhaustive timing instead of its
 //! Bayesian search): after a few warm-up steps, each candidate fusion setting (bucket size,
-//! a smaller first bucket: when communication starts) runs `autotune_steps` training steps;
+//! a smaller first bucket: when communication starts) runs `autotune_steps` training steps,
+//! and when the ranks span several nodes the fastest once more with the other all-reduce
+//! (flat or hierarchical);
 //! its score is the median step time, the slowest rank's (one `MPI_Allreduce` max per
 //! candidate, so every rank sees the same scores and picks the same setting, which keeps
 //! the data group's plans equal). The fastest is kept for the rest of the run, the candidates
@@ -28,6 +30,9 @@ const MIB: f64 = 1048576.0;
 pub struct Setting {
     pub fusion_threshold_mb: f64,
     pub first_bucket_mb: f64,
+    /// The hierarchical all-reduce (`distribution.hierarchical`).
+    #[serde(default)]
+    pub hierarchical: bool,
 }
 
 impl Setting {
@@ -40,9 +45,9 @@ impl Setting {
 pub fn candidates() -> Vec<Setting> {
     let mut v = Vec::new();
     for t in [0.25, 1.0, 4.0, 16.0, 64.0] {
-        v.push(Setting { fusion_threshold_mb: t, first_bucket_mb: 0.0 });
+        v.push(Setting { fusion_threshold_mb: t, first_bucket_mb: 0.0, hierarchical: false });
         if t > 1.0 {
-            v.push(Setting { fusion_threshold_mb: t, first_bucket_mb: 1.0 });
+            v.push(Setting { fusion_threshold_mb: t, first_bucket_mb: 1.0, hierarchical: false });
         }
     }
     v
@@ -72,6 +77,9 @@ pub struct Autotune {
     /// Set once a choice is made (tuned or reused): the last switch to apply.
     chosen: Option<Setting>,
     done: bool,
+    /// Whether the ranks span several nodes: then the fastest fusion setting is also timed with
+    /// the other all-reduce (flat or hierarchical), once.
+    try_other_allreduce: bool,
     path: PathBuf,
     layers: Vec<usize>,
     ranks: usize,
@@ -87,15 +95,36 @@ pub enum Switch {
 impl Autotune {
     /// None when `distribution.autotune` is off. Collective over `trainers`: rank 0 reads a
     /// earlier run's autotune.json and every rank gets its choice.
-    pub fn new(job: &Job, out_dir: &Path, trainers: &Channel, rank: usize, ranks: usize) -> Result<Option<Autotune>> {
+    pub fn new(
+        job: &Job,
+        out_dir: &Path,
+        trainers: &Channel,
+        rank: usize,
+        ranks: usize,
+        multi_node: bool,
+    ) -> Result<Option<Autotune>> {
         let d = &job.distribution;
         if !d.autotune {
             return Ok(None);
         }
         let path = out_dir.join(FILE);
-        let configured = Setting { fusion_threshold_mb: d.fusion_threshold_mb, first_bucket_mb: d.first_bucket_mb };
+        let configured = Setting {
+            fusion_threshold_mb: d.fusion_threshold_mb,
+            first_bucket_mb: d.first_bucket_mb,
+            hierarchical: d.hierarchical,
+        };
         let mut todo = vec![configured];
-        todo.extend(candidates().into_iter().filter(|c| *c != configured));
+        let same = |a: &Setting, b: &Setting| {
+            a.fusion_threshold_mb == b.fusion_threshold_mb && a.first_bucket_mb == b.first_bucket_mb
+        };
+        todo.extend(
+            candidates()
+                .into_iter()
+                .map(|c| Setting { hierarchical: d.hierarchical, ..c })
+                .filter(|c| !same(c, &configured)),
+        );
+        // The other all-reduce needs exact float32 sums (the hierarchical one refuses the rest).
+        let other_ok = d.compression == crate::config::Compression::None && d.reduction == crate::config::Reduction::Average;
         let mut a = Autotune {
             todo,
             current: None,
@@ -105,22 +134,25 @@ impl Autotune {
             seen: 0,
             chosen: None,
             done: false,
+            try_other_allreduce: multi_node && other_ok,
             path,
             layers: job.model.layers.clone(),
             ranks,
             configured,
         };
         // [found, threshold, first] from rank 0's reading of an earlier run's file.
-        let mut reuse = [0.0f64; 3];
+        let mut reuse = [0.0f64; 4];
         if rank == 0 {
             if let Some(r) = a.earlier()? {
-                reuse = [1.0, r.chosen.fusion_threshold_mb, r.chosen.first_bucket_mb];
+                let c = r.chosen;
+                reuse = [1.0, c.fusion_threshold_mb, c.first_bucket_mb, f64::from(u8::from(c.hierarchical))];
                 info!(
-                    "autotune: reusing {} (fusion_threshold_mb = {}, first_bucket_mb = {}) from an earlier run; delete \
-                     it to tune again",
+                    "autotune: reusing {} (fusion_threshold_mb = {}, first_bucket_mb = {}, hierarchical = {}) from an \
+                     earlier run; delete it to tune again",
                     a.path.display(),
-                    r.chosen.fusion_threshold_mb,
-                    r.chosen.first_bucket_mb
+                    c.fusion_threshold_mb,
+                    c.first_bucket_mb,
+                    c.hierarchical
                 );
             } else {
                 info!(
@@ -133,7 +165,7 @@ impl Autotune {
         }
         trainers.broadcast_f64(&mut reuse);
         if reuse[0] == 1.0 {
-            a.chosen = Some(Setting { fusion_threshold_mb: reuse[1], first_bucket_mb: reuse[2] });
+            a.chosen = Some(Setting { fusion_threshold_mb: reuse[1], first_bucket_mb: reuse[2], hierarchical: reuse[3] == 1.0 });
         }
         Ok(Some(a))
     }
@@ -195,12 +227,18 @@ impl Autotune {
         let median = t[t.len() / 2];
         self.scores.push(trainers.all_reduce_max_f64(median));
         self.seen = 0;
+        let best = (0..self.scores.len()).min_by(|&a, &b| self.scores[a].total_cmp(&self.scores[b])).expect("candidates");
+        if i + 1 == self.todo.len() && self.try_other_allreduce {
+            // Every fusion setting timed: the fastest once more with the other all-reduce.
+            self.try_other_allreduce = false;
+            let b = self.todo[best];
+            self.todo.push(Setting { hierarchical: !b.hierarchical, ..b });
+        }
         if i + 1 < self.todo.len() {
             self.current = Some(i + 1);
             return Ok(Switch::To(self.todo[i + 1]));
         }
         self.done = true;
-        let best = (0..self.scores.len()).min_by(|&a, &b| self.scores[a].total_cmp(&self.scores[b])).expect("candidates");
         let chosen = self.todo[best];
         if rank == 0 {
             self.report(chosen)?;
@@ -213,9 +251,10 @@ impl Autotune {
         let fastest = self.scores.iter().copied().fold(f64::INFINITY, f64::min);
         for (s, t) in self.todo.iter().zip(&self.scores) {
             info!(
-                "autotune: fusion_threshold_mb {:>5} first_bucket_mb {:>4}: {:.3} ms/step ({:+.1} % of the fastest){}",
+                "autotune: fusion_threshold_mb {:>5} first_bucket_mb {:>4}{}: {:.3} ms/step ({:+.1} % of the fastest){}",
                 s.fusion_threshold_mb,
                 s.first_bucket_mb,
+                if s.hierarchical { " hierarchical" } else { "" },
                 t * 1e3,
                 (t / fastest - 1.0) * 100.0,
                 if *s == self.configured { "  (the job's setting)" } else { "" }
@@ -223,10 +262,11 @@ impl Autotune {
         }
         let own = self.scores[0];
         info!(
-            "autotune: keeping fusion_threshold_mb = {}, first_bucket_mb = {} ({:.3} ms/step against the job's {:.3}); \
-             written to {}",
+            "autotune: keeping fusion_threshold_mb = {}, first_bucket_mb = {}, hierarchical = {} ({:.3} ms/step against \
+             the job's {:.3}); written to {}",
             chosen.fusion_threshold_mb,
             chosen.first_bucket_mb,
+            chosen.hierarchical,
             fastest * 1e3,
             own * 1e3,
             self.path.display()
@@ -256,6 +296,9 @@ mod tests {
             assert!(c[i + 1..].iter().all(|b| b != a));
             assert!(a.first_bucket_mb < a.fusion_threshold_mb || a.first_bucket_mb == 0.0);
         }
-        assert_eq!(Setting { fusion_threshold_mb: 4.0, first_bucket_mb: 1.0 }.bytes(), (4 << 20, 1 << 20));
+        assert_eq!(Setting { fusion_threshold_mb: 4.0, first_bucket_mb: 1.0, hierarchical: false }.bytes(), (4 << 20, 1 << 20));
+        // A record of an earlier version (no hierarchical) still reads.
+        let s: Setting = serde_json::from_str(r#"{"fusion_threshold_mb": 4.0, "first_bucket_mb": 0.0}"#).unwrap();
+        assert!(!s.hierarchical);
     }
 }

@@ -130,7 +130,10 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         }
         mode.set_trainer_state(trainer.to_json());
         let watch = Watch::new(job, &trainer);
-        let autotune = Autotune::new(job, &p.out_dir, mode.trainers(), p.comm.rank, p.comm.size)?;
+        // Several nodes: fewer ranks share this one than there are (HVTRAIN_NODE_SIZE draws nodes in tests).
+        let node_size = std::env::var("HVTRAIN_NODE_SIZE").ok().and_then(|v| v.parse::<usize>().ok());
+        let multi_node = node_size.map_or(p.comm.local_size < p.comm.size, |k| k > 0 && k < p.comm.size);
+        let autotune = Autotune::new(job, &p.out_dir, mode.trainers(), p.comm.rank, p.comm.size, multi_node)?;
         Ok(Run {
             autotune,
             comm: p.comm,
