@@ -87,11 +87,26 @@ fn main() {
                     )
                 }),
         ),
-        Command::Bench(BenchCommand::Allreduce { min_bytes, max_bytes, threshold_mb, seconds, reduction, hierarchical }) => {
+        Command::Bench(BenchCommand::Allreduce {
+            min_bytes,
+            max_bytes,
+            threshold_mb,
+            seconds,
+            reduction,
+            hierarchical,
+        }) => {
             let defaults = config::DistributionCfg::default();
             with_mpi(Limits { startup: None, finish: defaults.finish_seconds }, |comm| {
                 parallel::liveness::set("bench allreduce");
-                bench::allreduce::run(comm, min_bytes, max_bytes, threshold_mb, seconds, reduction.reduction(), hierarchical);
+                bench::allreduce::run(
+                    comm,
+                    min_bytes,
+                    max_bytes,
+                    threshold_mb,
+                    seconds,
+                    reduction.reduction(),
+                    hierarchical,
+                );
                 Ok(0)
             })
         }

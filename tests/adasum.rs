@@ -114,7 +114,16 @@ fn adasum_refused_where_it_cannot_work() {
         ("distribution.strategy=\"parameter_server\"", "distribution.reduction"),
     ] {
         let run = hvtrain(
-            &["train", "job.toml", "--set", "distribution.reduction=\"adasum\"", "--set", set, "--set", "output.dir=\"r\""],
+            &[
+                "train",
+                "job.toml",
+                "--set",
+                "distribution.reduction=\"adasum\"",
+                "--set",
+                set,
+                "--set",
+                "output.dir=\"r\"",
+            ],
             &dir,
             60,
         );

@@ -162,7 +162,9 @@ fn a_filter_hdf5_cannot_load_ends_every_rank_at_start_up() {
         let line = run.stderr.lines().find(|l| l.contains(&format!("error on rank {r}"))).unwrap_or_else(|| {
             panic!("no error line from rank {r}\n{}", run.all());
         });
-        for want in ["blosc.h5", "x:", "HDF5 filter 32001 (blosc)", "hdf5-filter-plugin-blosc-serial", "/nonexistent-plugins"] {
+        for want in
+            ["blosc.h5", "x:", "HDF5 filter 32001 (blosc)", "hdf5-filter-plugin-blosc-serial", "/nonexistent-plugins"]
+        {
             assert!(line.contains(want), "rank {r}: {want:?} not in {line}");
         }
     }

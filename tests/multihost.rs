@@ -363,7 +363,10 @@ fn hierarchical_on_2_hosts_matches_flat() {
     );
     assert!(max_diff < 1e-4, "hierarchical weights {max_diff} from the flat all-reduce's");
     // 5 %: TCP acknowledgements and heartbeats grow with the run's length.
-    assert!(bh as f64 <= bf as f64 * 1.05, "the hierarchical all-reduce moved {bh} bytes over the links, the flat one {bf}");
+    assert!(
+        bh as f64 <= bf as f64 * 1.05,
+        "the hierarchical all-reduce moved {bh} bytes over the links, the flat one {bf}"
+    );
 }
 
 #[test]

@@ -7,8 +7,8 @@
 //! `hvtrain bench`.
 
 use crate::config::{BucketOrder, Compression, Reduction};
-use std::ops::Range;
 use crate::parallel::{reduce, Channel, Comm, Engine, FusionPlan};
+use std::ops::Range;
 use std::time::Instant;
 
 /// Tensor sizes of an MLP-like gradient set totalling `total` floats: weight matrices of
@@ -179,7 +179,9 @@ pub fn run(
             let what = if overlap { "fused (threaded)" } else { "fused" };
             let err = check(what, bytes, &fused_out, &expect);
             if adasum && comm.rank == 0 {
-                println!("# {what} Adasum of {bytes} bytes: largest error against float64 {err:.2e} of the largest element");
+                println!(
+                    "# {what} Adasum of {bytes} bytes: largest error against float64 {err:.2e} of the largest element"
+                );
             }
             (t, engine.into_channel().expect("a reducer with a channel"))
         };

@@ -55,8 +55,14 @@ impl WithBackend<serde_json::Value> for &StepBench {
         let lens: Vec<usize> = model.tensors().iter().map(|t| t.range.len()).collect();
         let plan = FusionPlan::new(&lens, 64 << 20);
         let alloc = crate::step::bucket_buffers(&be, &plan)?;
-        let engine =
-            Engine::new(reduce::for_job(None, crate::config::Compression::None, Default::default(), false, &plan, false), plan, false, None, None, alloc);
+        let engine = Engine::new(
+            reduce::for_job(None, crate::config::Compression::None, Default::default(), false, &plan, false),
+            plan,
+            false,
+            None,
+            None,
+            alloc,
+        );
         let cfg = OptimizerCfg { lr: 0.01, ..Default::default() };
         let opt = Optimizer::new(&be, &cfg, model.tensors(), model.n_params, 1)?;
         let name = be.name();

@@ -202,7 +202,10 @@ impl DistributionCfg {
             let (field, what) = if d.reduction == Reduction::Adasum {
                 ("distribution.reduction", "reduction = \"adasum\"".to_string())
             } else {
-                ("distribution.compression", format!("compression = \"{}\"", format!("{:?}", d.compression).to_lowercase()))
+                (
+                    "distribution.compression",
+                    format!("compression = \"{}\"", format!("{:?}", d.compression).to_lowercase()),
+                )
             };
             return Err(Error::config(
                 origin,

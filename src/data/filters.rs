@@ -102,7 +102,8 @@ fn hdf5plugin_folders() -> Vec<PathBuf> {
         let Ok(entries) = std::fs::read_dir(&root) else { continue };
         let mut pys: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
         pys.sort();
-        for py in pys.iter().rev().filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python3"))) {
+        for py in pys.iter().rev().filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python3")))
+        {
             for site in ["site-packages", "dist-packages"] {
                 let d = py.join(site).join("hdf5plugin/plugins");
                 if d.is_dir() {

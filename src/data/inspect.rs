@@ -31,7 +31,12 @@ pub fn check_file(path: &Path) -> Result<bool> {
                     if !s.available && !missing.contains(&s.id) {
                         missing.push(s.id);
                     }
-                    format!("{} {} ({})", s.id, filters::name(s.id), if s.available { "available" } else { "NOT AVAILABLE" })
+                    format!(
+                        "{} {} ({})",
+                        s.id,
+                        filters::name(s.id),
+                        if s.available { "available" } else { "NOT AVAILABLE" }
+                    )
                 })
                 .collect::<Vec<_>>()
                 .join(", ")

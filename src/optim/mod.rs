@@ -301,7 +301,8 @@ fn lamb<B: Backend>(
     let len = r.len();
     be.fill_zero(be.view_mut(s, 0..len))?;
     be.adam(be.view_mut(s, 0..len), g, m, v, &AdamHyper { lr: -1.0, l2: 0.0, decay: 0.0, ..*h })?;
-    let plain = |lr: f32, grad_scale: f32| SgdHyper { lr, grad_scale, weight_decay: 0.0, momentum: 0.0, nesterov: false };
+    let plain =
+        |lr: f32, grad_scale: f32| SgdHyper { lr, grad_scale, weight_decay: 0.0, momentum: 0.0, nesterov: false };
     let mut ratio = 1.0;
     if is_weight {
         if wd != 0.0 {
@@ -435,7 +436,12 @@ mod tests {
                 wp[i] -= lr * if i < 3 { ratio } else { 1.0 } * r[i];
             }
             for i in 0..5 {
-                assert!((f64::from(p[i]) - wp[i]).abs() < 2e-6 * wp[i].abs().max(1.0), "step {t}, {i}: {} vs {}", p[i], wp[i]);
+                assert!(
+                    (f64::from(p[i]) - wp[i]).abs() < 2e-6 * wp[i].abs().max(1.0),
+                    "step {t}, {i}: {} vs {}",
+                    p[i],
+                    wp[i]
+                );
             }
         }
         // The bias moved by about lr per step (Adam's size), not by a ratio's.

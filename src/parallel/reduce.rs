@@ -228,7 +228,11 @@ impl Hierarchical {
             log::info!(
                 "hierarchical all-reduce: {shape} rank(s) (nodes x ranks per node, {}): reduce in \
                  the node, all-reduce among {} node leader(s), broadcast in the node",
-                if std::env::var_os("HVTRAIN_NODE_SIZE").is_some() { "nodes as HVTRAIN_NODE_SIZE says" } else { "nodes by shared memory" },
+                if std::env::var_os("HVTRAIN_NODE_SIZE").is_some() {
+                    "nodes as HVTRAIN_NODE_SIZE says"
+                } else {
+                    "nodes by shared memory"
+                },
                 sizes.len()
             );
         }

@@ -315,7 +315,10 @@ where
         threshold_bytes: usize,
         first_bytes: usize,
         order: crate::config::BucketOrder,
-        remake: impl FnOnce(Box<dyn crate::parallel::reduce::Reducer>, &FusionPlan) -> Box<dyn crate::parallel::reduce::Reducer>,
+        remake: impl FnOnce(
+            Box<dyn crate::parallel::reduce::Reducer>,
+            &FusionPlan,
+        ) -> Box<dyn crate::parallel::reduce::Reducer>,
     ) -> Result<()> {
         let lens: Vec<usize> = self.engine.plan().slots.iter().map(|s| s.len()).collect();
         let plan = FusionPlan::with_options(&lens, threshold_bytes, first_bytes, order);

@@ -70,7 +70,10 @@ pub(super) fn build<'a, B: Backend>(
     if comm.rank == 0 && d.reduction == crate::config::Reduction::Adasum {
         let p = crate::parallel::adasum::fold_size(grid.data);
         let fold = if p < grid.data {
-            format!("; {} rank(s) above the power of two {p} folded in first (Horovod refuses this count)", grid.data - p)
+            format!(
+                "; {} rank(s) above the power of two {p} folded in first (Horovod refuses this count)",
+                grid.data - p
+            )
         } else {
             String::new()
         };

@@ -124,7 +124,8 @@ impl Autotune {
                 .filter(|c| !same(c, &configured)),
         );
         // The other all-reduce needs exact float32 sums (the hierarchical one refuses the rest).
-        let other_ok = d.compression == crate::config::Compression::None && d.reduction == crate::config::Reduction::Average;
+        let other_ok =
+            d.compression == crate::config::Compression::None && d.reduction == crate::config::Reduction::Average;
         let mut a = Autotune {
             todo,
             current: None,
@@ -165,7 +166,11 @@ impl Autotune {
         }
         trainers.broadcast_f64(&mut reuse);
         if reuse[0] == 1.0 {
-            a.chosen = Some(Setting { fusion_threshold_mb: reuse[1], first_bucket_mb: reuse[2], hierarchical: reuse[3] == 1.0 });
+            a.chosen = Some(Setting {
+                fusion_threshold_mb: reuse[1],
+                first_bucket_mb: reuse[2],
+                hierarchical: reuse[3] == 1.0,
+            });
         }
         Ok(Some(a))
     }
@@ -227,7 +232,8 @@ impl Autotune {
         let median = t[t.len() / 2];
         self.scores.push(trainers.all_reduce_max_f64(median));
         self.seen = 0;
-        let best = (0..self.scores.len()).min_by(|&a, &b| self.scores[a].total_cmp(&self.scores[b])).expect("candidates");
+        let best =
+            (0..self.scores.len()).min_by(|&a, &b| self.scores[a].total_cmp(&self.scores[b])).expect("candidates");
         if i + 1 == self.todo.len() && self.try_other_allreduce {
             // Every fusion setting timed: the fastest once more with the other all-reduce.
             self.try_other_allreduce = false;
@@ -296,7 +302,10 @@ mod tests {
             assert!(c[i + 1..].iter().all(|b| b != a));
             assert!(a.first_bucket_mb < a.fusion_threshold_mb || a.first_bucket_mb == 0.0);
         }
-        assert_eq!(Setting { fusion_threshold_mb: 4.0, first_bucket_mb: 1.0, hierarchical: false }.bytes(), (4 << 20, 1 << 20));
+        assert_eq!(
+            Setting { fusion_threshold_mb: 4.0, first_bucket_mb: 1.0, hierarchical: false }.bytes(),
+            (4 << 20, 1 << 20)
+        );
         // A record of an earlier version (no hierarchical) still reads.
         let s: Setting = serde_json::from_str(r#"{"fusion_threshold_mb": 4.0, "first_bucket_mb": 0.0}"#).unwrap();
         assert!(!s.hierarchical);
