@@ -176,7 +176,14 @@ impl AllReduce<'_> {
             &format!("the parameter checksum at step {}", st.step()),
             checksum(&st.params_host()?),
         )
-        .map_err(|e| Error::Mismatch(format!("{e}: the model replicas have diverged")))
+        .map_err(|e| match e {
+            // check_agreement's hint (the same job file) does not fit replicas that diverged.
+            Error::Mismatch(m) => Error::Mismatch(format!(
+                "{}: the model replicas have diverged (a bit flip in memory, or a bug: please report it)",
+                m.split("; start every rank").next().unwrap_or(&m)
+            )),
+            e => e,
+        })
     }
 }
 
