@@ -338,6 +338,17 @@ mod tests {
         (Optimizer::new(&Cpu, &j.optimizer, t, 1, 2).unwrap(), vec![1.0])
     }
 
+    /// An optimizer from `sets` over a weight tensor of 3 and a bias of 2, and their values.
+    fn weight_and_bias(sets: &[&str]) -> (Optimizer<Cpu>, Vec<f32>) {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let j = Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap();
+        let t = vec![
+            TensorInfo { name: "w".into(), range: 0..3, is_weight: true },
+            TensorInfo { name: "b".into(), range: 3..5, is_weight: false },
+        ];
+        (Optimizer::new(&Cpu, &j.optimizer, t, 5, 1).unwrap(), vec![0.3, -1.2, 0.8, 0.1, -0.4])
+    }
+
     #[test]
     fn momentum_sgd_matches_hand_computation() {
         let (mut o, mut p) = opt(&["optimizer.lr=0.1", "optimizer.momentum=0.9"]);
@@ -360,18 +371,13 @@ mod tests {
     /// against the update written out in float64 (TensorFlow's LARSOptimizer).
     #[test]
     fn lars_matches_a_float64_reference() {
-        let sets: Vec<String> = ["optimizer.kind='lars'", "optimizer.lr=0.5", "optimizer.momentum=0.9"]
-            .iter()
-            .chain(&["optimizer.weight_decay=0.01", "optimizer.trust_coefficient=0.02"])
-            .map(|s| s.to_string())
-            .collect();
-        let j = Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap();
-        let t = vec![
-            TensorInfo { name: "w".into(), range: 0..3, is_weight: true },
-            TensorInfo { name: "b".into(), range: 3..5, is_weight: false },
-        ];
-        let mut o = Optimizer::new(&Cpu, &j.optimizer, t, 5, 1).unwrap();
-        let mut p: Vec<f32> = vec![0.3, -1.2, 0.8, 0.1, -0.4];
+        let (mut o, mut p) = weight_and_bias(&[
+            "optimizer.kind='lars'",
+            "optimizer.lr=0.5",
+            "optimizer.momentum=0.9",
+            "optimizer.weight_decay=0.01",
+            "optimizer.trust_coefficient=0.02",
+        ]);
         let grads: [Vec<f32>; 2] = [vec![0.5, 0.25, -2.0, 0.3, -0.1], vec![-0.4, 1.0, 0.6, 0.2, 0.05]];
         let (lr, mu, wd, eta) = (0.5f64, 0.9f64, 0.01f64, 0.02f64);
         let mut wp: Vec<f64> = p.iter().map(|&x| f64::from(x)).collect();
@@ -400,18 +406,14 @@ mod tests {
     /// without decay or ratio).
     #[test]
     fn lamb_matches_a_float64_reference() {
-        let sets: Vec<String> = ["optimizer.kind='lamb'", "optimizer.lr=0.05", "optimizer.weight_decay=0.01"]
-            .iter()
-            .chain(&["optimizer.beta1=0.8", "optimizer.beta2=0.95", "optimizer.eps=1e-6"])
-            .map(|s| s.to_string())
-            .collect();
-        let j = Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap();
-        let t = vec![
-            TensorInfo { name: "w".into(), range: 0..3, is_weight: true },
-            TensorInfo { name: "b".into(), range: 3..5, is_weight: false },
-        ];
-        let mut o = Optimizer::new(&Cpu, &j.optimizer, t, 5, 1).unwrap();
-        let mut p: Vec<f32> = vec![0.3, -1.2, 0.8, 0.1, -0.4];
+        let (mut o, mut p) = weight_and_bias(&[
+            "optimizer.kind='lamb'",
+            "optimizer.lr=0.05",
+            "optimizer.weight_decay=0.01",
+            "optimizer.beta1=0.8",
+            "optimizer.beta2=0.95",
+            "optimizer.eps=1e-6",
+        ]);
         let grads: [Vec<f32>; 3] =
             [vec![0.5, 0.25, -2.0, 0.3, -0.1], vec![-0.4, 1.0, 0.6, 0.2, 0.05], vec![0.1, -0.3, 0.2, -0.6, 0.4]];
         let (lr, b1, b2, eps, wd) = (0.05f64, 0.8f64, 0.95f64, 1e-6f64, 0.01f64);
