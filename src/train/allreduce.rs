@@ -163,6 +163,15 @@ fn overlap(comm: &Comm, job: &Job, data: usize, replica: usize) -> bool {
     on
 }
 
+/// A disagreement found by `check_agreement` inside a run, told as what it is (`why`) instead of
+/// its start-up hint (the same job file on every rank), which does not fit there.
+fn retold(e: Error, why: &str) -> Error {
+    match e {
+        Error::Mismatch(m) => Error::Mismatch(format!("{}: {why}", m.split("; start every rank").next().unwrap_or(&m))),
+        e => e,
+    }
+}
+
 impl AllReduce<'_> {
     /// Every `check_every` steps: the copies of this rank's part agree (within the data group).
     fn check<B: Backend>(&self, st: &Stepper<B>) -> Result<()> {
@@ -176,14 +185,7 @@ impl AllReduce<'_> {
             &format!("the parameter checksum at step {}", st.step()),
             checksum(&st.params_host()?),
         )
-        .map_err(|e| match e {
-            // check_agreement's hint (the same job file) does not fit replicas that diverged.
-            Error::Mismatch(m) => Error::Mismatch(format!(
-                "{}: the model replicas have diverged (a bit flip in memory, or a bug: please report it)",
-                m.split("; start every rank").next().unwrap_or(&m)
-            )),
-            e => e,
-        })
+        .map_err(|e| retold(e, "the model replicas have diverged (a bit flip in memory, or a bug: please report it)"))
     }
 }
 
@@ -205,7 +207,13 @@ impl<B: Backend> Mode<B> for AllReduce<'_> {
             reduce::for_job(old.into_channel(), d.compression, d.reduction, s.hierarchical && data > 1, plan, pointers)
         })?;
         // Every rank of the group must have switched to the same buckets before the next step.
-        check_agreement(&self.data_chan, "the autotuned gradient fusion plan", st.plan_fingerprint())
+        let fingerprint = st.plan_fingerprint();
+        check_agreement(&self.data_chan, "the autotuned gradient fusion plan", fingerprint).map_err(|e| {
+            let why =
+                "autotune chose differently on different ranks (a bug: please report it; distribution.autotune = \
+                       false runs without it)";
+            retold(e, why)
+        })
     }
 
     fn trainers(&self) -> &Channel {
