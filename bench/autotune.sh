@@ -18,7 +18,7 @@ STEPS=${AUTOTUNE_STEPS:-10}
 # epoch, measured, comes after it.
 EPOCHS=$(( (3 + 8 * STEPS) / 118 + 2 ))
 JOBSET=(--set training.epochs=$EPOCHS --set training.batch_size=128 --set distribution.autotune_steps=$STEPS)
-epoch2() { python3 -c "import json,sys; print(round([json.loads(l) for l in open(sys.argv[1])][-1]['samples_per_sec']))" "$1/metrics.jsonl"; }
+last_epoch() { python3 -c "import json,sys; print(round([json.loads(l) for l in open(sys.argv[1])][-1]['samples_per_sec']))" "$1/metrics.jsonl"; }
 {
     echo "# Autotune across 2 emulated nodes, 2 x $K ranks ($(date +%F))"
     echo
@@ -44,7 +44,7 @@ for link in "${LINKS[@]}"; do
     on_nodes $K train jobs/fashion-mnist.toml "${JOBSET[@]}" --set "output.dir=\"$d/best\"" \
         --set "distribution.fusion_threshold_mb=$bthr" --set "distribution.first_bucket_mb=$bfirst" >/dev/null 2>&1
     cands=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('; '.join(f\"{c[0]['fusion_threshold_mb']:g}/{c[0]['first_bucket_mb']:g} MiB {c[1]*1e3:.2f}\" for c in r['candidates']))" "$d/tuned/autotune.json")
-    echo "| $name | $(epoch2 "$d/fixed") | $(epoch2 "$d/tuned") ($thr / $first MiB) | $(epoch2 "$d/best") ($bthr / $bfirst MiB) | $cands |" >>"$OUT"
+    echo "| $name | $(last_epoch "$d/fixed") | $(last_epoch "$d/tuned") ($thr / $first MiB) | $(last_epoch "$d/best") ($bthr / $bfirst MiB) | $cands |" >>"$OUT"
 done
 echo >>"$OUT"
 echo "Candidates are written threshold/first bucket. The grid's best and the autotuned choice are the same setting by construction (the autotune is the grid sweep); the fixed run measures it again without the tuning steps." >>"$OUT"

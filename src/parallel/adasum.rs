@@ -90,7 +90,7 @@ pub fn all_reduce(chan: &Channel, buf: &mut [f32], tensors: &[Range<usize>], tmp
     let mut d = 1;
     while d < p {
         let partner = r ^ d;
-        chan.exchange_f32(buf, partner, tmp, partner);
+        chan.exchange(buf, partner, tmp, partner);
         combine(buf, tmp, tensors, r < partner);
         d <<= 1;
     }

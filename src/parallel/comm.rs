@@ -199,24 +199,15 @@ impl Channel {
         v
     }
 
-    /// Send `out` to rank `to` while receiving `inp` from rank `from` (Adasum's levels).
-    pub fn exchange_f32(&self, out: &[f32], to: usize, inp: &mut [f32], from: usize) {
-        mpi::point_to_point::send_receive_into(
-            out,
-            &self.comm.process_at_rank(to as i32),
-            inp,
-            &self.comm.process_at_rank(from as i32),
-        );
-    }
-
     /// Blocking send of `out` to rank `to` with `tag` (Adasum's fold of the ranks above a
     /// power of two; `recv_f32` receives it).
     pub fn send_f32(&self, to: usize, tag: i32, out: &[f32]) {
         self.comm.process_at_rank(to as i32).send_with_tag(out, tag);
     }
 
-    /// Send `out` to rank `to` while receiving `inp` from rank `from` (one ring step).
-    pub fn exchange_u16(&self, out: &[u16], to: usize, inp: &mut [u16], from: usize) {
+    /// Send `out` to rank `to` while receiving `inp` from rank `from`: one step of the
+    /// compressed ring (u16) or of Adasum's levels (f32).
+    pub fn exchange<T: Equivalence>(&self, out: &[T], to: usize, inp: &mut [T], from: usize) {
         mpi::point_to_point::send_receive_into(
             out,
             &self.comm.process_at_rank(to as i32),

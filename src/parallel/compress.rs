@@ -80,7 +80,7 @@ pub fn ring_allreduce_sum(chan: &Channel, src: &[f32], dst: &mut [f32], kind: Co
     for step in 0..n - 1 {
         let (out, inp) = (chunk(r + n - step), chunk(r + 2 * n - step - 1));
         compress(&dst[out.clone()], &mut s.send[..out.len()], kind);
-        chan.exchange_u16(&s.send[..out.len()], next, &mut s.recv[..inp.len()], prev);
+        chan.exchange(&s.send[..out.len()], next, &mut s.recv[..inp.len()], prev);
         decompress(&s.recv[..inp.len()], &mut s.wide[..inp.len()], kind);
         dst[inp].iter_mut().zip(&s.wide).for_each(|(d, &v)| *d += v);
     }
@@ -93,7 +93,7 @@ pub fn ring_allreduce_sum(chan: &Channel, src: &[f32], dst: &mut [f32], kind: Co
     for step in 0..n - 1 {
         let (out, inp) = (chunk(r + 1 + n - step), chunk(r + n - step));
         compress(&dst[out.clone()], &mut s.send[..out.len()], kind);
-        chan.exchange_u16(&s.send[..out.len()], next, &mut s.recv[..inp.len()], prev);
+        chan.exchange(&s.send[..out.len()], next, &mut s.recv[..inp.len()], prev);
         decompress(&s.recv[..inp.len()], &mut dst[inp], kind);
     }
 }
