@@ -110,10 +110,12 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    fn checksum(&self, format: i64) -> u64 {
-        let mut h = crate::parallel::checksum(&self.params);
+    /// Over the arenas as stored (without the arena's padding, `Mlp::unpad`), so that it
+    /// does not change with the padding.
+    fn checksum(&self, model: &Mlp, format: i64) -> u64 {
+        let mut h = crate::parallel::checksum(&stored(model, &self.params));
         for part in [&self.m, &self.v] {
-            h = h.rotate_left(17) ^ crate::parallel::checksum(part);
+            h = h.rotate_left(17) ^ crate::parallel::checksum(&stored(model, part));
         }
         let mut ints = vec![self.step, self.epoch as u64, self.step_in_epoch as u64, self.world_size as u64];
         if format >= 2 {
@@ -177,6 +179,16 @@ pub fn remove_stale_tmp(dir: &Path) -> Vec<String> {
     gone
 }
 
+/// An arena of `model`'s layout as a checkpoint stores it: without the padding (another
+/// length, as read from a file that did not fit, stays as it is).
+fn stored(model: &Mlp, a: &[f32]) -> Vec<f32> {
+    if a.len() == model.n_params {
+        model.unpad(a)
+    } else {
+        a.to_vec()
+    }
+}
+
 /// Write `c` atomically into `dir`, then delete all but the newest `keep` checkpoints of its
 /// lineage. `before_rename` runs when the temporary file is complete (fault injection).
 pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename: impl FnOnce()) -> Result<PathBuf> {
@@ -190,10 +202,12 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
             f.create_group("optimizer").map_err(|e| Error::hdf5(&tmp, "create group", e))?;
         }
         if !c.m.is_empty() {
-            w("optimizer/m", &c.m, &[c.m.len()])?;
+            let m = stored(model, &c.m);
+            w("optimizer/m", &m, &[m.len()])?;
         }
         if !c.v.is_empty() {
-            w("optimizer/v", &c.v, &[c.v.len()])?;
+            let v = stored(model, &c.v);
+            w("optimizer/v", &v, &[v.len()])?;
         }
         let l = &c.lineage;
         for (name, v) in [
@@ -217,7 +231,7 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
         h5::write(&f, &tmp, "train_sums", &c.train_sums, &[n, c.train_sums.len() / n])?;
         h5::write(&f, &tmp, "job_json", c.job_json.as_bytes(), &[c.job_json.len()])?;
         h5::write(&f, &tmp, "trainer_json", c.trainer_json.as_bytes(), &[c.trainer_json.len()])?;
-        h5::write(&f, &tmp, "checksum", &[c.checksum(FORMAT)], &[1])?;
+        h5::write(&f, &tmp, "checksum", &[c.checksum(model, FORMAT)], &[1])?;
         f.flush().map_err(|e| Error::hdf5(&tmp, "flush", e))?;
     }
     crate::weights::commit(&tmp, &path, "rename the finished checkpoint into place", before_rename)?;
@@ -344,7 +358,10 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
             Err(_) => Ok(Vec::new()),
         }
     };
-    let (m, v) = (opt("optimizer/m")?, opt("optimizer/v")?);
+    // Stored without the arena's padding; a length that fits no arena of this model stays as
+    // read (the optimizer's check then says it does not fit).
+    let padded = |a: Vec<f32>| model.pad(&a).unwrap_or(a);
+    let (m, v) = (padded(opt("optimizer/m")?), padded(opt("optimizer/v")?));
     let loss_sums: Vec<f64> =
         h5::dataset(&f, path, "loss_sums")?.read_raw().map_err(|e| Error::hdf5(path, "read loss_sums", e))?;
     let train_sums: Vec<f64> = if format >= 5 {
@@ -400,7 +417,7 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
         lineage,
         written_at,
     };
-    if stored.first() != Some(&c.checksum(format)) {
+    if stored.first() != Some(&c.checksum(model, format)) {
         return Err(Error::data(path, "checksum", "does not match the contents: the file is damaged"));
     }
     Ok(c)

@@ -32,10 +32,21 @@ pub struct DenseSlot {
     pub out: usize,
     pub w: Range<usize>,
     pub b: Range<usize>,
+    /// Where the layer's slot ends: `b.end` rounded up to `ARENA_ALIGN` (the padding after
+    /// the bias, zero always, is part of the bias's tensor in `tensors()`).
+    pub end: usize,
     /// Whether this rank holds the whole layer, a slice of its output columns, or a slice
     /// of its input rows.
     pub split: Split,
 }
+
+/// Every layer's slot in the arena starts at a multiple of this many floats (256 bytes, what
+/// cudaMalloc gives): each weight is then aligned for cuBLAS's tensor-core kernels (an
+/// operand 8 bytes off a 16-byte boundary makes it pick `align1` kernels at half the rate).
+/// The padding after each bias is zero and stays zero (its gradient is never written, so
+/// every optimizer leaves it); checkpoints, weights.h5 and the logs never show it
+/// (`unpad`, `pad`, `n_logical`).
+pub const ARENA_ALIGN: usize = 64;
 
 #[derive(Clone, Debug)]
 pub struct Mlp {
@@ -44,7 +55,8 @@ pub struct Mlp {
     pub act: Activation,
     pub loss: Loss,
     pub layers: Vec<DenseSlot>,
-    /// Parameters in this arena (this rank's shard under tensor parallelism).
+    /// Floats in this arena (this rank's shard under tensor parallelism), the padding after
+    /// each layer included (`ARENA_ALIGN`); `n_logical` counts the parameters.
     pub n_params: usize,
     /// (this rank's index in its tensor group, the group's size); (0, 1) for a whole model.
     pub tensor: (usize, usize),
@@ -61,6 +73,8 @@ pub struct Mlp {
 pub struct TensorInfo {
     pub name: String,
     pub range: Range<usize>,
+    /// Its values, the arena's padding after a bias left out (`range.len()` for a weight).
+    pub used: usize,
     /// Weights get weight decay; biases do not.
     pub is_weight: bool,
 }
@@ -93,8 +107,8 @@ impl Mlp {
             };
             let w = off..off + inp * out;
             let b = w.end..w.end + out;
-            off = b.end;
-            layers[l] = Some(DenseSlot { inp, out, w, b, split });
+            off = b.end.next_multiple_of(ARENA_ALIGN);
+            layers[l] = Some(DenseSlot { inp, out, w, b, end: off, split });
         }
         Mlp {
             sizes: sizes.to_vec(),
@@ -142,10 +156,59 @@ impl Mlp {
         let mut v = Vec::with_capacity(2 * self.layers.len());
         for (l, s) in self.layers.iter().enumerate().rev() {
             let l = l + self.first;
-            v.push(TensorInfo { name: format!("dense{l}/weight"), range: s.w.clone(), is_weight: true });
-            v.push(TensorInfo { name: format!("dense{l}/bias"), range: s.b.clone(), is_weight: false });
+            v.push(TensorInfo {
+                name: format!("dense{l}/weight"),
+                range: s.w.clone(),
+                used: s.w.len(),
+                is_weight: true,
+            });
+            v.push(TensorInfo {
+                name: format!("dense{l}/bias"),
+                range: s.b.start..s.end,
+                used: s.out,
+                is_weight: false,
+            });
         }
         v
+    }
+
+    /// The parameters without the arena's padding (weights, biases): what a user counts.
+    pub fn n_logical(&self) -> usize {
+        self.layers.iter().map(|s| s.b.end - s.w.start).sum()
+    }
+
+    /// An arena (parameters or optimizer state of this arena's layout) without its padding:
+    /// each layer's weight and bias back to back, last layer first, as checkpoints store
+    /// optimizer state. An empty vector stays empty.
+    pub fn unpad(&self, arena: &[f32]) -> Vec<f32> {
+        if arena.is_empty() {
+            return Vec::new();
+        }
+        assert_eq!(arena.len(), self.n_params, "an arena of another model");
+        let mut out = Vec::with_capacity(self.n_logical());
+        for s in self.layers.iter().rev() {
+            out.extend_from_slice(&arena[s.w.start..s.b.end]);
+        }
+        out
+    }
+
+    /// The inverse of `unpad`: a padded arena (zero padding) from `logical`; None when its
+    /// length is neither this model's parameter count nor 0 (empty stays empty).
+    pub fn pad(&self, logical: &[f32]) -> Option<Vec<f32>> {
+        if logical.is_empty() {
+            return Some(Vec::new());
+        }
+        if logical.len() != self.n_logical() {
+            return None;
+        }
+        let mut out = vec![0.0; self.n_params];
+        let mut at = 0;
+        for s in self.layers.iter().rev() {
+            let n = s.b.end - s.w.start;
+            out[s.w.start..s.b.end].copy_from_slice(&logical[at..at + n]);
+            at += n;
+        }
+        Some(out)
     }
 
     /// Glorot-uniform weights (Keras' default for Dense), zero biases, from `seed`.

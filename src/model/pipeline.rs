@@ -24,7 +24,7 @@ pub use crate::config::parallel::stages;
 /// biases of every layer, last layer first).
 pub fn arena_range(sizes: &[usize], layers: &Range<usize>) -> Range<usize> {
     let n = sizes.len() - 1;
-    let len = |l: usize| sizes[l] * sizes[l + 1] + sizes[l + 1];
+    let len = |l: usize| (sizes[l] * sizes[l + 1] + sizes[l + 1]).next_multiple_of(crate::model::ARENA_ALIGN);
     let start: usize = (layers.end..n).map(len).sum();
     start..start + layers.clone().map(len).sum::<usize>()
 }
@@ -115,7 +115,7 @@ mod tests {
         assert_eq!(ranges.last().unwrap().end, whole.n_params);
         for (r, layers) in ranges.iter().zip(s.iter().rev()) {
             let l = layers.start;
-            assert_eq!(r.end, whole.layers[l].b.end, "stage {layers:?} ends with its first layer's bias");
+            assert_eq!(r.end, whole.layers[l].end, "stage {layers:?} ends with its first layer's bias (and padding)");
         }
     }
 

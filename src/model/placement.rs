@@ -175,7 +175,7 @@ impl TensorGroup {
         if let Some(chan) = &self.chan {
             let (local, stage) = (self.local_model().tensors(), self.stage.tensors());
             for ((s, l), w) in sq.iter_mut().zip(&local).zip(&stage) {
-                if l.range.len() == w.range.len() && self.index != 0 {
+                if l.used == w.used && self.index != 0 {
                     *s = 0.0; // replicated: tensor rank 0's counts
                 }
             }
@@ -251,7 +251,7 @@ mod tests {
         use crate::config::{Activation, LossKind};
         for sizes in [vec![6, 10, 8, 7, 3], vec![5, 9, 4, 6, 2, 3]] {
             let full = Mlp::new(&sizes, Activation::Tanh, LossKind::SoftmaxCrossEntropy);
-            let all: Vec<f32> = (0..full.n_params).map(|i| i as f32).collect();
+            let all = full.pad(&(0..full.n_logical()).map(|i| i as f32 + 1.0).collect::<Vec<_>>()).unwrap();
             for p_n in 1..=sizes.len() - 1 {
                 let stages = pipeline::stages(&sizes, p_n).unwrap();
                 for ts in [1, 2, 3] {

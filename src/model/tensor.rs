@@ -159,7 +159,8 @@ mod tests {
     fn scatter_then_assemble_is_the_identity_and_shards_partition_the_model() {
         for sizes in [vec![5, 7, 6, 3], vec![5, 10, 8, 3, 4], vec![3, 4, 2]] {
             let whole = Mlp::new(&sizes, Activation::Tanh, LossKind::SoftmaxCrossEntropy);
-            let all: Vec<f32> = (0..whole.n_params).map(|i| i as f32).collect();
+            // Values 1, 2, …; the arena's padding 0 (never split, never assembled).
+            let all = whole.pad(&(1..=whole.n_logical()).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
             for ts in 1..=4.min(sizes[1]) {
                 let parts: Vec<Vec<f32>> = (0..ts)
                     .map(|t| {
@@ -172,13 +173,13 @@ mod tests {
                 assert_eq!(assemble(&whole, &parts), all, "{sizes:?} over {ts}");
                 // Split tensors partition the whole: every value sits in exactly one shard,
                 // or in every shard when shared.
-                let mut seen = vec![0usize; whole.n_params];
+                let mut seen = vec![0usize; whole.n_logical() + 1];
                 for p in &parts {
                     for &v in p {
                         seen[v as usize] += 1;
                     }
                 }
-                assert!(seen.iter().all(|&c| c == 1 || c == ts), "{sizes:?} over {ts}: {seen:?}");
+                assert!(seen[1..].iter().all(|&c| c == 1 || c == ts), "{sizes:?} over {ts}: {seen:?}");
             }
         }
     }

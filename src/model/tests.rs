@@ -87,9 +87,9 @@ fn gelu_derivative_matches_difference_quotient() {
 }
 
 #[test]
-fn arena_is_in_backward_order_and_dense() {
+fn arena_is_in_backward_order_dense_and_every_weight_aligned() {
     let m = Mlp::new(&[784, 512, 512, 10], Activation::Relu, LossKind::SoftmaxCrossEntropy);
-    assert_eq!(m.n_params, 669_706);
+    assert_eq!(m.n_logical(), 669_706);
     let t = m.tensors();
     assert_eq!(t[0].name, "dense2/weight");
     assert_eq!(t[0].range.start, 0);
@@ -97,6 +97,19 @@ fn arena_is_in_backward_order_and_dense() {
         assert_eq!(w[0].range.end, w[1].range.start);
     }
     assert_eq!(t.last().unwrap().range.end, m.n_params);
+    // Without padding dense1/weight would start at 5130 floats (8 bytes off 16): cuBLAS's
+    // align1 kernels. Each layer's slot starts on 256 bytes.
+    for s in &m.layers {
+        assert_eq!(s.w.start % crate::model::ARENA_ALIGN, 0, "{s:?}");
+    }
+    assert_eq!(m.layers[1].w.start, 5184);
+    assert_eq!(t.iter().map(|t| t.used).sum::<usize>(), m.n_logical());
+    // The padding is invisible to the stored form: unpad ∘ pad is the identity.
+    let logical: Vec<f32> = (0..m.n_logical()).map(|i| i as f32).collect();
+    let arena = m.pad(&logical).unwrap();
+    assert_eq!(arena[m.layers[2].b.end..m.layers[1].w.start], vec![0.0; 5184 - 5130][..]);
+    assert_eq!(m.unpad(&arena), logical);
+    assert!(m.pad(&logical[1..]).is_none());
 }
 
 #[test]

@@ -334,7 +334,7 @@ mod tests {
     fn opt(sets: &[&str]) -> (Optimizer<Cpu>, Vec<f32>) {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         let j = Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap();
-        let t = vec![TensorInfo { name: "w".into(), range: 0..1, is_weight: true }];
+        let t = vec![TensorInfo { name: "w".into(), range: 0..1, used: 1, is_weight: true }];
         (Optimizer::new(&Cpu, &j.optimizer, t, 1, 2).unwrap(), vec![1.0])
     }
 
@@ -343,8 +343,8 @@ mod tests {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         let j = Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap();
         let t = vec![
-            TensorInfo { name: "w".into(), range: 0..3, is_weight: true },
-            TensorInfo { name: "b".into(), range: 3..5, is_weight: false },
+            TensorInfo { name: "w".into(), range: 0..3, used: 3, is_weight: true },
+            TensorInfo { name: "b".into(), range: 3..5, used: 2, is_weight: false },
         ];
         (Optimizer::new(&Cpu, &j.optimizer, t, 5, 1).unwrap(), vec![0.3, -1.2, 0.8, 0.1, -0.4])
     }

@@ -64,7 +64,7 @@ impl Setup {
             info!(
                 "model state per rank: {} (rank 0's; the whole model's {:.1} MiB of parameters split over {} rank(s))",
                 state.describe(),
-                whole.n_params as f64 * 4.0 / 1048576.0,
+                whole.n_logical() as f64 * 4.0 / 1048576.0,
                 grid.tensor * job.parallel.pipeline
             );
         }
@@ -252,7 +252,7 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
     info!(
         "model {:?} ({} parameters{}, {:.2} MiB), {} fusion bucket(s) at threshold {} MiB: sizes {:?} KiB",
         model.sizes,
-        model.n_params,
+        model.n_logical(),
         match (model.tensor, model.head && model.first == 0) {
             ((_, 1), true) => String::new(),
             ((t, ts), _) => format!(
@@ -261,7 +261,7 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
                 model.first + model.layers.len()
             ),
         },
-        model.n_params as f64 * 4.0 / 1048576.0,
+        model.n_logical() as f64 * 4.0 / 1048576.0,
         plan.buckets.len(),
         d.fusion_threshold_mb,
         plan.buckets.iter().map(|b| b.len() * 4 / 1024).collect::<Vec<_>>()
