@@ -38,6 +38,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps first (10)")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (forward and backward; compile time is not timed)")
     ap.add_argument("--json", default=None, help="write the result here (and print it)")
     a = ap.parse_args(argv)
 
@@ -60,6 +62,7 @@ def main(argv=None):
             mods.append(torch.nn.ReLU())
     model = torch.nn.Sequential(*mods).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.0)
+    fwd = torch.compile(model) if a.compile else model
     loss_fn = torch.nn.CrossEntropyLoss()
     x = torch.randn(a.batch, a.layers[0], device=dev)
     y = torch.randint(0, a.layers[-1], (a.batch,), device=dev)
@@ -67,7 +70,7 @@ def main(argv=None):
     def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(fwd(x), y)
         loss.backward()
         opt.step()
         return loss
@@ -95,6 +98,7 @@ def main(argv=None):
         "batch": a.batch,
         "layers": a.layers,
         "precision": a.precision,
+        "mode": "compile" if a.compile else "eager",
         "final_loss": float(loss.item()),
         "torch_version": torch.__version__,
         "device_name": torch.cuda.get_device_name(0),

@@ -252,6 +252,12 @@ also written to --json FILE. The PyTorch peer on the same shapes: bench/torch_pe
         /// CPU threads of the one process (training.threads).
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// Where the batches come from: `device`, a data set of 8 batches kept in device
+        /// memory, each step's rows gathered there by index (as the PyTorch peer keeps its
+        /// data on the GPU); `host`, each batch copied from host memory as a step without
+        /// resident data does.
+        #[arg(long, value_enum, default_value = "device")]
+        data: DataArg,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -272,6 +278,13 @@ also written to --json FILE. The PyTorch peer on the same shapes: bench/torch_pe
         #[arg(long, default_value_t = 1)]
         threads: usize,
     },
+}
+
+/// `hvtrain bench step --data`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataArg {
+    Device,
+    Host,
 }
 
 /// `--device` on the command line (the job file's `training.device`).

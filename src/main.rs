@@ -110,10 +110,11 @@ fn main() {
                 Ok(0)
             })
         }
-        Command::Bench(BenchCommand::Step { device, layers, batch, precision, steps, warmup, threads, json }) => {
+        Command::Bench(BenchCommand::Step { device, layers, batch, precision, steps, warmup, threads, data, json }) => {
             device::set_cpu_threads(threads);
             device::check_cpu_threads(device::Kind::Cpu, threads);
-            finish(bench_step(device, layers, batch, precision, steps, warmup, json))
+            let resident = data == cli::DataArg::Device;
+            finish(bench_step(device, layers, batch, precision, steps, warmup, resident, json))
         }
         Command::Selftest { device } => selftest(device),
         Command::Plot { runs, output } => {
@@ -266,6 +267,7 @@ fn bench_step(
     precision: cli::PrecisionArg,
     steps: usize,
     warmup: usize,
+    resident: bool,
     json: Option<std::path::PathBuf>,
 ) -> error::Result<()> {
     if layers.len() < 2 || layers.contains(&0) || batch == 0 || steps == 0 {
@@ -275,7 +277,7 @@ fn bench_step(
     }
     let (kind, how) = device::select(device.choice(), 0)?;
     log::info!("bench step on {how}");
-    let b = bench::step::StepBench { layers, batch, steps, warmup, precision: precision.precision() };
+    let b = bench::step::StepBench { layers, batch, steps, warmup, precision: precision.precision(), resident };
     let out = device::with_backend(kind, b.precision, &b)?;
     println!("{out}");
     if let Some(p) = json {

@@ -1,8 +1,9 @@
 //! `hvtrain bench step`: training steps per second of one MLP on one device (no MPI, one
 //! rank: the step without communication), and the GEMM rate on the step's own matrix
 //! products measured in the same run on the same device, so the step's FLOP rate reads as a
-//! fraction of what the matrix library gives. Synthetic data; each step uploads its batch,
-//! as training does. The PyTorch peer on the same shapes is `bench/torch_peer.py`.
+//! fraction of what the matrix library gives. Synthetic data, kept in device memory with each
+//! batch gathered there by index (`--data device`, as the PyTorch peer keeps its data on the
+//! GPU), or copied from host memory each step (`--data host`). The PyTorch peer on the same shapes is `bench/torch_peer.py`.
 //!
 //! Must not: call MPI (one rank, no communication) or keep a step of its own: it runs the real
 //! `Stepper`.
@@ -25,7 +26,13 @@ pub struct StepBench {
     pub steps: usize,
     pub warmup: usize,
     pub precision: Precision,
+    /// The data set (8 batches) kept in device memory and each batch gathered there by index
+    /// (`Stepper::set_resident`), else each batch copied from host memory.
+    pub resident: bool,
 }
+
+/// Batches in the resident data set: each step takes the next batch's rows.
+const RESIDENT_BATCHES: usize = 8;
 
 /// The matrix products of one training step, (m, k, n, ta, tb), as `Mlp` issues them:
 /// forward x·W, weight gradient xᵀ·d, and input gradient d·Wᵀ for every layer but the first
@@ -69,7 +76,7 @@ impl WithBackend<serde_json::Value> for &StepBench {
         let mut st = Stepper::new(be, model, &params, opt, engine, b, None)?;
         let mut r = Rng::new(2, 5);
         let k = *layers.last().expect("layers");
-        let batch = Batch {
+        let mut batch = Batch {
             rows: b,
             x: (0..b * layers[0]).map(|_| r.uniform() as f32).collect(),
             classes: (0..b).map(|i| (i % k) as i32).collect(),
@@ -77,14 +84,27 @@ impl WithBackend<serde_json::Value> for &StepBench {
             ids: (0..b as u32).collect(),
             digest: 0,
         };
+        if self.resident {
+            let all: Vec<f32> = (0..RESIDENT_BATCHES * b * layers[0]).map(|_| r.uniform() as f32).collect();
+            st.set_resident(&all, 0)?;
+        }
+        let mut at = 0;
+        let mut step = |st: &mut Stepper<B>, batch: &mut Batch| -> Result<()> {
+            if self.resident {
+                // The next batch's rows of the resident set (batch.x is not read).
+                at = (at + 1) % RESIDENT_BATCHES;
+                batch.ids.iter_mut().enumerate().for_each(|(i, id)| *id = (at * b + i) as u32);
+            }
+            st.run(batch, b, Instant::now()).map(|_| ())
+        };
         for _ in 0..self.warmup {
-            st.run(&batch, b, Instant::now())?;
+            step(&mut st, &mut batch)?;
         }
         st.wait()?;
         st.host_secs = [0.0; 4]; // the timed steps' only (the first step includes set-up)
         let t = Instant::now();
         for _ in 0..self.steps {
-            st.run(&batch, b, Instant::now())?;
+            step(&mut st, &mut batch)?;
         }
         st.wait()?; // not params_host: copying the whole model out is no part of a step
         let secs = t.elapsed().as_secs_f64();
@@ -94,7 +114,7 @@ impl WithBackend<serde_json::Value> for &StepBench {
         let step_tflops = flops * self.steps as f64 / secs / 1e12;
         Ok(serde_json::json!({
             "device": name, "layers": layers, "batch": b, "precision": format!("{:?}", self.precision).to_lowercase(),
-            "steps": self.steps, "seconds": secs,
+            "steps": self.steps, "seconds": secs, "data": if self.resident { "device" } else { "host" },
             "samples_per_s": (b * self.steps) as f64 / secs,
             "step_ms": secs * 1e3 / self.steps as f64,
             "step_tflops": step_tflops,

@@ -105,6 +105,20 @@ fn elementwise<B: Backend>(be: &B) {
     be.column_sums(be.view(&md, 0..rows * cols), cols, 1.0, be.view_mut(&mut out, 0..cols)).unwrap();
     let twice: Vec<f64> = want.iter().map(|v| 2.0 * v).collect();
     close(&host(be, &out, cols), &twice, 1e-5, "column_sums with beta = 1");
+    // A batch gathered by index from a data set on the device: exact copies, repeats allowed,
+    // only the first `rows` rows of the destination written.
+    let (n, cols, rows) = (29, 13, 9);
+    let src = random(n * cols, 5);
+    let idx: Vec<i32> = vec![28, 0, 3, 3, 17, 11, 1, 27, 5];
+    let sd = be.upload(&src).unwrap();
+    let mut ix = be.labels(rows + 2).unwrap();
+    be.upload_labels(&idx, &mut ix).unwrap();
+    let mut dst = be.upload(&vec![9.0; (rows + 1) * cols]).unwrap();
+    be.gather_rows(be.view(&sd, 0..n * cols), cols, &ix, rows, be.view_mut(&mut dst, 0..(rows + 1) * cols)).unwrap();
+    let mut want: Vec<f64> =
+        idx.iter().flat_map(|&i| src[i as usize * cols..][..cols].iter().map(|&v| v as f64)).collect();
+    want.extend(std::iter::repeat_n(9.0, cols));
+    close(&host(be, &dst, (rows + 1) * cols), &want, 0.0, "gather_rows");
 }
 
 fn optimizers<B: Backend>(be: &B) {
@@ -436,6 +450,9 @@ mod tests {
         }
         fn fill_zero(&self, v: &mut [f32]) -> crate::error::Result<()> {
             Cpu.fill_zero(v)
+        }
+        fn gather_rows(&self, s: &[f32], c: usize, i: &Vec<i32>, r: usize, d: &mut [f32]) -> crate::error::Result<()> {
+            Cpu.gather_rows(s, c, i, r, d)
         }
         fn view<'a>(&self, b: &'a Vec<f32>, r: std::ops::Range<usize>) -> &'a [f32] {
             &b[r]

@@ -237,6 +237,16 @@ pub trait Backend: Send {
         Ok(k)
     }
     fn fill_zero(&self, v: Self::ViewMut<'_>) -> Result<()>;
+    /// dst[r, :] = src[idx[r], :] for the first `rows` rows of [·, cols] matrices: a batch
+    /// gathered from a data set kept in the device's memory (`idx` within src's rows).
+    fn gather_rows(
+        &self,
+        src: Self::View<'_>,
+        cols: usize,
+        idx: &Self::Labels,
+        rows: usize,
+        dst: Self::ViewMut<'_>,
+    ) -> Result<()>;
     fn view<'a>(&self, buf: &'a Self::Buf, r: Range<usize>) -> Self::View<'a>;
     fn view_mut<'a>(&self, buf: &'a mut Self::Buf, r: Range<usize>) -> Self::ViewMut<'a>;
 

@@ -139,6 +139,10 @@ impl Backend for Cpu {
     ) -> Result<(f64, usize)> {
         Ok(pointwise_loss(f, pred, target, k, grad_scale, d))
     }
+    fn gather_rows(&self, src: &[f32], cols: usize, idx: &Vec<i32>, rows: usize, dst: &mut [f32]) -> Result<()> {
+        gather_rows(src, cols, &idx[..rows], dst);
+        Ok(())
+    }
     fn dropout(&self, v: &mut [f32], cols: usize, keys: &Vec<i32>, m: Mask) -> Result<()> {
         dropout(v, cols, keys, m);
         Ok(())
@@ -416,6 +420,14 @@ pub fn sigmoid(x: f32) -> f32 {
 }
 
 /// Dropout on [rows, cols] `v` in place (see `Mask`).
+/// dst[r, :] = src[idx[r], :] (`Backend::gather_rows`).
+pub fn gather_rows(src: &[f32], cols: usize, idx: &[i32], dst: &mut [f32]) {
+    for (row, &i) in dst.chunks_exact_mut(cols).zip(idx) {
+        let i = usize::try_from(i).expect("a row index");
+        row.copy_from_slice(&src[i * cols..(i + 1) * cols]);
+    }
+}
+
 pub fn dropout(v: &mut [f32], cols: usize, keys: &[i32], m: Mask) {
     for (row, &key) in v.chunks_exact_mut(cols).zip(keys) {
         for (c, e) in row.iter_mut().enumerate() {

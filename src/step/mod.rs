@@ -139,6 +139,9 @@ where
     h_out: Vec<f32>,
     /// The global gradient norm of the steps since `take_grad_norm` (with clipping only).
     grad_norm: GradNorm,
+    /// The training rows kept in device memory (`set_resident`): each step gathers its batch
+    /// there by the rows' ids instead of copying it from host memory.
+    resident: Option<Resident<B>>,
     /// Host seconds spent in each part of the unpipelined step (batch upload, forward + loss
     /// (which waits for the loss), backward's launches, the optimizer's wait and launches),
     /// for `hvtrain bench step`: on a GPU, where the host waits shows where the GPU idles.
@@ -187,6 +190,7 @@ where
             step: 0,
             micro: 1,
             host_secs: [0.0; 4],
+            resident: None,
             mws: Vec::new(),
             mx: Vec::new(),
             dropout: (Vec::new(), 0),
@@ -222,6 +226,49 @@ where
             self.xs = [self.be.staged(n)?, self.be.staged(n)?];
         }
         Ok(())
+    }
+
+    /// Keep `x` ([rows, inputs], row-major, the rows of global ids `first_id`, `first_id` + 1,
+    /// …) in device memory: from now on each unpipelined step gathers its batch there by the
+    /// batch's ids (the same rows in the same order as the host copy it replaces, so the same
+    /// weights), and only the ids (4 bytes a row) cross the bus. The pipelined step and
+    /// micro-batches still read `Batch::x`.
+    pub fn set_resident(&mut self, x: &[f32], first_id: u32) -> Result<()> {
+        let cols = self.model.n_inputs();
+        assert_eq!(x.len() % cols, 0, "resident rows of another width");
+        let _a = crate::mem::allocating("the training rows kept in device memory (data.on_device)");
+        self.resident = Some(Resident {
+            x: self.be.upload(x)?,
+            rows: x.len() / cols,
+            first_id,
+            idx: self.be.labels(self.batch)?,
+            host_idx: Vec::with_capacity(self.batch),
+        });
+        Ok(())
+    }
+
+    /// The batch's rows into input buffer `xi`: gathered on the device from the resident
+    /// rows, or copied from `batch.x`.
+    fn load_inputs(&mut self, batch: &Batch, xi: usize) -> Result<()> {
+        let be = &self.be;
+        let Some(r) = self.resident.as_mut() else {
+            return be.upload_into(&batch.x, &mut self.xs[xi]);
+        };
+        let cols = self.model.n_inputs();
+        r.host_idx.clear();
+        for &id in &batch.ids[..batch.rows] {
+            let i = id.checked_sub(r.first_id).map(|i| i as usize).filter(|&i| i < r.rows);
+            let i = i.ok_or_else(|| {
+                Error::Training(format!(
+                    "row id {id} is not among the {} rows kept on the device (ids {}..): a bug in the caller",
+                    r.rows, r.first_id
+                ))
+            })?;
+            r.host_idx.push(i as i32);
+        }
+        be.upload_labels(&r.host_idx, &mut r.idx)?;
+        let (src, n) = (be.view(&r.x, 0..r.rows * cols), batch.rows);
+        be.gather_rows(src, cols, &r.idx, n, be.view_mut(&mut self.xs[xi], 0..n * cols))
     }
 
     /// The length of the sums `run` returns.
@@ -369,10 +416,10 @@ where
             self.apply_buckets()?;
             return Ok(vec![0.0; self.sums_len()]);
         }
-        let (be, b) = (&self.be, batch.rows);
         let t = Instant::now();
         let xi = (self.step % 2) as usize;
-        be.upload_into(&batch.x, &mut self.xs[xi])?;
+        self.load_inputs(batch, xi)?;
+        let (be, b) = (&self.be, batch.rows);
         let t_fwd = Instant::now();
         let targets = if batch.classes.is_empty() {
             be.upload_into(&batch.values, &mut self.values)?;
@@ -444,6 +491,16 @@ where
     }
 }
 
+/// Training rows in device memory: row r of `x` is the row of global id `first_id + r`.
+struct Resident<B: Backend> {
+    x: B::Buf,
+    rows: usize,
+    first_id: u32,
+    /// This step's row indices into `x`, on the device and in host memory.
+    idx: B::Labels,
+    host_idx: Vec<i32>,
+}
+
 /// Backward's gradient destination: the engine's buckets, plus the timeline's per-layer spans.
 struct Sink<'a, B: Backend>
 where
@@ -482,5 +539,71 @@ where
 
     fn accumulate(&self) -> bool {
         self.accumulate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Activation, Compression, LossKind, OptimizerCfg};
+    use crate::device::cpu::Cpu;
+    use crate::parallel::reduce;
+
+    /// A one-rank stepper on the CPU for a small model, fresh from seed 1.
+    fn stepper() -> Stepper<Cpu> {
+        let model = Mlp::new(&[6, 9, 4], Activation::Relu, LossKind::SoftmaxCrossEntropy);
+        let params = model.init_params(1);
+        let lens: Vec<usize> = model.tensors().iter().map(|t| t.range.len()).collect();
+        let plan = FusionPlan::new(&lens, 1 << 20);
+        let alloc = bucket_buffers(&Cpu, &plan).unwrap();
+        let engine = Engine::new(
+            reduce::for_job(None, Compression::None, Default::default(), false, &plan, false),
+            plan,
+            false,
+            None,
+            None,
+            alloc,
+        );
+        let opt =
+            Optimizer::new(&Cpu, &OptimizerCfg { lr: 0.1, ..Default::default() }, model.tensors(), model.n_params, 1)
+                .unwrap();
+        Stepper::new(Cpu, model, &params, opt, engine, 8, None).unwrap()
+    }
+
+    /// Rows gathered on the device by id train exactly as the same rows copied from host
+    /// memory: same order, same weights (a short last batch included).
+    #[test]
+    fn resident_rows_train_as_the_host_copy() {
+        let (rows, cols, first_id) = (30usize, 6usize, 100u32);
+        let mut r = crate::rng::Rng::new(3, 4);
+        let data: Vec<f32> = (0..rows * cols).map(|_| r.uniform() as f32 - 0.5).collect();
+        let order: Vec<usize> = (0..rows).map(|i| (i * 7 + 3) % rows).collect(); // a permutation
+        let (mut host, mut dev) = (stepper(), stepper());
+        dev.set_resident(&data, first_id).unwrap();
+        for chunk in order.chunks(8).chain(order.chunks(8)) {
+            let batch = Batch {
+                rows: chunk.len(),
+                x: chunk.iter().flat_map(|&i| data[i * cols..(i + 1) * cols].to_vec()).collect(),
+                classes: chunk.iter().map(|&i| (i % 4) as i32).collect(),
+                values: Vec::new(),
+                ids: chunk.iter().map(|&i| first_id + i as u32).collect(),
+                digest: 0,
+            };
+            let a = host.run(&batch, batch.rows, Instant::now()).unwrap();
+            let bare = Batch {
+                x: Vec::new(),
+                classes: batch.classes.clone(),
+                ids: batch.ids.clone(),
+                values: Vec::new(),
+                ..batch
+            };
+            let b = dev.run(&bare, bare.rows, Instant::now()).unwrap();
+            assert_eq!(a, b, "the step's sums");
+        }
+        assert_eq!(host.params_host().unwrap(), dev.params_host().unwrap());
+        // An id outside the resident rows is an error, not a wrong row.
+        let bad =
+            Batch { rows: 1, x: Vec::new(), classes: vec![0], values: Vec::new(), ids: vec![first_id - 1], digest: 0 };
+        assert!(dev.run(&bad, 1, Instant::now()).unwrap_err().to_string().contains("not among the 30 rows"));
     }
 }

@@ -245,6 +245,28 @@ impl Backend for Cuda {
         let n = v.len;
         self.launch_fill(&mut v.cu(), n, 0.0)
     }
+    fn gather_rows(
+        &self,
+        src: DView<'_>,
+        cols: usize,
+        idx: &CudaSlice<i32>,
+        rows: usize,
+        dst: DViewMut<'_>,
+    ) -> Result<()> {
+        assert!(rows * cols <= dst.len && rows <= idx.len(), "gather of {rows} rows out of range");
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        let (rows64, cols32) = (rows as i64, i32::try_from(cols).map_err(|_| Error::Cuda(format!("{cols} columns")))?);
+        let s = src.cu();
+        let mut d = dst.cu();
+        let mut l = self.stream.launch_builder(&self.k.gather_rows);
+        l.arg(&mut d).arg(&s).arg(idx).arg(&rows64).arg(&cols32);
+        // SAFETY: hv_gather_rows(float*, const float*, const int*, long long, int) over rows·cols
+        // of dst; the indices are within src's rows (the caller's contract, as for the CPU).
+        unsafe { l.launch(config_1d(rows * cols)) }.map_err(drv("launching hv_gather_rows"))?;
+        Ok(())
+    }
     fn view<'a>(&self, buf: &'a DevBuf, r: Range<usize>) -> DView<'a> {
         assert!(r.start <= r.end && r.end <= buf.len, "view {r:?} of a buffer of {}", buf.len);
         DView { buf: &buf.dev, start: r.start, len: r.len() }

@@ -52,6 +52,15 @@ extern "C" __global__ void hv_fill(float* v, long long n, float value) {
     HV_GRID_STRIDE(i, n) { v[i] = value; }
 }
 
+// dst[r, :] = src[idx[r], :] over [rows, cols]: a batch gathered by index from a data set
+// kept in device memory.
+extern "C" __global__ void hv_gather_rows(float* dst, const float* src, const int* idx, long long rows, int cols) {
+    HV_GRID_STRIDE(i, rows * cols) {
+        const long long r = i / cols;
+        dst[i] = src[(long long)idx[r] * cols + (i - r * cols)];
+    }
+}
+
 // out[r, j] = act(out[r, j] + bias[j]) over [rows, cols]; the pre-activation to keep_z
 // (may be null).
 extern "C" __global__ void hv_bias_act(float* out, const float* bias, float* keep_z, long long rows, int cols,

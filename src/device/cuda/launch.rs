@@ -21,6 +21,7 @@ pub fn grid_1d(n: usize) -> (u32, u32) {
 #[cfg_attr(not(test), allow(dead_code))]
 pub const KERNELS: &[&str] = &[
     "hv_fill",
+    "hv_gather_rows",
     "hv_bias_act",
     "hv_act_backward",
     "hv_softmax_xent",

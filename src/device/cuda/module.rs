@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 pub struct Kernels {
     pub fill: CudaFunction,
+    pub gather_rows: CudaFunction,
     pub bias_act: CudaFunction,
     pub act_backward: CudaFunction,
     pub softmax_xent: CudaFunction,
@@ -54,6 +55,7 @@ impl Kernels {
         };
         Ok(Kernels {
             fill: f("hv_fill")?,
+            gather_rows: f("hv_gather_rows")?,
             bias_act: f("hv_bias_act")?,
             act_backward: f("hv_act_backward")?,
             softmax_xent: f("hv_softmax_xent")?,

@@ -53,6 +53,10 @@ extern "C" {
 
 void hvshim_hv_fill(u32 g, u32 b, float* v, i64 n, float value) { launch(g, b, hv_fill, v, n, value); }
 
+void hvshim_hv_gather_rows(u32 g, u32 b, float* dst, const float* src, const int* idx, i64 rows, int cols) {
+    launch(g, b, hv_gather_rows, dst, src, idx, rows, cols);
+}
+
 void hvshim_hv_bias_act(u32 g, u32 b, float* out, const float* bias, float* keep_z, i64 rows, int cols, int act) {
     launch(g, b, hv_bias_act, out, bias, keep_z, rows, cols, act);
 }

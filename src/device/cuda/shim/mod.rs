@@ -36,6 +36,7 @@ use std::ptr::{null, null_mut};
 
 extern "C" {
     fn hvshim_hv_fill(g: u32, b: u32, v: *mut f32, n: i64, value: f32);
+    fn hvshim_hv_gather_rows(g: u32, b: u32, dst: *mut f32, src: *const f32, idx: *const i32, rows: i64, cols: i32);
     fn hvshim_hv_bias_act(
         g: u32,
         b: u32,
@@ -178,6 +179,25 @@ fn fill_sets_every_element() {
             // SAFETY: `v` holds n elements (and the guard).
             unsafe { hvshim_hv_fill(g, b, v.as_mut_ptr(), n as i64, 2.5) };
             assert!(body("fill", &v).iter().all(|&x| x == 2.5), "fill n={n} grid {g}x{b}");
+        }
+    }
+}
+
+#[test]
+fn gather_rows_matches_cpu() {
+    let mut rng = Rng::new(5, 17);
+    for (n, cols, rows) in [(1, 1, 1), (40, 7, 33), (300, 31, 129)] {
+        let src = random(&mut rng, n * cols, 1.0);
+        let idx: Vec<i32> = (0..rows).map(|_| (rng.uniform() * n as f64) as i32).collect();
+        let mut want = vec![0.0; rows * cols];
+        cpu::gather_rows(&src, cols, &idx, &mut want);
+        for (g, b) in grids(rows * cols) {
+            let mut dst = guarded(vec![0.0; rows * cols]);
+            // SAFETY: dst holds rows·cols (and the guard), src n·cols, idx rows values < n.
+            unsafe {
+                hvshim_hv_gather_rows(g, b, dst.as_mut_ptr(), src.as_ptr(), idx.as_ptr(), rows as i64, cols as i32)
+            };
+            assert_eq!(body("gather", &dst), &want[..], "gather n={n} cols={cols} rows={rows} grid {g}x{b}");
         }
     }
 }
