@@ -12,7 +12,10 @@
 # HV_LD_LIBRARY_PATH (LD_LIBRARY_PATH for hvtrain only; python3 always runs without one),
 # PYTHON (python3), STEPS (50), WARMUP (10), LIMIT (seconds per run, 180), SHAPES (override
 # the list: "784,512,512,10:1024:fp32 ..."), STRICT=1 (exit 1 when a target is missed too),
-# DEADLINE (epoch seconds: runs that would not fit are skipped, and count as failed).
+# DEADLINE (epoch seconds: runs that would not fit are skipped, and count as failed),
+# COMPILE ("all", or a list of shapes as SHAPES: also time PyTorch with torch.compile there),
+# HV_BASE (an earlier hvtrain binary: also timed on every shape, the "before" column, on the
+# same GPU in the same run), HV_DATA (device or host: hvtrain bench step --data; device).
 # Exit: 0 when every run produced its JSON (and, with STRICT=1, every target was met), else 1.
 set -uo pipefail
 LOGDIR=${1:?usage: bash bench/gpu.sh LOGDIR}
@@ -48,16 +51,25 @@ for s in $SHAPES; do
     [ "$LIMIT" -gt $((left / 2)) ] && LIMIT=$((left / 2))
   fi
   hv bench step --device cuda --layers "$L" --batch "$B" --precision "$P" --steps "$STEPS" \
-    --json "$D/hv_$tag.json" > "$D/hv_$tag.log" 2>&1
+    --data "${HV_DATA:-device}" --json "$D/hv_$tag.json" > "$D/hv_$tag.log" 2>&1
   rc=$?
   if [ $rc != 0 ] || [ ! -s "$D/hv_$tag.json" ]; then
     echo "   hvtrain bench step failed (exit $rc): $D/hv_$tag.log"; tail -5 "$D/hv_$tag.log" | sed 's/^/   | /'; failed=1
+  fi
+  if [ -n "${HV_BASE:-}" ]; then   # the earlier binary (no --data: it copies each batch)
+    LD_LIBRARY_PATH="${HV_LD_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}}" timeout -k 5 "$LIMIT" "$HV_BASE" bench step --device cuda \
+      --layers "$L" --batch "$B" --precision "$P" --steps "$STEPS" --json "$D/base_$tag.json" > "$D/base_$tag.log" 2>&1 ||
+      echo "   base hvtrain failed: $D/base_$tag.log"
   fi
   py "$HERE/torch_peer.py" --layers "$L" --batch "$B" --precision "$P" --steps "$STEPS" --warmup "$WARMUP" \
     --json "$D/torch_$tag.json" > "$D/torch_$tag.log" 2>&1
   rc=$?
   if [ $rc != 0 ] || [ ! -s "$D/torch_$tag.json" ]; then
     echo "   torch_peer failed (exit $rc): $D/torch_$tag.log"; tail -5 "$D/torch_$tag.log" | sed 's/^/   | /'; failed=1
+  fi
+  if [ "${COMPILE:-}" = all ] || [[ " ${COMPILE:-} " == *" $s "* ]]; then
+    py "$HERE/torch_peer.py" --compile --layers "$L" --batch "$B" --precision "$P" --steps "$STEPS" --warmup "$WARMUP" \
+      --json "$D/compile_$tag.json" > "$D/compile_$tag.log" 2>&1 || echo "   torch.compile peer failed: $D/compile_$tag.log"
   fi
 done
 
@@ -84,7 +96,9 @@ for s in shapes:
     L, B, P = s.split(":")
     tag = f"{L.replace(',', '-')}_b{B}_{P}"
     hv, pt = load(f"{d}/hv_{tag}.json"), load(f"{d}/torch_{tag}.json")
+    base, comp = load(f"{d}/base_{tag}.json"), load(f"{d}/compile_{tag}.json")
     hs, ts = num(hv, "samples_per_s"), num(pt, "samples_per_s")
+    bs, cs = num(base, "samples_per_s"), num(comp, "samples_per_s")
     htf, gtf, ttf = num(hv, "step_tflops"), num(hv, "gemm_tflops"), num(pt, "step_tflops")
     ratio = hs / ts if hs and ts else None
     frac = htf / gtf if htf and gtf else None
@@ -97,19 +111,24 @@ for s in shapes:
         else: missed += 1; notes.append("step/GEMM < 70 %")
     if hv is None: notes.append("no hvtrain result")
     if pt is None: notes.append("no torch result")
-    rows.append(f"| {L.replace(',', '-')} | {B} | {P} | {fmt(hs, ',.0f')} | {fmt(ts, ',.0f')} | {fmt(ratio, '.2f')}× | "
+    if cs is not None and hs:
+        if hs / cs >= 1.0: met += 1
+        else: missed += 1; notes.append("< torch.compile")
+    rows.append(f"| {L.replace(',', '-')} | {B} | {P} | {fmt(bs, ',.0f')} | {fmt(hs, ',.0f')} | {fmt(ts, ',.0f')} | {fmt(ratio, '.2f')}× | "
+                f"{fmt(cs, ',.0f')} | {fmt(hs / cs if hs and cs else None, '.2f')}× | "
                 f"{fmt(htf, '.1f')} | {fmt(gtf, '.1f')} | {fmt(100*frac if frac else None, '.0f')} % | {fmt(ttf, '.1f')} | "
                 f"{'; '.join(notes) or 'ok'} |")
-    out.append({"layers": L, "batch": int(B), "precision": P, "hvtrain": hv, "torch": pt,
+    out.append({"layers": L, "batch": int(B), "precision": P, "hvtrain": hv, "torch": pt, "hvtrain_base": base, "torch_compile": comp,
                 "ratio": ratio, "step_over_gemm": frac})
 
 dev = next((j["torch"].get("device_name") for j in out if j["torch"]), None)
 tv = next((j["torch"].get("torch_version") for j in out if j["torch"]), None)
 md = [f"# GPU step benchmark: hvtrain vs PyTorch eager ({dev or 'GPU ?'}, torch {tv or '?'}, {steps} timed steps)", "",
-      "Targets: samples/s ratio hvtrain/torch ≥ 1.2×; on 784-4096-4096-4096-10, hvtrain's step FLOP rate ≥ 70 % of its GEMM rate.",
-      "FLOP/step = 6 × batch × Σ in·out. One process, one GPU, synthetic data on the GPU, SGD lr 0.01.", "",
-      "| layers | batch | precision | hvtrain samples/s | torch samples/s | ratio | hvtrain step TFLOP/s | hvtrain GEMM TFLOP/s | step/GEMM | torch TFLOP/s | notes |",
-      "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"] + rows + ["",
+      "Targets: samples/s ratio hvtrain/torch eager ≥ 1.2×, ≥ 1.0× torch.compile where timed; on 784-4096-4096-4096-10, hvtrain's step FLOP rate ≥ 70 % of its GEMM rate.",
+      "FLOP/step = 6 × batch × Σ in·out. One process, one GPU, synthetic data on the GPU (hvtrain: `--data " + os.environ.get("HV_DATA", "device") + "`), SGD lr 0.01.",
+      "\"before\": the earlier hvtrain binary (HV_BASE, each batch copied from host memory) on the same GPU in the same run; – where not run.", "",
+      "| layers | batch | precision | before samples/s | hvtrain samples/s | torch eager samples/s | vs eager | torch.compile samples/s | vs compile | hvtrain step TFLOP/s | hvtrain GEMM TFLOP/s | step/GEMM | torch TFLOP/s | notes |",
+      "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"] + rows + ["",
       f"Targets met: {met}, missed: {missed}."]
 open(os.path.join(logdir, "gpu-bench.md"), "w").write("\n".join(md) + "\n")
 json.dump({"rows": out, "targets_met": met, "targets_missed": missed}, open(os.path.join(logdir, "gpu-bench.json"), "w"), indent=1)

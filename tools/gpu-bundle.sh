@@ -4,6 +4,7 @@
 #   bash tools/gpu-bundle.sh        (or: make gpu-bundle)
 # Layout of the bundle (run everything from its root):
 #   bin/hvtrain                stripped copy of target/release/hvtrain
+#   bin/hvtrain-base           with BASE_BIN=path: an earlier build, stripped (the "before" timings)
 #   lib/                       every shared library that hvtrain, orterun/orted and the Open MPI
 #                              and PMIx plugins load, minus glibc's own (GLIBC_LIBS below)
 #   ompi/                      Open MPI relocated: OPAL_PREFIX points here (bin/orterun, bin/orted,
@@ -42,6 +43,8 @@ mkdir -p "$OUT"/{bin,lib,data,jobs,bench,tools,hwloc-plugins,hdf5-plugins}
 
 # --- The binary.
 strip -o "$OUT/bin/hvtrain" "$BIN"
+# An earlier build to time beside this one on the same GPU (bench/gpu.sh's "before" column).
+if [ -n "${BASE_BIN:-}" ]; then strip -o "$OUT/bin/hvtrain-base" "$BASE_BIN"; fi
 
 # --- Open MPI, relocated (OPAL_PREFIX=$OUT/ompi mirrors the configured prefix /usr).
 P="$OUT/ompi"

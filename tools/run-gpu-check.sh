@@ -9,7 +9,12 @@
 #   b train        convert Fashion-MNIST, train 2 ranks sharing the GPU (device cuda), the same
 #                  on the CPU, compare (tools/compare_runs.py: test accuracy within 0.5 points,
 #                  the first 20 steps' losses within the tolerances printed there)
-#   c bench        bash bench/gpu.sh: hvtrain bench step vs bench/torch_peer.py
+#                  and once more on the GPU with training.precision = "bf16" (test accuracy
+#                  within 0.5 points of the float32 GPU run)
+#   c bench        bash bench/gpu.sh: hvtrain bench step vs bench/torch_peer.py (eager, and
+#                  torch.compile on the shapes COMPILE names; bin/hvtrain-base, when the
+#                  bundle has one, as the "before" column)
+#   d profile      with PROFILE=1: bench/gpu_profile.sh (ncu kernel sums) on PROFILE_SHAPES
 # Exit status: 0 when every phase passed, 1 otherwise.
 # Environment: EPOCHS (3, for both training runs), BUDGET (seconds for the whole check, 540),
 # MPI_EXTRA (more mpirun options), STEPS (bench steps, 50), SKIP ("selftest train bench": any).
@@ -89,10 +94,11 @@ fi
 MPIFLAGS=(-n 2 --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none)
 # shellcheck disable=SC2206
 [ -n "${MPI_EXTRA:-}" ] && MPIFLAGS+=($MPI_EXTRA)
-train() {  # train DEVICE LOGFILE: 2 ranks; retried once over TCP if shared memory looks broken
-  local dev=$1 log=$2 out="$LOGDIR/runs/$1" rc
+train() {  # train DEVICE LOGFILE [PRECISION]: 2 ranks; retried once over TCP if shared memory looks broken
+  local dev=$1 log=$2 prec=${3:-fp32} rc
+  local out="$LOGDIR/runs/$dev$([ "$prec" = fp32 ] || echo "-$prec")"
   local args=(train jobs/fashion-mnist.toml --set "training.device=\"$dev\"" --set "output.dir=\"$out\""
-              --set "training.epochs=$EPOCHS" --set training.log_every=1)
+              --set "training.epochs=$EPOCHS" --set training.log_every=1 --set "training.precision=\"$prec\"")
   rm -rf "$out"; mkdir -p "$LOGDIR/runs"
   echo "+ mpirun ${MPIFLAGS[*]} bin/hvtrain ${args[*]}" > "$log"
   hv timeout -k 5 "$(cap 200)" mpirun "${MPIFLAGS[@]}" -x LD_LIBRARY_PATH "$HV" "${args[@]}" >> "$log" 2>&1
@@ -127,18 +133,51 @@ if skipped train; then record train skipped 0 -; else
   rc=$?
   record "compare cuda vs cpu" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 05-compare.log
   grep -E "test accuracy|largest|verdict" "$LOGDIR/05-compare.log" | sed 's/^/    /'
+  t=$(date +%s); train cuda "$LOGDIR/07-train-cuda-bf16.log" bf16; rc=$?
+  record "train cuda bf16 (2 ranks, $EPOCHS epochs)" "$([ $rc = 0 ] && echo pass || echo FAIL)" $(($(date +%s) - t)) 07-train-cuda-bf16.log
+  t=$(date +%s)
+  env -u LD_LIBRARY_PATH python3 - "$LOGDIR/runs/cuda" "$LOGDIR/runs/cuda-bf16" > "$LOGDIR/08-bf16-accuracy.log" 2>&1 <<'PY'
+import json, sys, glob, os
+def acc(d):
+    # the last epoch's line of metrics.jsonl (as tools/compare_runs.py reads it)
+    try:
+        lines = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
+        v = [l["test_accuracy"] for l in lines if l.get("test_accuracy") is not None]
+        return 100 * float(v[-1]) if v else None
+    except (OSError, ValueError, KeyError):
+        return None
+a, b = acc(sys.argv[1]), acc(sys.argv[2])
+print(f"test accuracy after the last epoch: fp32 on the GPU {a} %, bf16 on the GPU {b} %")
+if a is None or b is None: sys.exit(2)
+d = abs(a - b)
+print(f"|diff| {d:.2f} points (tolerance 0.5): {'ok' if d <= 0.5 else 'FAIL'}")
+sys.exit(0 if d <= 0.5 else 1)
+PY
+  rc=$?
+  record "bf16 vs fp32 accuracy" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 08-bf16-accuracy.log
+  sed 's/^/    /' "$LOGDIR/08-bf16-accuracy.log"
 fi
 
 # --- c. Step benchmark against PyTorch.
 if skipped bench; then record bench skipped 0 -; else
   t=$(date +%s)
-  DEADLINE=$DEADLINE bash bench/gpu.sh "$LOGDIR" > "$LOGDIR/06-bench.log" 2>&1
+  base=""; [ -x "$B/bin/hvtrain-base" ] && base="$B/bin/hvtrain-base"
+  HV_BASE=$base DEADLINE=$((DEADLINE - ${PROFILE_SECS:-0})) bash bench/gpu.sh "$LOGDIR" > "$LOGDIR/06-bench.log" 2>&1
   rc=$?
   record "bench (hvtrain vs torch)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 06-bench.log
   grep -E "^Targets met" "$LOGDIR/gpu-bench.md" 2>/dev/null | sed 's/^/    /'
 fi
 
-# --- d. Summary.
+# --- d. ncu kernel sums of the step (PROFILE=1).
+if [ "${PROFILE:-0}" = 1 ] && [ "$(left)" -gt 30 ]; then
+  t=$(date +%s)
+  SHAPES=${PROFILE_SHAPES:-"784,4096,4096,4096,10:8192:tf32 784,512,512,10:8192:fp32"} \
+    timeout -k 5 "$(cap 300)" bash bench/gpu_profile.sh "$LOGDIR" > "$LOGDIR/09-profile.log" 2>&1
+  rc=$?
+  record "profile (ncu)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 09-profile.log
+fi
+
+# --- e. Summary.
 fail=0
 {
   echo "# hvtrain GPU check"
