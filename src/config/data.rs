@@ -31,6 +31,20 @@ pub enum NormalizeY {
     Standard,
 }
 
+/// `data.on_device`: keep the training rows in the device's memory and gather each batch
+/// there by index, instead of copying each batch from host memory.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDevice {
+    /// On a GPU when the rows fit in half of its free memory and the step is not pipelined
+    /// (no micro-batches); else host copies. The log says which and why.
+    #[default]
+    Auto,
+    /// Always (on the CPU too: a copy of the rows in memory); an error when it cannot be.
+    On,
+    Off,
+}
+
 impl Normalize {
     pub fn name(self) -> &'static str {
         match self {
@@ -73,6 +87,10 @@ pub struct DataCfg {
     /// last batches and the gradient average weighted by the rows each rank used.
     #[serde(default)]
     pub drop_last: bool,
+    /// Training rows in the device's memory, each batch gathered there by index: auto | on |
+    /// off (`OnDevice`).
+    #[serde(default)]
+    pub on_device: OnDevice,
     /// Features are read as x * x_scale + x_offset (in float64, then rounded to float32),
     /// whatever their stored type: 1/255 turns uint8 pixels into [0, 1]. Targets are not scaled.
     #[serde(default = "default_x_scale")]

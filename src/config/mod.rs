@@ -26,7 +26,7 @@ pub mod parallel;
 mod training;
 
 pub use checkpoint::CheckpointCfg;
-pub use data::{DataCfg, Normalize, NormalizeY};
+pub use data::{DataCfg, Normalize, NormalizeY, OnDevice};
 pub use distribution::{roles, BucketOrder, Compression, DistributionCfg, Reduction, Strategy};
 use env::env_overrides;
 pub use limits::{num, Span};

@@ -440,3 +440,12 @@ fn clipping_keys_and_the_modes_that_refuse_them() {
     let (f, m) = msg_of(Job::parse("job", deep, &set(&ps)));
     assert!(f == "optimizer.clipnorm" && m.contains("parameter_server"), "{f}: {m}");
 }
+
+#[test]
+fn on_device_takes_auto_on_off() {
+    assert_eq!(Job::parse("job", MIN, &[]).unwrap().data.on_device, crate::config::OnDevice::Auto);
+    for (v, want) in [("on", crate::config::OnDevice::On), ("off", crate::config::OnDevice::Off)] {
+        assert_eq!(Job::parse("job", MIN, &[format!("data.on_device=\"{v}\"")]).unwrap().data.on_device, want);
+    }
+    assert_eq!(field_of(Job::parse("job", MIN, &["data.on_device=\"yes\"".into()])), "data.on_device");
+}

@@ -56,6 +56,9 @@ pub struct LoaderCfg {
     /// Where to start (resuming): epoch (0-based) and batches of it already done.
     pub start_epoch: usize,
     pub start_batch: usize,
+    /// Batches of ids, labels and targets only (`Batch::x` empty, no feature read): the rows
+    /// are in the device's memory (`data.on_device`).
+    pub ids_only: bool,
 }
 
 pub struct Loader {
@@ -164,7 +167,9 @@ fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare
     let (b, g, n) = (cfg.batch, cfg.batch * cfg.ranks, shard.len());
     // The epoch's last `n - n_used` positions are dropped (data.drop_last).
     let n_used = n.min(cfg.steps * g);
-    let mut store = if n * d * 4 <= cfg.cache_bytes {
+    let mut store = if cfg.ids_only {
+        Store::Window(Vec::new())
+    } else if n * d * 4 <= cfg.cache_bytes {
         debug!("loader: keeping the shard's {n} rows in memory ({} MiB, data.cache_mb)", (n * d * 4) >> 20);
         Store::Cache { x: vec![0.0f32; n * d], have: vec![false; n] }
     } else {
@@ -192,11 +197,14 @@ fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare
             let perm = order.perm(w);
             let parts = window_parts(&perm, ws, n_used, g, b, cfg.rank, first, &mut need, &mut scratch);
             order.window_rows(w, &mut rows);
-            used.read += read_needed(shard, &order, w, &rows, &need, &mut mark, &mut store)?;
+            if !cfg.ids_only {
+                used.read += read_needed(shard, &order, w, &rows, &need, &mut mark, &mut store)?;
+            }
             for p in parts {
                 for &q in &need[p.rows] {
                     let q = q as usize;
-                    push_row(&mut batch, shard, store.row(q, rows[q], d), rows[q], record);
+                    let x = (!cfg.ids_only).then(|| store.row(q, rows[q], d));
+                    push_row(&mut batch, shard, x, rows[q], record);
                 }
                 if !p.completes {
                     continue; // the step goes on in the next window
@@ -226,10 +234,12 @@ fn produce(shard: &Shard, cfg: &LoaderCfg, tx: &SyncSender<Result<Batch>>, spare
     Ok(())
 }
 
-/// Append shard row `row` (its features `x`, already read) to `batch`, with its label and,
-/// when `record`, its digest.
-fn push_row(batch: &mut Batch, shard: &Shard, x: &[f32], row: usize, record: bool) {
-    batch.x.extend_from_slice(x);
+/// Append shard row `row` (its features `x`, already read; None: ids only) to `batch`, with
+/// its label and, when `record`, its digest.
+fn push_row(batch: &mut Batch, shard: &Shard, x: Option<&[f32]>, row: usize, record: bool) {
+    if let Some(x) = x {
+        batch.x.extend_from_slice(x);
+    }
     batch.ids.push(row as u32);
     match &shard.labels {
         Labels::Classes(c) => batch.classes.push(c[row]),

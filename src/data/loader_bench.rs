@@ -49,6 +49,7 @@ fn epochs_s(path: &Path, extra: &str, n: usize, d: usize, epochs: usize, ranks: 
         cache_bytes: 0, // HDF5 and the conversion every epoch: what this measures
         start_epoch: 0,
         start_batch: 0,
+        ids_only: false,
     };
     let loader = Loader::spawn(shard, lc);
     let mut times = Vec::new();

@@ -201,6 +201,10 @@ pub trait Backend: Send {
     fn on_device(&self) -> bool {
         false
     }
+    /// Bytes of device memory free now (None: unknown, or host memory).
+    fn free_bytes(&self) -> Option<u64> {
+        None
+    }
 
     // ---- memory ----
     fn zeros(&self, n: usize) -> Result<Self::Buf>;

@@ -247,6 +247,12 @@ where
         Ok(())
     }
 
+    /// Whether a step runs as micro-batches (pipeline stages, gradient accumulation), which
+    /// read `Batch::x` in host memory.
+    pub fn pipelined(&self) -> bool {
+        self.tp.pipe.is_some() || self.micro > 1
+    }
+
     /// The batch's rows into input buffer `xi`: gathered on the device from the resident
     /// rows, or copied from `batch.x`.
     fn load_inputs(&mut self, batch: &Batch, xi: usize) -> Result<()> {

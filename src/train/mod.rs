@@ -19,6 +19,7 @@ mod allreduce;
 mod autotune;
 mod mode;
 mod normalize;
+mod on_device;
 mod ps;
 mod restore;
 mod run;

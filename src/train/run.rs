@@ -105,6 +105,8 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         let (job, start) = (p.job, &p.start);
         let metrics = if p.comm.rank == 0 { Some(MetricsLog::open(&p.out_dir, start.epoch + 1)?) } else { None };
         let norm = p.train.norm().clone();
+        let mut st = p.st;
+        let ids_only = super::on_device::place(job, &mut st, &p.train, p.comm.rank)?;
         let loader = Loader::spawn(
             p.train,
             LoaderCfg {
@@ -121,10 +123,10 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 cache_bytes: (job.data.cache_mb * 1048576.0) as usize,
                 start_epoch: start.epoch,
                 start_batch: start.step_in_epoch,
+                ids_only,
             },
         );
         let trainer = TrainerState::from_json(&start.trainer_json, start.from.as_deref().unwrap_or(Path::new("-")))?;
-        let mut st = p.st;
         if let Some(p) = trainer.plateau {
             st.opt_mut().schedule_mut().plateau = p;
         }

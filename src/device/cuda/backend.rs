@@ -182,6 +182,9 @@ impl Backend for Cuda {
     fn on_device(&self) -> bool {
         true
     }
+    fn free_bytes(&self) -> Option<u64> {
+        self.ctx.mem_get_info().ok().map(|(free, _)| free as u64)
+    }
 
     fn zeros(&self, n: usize) -> Result<DevBuf> {
         Ok(DevBuf { dev: self.alloc(n)?, len: n, stage: None })
