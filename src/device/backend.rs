@@ -299,6 +299,36 @@ pub trait Backend: Send {
         grad_scale: f32,
         d: Option<Self::ViewMut<'_>>,
     ) -> Result<(f64, usize)>;
+    /// `softmax_xent`, whose sums may be left for `pending_loss_sums` to read later, when more
+    /// work is queued behind the loss: a GPU then does not idle while the host waits for them
+    /// (None). Where that saves nothing (the CPU, the default) they come now.
+    fn softmax_xent_later(
+        &self,
+        logits: Self::View<'_>,
+        labels: &Self::Labels,
+        k: usize,
+        grad_scale: f32,
+        d: Option<Self::ViewMut<'_>>,
+    ) -> Result<Option<(f64, usize)>> {
+        self.softmax_xent(logits, labels, k, grad_scale, d).map(Some)
+    }
+    /// `pointwise_loss`, as `softmax_xent_later`.
+    fn pointwise_loss_later(
+        &self,
+        f: Pointwise,
+        pred: Self::View<'_>,
+        target: Self::View<'_>,
+        k: usize,
+        grad_scale: f32,
+        d: Option<Self::ViewMut<'_>>,
+    ) -> Result<Option<(f64, usize)>> {
+        self.pointwise_loss(f, pred, target, k, grad_scale, d).map(Some)
+    }
+    /// The sums of the last loss a `*_later` call left pending (it returned None); before any
+    /// other loss. Waits for the work queued so far.
+    fn pending_loss_sums(&self) -> Result<(f64, usize)> {
+        unreachable!("this backend never leaves a loss pending")
+    }
     /// Dropout on [rows, cols] `v` in place (see `Mask`), row r's global id `keys[r]`.
     fn dropout(&self, v: Self::ViewMut<'_>, cols: usize, keys: &Self::Labels, m: Mask) -> Result<()>;
     /// Row-wise softmax of [rows, k] in place (probabilities for `predict`).

@@ -26,7 +26,27 @@ impl<B: Backend> Copy for Targets<'_, B> {}
 /// (sum of per-sample losses, correct predictions: rows for classes, elements for
 /// multi-label, 0 for regression).
 #[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)]
 pub fn compute<B: Backend>(
+    be: &B,
+    loss: Loss,
+    out: B::View<'_>,
+    targets: Targets<B>,
+    b: usize,
+    k: usize,
+    grad_scale: f32,
+    d: Option<B::ViewMut<'_>>,
+) -> Result<(f64, usize)> {
+    match compute_maybe_later(be, loss, out, targets, b, k, grad_scale, d, false)? {
+        Some(s) => Ok(s),
+        None => be.pending_loss_sums(),
+    }
+}
+
+/// `compute`, or with `later` the sums left pending where the backend defers them (None:
+/// `Backend::pending_loss_sums` reads them).
+#[allow(clippy::too_many_arguments)]
+pub fn compute_maybe_later<B: Backend>(
     be: &B,
     loss: Loss,
     out: B::View<'_>,
@@ -35,7 +55,8 @@ pub fn compute<B: Backend>(
     k: usize,
     grad_scale: f32,
     d: Option<B::ViewMut<'_>>,
-) -> Result<(f64, usize)> {
+    later: bool,
+) -> Result<Option<(f64, usize)>> {
     let f = match loss.kind {
         LossKind::SoftmaxCrossEntropy => None,
         LossKind::Mse => Some(Pointwise::Mse),
@@ -44,8 +65,10 @@ pub fn compute<B: Backend>(
         LossKind::BinaryCrossEntropy => Some(Pointwise::BinaryXent),
     };
     match (f, targets) {
-        (None, Targets::Classes(y)) => be.softmax_xent(out, y, k, grad_scale, d),
-        (Some(f), Targets::Values(t)) => be.pointwise_loss(f, out, t, k, grad_scale, d),
+        (None, Targets::Classes(y)) if later => be.softmax_xent_later(out, y, k, grad_scale, d),
+        (None, Targets::Classes(y)) => be.softmax_xent(out, y, k, grad_scale, d).map(Some),
+        (Some(f), Targets::Values(t)) if later => be.pointwise_loss_later(f, out, t, k, grad_scale, d),
+        (Some(f), Targets::Values(t)) => be.pointwise_loss(f, out, t, k, grad_scale, d).map(Some),
         (_, _) => Err(Error::Training(format!(
             "loss {} got the wrong kind of targets (an internal error: checked when the data is opened)",
             loss.kind.name()

@@ -335,6 +335,24 @@ impl Mlp {
         loss::compute(be, self.loss, out, targets, b, k, grad_scale, d)
     }
 
+    /// `loss` with its gradient, the sums left pending where the backend defers them (None:
+    /// `Backend::pending_loss_sums` reads them, after the step's backward and optimizer are
+    /// queued, so a GPU does not idle while the host waits for the loss).
+    pub fn loss_later<B: Backend>(
+        &self,
+        be: &B,
+        targets: Targets<B>,
+        b: usize,
+        grad_scale: f32,
+        ws: &mut Workspace<B>,
+    ) -> Result<Option<(f64, usize)>> {
+        let k = self.n_outputs();
+        let Workspace { a, d, .. } = ws;
+        let out = be.view(&a[self.layers.len() - 1], 0..b * k);
+        let d = Some(be.view_mut(&mut d[0], 0..b * k));
+        loss::compute_maybe_later(be, self.loss, out, targets, b, k, grad_scale, d, true)
+    }
+
     /// Backward pass after `forward` and `loss` (with want_grad). Writes every gradient where
     /// `grads` says and calls `grads.ready(t)` as soon as tensor `t` is complete, last layer
     /// first: the hook where communication can start. A whole model only (see `backward_tp`).

@@ -437,18 +437,17 @@ where
         self.tp.step = self.step;
         self.ws.set_rows(be, &batch.ids, self.step)?;
         self.model.forward_tp(be, &self.params, &self.xs[xi], b, &mut self.ws, &mut self.tp)?;
-        let (loss, correct) = self.model.loss(be, targets, b, 1.0 / global_rows as f32, &mut self.ws, true)?;
-        let sums = self.extra.sums(be, &self.model, &self.ws, b, &batch.classes, &batch.values, loss, correct)?;
+        // On a GPU the loss's sums are read after backward and the optimizer are queued, so
+        // that the GPU does not idle while the host waits for them (`Backend::*_later`); a
+        // non-finite loss then ends the run after this step's update (never saved), else before.
+        let now = self.model.loss_later(be, targets, b, 1.0 / global_rows as f32, &mut self.ws)?;
+        if let Some((loss, _)) = now {
+            self.finite(loss)?;
+        }
         self.span("forward + loss", t);
         let t_bwd = Instant::now();
         self.host_secs[0] += (t_fwd - t).as_secs_f64();
         self.host_secs[1] += (t_bwd - t_fwd).as_secs_f64();
-        if !loss.is_finite() {
-            return Err(Error::Training(format!(
-                "the loss became {loss} at step {}; lower optimizer.lr, or check the data for extreme values",
-                self.step
-            )));
-        }
 
         self.engine.begin_step(self.step);
         let mut sink = Sink {
@@ -467,7 +466,29 @@ where
         self.apply_buckets()?;
         self.host_secs[2] += (t_opt - t_bwd).as_secs_f64();
         self.host_secs[3] += t_opt.elapsed().as_secs_f64();
+        let t_wait = Instant::now();
+        let (loss, correct) = match now {
+            Some(s) => s,
+            None => {
+                let s = self.be.pending_loss_sums()?;
+                self.finite(s.0)?;
+                s
+            }
+        };
+        let sums = self.extra.sums(&self.be, &self.model, &self.ws, b, &batch.classes, &batch.values, loss, correct)?;
+        self.host_secs[1] += t_wait.elapsed().as_secs_f64();
         Ok(sums)
+    }
+
+    /// A non-finite loss ends the run.
+    fn finite(&self, loss: f64) -> Result<()> {
+        if loss.is_finite() {
+            return Ok(());
+        }
+        Err(Error::Training(format!(
+            "the loss became {loss} at step {}; lower optimizer.lr, or check the data for extreme values",
+            self.step
+        )))
     }
 
     /// The optimizer on each bucket as it comes back reduced.

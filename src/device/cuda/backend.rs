@@ -38,6 +38,8 @@ pub struct Cuda {
     rows: RefCell<Option<(CudaSlice<f32>, CudaSlice<i32>)>>,
     /// bf16 products: the two operands' bf16 copies, grown on demand (None: float32 products).
     bf16: Option<RefCell<[Option<CudaSlice<u16>>; 2]>>,
+    /// Rows of the loss whose sums `*_later` left in the row scratch (`pending_loss_sums`).
+    pending: std::cell::Cell<Option<usize>>,
 }
 
 /// A driver error as one line, with what was being done.
@@ -78,7 +80,18 @@ impl Cuda {
             }
         );
         let bf16 = (precision == Precision::Bf16).then(|| RefCell::new([None, None]));
-        Ok(Cuda { ctx, stream, copy, blas, k, name, ones: RefCell::new(None), rows: RefCell::new(None), bf16 })
+        Ok(Cuda {
+            ctx,
+            stream,
+            copy,
+            blas,
+            k,
+            name,
+            ones: RefCell::new(None),
+            rows: RefCell::new(None),
+            bf16,
+            pending: Default::default(),
+        })
     }
 
     /// Allocate, naming the sizes asked for and free when the GPU is out of memory.
@@ -164,6 +177,87 @@ impl Cuda {
         self.stream.memcpy_dtoh(&correct.slice(0..rows), &mut c[..]).map_err(drv("reading a result back"))?;
         self.stream.synchronize().map_err(drv("waiting for the GPU"))?;
         Ok((losses.iter().map(|&v| v as f64).sum(), c.iter().map(|&v| v.max(0) as usize).sum()))
+    }
+}
+
+impl Cuda {
+    /// The loss kernels' launches: per-row results in the row scratch, `rows` returned.
+    fn launch_softmax_xent(
+        &self,
+        logits: DView<'_>,
+        labels: &CudaSlice<i32>,
+        k: usize,
+        grad_scale: f32,
+        d: Option<DViewMut<'_>>,
+    ) -> Result<usize> {
+        let rows = logits.len / k;
+        if rows == 0 {
+            return Ok(0);
+        }
+        self.row_scratch(rows)?;
+        let mut scratch = self.rows.borrow_mut();
+        let (loss, correct) = scratch.as_mut().expect("grown above");
+        {
+            let lv = logits.cu();
+            let (rows64, k32) = (rows as i64, k as i32);
+            let mut dv = d.map(DViewMut::cu);
+            let mut l = self.stream.launch_builder(&self.k.softmax_xent);
+            l.arg(&lv).arg(labels).arg(&rows64).arg(&k32).arg(&grad_scale);
+            match dv.as_mut() {
+                Some(dv) => l.arg(dv),
+                None => l.arg(&NULL),
+            };
+            l.arg(&mut *loss).arg(&mut *correct);
+            // SAFETY: hv_softmax_xent(const float*, const int*, long long, int, float, float*,
+            // float*, int*) over `rows` rows; labels and scratch hold at least `rows`.
+            unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_softmax_xent"))?;
+        }
+        Ok(rows)
+    }
+
+    fn launch_pointwise_loss(
+        &self,
+        f: Pointwise,
+        pred: DView<'_>,
+        target: DView<'_>,
+        k: usize,
+        grad_scale: f32,
+        d: Option<DViewMut<'_>>,
+    ) -> Result<usize> {
+        let rows = pred.len / k;
+        if rows == 0 {
+            return Ok(0);
+        }
+        self.row_scratch(rows)?;
+        let mut scratch = self.rows.borrow_mut();
+        let (loss, correct) = scratch.as_mut().expect("grown above");
+        {
+            let (pv, tv) = (pred.cu(), target.cu());
+            let (rows64, k32) = (rows as i64, k as i32);
+            let (mode, delta) = f.mode();
+            let mut dv = d.map(DViewMut::cu);
+            let mut l = self.stream.launch_builder(&self.k.pointwise_loss);
+            l.arg(&pv).arg(&tv).arg(&rows64).arg(&k32).arg(&mode).arg(&delta).arg(&grad_scale);
+            match dv.as_mut() {
+                Some(dv) => l.arg(dv),
+                None => l.arg(&NULL),
+            };
+            l.arg(&mut *loss).arg(&mut *correct);
+            // SAFETY: hv_pointwise_loss(const float*, const float*, long long, int, int, float, float,
+            // float*, float*, int*) over `rows` rows; the scratch holds at least `rows`.
+            unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_pointwise_loss"))?;
+        }
+        Ok(rows)
+    }
+
+    /// The sums of the row scratch's first `rows` results (0 rows: none).
+    fn read_rows_sums(&self, rows: usize) -> Result<(f64, usize)> {
+        if rows == 0 {
+            return Ok((0.0, 0));
+        }
+        let scratch = self.rows.borrow();
+        let (loss, correct) = scratch.as_ref().expect("a loss kernel grew it");
+        self.read_loss_sums(loss, correct, rows)
     }
 }
 
@@ -385,29 +479,21 @@ impl Backend for Cuda {
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
     ) -> Result<(f64, usize)> {
-        let rows = logits.len / k;
-        if rows == 0 {
-            return Ok((0.0, 0));
-        }
-        self.row_scratch(rows)?;
-        let mut scratch = self.rows.borrow_mut();
-        let (loss, correct) = scratch.as_mut().expect("grown above");
-        {
-            let lv = logits.cu();
-            let (rows64, k32) = (rows as i64, k as i32);
-            let mut dv = d.map(DViewMut::cu);
-            let mut l = self.stream.launch_builder(&self.k.softmax_xent);
-            l.arg(&lv).arg(labels).arg(&rows64).arg(&k32).arg(&grad_scale);
-            match dv.as_mut() {
-                Some(dv) => l.arg(dv),
-                None => l.arg(&NULL),
-            };
-            l.arg(&mut *loss).arg(&mut *correct);
-            // SAFETY: hv_softmax_xent(const float*, const int*, long long, int, float, float*,
-            // float*, int*) over `rows` rows; labels and scratch hold at least `rows`.
-            unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_softmax_xent"))?;
-        }
-        self.read_loss_sums(loss, correct, rows)
+        let rows = self.launch_softmax_xent(logits, labels, k, grad_scale, d)?;
+        self.read_rows_sums(rows)
+    }
+
+    fn softmax_xent_later(
+        &self,
+        logits: DView<'_>,
+        labels: &CudaSlice<i32>,
+        k: usize,
+        grad_scale: f32,
+        d: Option<DViewMut<'_>>,
+    ) -> Result<Option<(f64, usize)>> {
+        let rows = self.launch_softmax_xent(logits, labels, k, grad_scale, d)?;
+        self.pending.set(Some(rows));
+        Ok(None)
     }
 
     fn pointwise_loss(
@@ -419,30 +505,27 @@ impl Backend for Cuda {
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
     ) -> Result<(f64, usize)> {
-        let rows = pred.len / k;
-        if rows == 0 {
-            return Ok((0.0, 0));
-        }
-        self.row_scratch(rows)?;
-        let mut scratch = self.rows.borrow_mut();
-        let (loss, correct) = scratch.as_mut().expect("grown above");
-        {
-            let (pv, tv) = (pred.cu(), target.cu());
-            let (rows64, k32) = (rows as i64, k as i32);
-            let (mode, delta) = f.mode();
-            let mut dv = d.map(DViewMut::cu);
-            let mut l = self.stream.launch_builder(&self.k.pointwise_loss);
-            l.arg(&pv).arg(&tv).arg(&rows64).arg(&k32).arg(&mode).arg(&delta).arg(&grad_scale);
-            match dv.as_mut() {
-                Some(dv) => l.arg(dv),
-                None => l.arg(&NULL),
-            };
-            l.arg(&mut *loss).arg(&mut *correct);
-            // SAFETY: hv_pointwise_loss(const float*, const float*, long long, int, int, float, float,
-            // float*, float*, int*) over `rows` rows; the scratch holds at least `rows`.
-            unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_pointwise_loss"))?;
-        }
-        self.read_loss_sums(loss, correct, rows)
+        let rows = self.launch_pointwise_loss(f, pred, target, k, grad_scale, d)?;
+        self.read_rows_sums(rows)
+    }
+
+    fn pointwise_loss_later(
+        &self,
+        f: Pointwise,
+        pred: DView<'_>,
+        target: DView<'_>,
+        k: usize,
+        grad_scale: f32,
+        d: Option<DViewMut<'_>>,
+    ) -> Result<Option<(f64, usize)>> {
+        let rows = self.launch_pointwise_loss(f, pred, target, k, grad_scale, d)?;
+        self.pending.set(Some(rows));
+        Ok(None)
+    }
+
+    fn pending_loss_sums(&self) -> Result<(f64, usize)> {
+        let rows = self.pending.take().expect("pending_loss_sums without a loss left for later");
+        self.read_rows_sums(rows)
     }
 
     fn dropout(&self, v: DViewMut<'_>, cols: usize, keys: &CudaSlice<i32>, m: Mask) -> Result<()> {
