@@ -26,7 +26,6 @@ impl<B: Backend> Copy for Targets<'_, B> {}
 /// (sum of per-sample losses, correct predictions: rows for classes, elements for
 /// multi-label, 0 for regression).
 #[allow(clippy::too_many_arguments)]
-#[allow(clippy::too_many_arguments)]
 pub fn compute<B: Backend>(
     be: &B,
     loss: Loss,
