@@ -7,7 +7,7 @@
 APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config g++ dataset-fashion-mnist \
             hdf5-filter-plugin hdf5-filter-plugin-blosc-serial hdf5-filter-plugin-zfp-serial
 # The test suite also starts a real single-node Slurm and makes hosts out of network namespaces.
-TEST_PKGS := slurm-wlm munge iproute2 procps util-linux libmpich-dev mpich python3-venv python3-h5py
+TEST_PKGS := slurm-wlm munge iproute2 procps util-linux libmpich-dev mpich python3-venv python3-h5py python3-pandas
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN      := target/release/hvtrain
 FMNIST   := /usr/share/datasets/fashion-mnist

@@ -177,6 +177,49 @@ pub enum DataCommand {
         after_help = "Example:\n  hvtrain data import-idx /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \\\n      /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz data/fashion-mnist-train.h5"
     )]
     ImportIdx { images: PathBuf, labels: PathBuf, out: PathBuf },
+    /// Convert CSV/TSV (optionally .gz), NumPy .npy or .npz into the HDF5 training reads:
+    /// x float32 [N, D]; y int32 [N] classes (integer labels, or strings mapped to 0, 1, … in
+    /// order of first appearance, their names kept as y_classes) or float32 [N, K] targets.
+    /// Streams in chunks, so inputs larger than memory work.
+    #[command(after_help = "Examples:
+  hvtrain data import measurements.csv data/train.h5 --y label
+  hvtrain data import sim.tsv.gz data/sim.h5 --y energy --y pressure --compress gzip
+  hvtrain data import x.npy data/train-{rank}.h5 --y-file y.npy --shard 4
+  hvtrain data import arrays.npz data/train.h5          (arrays x and y)
+
+Missing fields (empty, NA, NaN, null) are an error naming the line and column unless --fill
+gives their value; a missing target is always an error.")]
+    Import {
+        input: PathBuf,
+        /// The output file; with --shard N, `{rank}` in it is each file's number (else `-0`,
+        /// `-1`, … go before the extension).
+        out: PathBuf,
+        /// CSV/TSV: a target column, by header name or 0-based index (repeat for several
+        /// targets: a [N, K] regression target).
+        #[arg(long)]
+        y: Vec<String>,
+        /// .npy input: the targets' .npy file ([N] integer classes, or [N] / [N, K] numbers).
+        #[arg(long)]
+        y_file: Option<PathBuf>,
+        /// Targets are numbers to regress on, even when they are integers.
+        #[arg(long)]
+        regression: bool,
+        /// The value of a missing feature (empty, NA, NaN, null), instead of an error.
+        #[arg(long)]
+        fill: Option<f32>,
+        /// CSV/TSV: the first line is data (columns are then named 0, 1, …).
+        #[arg(long)]
+        no_header: bool,
+        /// CSV/TSV: the field separator (default: tab for .tsv, else comma).
+        #[arg(long)]
+        delimiter: Option<char>,
+        /// Write N files of contiguous, balanced rows (one per rank, for a `{rank}` path).
+        #[arg(long, default_value_t = 1)]
+        shard: usize,
+        /// Compress the written datasets (chunked either way).
+        #[arg(long, value_enum, default_value = "none")]
+        compress: crate::data::import::sink::Compress,
+    },
     /// List an HDF5 file's datasets: shape, element type, chunks, compression filters, and
     /// whether this HDF5 can load each filter (what to install when it cannot). Exit 1 when
     /// one cannot be loaded.

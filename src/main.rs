@@ -353,6 +353,32 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
             let (n, d) = data::convert::import_idx(&images, &labels, &out)?;
             log::info!("wrote {}: x float32 [{n}, {d}], y int32 [{n}]", out.display());
         }
+        DataCommand::Import { input, out, y, y_file, regression, fill, no_header, delimiter, shard, compress } => {
+            let delimiter = match delimiter {
+                Some(c) if c.is_ascii() => Some(c as u8),
+                Some(c) => {
+                    return Err(error::Error::config(
+                        "command line",
+                        "--delimiter",
+                        format!("{c:?} is not one ASCII character"),
+                    ))
+                }
+                None => None,
+            };
+            let o = data::import::Opts { y, y_file, regression, fill, no_header, delimiter, shard, compress };
+            let s = data::import::import(&input, &out, &o)?;
+            let y = match s.y {
+                data::import::sink::YKind::Classes if s.classes.is_empty() => "int32 [N] class labels".to_string(),
+                data::import::sink::YKind::Classes => format!("int32 [N] classes {:?} (y_classes)", s.classes),
+                data::import::sink::YKind::Values(k) => format!("float32 [N, {k}] targets"),
+            };
+            log::info!(
+                "wrote x float32 [{}, {}], y {y}; in a job file: train = \"{}\"",
+                s.rows,
+                s.features,
+                s.template
+            );
+        }
         DataCommand::Check { .. } => unreachable!("handled in main"),
         DataCommand::Shard { input, parts, out, x, y } => {
             let paths = data::convert::shard(&input, parts, &out, &x, &y)?;

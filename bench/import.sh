@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# `hvtrain data import` of a large CSV against pandas (#33 item 4): a synthetic CSV of about
+# SIZE_GB GB (float columns written with 9 significant digits, and one integer label), then,
+# alternating, REPEAT times each:
+#   hvtrain data import big.csv out.h5 --y label
+#   python3: pandas.read_csv(big.csv) then h5py writing x float32 and y int32 (the usual
+#            two-liner; Debian's python3-pandas and python3-h5py)
+# wall seconds and peak resident memory (GNU time's maximum RSS) of each, and the two files'
+# contents compared (equal x and y). The median and min-max go to OUT.md.
+#
+#   [SIZE_GB=1] [COLS=50] [REPEAT=3] bash bench/import.sh [OUT.md]
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+OUT=${1:-bench/results/import-$(date +%F).md}
+SIZE_GB=${SIZE_GB:-1}
+COLS=${COLS:-50}
+REPEAT=${REPEAT:-3}
+# About 11 bytes a value ("-0.12345678,"): rows for SIZE_GB.
+ROWS=$(python3 -c "print(int($SIZE_GB * 1e9 / (11.3 * $COLS)))")
+/usr/bin/python3 - "$work/big.csv" "$ROWS" "$COLS" <<'PY'
+import sys, numpy as np
+path, n, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = np.random.default_rng(1)
+with open(path, "w") as f:
+    f.write(",".join(f"f{i}" for i in range(d)) + ",label\n")
+    for a in range(0, n, 100000):
+        m = min(100000, n - a)
+        x = rng.normal(size=(m, d)).astype(np.float32)
+        y = rng.integers(0, 10, m)
+        np.savetxt(f, np.column_stack([x, y]), fmt=["%.8g"] * d + ["%d"], delimiter=",")
+PY
+size=$(stat -c %s "$work/big.csv")
+echo "CSV: $size bytes, $ROWS rows x $COLS features + label" >&2
+cat > "$work/pandas_import.py" <<'PY'
+import sys, numpy as np, pandas as pd, h5py
+df = pd.read_csv(sys.argv[1])
+y = df.pop("label").to_numpy(np.int32)
+x = df.to_numpy(np.float32)
+with h5py.File(sys.argv[2], "w") as f:
+    f.create_dataset("x", data=x)
+    f.create_dataset("y", data=y)
+PY
+measure() {  # measure NAME CMD...: "seconds max_rss_kib" appended to $work/NAME
+  local name=$1; shift
+  /usr/bin/time -f "%e %M" -o "$work/t" "$@" > "$work/$name.log" 2>&1 || { cat "$work/$name.log" >&2; exit 1; }
+  cat "$work/t" >> "$work/$name"
+}
+for r in $(seq 1 "$REPEAT"); do
+  rm -f "$work"/hv.h5 "$work"/pd.h5
+  measure hvtrain "$BIN" data import "$work/big.csv" "$work/hv.h5" --y label
+  measure pandas /usr/bin/python3 "$work/pandas_import.py" "$work/big.csv" "$work/pd.h5"
+  echo "run $r: hvtrain $(tail -1 "$work/hvtrain"), pandas $(tail -1 "$work/pandas")" >&2
+done
+same=$(/usr/bin/python3 -c "
+import h5py, numpy as np
+a, b = h5py.File('$work/hv.h5'), h5py.File('$work/pd.h5')
+print(np.array_equal(a['x'][...], b['x'][...]) and np.array_equal(a['y'][...], b['y'][...]))")
+/usr/bin/python3 - "$work" "$OUT" "$size" "$ROWS" "$COLS" "$same" "$(nproc)" "$(lscpu | sed -n 's/^Model name: *//p')" "$REPEAT" <<'PY'
+import sys, statistics as st, datetime
+w, out, size, rows, cols, same, cores, cpu, rep = sys.argv[1:]
+def load(n):
+    v = [tuple(map(float, l.split())) for l in open(f"{w}/{n}") if l.strip()]
+    return [s for s, _ in v], [m / 1024 for _, m in v]
+hs, hm = load("hvtrain"); ps, pm = load("pandas")
+f = lambda v, fmt: f"{format(st.median(v), fmt)} ({format(min(v), fmt)}–{format(max(v), fmt)})"
+md = f"""# `hvtrain data import` against pandas + h5py: a {int(size)/1e9:.2f} GB CSV
+
+{datetime.date.today()}, `{' '.join(['bash bench/import.sh'])}` (REPEAT={rep}), {cpu}, {cores} cores.
+Input: {int(rows):,} rows × {cols} float columns (9 significant digits) + an integer label.
+The two outputs hold the same x and y: **{same}**.
+
+| tool | wall s, median (min–max) | peak RSS MiB, median (min–max) |
+|---|---:|---:|
+| `hvtrain data import big.csv out.h5 --y label` | {f(hs, '.1f')} | {f(hm, '.0f')} |
+| pandas `read_csv` + h5py `create_dataset` | {f(ps, '.1f')} | {f(pm, '.0f')} |
+
+hvtrain streams 65,536 rows at a time (one thread); pandas reads the whole file into a
+DataFrame (its C parser), then copies it to float32 before writing.
+"""
+open(out, "w").write(md)
+print(md)
+PY

@@ -1,0 +1,293 @@
+//! `hvtrain data import INPUT OUTPUT.h5`: CSV/TSV (gzipped or not), NumPy `.npy` (features;
+//! targets from `--y-file`) and `.npz` (arrays `x` and `y`) into the HDF5 layout training
+//! reads, streaming in chunks (files larger than memory work), one output file or `--shard N`
+//! files of contiguous rows for a `{rank}` path, progress in the log.
+//!
+//! - `text`: the CSV/TSV fields as numbers, targets and class names;
+//! - `npy`: the `.npy` header and its rows as float32 or int32;
+//! - `sink`: the chunked (optionally compressed) HDF5 output over one or N files.
+//!
+//! Must not: be used by training; it writes files a job then reads.
+
+mod npy;
+pub mod sink;
+mod text;
+
+use crate::error::{Error, Result};
+use log::info;
+use sink::{Chunk, Compress, Sink, YKind};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Rows read, converted and written at a time.
+const CHUNK_ROWS: usize = 65536;
+
+/// `hvtrain data import`'s options.
+#[derive(Clone, Debug)]
+pub struct Opts {
+    /// CSV/TSV: the target column(s), by header name or 0-based index.
+    pub y: Vec<String>,
+    /// `.npy`: the targets' file.
+    pub y_file: Option<PathBuf>,
+    /// Numeric targets even when they are integers (a regression, not classes).
+    pub regression: bool,
+    /// The value of a missing feature (else a missing field is an error).
+    pub fill: Option<f32>,
+    /// CSV/TSV: the first line is data, not column names.
+    pub no_header: bool,
+    /// CSV/TSV: the separator (default: tab for .tsv, else comma).
+    pub delimiter: Option<u8>,
+    pub shard: usize,
+    pub compress: Compress,
+}
+
+/// What an import wrote.
+pub struct Summary {
+    pub rows: usize,
+    pub features: usize,
+    pub y: YKind,
+    pub classes: Vec<String>,
+    pub files: Vec<PathBuf>,
+    /// The `data.train` value that reads them.
+    pub template: String,
+}
+
+/// The progress line, every 2 s.
+struct Progress {
+    t0: Instant,
+    last: Instant,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress { t0: Instant::now(), last: Instant::now() }
+    }
+    fn rows(&mut self, n: usize, of: Option<usize>) {
+        if self.last.elapsed().as_secs_f64() >= 2.0 {
+            self.last = Instant::now();
+            let secs = self.t0.elapsed().as_secs_f64();
+            let pct = of.map(|t| format!(" of {t} ({:.0} %)", 100.0 * n as f64 / t.max(1) as f64)).unwrap_or_default();
+            info!("import: {n} rows{pct}, {:.0} rows/s", n as f64 / secs);
+        }
+    }
+}
+
+pub fn import(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
+    if o.shard == 0 {
+        return Err(Error::config("command line", "--shard", "must be at least 1"));
+    }
+    let name = input.to_string_lossy().to_lowercase();
+    let base = name.trim_end_matches(".gz");
+    let t = Instant::now();
+    let s = if base.ends_with(".npy") && !name.ends_with(".gz") {
+        from_npy(input, out, o)?
+    } else if base.ends_with(".npz") && !name.ends_with(".gz") {
+        from_npz(input, out, o)?
+    } else if base.ends_with(".parquet") || base.ends_with(".pq") {
+        return Err(Error::data(
+            input,
+            "(format)",
+            "Parquet is not read yet; write it as CSV or .npy first (pandas.read_parquet(p).to_csv(...), or \
+             np.save) and import that",
+        ));
+    } else {
+        from_text(input, out, o)?
+    };
+    info!(
+        "import: {} rows × {} features in {:.1} s → {}",
+        s.rows,
+        s.features,
+        t.elapsed().as_secs_f64(),
+        s.files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    );
+    Ok(s)
+}
+
+fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
+    let delim = o.delimiter.unwrap_or_else(|| text::delimiter_of(input));
+    let reader = |path: &Path| -> Result<csv::Reader<Box<dyn std::io::Read>>> {
+        Ok(csv::ReaderBuilder::new().delimiter(delim).has_headers(!o.no_header).from_reader(text::open_reader(path)?))
+    };
+    let mut r = reader(input)?;
+    let csv_err = |e: csv::Error| {
+        let line = e.position().map(|p| p.line()).unwrap_or(0);
+        Error::data(input, format!("line {line}"), format!("{e}"))
+    };
+    let mut first = csv::StringRecord::new();
+    let mut sample = Vec::new();
+    // Column names: the header, or 0, 1, … (known from the first record).
+    let names: Vec<String> = if o.no_header {
+        if r.read_record(&mut first).map_err(csv_err)? {
+            sample.push(first.clone());
+        }
+        (0..first.len()).map(|i| i.to_string()).collect()
+    } else {
+        r.headers().map_err(csv_err)?.iter().map(|h| h.trim().to_string()).collect()
+    };
+    if o.y.is_empty() {
+        return Err(Error::config(
+            "command line",
+            "--y",
+            format!("name the target column(s) with --y COLUMN (a name or a 0-based index); the columns are {names:?}"),
+        ));
+    }
+    let mut y = Vec::new();
+    for c in &o.y {
+        let i = names.iter().position(|n| n == c).or_else(|| c.parse::<usize>().ok().filter(|&i| i < names.len()));
+        let i = i.ok_or_else(|| {
+            Error::config(
+                "command line",
+                "--y",
+                format!("no column {c:?} in {}; the columns are {names:?}", input.display()),
+            )
+        })?;
+        y.push(i);
+    }
+    let xcols: Vec<usize> = (0..names.len()).filter(|i| !y.contains(i)).collect();
+    if xcols.is_empty() {
+        return Err(Error::config("command line", "--y", "leaves no feature column"));
+    }
+    // Sharding needs the row count first: one pass that only counts records.
+    let total = if o.shard > 1 {
+        let mut n = 0usize;
+        let mut rr = reader(input)?;
+        let mut rec = csv::ByteRecord::new();
+        while rr.read_byte_record(&mut rec).map_err(csv_err)? {
+            n += 1;
+        }
+        Some(n)
+    } else {
+        None
+    };
+    let mut rec = csv::StringRecord::new();
+    while sample.len() < 1024 && r.read_record(&mut rec).map_err(csv_err)? {
+        sample.push(rec.clone());
+    }
+    if sample.is_empty() {
+        return Err(Error::data(input, "(data)", "has no rows"));
+    }
+    let mut targets = text::decide(&sample, &y, o.regression);
+    let d = xcols.len();
+    let xnames: Vec<String> = if o.no_header { Vec::new() } else { xcols.iter().map(|&i| names[i].clone()).collect() };
+    let mut sink = Sink::new(out, d, targets.kind(), o.compress, o.shard, total, xnames)?;
+    let (mut chunk, mut rows, mut progress) = (Chunk::default(), 0usize, Progress::new());
+    let add = |rec: &csv::StringRecord, chunk: &mut Chunk, targets: &mut text::Targets| -> Result<()> {
+        let line = rec.position().map_or(0, |p| p.line());
+        if rec.len() != names.len() {
+            return Err(Error::data(
+                input,
+                format!("line {line}"),
+                format!("has {} fields, the header {}", rec.len(), names.len()),
+            ));
+        }
+        for &i in &xcols {
+            chunk.x.push(text::number(&rec[i], o.fill, &text::At { path: input, line, column: &names[i] })?);
+        }
+        for &i in &y {
+            let at = text::At { path: input, line, column: &names[i] };
+            text::target(targets, &rec[i], &at, &mut chunk.classes, &mut chunk.values)?;
+        }
+        Ok(())
+    };
+    for s in &sample {
+        add(s, &mut chunk, &mut targets)?;
+    }
+    rows += sample.len();
+    drop(sample);
+    loop {
+        let more = r.read_record(&mut rec).map_err(csv_err)?;
+        if more {
+            add(&rec, &mut chunk, &mut targets)?;
+            rows += 1;
+        }
+        if chunk.rows(d) >= CHUNK_ROWS || (!more && chunk.rows(d) > 0) {
+            sink.write(&chunk)?;
+            chunk.clear();
+            progress.rows(rows, total);
+        }
+        if !more {
+            break;
+        }
+    }
+    let kind = targets.kind();
+    let classes = targets.classes();
+    let files = sink.finish(&classes)?;
+    Ok(Summary { rows, features: d, y: kind, classes, files, template: sink::template(out, o.shard) })
+}
+
+/// Stream `x` (and `y`) arrays of the same row count into the sink.
+fn stream<A: std::io::Read, B: std::io::Read>(
+    mut x: npy::Npy<A>,
+    mut y: npy::Npy<B>,
+    out: &Path,
+    o: &Opts,
+) -> Result<Summary> {
+    let (n, d) = (x.rows(), x.width());
+    if y.rows() != n {
+        return Err(Error::data(Path::new(&y.name), "(shape)", format!("{} rows, {} has {n}", y.rows(), x.name)));
+    }
+    if n == 0 {
+        return Err(Error::data(Path::new(&x.name), "(shape)", "has no rows"));
+    }
+    let classes = y.dtype.is_int() && y.shape.len() == 1 && !o.regression;
+    let kind = if classes { YKind::Classes } else { YKind::Values(y.width()) };
+    let mut sink = Sink::new(out, d, kind, o.compress, o.shard, Some(n), Vec::new())?;
+    let (mut chunk, mut at, mut progress) = (Chunk::default(), 0, Progress::new());
+    while at < n {
+        let m = CHUNK_ROWS.min(n - at);
+        chunk.clear();
+        x.read_f32(m, at, &mut chunk.x)?;
+        if classes {
+            y.read_classes(m, at, &mut chunk.classes)?;
+        } else {
+            y.read_f32(m, at, &mut chunk.values)?;
+        }
+        sink.write(&chunk)?;
+        at += m;
+        progress.rows(at, Some(n));
+    }
+    let files = sink.finish(&[])?;
+    Ok(Summary { rows: n, features: d, y: kind, classes: Vec::new(), files, template: sink::template(out, o.shard) })
+}
+
+fn from_npy(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
+    let yf = o.y_file.as_ref().ok_or_else(|| {
+        Error::config(
+            "command line",
+            "--y-file",
+            "a .npy of features needs its targets: --y-file Y.npy (or import a .npz with x and y)",
+        )
+    })?;
+    let open = |p: &Path| -> Result<npy::Npy<std::io::BufReader<std::fs::File>>> {
+        let f = std::fs::File::open(p).map_err(|e| Error::io(p, "open", e))?;
+        npy::Npy::open(std::io::BufReader::with_capacity(1 << 20, f), &p.display().to_string())
+    };
+    stream(open(input)?, open(yf)?, out, o)
+}
+
+fn from_npz(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
+    let archive = || -> Result<zip::ZipArchive<std::fs::File>> {
+        let f = std::fs::File::open(input).map_err(|e| Error::io(input, "open", e))?;
+        zip::ZipArchive::new(f)
+            .map_err(|e| Error::data(input, "(zip)", format!("not a readable .npz (zip) archive: {e}")))
+    };
+    let (mut ax, mut ay) = (archive()?, archive()?);
+    let member = |a: &mut zip::ZipArchive<std::fs::File>, name: &str| -> Result<()> {
+        a.index_for_name(&format!("{name}.npy")).map(|_| ()).ok_or_else(|| {
+            let have: Vec<String> =
+                a.file_names().filter_map(|s| s.ok()).map(|s| s.trim_end_matches(".npy").to_string()).collect();
+            Error::data(
+                input,
+                name,
+                format!("the archive has no array {name:?} (it has {have:?}); save it as np.savez(path, x=..., y=...)"),
+            )
+        })
+    };
+    member(&mut ax, "x")?;
+    member(&mut ay, "y")?;
+    let xr = ax.by_name("x.npy").map_err(|e| Error::data(input, "x", e.to_string()))?;
+    let yr = ay.by_name("y.npy").map_err(|e| Error::data(input, "y", e.to_string()))?;
+    let (xn, yn) = (format!("{}:x", input.display()), format!("{}:y", input.display()));
+    let s = stream(npy::Npy::open(xr, &xn)?, npy::Npy::open(yr, &yn)?, out, o);
+    s
+}

@@ -1,0 +1,137 @@
+//! CSV and TSV (optionally gzipped) as a stream of records (the `csv` crate: quoting, CRLF),
+//! each field parsed as pandas' `read_csv` would read a number: surrounding blanks ignored,
+//! `NA`, `N/A`, `NaN`, `null` and empty fields missing. The target column(s) named by `--y`;
+//! one target column of integers is class labels, of other numbers a regression target, of
+//! strings class names mapped to 0, 1, … in order of first appearance (`pandas.factorize`'s
+//! order), the names kept in the output as `y_classes`.
+//!
+//! Must not: hold more than one chunk of rows (files larger than memory stream).
+
+use super::sink::YKind;
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::Path;
+
+/// Field texts pandas reads as missing (its default `na_values`, the common ones).
+const MISSING: &[&str] = &["", "NA", "N/A", "NaN", "nan", "NAN", "null", "NULL", "None", "#N/A", "-nan"];
+
+pub fn open_reader(path: &Path) -> Result<Box<dyn Read>> {
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
+    let f = std::io::BufReader::with_capacity(1 << 20, f);
+    Ok(if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::MultiGzDecoder::new(f))
+    } else {
+        Box::new(f)
+    })
+}
+
+/// The field separator from the file name: tab for `.tsv`/`.tab`, else comma.
+pub fn delimiter_of(path: &Path) -> u8 {
+    let name = path.to_string_lossy().to_lowercase();
+    let name = name.trim_end_matches(".gz");
+    if name.ends_with(".tsv") || name.ends_with(".tab") {
+        b'\t'
+    } else {
+        b','
+    }
+}
+
+/// How the target column(s) turn into `y`.
+pub enum Targets {
+    /// Integer class labels.
+    Ints,
+    /// Class names, mapped in order of first appearance.
+    Names(HashMap<String, i32>, Vec<String>),
+    /// k numbers a row.
+    Values(usize),
+}
+
+impl Targets {
+    pub fn kind(&self) -> YKind {
+        match self {
+            Targets::Ints | Targets::Names(..) => YKind::Classes,
+            Targets::Values(k) => YKind::Values(*k),
+        }
+    }
+    pub fn classes(self) -> Vec<String> {
+        match self {
+            Targets::Names(_, v) => v,
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Decide from the first records (`sample`, their fields at `y`) what the targets are.
+pub fn decide(sample: &[csv::StringRecord], y: &[usize], regression: bool) -> Targets {
+    if y.len() > 1 || regression {
+        return Targets::Values(y.len());
+    }
+    let vals = || sample.iter().map(|r| r.get(y[0]).unwrap_or("").trim());
+    if vals().all(|v| v.parse::<i64>().is_ok()) {
+        Targets::Ints
+    } else if vals().all(|v| MISSING.contains(&v) || v.parse::<f64>().is_ok()) {
+        Targets::Values(1)
+    } else {
+        Targets::Names(HashMap::new(), Vec::new())
+    }
+}
+
+/// Where a record came from, for errors: the file, its line, the column's name.
+pub struct At<'a> {
+    pub path: &'a Path,
+    pub line: u64,
+    pub column: &'a str,
+}
+
+impl At<'_> {
+    fn err(&self, why: impl std::fmt::Display) -> Error {
+        Error::data(self.path, format!("line {}, column {:?}", self.line, self.column), why.to_string())
+    }
+}
+
+/// A feature field as float32; missing is `fill` when given.
+pub fn number(v: &str, fill: Option<f32>, at: &At) -> Result<f32> {
+    let t = v.trim();
+    if MISSING.contains(&t) {
+        return fill.ok_or_else(|| {
+            at.err(format!("missing value {v:?}; fill such fields with --fill VALUE, or drop the rows"))
+        });
+    }
+    match t.parse::<f32>() {
+        Ok(x) if x.is_finite() => Ok(x),
+        Ok(x) => Err(at.err(format!("{x} is not a finite number (training needs finite numbers)"))),
+        Err(_) => {
+            Err(at.err(format!("{v:?} is not a number (a feature must be numeric; name a label column with --y)")))
+        }
+    }
+}
+
+/// A target field appended to `classes` or `values`.
+pub fn target(t: &mut Targets, v: &str, at: &At, classes: &mut Vec<i32>, values: &mut Vec<f32>) -> Result<()> {
+    let s = v.trim();
+    if MISSING.contains(&s) {
+        return Err(at.err(format!("missing target {v:?}; every row needs its target (drop the rows without one)")));
+    }
+    match t {
+        Targets::Ints => {
+            let c = s.parse::<i64>().map_err(|_| {
+                at.err(format!("{v:?} is not an integer class label like the rows before it (use --regression for numeric targets)"))
+            })?;
+            let c = i32::try_from(c).ok().filter(|&c| c >= 0).ok_or_else(|| {
+                at.err(format!("class label {c} is not in 0..2^31 (labels are 0, 1, …, classes − 1)"))
+            })?;
+            classes.push(c);
+        }
+        Targets::Names(map, names) => {
+            let next = names.len() as i32;
+            let c = *map.entry(s.to_string()).or_insert_with(|| {
+                names.push(s.to_string());
+                next
+            });
+            classes.push(c);
+        }
+        Targets::Values(_) => values.push(number(v, None, at)?),
+    }
+    Ok(())
+}

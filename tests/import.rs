@@ -1,0 +1,175 @@
+//! `hvtrain data import` against what pandas and numpy (Debian's `python3-pandas`,
+//! `python3-numpy`, `python3-h5py`) read from the same inputs:
+//!
+//! - CSV with a header, quoted fields, CRLF line ends and a string label column in the middle:
+//!   x equal to `pandas.read_csv(...)`'s float32 features, y to `pandas.factorize`'s codes, the
+//!   names in `y_classes`; 70,000 rows, so more than one 65,536-row chunk;
+//! - gzipped TSV with two numeric targets: y float32 [N, 2], gzip-compressed output;
+//! - `--shard 3`: three files of balanced contiguous rows that concatenate to the whole, read by
+//!   a training job through their `{rank}` path;
+//! - `.npy` with `--y-file` (int64 labels, float64 features) and a compressed `.npz`;
+//! - bad input: a missing field names the file, line and column (and `--fill` fills it), a
+//!   text feature, a string label after integer ones, no `--y` (the columns listed).
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+const PY: &str = "/usr/bin/python3";
+
+fn python(dir: &Path, code: &str) -> String {
+    let out = Command::new(PY).arg("-c").arg(code).current_dir(dir).output().unwrap_or_else(|e| {
+        panic!("cannot run {PY} (Debian's python3 with python3-pandas and python3-h5py; `make test-deps`): {e}")
+    });
+    assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn import(dir: &Path, args: &[&str]) -> Run {
+    let mut a = vec!["data", "import"];
+    a.extend_from_slice(args);
+    hvtrain(&a, dir, 120)
+}
+
+#[test]
+fn csv_and_tsv_match_pandas() {
+    let dir = scratch("import-csv");
+    python(
+        &dir,
+        r#"
+import numpy as np, pandas as pd
+rng = np.random.default_rng(5)
+n = 70000
+df = pd.DataFrame({"a": rng.normal(size=n).astype(np.float32), "b c": rng.integers(0, 100, n)})
+df["kind"] = np.array(["gamma", "alpha", "beta, with comma"])[rng.integers(0, 3, n)]
+df["d"] = rng.random(n).astype(np.float32)
+df.to_csv("t.csv", index=False, lineterminator="\r\n", float_format="%.9g")
+r = pd.DataFrame({"t1": rng.normal(size=500), "x1": rng.normal(size=500), "t2": rng.normal(size=500), "x2": rng.normal(size=500)})
+r.to_csv("r.tsv.gz", sep="\t", index=False, float_format="%.17g")
+"#,
+    );
+    let run = import(&dir, &["t.csv", "t.h5", "--y", "kind"]);
+    assert!(run.ok(), "{}", run.all());
+    assert!(run.stderr.contains("wrote x float32 [70000, 3], y int32 [N] classes"), "{}", run.all());
+    let check = python(
+        &dir,
+        r#"
+import numpy as np, pandas as pd, h5py
+df = pd.read_csv("t.csv")
+codes, names = pd.factorize(df["kind"])
+f = h5py.File("t.h5")
+x = df.drop(columns=["kind"]).to_numpy(np.float32)
+assert f["x"].dtype == np.float32 and f["y"].dtype == np.int32
+assert np.array_equal(f["x"][...], x), "x differs from pandas"
+assert np.array_equal(f["y"][...], codes), "y differs from pandas.factorize"
+assert [s.decode() for s in f["y_classes"][...]] == list(names), "class names"
+assert [s.decode() for s in f["x_columns"][...]] == ["a", "b c", "d"]
+print("ok", f["x"].chunks is not None)
+"#,
+    );
+    assert_eq!(check.trim(), "ok True");
+
+    let run = import(&dir, &["r.tsv.gz", "r.h5", "--y", "t1", "--y", "t2", "--compress", "gzip"]);
+    assert!(run.ok(), "{}", run.all());
+    let check = python(
+        &dir,
+        r#"
+import numpy as np, pandas as pd, h5py
+df = pd.read_csv("r.tsv.gz", sep="\t")
+f = h5py.File("r.h5")
+assert f["x"].compression == "gzip"
+assert np.array_equal(f["y"][...], df[["t1", "t2"]].to_numpy(np.float32)), "targets"
+assert np.array_equal(f["x"][...], df[["x1", "x2"]].to_numpy(np.float32)), "features"
+print("ok")
+"#,
+    );
+    assert_eq!(check.trim(), "ok");
+}
+
+#[test]
+fn shards_concatenate_and_train() {
+    let _g = mpi_lock();
+    let dir = scratch("import-shard");
+    python(
+        &dir,
+        r#"
+import numpy as np
+rng = np.random.default_rng(2)
+np.save("x.npy", rng.normal(size=(301, 4)))
+np.save("y.npy", rng.integers(0, 3, 301))
+np.savez_compressed("z.npz", x=rng.random((50, 3), dtype=np.float32), y=rng.normal(size=50))
+"#,
+    );
+    let run = import(&dir, &["x.npy", "s-{rank}.h5", "--y-file", "y.npy", "--shard", "3"]);
+    assert!(run.ok(), "{}", run.all());
+    assert!(run.stderr.contains("train = \"s-{rank}.h5\""), "{}", run.all());
+    let check = python(
+        &dir,
+        r#"
+import numpy as np, h5py
+fs = [h5py.File(f"s-{i}.h5") for i in range(3)]
+assert [f["x"].shape[0] for f in fs] == [100, 100, 101], [f["x"].shape for f in fs]
+assert np.array_equal(np.concatenate([f["x"][...] for f in fs]), np.load("x.npy").astype(np.float32))
+assert np.array_equal(np.concatenate([f["y"][...] for f in fs]), np.load("y.npy"))
+print("ok")
+"#,
+    );
+    assert_eq!(check.trim(), "ok");
+    job(&dir, &[4, 8, 3], "s-{rank}.h5", None, "");
+    let run = mpirun(1, &["train", "job.toml", "--set", "training.epochs=1"], &dir, 60);
+    assert!(run.ok() && run.stderr.contains("301 of the 301 training samples"), "{}", run.all());
+
+    let run = import(&dir, &["z.npz", "z.h5"]);
+    assert!(run.ok(), "{}", run.all());
+    assert!(run.stderr.contains("y float32 [N, 1] targets"), "{}", run.all());
+    let check = python(
+        &dir,
+        r#"
+import numpy as np, h5py
+z, f = np.load("z.npz"), h5py.File("z.h5")
+assert np.array_equal(f["x"][...], z["x"]) and np.array_equal(f["y"][...][:, 0], z["y"].astype(np.float32))
+print("ok")
+"#,
+    );
+    assert_eq!(check.trim(), "ok");
+}
+
+#[test]
+fn bad_input_names_the_line_and_column() {
+    let dir = scratch("import-bad");
+    std::fs::write(dir.join("m.csv"), "u,v,label\n1,2,0\n3,,1\n5,6,1\n").unwrap();
+    let run = import(&dir, &["m.csv", "m.h5", "--y", "label"]);
+    assert!(!run.ok(), "{}", run.all());
+    assert!(
+        run.all().contains("m.csv") && run.all().contains("line 3, column \"v\"") && run.all().contains("--fill"),
+        "{}",
+        run.all()
+    );
+    let run = import(&dir, &["m.csv", "m.h5", "--y", "label", "--fill", "0"]);
+    assert!(run.ok(), "{}", run.all());
+
+    std::fs::write(dir.join("t.csv"), "u,v,label\n1,abc,0\n").unwrap();
+    let run = import(&dir, &["t.csv", "t.h5", "--y", "label"]);
+    assert!(
+        !run.ok() && run.all().contains("line 2, column \"v\"") && run.all().contains("not a number"),
+        "{}",
+        run.all()
+    );
+
+    let mut rows = String::from("u,label\n");
+    for i in 0..1100 {
+        rows += &format!("{i},{}\n", i % 2);
+    }
+    rows += "7,cat\n";
+    std::fs::write(dir.join("l.csv"), rows).unwrap();
+    let run = import(&dir, &["l.csv", "l.h5", "--y", "label"]);
+    assert!(
+        !run.ok() && run.all().contains("line 1102") && run.all().contains("not an integer class label"),
+        "{}",
+        run.all()
+    );
+
+    let run = import(&dir, &["m.csv", "m.h5"]);
+    assert!(!run.ok() && run.all().contains("--y") && run.all().contains("[\"u\", \"v\", \"label\"]"), "{}", run.all());
+}
