@@ -24,25 +24,7 @@ impl<B: Backend> Clone for Targets<'_, B> {
 impl<B: Backend> Copy for Targets<'_, B> {}
 
 /// (sum of per-sample losses, correct predictions: rows for classes, elements for
-/// multi-label, 0 for regression).
-#[allow(clippy::too_many_arguments)]
-pub fn compute<B: Backend>(
-    be: &B,
-    loss: Loss,
-    out: B::View<'_>,
-    targets: Targets<B>,
-    b: usize,
-    k: usize,
-    grad_scale: f32,
-    d: Option<B::ViewMut<'_>>,
-) -> Result<(f64, usize)> {
-    match compute_maybe_later(be, loss, out, targets, b, k, grad_scale, d, false)? {
-        Some(s) => Ok(s),
-        None => be.pending_loss_sums(),
-    }
-}
-
-/// `compute`, or with `later` the sums left pending where the backend defers them (None:
+/// multi-label, 0 for regression), or with `later` the sums left pending where the backend defers them (None:
 /// `Backend::pending_loss_sums` reads them).
 #[allow(clippy::too_many_arguments)]
 pub fn compute_maybe_later<B: Backend>(

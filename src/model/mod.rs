@@ -328,11 +328,10 @@ impl Mlp {
         ws: &mut Workspace<B>,
         want_grad: bool,
     ) -> Result<(f64, usize)> {
-        let k = self.n_outputs();
-        let Workspace { a, d, .. } = ws;
-        let out = be.view(&a[self.layers.len() - 1], 0..b * k);
-        let d = if want_grad { Some(be.view_mut(&mut d[0], 0..b * k)) } else { None };
-        loss::compute(be, self.loss, out, targets, b, k, grad_scale, d)
+        match self.loss_maybe_later(be, targets, b, grad_scale, ws, want_grad, false)? {
+            Some(s) => Ok(s),
+            None => be.pending_loss_sums(),
+        }
     }
 
     /// `loss` with its gradient, the sums left pending where the backend defers them (None:
@@ -346,11 +345,25 @@ impl Mlp {
         grad_scale: f32,
         ws: &mut Workspace<B>,
     ) -> Result<Option<(f64, usize)>> {
+        self.loss_maybe_later(be, targets, b, grad_scale, ws, true, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn loss_maybe_later<B: Backend>(
+        &self,
+        be: &B,
+        targets: Targets<B>,
+        b: usize,
+        grad_scale: f32,
+        ws: &mut Workspace<B>,
+        want_grad: bool,
+        later: bool,
+    ) -> Result<Option<(f64, usize)>> {
         let k = self.n_outputs();
         let Workspace { a, d, .. } = ws;
         let out = be.view(&a[self.layers.len() - 1], 0..b * k);
-        let d = Some(be.view_mut(&mut d[0], 0..b * k));
-        loss::compute_maybe_later(be, self.loss, out, targets, b, k, grad_scale, d, true)
+        let d = if want_grad { Some(be.view_mut(&mut d[0], 0..b * k)) } else { None };
+        loss::compute_maybe_later(be, self.loss, out, targets, b, k, grad_scale, d, later)
     }
 
     /// Backward pass after `forward` and `loss` (with want_grad). Writes every gradient where
