@@ -27,15 +27,15 @@ use std::sync::Arc;
 /// One GPU, its streams, cuBLAS handle and kernels.
 pub struct Cuda {
     ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    pub(super) stream: Arc<CudaStream>,
     copy: Arc<CudaStream>,
     blas: CudaBlas,
-    k: Arc<Kernels>,
+    pub(super) k: Arc<Kernels>,
     name: String,
     /// Ones for column sums as a GEMM (ones[1, rows] · m[rows, cols]), grown on demand.
     ones: RefCell<Option<CudaSlice<f32>>>,
     /// Per-row loss and correct-prediction scratch for the loss kernels, grown on demand.
-    rows: RefCell<Option<(CudaSlice<f32>, CudaSlice<i32>)>>,
+    pub(super) rows: RefCell<Option<(CudaSlice<f32>, CudaSlice<i32>)>>,
     /// bf16 products: the two operands' bf16 copies, grown on demand (None: float32 products).
     bf16: Option<RefCell<[Option<CudaSlice<u16>>; 2]>>,
     /// Rows of the loss whose sums `*_later` left in the row scratch (`pending_loss_sums`).
@@ -136,7 +136,7 @@ impl Cuda {
         Ok(())
     }
 
-    fn row_scratch(&self, rows: usize) -> Result<()> {
+    pub(super) fn row_scratch(&self, rows: usize) -> Result<()> {
         let mut r = self.rows.borrow_mut();
         if r.as_ref().is_none_or(|(l, _)| l.len() < rows) {
             let l = self.alloc(rows)?;
@@ -171,7 +171,12 @@ impl Cuda {
 
 impl Cuda {
     /// A loss kernel's per-row results summed on the host: (Σ row losses, Σ correct counts).
-    fn read_loss_sums(&self, loss: &CudaSlice<f32>, correct: &CudaSlice<i32>, rows: usize) -> Result<(f64, usize)> {
+    pub(super) fn read_loss_sums(
+        &self,
+        loss: &CudaSlice<f32>,
+        correct: &CudaSlice<i32>,
+        rows: usize,
+    ) -> Result<(f64, usize)> {
         let losses = self.read_f32(loss, rows)?;
         let mut c = vec![0i32; rows];
         self.stream.memcpy_dtoh(&correct.slice(0..rows), &mut c[..]).map_err(drv("reading a result back"))?;
@@ -180,89 +185,8 @@ impl Cuda {
     }
 }
 
-impl Cuda {
-    /// The loss kernels' launches: per-row results in the row scratch, `rows` returned.
-    fn launch_softmax_xent(
-        &self,
-        logits: DView<'_>,
-        labels: &CudaSlice<i32>,
-        k: usize,
-        grad_scale: f32,
-        d: Option<DViewMut<'_>>,
-    ) -> Result<usize> {
-        let rows = logits.len / k;
-        if rows == 0 {
-            return Ok(0);
-        }
-        self.row_scratch(rows)?;
-        let mut scratch = self.rows.borrow_mut();
-        let (loss, correct) = scratch.as_mut().expect("grown above");
-        {
-            let lv = logits.cu();
-            let (rows64, k32) = (rows as i64, k as i32);
-            let mut dv = d.map(DViewMut::cu);
-            let mut l = self.stream.launch_builder(&self.k.softmax_xent);
-            l.arg(&lv).arg(labels).arg(&rows64).arg(&k32).arg(&grad_scale);
-            match dv.as_mut() {
-                Some(dv) => l.arg(dv),
-                None => l.arg(&NULL),
-            };
-            l.arg(&mut *loss).arg(&mut *correct);
-            // SAFETY: hv_softmax_xent(const float*, const int*, long long, int, float, float*,
-            // float*, int*) over `rows` rows; labels and scratch hold at least `rows`.
-            unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_softmax_xent"))?;
-        }
-        Ok(rows)
-    }
-
-    fn launch_pointwise_loss(
-        &self,
-        f: Pointwise,
-        pred: DView<'_>,
-        target: DView<'_>,
-        k: usize,
-        grad_scale: f32,
-        d: Option<DViewMut<'_>>,
-    ) -> Result<usize> {
-        let rows = pred.len / k;
-        if rows == 0 {
-            return Ok(0);
-        }
-        self.row_scratch(rows)?;
-        let mut scratch = self.rows.borrow_mut();
-        let (loss, correct) = scratch.as_mut().expect("grown above");
-        {
-            let (pv, tv) = (pred.cu(), target.cu());
-            let (rows64, k32) = (rows as i64, k as i32);
-            let (mode, delta) = f.mode();
-            let mut dv = d.map(DViewMut::cu);
-            let mut l = self.stream.launch_builder(&self.k.pointwise_loss);
-            l.arg(&pv).arg(&tv).arg(&rows64).arg(&k32).arg(&mode).arg(&delta).arg(&grad_scale);
-            match dv.as_mut() {
-                Some(dv) => l.arg(dv),
-                None => l.arg(&NULL),
-            };
-            l.arg(&mut *loss).arg(&mut *correct);
-            // SAFETY: hv_pointwise_loss(const float*, const float*, long long, int, int, float, float,
-            // float*, float*, int*) over `rows` rows; the scratch holds at least `rows`.
-            unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_pointwise_loss"))?;
-        }
-        Ok(rows)
-    }
-
-    /// The sums of the row scratch's first `rows` results (0 rows: none).
-    fn read_rows_sums(&self, rows: usize) -> Result<(f64, usize)> {
-        if rows == 0 {
-            return Ok((0.0, 0));
-        }
-        let scratch = self.rows.borrow();
-        let (loss, correct) = scratch.as_ref().expect("a loss kernel grew it");
-        self.read_loss_sums(loss, correct, rows)
-    }
-}
-
 /// NULL for a kernel's optional pointer argument.
-const NULL: u64 = 0;
+pub(super) const NULL: u64 = 0;
 
 impl Backend for Cuda {
     type Buf = DevBuf;

@@ -7,6 +7,8 @@
 //!   the rest); `buf`: `DevBuf`, device memory with a pinned host copy for gradient
 //!   buckets and batches, and the staging hooks the communication thread calls;
 //! - `gemm_map`: the row-major → cuBLAS argument mapping, a pure function;
+//! - `loss`: the loss kernels' launches and the reading of their per-row sums (at once, or
+//!   after the step's backward and optimizer are queued);
 //! - `kernels.cu`, `launch`, `nvrtc`, `module`: the element-wise kernels, their launch
 //!   geometry, their compilation by NVRTC, and their loading at start-up;
 //! - `shim.cpp`, `shim` (tests): the same kernels compiled by the host C++ compiler and
@@ -18,6 +20,7 @@ mod backend;
 mod buf;
 mod gemm_map;
 pub mod launch;
+mod loss;
 mod module;
 pub mod nvrtc;
 mod probe;

@@ -1,0 +1,92 @@
+//! The loss kernels' launches on the CUDA backend: per-row losses and correct counts into the
+//! row scratch, summed on the host when read (at once, or later: `Backend::*_later`).
+//!
+//! Must not: be reached except through `Backend` (the `Cuda` impl in `backend.rs`).
+
+use super::backend::{drv, Cuda, NULL};
+use super::buf::{DView, DViewMut};
+use super::launch::config_1d;
+use crate::device::backend::Pointwise;
+use crate::error::Result;
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+impl Cuda {
+    /// The loss kernels' launches: per-row results in the row scratch, `rows` returned.
+    pub(super) fn launch_softmax_xent(
+        &self,
+        logits: DView<'_>,
+        labels: &CudaSlice<i32>,
+        k: usize,
+        grad_scale: f32,
+        d: Option<DViewMut<'_>>,
+    ) -> Result<usize> {
+        let rows = logits.len / k;
+        if rows == 0 {
+            return Ok(0);
+        }
+        self.row_scratch(rows)?;
+        let mut scratch = self.rows.borrow_mut();
+        let (loss, correct) = scratch.as_mut().expect("grown above");
+        {
+            let lv = logits.cu();
+            let (rows64, k32) = (rows as i64, k as i32);
+            let mut dv = d.map(DViewMut::cu);
+            let mut l = self.stream.launch_builder(&self.k.softmax_xent);
+            l.arg(&lv).arg(labels).arg(&rows64).arg(&k32).arg(&grad_scale);
+            match dv.as_mut() {
+                Some(dv) => l.arg(dv),
+                None => l.arg(&NULL),
+            };
+            l.arg(&mut *loss).arg(&mut *correct);
+            // SAFETY: hv_softmax_xent(const float*, const int*, long long, int, float, float*,
+            // float*, int*) over `rows` rows; labels and scratch hold at least `rows`.
+            unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_softmax_xent"))?;
+        }
+        Ok(rows)
+    }
+
+    pub(super) fn launch_pointwise_loss(
+        &self,
+        f: Pointwise,
+        pred: DView<'_>,
+        target: DView<'_>,
+        k: usize,
+        grad_scale: f32,
+        d: Option<DViewMut<'_>>,
+    ) -> Result<usize> {
+        let rows = pred.len / k;
+        if rows == 0 {
+            return Ok(0);
+        }
+        self.row_scratch(rows)?;
+        let mut scratch = self.rows.borrow_mut();
+        let (loss, correct) = scratch.as_mut().expect("grown above");
+        {
+            let (pv, tv) = (pred.cu(), target.cu());
+            let (rows64, k32) = (rows as i64, k as i32);
+            let (mode, delta) = f.mode();
+            let mut dv = d.map(DViewMut::cu);
+            let mut l = self.stream.launch_builder(&self.k.pointwise_loss);
+            l.arg(&pv).arg(&tv).arg(&rows64).arg(&k32).arg(&mode).arg(&delta).arg(&grad_scale);
+            match dv.as_mut() {
+                Some(dv) => l.arg(dv),
+                None => l.arg(&NULL),
+            };
+            l.arg(&mut *loss).arg(&mut *correct);
+            // SAFETY: hv_pointwise_loss(const float*, const float*, long long, int, int, float, float,
+            // float*, float*, int*) over `rows` rows; the scratch holds at least `rows`.
+            unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_pointwise_loss"))?;
+        }
+        Ok(rows)
+    }
+
+    /// The sums of the row scratch's first `rows` results (0 rows: none).
+    pub(super) fn read_rows_sums(&self, rows: usize) -> Result<(f64, usize)> {
+        if rows == 0 {
+            return Ok((0.0, 0));
+        }
+        let scratch = self.rows.borrow();
+        let (loss, correct) = scratch.as_ref().expect("a loss kernel grew it");
+        self.read_loss_sums(loss, correct, rows)
+    }
+}

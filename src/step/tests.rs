@@ -1,0 +1,63 @@
+//! The step's own tests: rows kept on the device train as host copies.
+
+use super::*;
+use crate::config::{Activation, Compression, LossKind, OptimizerCfg};
+use crate::device::cpu::Cpu;
+use crate::parallel::reduce;
+
+/// A one-rank stepper on the CPU for a small model, fresh from seed 1.
+fn stepper() -> Stepper<Cpu> {
+    let model = Mlp::new(&[6, 9, 4], Activation::Relu, LossKind::SoftmaxCrossEntropy);
+    let params = model.init_params(1);
+    let lens: Vec<usize> = model.tensors().iter().map(|t| t.range.len()).collect();
+    let plan = FusionPlan::new(&lens, 1 << 20);
+    let alloc = bucket_buffers(&Cpu, &plan).unwrap();
+    let engine = Engine::new(
+        reduce::for_job(None, Compression::None, Default::default(), false, &plan, false),
+        plan,
+        false,
+        None,
+        None,
+        alloc,
+    );
+    let opt = Optimizer::new(&Cpu, &OptimizerCfg { lr: 0.1, ..Default::default() }, model.tensors(), model.n_params, 1)
+        .unwrap();
+    Stepper::new(Cpu, model, &params, opt, engine, 8, None).unwrap()
+}
+
+/// Rows gathered on the device by id train exactly as the same rows copied from host
+/// memory: same order, same weights (a short last batch included).
+#[test]
+fn resident_rows_train_as_the_host_copy() {
+    let (rows, cols, first_id) = (30usize, 6usize, 100u32);
+    let mut r = crate::rng::Rng::new(3, 4);
+    let data: Vec<f32> = (0..rows * cols).map(|_| r.uniform() as f32 - 0.5).collect();
+    let order: Vec<usize> = (0..rows).map(|i| (i * 7 + 3) % rows).collect(); // a permutation
+    let (mut host, mut dev) = (stepper(), stepper());
+    dev.set_resident(&data, first_id).unwrap();
+    for chunk in order.chunks(8).chain(order.chunks(8)) {
+        let batch = Batch {
+            rows: chunk.len(),
+            x: chunk.iter().flat_map(|&i| data[i * cols..(i + 1) * cols].to_vec()).collect(),
+            classes: chunk.iter().map(|&i| (i % 4) as i32).collect(),
+            values: Vec::new(),
+            ids: chunk.iter().map(|&i| first_id + i as u32).collect(),
+            digest: 0,
+        };
+        let a = host.run(&batch, batch.rows, Instant::now()).unwrap();
+        let bare = Batch {
+            x: Vec::new(),
+            classes: batch.classes.clone(),
+            ids: batch.ids.clone(),
+            values: Vec::new(),
+            ..batch
+        };
+        let b = dev.run(&bare, bare.rows, Instant::now()).unwrap();
+        assert_eq!(a, b, "the step's sums");
+    }
+    assert_eq!(host.params_host().unwrap(), dev.params_host().unwrap());
+    // An id outside the resident rows is an error, not a wrong row.
+    let bad =
+        Batch { rows: 1, x: Vec::new(), classes: vec![0], values: Vec::new(), ids: vec![first_id - 1], digest: 0 };
+    assert!(dev.run(&bad, 1, Instant::now()).unwrap_err().to_string().contains("not among the 30 rows"));
+}
