@@ -1,4 +1,6 @@
 //! The step's own tests: rows kept on the device train as host copies.
+//!
+//! Must not: need MPI or a GPU (one rank on the CPU backend).
 
 use super::*;
 use crate::config::{Activation, Compression, LossKind, OptimizerCfg};
