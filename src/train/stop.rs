@@ -179,12 +179,38 @@ fn write<B: Backend>(
         st.whole_state()?
     };
     let Some(state) = whole else { return Ok(None) };
+    finite_params(&state.0, st.step())?;
     let path = ctx.writer.write(&st.tensor().full, state, at.0, at.1, loss_sums, exact)?;
     if announce {
         super::runlock::stopped(st.step());
         crate::signals::stop_checkpoint_written();
     }
     Ok(Some(path))
+}
+
+/// A checkpoint of parameters that are not all finite is never written (the ones before it
+/// stay the newest): gradients that overflowed, or, on a GPU, the update of the step whose
+/// loss turned out non-finite once it was read (`Backend::softmax_xent_later`), exchanged with
+/// the other ranks before that rank's error ended the job.
+fn finite_params(p: &[f32], step: u64) -> Result<()> {
+    match p.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(crate::error::Error::Training(format!(
+            "parameter {i} is {} after step {step}: the checkpoint is not written (the earlier ones are \
+             kept); lower optimizer.lr, or clip the gradients (optimizer.global_clipnorm)",
+            p[i]
+        ))),
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn a_non_finite_parameter_refuses_the_checkpoint() {
+    assert!(finite_params(&[0.0, 1e30, -2.0], 3).is_ok());
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let e = finite_params(&[0.0, 1.0, bad, 2.0], 7).unwrap_err().to_string();
+        assert!(e.contains("parameter 2") && e.contains("after step 7") && e.contains("not written"), "{e}");
+    }
 }
 
 /// Collective: a periodic checkpoint after the agreement said so. Tensor group 0 assembles the
