@@ -29,7 +29,7 @@ pub struct Cuda {
     ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
     copy: Arc<CudaStream>,
-    blas: CudaBlas,
+    pub(super) blas: CudaBlas,
     pub(super) k: Arc<Kernels>,
     name: String,
     /// Ones for column sums as a GEMM (ones[1, rows] · m[rows, cols]), grown on demand.
@@ -99,7 +99,7 @@ impl Cuda {
         self.stream.alloc_zeros::<f32>(n.max(1)).map_err(|e| self.oom(e, n * 4))
     }
 
-    fn oom(&self, e: DriverError, bytes: usize) -> Error {
+    pub(super) fn oom(&self, e: DriverError, bytes: usize) -> Error {
         let (free, total) = self.ctx.mem_get_info().unwrap_or((0, 0));
         let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
         Error::Cuda(format!(
@@ -542,70 +542,5 @@ impl Backend for Cuda {
         // SAFETY: hv_adam(float*, const float*, float*, float*, long long, float × 9).
         unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_adam"))?;
         Ok(())
-    }
-}
-
-impl Cuda {
-    /// `gemm` with bf16 operands: each operand rounded to bf16 into its scratch buffer
-    /// (`hv_pack_bf16`, round to nearest even as the CPU's `bf16.rs`), then `cublasGemmEx`
-    /// with bf16 A and B, float32 C and float32 compute (`CUBLAS_COMPUTE_32F`): the tensor
-    /// cores multiply bf16 and sum in float32. The arguments are gemm_map's, as for SGEMM.
-    fn gemm_bf16(
-        &self,
-        cfg: &GemmConfig<f32>,
-        a: DView<'_>,
-        b: DView<'_>,
-        c: DViewMut<'_>,
-        scratch: &mut [Option<CudaSlice<u16>>; 2],
-    ) -> Result<()> {
-        use cudarc::driver::{DevicePtr, DevicePtrMut};
-        for (slot, v) in scratch.iter_mut().zip([&a, &b]) {
-            if slot.as_ref().is_none_or(|s| s.len() < v.len) {
-                *slot = None; // free the old one first
-                *slot = Some(self.stream.alloc_zeros::<u16>(v.len.max(1)).map_err(|e| self.oom(e, v.len * 2))?);
-            }
-            let n64 = v.len as i64;
-            let src = v.cu();
-            let dst = slot.as_mut().expect("allocated above");
-            let mut l = self.stream.launch_builder(&self.k.pack_bf16);
-            l.arg(&src).arg(dst).arg(&n64);
-            // SAFETY: hv_pack_bf16(const float*, unsigned short*, long long) over v.len elements,
-            // the scratch holding at least that many.
-            unsafe { l.launch(config_1d(v.len.max(1))) }
-                .map_err(drv("launching the bf16 rounding of a GEMM operand"))?;
-        }
-        let [sa, sb] = scratch;
-        let (sa, sb) = (sa.as_ref().expect("allocated above"), sb.as_ref().expect("allocated above"));
-        let mut cc = c.cu();
-        let (pa, _ga) = sa.device_ptr(&self.stream);
-        let (pb, _gb) = sb.device_ptr(&self.stream);
-        let (pc, _gc) = cc.device_ptr_mut(&self.stream);
-        let bf = blas_sys::cudaDataType::CUDA_R_16BF;
-        // SAFETY: device pointers of live buffers holding the operands gemm_map sized; alpha
-        // and beta are host floats (the handle's default pointer mode). cuBLAS's A is our b.
-        unsafe {
-            cudarc::cublas::result::gemm_ex(
-                *self.blas.handle(),
-                cfg.transa,
-                cfg.transb,
-                cfg.m,
-                cfg.n,
-                cfg.k,
-                (&cfg.alpha) as *const f32 as *const _,
-                pb as *const _,
-                bf,
-                cfg.lda,
-                pa as *const _,
-                bf,
-                cfg.ldb,
-                (&cfg.beta) as *const f32 as *const _,
-                pc as *mut _,
-                blas_sys::cudaDataType::CUDA_R_32F,
-                cfg.ldc,
-                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        }
-        .map_err(|e| Error::Cuda(format!("cuBLAS GemmEx (bf16): {e}")))
     }
 }

@@ -6,6 +6,7 @@
 //! - `backend`: `Cuda`, the `Backend` on one GPU (cuBLAS for the products, our kernels for
 //!   the rest); `buf`: `DevBuf`, device memory with a pinned host copy for gradient
 //!   buckets and batches, and the staging hooks the communication thread calls;
+//! - `bf16_gemm`: `precision = "bf16"`'s products (operands rounded, float32 sums);
 //! - `gemm_map`: the row-major → cuBLAS argument mapping, a pure function;
 //! - `loss`: the loss kernels' launches and the reading of their per-row sums (at once, or
 //!   after the step's backward and optimizer are queued);
@@ -17,6 +18,7 @@
 //! Must not: be reached by code outside `device/` except through `Backend`.
 
 mod backend;
+mod bf16_gemm;
 mod buf;
 mod gemm_map;
 pub mod launch;
