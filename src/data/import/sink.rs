@@ -50,30 +50,26 @@ pub enum YKind {
 /// The output file of shard `i` of `n` (`{rank}` in `out` replaced, or `-i` before the
 /// extension when `n` > 1 and `out` has no `{rank}`).
 pub fn shard_path(out: &Path, i: usize, n: usize) -> PathBuf {
+    numbered(out, n, &i.to_string())
+}
+
+/// The `data.train` template that reads the files `shard_path` writes.
+pub fn template(out: &Path, n: usize) -> String {
+    numbered(out, n, "{rank}").display().to_string()
+}
+
+/// `out` with `number` where `shard_path` puts a shard's number.
+fn numbered(out: &Path, n: usize, number: &str) -> PathBuf {
     let s = out.to_string_lossy();
     if s.contains("{rank}") {
-        return PathBuf::from(s.replace("{rank}", &i.to_string()));
+        return PathBuf::from(s.replace("{rank}", number));
     }
     if n == 1 {
         return out.to_path_buf();
     }
     let stem = out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let ext = out.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
-    out.with_file_name(format!("{stem}-{i}{ext}"))
-}
-
-/// The `data.train` template that reads the files `shard_path` writes.
-pub fn template(out: &Path, n: usize) -> String {
-    if n == 1 && !out.to_string_lossy().contains("{rank}") {
-        return out.display().to_string();
-    }
-    let s = out.to_string_lossy();
-    if s.contains("{rank}") {
-        return s.into_owned();
-    }
-    let stem = out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let ext = out.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
-    out.with_file_name(format!("{stem}-{{rank}}{ext}")).display().to_string()
+    out.with_file_name(format!("{stem}-{number}{ext}"))
 }
 
 /// One open output file and how many rows it holds.
