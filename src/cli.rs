@@ -39,6 +39,20 @@ by SIGTERM/SIGINT/SIGUSR1 after writing a checkpoint (requeue and --resume auto)
 internal error; 130 a second signal before the checkpoint was done."
     )]
     Train(TrainArgs),
+    /// Search the job's [sweep] space inside one allocation: trials packed onto groups of
+    /// sweep.ranks_per_trial ranks, halved early (ASHA, Hyperband), resumable.
+    #[command(
+        after_help = "Example:\n  mpirun -n 4 hvtrain sweep jobs/sweep.toml\n  srun --mpi=pmix hvtrain sweep jobs/sweep.toml --resume auto\n\n\
+Writes OUTPUT_DIR/sweep.jsonl (one line per trial: values, status, the metric at each rung,\n\
+epochs, seconds), OUTPUT_DIR/trials/NNNN/ (each trial's metrics.jsonl, checkpoints,\n\
+weights.h5), and at the end a table of the trials, best first, OUTPUT_DIR/best.json and\n\
+OUTPUT_DIR/best-weights.h5. `hvtrain plot OUTPUT_DIR` draws the metric against each key and\n\
+every trial's curve.\n\n\
+A trial that fails (diverges, a value it cannot take) is recorded as failed and the sweep\n\
+goes on. Exit codes as train's: 75 after SIGTERM/SIGINT/SIGUSR1 (every running trial wrote\n\
+a checkpoint; --resume auto continues them and does not rerun finished ones)."
+    )]
+    Sweep(SweepArgs),
     /// Evaluate saved weights on the job's test data.
     #[command(
         after_help = "Example:\n  mpirun -n 2 hvtrain eval jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5"
@@ -146,6 +160,16 @@ the lock after --seconds (or an error).")]
     /// Micro-benchmarks of this machine, as hvtrain sees it.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Args, Debug)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// `auto`: continue the sweep in output.dir (finished trials are kept, running ones resume
+    /// from their checkpoints); a new sweep when there is none.
+    #[arg(long, value_name = "auto", value_parser = ["auto"])]
+    pub resume: Option<String>,
 }
 
 #[derive(Args, Debug)]

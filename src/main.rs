@@ -25,6 +25,7 @@ mod plot;
 mod rng;
 mod signals;
 mod step;
+mod sweep;
 mod sys;
 mod train;
 mod weights;
@@ -134,6 +135,20 @@ fn main() {
             }
             with_mpi(limits, |comm| train(comm, args, t_process))
         }
+        Command::Sweep(args) => {
+            let limits = limits(&args.job.job, &args.job.set);
+            if let Err(e) = signals::handlers() {
+                sys::say(format!("hvtrain: error: {}", error::Error::Signal(e)));
+                std::process::exit(1);
+            }
+            with_mpi(limits, |comm| {
+                signals::install().map_err(error::Error::Signal)?;
+                match sweep::sweep(comm, &args.job.job, &args.job.set, t_process, args.resume.is_some())? {
+                    train::Outcome::Preempted => Ok(signals::EXIT_PREEMPTED),
+                    _ => Ok(0),
+                }
+            })
+        }
         Command::Wait { job, seconds, since } => wait(&job, seconds, since),
         Command::Eval { job, weights } => with_mpi(limits(&job.job, &job.set), |comm| {
             let (j, _) = config::Job::load_with_env(&job.job, &job.set)?;
@@ -160,7 +175,7 @@ fn train(comm: &parallel::Comm, args: cli::TrainArgs, t_process: Instant) -> err
         }
     }
     match train::train(comm, &job, t_process, args.resume.as_deref().map(train::Resume::parse))? {
-        train::Outcome::Completed => Ok(0),
+        train::Outcome::Completed | train::Outcome::Paused => Ok(0),
         train::Outcome::Preempted => Ok(signals::EXIT_PREEMPTED),
     }
 }

@@ -24,9 +24,22 @@ pub fn rank() -> Option<usize> {
     }
 }
 
-/// The rank for a log line: its number, or "-" before MPI has started.
+/// The sweep trial this process trains (usize::MAX: none), for log lines.
+static TRIAL: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Record the sweep trial this process trains now (None between trials).
+pub fn set_trial(trial: Option<usize>) {
+    TRIAL.store(trial.unwrap_or(usize::MAX), Ordering::Relaxed);
+}
+
+/// The rank for a log line: its number, or "-" before MPI has started; "3 trial 12" while a
+/// sweep's trial trains.
 pub fn rank_tag() -> String {
-    rank().map_or_else(|| "-".into(), |r| r.to_string())
+    let r = rank().map_or_else(|| "-".into(), |r| r.to_string());
+    match TRIAL.load(Ordering::Relaxed) {
+        usize::MAX => r,
+        t => format!("{r} trial {t}"),
+    }
 }
 
 /// Write one whole line to stderr in a single call: ranks share the terminal, and a line

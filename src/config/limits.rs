@@ -110,6 +110,9 @@ pub const AUTOTUNE_STEPS: Span = Span::new(3.0, 10_000.0, "steps per candidate")
 pub const EVERY_STEPS: Span = Span::or_off(1.0, 1e12, "steps");
 /// 2e-5 minutes is 1.2 ms.
 pub const EVERY_MINUTES: Span = Span::or_off(2e-5, YEAR_S / 60.0, "minutes");
+pub const RANKS_PER_TRIAL: Span = Span::new(1.0, 1_048_576.0, "ranks per trial");
+pub const ETA: Span = Span::new(2.0, 100.0, "(the reduction factor)");
+pub const TRIALS: Span = Span::new(0.0, 1e6, "trials (0: the default)");
 pub const KEEP: Span = Span::new(0.0, 1e6, "checkpoints (0 is taken as 1)");
 pub const SHUFFLE_BLOCK: Span = Span::new(1.0, 1_048_576.0, "rows");
 /// The largest |data.x_scale| and |data.x_offset|: beyond it, ordinary stored values

@@ -23,6 +23,7 @@ mod model;
 mod optimizer;
 mod output;
 pub mod parallel;
+mod sweep;
 mod training;
 
 pub use checkpoint::CheckpointCfg;
@@ -34,6 +35,7 @@ pub use model::{Activation, Loss, LossKind, ModelCfg, OutputActivation, Targets}
 pub use optimizer::{OptimizerCfg, OptimizerKind, Schedule};
 pub use output::OutputCfg;
 pub use parallel::ParallelCfg;
+pub use sweep::{Goal, Range, Sampler, SchedulerKind, SweepCfg, LAYER_KEYS};
 pub use training::{DeviceChoice, Precision, TrainingCfg};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -56,6 +58,14 @@ pub struct Job {
     pub checkpoint: CheckpointCfg,
     #[serde(default)]
     pub parallel: ParallelCfg,
+    /// `hvtrain sweep`'s search (`[sweep]`); `hvtrain train` ignores it.
+    #[serde(default)]
+    pub sweep: Option<SweepCfg>,
+    /// Set by `hvtrain sweep`, never in a job file: end this run after this epoch with a
+    /// checkpoint and weights.h5, as a rung of early halving (`train::Outcome::Paused`); a
+    /// later run resumes it with the same job and schedule.
+    #[serde(skip)]
+    pub pause_after_epoch: Option<usize>,
 }
 
 impl Job {
@@ -117,6 +127,9 @@ impl Job {
         self.validate_monitor(origin)?;
         self.validate_parallel(origin)?;
         self.validate_ps(origin)?;
+        if let Some(s) = &self.sweep {
+            s.validate(origin, self)?;
+        }
         self.output.validate(origin)
     }
 

@@ -220,8 +220,9 @@ impl Channel {
 pub struct Comm {
     // Field order matters: communicators must be freed before the universe finalizes MPI.
     world: Channel,
-    _node: SimpleCommunicator,
-    _universe: Universe,
+    _node: Option<SimpleCommunicator>,
+    /// The process's MPI (None in a `group`'s `Comm`: the world's owns it).
+    _universe: Option<Universe>,
     pub rank: usize,
     pub size: usize,
     pub local_rank: usize,
@@ -263,9 +264,31 @@ impl Comm {
             host,
             threading: granted,
             world: Channel::new(world),
-            _node: node,
-            _universe: universe,
+            _node: Some(node),
+            _universe: Some(universe),
         })
+    }
+
+    /// The ranks with the same `color` as a `Comm` of their own, ordered by `key`
+    /// (`MPI_Comm_split`): a sweep's group, which trains one trial as a whole job would. Its
+    /// `rank` and `size` are the group's; `local_rank` stays this process's place on its node
+    /// (it picks the GPU, and groups on one node must not pick the same one); `local_size` is
+    /// the group's ranks on this node (whether the group spans nodes). Collective over `self`.
+    /// Its `abort` ends the whole job.
+    pub fn group(&self, color: usize, key: usize) -> Comm {
+        let g = self.world.split(color, key);
+        let node = g.comm.split_shared(g.comm.rank());
+        Comm {
+            rank: g.rank,
+            size: g.size,
+            local_rank: self.local_rank,
+            local_size: node.size() as usize,
+            host: self.host.clone(),
+            threading: self.threading,
+            world: g,
+            _node: Some(node),
+            _universe: None,
+        }
     }
 
     /// Whether the MPI library takes CUDA device pointers, from `MPIX_Query_cuda_support`
@@ -299,8 +322,10 @@ impl Comm {
         Beacon { rank: comm.rank() as usize, size: comm.size() as usize, comm }
     }
 
-    /// End every rank of the job with `code`. Never returns.
+    /// End every rank of the job with `code` (of the whole job, also from a `group`'s
+    /// `Comm`). Never returns.
     pub fn abort(&self, code: i32) -> ! {
+        abort_world(code);
         self.world.comm.abort(code)
     }
 

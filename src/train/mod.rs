@@ -41,6 +41,8 @@ pub enum Outcome {
     Completed,
     /// Stopped by a signal after writing a checkpoint.
     Preempted,
+    /// Ended after `Job::pause_after_epoch` (a sweep's rung) with a checkpoint to resume.
+    Paused,
 }
 
 /// `--resume`: `auto` (the newest valid checkpoint in output.dir, if any) or a file.

@@ -176,6 +176,9 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 EpochEnd::EarlyStop => break,
                 EpochEnd::Go => {}
             }
+            if self.pauses_after(epoch) {
+                return self.pause(epoch);
+            }
         }
         self.finish()?;
         Ok(Outcome::Completed)
@@ -214,7 +217,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             }
         }
         let early_stop = self.end_of_epoch(epoch, first, t0, &sums)?;
-        if at_epoch_end {
+        if at_epoch_end || (self.pauses_after(epoch) && !early_stop) {
             self.mode.checkpoint(
                 &self.st,
                 At { epoch_index: epoch, step_in_epoch: 0, last: false, rows: 0 },
@@ -222,6 +225,30 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             )?;
         }
         Ok(if early_stop { EpochEnd::EarlyStop } else { EpochEnd::Go })
+    }
+
+    /// Whether the run pauses after `epoch` (a sweep's rung, `Job::pause_after_epoch`): the
+    /// epoch's end checkpoint is written, then `pause`.
+    fn pauses_after(&self, epoch: usize) -> bool {
+        self.job.pause_after_epoch == Some(epoch) && epoch < self.job.training.epochs
+    }
+
+    /// The end of a paused run (after its checkpoint): weights.h5 of this epoch, then the
+    /// mode's end. A later run with the same job resumes from the checkpoint.
+    fn pause(mut self, epoch: usize) -> Result<Outcome> {
+        self.loader = None;
+        if let Some(params) = self.mode.whole_params(&self.st)? {
+            let _p = liveness::phase("writing weights.h5");
+            let path = self.out_dir.join("weights.h5");
+            weights::save(&self.st.tensor().full, &params, &self.norm, &path)?;
+            info!(
+                "paused after epoch {epoch}/{} (a sweep's rung): checkpoint and weights.h5 in {}",
+                self.job.training.epochs,
+                self.out_dir.display()
+            );
+        }
+        self.mode.finish()?;
+        Ok(Outcome::Paused)
     }
 
     /// Step `i` of epoch `epoch`: this rank's sums over its rows of the step.

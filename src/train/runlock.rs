@@ -37,6 +37,25 @@ struct Held {
 
 static HELD: OnceLock<Mutex<Held>> = OnceLock::new();
 
+/// Set by `hvtrain sweep` once world rank 0 holds the sweep folder's lock: the trials' runs
+/// neither take locks of their own nor record their states (the sweep records its own).
+static SWEEP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on this process runs a sweep's trials (see `SWEEP`).
+pub fn for_sweep() {
+    SWEEP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn in_sweep() -> bool {
+    SWEEP.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The sweep's state in its lock file (world rank 0): `running`, `stopped (...)` (trials to
+/// resume; `hvtrain wait` answers 75), `done`. `last`: let go of the lock.
+pub fn sweep_mark(state: &str, last: bool) {
+    mark(state, last);
+}
+
 fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
@@ -50,7 +69,7 @@ fn path(out_dir: &Path) -> PathBuf {
 /// its launcher left) is waited for, up to 10 s; one that holds it longer is a second run in
 /// the same output.dir, refused.
 pub fn take(out_dir: &Path) -> Result<()> {
-    if HELD.get().is_some() {
+    if HELD.get().is_some() || in_sweep() {
         return Ok(());
     }
     let p = path(out_dir);
@@ -90,7 +109,9 @@ pub fn take(out_dir: &Path) -> Result<()> {
 /// Rank 0's first step is done: the start-up checks passed. (Not at `take`: a run refused at
 /// start-up leaves output.dir as it found it, the lock file's text included.)
 pub fn running() {
-    mark("running", false);
+    if !in_sweep() {
+        mark("running", false);
+    }
 }
 
 /// Record how far the run got (rank 0, with the lock held; nothing elsewhere). `last`: rank 0
@@ -109,12 +130,16 @@ fn mark(state: &str, last: bool) {
 
 /// Rank 0's stop checkpoint of `step` is on disk.
 pub fn stopped(step: u64) {
-    mark(&format!("stopped at step {step}"), true);
+    if !in_sweep() {
+        mark(&format!("stopped at step {step}"), true);
+    }
 }
 
 /// Rank 0 wrote weights.h5: the run is complete.
 pub fn done() {
-    mark("done", true);
+    if !in_sweep() {
+        mark("done", true);
+    }
 }
 
 /// What `hvtrain wait` found.
@@ -133,7 +158,7 @@ impl Waited {
     /// when rank 0 is gone otherwise or there was no run, 1 when it was still running.
     pub fn code(&self) -> i32 {
         match self {
-            Waited::Gone(s) if s.contains("; stopped at step ") => crate::signals::EXIT_PREEMPTED,
+            Waited::Gone(s) if s.contains("; stopped") => crate::signals::EXIT_PREEMPTED,
             Waited::NoRun | Waited::Gone(_) => 0,
             Waited::TimedOut(_) => 1,
         }

@@ -108,6 +108,44 @@ impl Link {
         }
     }
 
+    /// The next message with `tag` from anyone, or None after `wait` (polling: yields, then
+    /// sleeps up to 2 ms between probes, for waits that may last minutes, such as a sweep's
+    /// scheduler between reports).
+    pub fn receive_any_within(&self, tag: i32, wait: Duration) -> Option<Message> {
+        // SAFETY: MPI_ANY_SOURCE is a plain integer constant.
+        let any_src = unsafe { ffi::RSMPI_ANY_SOURCE };
+        self.poll_slowly(any_src, tag, Some(wait)).map(|(from, tag)| self.receive_matching(from, tag))
+    }
+
+    /// The next message from `from` with `tag`, however long it takes, probing as
+    /// `receive_any_within` does: an idle rank waiting for work leaves its core to the
+    /// ranks that train.
+    pub fn receive_slowly(&self, from: usize, tag: i32) -> Vec<u32> {
+        let (f, t) = self.poll_slowly(from as i32, tag, None).expect("no limit");
+        self.receive_matching(f, t).words
+    }
+
+    fn poll_slowly(&self, from: i32, tag: i32, limit: Option<Duration>) -> Option<(i32, i32)> {
+        let t = Instant::now();
+        let mut nap = Duration::from_micros(50);
+        loop {
+            let mut flag = 0;
+            let mut st = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+            // SAFETY: a probe on a valid communicator; `st` is written when flag is set.
+            unsafe { ffi::MPI_Iprobe(from, tag, self.raw, &mut flag, st.as_mut_ptr()) };
+            if flag != 0 {
+                // SAFETY: set by the successful probe.
+                let st = unsafe { st.assume_init() };
+                return Some((st.MPI_SOURCE, st.MPI_TAG));
+            }
+            if limit.is_some_and(|l| t.elapsed() >= l) {
+                return None;
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(2));
+        }
+    }
+
     /// The next message from anyone, with any tag, polling as `receive_into` does, so a
     /// waiting server does not spin on a core that workers need.
     pub fn receive_any(&self) -> Message {
