@@ -27,6 +27,16 @@ pub fn rank() -> Option<usize> {
 /// The sweep trial this process trains (usize::MAX: none), for log lines.
 static TRIAL: AtomicUsize = AtomicUsize::new(usize::MAX);
 
+thread_local! {
+    /// A thread that never trains (a sweep's scheduler): its lines carry no trial.
+    static UNTAGGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// This thread's log lines name no trial (a sweep's scheduler thread, beside a trial).
+pub fn untagged_thread() {
+    UNTAGGED.with(|u| u.set(true));
+}
+
 /// Record the sweep trial this process trains now (None between trials).
 pub fn set_trial(trial: Option<usize>) {
     TRIAL.store(trial.unwrap_or(usize::MAX), Ordering::Relaxed);
@@ -37,6 +47,7 @@ pub fn set_trial(trial: Option<usize>) {
 pub fn rank_tag() -> String {
     let r = rank().map_or_else(|| "-".into(), |r| r.to_string());
     match TRIAL.load(Ordering::Relaxed) {
+        _ if UNTAGGED.with(|u| u.get()) => r,
         usize::MAX => r,
         t => format!("{r} trial {t}"),
     }

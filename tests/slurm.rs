@@ -333,6 +333,34 @@ fn batch_scripts_under_a_real_slurm() {
     assert_eq!((state.as_str(), code.as_str()), ("COMPLETED", "0:0"), "{out}");
     assert_placement(&out, 2);
     eprintln!("ok: multi-node.sbatch on 1 node in {:.1} s", t.elapsed().as_secs_f64());
+
+    // (g) The sweep script: a search of 4 trials on the 2 ranks, then scancel of a longer one
+    // (every running trial's stop checkpoint, exit 75), which `--resume auto` finishes.
+    let t = Instant::now();
+    let text = std::fs::read_to_string(dir.join("job.toml")).unwrap().replace("[data]\n", "[data]\nvalidation_split = 0.1\n");
+    let sweep = "[sweep]\ntrials = 4\nscheduler = \"none\"\n[sweep.space]\n\"optimizer.lr\" = { log_uniform = [0.001, 0.1] }\n";
+    std::fs::write(dir.join("sweep.toml"), format!("{text}\n{sweep}")).unwrap();
+    let jobs = repo().join("jobs").display().to_string();
+    let env = |set: &'static str| [("HVTRAIN_JOB", "sweep.toml"), ("HVTRAIN_JOBS_DIR", jobs.as_str()), ("HVTRAIN_SET", set)];
+    let id = s.submit("sweep.sbatch", &dir, &two, &env("output.dir=out-sweep"));
+    let (state, code) = s.wait_end(&id, 90);
+    let out = output(&dir, &id);
+    assert_eq!((state.as_str(), code.as_str()), ("COMPLETED", "0:0"), "{out}");
+    assert!(out.contains("hvtrain sweep: job") && out.contains("sweep done: trials by val_loss"), "{out}");
+    let lines = std::fs::read_to_string(dir.join("out-sweep/sweep.jsonl")).unwrap();
+    assert_eq!(lines.lines().filter(|l| l.contains("\"completed\"")).count(), 4, "{lines}");
+    let id = s.submit("sweep.sbatch", &dir, &two, &env("output.dir=out-sweep-cancel training.epochs=1000"));
+    wait_output(&s, &dir, &id, "first step done", 2, 30);
+    std::thread::sleep(Duration::from_millis(500));
+    let (ok, msg) = s.cmd("scancel", &[&id]);
+    assert!(ok, "scancel: {msg}");
+    let (state, code) = s.wait_end(&id, 30);
+    let out = output(&dir, &id);
+    assert_eq!((state.as_str(), code.as_str()), ("CANCELLED", "75:0"), "{out}");
+    assert!(out.contains("sweep stopped by a signal") && out.contains("hvtrain: exit code 75"), "{out}");
+    let lines = std::fs::read_to_string(dir.join("out-sweep-cancel/sweep.jsonl")).unwrap();
+    assert_eq!(lines.lines().filter(|l| l.contains("\"running\"")).count(), 2, "two trials were running\n{lines}");
+    eprintln!("ok: sweep.sbatch completed, and scancel -> exit 75, in {:.1} s", t.elapsed().as_secs_f64());
     drop(s);
     eprintln!("all Slurm cases in {:.1} s", t0.elapsed().as_secs_f64());
 }

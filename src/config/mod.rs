@@ -93,7 +93,11 @@ impl Job {
             apply_override(origin, &mut doc, o)?;
         }
         let mut job: Job = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
-            let field = e.path().to_string();
+            let mut field = e.path().to_string();
+            // A sweep's keys are dotted themselves: quoted, as in the job file.
+            if let Some(key) = field.strip_prefix("sweep.space.") {
+                field = format!("sweep.space.\"{key}\"");
+            }
             Error::config(origin, field, one_line(&e.into_inner().to_string()))
         })?;
         job.validate(origin)?;

@@ -449,3 +449,50 @@ fn on_device_takes_auto_on_off() {
     }
     assert_eq!(field_of(Job::parse("job", MIN, &["data.on_device=\"yes\"".into()])), "data.on_device");
 }
+
+#[test]
+fn sweep_defaults_and_ranges() {
+    let sweep = "[sweep.space]\n\"optimizer.lr\" = { log_uniform = [1e-4, 0.3] }\n\"model.width\" = [64, 128]\n";
+    // The MIN job has no validation data: val_loss, the default metric, is refused.
+    let f = field_of(Job::parse("job", &format!("{MIN}{sweep}"), &[]));
+    assert_eq!(f, "sweep.metric");
+    let with_val = MIN.replace("[data]\n", "[data]\nvalidation_split = 0.1\n");
+    let j = Job::parse("job", &format!("{with_val}{sweep}"), &[]).unwrap();
+    let s = j.sweep.unwrap();
+    assert_eq!((s.trials, s.ranks_per_trial, s.eta, s.min_epochs, s.seed), (0, 1, 3, 1, 1));
+    assert_eq!((s.scheduler, s.sampler, s.goal()), (SchedulerKind::Asha, Sampler::Random, Goal::Minimize));
+    assert_eq!(s.trial_count(), 16);
+    assert_eq!(s.space["optimizer.lr"], Range::LogUniform(1e-4, 0.3));
+    assert_eq!(s.space["model.width"], Range::Choice(vec![toml::Value::Integer(64), toml::Value::Integer(128)]));
+    // Bad ranges name the key, quoted as in the job file.
+    for bad in [
+        "{ log_uniform = [0.0, 0.3] }",
+        "{ uniform = [0.3, 0.1] }",
+        "{ int = [5, 1] }",
+        "{ log_int = [0, 8] }",
+        "[]",
+        "{ normal = [0, 1] }",
+        "{ uniform = [0, 1], int = [0, 1] }",
+        "3",
+    ] {
+        let text = format!("{with_val}[sweep.space]\n\"optimizer.lr\" = {bad}\n");
+        assert_eq!(field_of(Job::parse("job", &text, &[])), "sweep.space.\"optimizer.lr\"", "{bad}");
+    }
+    let grid = format!("{with_val}[sweep]\nsampler = \"grid\"\n[sweep.space]\n\"a.b\" = [1, 2, 3]\n\"c.d\" = {{ int = [1, 4] }}\n");
+    assert_eq!(Job::parse("job", &grid, &[]).unwrap().sweep.unwrap().trial_count(), 12);
+    let too_many = grid.replace("sampler = \"grid\"", "sampler = \"grid\"\ntrials = 13");
+    assert_eq!(field_of(Job::parse("job", &too_many, &[])), "sweep.trials");
+    let acc = format!("{with_val}[sweep]\nmetric = \"val_accuracy\"\n{sweep}");
+    assert_eq!(Job::parse("job", &acc, &[]).unwrap().sweep.unwrap().goal(), Goal::Maximize);
+    for (extra, field) in [
+        ("ranks_per_trial = 0", "sweep.ranks_per_trial"),
+        ("eta = 1", "sweep.eta"),
+        ("min_epochs = 2", "sweep.min_epochs"),
+        ("metric = \"val_mae\"", "sweep.metric"),
+        ("metric = \"test_loss\"", "sweep.metric"),
+        ("metric = \"loss\"", "sweep.metric"),
+    ] {
+        let text = format!("{with_val}[sweep]\n{extra}\n{sweep}");
+        assert_eq!(field_of(Job::parse("job", &text, &[])), field, "{extra}");
+    }
+}

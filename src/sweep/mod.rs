@@ -235,6 +235,7 @@ fn prepare(s: &Sweep, ranks: usize, resume: bool) -> Result<Scheduler> {
 /// Rank 0's scheduler thread: reports in, work out, until every group has been told it is
 /// done. An error here (the records cannot be written) ends the job.
 fn serve(link: Link, mut sc: Scheduler, groups: usize, rpt: usize, dir: &Path, metric: &str) -> Scheduler {
+    crate::sys::untagged_thread();
     let mut idle: VecDeque<usize> = VecDeque::new();
     let mut done = 0;
     let mut stopping = false;
