@@ -184,3 +184,41 @@ fn bad_metrics_files_are_clear_errors() {
     assert!(run.stderr.contains("line 3 is still being written"), "{}", run.all());
     read_png(&dir.join("running/curves.png")).assert_drawn("a running job");
 }
+
+/// A sweep's folder: every trial's curve (the best in red) and one panel per searched key,
+/// numbers or categories; the image grows a row per three keys; a broken record is named.
+#[test]
+fn a_sweep_folder_plots_its_trials_and_keys() {
+    let dir = scratch("plot-sweep");
+    let s = dir.join("s");
+    let mut lines = String::new();
+    for t in 0..5u32 {
+        let d = s.join("trials").join(format!("{t:04}"));
+        std::fs::create_dir_all(&d).unwrap();
+        let epochs = if t < 2 { 4 } else { 1 };
+        let m: String = (1..=epochs)
+            .map(|e| format!("{{\"epoch\":{e},\"train_loss\":1.0,\"val_loss\":{}}}\n", 1.0 / (e as f64 + t as f64)))
+            .collect();
+        std::fs::write(d.join("metrics.jsonl"), m).unwrap();
+        let last = 1.0 / (epochs as f64 + t as f64);
+        lines += &format!(
+            "{{\"trial\":{t},\"status\":\"completed\",\"params\":{{\"optimizer.lr\":{},\"model.layers\":[4,{},2],\"training.batch_size\":{},\"model.activation\":\"{}\"}},\"metric\":{last},\"epochs\":{epochs}}}\n",
+            0.001 * 3f64.powi(t as i32),
+            8 << t,
+            16 << (t % 2),
+            if t % 2 == 0 { "relu" } else { "tanh" }
+        );
+    }
+    std::fs::write(s.join("sweep.jsonl"), &lines).unwrap();
+    std::fs::write(s.join("sweep.json"), "{\"sweep\":{\"metric\":\"val_loss\"}}").unwrap();
+    let run = hvtrain(&["plot", "s"], &dir, 60);
+    assert!(run.ok() && run.stdout.contains("wrote s/sweep.png"), "{}", run.all());
+    let img = read_png(&s.join("sweep.png"));
+    assert_eq!((img.width, img.height), (1800, 1200), "four keys: two rows of panels");
+    assert!(img.colours() > 20 && img.not_white() > img.rgb.len() / 100, "blank?");
+    // The best trial (4: 1/(1+4) = 0.2, the lowest) in red: its curve's point and four key panels.
+    assert!(img.count([214, 39, 40]) > 100, "no red best trial: {} pixels", img.count([214, 39, 40]));
+    std::fs::write(s.join("sweep.jsonl"), lines + "{\"trial\":9,\"sta\n").unwrap();
+    let bad = hvtrain(&["plot", "s"], &dir, 60);
+    assert!(!bad.ok() && bad.stderr.contains("s/sweep.jsonl: line 6: not a trial record"), "{}", bad.all());
+}

@@ -1,39 +1,18 @@
-//! `hvtrain plot`: the curves of one or more runs in one PNG, read from each run's
-//! `metrics.jsonl` (written by `metrics::MetricsLog`, one JSON object per epoch).
+//! `hvtrain plot RUN_DIR...`: the curves of one or more runs in one PNG, read from each
+//! run's `metrics.jsonl` (written by `metrics::MetricsLog`, one JSON object per epoch).
 //!
 //! Three panels side by side: loss (train solid, test dashed), test accuracy and samples/s,
 //! per epoch. Runs are overlaid, one colour each, with a legend naming the directory.
-//! Text is drawn with DejaVu Sans embedded in the binary (assets/DejaVuSans.ttf), so no
-//! system font lookup (fontconfig) is needed on the node that draws.
 //!
 //! Must not: read anything but `metrics.jsonl` files.
 
+use super::style::{chart, curve, draw_error, legend, value_range, DrawResult, Stroke, COLOURS, HEIGHT, WIDTH};
 use crate::error::{Error, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::Deserialize;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-
-/// Image size in pixels: three panels of 600 x 560 and a title.
-pub const WIDTH: u32 = 1800;
-pub const HEIGHT: u32 = 600;
-
-static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-
-/// One run's colours, in order (Tableau 10), then again.
-const COLOURS: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-];
 
 /// The fields of a metrics.jsonl line that the plot uses. A value may be missing or null
 /// (serde_json writes a non-finite number as null): that epoch is left out of that curve.
@@ -45,14 +24,6 @@ struct Line {
     test_accuracy: Option<f64>,
     val_loss: Option<f64>,
     samples_per_sec: Option<f64>,
-}
-
-/// How a curve is stroked: train solid, test dashed, validation dotted.
-#[derive(Clone, Copy, PartialEq)]
-enum Stroke {
-    Solid,
-    Dashed,
-    Dotted,
 }
 
 /// One run: its label (the directory as given) and its epochs in order.
@@ -107,17 +78,12 @@ fn clip(l: &str) -> String {
     }
 }
 
-fn draw_error(output: &Path, e: impl std::fmt::Display) -> Error {
-    Error::io(output, "drawing the plot", std::io::Error::other(e.to_string()))
-}
-
 /// Draw the runs in `dirs` into `output` (default: the first directory's curves.png).
 /// Returns the path written.
-pub fn plot(dirs: &[PathBuf], output: Option<&Path>) -> Result<PathBuf> {
+pub fn plot_runs(dirs: &[PathBuf], output: Option<&Path>) -> Result<PathBuf> {
     let runs = dirs.iter().map(|d| read_run(d)).collect::<Result<Vec<_>>>()?;
     let output = output.map(Path::to_path_buf).unwrap_or_else(|| dirs[0].join("curves.png"));
-    // The font table is global and the name may already hold it (a second call): ignore that.
-    let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    super::style::register_font();
     {
         let root = BitMapBackend::new(&output, (WIDTH, HEIGHT)).into_drawing_area();
         draw(&root, &runs).map_err(|e| draw_error(&output, e))?;
@@ -125,8 +91,6 @@ pub fn plot(dirs: &[PathBuf], output: Option<&Path>) -> Result<PathBuf> {
     }
     Ok(output)
 }
-
-type DrawResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> DrawResult
 where
@@ -214,138 +178,10 @@ where
     Ok(())
 }
 
-type Chart<'a, DB> =
-    ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
-
-fn chart<'a, DB: DrawingBackend>(
-    area: &'a DrawingArea<DB, Shift>,
-    caption: &str,
-    x: Range<f64>,
-    y: Range<f64>,
-    y_desc: &str,
-) -> std::result::Result<Chart<'a, DB>, Box<dyn std::error::Error>>
-where
-    DB::ErrorType: 'static,
-{
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(80)
-        .build_cartesian_2d(x.clone(), y)?;
-    // Epochs are whole numbers: label only those (at most 10).
-    let first = x.start.ceil() as i64;
-    let last = x.end.floor() as i64;
-    let n = (last - first + 1).clamp(2, 10) as usize;
-    chart
-        .configure_mesh()
-        .x_desc("epoch")
-        .y_desc(y_desc)
-        .x_labels(n)
-        .x_label_formatter(&|v| {
-            if (v - v.round()).abs() < 1e-9 {
-                format!("{}", v.round() as i64)
-            } else {
-                String::new()
-            }
-        })
-        .y_label_formatter(&|v| short(*v))
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 16))
-        .light_line_style(WHITE)
-        .draw()?;
-    Ok(chart)
-}
-
-/// One curve with a marker at every epoch (so that a one-epoch run shows too).
-fn curve<'a, DB: DrawingBackend + 'a>(
-    chart: &mut Chart<'a, DB>,
-    points: &[(f64, f64)],
-    colour: RGBColor,
-    stroke: Stroke,
-    label: &str,
-) -> DrawResult
-where
-    DB::ErrorType: 'static,
-{
-    let style = colour.stroke_width(2);
-    let anno = match stroke {
-        Stroke::Dashed => chart.draw_series(DashedLineSeries::new(points.iter().copied(), 8, 5, style))?,
-        Stroke::Dotted => chart.draw_series(DashedLineSeries::new(points.iter().copied(), 2, 4, style))?,
-        Stroke::Solid => chart.draw_series(LineSeries::new(points.iter().copied(), style))?,
-    };
-    anno.label(label).legend(move |(x, y)| {
-        if stroke == Stroke::Dotted {
-            EmptyElement::at((x, y))
-                + PathElement::new(vec![(0, 0), (3, 0)], style)
-                + PathElement::new(vec![(9, 0), (12, 0)], style)
-        } else if stroke == Stroke::Dashed {
-            EmptyElement::at((x, y))
-                + PathElement::new(vec![(0, 0), (7, 0)], style)
-                + PathElement::new(vec![(12, 0), (19, 0)], style)
-        } else {
-            EmptyElement::at((x, y))
-                + PathElement::new(vec![(0, 0), (10, 0)], style)
-                + PathElement::new(vec![(10, 0), (19, 0)], style)
-        }
-    });
-    chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled())))?;
-    Ok(())
-}
-
-fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>, at: SeriesLabelPosition) -> DrawResult
-where
-    DB::ErrorType: 'static,
-{
-    chart
-        .configure_series_labels()
-        .position(at)
-        .label_font(("sans-serif", 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(180, 180, 180))
-        .draw()?;
-    Ok(())
-}
-
 /// The epochs of all runs, widened a little so that the first and last markers show.
 fn epoch_range(runs: &[Run]) -> Range<f64> {
     let lo = runs.iter().filter_map(|r| r.epochs.first()).map(|m| m.epoch).min().unwrap_or(1) as f64;
     let hi = runs.iter().filter_map(|r| r.epochs.last()).map(|m| m.epoch).max().unwrap_or(1) as f64;
     let pad = ((hi - lo) * 0.03).max(0.25);
     lo - pad..hi + pad
-}
-
-/// The values of every curve with 5% room; from 0 when `from_zero`.
-fn value_range<'a>(curves: impl Iterator<Item = &'a Vec<(f64, f64)>>, from_zero: bool) -> Range<f64> {
-    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    for &(_, v) in curves.flatten() {
-        lo = lo.min(v);
-        hi = hi.max(v);
-    }
-    if !lo.is_finite() {
-        return 0.0..1.0;
-    }
-    if from_zero {
-        lo = lo.min(0.0);
-    }
-    let pad = if hi > lo { (hi - lo) * 0.05 } else { hi.abs().max(1.0) * 0.05 };
-    (if from_zero { lo } else { lo - pad })..hi + pad
-}
-
-/// An axis label: few digits, thousands as k.
-fn short(v: f64) -> String {
-    let a = v.abs();
-    if a == 0.0 {
-        "0".into()
-    } else if a >= 1e6 {
-        format!("{:.1}M", v / 1e6)
-    } else if a >= 1e4 {
-        format!("{:.0}k", v / 1e3)
-    } else if a >= 100.0 {
-        format!("{v:.0}")
-    } else if a >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
 }
