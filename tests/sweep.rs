@@ -296,3 +296,32 @@ fn bad_sweep_specs_are_refused_before_anything_runs() {
         assert!(!dir.join("out").join("sweep.jsonl").exists(), "case {i}");
     }
 }
+
+/// One rank of a group of two meets a row that overflows (x = 3e38: its loss becomes
+/// non-finite, the other rank's stays finite): both ranks end the trial together at that
+/// step's boundary (no rank left in a collective), the trial is recorded as failed naming the
+/// loss, and the sweep goes on to its next trial.
+#[test]
+fn a_loss_that_diverges_on_one_rank_of_a_group_fails_the_trial_on_both() {
+    let _g = mpi_lock();
+    let dir = setup(
+        "sweep_diverge_one_rank",
+        2,
+        "[sweep]\nranks_per_trial = 2\nscheduler = \"none\"\nsampler = \"grid\"\n[sweep.space]\n\"optimizer.lr\" = [0.001, 0.002]\n",
+    );
+    let (mut x, y) = synthetic(2400, D, 3, 5);
+    x[7 * D..8 * D].fill(3e38);
+    write_classes(&dir.join("d.h5"), &x, D, &y);
+    let text = std::fs::read_to_string(dir.join("job.toml")).unwrap().replace("[data]\n", "[data]\nshuffle = false\n");
+    std::fs::write(dir.join("job.toml"), text).unwrap();
+    let run = mpirun(2, &["sweep", "job.toml"], &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    assert!(run.elapsed < Duration::from_secs(60), "took {:?}\n{}", run.elapsed, run.all());
+    let recs = records(&dir.join("out"));
+    assert_eq!(recs.len(), 2);
+    for r in &recs {
+        assert_eq!(r["status"], "failed", "{r}");
+        let why = r["reason"].as_str().unwrap();
+        assert!(why.contains("the loss became") && why.contains("at step 1"), "{r}");
+    }
+}

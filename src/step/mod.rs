@@ -124,6 +124,10 @@ where
     batch: usize,
     /// Global steps taken.
     step: u64,
+    /// This rank's non-finite loss of the last step (its message): the step still runs to its
+    /// end (every collective joined), and the step boundary's agreement ends the run on every
+    /// rank at once (`diverged`), so that no rank waits in a collective for one that left.
+    diverged: Option<String>,
     /// Micro-batches per step (`parallel.micro_batches`).
     micro: usize,
     /// Per micro-batch: its workspace and its input on the device (both live from its
@@ -188,6 +192,7 @@ where
             timeline,
             batch,
             step: 0,
+            diverged: None,
             micro: 1,
             host_secs: [0.0; 4],
             resident: None,
@@ -442,7 +447,7 @@ where
         // non-finite loss then ends the run after this step's update (never saved), else before.
         let now = self.model.loss_later(be, targets, b, 1.0 / global_rows as f32, &mut self.ws)?;
         if let Some((loss, _)) = now {
-            self.finite(loss)?;
+            note_non_finite(&mut self.diverged, loss, self.step);
         }
         self.span("forward + loss", t);
         let t_bwd = Instant::now();
@@ -471,7 +476,7 @@ where
             Some(s) => s,
             None => {
                 let s = self.be.pending_loss_sums()?;
-                self.finite(s.0)?;
+                note_non_finite(&mut self.diverged, s.0, self.step);
                 s
             }
         };
@@ -480,15 +485,9 @@ where
         Ok(sums)
     }
 
-    /// A non-finite loss ends the run.
-    fn finite(&self, loss: f64) -> Result<()> {
-        if loss.is_finite() {
-            return Ok(());
-        }
-        Err(Error::Training(format!(
-            "the loss became {loss} at step {}; lower optimizer.lr, or check the data for extreme values",
-            self.step
-        )))
+    /// This rank's non-finite loss of the last step (the error's message), if it had one.
+    pub fn diverged(&self) -> Option<&str> {
+        self.diverged.as_deref()
     }
 
     /// The optimizer on each bucket as it comes back reduced.
@@ -571,3 +570,13 @@ where
 
 #[cfg(test)]
 mod tests;
+
+/// A non-finite loss ends the run: noted in `diverged` (the first one), acted on at the step's
+/// boundary by every rank together (`Stepper::diverged`).
+fn note_non_finite(diverged: &mut Option<String>, loss: f64, step: u64) {
+    if !loss.is_finite() && diverged.is_none() {
+        *diverged = Some(format!(
+            "the loss became {loss} at step {step}; lower optimizer.lr, or check the data for extreme values"
+        ));
+    }
+}

@@ -35,6 +35,8 @@ use std::time::Instant;
 
 pub(super) const STOP: u64 = 1;
 pub(super) const CHECKPOINT: u64 = 2;
+/// This rank's loss became non-finite in the step (`Stepper::diverged`).
+const DIVERGED: u64 = 4;
 
 /// What the boundary needs to remember from step to step.
 pub(super) struct StopState {
@@ -102,7 +104,8 @@ pub(super) fn at_boundary<B: Backend>(
         // and later signals wait with it.
         crate::signals::stop_under_way();
     }
-    let mine = if stopping { STOP } else { 0 } | if time_due { CHECKPOINT } else { 0 };
+    let diverged = if st.diverged().is_some() { DIVERGED } else { 0 };
+    let mine = if stopping { STOP } else { 0 } | if time_due { CHECKPOINT } else { 0 } | diverged;
     let all = {
         let _g = ctx.watchdog.guard(MAIN, "the end-of-step agreement", st.step());
         let mut words = vec![mine];
@@ -111,6 +114,22 @@ pub(super) fn at_boundary<B: Backend>(
     };
     let n = 1 + sums.len();
     let flags = all.chunks(n).fold(0, |acc, r| acc | r[0]);
+    if flags & DIVERGED != 0 {
+        // Every rank ends here together: the ones whose loss was finite name the others.
+        let at = format!("rank {}, epoch {}, step {step_in_epoch} of the epoch", comm.rank, epoch_index + 1);
+        let msg = match st.diverged() {
+            Some(m) => m.to_string(),
+            None => {
+                let ranks: Vec<usize> = all.chunks(n).enumerate().filter(|(_, r)| r[0] & DIVERGED != 0).map(|(i, _)| i).collect();
+                format!(
+                    "the loss became non-finite on rank(s) {ranks:?} at step {} (their lines say more); lower optimizer.lr, \
+                     or check the data for extreme values",
+                    st.step()
+                )
+            }
+        };
+        return Err(crate::error::Error::Training(format!("{at}: {msg}")));
+    }
     // One set of sums per replica (its ranks' are equal): its first rank's.
     state.known_sums.replace(
         all.chunks(n).step_by(grid.replica()).map(|r| r[1..].iter().map(|&b| f64::from_bits(b)).collect()).collect(),

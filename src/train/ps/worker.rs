@@ -221,6 +221,15 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
     /// No agreement per step (workers are at different steps): the stop vote (see the module
     /// comment) and checkpoints every `checkpoint.every_steps`.
     fn after_step(&mut self, st: &Stepper<B>, at: At, sums: &Sums) -> Result<Boundary> {
+        if let Some(m) = st.diverged() {
+            // Workers do not meet at every step: this one ends the job on its own.
+            return Err(crate::error::Error::Training(format!(
+                "worker {}, epoch {}, step {} of the epoch: {m}",
+                self.rank,
+                at.epoch_index + 1,
+                at.step_in_epoch
+            )));
+        }
         let ck = self.writer.job.checkpoint.every_steps;
         let periodic = ck > 0 && st.step() % ck == 0;
         let signalled = crate::signals::stop_requested() || reducer::server_signalled();
