@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Optuna + PyTorch peer of `hvtrain sweep` (bench/sweep.sh): the search of
-bench/sweep-fashion.toml as an Optuna user writes it. One process (torch on --threads
+bench/sweep-fashion.toml (--task fashion: val_loss) or bench/sweep-surrogate.toml (--task
+surrogate: features and targets standardized from the training rows, MSE, ranked by the
+validation RMSE in the targets' units) as an Optuna user writes it. One process (torch on --threads
 threads), a study of --trials trials with the RandomSampler and ASHA
 (SuccessiveHalvingPruner: min_resource 1, reduction_factor eta), each trial an MLP of `depth`
 hidden Linear+ReLU layers of `width` units trained with Adam at `lr` and `batch_size`, the
@@ -23,6 +25,7 @@ import torch
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--data-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
+ap.add_argument("--task", choices=["fashion", "surrogate"], default="fashion")
 ap.add_argument("--trials", type=int, default=16)
 ap.add_argument("--max-epochs", type=int, default=9)
 ap.add_argument("--eta", type=int, default=3)
@@ -33,11 +36,28 @@ args = ap.parse_args()
 torch.set_num_threads(args.threads)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-with h5py.File(os.path.join(args.data_dir, "fashion-mnist-train.h5")) as f:
-    x, y = torch.from_numpy(f["x"][:]), torch.from_numpy(f["y"][:].astype(np.int64))
-with h5py.File(os.path.join(args.data_dir, "fashion-mnist-test.h5")) as f:
-    xt, yt = torch.from_numpy(f["x"][:]), torch.from_numpy(f["y"][:].astype(np.int64))
+TASK = {
+    # (files, space: width range, batch choices; the metric's name)
+    "fashion": ("fashion-mnist", (32, 256), [64, 128, 256], "val_loss"),
+    "surrogate": ("surrogate", (16, 256), [32, 64, 128], "val_rmse"),
+}[args.task]
+with h5py.File(os.path.join(args.data_dir, f"{TASK[0]}-train.h5")) as f:
+    x, y = f["x"][:], f["y"][:]
+with h5py.File(os.path.join(args.data_dir, f"{TASK[0]}-test.h5")) as f:
+    xt, yt = f["x"][:], f["y"][:]
 n_val = int(round(len(x) * 0.1))
+regression = args.task == "surrogate"
+if regression:
+    # Statistics of the training rows (the validation rows left out), as hvtrain's normalize.
+    mx, sx = x[:-n_val].astype(np.float64).mean(0), x[:-n_val].astype(np.float64).std(0)
+    my, sy = float(y[:-n_val].mean()), float(y[:-n_val].std())
+    x, xt = ((x - mx) / sx).astype(np.float32), ((xt - mx) / sx).astype(np.float32)
+    y, yt = ((y - my) / sy).astype(np.float32), ((yt - my) / sy).astype(np.float32)
+    outputs, loss_fn = 1, torch.nn.functional.mse_loss
+else:
+    y, yt = y.astype(np.int64), yt.astype(np.int64)
+    outputs, loss_fn = 10, torch.nn.functional.cross_entropy
+x, y, xt, yt = map(torch.from_numpy, (x, y, xt, yt))
 xtr, ytr, xv, yv = x[:-n_val], y[:-n_val], x[-n_val:], y[-n_val:]
 
 t0 = time.time()
@@ -46,22 +66,26 @@ results = {}
 
 
 def evaluate(model, xs, ys):
+    """(the metric: val_loss, or RMSE in the targets' units; test accuracy, or RMSE)."""
     with torch.no_grad():
         out = model(xs)
-        return torch.nn.functional.cross_entropy(out, ys).item(), (out.argmax(1) == ys).float().mean().item()
+        if regression:
+            rmse = ((out - ys) ** 2).mean().sqrt().item() * sy
+            return rmse, rmse
+        return loss_fn(out, ys).item(), (out.argmax(1) == ys).float().mean().item()
 
 
 def objective(trial):
-    width = trial.suggest_int("model.width", 32, 256, log=True)
+    width = trial.suggest_int("model.width", *TASK[1], log=True)
     depth = trial.suggest_int("model.depth", 1, 3)
     lr = trial.suggest_float("optimizer.lr", 1e-4, 1e-2, log=True)
-    batch = trial.suggest_categorical("training.batch_size", [64, 128, 256])
+    batch = trial.suggest_categorical("training.batch_size", TASK[2])
     torch.manual_seed(42 + trial.number)
-    layers, d = [], 784
+    layers, d = [], x.shape[1]
     for _ in range(depth):
         layers += [torch.nn.Linear(d, width), torch.nn.ReLU()]
         d = width
-    model = torch.nn.Sequential(*layers, torch.nn.Linear(d, 10))
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(d, outputs))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     g = torch.Generator().manual_seed(trial.number)
     for epoch in range(1, args.max_epochs + 1):
@@ -70,7 +94,7 @@ def objective(trial):
         for i in range(0, len(xtr), batch):
             idx = perm[i : i + batch]
             opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(xtr[idx]), ytr[idx]).backward()
+            loss_fn(model(xtr[idx]), ytr[idx]).backward()
             opt.step()
         model.eval()
         val, _ = evaluate(model, xv, yv)
@@ -100,6 +124,6 @@ pruned = sum(1 for t in study.trials if t.state == optuna.trial.TrialState.PRUNE
 print("PEER_RESULT " + json.dumps({
     "tool": f"optuna {optuna.__version__} + torch {torch.__version__} (ASHA pruner, " + ("hvtrain's 16 trials enqueued" if args.enqueue else "random sampler") + ")",
     "wall_s": wall, "time_to_best_s": t_best, "best_val_loss": best["val_loss"], "best_epochs": best["epochs"],
-    "best_test_accuracy": best["test_accuracy"], "best_params": best["params"], "trials": len(study.trials),
+    "metric": TASK[3], ("best_test_rmse" if regression else "best_test_accuracy"): best["test_accuracy"], "best_params": best["params"], "trials": len(study.trials),
     "pruned": pruned, "epochs_trained": len(log),
 }))
