@@ -6,11 +6,8 @@
 
 mod common;
 use common::*;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const D: usize = 12;
 
@@ -178,45 +175,17 @@ fn failed_trials_are_recorded_and_the_sweep_goes_on() {
     assert!(run.stderr.contains("3 trial(s) failed"), "{}", run.all());
 }
 
-/// Start `mpirun -n 2 hvtrain sweep`, wait for `until` in its log, SIGTERM the ranks.
+/// Start `mpirun -n 2 hvtrain sweep`, wait for `until` in its log, SIGTERM the ranks (as
+/// Slurm's scancel does; see tests/resume.rs for mpirun's own).
 fn stopped_sweep(dir: &Path, until: &str) -> (Option<i32>, String) {
-    let mut child = Command::new("timeout")
-        .args(["300", "mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"])
-        .args(["-n", "2", BIN, "sweep", "job.toml", "--set", "output.dir=\"b\""])
-        .current_dir(dir)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("HDF5_USE_FILE_LOCKING", "FALSE")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let (log, err) = (log.clone(), child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(|l| l.ok()) {
-                log.lock().unwrap().push_str(&(line + "\n"));
-            }
-        })
-    };
-    let t = Instant::now();
-    while !log.lock().unwrap().contains(until) {
-        assert!(t.elapsed() < Duration::from_secs(120), "never saw {until:?}\n{}", log.lock().unwrap());
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // As Slurm's scancel does: SIGTERM to every rank (see tests/resume.rs for mpirun's own).
-    let mpirun = children(child.id());
-    assert_eq!(mpirun.len(), 1);
-    let ranks = children(mpirun[0]);
+    let job = Background::mpirun(2, &["sweep", "job.toml", "--set", "output.dir=\"b\""], dir, 300);
+    job.wait_for(until, 120);
+    let ranks = job.ranks();
     assert_eq!(ranks.len(), 2, "{ranks:?}");
     for r in ranks {
         signal(r, 15);
     }
-    let status = child.wait().unwrap();
-    reader.join().unwrap();
-    let text = log.lock().unwrap().clone();
-    (status.code(), text)
+    job.finish()
 }
 
 /// SIGTERM once the first trial has ended: exit 75, the running trials' stop checkpoints;

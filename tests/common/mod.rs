@@ -319,3 +319,64 @@ pub fn alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
         && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
 }
+
+/// `timeout LIMIT mpirun -n RANKS hvtrain ARGS...` started in the background, its stderr
+/// collected line by line as it comes (to act when a line shows up: signal it mid-run).
+pub struct Background {
+    pub child: std::process::Child,
+    pub log: std::sync::Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn mpirun(ranks: usize, args: &[&str], dir: &Path, limit_s: u64) -> Background {
+        use std::io::BufRead;
+        let mut child = Command::new("timeout")
+            .args([&limit_s.to_string(), "mpirun"])
+            .args(mpirun_flags())
+            .args(["-n", &ranks.to_string(), BIN])
+            .args(args)
+            .current_dir(dir)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("HDF5_USE_FILE_LOCKING", "FALSE")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = std::sync::Arc::new(Mutex::new(String::new()));
+        let (l, err) = (log.clone(), child.stderr.take().unwrap());
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(|l| l.ok()) {
+                l.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        Background { child, log, reader: Some(reader) }
+    }
+
+    /// Wait until the log holds `text`, at most `limit_s` seconds (then the test fails).
+    pub fn wait_for(&self, text: &str, limit_s: u64) {
+        let t = Instant::now();
+        while !self.log.lock().unwrap().contains(text) {
+            assert!(t.elapsed() < Duration::from_secs(limit_s), "never saw {text:?}\n{}", self.log.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The rank processes (mpirun's children, under timeout).
+    pub fn ranks(&self) -> Vec<u32> {
+        let mpirun = children(self.child.id());
+        assert_eq!(mpirun.len(), 1, "one mpirun under timeout");
+        children(mpirun[0])
+    }
+
+    /// Wait for the end: the exit code and the whole log.
+    pub fn finish(mut self) -> (Option<i32>, String) {
+        let status = self.child.wait().unwrap();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        let log = self.log.lock().unwrap().clone();
+        (status.code(), log)
+    }
+}

@@ -79,72 +79,67 @@ impl Link {
     /// The next message from `from` with `tag` if one has arrived (MPI_Iprobe), else `None`
     /// at once.
     pub fn try_receive(&self, from: usize, tag: i32) -> Option<Vec<u32>> {
-        let mut flag = 0;
-        let mut st = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-        // SAFETY: a probe on a valid communicator.
-        unsafe { ffi::MPI_Iprobe(from as i32, tag, self.raw, &mut flag, st.as_mut_ptr()) };
-        (flag != 0).then(|| self.receive_matching(from as i32, tag).words)
+        self.probe(from as i32, tag).map(|_| self.receive_matching(from as i32, tag).words)
     }
 
     /// Poll (MPI_Iprobe) until a message from `from` with `tag` is there; its (source, tag).
     /// Spins (yielding) for 200 µs, then sleeps 50 µs between polls.
     fn wait_for(&self, from: i32, tag: i32) -> (i32, i32) {
+        self.poll(from, tag, None, false).expect("no limit")
+    }
+
+    /// One probe (MPI_Iprobe): the (source, tag) of a message from `from` with `tag`, if one
+    /// has arrived.
+    fn probe(&self, from: i32, tag: i32) -> Option<(i32, i32)> {
+        let mut flag = 0;
+        let mut st = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+        // SAFETY: a probe on a valid communicator; `st` is written when flag is set.
+        unsafe { ffi::MPI_Iprobe(from, tag, self.raw, &mut flag, st.as_mut_ptr()) };
+        // SAFETY: set by the successful probe.
+        (flag != 0).then(|| unsafe { st.assume_init() }).map(|st| (st.MPI_SOURCE, st.MPI_TAG))
+    }
+
+    /// Probe until a message is there or `limit` has passed. Brisk: yield for 200 µs, then
+    /// sleep 50 µs between probes (a reply due any moment). Patient: sleep from 50 µs,
+    /// doubling up to 2 ms (waits that may last minutes).
+    fn poll(&self, from: i32, tag: i32, limit: Option<Duration>, patient: bool) -> Option<(i32, i32)> {
         let t = Instant::now();
+        let mut nap = Duration::from_micros(50);
         loop {
-            let mut flag = 0;
-            let mut st = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-            // SAFETY: a probe on a valid communicator; `st` is written when flag is set.
-            unsafe { ffi::MPI_Iprobe(from, tag, self.raw, &mut flag, st.as_mut_ptr()) };
-            if flag != 0 {
-                // SAFETY: set by the successful probe.
-                let st = unsafe { st.assume_init() };
-                return (st.MPI_SOURCE, st.MPI_TAG);
+            if let Some(found) = self.probe(from, tag) {
+                return Some(found);
             }
-            if t.elapsed() > Duration::from_micros(200) {
-                std::thread::sleep(Duration::from_micros(50));
+            if limit.is_some_and(|l| t.elapsed() >= l) {
+                return None;
+            }
+            if patient {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(2));
+            } else if t.elapsed() > Duration::from_micros(200) {
+                std::thread::sleep(nap);
             } else {
                 std::thread::yield_now();
             }
         }
     }
 
-    /// The next message with `tag` from anyone, or None after `wait` (polling: yields, then
-    /// sleeps up to 2 ms between probes, for waits that may last minutes, such as a sweep's
-    /// scheduler between reports).
+    /// The next message with `tag` from anyone, or None after `wait` (polling patiently: up to
+    /// 2 ms between probes, for waits that may last minutes, such as a sweep's scheduler
+    /// between reports).
     pub fn receive_any_within(&self, tag: i32, wait: Duration) -> Option<Message> {
         // SAFETY: MPI_ANY_SOURCE is a plain integer constant.
         let any_src = unsafe { ffi::RSMPI_ANY_SOURCE };
-        self.poll_slowly(any_src, tag, Some(wait)).map(|(from, tag)| self.receive_matching(from, tag))
+        self.poll(any_src, tag, Some(wait), true).map(|(from, tag)| self.receive_matching(from, tag))
     }
 
     /// The next message from `from` with `tag`, however long it takes, probing as
     /// `receive_any_within` does: an idle rank waiting for work leaves its core to the
     /// ranks that train.
     pub fn receive_slowly(&self, from: usize, tag: i32) -> Vec<u32> {
-        let (f, t) = self.poll_slowly(from as i32, tag, None).expect("no limit");
+        let (f, t) = self.poll(from as i32, tag, None, true).expect("no limit");
         self.receive_matching(f, t).words
     }
 
-    fn poll_slowly(&self, from: i32, tag: i32, limit: Option<Duration>) -> Option<(i32, i32)> {
-        let t = Instant::now();
-        let mut nap = Duration::from_micros(50);
-        loop {
-            let mut flag = 0;
-            let mut st = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-            // SAFETY: a probe on a valid communicator; `st` is written when flag is set.
-            unsafe { ffi::MPI_Iprobe(from, tag, self.raw, &mut flag, st.as_mut_ptr()) };
-            if flag != 0 {
-                // SAFETY: set by the successful probe.
-                let st = unsafe { st.assume_init() };
-                return Some((st.MPI_SOURCE, st.MPI_TAG));
-            }
-            if limit.is_some_and(|l| t.elapsed() >= l) {
-                return None;
-            }
-            std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(2));
-        }
-    }
 
     /// The next message from anyone, with any tag, polling as `receive_into` does, so a
     /// waiting server does not spin on a core that workers need.
