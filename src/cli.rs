@@ -16,6 +16,7 @@ and gradients are averaged with MPI_Allreduce over fused buckets. The job file's
 splits each layer pair over `tensor` ranks and the stack of layers over `pipeline` stages.\n\n\
 Examples:\n  mpirun -n 2 hvtrain train jobs/fashion-mnist.toml\n  srun --mpi=pmix hvtrain train jobs/fashion-mnist.toml --set training.epochs=2\n  \
 mpirun -n 4 hvtrain train jobs/fashion-mnist.toml --set parallel.pipeline=2 --set parallel.micro_batches=4\n  \
+mpirun -n 8 hvtrain sweep jobs/sweep.toml   (a hyperparameter search, trials packed onto the ranks)\n  \
 hvtrain data import-idx train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz data/train.h5\n\n\
 Logging: RUST_LOG=debug|info|warn (default info); every line carries its rank."
 )]
@@ -42,7 +43,7 @@ internal error; 130 a second signal before the checkpoint was done."
     /// Search the job's [sweep] space inside one allocation: trials packed onto groups of
     /// sweep.ranks_per_trial ranks, halved early (ASHA, Hyperband), resumable.
     #[command(
-        after_help = "Example:\n  mpirun -n 4 hvtrain sweep jobs/sweep.toml\n  srun --mpi=pmix hvtrain sweep jobs/sweep.toml --resume auto\n\n\
+        after_help = "Example:\n  hvtrain sweep jobs/sweep.toml --dry-run       (the trials it would run)\n  mpirun -n 4 hvtrain sweep jobs/sweep.toml\n  srun --mpi=pmix hvtrain sweep jobs/sweep.toml --resume auto\n\n\
 Writes OUTPUT_DIR/sweep.jsonl (one line per trial: values, status, the metric at each rung,\n\
 epochs, seconds), OUTPUT_DIR/trials/NNNN/ (each trial's metrics.jsonl, checkpoints,\n\
 weights.h5), and at the end a table of the trials, best first, OUTPUT_DIR/best.json and\n\
@@ -170,6 +171,10 @@ pub struct SweepArgs {
     /// from their checkpoints); a new sweep when there is none.
     #[arg(long, value_name = "auto", value_parser = ["auto"])]
     pub resume: Option<String>,
+    /// Print the trials (every key's value), the rungs and each trial's `--set` overrides,
+    /// then stop: no MPI, nothing written.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Args, Debug)]

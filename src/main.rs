@@ -135,6 +135,9 @@ fn main() {
             }
             with_mpi(limits, |comm| train(comm, args, t_process))
         }
+        Command::Sweep(args) if args.dry_run => {
+            finish(sweep::dry_run(&args.job.job, &args.job.set).map(|text| println!("{text}")))
+        }
         Command::Sweep(args) => {
             let limits = limits(&args.job.job, &args.job.set);
             if let Err(e) = signals::handlers() {

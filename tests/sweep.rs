@@ -56,11 +56,22 @@ fn asha_packs_trials_on_groups_and_keeps_the_best() {
         "[sweep]\ntrials = 6\nscheduler = \"asha\"\neta = 2\nsampler = \"random\"\nseed = 3\n\
          [sweep.space]\n\"optimizer.lr\" = { log_uniform = [1e-4, 3e-2] }\n\"model.width\" = { log_int = [8, 64] }\n",
     );
+    // --dry-run lists the trials the sweep then runs, without MPI and without writing.
+    let dry = hvtrain(&["sweep", "job.toml", "--dry-run"], &dir, 60);
+    assert!(dry.ok() && dry.stdout.contains("rungs (epochs) [1, 2, 4]"), "{}", dry.all());
+    assert!(!dir.join("out").exists(), "a dry run wrote output.dir");
     let run = mpirun(2, &["sweep", "job.toml"], &dir, 300);
     assert!(run.ok(), "{}", run.all());
     let out = dir.join("out");
     let recs = records(&out);
     assert_eq!(recs.len(), 6, "{}", run.all());
+    let listed: Vec<&str> = dry.stdout.lines().filter(|l| l.starts_with("trial ")).collect();
+    assert_eq!(listed.len(), 6, "{}", dry.all());
+    for r in &recs {
+        let t = r["trial"].as_u64().unwrap() as usize;
+        let w = format!("model.width={}", r["params"]["model.width"]);
+        assert!(listed[t].contains(&w), "trial {t}: the dry run listed {:?}, the sweep ran {w}", listed[t]);
+    }
     let mut epochs_seen = std::collections::BTreeSet::new();
     for r in &recs {
         let t = r["trial"].as_u64().unwrap();

@@ -141,6 +141,35 @@ pub fn sweep(comm: &Comm, job_path: &str, sets: &[String], t_process: Instant, r
     Ok(if stopped { Outcome::Preempted } else { Outcome::Completed })
 }
 
+/// `hvtrain sweep --dry-run`: the search as it would run (checked as at the start), one line
+/// per trial with its values, and the overrides that make its job. No MPI.
+pub fn dry_run(job_path: &str, sets: &[String]) -> Result<String> {
+    let (job, _) = Job::load_with_env(job_path, sets)?;
+    let Some(cfg) = job.sweep.clone() else {
+        return Err(Error::config(job_path, "sweep", "the job has no [sweep] section (see README, Sweeps)"));
+    };
+    check_keys(job_path, sets, &cfg)?;
+    let values = space::sample(&cfg);
+    let brackets = scheduler::brackets(&cfg, job.training.epochs);
+    let mut out = vec![format!(
+        "{} trials, {:?} sampler (seed {}), {:?} scheduler by {} ({:?}), rungs (epochs) {}; {} rank(s) per trial",
+        values.len(),
+        cfg.sampler,
+        cfg.seed,
+        cfg.scheduler,
+        cfg.metric,
+        cfg.goal(),
+        brackets.iter().map(|b| format!("{b:?}")).collect::<Vec<_>>().join(" "),
+        cfg.ranks_per_trial
+    )];
+    for (i, v) in values.iter().enumerate() {
+        let shown: Vec<String> = v.iter().map(|(k, x)| format!("{k}={}", space::show(x))).collect();
+        out.push(format!("trial {i:4}: {}  (bracket {})", shown.join(" "), i % brackets.len()));
+        out.push(format!("            --set {}", space::sets(v, &job.model.layers).join(" --set ")));
+    }
+    Ok(out.join("\n"))
+}
+
 /// Every key of the space is one the job file has: each alone, set to its first trial's value
 /// class, must not be an unknown field.
 fn check_keys(job_path: &str, sets: &[String], cfg: &crate::config::SweepCfg) -> Result<()> {

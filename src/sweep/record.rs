@@ -46,8 +46,9 @@ pub fn read(dir: &Path) -> Result<Option<Vec<Trial>>> {
     Ok(Some(trials))
 }
 
-/// The search as the sweep started it (`spec`: the [sweep] table, the rank count, every trial's
-/// values), kept so that a resumed sweep can tell it is the same search. Returns an error
+/// The search as the sweep started it (`spec`: the [sweep] table, the epochs, every trial's
+/// values; also the rank count, for the record: a resumed sweep may run on more or fewer
+/// groups), kept so that a resumed sweep can tell it is the same search. Returns an error
 /// naming what changed when `sweep.json` holds another.
 pub fn check_or_keep_spec(dir: &Path, spec: &serde_json::Value) -> Result<()> {
     let path = dir.join(SPEC_FILE);
@@ -55,14 +56,14 @@ pub fn check_or_keep_spec(dir: &Path, spec: &serde_json::Value) -> Result<()> {
         Ok(old) => {
             let old: serde_json::Value = serde_json::from_str(&old)
                 .map_err(|e| Error::data(&path, "(file)", format!("not the sweep's JSON: {e}")))?;
-            for key in ["sweep", "ranks", "epochs", "trials"] {
+            for key in ["sweep", "epochs", "trials"] {
                 if old[key] != spec[key] {
                     return Err(Error::config(
                         path.display().to_string(),
                         format!("sweep ({key})"),
                         format!(
-                            "this folder holds a sweep whose {key} differ(s) from this job's: resume it with the same job, \
-                             [sweep] and rank count, or give this sweep another output.dir"
+                            "this folder holds a sweep whose {key} differ(s) from this job's: resume it with the same job \
+                             and [sweep], or give this sweep another output.dir"
                         ),
                     ));
                 }
@@ -188,9 +189,12 @@ mod tests {
         let spec = serde_json::json!({"sweep": {"trials": 4}, "ranks": 2, "epochs": 3, "trials": [1, 2]});
         check_or_keep_spec(&dir, &spec).unwrap();
         check_or_keep_spec(&dir, &spec).unwrap();
-        let other = serde_json::json!({"sweep": {"trials": 4}, "ranks": 4, "epochs": 3, "trials": [1, 2]});
+        // Another rank count is the same search (more or fewer groups); other epochs are not.
+        let more = serde_json::json!({"sweep": {"trials": 4}, "ranks": 4, "epochs": 3, "trials": [1, 2]});
+        check_or_keep_spec(&dir, &more).unwrap();
+        let other = serde_json::json!({"sweep": {"trials": 4}, "ranks": 2, "epochs": 5, "trials": [1, 2]});
         let e = check_or_keep_spec(&dir, &other).unwrap_err().to_string();
-        assert!(e.contains("sweep (ranks)") && e.contains("another output.dir"), "{e}");
+        assert!(e.contains("sweep (epochs)") && e.contains("another output.dir"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -86,7 +86,9 @@ pub fn sets(values: &Values, layers: &[usize]) -> Vec<String> {
         let mut l = vec![layers[0]];
         l.extend(std::iter::repeat_n(w, d));
         l.push(layers[layers.len() - 1]);
-        out.push(format!("model.layers={l:?}"));
+        // No spaces: the override reads the same on a command line.
+        let l: Vec<String> = l.iter().map(|w| w.to_string()).collect();
+        out.push(format!("model.layers=[{}]", l.join(",")));
     }
     out
 }
@@ -152,8 +154,8 @@ mod tests {
     #[test]
     fn width_and_depth_become_the_layers() {
         let v: Values = vec![("model.depth".into(), Value::Integer(3)), ("model.width".into(), Value::Integer(256))];
-        assert_eq!(sets(&v, &[784, 128, 10]), vec!["model.layers=[784, 256, 256, 256, 10]".to_string()]);
+        assert_eq!(sets(&v, &[784, 128, 10]), vec!["model.layers=[784,256,256,256,10]".to_string()]);
         let d: Values = vec![("model.depth".into(), Value::Integer(2)), ("optimizer.lr".into(), Value::Float(0.01))];
-        assert_eq!(sets(&d, &[784, 100, 10]), vec!["optimizer.lr=0.01".to_string(), "model.layers=[784, 100, 100, 10]".into()]);
+        assert_eq!(sets(&d, &[784, 100, 10]), vec!["optimizer.lr=0.01".to_string(), "model.layers=[784,100,100,10]".into()]);
     }
 }
