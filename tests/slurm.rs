@@ -337,11 +337,14 @@ fn batch_scripts_under_a_real_slurm() {
     // (g) The sweep script: a search of 4 trials on the 2 ranks, then scancel of a longer one
     // (every running trial's stop checkpoint, exit 75), which `--resume auto` finishes.
     let t = Instant::now();
-    let text = std::fs::read_to_string(dir.join("job.toml")).unwrap().replace("[data]\n", "[data]\nvalidation_split = 0.1\n");
-    let sweep = "[sweep]\ntrials = 4\nscheduler = \"none\"\n[sweep.space]\n\"optimizer.lr\" = { log_uniform = [0.001, 0.1] }\n";
+    let text =
+        std::fs::read_to_string(dir.join("job.toml")).unwrap().replace("[data]\n", "[data]\nvalidation_split = 0.1\n");
+    let sweep =
+        "[sweep]\ntrials = 4\nscheduler = \"none\"\n[sweep.space]\n\"optimizer.lr\" = { log_uniform = [0.001, 0.1] }\n";
     std::fs::write(dir.join("sweep.toml"), format!("{text}\n{sweep}")).unwrap();
     let jobs = repo().join("jobs").display().to_string();
-    let env = |set: &'static str| [("HVTRAIN_JOB", "sweep.toml"), ("HVTRAIN_JOBS_DIR", jobs.as_str()), ("HVTRAIN_SET", set)];
+    let env =
+        |set: &'static str| [("HVTRAIN_JOB", "sweep.toml"), ("HVTRAIN_JOBS_DIR", jobs.as_str()), ("HVTRAIN_SET", set)];
     let id = s.submit("sweep.sbatch", &dir, &two, &env("output.dir=out-sweep"));
     let (state, code) = s.wait_end(&id, 90);
     let out = output(&dir, &id);

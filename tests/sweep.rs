@@ -16,13 +16,7 @@ fn setup(name: &str, epochs: usize, sweep: &str) -> PathBuf {
     let dir = scratch(name);
     let (x, y) = synthetic(2400, D, 3, 5);
     write_classes(&dir.join("d.h5"), &x, D, &y);
-    let p = job(
-        &dir,
-        &[D, 32, 3],
-        "d.h5",
-        None,
-        &format!("[optimizer]\nkind = \"adam\"\nlr = 0.003\n{sweep}"),
-    );
+    let p = job(&dir, &[D, 32, 3], "d.h5", None, &format!("[optimizer]\nkind = \"adam\"\nlr = 0.003\n{sweep}"));
     let text = std::fs::read_to_string(&p)
         .unwrap()
         .replace("[data]\n", "[data]\nvalidation_split = 0.1\n")
@@ -94,13 +88,17 @@ fn asha_packs_trials_on_groups_and_keeps_the_best() {
         let first = read_f32(&out.join("trials").join(format!("{t:04}")).join("weights.h5"), "dense0/weight");
         assert_eq!(first.len(), D * w, "trial {t}");
     }
-    assert!(epochs_seen.contains(&1) && epochs_seen.contains(&4), "some halved at rung 1, some trained to the end: {epochs_seen:?}");
+    assert!(
+        epochs_seen.contains(&1) && epochs_seen.contains(&4),
+        "some halved at rung 1, some trained to the end: {epochs_seen:?}"
+    );
     // Of the trials that reached rung 1 only the better half may go on: the worst never did.
     let at1 = |r: &serde_json::Value| r["rungs"]["1"].as_f64().unwrap();
     let worst = recs.iter().max_by(|a, b| at1(a).total_cmp(&at1(b))).unwrap();
     assert_eq!(worst["epochs"].as_u64(), Some(1), "the worst at rung 1 was promoted: {worst}");
     // The best: lowest final val_loss; its weights copied.
-    let best: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("best.json")).unwrap()).unwrap();
+    let best: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("best.json")).unwrap()).unwrap();
     let lowest = recs.iter().map(|r| r["metric"].as_f64().unwrap()).fold(f64::INFINITY, f64::min);
     assert_eq!(best["metric"].as_f64(), Some(lowest));
     let bt = best["trial"].as_u64().unwrap();
@@ -108,13 +106,21 @@ fn asha_packs_trials_on_groups_and_keeps_the_best() {
         std::fs::read(out.join("best-weights.h5")).unwrap(),
         std::fs::read(out.join("trials").join(format!("{bt:04}")).join("weights.h5")).unwrap()
     );
-    assert!(run.stderr.contains("on group 0") && run.stderr.contains("on group 1"), "both groups trained\n{}", run.all());
+    assert!(
+        run.stderr.contains("on group 0") && run.stderr.contains("on group 1"),
+        "both groups trained\n{}",
+        run.all()
+    );
     assert!(run.stderr.contains("rank 1 trial "), "trial lines are tagged\n{}", run.all());
     assert!(run.stderr.contains("sweep done: trials by val_loss"), "{}", run.all());
     // A second sweep in the same folder without --resume is refused; nothing is changed.
     let before = std::fs::read(out.join("sweep.jsonl")).unwrap();
     let again = mpirun(2, &["sweep", "job.toml"], &dir, 120);
-    assert!(!again.ok() && again.stderr.contains("holds a sweep already") && again.stderr.contains("--resume auto"), "{}", again.all());
+    assert!(
+        !again.ok() && again.stderr.contains("holds a sweep already") && again.stderr.contains("--resume auto"),
+        "{}",
+        again.all()
+    );
     assert_eq!(std::fs::read(out.join("sweep.jsonl")).unwrap(), before);
 }
 
@@ -142,7 +148,8 @@ fn groups_of_two_ranks_train_each_trial_together() {
         assert_eq!(m[0]["ranks"].as_u64(), Some(2), "trial {t}: {}", m[0]);
     }
     // The tensor-parallel trials split their layers over the pair.
-    let tp: Vec<u64> = recs.iter().filter(|r| r["params"]["parallel.tensor"] == 2).map(|r| r["trial"].as_u64().unwrap()).collect();
+    let tp: Vec<u64> =
+        recs.iter().filter(|r| r["params"]["parallel.tensor"] == 2).map(|r| r["trial"].as_u64().unwrap()).collect();
     assert_eq!(tp.len(), 2);
     for t in tp {
         let tagged: Vec<&str> = run.stderr.lines().filter(|l| l.contains(&format!("trial {t}]"))).collect();
@@ -169,7 +176,8 @@ fn failed_trials_are_recorded_and_the_sweep_goes_on() {
     let recs = records(&dir.join("out"));
     assert_eq!(recs.len(), 4);
     for r in &recs {
-        let (lr, batch) = (r["params"]["optimizer.lr"].as_f64().unwrap(), r["params"]["training.batch_size"].as_u64().unwrap());
+        let (lr, batch) =
+            (r["params"]["optimizer.lr"].as_f64().unwrap(), r["params"]["training.batch_size"].as_u64().unwrap());
         let reason = r["reason"].as_str().unwrap_or("");
         match (lr < 1.0, batch) {
             (true, 16) => assert_eq!(r["status"], "completed", "{r}"),
@@ -212,7 +220,9 @@ fn a_stopped_sweep_resumes_and_ends_as_an_uninterrupted_one() {
         "[sweep]\ntrials = 4\nscheduler = \"none\"\nsampler = \"sobol\"\nseed = 9\n\
          [sweep.space]\n\"optimizer.lr\" = { log_uniform = [1e-3, 1e-2] }\n\"model.width\" = { int = [192, 256] }\n",
     );
-    let text = std::fs::read_to_string(dir.join("job.toml")).unwrap().replace("layers = [12, 32, 3]", "layers = [12, 200, 200, 3]");
+    let text = std::fs::read_to_string(dir.join("job.toml"))
+        .unwrap()
+        .replace("layers = [12, 32, 3]", "layers = [12, 200, 200, 3]");
     std::fs::write(dir.join("job.toml"), text).unwrap();
     let whole = mpirun(2, &["sweep", "job.toml", "--set", "output.dir=\"a\""], &dir, 300);
     assert!(whole.ok(), "{}", whole.all());
@@ -220,8 +230,10 @@ fn a_stopped_sweep_resumes_and_ends_as_an_uninterrupted_one() {
     assert_eq!(code, Some(75), "{log}");
     let b = dir.join("b");
     let mid = records(&b);
-    let done: Vec<u64> = mid.iter().filter(|r| r["status"] == "completed").map(|r| r["trial"].as_u64().unwrap()).collect();
-    let running: Vec<u64> = mid.iter().filter(|r| r["status"] == "running").map(|r| r["trial"].as_u64().unwrap()).collect();
+    let done: Vec<u64> =
+        mid.iter().filter(|r| r["status"] == "completed").map(|r| r["trial"].as_u64().unwrap()).collect();
+    let running: Vec<u64> =
+        mid.iter().filter(|r| r["status"] == "running").map(|r| r["trial"].as_u64().unwrap()).collect();
     assert!(!done.is_empty() && !running.is_empty(), "{log}\n{mid:?}");
     for t in &running {
         assert!(
@@ -232,7 +244,11 @@ fn a_stopped_sweep_resumes_and_ends_as_an_uninterrupted_one() {
     let resumed = mpirun(2, &["sweep", "job.toml", "--set", "output.dir=\"b\"", "--resume", "auto"], &dir, 300);
     assert!(resumed.ok(), "{}", resumed.all());
     for t in &done {
-        assert!(!resumed.stderr.contains(&format!("sweep: trial {t} ")), "finished trial {t} ran again\n{}", resumed.all());
+        assert!(
+            !resumed.stderr.contains(&format!("sweep: trial {t} ")),
+            "finished trial {t} ran again\n{}",
+            resumed.all()
+        );
     }
     for t in &running {
         assert!(resumed.stderr.contains(&format!("sweep: trial {t} goes on")), "{}", resumed.all());
@@ -247,7 +263,8 @@ fn a_stopped_sweep_resumes_and_ends_as_an_uninterrupted_one() {
         assert_eq!(y["status"], "completed");
         assert_eq!(x["metric"], y["metric"], "trial {}: the resumed sweep's metric differs", x["trial"]);
         let t = x["trial"].as_u64().unwrap();
-        let w = |root: &str| layer_tensors(&dir.join(root).join("trials").join(format!("{t:04}")).join("weights.h5"), 2);
+        let w =
+            |root: &str| layer_tensors(&dir.join(root).join("trials").join(format!("{t:04}")).join("weights.h5"), 2);
         assert_eq!(w("a"), w("b"), "trial {t}: weights differ");
     }
 }
@@ -258,12 +275,24 @@ fn bad_sweep_specs_are_refused_before_anything_runs() {
     let _g = mpi_lock();
     let cases = [
         ("[sweep.space]\n\"optimizer.lrr\" = [0.1]\n", "sweep.space.\"optimizer.lrr\"", "not a key of the job file"),
-        ("[sweep]\nranks_per_trial = 3\n[sweep.space]\n\"optimizer.lr\" = [0.1]\n", "sweep.ranks_per_trial", "do not split into groups of 3"),
-        ("[sweep.space]\n\"optimizer.lr\" = { log_uniform = [0.0, 0.1] }\n", "sweep.space.\"optimizer.lr\"", "reaches zero"),
+        (
+            "[sweep]\nranks_per_trial = 3\n[sweep.space]\n\"optimizer.lr\" = [0.1]\n",
+            "sweep.ranks_per_trial",
+            "do not split into groups of 3",
+        ),
+        (
+            "[sweep.space]\n\"optimizer.lr\" = { log_uniform = [0.0, 0.1] }\n",
+            "sweep.space.\"optimizer.lr\"",
+            "reaches zero",
+        ),
         ("[sweep.space]\n\"optimizer.lr\" = []\n", "sweep.space.\"optimizer.lr\"", "empty list"),
         ("[sweep.space]\n\"optimizer.lr\" = { uniform = [0.1, 0.01] }\n", "sweep.space.\"optimizer.lr\"", "is empty"),
         ("[sweep]\nmetric = \"val_r2\"\n[sweep.space]\n\"optimizer.lr\" = [0.1]\n", "sweep.metric", "does not produce"),
-        ("[sweep]\nsampler = \"grid\"\n[sweep.space]\n\"optimizer.lr\" = { uniform = [0.01, 0.1] }\n", "sweep.space.\"optimizer.lr\"", "continuous"),
+        (
+            "[sweep]\nsampler = \"grid\"\n[sweep.space]\n\"optimizer.lr\" = { uniform = [0.01, 0.1] }\n",
+            "sweep.space.\"optimizer.lr\"",
+            "continuous",
+        ),
         ("[sweep.space]\n\"training.epochs\" = [1, 2]\n", "sweep.space.\"training.epochs\"", "early halving allots"),
         ("[sweep.space]\n\"training.threads\" = [1, 2]\n", "sweep.space.\"training.threads\"", "fixed per process"),
         ("", "sweep", "no [sweep] section"),

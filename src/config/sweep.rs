@@ -146,7 +146,9 @@ impl Range {
 impl From<Range> for toml::Value {
     fn from(r: Range) -> toml::Value {
         use toml::Value;
-        let pair = |k: &str, a: Value, b: Value| Value::Table([(k.to_string(), Value::Array(vec![a, b]))].into_iter().collect());
+        let pair = |k: &str, a: Value, b: Value| {
+            Value::Table([(k.to_string(), Value::Array(vec![a, b]))].into_iter().collect())
+        };
         match r {
             Range::Choice(v) => Value::Table([("choice".to_string(), Value::Array(v))].into_iter().collect()),
             Range::Uniform(a, b) => pair("uniform", Value::Float(a), Value::Float(b)),
@@ -260,14 +262,21 @@ impl SweepCfg {
         count(origin, "sweep.eta", self.eta as u64, super::limits::ETA)?;
         count(origin, "sweep.trials", self.trials as u64, super::limits::TRIALS)?;
         if self.space.is_empty() {
-            return e("space", "is empty: give [sweep.space] at least one key, e.g. \"optimizer.lr\" = { log_uniform = [1e-4, 0.3] }".into());
+            return e(
+                "space",
+                "is empty: give [sweep.space] at least one key, e.g. \"optimizer.lr\" = { log_uniform = [1e-4, 0.3] }"
+                    .into(),
+            );
         }
         for (k, r) in &self.space {
             if let Err(m) = r.check() {
                 return e(&format!("space.\"{k}\""), m);
             }
             if k.starts_with("sweep.") || k == "output.dir" || k.split('.').any(str::is_empty) {
-                return e(&format!("space.\"{k}\""), "cannot be varied by a sweep (give a dotted key of the job file, such as optimizer.lr)".into());
+                return e(
+                    &format!("space.\"{k}\""),
+                    "cannot be varied by a sweep (give a dotted key of the job file, such as optimizer.lr)".into(),
+                );
             }
             if k == "training.epochs" && self.scheduler != SchedulerKind::None {
                 return e(
@@ -276,26 +285,43 @@ impl SweepCfg {
                 );
             }
             if k == "model.layers" && self.space.keys().any(|k| LAYER_KEYS.contains(&k.as_str())) {
-                return e(&format!("space.\"{k}\""), "and model.width/model.depth both set the layers; vary one or the other".into());
+                return e(
+                    &format!("space.\"{k}\""),
+                    "and model.width/model.depth both set the layers; vary one or the other".into(),
+                );
             }
         }
         if self.sampler == Sampler::Grid {
             match self.grid_size() {
                 None => {
-                    let k = self.space.iter().find(|(_, r)| r.points().is_none()).map(|(k, _)| k.clone()).unwrap_or_default();
+                    let k = self
+                        .space
+                        .iter()
+                        .find(|(_, r)| r.points().is_none())
+                        .map(|(k, _)| k.clone())
+                        .unwrap_or_default();
                     return e(
                         &format!("space.\"{k}\""),
                         "is a continuous range, and sampler = \"grid\" needs lists, choices or int ranges; use sampler = \"random\" or \"sobol\"".into(),
                     );
                 }
                 Some(n) if self.trials as u64 > n => {
-                    return e("trials", format!("is {}, and the grid has {n} points; give at most {n} (or 0: all of them)", self.trials));
+                    return e(
+                        "trials",
+                        format!(
+                            "is {}, and the grid has {n} points; give at most {n} (or 0: all of them)",
+                            self.trials
+                        ),
+                    );
                 }
                 Some(_) => {}
             }
         }
         if !METRICS.contains(&self.metric.as_str()) {
-            return e("metric", format!("is \"{}\"; the metrics a sweep can rank by are {}", self.metric, METRICS.join(", ")));
+            return e(
+                "metric",
+                format!("is \"{}\"; the metrics a sweep can rank by are {}", self.metric, METRICS.join(", ")),
+            );
         }
         if self.metric.starts_with("val_") && !job.has_validation() {
             return e(

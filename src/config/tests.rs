@@ -478,7 +478,9 @@ fn sweep_defaults_and_ranges() {
         let text = format!("{with_val}[sweep.space]\n\"optimizer.lr\" = {bad}\n");
         assert_eq!(field_of(Job::parse("job", &text, &[])), "sweep.space.\"optimizer.lr\"", "{bad}");
     }
-    let grid = format!("{with_val}[sweep]\nsampler = \"grid\"\n[sweep.space]\n\"a.b\" = [1, 2, 3]\n\"c.d\" = {{ int = [1, 4] }}\n");
+    let grid = format!(
+        "{with_val}[sweep]\nsampler = \"grid\"\n[sweep.space]\n\"a.b\" = [1, 2, 3]\n\"c.d\" = {{ int = [1, 4] }}\n"
+    );
     assert_eq!(Job::parse("job", &grid, &[]).unwrap().sweep.unwrap().trial_count(), 12);
     let too_many = grid.replace("sampler = \"grid\"", "sampler = \"grid\"\ntrials = 13");
     assert_eq!(field_of(Job::parse("job", &too_many, &[])), "sweep.trials");

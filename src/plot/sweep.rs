@@ -87,7 +87,13 @@ fn colour(rank: usize, n: usize) -> RGBColor {
     RGBColor(mix(20.0, 200.0), mix(60.0, 215.0), mix(140.0, 235.0))
 }
 
-fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, trials: &[Trial], keys: &[String], metric: &str) -> DrawResult
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    trials: &[Trial],
+    keys: &[String],
+    metric: &str,
+) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
@@ -101,7 +107,13 @@ where
     let y = span(&values);
     let x_hi = all.iter().map(|p| p.0).fold(1.0, f64::max);
     {
-        let mut c = chart(&left, &format!("{metric} per epoch, every trial (red: best)"), 0.75..x_hi + 0.25, y.clone(), metric)?;
+        let mut c = chart(
+            &left,
+            &format!("{metric} per epoch, every trial (red: best)"),
+            0.75..x_hi + 0.25,
+            y.clone(),
+            metric,
+        )?;
         // Worst first, so the best is drawn on top.
         for (rank, t) in trials.iter().enumerate().rev() {
             let col = colour(rank, n);
@@ -113,11 +125,8 @@ where
     let rows = keys.len().div_ceil(PER_ROW).max(1);
     let cells = right.split_evenly((rows, PER_ROW));
     for (k, key) in keys.iter().enumerate() {
-        let points: Vec<(usize, &serde_json::Value, f64)> = trials
-            .iter()
-            .enumerate()
-            .filter_map(|(r, t)| Some((r, t.params.get(key)?, t.metric?)))
-            .collect();
+        let points: Vec<(usize, &serde_json::Value, f64)> =
+            trials.iter().enumerate().filter_map(|(r, t)| Some((r, t.params.get(key)?, t.metric?))).collect();
         let numbers: Option<Vec<f64>> = points.iter().map(|p| p.1.as_f64()).collect();
         let area = &cells[k];
         match numbers {
@@ -140,7 +149,9 @@ where
                     .label_style(("sans-serif", 13))
                     .light_line_style(WHITE)
                     .draw()?;
-                c.draw_series(points.iter().zip(&xs).map(|(p, &x)| Circle::new((tx(x), p.2), 5, colour(p.0, n).filled())))?;
+                c.draw_series(
+                    points.iter().zip(&xs).map(|(p, &x)| Circle::new((tx(x), p.2), 5, colour(p.0, n).filled())),
+                )?;
             }
             _ => {
                 // Categories (lists, strings) in the order of first appearance.

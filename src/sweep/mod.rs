@@ -237,12 +237,15 @@ fn prepare(s: &Sweep, ranks: usize, resume: bool) -> Result<Scheduler> {
     if let Some(saved) = earlier {
         let n = saved.len();
         sc.restore(saved);
-        let running: Vec<usize> = sc.trials.iter().filter(|t| t.status == scheduler::Status::Running).map(|t| t.trial).collect();
-        log::info!("resuming the sweep in {}: {n} trial(s) recorded, {running:?} resume from their checkpoints", s.dir.display());
+        let running: Vec<usize> =
+            sc.trials.iter().filter(|t| t.status == scheduler::Status::Running).map(|t| t.trial).collect();
+        log::info!(
+            "resuming the sweep in {}: {n} trial(s) recorded, {running:?} resume from their checkpoints",
+            s.dir.display()
+        );
     }
-    let rungs: Vec<String> = (0..scheduler::brackets(cfg, s.job.training.epochs).len())
-        .map(|b| format!("{:?}", sc.rungs(b)))
-        .collect();
+    let rungs: Vec<String> =
+        (0..scheduler::brackets(cfg, s.job.training.epochs).len()).map(|b| format!("{:?}", sc.rungs(b))).collect();
     log::info!(
         "sweep: {} trials of {} key(s) ({:?} sampler, seed {}), {} rank(s) per trial in {} group(s), {:?} by {} ({:?}); rungs (epochs) {}; results in {}",
         sc.trials.len(),
@@ -355,7 +358,8 @@ fn run_group(s: &Sweep, group: &Comm, link: Link, g: usize, leader: usize) -> Re
 fn run_trial(s: &Sweep, group: &Comm, i: usize, target: usize) -> Result<Report> {
     crate::sys::set_trial(Some(i));
     let t0 = Instant::now();
-    let outcome = s.trial_job(i, target).and_then(|job| crate::train::train(group, &job, s.t_process, Some(Resume::Auto)));
+    let outcome =
+        s.trial_job(i, target).and_then(|job| crate::train::train(group, &job, s.t_process, Some(Resume::Auto)));
     crate::sys::set_trial(None);
     let ended = match outcome {
         Ok(Outcome::Completed) => Ended::Completed,
@@ -379,7 +383,8 @@ fn finish(s: &Sweep, sc: &mut Scheduler, stopped: bool) -> Result<()> {
     let cfg = s.cfg();
     if stopped {
         record::write(&s.dir, &sc.trials)?;
-        let resume: Vec<usize> = sc.trials.iter().filter(|t| t.status == scheduler::Status::Running).map(|t| t.trial).collect();
+        let resume: Vec<usize> =
+            sc.trials.iter().filter(|t| t.status == scheduler::Status::Running).map(|t| t.trial).collect();
         log::info!(
             "sweep stopped by a signal: {} trial(s) ended, {resume:?} stopped with a checkpoint; continue with --resume auto",
             sc.trials.iter().filter(|t| !matches!(t.status, scheduler::Status::Pending | scheduler::Status::Running)).count()
@@ -390,10 +395,18 @@ fn finish(s: &Sweep, sc: &mut Scheduler, stopped: bool) -> Result<()> {
     sc.finish();
     record::write(&s.dir, &sc.trials)?;
     let ranked = sc.ranking();
-    log::info!("sweep done: trials by {} ({:?}), best first:\n{}", cfg.metric, cfg.goal(), record::table(&ranked, &sc.trials, &cfg.metric));
+    log::info!(
+        "sweep done: trials by {} ({:?}), best first:\n{}",
+        cfg.metric,
+        cfg.goal(),
+        record::table(&ranked, &sc.trials, &cfg.metric)
+    );
     let failed = sc.trials.iter().filter(|t| t.status == scheduler::Status::Failed).count();
     if failed > 0 {
-        log::warn!("sweep: {failed} trial(s) failed; their reasons are in {}", s.dir.join(record::TRIALS_FILE).display());
+        log::warn!(
+            "sweep: {failed} trial(s) failed; their reasons are in {}",
+            s.dir.join(record::TRIALS_FILE).display()
+        );
     }
     match ranked.first() {
         Some(best) => {
@@ -437,7 +450,12 @@ fn decode<T: for<'de> Deserialize<'de>>(words: &[u32]) -> T {
 fn messages_round_trip() {
     let r = Request {
         group: 3,
-        report: Some(Report { trial: 7, ended: Ended::Failed("é NaN".into()), curve: vec![(1, Some(0.5)), (2, None)], seconds: 1.5 }),
+        report: Some(Report {
+            trial: 7,
+            ended: Ended::Failed("é NaN".into()),
+            curve: vec![(1, Some(0.5)), (2, None)],
+            seconds: 1.5,
+        }),
     };
     let back: Request = decode(&encode(&r));
     assert_eq!(serde_json::to_string(&back).unwrap(), serde_json::to_string(&r).unwrap());

@@ -108,7 +108,9 @@ pub fn table(ranked: &[&Trial], all: &[Trial], metric: &str) -> String {
     let widths: Vec<usize> =
         (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     rows.iter()
-        .map(|r| r.iter().zip(&widths).map(|(s, w)| format!("{s:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string())
+        .map(|r| {
+            r.iter().zip(&widths).map(|(s, w)| format!("{s:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }

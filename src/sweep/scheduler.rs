@@ -286,7 +286,8 @@ impl Scheduler {
     /// The trials that have a metric, best first: by the metric after their last epoch, the
     /// ones that trained longer first among equals (Ray Tune's `scope="last"`).
     pub fn ranking(&self) -> Vec<&Trial> {
-        let mut v: Vec<&Trial> = self.trials.iter().filter(|t| t.metric.is_some() && t.status != Status::Failed).collect();
+        let mut v: Vec<&Trial> =
+            self.trials.iter().filter(|t| t.metric.is_some() && t.status != Status::Failed).collect();
         v.sort_by(|a, b| {
             let (x, y) = (self.badness(a.metric.unwrap()), self.badness(b.metric.unwrap()));
             x.total_cmp(&y).then(b.epochs.cmp(&a.epochs)).then(a.trial.cmp(&b.trial))
@@ -310,7 +311,8 @@ mod tests {
     fn paused(s: &mut Scheduler, trial: usize, metric: f64) {
         let target = s.trials[trial].target;
         let curve = (1..=target).map(|e| (e, Some(metric))).collect();
-        let ended = if target == *s.rungs(s.trials[trial].bracket).last().unwrap() { Ended::Completed } else { Ended::Paused };
+        let ended =
+            if target == *s.rungs(s.trials[trial].bracket).last().unwrap() { Ended::Completed } else { Ended::Paused };
         s.report(Report { trial, ended, curve, seconds: 1.0 });
     }
 
@@ -319,10 +321,7 @@ mod tests {
         assert_eq!(brackets(&cfg("scheduler = \"asha\"\neta = 3"), 27), vec![vec![1, 3, 9, 27]]);
         assert_eq!(brackets(&cfg("scheduler = \"asha\"\neta = 3"), 10), vec![vec![1, 3, 9, 10]]);
         assert_eq!(brackets(&cfg("scheduler = \"none\""), 10), vec![vec![10]]);
-        assert_eq!(
-            brackets(&cfg("scheduler = \"hyperband\"\neta = 3"), 9),
-            vec![vec![1, 3, 9], vec![3, 9], vec![9]]
-        );
+        assert_eq!(brackets(&cfg("scheduler = \"hyperband\"\neta = 3"), 9), vec![vec![1, 3, 9], vec![3, 9], vec![9]]);
         assert_eq!(brackets(&cfg("scheduler = \"hyperband\"\neta = 2\nbrackets = 2"), 8).len(), 2);
     }
 
@@ -374,7 +373,12 @@ mod tests {
         s.next();
         s.next();
         s.report(Report { trial: 0, ended: Ended::Failed("loss became NaN".into()), curve: vec![], seconds: 0.5 });
-        s.report(Report { trial: 1, ended: Ended::Interrupted, curve: vec![(1, Some(0.3)), (2, Some(0.2))], seconds: 2.0 });
+        s.report(Report {
+            trial: 1,
+            ended: Ended::Interrupted,
+            curve: vec![(1, Some(0.3)), (2, Some(0.2))],
+            seconds: 2.0,
+        });
         assert_eq!(s.trials[0].status, Status::Failed);
         assert_eq!(s.next(), Next::Run { trial: 1, target: 5, resume: true });
         // The records alone give the same decisions after a restart.

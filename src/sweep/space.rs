@@ -156,6 +156,9 @@ mod tests {
         let v: Values = vec![("model.depth".into(), Value::Integer(3)), ("model.width".into(), Value::Integer(256))];
         assert_eq!(sets(&v, &[784, 128, 10]), vec!["model.layers=[784,256,256,256,10]".to_string()]);
         let d: Values = vec![("model.depth".into(), Value::Integer(2)), ("optimizer.lr".into(), Value::Float(0.01))];
-        assert_eq!(sets(&d, &[784, 100, 10]), vec!["optimizer.lr=0.01".to_string(), "model.layers=[784,100,100,10]".into()]);
+        assert_eq!(
+            sets(&d, &[784, 100, 10]),
+            vec!["optimizer.lr=0.01".to_string(), "model.layers=[784,100,100,10]".into()]
+        );
     }
 }

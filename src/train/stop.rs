@@ -120,7 +120,8 @@ pub(super) fn at_boundary<B: Backend>(
         let msg = match st.diverged() {
             Some(m) => m.to_string(),
             None => {
-                let ranks: Vec<usize> = all.chunks(n).enumerate().filter(|(_, r)| r[0] & DIVERGED != 0).map(|(i, _)| i).collect();
+                let ranks: Vec<usize> =
+                    all.chunks(n).enumerate().filter(|(_, r)| r[0] & DIVERGED != 0).map(|(i, _)| i).collect();
                 format!(
                     "the loss became non-finite on rank(s) {ranks:?} at step {} (their lines say more); lower optimizer.lr, \
                      or check the data for extreme values",

@@ -140,7 +140,6 @@ impl Link {
         self.receive_matching(f, t).words
     }
 
-
     /// The next message from anyone, with any tag, polling as `receive_into` does, so a
     /// waiting server does not spin on a core that workers need.
     pub fn receive_any(&self) -> Message {
