@@ -206,7 +206,7 @@ pub enum DataCommand {
         after_help = "Example:\n  hvtrain data import-idx /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \\\n      /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz data/fashion-mnist-train.h5"
     )]
     ImportIdx { images: PathBuf, labels: PathBuf, out: PathBuf },
-    /// Convert CSV/TSV (optionally .gz), NumPy .npy or .npz into the HDF5 training reads:
+    /// Convert CSV/TSV (optionally .gz), NumPy .npy or .npz, or Parquet into the HDF5 training reads:
     /// x float32 [N, D]; y int32 [N] classes (integer labels, or strings mapped to 0, 1, … in
     /// order of first appearance, their names kept as y_classes) or float32 [N, K] targets.
     /// Streams in chunks, so inputs larger than memory work.
@@ -215,15 +215,16 @@ pub enum DataCommand {
   hvtrain data import sim.tsv.gz data/sim.h5 --y energy --y pressure --compress gzip
   hvtrain data import x.npy data/train-{rank}.h5 --y-file y.npy --shard 4
   hvtrain data import arrays.npz data/train.h5          (arrays x and y)
+  hvtrain data import table.parquet data/train.h5 --y label --compress lzf
 
-Missing fields (empty, NA, NaN, null) are an error naming the line and column unless --fill
-gives their value; a missing target is always an error.")]
+Missing fields (empty, NA, NaN, null) are an error naming the line (Parquet: the 0-based row)
+and column unless --fill gives their value; a missing target is always an error.")]
     Import {
         input: PathBuf,
         /// The output file; with --shard N, `{rank}` in it is each file's number (else `-0`,
         /// `-1`, … go before the extension).
         out: PathBuf,
-        /// CSV/TSV: a target column, by header name or 0-based index (repeat for several
+        /// CSV/TSV/Parquet: a target column, by name or 0-based index (repeat for several
         /// targets: a [N, K] regression target).
         #[arg(long)]
         y: Vec<String>,
@@ -234,7 +235,7 @@ gives their value; a missing target is always an error.")]
         #[arg(long)]
         regression: bool,
         /// The value of a missing feature (empty, NA, NaN, null), instead of an error.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         fill: Option<f32>,
         /// CSV/TSV: the first line is data (columns are then named 0, 1, …).
         #[arg(long)]

@@ -173,3 +173,126 @@ fn bad_input_names_the_line_and_column() {
     let run = import(&dir, &["m.csv", "m.h5"]);
     assert!(!run.ok() && run.all().contains("--y") && run.all().contains("[\"u\", \"v\", \"label\"]"), "{}", run.all());
 }
+
+/// The test venv's python (pyarrow and pandas for Parquet), or None with a skip note.
+fn venv_python() -> Option<String> {
+    let Ok(py) = std::env::var("HVTRAIN_ONNX_PYTHON") else {
+        assert!(
+            std::env::var_os("HVTRAIN_REQUIRE_ONNX").is_none(),
+            "HVTRAIN_ONNX_PYTHON (the test venv with pyarrow and pandas) is not set"
+        );
+        eprintln!("skipped: HVTRAIN_ONNX_PYTHON is not set (make test sets it up)");
+        return None;
+    };
+    Some(py)
+}
+
+fn venv(py: &str, dir: &Path, code: &str) -> String {
+    let out = Command::new(py).arg("-c").arg(code).current_dir(dir).output().unwrap();
+    assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Parquet as pandas (pyarrow) writes it: every numeric width and sign, booleans, float16, a
+/// string label in the middle, several row groups (70,000 rows: more than one chunk), snappy
+/// and zstd, a categorical label, the index column pandas adds left out; nullable columns with
+/// `--fill`; two float targets; `--shard`; and the columns it refuses.
+#[test]
+fn parquet_matches_pandas() {
+    let Some(py) = venv_python() else { return };
+    let dir = scratch("import-parquet");
+    venv(
+        &py,
+        &dir,
+        r#"
+import numpy as np, pandas as pd
+rng = np.random.default_rng(7)
+n = 70000
+df = pd.DataFrame({
+    "a": rng.normal(size=n).astype(np.float32), "b": rng.integers(-5, 1 << 40, n),
+    "i8": rng.integers(-100, 100, n).astype(np.int8), "u32": rng.integers(0, 2**32 - 1, n, dtype=np.uint32),
+    "u64": rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2),
+})
+df["kind"] = np.array(["gamma", "alpha", "beta, with comma"])[rng.integers(0, 3, n)]
+df["flag"] = rng.random(n) > 0.5
+df["h"] = rng.normal(size=n).astype(np.float16)
+df["d"] = rng.random(n)
+df.index = rng.permutation(n)          # not a RangeIndex: pandas writes it as a column
+df.to_parquet("t.parquet", row_group_size=20000)
+c = df.copy(); c["kind"] = c["kind"].astype("category")
+c.to_parquet("cat.parquet", compression="zstd")
+r = pd.DataFrame({"t1": rng.normal(size=500), "x1": rng.normal(size=500), "t2": rng.normal(size=500).astype(np.float32)})
+r["x2"] = pd.array(rng.integers(0, 9, 500), dtype="Int64")
+r.loc[[3, 77], "x2"] = pd.NA
+r.loc[[5], "x1"] = np.nan
+r.to_parquet("r.parquet", compression="gzip", row_group_size=128)
+import pyarrow as pa, pyarrow.parquet as pq
+assert "__index_level_0__" in pq.read_metadata("t.parquet").schema.names
+pq.write_table(pa.table({"v": [1.0, 2.0], "when": pa.array([0, 1], pa.timestamp("s")), "y": [0, 1]}), "date.parquet")
+pq.write_table(pa.table({"v": [[1.0], [2.0]], "y": [0, 1]}), "list.parquet")
+pq.write_table(pa.table({"v": [1.0, 2.0], "y": pa.array([0, None], pa.int64())}), "noy.parquet")
+"#,
+    );
+    let check = |h5: &str, src: &str| {
+        venv(
+            &py,
+            &dir,
+            &format!(
+                r#"
+import numpy as np, pandas as pd, h5py
+df = pd.read_parquet("{src}")
+codes, names = pd.factorize(df["kind"])
+f = h5py.File("{h5}")
+x = df.drop(columns=["kind"]).to_numpy(np.float32)
+assert f["x"].dtype == np.float32 and f["y"].dtype == np.int32
+assert np.array_equal(f["x"][...], x), "x differs from pandas"
+assert np.array_equal(f["y"][...], codes), "y differs from pandas.factorize"
+assert [s.decode() for s in f["y_classes"][...]] == list(names), "class names"
+assert [s.decode() for s in f["x_columns"][...]] == ["a", "b", "i8", "u32", "u64", "flag", "h", "d"]
+print("ok")
+"#
+            ),
+        )
+    };
+    for src in ["t.parquet", "cat.parquet"] {
+        let run = import(&dir, &[src, "t.h5", "--y", "kind"]);
+        assert!(run.ok(), "{src}: {}", run.all());
+        assert!(run.stderr.contains("wrote x float32 [70000, 8], y int32 [N] classes"), "{}", run.all());
+        assert_eq!(check("t.h5", src).trim(), "ok", "{src}");
+    }
+
+    // Nulls: an error naming the row and column, or filled as pandas' fillna fills them.
+    let run = import(&dir, &["r.parquet", "r.h5", "--y", "t1", "--y", "t2"]);
+    assert!(!run.ok() && run.all().contains("row 3, column \"x2\"") && run.all().contains("--fill"), "{}", run.all());
+    let run = import(&dir, &["r.parquet", "r.h5", "--y", "t1", "--y", "t2", "--fill", "-1", "--shard", "3"]);
+    assert!(run.ok(), "{}", run.all());
+    let out = venv(
+        &py,
+        &dir,
+        r#"
+import numpy as np, pandas as pd, h5py
+df = pd.read_parquet("r.parquet")
+fs = [h5py.File(f"r-{i}.h5") for i in range(3)]
+assert [f["x"].shape[0] for f in fs] == [166, 167, 167], [f["x"].shape for f in fs]
+x = np.concatenate([f["x"][...] for f in fs]); y = np.concatenate([f["y"][...] for f in fs])
+assert np.array_equal(x, df[["x1", "x2"]].astype("float64").fillna(-1).to_numpy(np.float32)), "x"
+assert np.array_equal(y, df[["t1", "t2"]].to_numpy(np.float32)), "y"
+print("ok")
+"#,
+    );
+    assert_eq!(out.trim(), "ok");
+
+    // Refused up front, naming the file and column, or the row of a missing target.
+    for (file, args, says) in [
+        ("t.parquet", vec!["--y", "b"], "column \"kind\""),
+        ("date.parquet", vec!["--y", "y"], "column \"when\""),
+        ("list.parquet", vec!["--y", "y"], "nested or list column"),
+        ("noy.parquet", vec!["--y", "y"], "row 1, column \"y\": missing target"),
+        ("t.parquet", vec!["--y", "nope"], "[\"a\", \"b\", \"i8\", \"u32\", \"u64\", \"kind\""),
+    ] {
+        let mut a = vec![file, "bad.h5"];
+        a.extend(args);
+        let run = import(&dir, &a);
+        assert!(!run.ok() && run.all().contains(says) && run.all().contains(file), "{file}: {}", run.all());
+    }
+}

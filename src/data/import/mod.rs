@@ -1,15 +1,17 @@
 //! `hvtrain data import INPUT OUTPUT.h5`: CSV/TSV (gzipped or not), NumPy `.npy` (features;
-//! targets from `--y-file`) and `.npz` (arrays `x` and `y`) into the HDF5 layout training
+//! targets from `--y-file`), `.npz` (arrays `x` and `y`) and Parquet into the HDF5 layout training
 //! reads, streaming in chunks (files larger than memory work), one output file or `--shard N`
 //! files of contiguous rows for a `{rank}` path, progress in the log.
 //!
 //! - `text`: the CSV/TSV fields as numbers, targets and class names;
 //! - `npy`: the `.npy` header and its rows as float32 or int32;
+//! - `pq`: Parquet's columns, chunk by chunk, as features and targets;
 //! - `sink`: the chunked (optionally compressed) HDF5 output over one or N files.
 //!
 //! Must not: be used by training; it writes files a job then reads.
 
 mod npy;
+mod pq;
 pub mod sink;
 mod text;
 
@@ -83,13 +85,8 @@ pub fn import(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
         from_npy(input, out, o)?
     } else if base.ends_with(".npz") && !name.ends_with(".gz") {
         from_npz(input, out, o)?
-    } else if base.ends_with(".parquet") || base.ends_with(".pq") {
-        return Err(Error::data(
-            input,
-            "(format)",
-            "Parquet is not read yet; write it as CSV or .npy first (pandas.read_parquet(p).to_csv(...), or \
-             np.save) and import that",
-        ));
+    } else if (base.ends_with(".parquet") || base.ends_with(".pq")) && !name.ends_with(".gz") {
+        from_parquet(input, out, o)?
     } else {
         from_text(input, out, o)?
     };
@@ -103,27 +100,9 @@ pub fn import(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     Ok(s)
 }
 
-fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
-    let delim = o.delimiter.unwrap_or_else(|| text::delimiter_of(input));
-    let reader = |path: &Path| -> Result<csv::Reader<Box<dyn std::io::Read>>> {
-        Ok(csv::ReaderBuilder::new().delimiter(delim).has_headers(!o.no_header).from_reader(text::open_reader(path)?))
-    };
-    let mut r = reader(input)?;
-    let csv_err = |e: csv::Error| {
-        let line = e.position().map(|p| p.line()).unwrap_or(0);
-        Error::data(input, format!("line {line}"), format!("{e}"))
-    };
-    let mut first = csv::StringRecord::new();
-    let mut sample = Vec::new();
-    // Column names: the header, or 0, 1, … (known from the first record).
-    let names: Vec<String> = if o.no_header {
-        if r.read_record(&mut first).map_err(csv_err)? {
-            sample.push(first.clone());
-        }
-        (0..first.len()).map(|i| i.to_string()).collect()
-    } else {
-        r.headers().map_err(csv_err)?.iter().map(|h| h.trim().to_string()).collect()
-    };
+/// The target columns `--y` names (header names or 0-based indices) and the feature columns
+/// (every other one), as indices into `names`.
+fn columns(names: &[String], o: &Opts, input: &Path) -> Result<(Vec<usize>, Vec<usize>)> {
     if o.y.is_empty() {
         return Err(Error::config(
             "command line",
@@ -147,6 +126,79 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     if xcols.is_empty() {
         return Err(Error::config("command line", "--y", "leaves no feature column"));
     }
+    Ok((y, xcols))
+}
+
+fn from_parquet(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
+    let file = pq::open(input)?;
+    let names: Vec<String> = file.columns.iter().map(|c| c.name.clone()).collect();
+    let (y, xcols) = columns(&names, o, input)?;
+    for &i in &xcols {
+        pq::check_feature(input, &file.columns[i], &file)?;
+    }
+    let ycols: Vec<&pq::Column> = y.iter().map(|&i| &file.columns[i]).collect();
+    let mut targets = pq::decide(&ycols, o.regression);
+    if let text::Targets::Values(_) = targets {
+        for c in &ycols {
+            pq::check_feature(input, c, &file)?;
+        }
+    }
+    if file.rows == 0 {
+        return Err(Error::data(input, "(data)", "has no rows"));
+    }
+    let d = xcols.len();
+    let xnames: Vec<String> = xcols.iter().map(|&i| names[i].clone()).collect();
+    let mut sink = Sink::new(out, d, targets.kind(), o.compress, o.shard, Some(file.rows), xnames)?;
+    let mut reader = pq::Chunked::new(&file, xcols.iter().chain(&y).copied().collect());
+    let (mut chunk, mut progress) = (Chunk::default(), Progress::new());
+    while reader.next(input, CHUNK_ROWS)? {
+        let (m, first) = (reader.rows, reader.first_row);
+        chunk.clear();
+        // Row by row, so the first bad field reported is the first in the file.
+        let mut cols: Vec<_> = (0..d + y.len()).map(|k| reader.fields(k)).collect();
+        for r in 0..m {
+            let row = first + r as u64;
+            for (k, it) in cols.iter_mut().enumerate() {
+                let f = it.next().expect("a field a row");
+                if k < d {
+                    chunk.x.push(pq::feature(f, o.fill, &pq::at(input, row, &names[xcols[k]]))?);
+                } else {
+                    let at = pq::at(input, row, &names[y[k - d]]);
+                    pq::target(&mut targets, f, &at, &mut chunk.classes, &mut chunk.values)?;
+                }
+            }
+        }
+        sink.write(&chunk)?;
+        progress.rows((first as usize) + m, Some(file.rows));
+    }
+    let kind = targets.kind();
+    let classes = targets.classes();
+    let files = sink.finish(&classes)?;
+    Ok(Summary { rows: file.rows, features: d, y: kind, classes, files, template: sink::template(out, o.shard) })
+}
+
+fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
+    let delim = o.delimiter.unwrap_or_else(|| text::delimiter_of(input));
+    let reader = |path: &Path| -> Result<csv::Reader<Box<dyn std::io::Read>>> {
+        Ok(csv::ReaderBuilder::new().delimiter(delim).has_headers(!o.no_header).from_reader(text::open_reader(path)?))
+    };
+    let mut r = reader(input)?;
+    let csv_err = |e: csv::Error| {
+        let line = e.position().map(|p| p.line()).unwrap_or(0);
+        Error::data(input, format!("line {line}"), format!("{e}"))
+    };
+    let mut first = csv::StringRecord::new();
+    let mut sample = Vec::new();
+    // Column names: the header, or 0, 1, … (known from the first record).
+    let names: Vec<String> = if o.no_header {
+        if r.read_record(&mut first).map_err(csv_err)? {
+            sample.push(first.clone());
+        }
+        (0..first.len()).map(|i| i.to_string()).collect()
+    } else {
+        r.headers().map_err(csv_err)?.iter().map(|h| h.trim().to_string()).collect()
+    };
+    let (y, xcols) = columns(&names, o, input)?;
     // Sharding needs the row count first: one pass that only counts records.
     let total = if o.shard > 1 {
         let mut n = 0usize;
@@ -181,10 +233,10 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
             ));
         }
         for &i in &xcols {
-            chunk.x.push(text::number(&rec[i], o.fill, &text::At { path: input, line, column: &names[i] })?);
+            chunk.x.push(text::number(&rec[i], o.fill, &text::At { path: input, place: text::Place::Line(line), column: &names[i] })?);
         }
         for &i in &y {
-            let at = text::At { path: input, line, column: &names[i] };
+            let at = text::At { path: input, place: text::Place::Line(line), column: &names[i] };
             text::target(targets, &rec[i], &at, &mut chunk.classes, &mut chunk.values)?;
         }
         Ok(())

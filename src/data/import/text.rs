@@ -77,30 +77,65 @@ pub fn decide(sample: &[csv::StringRecord], y: &[usize], regression: bool) -> Ta
     }
 }
 
-/// Where a record came from, for errors: the file, its line, the column's name.
+/// Where in its input a field is: a CSV line, or a Parquet row (0-based, pandas' index).
+#[derive(Clone, Copy)]
+pub enum Place {
+    Line(u64),
+    Row(u64),
+}
+
+/// Where a field came from, for errors: the file, its line or row, the column's name.
 pub struct At<'a> {
     pub path: &'a Path,
-    pub line: u64,
+    pub place: Place,
     pub column: &'a str,
 }
 
 impl At<'_> {
     fn err(&self, why: impl std::fmt::Display) -> Error {
-        Error::data(self.path, format!("line {}, column {:?}", self.line, self.column), why.to_string())
+        let place = match self.place {
+            Place::Line(l) => format!("line {l}"),
+            Place::Row(r) => format!("row {r}"),
+        };
+        Error::data(self.path, format!("{place}, column {:?}", self.column), why.to_string())
     }
+}
+
+/// A missing feature: `fill` when given, else an error that says how to fill.
+pub fn missing(v: &str, fill: Option<f32>, at: &At) -> Result<f32> {
+    fill.ok_or_else(|| at.err(format!("missing value {v}; fill such fields with --fill VALUE, or drop the rows")))
+}
+
+/// A feature read as a number, checked finite as float32.
+pub fn finite(x: f32, at: &At) -> Result<f32> {
+    if x.is_finite() {
+        Ok(x)
+    } else {
+        Err(at.err(format!("{x} is not a finite number as float32 (training needs finite numbers)")))
+    }
+}
+
+/// An integer class label, checked in 0..2^31.
+pub fn class_label(c: i64, at: &At) -> Result<i32> {
+    i32::try_from(c)
+        .ok()
+        .filter(|&c| c >= 0)
+        .ok_or_else(|| at.err(format!("class label {c} is not in 0..2^31 (labels are 0, 1, …, classes − 1)")))
+}
+
+/// A missing target, always an error.
+pub fn missing_target(v: &str, at: &At) -> Error {
+    at.err(format!("missing target {v}; every row needs its target (drop the rows without one)"))
 }
 
 /// A feature field as float32; missing is `fill` when given.
 pub fn number(v: &str, fill: Option<f32>, at: &At) -> Result<f32> {
     let t = v.trim();
     if MISSING.contains(&t) {
-        return fill.ok_or_else(|| {
-            at.err(format!("missing value {v:?}; fill such fields with --fill VALUE, or drop the rows"))
-        });
+        return missing(&format!("{v:?}"), fill, at);
     }
     match t.parse::<f32>() {
-        Ok(x) if x.is_finite() => Ok(x),
-        Ok(x) => Err(at.err(format!("{x} is not a finite number (training needs finite numbers)"))),
+        Ok(x) => finite(x, at),
         Err(_) => {
             Err(at.err(format!("{v:?} is not a number (a feature must be numeric; name a label column with --y)")))
         }
@@ -111,17 +146,14 @@ pub fn number(v: &str, fill: Option<f32>, at: &At) -> Result<f32> {
 pub fn target(t: &mut Targets, v: &str, at: &At, classes: &mut Vec<i32>, values: &mut Vec<f32>) -> Result<()> {
     let s = v.trim();
     if MISSING.contains(&s) {
-        return Err(at.err(format!("missing target {v:?}; every row needs its target (drop the rows without one)")));
+        return Err(missing_target(&format!("{v:?}"), at));
     }
     match t {
         Targets::Ints => {
             let c = s.parse::<i64>().map_err(|_| {
                 at.err(format!("{v:?} is not an integer class label like the rows before it (use --regression for numeric targets)"))
             })?;
-            let c = i32::try_from(c).ok().filter(|&c| c >= 0).ok_or_else(|| {
-                at.err(format!("class label {c} is not in 0..2^31 (labels are 0, 1, …, classes − 1)"))
-            })?;
-            classes.push(c);
+            classes.push(class_label(c, at)?);
         }
         Targets::Names(map, names) => {
             let next = names.len() as i32;
