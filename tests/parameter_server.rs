@@ -142,13 +142,48 @@ fn staleness_0_resume_is_bit_exact() {
     }
 }
 
+/// `clipnorm` and `clipvalue` with servers: each server clips the tensors of its buckets. At
+/// staleness 0 that is the step's summed gradient, so 2 workers with 2 servers train to the
+/// weights of a clipped all-reduce on 2 ranks; asynchronously one worker's gradient is its own
+/// step's, so 1 worker (staleness 1) trains to a clipped 1-rank run. The limits clip (the
+/// unclipped run is far off): a server that did not clip, or clipped a worker's share against
+/// the whole limit, would fail. (The W × share weighting is `a_share_is_clipped_as_its_whole_step`.)
+#[test]
+fn clipnorm_and_clipvalue_on_the_servers() {
+    let _g = mpi_lock();
+    let opt = "[optimizer]\nkind = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n[distribution]\nfusion_threshold_mb = 0.0002\n";
+    let clips: [&[&str]; 3] = [
+        &["optimizer.clipnorm=0.05"],
+        &["optimizer.clipvalue=0.01"],
+        &["optimizer.clipnorm=0.05", "optimizer.clipvalue=0.01"],
+    ];
+    for (i, c) in clips.iter().enumerate() {
+        let (plain, _) = train(&format!("ps-clip-plain-{i}"), 2, 2, opt, &[]);
+        let (reference, _) = train(&format!("ps-clip-ar-{i}"), 2, 2, opt, c);
+        assert!(max_diff(&plain, &reference) > 1e-3, "{c:?} must change the weights");
+        let mut sets = vec![PS, "distribution.servers=2"];
+        sets.extend_from_slice(c);
+        let (got, _) = train(&format!("ps-clip-sync-{i}"), 2, 4, opt, &sets);
+        let d = max_diff(&reference, &got);
+        eprintln!("{c:?}: 2 workers, 2 servers, staleness 0: max weight difference from all-reduce {d:e}");
+        assert!(d <= 1e-6, "{c:?}: staleness 0 differs from the clipped all-reduce by {d}");
+    }
+    let c = ["optimizer.clipnorm=0.05", "optimizer.clipvalue=0.01"];
+    let (reference, _) = train("ps-clip-ar1", 1, 1, opt, &c);
+    let (got, log) = train("ps-clip-async", 1, 2, opt, &[PS, "distribution.staleness=1", c[0], c[1]]);
+    assert!(log.contains("at most 1 step(s) ahead"), "{log}");
+    let d = max_diff(&reference, &got);
+    assert!(d <= 1e-6, "1 worker, staleness 1: differs from the clipped 1-rank run by {d}");
+}
+
 #[test]
 fn bad_configurations_are_refused() {
     let _g = mpi_lock();
     let dir = scratch("ps-bad");
     data(&dir, 1);
     job(&dir, &LAYERS, "d-{rank}.h5", None, "");
-    let cases: [(&[&str], &str, &str); 5] = [
+    let cases: [(&[&str], &str, &str); 6] = [
+        (&[PS, "optimizer.global_clipnorm=1"], "optimizer.global_clipnorm", "use optimizer.clipnorm"),
         (&[PS], "distribution.servers", "leaves no worker"),
         (&[PS, "distribution.servers=0"], "distribution.servers", "at least 1"),
         (&[PS, "distribution.staleness=-2"], "distribution.staleness", "-1 (fully asynchronous)"),

@@ -286,19 +286,14 @@ impl Job {
                     .into(),
             );
         }
-        if o.clips() {
-            let field = match (o.global_clipnorm, o.clipnorm) {
-                (Some(_), _) => "optimizer.global_clipnorm",
-                (_, Some(_)) => "optimizer.clipnorm",
-                _ => "optimizer.clipvalue",
-            };
+        if o.global_clipnorm.is_some() {
             return bad(
-                field,
-                format!(
-                    "{field}: gradient clipping is not available with strategy = \"parameter_server\" yet (each \
-                     server applies the optimizer to its own buckets as they arrive); remove it or use strategy = \
-                     \"allreduce\""
-                ),
+                "optimizer.global_clipnorm",
+                "optimizer.global_clipnorm: the global norm spans every server's buckets, and with strategy = \
+                 \"parameter_server\" each bucket is updated and sent back before the worker pushes its next one; \
+                 use optimizer.clipnorm (per tensor) and/or clipvalue, which the servers apply, or strategy = \
+                 \"allreduce\""
+                    .into(),
             );
         }
         if d.compression != Compression::None {

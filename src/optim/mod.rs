@@ -75,7 +75,16 @@ impl<B: Backend> Optimizer<B> {
     /// For a parameter-server worker: keeps no state; `apply` sets the parameters to the
     /// "gradients", which are the parameters pulled from the servers.
     pub fn assign(be: &B, cfg: &OptimizerCfg, tensors: Vec<TensorInfo>, n_params: usize) -> Result<Self> {
-        let cfg = OptimizerCfg { kind: OptimizerKind::Sgd, momentum: 0.0, nesterov: false, ..cfg.clone() };
+        // The servers clip; what the worker assigns is parameters, never clipped.
+        let cfg = OptimizerCfg {
+            kind: OptimizerKind::Sgd,
+            momentum: 0.0,
+            nesterov: false,
+            global_clipnorm: None,
+            clipnorm: None,
+            clipvalue: None,
+            ..cfg.clone()
+        };
         Ok(Optimizer { assign: true, ..Optimizer::new(be, &cfg, tensors, n_params, 1)? })
     }
 

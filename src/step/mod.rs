@@ -15,6 +15,7 @@
 //! Must not: call MPI (the engine and the tensor group do) or decide when to stop.
 
 mod clip;
+pub use clip::clip_factors;
 mod pipeline;
 
 use crate::data::loader::Batch;

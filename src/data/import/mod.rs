@@ -233,7 +233,11 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
             ));
         }
         for &i in &xcols {
-            chunk.x.push(text::number(&rec[i], o.fill, &text::At { path: input, place: text::Place::Line(line), column: &names[i] })?);
+            chunk.x.push(text::number(
+                &rec[i],
+                o.fill,
+                &text::At { path: input, place: text::Place::Line(line), column: &names[i] },
+            )?);
         }
         for &i in &y {
             let at = text::At { path: input, place: text::Place::Line(line), column: &names[i] };

@@ -26,7 +26,9 @@ use std::path::Path;
 pub enum Kind {
     Bool,
     /// Integers; `unsigned` reads the stored bits as u32/u64 (UINT_32, UINT_64).
-    Int { unsigned: bool },
+    Int {
+        unsigned: bool,
+    },
     Float,
     /// IEEE half floats in 2-byte fixed-length arrays.
     Half,
@@ -84,14 +86,19 @@ fn pandas_index(kv: Option<&Vec<parquet::file::metadata::KeyValue>>) -> Vec<Stri
         return Vec::new();
     };
     let Ok(j) = serde_json::from_str::<serde_json::Value>(v) else { return Vec::new() };
-    j["index_columns"].as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default()
+    j["index_columns"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+        .unwrap_or_default()
 }
 
 fn kind_of(c: &ColumnDescPtr) -> Kind {
     let logical = c.logical_type_ref();
     let refused = matches!(
         logical,
-        Some(LogicalType::Decimal { .. } | LogicalType::Date | LogicalType::Time { .. } | LogicalType::Timestamp { .. })
+        Some(
+            LogicalType::Decimal { .. } | LogicalType::Date | LogicalType::Time { .. } | LogicalType::Timestamp { .. }
+        )
     ) || matches!(
         c.converted_type(),
         ConvertedType::DECIMAL
@@ -232,7 +239,10 @@ impl<'a> Chunked<'a> {
                 return Err(Error::data(
                     path,
                     format!("column {:?}", c.name),
-                    format!("holds {got} rows from row {} where its row group says {m}: the file is corrupt", self.first_row),
+                    format!(
+                        "holds {got} rows from row {} where its row group says {m}: the file is corrupt",
+                        self.first_row
+                    ),
                 ));
             }
         }
@@ -336,7 +346,11 @@ pub fn target(t: &mut Targets, f: Field, at: &At, classes: &mut Vec<i32>, values
                 Field::Text(b) => format!("{:?}", String::from_utf8_lossy(b)),
                 Field::Null => unreachable!(),
             };
-            return Err(Error::data(at.path, format!("column {:?}", at.column), format!("{v} does not fit the column's type")));
+            return Err(Error::data(
+                at.path,
+                format!("column {:?}", at.column),
+                format!("{v} does not fit the column's type"),
+            ));
         }
     }
     Ok(())

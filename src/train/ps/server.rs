@@ -13,10 +13,18 @@
 //! t + 1 more than K steps ahead of the slowest. An all-zero gradient (a worker that ran out
 //! of rows in the epoch) is not applied asynchronously: it would still move momentum.
 //!
+//! Clipping (`optimizer.clipnorm`, `clipvalue`; Keras' order: norm, then value) happens here,
+//! on what is applied: buckets hold whole tensors, so each tensor's norm is the server's to
+//! take. Synchronously that is the summed gradient, the step's mean, as the all-reduce clips
+//! it. Asynchronously each worker's gradient is clipped as its own step's (W times its share
+//! of the mean, then scaled back), as TensorFlow's ParameterServerStrategy workers clip what
+//! they apply. `global_clipnorm` is refused at start-up: its norm spans every server's buckets,
+//! and a bucket's update is sent back before the worker pushes its next one.
+//!
 //! Must not: read data or compute gradients.
 
 use crate::config::OptimizerCfg;
-use crate::device::Cpu;
+use crate::device::{Backend, Cpu};
 use crate::error::{Error, Result};
 use crate::fault::Fault;
 use crate::model::TensorInfo;
@@ -198,7 +206,6 @@ impl Server {
             )));
         }
         let stale = (step - 1).saturating_sub(slot.pulled_clock[w]);
-        let all: Vec<usize> = (0..slot.opt_tensors()).collect();
         if self.roles.staleness == 0 {
             slot.pending[w] = Some(grads.to_vec());
             slot.applied[w] = step;
@@ -215,9 +222,7 @@ impl Server {
             for (x, &lag) in slot.pulled_clock.iter().zip(&slot.pulled_version) {
                 self.stats.record((step - 1).saturating_sub(*x), slot.version - lag);
             }
-            slot.opt.begin_step();
-            slot.opt.apply(&Cpu, &mut slot.params, &sum, 0, 1.0, &all)?;
-            slot.version += 1;
+            slot.apply(sum, 1.0)?;
             for worker in 0..self.roles.workers {
                 self.reply(worker, s);
             }
@@ -225,9 +230,7 @@ impl Server {
         }
         if grads.iter().any(|&g| g != 0.0) {
             self.stats.record(stale, slot.version - slot.pulled_version[w]);
-            slot.opt.begin_step();
-            slot.opt.apply(&Cpu, &mut slot.params, &grads.to_vec(), 0, 1.0, &all)?;
-            slot.version += 1;
+            slot.apply(grads.to_vec(), self.roles.workers as f64)?;
         }
         slot.applied[w] = step;
         self.deferred.push((w, s, step));
@@ -260,7 +263,77 @@ impl Server {
 }
 
 impl Slot {
-    fn opt_tensors(&self) -> usize {
-        self.opt.tensor_count()
+    /// One update of the bucket from `grads`, clipped as a gradient `weight` times as large
+    /// (1: the step's mean; W: one worker's share of it).
+    fn apply(&mut self, mut grads: Vec<f32>, weight: f64) -> Result<()> {
+        self.opt.begin_step();
+        let n = self.opt.tensor_count();
+        let cfg = self.opt.cfg();
+        let factors = if cfg.clips() {
+            let ranges: Vec<Range<usize>> = (0..n).map(|t| self.opt.range(t)).collect();
+            clip(&mut grads, &ranges, cfg.clipnorm, cfg.clipvalue, weight)?
+        } else {
+            vec![1.0; n]
+        };
+        for (t, f) in factors.into_iter().enumerate() {
+            self.opt.apply(&Cpu, &mut self.params, &grads, 0, f, &[t])?;
+        }
+        self.version += 1;
+        Ok(())
+    }
+}
+
+/// Clip a bucket's gradient `g` (tensors at `ranges`) as a gradient `weight` × g would be:
+/// each tensor's norm to `clipnorm` (the factor returned, for the optimizer's gradient
+/// scale), then each value to `clipvalue` (done in `g`, divided by the factor, as the
+/// all-reduce path's `Stepper::apply_clipped`).
+fn clip(
+    g: &mut Vec<f32>,
+    ranges: &[Range<usize>],
+    clipnorm: Option<f64>,
+    clipvalue: Option<f64>,
+    weight: f64,
+) -> Result<Vec<f32>> {
+    let mut sq = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        sq.push(Cpu.sum_squares(g, r.clone())? * weight * weight);
+    }
+    let total = sq.iter().sum();
+    let (factors, _, _) = crate::step::clip_factors(&sq, total, None, clipnorm);
+    if let Some(v) = clipvalue {
+        let parts: Vec<(Range<usize>, f32)> =
+            ranges.iter().zip(&factors).map(|(r, &f)| (r.clone(), (v / (weight * f64::from(f))) as f32)).collect();
+        Cpu.clamp(g, &parts)?;
+    }
+    Ok(factors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clip;
+
+    #[test]
+    fn a_share_is_clipped_as_its_whole_step() {
+        // Two tensors; a worker's share g of 2 workers: its own step's gradient is 2g.
+        let g = vec![3.0f32, 4.0, 0.5, -0.25];
+        let r = [0..2, 2..4];
+        // Norms of 2g: 10 and ~1.12; the first shrinks to 5, the second stays.
+        let mut a = g.clone();
+        let f = clip(&mut a, &r, Some(5.0), None, 2.0).unwrap();
+        assert!((f[0] - 0.5).abs() < 1e-7 && f[1] == 1.0, "{f:?}");
+        assert_eq!(a, g);
+        // As the step's mean (weight 1) the first norm is 5: no clipping.
+        let f = clip(&mut a, &r, Some(5.0), None, 1.0).unwrap();
+        assert_eq!(f, vec![1.0, 1.0]);
+        // By value: 2g's values to ±1, i.e. g's to ±0.5 (after the norm's factor).
+        let mut b = g.clone();
+        let f = clip(&mut b, &r, None, Some(1.0), 2.0).unwrap();
+        assert_eq!(f, vec![1.0, 1.0]);
+        assert_eq!(b, vec![0.5, 0.5, 0.5, -0.25]);
+        // Norm then value: the first tensor's factor 0.5 makes its value limit 1 / (2 × 0.5).
+        let mut c = g.clone();
+        let f = clip(&mut c, &r, Some(5.0), Some(1.0), 2.0).unwrap();
+        assert_eq!(f[0], 0.5);
+        assert_eq!(c, vec![1.0, 1.0, 0.5, -0.25]);
     }
 }
