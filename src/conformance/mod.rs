@@ -201,6 +201,22 @@ fn memory<B: Backend>(be: &B) {
         .collect();
     assert_eq!(host(be, &c, 19), want, "clamp");
     assert_eq!(n, (0..19).filter(|&i| h[i] != want[i]).count(), "clamped count");
+    // Longer than a GPU's partial sums cover in one pass (each set several elements), a NaN kept.
+    let mut big = random(100_003, 13);
+    big[77_777] = f32::NAN;
+    let want: f64 = big[1..77_777].iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+    let mut d = be.upload(&big).unwrap();
+    let got = be.sum_squares(&d, 1..77_777).unwrap();
+    assert!((got - want).abs() <= 1e-12 * want.max(1.0), "sum of squares of 77,776: {got} vs {want}");
+    let n = be.clamp(&mut d, &[(5..100_003, 0.3)]).unwrap();
+    let back = host(be, &d, 100_003);
+    let mut changed = 0;
+    for i in 0..100_003 {
+        let w = if i >= 5 && big[i].abs() > 0.3 { 0.3f32.copysign(big[i]) } else { big[i] };
+        changed += usize::from(w.to_bits() != big[i].to_bits());
+        assert!(back[i].to_bits() == w.to_bits() || (i == 77_777 && back[i].is_nan()), "clamp [{i}]");
+    }
+    assert_eq!(n, changed, "clamped count of 100,003");
     be.fill_zero(be.view_mut(&mut d, 0..10)).unwrap();
     assert!(host(be, &d, 25)[..10].iter().all(|&v| v == 0.0));
     assert!(!be.name().is_empty());

@@ -221,8 +221,9 @@ pub trait Backend: Send {
     /// Copy `buf[range]` to `host` (`host.len() == range.len()`).
     fn download(&self, buf: &Self::Buf, range: Range<usize>, host: &mut [f32]) -> Result<()>;
     fn len(&self, buf: &Self::Buf) -> usize;
-    /// The sum of the squares of `buf[r]`, added in float64 in index order (gradient
-    /// clipping's norms). By default through host memory; the CPU reads the buffer in place.
+    /// The sum of the squares of `buf[r]`, added in float64 (gradient clipping's norms; in
+    /// index order here and on the CPU, in partial sums on a GPU: equal within float64
+    /// rounding). By default through host memory; the CPU reads the buffer in place.
     fn sum_squares(&self, buf: &Self::Buf, r: Range<usize>) -> Result<f64> {
         let mut h = vec![0.0; r.len()];
         self.download(buf, r, &mut h)?;

@@ -262,6 +262,12 @@ impl Backend for Cuda {
     fn len(&self, buf: &DevBuf) -> usize {
         buf.len
     }
+    fn sum_squares(&self, buf: &DevBuf, r: Range<usize>) -> Result<f64> {
+        self.launch_sum_squares(buf, r)
+    }
+    fn clamp(&self, buf: &mut DevBuf, parts: &[(Range<usize>, f32)]) -> Result<usize> {
+        self.launch_clamp(buf, parts)
+    }
     fn fill_zero(&self, v: DViewMut<'_>) -> Result<()> {
         let n = v.len;
         self.launch_fill(&mut v.cu(), n, 0.0)

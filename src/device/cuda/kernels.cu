@@ -300,3 +300,35 @@ extern "C" __global__ void hv_pack_bf16(const float* x, unsigned short* out, lon
 extern "C" __global__ void hv_unpack_bf16(const unsigned short* in, float* out, long long n) {
     HV_GRID_STRIDE(i, n) { out[i] = hv_bf16_to_f32(in[i]); }
 }
+
+// Gradient clipping. Both split v[0, n) into `parts` interleaved sets: set p holds v[p],
+// v[p + parts], v[p + 2·parts], … (consecutive threads read consecutive elements), and write
+// one result per set, which the host adds (no block reduction: see the top of this file).
+
+// partial[p] = Σ v[i]² over set p, in float64 (the CPU backend's sum, in another order).
+extern "C" __global__ void hv_sum_squares(const float* v, long long n, double* partial, int parts) {
+    HV_GRID_STRIDE(p, parts) {
+        double s = 0.0;
+        for (long long i = p; i < n; i += parts) {
+            const double x = (double)v[i];
+            s += x * x;
+        }
+        partial[p] = s;
+    }
+}
+
+// v[i] clamped to [-bound, bound] (NaN stays NaN), as cpu.rs's clamp_host; changed[p]
+// counts set p's clamped elements.
+extern "C" __global__ void hv_clamp(float* v, long long n, float bound, int* changed, int parts) {
+    HV_GRID_STRIDE(p, parts) {
+        int k = 0;
+        for (long long i = p; i < n; i += parts) {
+            const float x = v[i];
+            if (fabsf(x) > bound) {
+                v[i] = copysignf(bound, x);
+                k += 1;
+            }
+        }
+        changed[p] = k;
+    }
+}

@@ -34,7 +34,16 @@ pub const KERNELS: &[&str] = &[
     "hv_unpack_f16",
     "hv_pack_bf16",
     "hv_unpack_bf16",
+    "hv_sum_squares",
+    "hv_clamp",
 ];
+
+/// The sets a clipping kernel splits `n` elements into (one partial result each, added on
+/// the host): enough threads to keep the GPU's memory busy, few enough that reading the
+/// partials back is cheap (at most 256 KiB of float64).
+pub fn reduce_parts(n: usize) -> usize {
+    n.clamp(1, 32_768)
+}
 
 /// The kernel source, compiled by NVRTC at run time.
 pub const SOURCE: &str = include_str!("kernels.cu");

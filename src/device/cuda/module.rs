@@ -24,6 +24,8 @@ pub struct Kernels {
     pub unpack_f16: CudaFunction,
     pub pack_bf16: CudaFunction,
     pub unpack_bf16: CudaFunction,
+    pub sum_squares: CudaFunction,
+    pub clamp: CudaFunction,
 }
 
 /// PTX for `compute_XY` (NVRTC, `nvrtc.rs`), compiled once per process.
@@ -68,6 +70,8 @@ impl Kernels {
             unpack_f16: f("hv_unpack_f16")?,
             pack_bf16: f("hv_pack_bf16")?,
             unpack_bf16: f("hv_unpack_bf16")?,
+            sum_squares: f("hv_sum_squares")?,
+            clamp: f("hv_clamp")?,
         })
     }
 }

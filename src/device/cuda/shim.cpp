@@ -99,4 +99,11 @@ void hvshim_hv_unpack_bf16(u32 g, u32 b, const u16* in, float* out, i64 n) {
     launch(g, b, hv_unpack_bf16, in, out, n);
 }
 
+void hvshim_hv_sum_squares(u32 g, u32 b, const float* v, i64 n, double* partial, int parts) {
+    launch(g, b, hv_sum_squares, v, n, partial, parts);
+}
+void hvshim_hv_clamp(u32 g, u32 b, float* v, i64 n, float bound, int* changed, int parts) {
+    launch(g, b, hv_clamp, v, n, bound, changed, parts);
+}
+
 }  // extern "C"
