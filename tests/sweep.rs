@@ -334,3 +334,31 @@ fn a_loss_that_diverges_on_one_rank_of_a_group_fails_the_trial_on_both() {
         assert!(why.contains("the loss became") && why.contains("at step 1"), "{r}");
     }
 }
+
+/// A failure that one rank of a group meets alone (an error injected on rank 1 at step 3: not a
+/// loss, which the step's boundary agrees on) leaves the other rank inside the trial's
+/// collectives. The failing rank has the trial recorded as failed and ends the job, non-zero,
+/// once its group has not ended the trial with it for 30 s (not at the stall detector's 600 s);
+/// `--resume auto` without the fault keeps that trial failed and runs the other.
+#[test]
+fn a_failure_on_one_rank_of_a_group_ends_the_sweep_with_the_trial_recorded() {
+    let _g = mpi_lock();
+    let dir = setup(
+        "sweep_fail_alone",
+        2,
+        "[sweep]\nranks_per_trial = 2\nscheduler = \"none\"\nsampler = \"grid\"\n[sweep.space]\n\"optimizer.lr\" = [0.001, 0.002]\n",
+    );
+    let run = mpirun_env(2, &[("HVTRAIN_INJECT_FAULT", "1:3:error")], &["sweep", "job.toml"], &dir, 150);
+    assert!(!run.ok(), "{}", run.all());
+    assert!(run.elapsed < Duration::from_secs(100), "took {:?}\n{}", run.elapsed, run.all());
+    assert!(run.all().contains("trial 0 failed on this rank alone"), "{}", run.all());
+    let recs = records(&dir.join("out"));
+    assert_eq!(recs[0]["status"], "failed", "{recs:?}");
+    assert!(recs[0]["reason"].as_str().unwrap().contains("injected fault"), "{recs:?}");
+    assert!(recs.iter().skip(1).all(|r| r["status"] != "completed"), "{recs:?}");
+
+    let run = mpirun(2, &["sweep", "job.toml", "--resume", "auto"], &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    let recs = records(&dir.join("out"));
+    assert_eq!((recs[0]["status"].as_str(), recs[1]["status"].as_str()), (Some("failed"), Some("completed")), "{recs:?}");
+}

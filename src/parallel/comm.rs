@@ -572,6 +572,24 @@ impl Vote {
         }
         self.buf[1] != 0
     }
+
+    /// `wait`, for at most `limit`: None when some rank has not started the vote by then.
+    pub fn wait_for(&mut self, limit: std::time::Duration) -> Option<bool> {
+        let t = std::time::Instant::now();
+        while !self.done {
+            let mut flag: std::ffi::c_int = 0;
+            // SAFETY: as in `wait`.
+            unsafe { ffi::MPI_Test(&mut self.req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            self.done = flag != 0;
+            if !self.done {
+                if t.elapsed() >= limit {
+                    return None;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+        Some(self.buf[1] != 0)
+    }
 }
 
 impl Drop for Vote {

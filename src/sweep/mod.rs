@@ -13,7 +13,10 @@
 //!
 //! A trial that fails (diverges, a value its size cannot take, out of memory) is recorded as
 //! failed with the reason and the sweep goes on; an MPI or file error ends the job, as in
-//! `train`. A signal stops every running trial with its stop checkpoint; the sweep's records
+//! `train`. In a group of several ranks the trial's end is agreed (a vote over the group): a
+//! failure that one rank met alone leaves the others inside the trial's collectives, so after
+//! `ALONE_AFTER` that rank has the scheduler record the trial as failed and ends the job
+//! (non-zero; `--resume auto` goes on without that trial) rather than leave them hanging. A signal stops every running trial with its stop checkpoint; the sweep's records
 //! (`sweep.jsonl`) keep them running, and `--resume auto` continues them first.
 //!
 //! Must not: call MPI itself (`Comm` and `Link` do) or hold the scheduling rule
@@ -46,7 +49,16 @@ const TAG_GROUP: i32 = 3;
 struct Request {
     group: usize,
     report: Option<Report>,
+    /// The trial failed on the sending rank alone: its group cannot go on, and the job ends
+    /// once the scheduler has recorded the failure (it answers `Next::Done`).
+    #[serde(default)]
+    alone: bool,
 }
+
+/// How long a rank whose trial failed waits for the rest of its group to end the trial too
+/// (they do at once when the failure was agreed, as a non-finite loss is at the step's
+/// boundary); past it, they are inside the trial's collectives and cannot leave them.
+const ALONE_AFTER: Duration = Duration::from_secs(30);
 
 /// What every rank knows of the sweep.
 struct Sweep<'a> {
@@ -296,6 +308,11 @@ fn serve(link: Link, mut sc: Scheduler, groups: usize, rpt: usize, dir: &Path, m
                 );
                 save(&sc);
             }
+            if req.alone {
+                // The job ends: answer once the record is written; this group gets no more work.
+                link.send(m.from, TAG_NEXT, &encode(&Next::Done));
+                continue;
+            }
             idle.push_back(m.from);
         }
         stopping |= crate::signals::stop_requested();
@@ -332,10 +349,12 @@ fn serve(link: Link, mut sc: Scheduler, groups: usize, rpt: usize, dir: &Path, m
 /// sweep stopped for a signal.
 fn run_group(s: &Sweep, group: &Comm, link: Link, g: usize, leader: usize) -> Result<bool> {
     let mut report: Option<Report> = None;
+    // The trial's end, agreed over the group (collective: every rank of the group is here).
+    let agree = (group.size > 1).then(|| group.channel());
     let mut stopped = false;
     loop {
         let next: Next = if group.rank == 0 {
-            let req = Request { group: g, report: report.take() };
+            let req = Request { group: g, report: report.take(), alone: false };
             link.send(0, TAG_REPORT, &encode(&req));
             let next: Next = decode(&link.receive_slowly(0, TAG_NEXT));
             let words = encode(&next);
@@ -347,11 +366,42 @@ fn run_group(s: &Sweep, group: &Comm, link: Link, g: usize, leader: usize) -> Re
             decode(&link.receive_slowly(leader, TAG_GROUP))
         };
         let Next::Run { trial, target, .. } = next else { break };
-        let r = run_trial(s, group, trial, target)?;
+        let mut r = run_trial(s, group, trial, target)?;
+        if let Some(ch) = &agree {
+            let failed = matches!(r.ended, Ended::Failed(_));
+            let mut vote = ch.ivote(failed);
+            let any = if failed {
+                match vote.wait_for(ALONE_AFTER) {
+                    Some(any) => any,
+                    None => fail_alone(&link, g, r),
+                }
+            } else {
+                vote.wait()
+            };
+            if any && !failed {
+                r.ended = Ended::Failed("failed on another rank of its group (that rank's log says why)".into());
+            }
+        }
         stopped |= matches!(r.ended, Ended::Interrupted);
         report = Some(r);
     }
     Ok(stopped || crate::signals::stop_requested())
+}
+
+/// The trial failed on this rank alone (its group's other ranks did not end it within
+/// `ALONE_AFTER`): have the scheduler record it as failed, then end the job.
+fn fail_alone(link: &Link, g: usize, r: Report) -> ! {
+    let (i, why) = (r.trial, if let Ended::Failed(w) = &r.ended { w.clone() } else { String::new() });
+    log::error!(
+        "sweep: trial {i} failed on this rank alone ({why}); the other ranks of group {g} are inside the trial's \
+         collectives and cannot leave them, so the sweep ends here. The trial is recorded as failed: rerun with \
+         --resume auto to go on with the others"
+    );
+    link.send(0, TAG_REPORT, &encode(&Request { group: g, report: Some(r), alone: true }));
+    // The scheduler's answer says the record is written (or give up after a while).
+    let _ = link.receive_any_within(TAG_NEXT, Duration::from_secs(20));
+    crate::parallel::comm::abort_world(1);
+    std::process::exit(1)
 }
 
 /// Train trial `i` to epoch `target` on the group (from its checkpoint when it has one).
