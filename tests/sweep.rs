@@ -360,5 +360,9 @@ fn a_failure_on_one_rank_of_a_group_ends_the_sweep_with_the_trial_recorded() {
     let run = mpirun(2, &["sweep", "job.toml", "--resume", "auto"], &dir, 120);
     assert!(run.ok(), "{}", run.all());
     let recs = records(&dir.join("out"));
-    assert_eq!((recs[0]["status"].as_str(), recs[1]["status"].as_str()), (Some("failed"), Some("completed")), "{recs:?}");
+    assert_eq!(
+        (recs[0]["status"].as_str(), recs[1]["status"].as_str()),
+        (Some("failed"), Some("completed")),
+        "{recs:?}"
+    );
 }
