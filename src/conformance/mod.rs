@@ -175,6 +175,52 @@ fn optimizers<B: Backend>(be: &B) {
         be.adam(pv, be.view(&gd, 0..n), mv, vv, &h).unwrap();
         close(&host(be, &pd, n), &wp, 1e-5, &format!("adam decoupled={decoupled}"));
     }
+    fused(be, &p0, &g, &m0, &v0);
+}
+
+/// The fused update of consecutive tensors (`sgd_segments`, `adam_segments`: one launch on a
+/// GPU) against float64, the weight decay only on the segments that take it.
+fn fused<B: Backend>(be: &B, p0: &[f32], g: &[f32], m0: &[f32], v0: &[f32]) {
+    use crate::device::Segment;
+    let n = p0.len();
+    let segs = [(0..7, true), (7..9, false), (9..n, true)].map(|(range, decayed)| Segment { range, decayed });
+    let wd_at = |i: usize| if i < 7 || i >= 9 { 0.01 } else { 0.0 };
+    let h = SgdHyper { lr: 0.1, grad_scale: 0.5, weight_decay: 0.01, momentum: 0.9, nesterov: false };
+    let (mut wp, mut wm) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let gi = g[i] as f64 * 0.5 + wd_at(i) * p0[i] as f64;
+        let m = 0.9 * m0[i] as f64 + gi;
+        wp.push(p0[i] as f64 - 0.1 * m);
+        wm.push(m);
+    }
+    let (mut pd, gd, mut md) = (be.upload(p0).unwrap(), be.upload(g).unwrap(), be.upload(m0).unwrap());
+    be.sgd_segments(&mut pd, &gd, 0, Some(&mut md), &segs, &h).unwrap();
+    close(&host(be, &pd, n), &wp, 1e-6, "fused sgd over 3 tensors");
+    close(&host(be, &md, n), &wm, 1e-6, "fused sgd momentum");
+    let (lr, b1, b2, eps, t) = (0.01f64, 0.9f64, 0.999f64, 1e-7f64, 2);
+    let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+    let h = AdamHyper {
+        lr: lr as f32,
+        grad_scale: 0.25,
+        b1: b1 as f32,
+        b2: b2 as f32,
+        eps: eps as f32,
+        bc1: bc1 as f32,
+        bc2_sqrt: bc2.sqrt() as f32,
+        l2: 0.0,
+        decay: (lr * 0.01) as f32,
+    };
+    let mut wp = Vec::new();
+    for i in 0..n {
+        let (p, gi) = (p0[i] as f64, g[i] as f64 * 0.25);
+        let m = b1 * m0[i] as f64 + (1.0 - b1) * gi;
+        let v = b2 * v0[i] as f64 + (1.0 - b2) * gi * gi;
+        wp.push(p - lr * (m / bc1) / ((v / bc2).sqrt() + eps) - lr * wd_at(i) * p);
+    }
+    let (mut pd, gd) = (be.upload(p0).unwrap(), be.upload(g).unwrap());
+    let (mut md, mut vd) = (be.upload(m0).unwrap(), be.upload(v0).unwrap());
+    be.adam_segments(&mut pd, &gd, 0, &mut md, &mut vd, &segs, &h).unwrap();
+    close(&host(be, &pd, n), &wp, 1e-5, "fused adamw over 3 tensors");
 }
 
 fn memory<B: Backend>(be: &B) {
@@ -272,7 +318,7 @@ pub fn suite<B: Backend>(be: &B, step_tol: f64) -> Vec<(&'static str, std::resul
         ("element-wise (bias + activation, activation backward, column sums)", Box::new(|| elementwise(be))),
         ("losses (softmax cross-entropy, MSE, MAE, Huber, binary cross-entropy, softmax)", Box::new(|| losses(be))),
         ("dropout (the mask, its rate, column blocks)", Box::new(|| dropout(be))),
-        ("optimizers (SGD, momentum, Nesterov, Adam, AdamW)", Box::new(|| optimizers(be))),
+        ("optimizers (SGD, momentum, Nesterov, Adam, AdamW; fused over tensors)", Box::new(|| optimizers(be))),
         ("fp16/bf16 packing (bit-exact)", Box::new(|| half(be))),
         ("model (gradient checks, one step against the CPU)", Box::new(|| model(be, step_tol))),
     ];
@@ -425,7 +471,7 @@ mod tests {
             failed,
             [
                 "element-wise (bias + activation, activation backward, column sums)",
-                "optimizers (SGD, momentum, Nesterov, Adam, AdamW)",
+                "optimizers (SGD, momentum, Nesterov, Adam, AdamW; fused over tensors)",
                 "model (gradient checks, one step against the CPU)"
             ],
             "{r:?}"

@@ -161,6 +161,14 @@ pub struct SgdHyper {
     pub nesterov: bool,
 }
 
+/// One tensor of a fused optimizer update: its range of the parameter arena, and whether it
+/// takes the weight decay (weights do, biases not).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub range: Range<usize>,
+    pub decayed: bool,
+}
+
 /// One Adam/AdamW update's hyperparameters, bias corrections included.
 #[derive(Clone, Copy, Debug)]
 pub struct AdamHyper {
@@ -351,4 +359,74 @@ pub trait Backend: Send {
         v: Self::ViewMut<'_>,
         h: &AdamHyper,
     ) -> Result<()>;
+    /// `sgd` on several consecutive tensors (`segs`, arena ranges; the gradients at their range
+    /// less `goff`), each with `h.weight_decay` only where `decayed`: the same bits as one `sgd`
+    /// per tensor, which is what this default does; a GPU runs them as one launch.
+    fn sgd_segments(
+        &self,
+        params: &mut Self::Buf,
+        grads: &Self::Buf,
+        goff: usize,
+        m: Option<&mut Self::Buf>,
+        segs: &[Segment],
+        h: &SgdHyper,
+    ) -> Result<()> {
+        sgd_each(self, params, grads, goff, m, segs, h)
+    }
+    /// `adam` likewise (`h.l2` and `h.decay` only where `decayed`).
+    #[allow(clippy::too_many_arguments)]
+    fn adam_segments(
+        &self,
+        params: &mut Self::Buf,
+        grads: &Self::Buf,
+        goff: usize,
+        m: &mut Self::Buf,
+        v: &mut Self::Buf,
+        segs: &[Segment],
+        h: &AdamHyper,
+    ) -> Result<()> {
+        adam_each(self, params, grads, goff, m, v, segs, h)
+    }
+}
+
+/// `Backend::sgd_segments` as one `sgd` per segment (the default, and a GPU's fallback).
+pub fn sgd_each<B: Backend + ?Sized>(
+    be: &B,
+    params: &mut B::Buf,
+    grads: &B::Buf,
+    goff: usize,
+    mut m: Option<&mut B::Buf>,
+    segs: &[Segment],
+    h: &SgdHyper,
+) -> Result<()> {
+    for s in segs {
+        let r = s.range.clone();
+        let hs = SgdHyper { weight_decay: if s.decayed { h.weight_decay } else { 0.0 }, ..*h };
+        let g = be.view(grads, r.start - goff..r.end - goff);
+        let mv = m.as_deref_mut().map(|m| be.view_mut(m, r.clone()));
+        be.sgd(be.view_mut(params, r), g, mv, &hs)?;
+    }
+    Ok(())
+}
+
+/// `Backend::adam_segments` as one `adam` per segment (the default, and a GPU's fallback).
+#[allow(clippy::too_many_arguments)]
+pub fn adam_each<B: Backend + ?Sized>(
+    be: &B,
+    params: &mut B::Buf,
+    grads: &B::Buf,
+    goff: usize,
+    m: &mut B::Buf,
+    v: &mut B::Buf,
+    segs: &[Segment],
+    h: &AdamHyper,
+) -> Result<()> {
+    for s in segs {
+        let r = s.range.clone();
+        let hs =
+            AdamHyper { l2: if s.decayed { h.l2 } else { 0.0 }, decay: if s.decayed { h.decay } else { 0.0 }, ..*h };
+        let g = be.view(grads, r.start - goff..r.end - goff);
+        be.adam(be.view_mut(params, r.clone()), g, be.view_mut(m, r.clone()), be.view_mut(v, r), &hs)?;
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@
 //! Must not: touch gradients before their bucket has come back reduced.
 
 use crate::config::{OptimizerCfg, OptimizerKind};
-use crate::device::{AdamHyper, Backend, SgdHyper};
+use crate::device::{AdamHyper, Backend, Segment, SgdHyper};
 use crate::error::Result;
 use crate::model::TensorInfo;
 
@@ -168,6 +168,31 @@ impl<B: Backend> Optimizer<B> {
     ) -> Result<()> {
         let lr = self.lr_now;
         let c = &self.cfg;
+        // SGD and Adam(W) over several tensors (a bucket's): one fused update (one launch on a
+        // GPU), the same bits as tensor by tensor.
+        if !self.assign
+            && which.len() > 1
+            && matches!(c.kind, OptimizerKind::Sgd | OptimizerKind::Adam | OptimizerKind::Adamw)
+        {
+            let segs: Vec<Segment> = which
+                .iter()
+                .map(|&ti| Segment { range: self.tensors[ti].range.clone(), decayed: self.tensors[ti].is_weight })
+                .collect();
+            let wd = c.weight_decay as f32;
+            if c.kind == OptimizerKind::Sgd {
+                let h =
+                    SgdHyper { lr, grad_scale, weight_decay: wd, momentum: c.momentum as f32, nesterov: c.nesterov };
+                return be.sgd_segments(params, grads, offset, self.m.as_mut(), &segs, &h);
+            }
+            let decoupled = c.kind == OptimizerKind::Adamw;
+            let h = AdamHyper {
+                l2: if decoupled { 0.0 } else { wd },
+                decay: if decoupled { lr * wd } else { 0.0 },
+                ..self.adam_hyper(lr, grad_scale)
+            };
+            let (m, v) = (self.m.as_mut().expect("adam keeps m"), self.v.as_mut().expect("adam keeps v"));
+            return be.adam_segments(params, grads, offset, m, v, &segs, &h);
+        }
         for &ti in which {
             let t = &self.tensors[ti];
             let r = t.range.clone();

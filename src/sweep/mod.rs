@@ -506,6 +506,7 @@ fn messages_round_trip() {
             curve: vec![(1, Some(0.5)), (2, None)],
             seconds: 1.5,
         }),
+        alone: true,
     };
     let back: Request = decode(&encode(&r));
     assert_eq!(serde_json::to_string(&back).unwrap(), serde_json::to_string(&r).unwrap());

@@ -16,7 +16,7 @@ use super::gemm_map::{cublas_args, Op};
 use super::launch::{act_code, config_1d};
 use super::module::Kernels;
 use crate::config::{Activation, Precision};
-use crate::device::backend::{AdamHyper, Backend, Gemm, Mask, Pointwise, SgdHyper, Trans};
+use crate::device::backend::{AdamHyper, Backend, Gemm, Mask, Pointwise, Segment, SgdHyper, Trans};
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys as blas_sys, CudaBlas, Gemm as _, GemmConfig};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaViewMut, DriverError, PushKernelArg};
@@ -548,5 +548,36 @@ impl Backend for Cuda {
         // SAFETY: hv_adam(float*, const float*, float*, float*, long long, float × 9).
         unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_adam"))?;
         Ok(())
+    }
+
+    fn sgd_segments(
+        &self,
+        params: &mut DevBuf,
+        grads: &DevBuf,
+        goff: usize,
+        mut m: Option<&mut DevBuf>,
+        segs: &[Segment],
+        h: &SgdHyper,
+    ) -> Result<()> {
+        if let Some(r) = self.sgd_fused(params, grads, goff, m.as_deref_mut(), segs, h) {
+            return r;
+        }
+        crate::device::backend::sgd_each(self, params, grads, goff, m, segs, h)
+    }
+
+    fn adam_segments(
+        &self,
+        params: &mut DevBuf,
+        grads: &DevBuf,
+        goff: usize,
+        m: &mut DevBuf,
+        v: &mut DevBuf,
+        segs: &[Segment],
+        h: &AdamHyper,
+    ) -> Result<()> {
+        if let Some(r) = self.adam_fused(params, grads, goff, m, v, segs, h) {
+            return r;
+        }
+        crate::device::backend::adam_each(self, params, grads, goff, m, v, segs, h)
     }
 }

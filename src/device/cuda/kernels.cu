@@ -242,6 +242,60 @@ extern "C" __global__ void hv_adam(float* p, const float* g, float* m, float* v,
     }
 }
 
+// ---- The fused update of a gradient bucket: its consecutive tensors in one launch. Segment
+// k covers [end[k-1], end[k]) of the range (end[-1] = 0) and takes the weight decay when
+// decayed[k] (a weight; biases take none). Each element computes what hv_sgd / hv_adam
+// compute for its tensor alone, so the two paths give the same bits. ----
+
+#define HV_MAX_SEGS 32
+struct hv_segs {
+    long long end[HV_MAX_SEGS];
+    int decayed[HV_MAX_SEGS];
+    int n;
+};
+
+__device__ __forceinline__ int hv_decayed(const hv_segs& s, long long i) {
+    int lo = 0, hi = s.n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (i < s.end[mid]) hi = mid;
+        else lo = mid + 1;
+    }
+    return s.decayed[lo];
+}
+
+extern "C" __global__ void hv_sgd_seg(float* p, const float* g, float* m, long long n, hv_segs segs, float lr,
+                                      float grad_scale, float wd, float mu, int nesterov) {
+    HV_GRID_STRIDE(i, n) {
+        const float w = hv_decayed(segs, i) ? wd : 0.0f;
+        const float gi = g[i] * grad_scale + w * p[i];
+        if (!m) {
+            p[i] -= lr * gi;
+        } else {
+            const float mi = mu * m[i] + gi;
+            m[i] = mi;
+            p[i] -= lr * (nesterov ? gi + mu * mi : mi);
+        }
+    }
+}
+
+extern "C" __global__ void hv_adam_seg(float* p, const float* g, float* m, float* v, long long n, hv_segs segs,
+                                       float lr, float grad_scale, float b1, float b2, float eps, float bc1,
+                                       float bc2_sqrt, float l2, float decay) {
+    const float step = lr / bc1;
+    HV_GRID_STRIDE(i, n) {
+        const int on = hv_decayed(segs, i);
+        const float l2i = on ? l2 : 0.0f, decayi = on ? decay : 0.0f;
+        const float pi = p[i];
+        const float gi = g[i] * grad_scale + l2i * pi;
+        const float mi = b1 * m[i] + (1.0f - b1) * gi;
+        const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - (step * mi / (sqrtf(vi) / bc2_sqrt + eps) + decayi * pi);
+    }
+}
+
 // ---- fp16 / bf16 packing for compressed gradient exchange (bit-exact with the `half`
 // crate that the CPU path uses: round to nearest, ties to even) ----
 

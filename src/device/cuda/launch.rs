@@ -36,7 +36,42 @@ pub const KERNELS: &[&str] = &[
     "hv_unpack_bf16",
     "hv_sum_squares",
     "hv_clamp",
+    "hv_sgd_seg",
+    "hv_adam_seg",
 ];
+
+/// At most this many tensors in one fused optimizer launch (`hv_segs` in kernels.cu).
+pub const MAX_SEGS: usize = 32;
+
+/// `struct hv_segs` of kernels.cu, passed by value: segment k ends at `end[k]` (offsets in the
+/// launch's range) and takes the weight decay when `decayed[k]` is 1.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Segs {
+    pub end: [i64; MAX_SEGS],
+    pub decayed: [i32; MAX_SEGS],
+    pub n: i32,
+}
+
+// SAFETY: a plain repr(C) struct of integers, laid out as kernels.cu's `struct hv_segs`.
+unsafe impl cudarc::driver::DeviceRepr for Segs {}
+
+impl Segs {
+    /// The table for consecutive `segments` (arena ranges, each with its decay flag), offsets
+    /// from the first's start; None when they are more than `MAX_SEGS` or not adjacent.
+    pub fn of(segments: &[crate::device::Segment]) -> Option<Segs> {
+        let first = segments.first()?.range.start;
+        if segments.len() > MAX_SEGS || segments.windows(2).any(|w| w[0].range.end != w[1].range.start) {
+            return None;
+        }
+        let mut s = Segs { end: [0; MAX_SEGS], decayed: [0; MAX_SEGS], n: segments.len() as i32 };
+        for (k, seg) in segments.iter().enumerate() {
+            s.end[k] = (seg.range.end - first) as i64;
+            s.decayed[k] = i32::from(seg.decayed);
+        }
+        Some(s)
+    }
+}
 
 /// The sets a clipping kernel splits `n` elements into (one partial result each, added on
 /// the host): enough threads to keep the GPU's memory busy, few enough that reading the

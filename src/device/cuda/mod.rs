@@ -9,6 +9,7 @@
 //! - `bf16_gemm`: `precision = "bf16"`'s products (operands rounded, float32 sums);
 //! - `gemm_map`: the row-major → cuBLAS argument mapping, a pure function;
 //! - `clip`: gradient clipping's sum of squares and clamp on the GPU;
+//! - `fused`: the optimizer's update of a bucket's tensors in one launch;
 //! - `loss`: the loss kernels' launches and the reading of their per-row sums (at once, or
 //!   after the step's backward and optimizer are queued);
 //! - `kernels.cu`, `launch`, `nvrtc`, `module`: the element-wise kernels, their launch
@@ -22,6 +23,7 @@ mod backend;
 mod bf16_gemm;
 mod buf;
 mod clip;
+mod fused;
 mod gemm_map;
 pub mod launch;
 mod loss;

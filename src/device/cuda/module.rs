@@ -26,6 +26,8 @@ pub struct Kernels {
     pub unpack_bf16: CudaFunction,
     pub sum_squares: CudaFunction,
     pub clamp: CudaFunction,
+    pub sgd_seg: CudaFunction,
+    pub adam_seg: CudaFunction,
 }
 
 /// PTX for `compute_XY` (NVRTC, `nvrtc.rs`), compiled once per process.
@@ -72,6 +74,8 @@ impl Kernels {
             unpack_bf16: f("hv_unpack_bf16")?,
             sum_squares: f("hv_sum_squares")?,
             clamp: f("hv_clamp")?,
+            sgd_seg: f("hv_sgd_seg")?,
+            adam_seg: f("hv_adam_seg")?,
         })
     }
 }

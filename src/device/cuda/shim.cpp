@@ -99,6 +99,15 @@ void hvshim_hv_unpack_bf16(u32 g, u32 b, const u16* in, float* out, i64 n) {
     launch(g, b, hv_unpack_bf16, in, out, n);
 }
 
+void hvshim_hv_sgd_seg(u32 g, u32 b, float* p, const float* grad, float* m, i64 n, hv_segs segs, float lr,
+                       float grad_scale, float wd, float mu, int nesterov) {
+    launch(g, b, hv_sgd_seg, p, grad, m, n, segs, lr, grad_scale, wd, mu, nesterov);
+}
+void hvshim_hv_adam_seg(u32 g, u32 b, float* p, const float* grad, float* m, float* v, i64 n, hv_segs segs, float lr,
+                        float grad_scale, float b1, float b2, float eps, float bc1, float bc2_sqrt, float l2,
+                        float decay) {
+    launch(g, b, hv_adam_seg, p, grad, m, v, n, segs, lr, grad_scale, b1, b2, eps, bc1, bc2_sqrt, l2, decay);
+}
 void hvshim_hv_sum_squares(u32 g, u32 b, const float* v, i64 n, double* partial, int parts) {
     launch(g, b, hv_sum_squares, v, n, partial, parts);
 }

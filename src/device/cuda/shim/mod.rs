@@ -25,6 +25,7 @@
 //!
 //! Must not: be built into the binary (tests only).
 
+mod fused;
 mod losses;
 
 use super::launch::{act_code, grid_1d};
