@@ -184,12 +184,7 @@ impl<B: Backend> Optimizer<B> {
                     SgdHyper { lr, grad_scale, weight_decay: wd, momentum: c.momentum as f32, nesterov: c.nesterov };
                 return be.sgd_segments(params, grads, offset, self.m.as_mut(), &segs, &h);
             }
-            let decoupled = c.kind == OptimizerKind::Adamw;
-            let h = AdamHyper {
-                l2: if decoupled { 0.0 } else { wd },
-                decay: if decoupled { lr * wd } else { 0.0 },
-                ..self.adam_hyper(lr, grad_scale)
-            };
+            let h = self.adam_hyper_decayed(lr, grad_scale, wd);
             let (m, v) = (self.m.as_mut().expect("adam keeps m"), self.v.as_mut().expect("adam keeps v"));
             return be.adam_segments(params, grads, offset, m, v, &segs, &h);
         }
@@ -238,12 +233,7 @@ impl<B: Backend> Optimizer<B> {
                     be.sgd(p, g, self.m.as_mut().map(|m| be.view_mut(m, r)), &h)?
                 }
                 OptimizerKind::Adam | OptimizerKind::Adamw => {
-                    let decoupled = c.kind == OptimizerKind::Adamw;
-                    let h = AdamHyper {
-                        l2: if decoupled { 0.0 } else { wd },
-                        decay: if decoupled { lr * wd } else { 0.0 },
-                        ..self.adam_hyper(lr, grad_scale)
-                    };
+                    let h = self.adam_hyper_decayed(lr, grad_scale, wd);
                     let (m, v) = (self.m.as_mut().expect("adam keeps m"), self.v.as_mut().expect("adam keeps v"));
                     be.adam(p, g, be.view_mut(m, r.clone()), be.view_mut(v, r), &h)?
                 }
@@ -251,6 +241,17 @@ impl<B: Backend> Optimizer<B> {
             }
         }
         Ok(())
+    }
+
+    /// Adam's hyperparameters for this step with weight decay `wd`: in the gradient (Adam's L2)
+    /// or decoupled (AdamW: lr × wd).
+    fn adam_hyper_decayed(&self, lr: f32, grad_scale: f32, wd: f32) -> AdamHyper {
+        let decoupled = self.cfg.kind == OptimizerKind::Adamw;
+        AdamHyper {
+            l2: if decoupled { 0.0 } else { wd },
+            decay: if decoupled { lr * wd } else { 0.0 },
+            ..self.adam_hyper(lr, grad_scale)
+        }
     }
 
     /// Adam's hyperparameters for this step, without weight decay.

@@ -211,35 +211,44 @@ extern "C" __global__ void hv_softmax_rows(float* v, long long rows, int k) {
 
 // SGD: g' = g · grad_scale + wd · p; without momentum (m null) p -= lr · g'; with it
 // m = mu · m + g' and p -= lr · (nesterov ? g' + mu · m : m).
+// One SGD update of element i; hv_sgd and hv_sgd_seg both call it, so they give the same bits.
+__device__ __forceinline__ void hv_sgd_at(float* p, const float* g, float* m, long long i, float lr, float grad_scale,
+                                          float wd, float mu, int nesterov) {
+    const float gi = g[i] * grad_scale + wd * p[i];
+    if (!m) {
+        p[i] -= lr * gi;
+    } else {
+        const float mi = mu * m[i] + gi;
+        m[i] = mi;
+        p[i] -= lr * (nesterov ? gi + mu * mi : mi);
+    }
+}
+
 extern "C" __global__ void hv_sgd(float* p, const float* g, float* m, long long n, float lr, float grad_scale,
                                   float wd, float mu, int nesterov) {
-    HV_GRID_STRIDE(i, n) {
-        const float gi = g[i] * grad_scale + wd * p[i];
-        if (!m) {
-            p[i] -= lr * gi;
-        } else {
-            const float mi = mu * m[i] + gi;
-            m[i] = mi;
-            p[i] -= lr * (nesterov ? gi + mu * mi : mi);
-        }
-    }
+    HV_GRID_STRIDE(i, n) { hv_sgd_at(p, g, m, i, lr, grad_scale, wd, mu, nesterov); }
 }
 
 // Adam (l2: L2 penalty in the gradient) or AdamW (decay = lr · weight_decay, decoupled);
 // bc1 = 1 - beta1^t, bc2_sqrt = sqrt(1 - beta2^t).
+// One Adam update of element i (step = lr / bc1); hv_adam and hv_adam_seg both call it.
+__device__ __forceinline__ void hv_adam_at(float* p, const float* g, float* m, float* v, long long i, float step,
+                                           float grad_scale, float b1, float b2, float eps, float bc2_sqrt, float l2,
+                                           float decay) {
+    const float pi = p[i];
+    const float gi = g[i] * grad_scale + l2 * pi;
+    const float mi = b1 * m[i] + (1.0f - b1) * gi;
+    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - (step * mi / (sqrtf(vi) / bc2_sqrt + eps) + decay * pi);
+}
+
 extern "C" __global__ void hv_adam(float* p, const float* g, float* m, float* v, long long n, float lr,
                                    float grad_scale, float b1, float b2, float eps, float bc1, float bc2_sqrt,
                                    float l2, float decay) {
     const float step = lr / bc1;
-    HV_GRID_STRIDE(i, n) {
-        const float pi = p[i];
-        const float gi = g[i] * grad_scale + l2 * pi;
-        const float mi = b1 * m[i] + (1.0f - b1) * gi;
-        const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi - (step * mi / (sqrtf(vi) / bc2_sqrt + eps) + decay * pi);
-    }
+    HV_GRID_STRIDE(i, n) { hv_adam_at(p, g, m, v, i, step, grad_scale, b1, b2, eps, bc2_sqrt, l2, decay); }
 }
 
 // ---- The fused update of a gradient bucket: its consecutive tensors in one launch. Segment
@@ -266,17 +275,7 @@ __device__ __forceinline__ int hv_decayed(const hv_segs& s, long long i) {
 
 extern "C" __global__ void hv_sgd_seg(float* p, const float* g, float* m, long long n, hv_segs segs, float lr,
                                       float grad_scale, float wd, float mu, int nesterov) {
-    HV_GRID_STRIDE(i, n) {
-        const float w = hv_decayed(segs, i) ? wd : 0.0f;
-        const float gi = g[i] * grad_scale + w * p[i];
-        if (!m) {
-            p[i] -= lr * gi;
-        } else {
-            const float mi = mu * m[i] + gi;
-            m[i] = mi;
-            p[i] -= lr * (nesterov ? gi + mu * mi : mi);
-        }
-    }
+    HV_GRID_STRIDE(i, n) { hv_sgd_at(p, g, m, i, lr, grad_scale, hv_decayed(segs, i) ? wd : 0.0f, mu, nesterov); }
 }
 
 extern "C" __global__ void hv_adam_seg(float* p, const float* g, float* m, float* v, long long n, hv_segs segs,
@@ -285,14 +284,7 @@ extern "C" __global__ void hv_adam_seg(float* p, const float* g, float* m, float
     const float step = lr / bc1;
     HV_GRID_STRIDE(i, n) {
         const int on = hv_decayed(segs, i);
-        const float l2i = on ? l2 : 0.0f, decayi = on ? decay : 0.0f;
-        const float pi = p[i];
-        const float gi = g[i] * grad_scale + l2i * pi;
-        const float mi = b1 * m[i] + (1.0f - b1) * gi;
-        const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi - (step * mi / (sqrtf(vi) / bc2_sqrt + eps) + decayi * pi);
+        hv_adam_at(p, g, m, v, i, step, grad_scale, b1, b2, eps, bc2_sqrt, on ? l2 : 0.0f, on ? decay : 0.0f);
     }
 }
 
