@@ -8,13 +8,15 @@
 
 mod check;
 mod losses;
+mod optim;
 
 use crate::config::Activation;
-use crate::device::backend::{AdamHyper, Backend, Gemm, SgdHyper, Trans};
+use crate::device::backend::{Backend, Gemm, Trans};
 use crate::device::cpu::{gelu, gelu_grad};
 use crate::rng::Rng;
 use check::{close, host, random};
 use losses::{dropout, losses};
+use optim::optimizers;
 
 /// Odd shapes, including 1 and sizes that are not multiples of any vector width.
 const SHAPES: [(usize, usize, usize); 5] = [(1, 1, 1), (3, 5, 7), (17, 1, 9), (33, 65, 31), (2, 129, 3)];
@@ -119,108 +121,6 @@ fn elementwise<B: Backend>(be: &B) {
         idx.iter().flat_map(|&i| src[i as usize * cols..][..cols].iter().map(|&v| v as f64)).collect();
     want.extend(std::iter::repeat_n(9.0, cols));
     close(&host(be, &dst, (rows + 1) * cols), &want, 0.0, "gather_rows");
-}
-
-fn optimizers<B: Backend>(be: &B) {
-    let n = 23;
-    let (p0, g, m0, v0) =
-        (random(n, 8), random(n, 9), random(n, 10), random(n, 11).iter().map(|v| v.abs()).collect::<Vec<_>>());
-    for (momentum, nesterov) in [(0.0f32, false), (0.9, false), (0.9, true)] {
-        let h = SgdHyper { lr: 0.1, grad_scale: 0.5, weight_decay: 0.01, momentum, nesterov };
-        let (mut wp, mut wm) = (Vec::new(), Vec::new());
-        for i in 0..n {
-            let gi = g[i] as f64 * 0.5 + 0.01 * p0[i] as f64;
-            let (p, m) = if momentum == 0.0 {
-                (p0[i] as f64 - 0.1 * gi, 0.0)
-            } else {
-                let m = momentum as f64 * m0[i] as f64 + gi;
-                (p0[i] as f64 - 0.1 * if nesterov { gi + momentum as f64 * m } else { m }, m)
-            };
-            wp.push(p);
-            wm.push(m);
-        }
-        let (mut pd, gd, mut md) = (be.upload(&p0).unwrap(), be.upload(&g).unwrap(), be.upload(&m0).unwrap());
-        let mv = (momentum > 0.0).then(|| be.view_mut(&mut md, 0..n));
-        be.sgd(be.view_mut(&mut pd, 0..n), be.view(&gd, 0..n), mv, &h).unwrap();
-        close(&host(be, &pd, n), &wp, 1e-6, &format!("sgd momentum {momentum} nesterov {nesterov}"));
-        if momentum > 0.0 {
-            close(&host(be, &md, n), &wm, 1e-6, "sgd momentum buffer");
-        }
-    }
-    for decoupled in [false, true] {
-        let (lr, b1, b2, eps, wd, t) = (0.01f64, 0.9f64, 0.999f64, 1e-7f64, 0.1f64, 3);
-        let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
-        let h = AdamHyper {
-            lr: lr as f32,
-            grad_scale: 0.25,
-            b1: b1 as f32,
-            b2: b2 as f32,
-            eps: eps as f32,
-            bc1: bc1 as f32,
-            bc2_sqrt: bc2.sqrt() as f32,
-            l2: if decoupled { 0.0 } else { wd as f32 },
-            decay: if decoupled { (lr * wd) as f32 } else { 0.0 },
-        };
-        let mut wp = Vec::new();
-        for i in 0..n {
-            let p = p0[i] as f64;
-            let gi = g[i] as f64 * 0.25 + if decoupled { 0.0 } else { wd * p };
-            let m = b1 * m0[i] as f64 + (1.0 - b1) * gi;
-            let v = b2 * v0[i] as f64 + (1.0 - b2) * gi * gi;
-            wp.push(p - lr * (m / bc1) / ((v / bc2).sqrt() + eps) - if decoupled { lr * wd * p } else { 0.0 });
-        }
-        let (mut pd, gd) = (be.upload(&p0).unwrap(), be.upload(&g).unwrap());
-        let (mut md, mut vd) = (be.upload(&m0).unwrap(), be.upload(&v0).unwrap());
-        let (pv, mv, vv) = (be.view_mut(&mut pd, 0..n), be.view_mut(&mut md, 0..n), be.view_mut(&mut vd, 0..n));
-        be.adam(pv, be.view(&gd, 0..n), mv, vv, &h).unwrap();
-        close(&host(be, &pd, n), &wp, 1e-5, &format!("adam decoupled={decoupled}"));
-    }
-    fused(be, &p0, &g, &m0, &v0);
-}
-
-/// The fused update of consecutive tensors (`sgd_segments`, `adam_segments`: one launch on a
-/// GPU) against float64, the weight decay only on the segments that take it.
-fn fused<B: Backend>(be: &B, p0: &[f32], g: &[f32], m0: &[f32], v0: &[f32]) {
-    use crate::device::Segment;
-    let n = p0.len();
-    let segs = [(0..7, true), (7..9, false), (9..n, true)].map(|(range, decayed)| Segment { range, decayed });
-    let wd_at = |i: usize| if i < 7 || i >= 9 { 0.01 } else { 0.0 };
-    let h = SgdHyper { lr: 0.1, grad_scale: 0.5, weight_decay: 0.01, momentum: 0.9, nesterov: false };
-    let (mut wp, mut wm) = (Vec::new(), Vec::new());
-    for i in 0..n {
-        let gi = g[i] as f64 * 0.5 + wd_at(i) * p0[i] as f64;
-        let m = 0.9 * m0[i] as f64 + gi;
-        wp.push(p0[i] as f64 - 0.1 * m);
-        wm.push(m);
-    }
-    let (mut pd, gd, mut md) = (be.upload(p0).unwrap(), be.upload(g).unwrap(), be.upload(m0).unwrap());
-    be.sgd_segments(&mut pd, &gd, 0, Some(&mut md), &segs, &h).unwrap();
-    close(&host(be, &pd, n), &wp, 1e-6, "fused sgd over 3 tensors");
-    close(&host(be, &md, n), &wm, 1e-6, "fused sgd momentum");
-    let (lr, b1, b2, eps, t) = (0.01f64, 0.9f64, 0.999f64, 1e-7f64, 2);
-    let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
-    let h = AdamHyper {
-        lr: lr as f32,
-        grad_scale: 0.25,
-        b1: b1 as f32,
-        b2: b2 as f32,
-        eps: eps as f32,
-        bc1: bc1 as f32,
-        bc2_sqrt: bc2.sqrt() as f32,
-        l2: 0.0,
-        decay: (lr * 0.01) as f32,
-    };
-    let mut wp = Vec::new();
-    for i in 0..n {
-        let (p, gi) = (p0[i] as f64, g[i] as f64 * 0.25);
-        let m = b1 * m0[i] as f64 + (1.0 - b1) * gi;
-        let v = b2 * v0[i] as f64 + (1.0 - b2) * gi * gi;
-        wp.push(p - lr * (m / bc1) / ((v / bc2).sqrt() + eps) - lr * wd_at(i) * p);
-    }
-    let (mut pd, gd) = (be.upload(p0).unwrap(), be.upload(g).unwrap());
-    let (mut md, mut vd) = (be.upload(m0).unwrap(), be.upload(v0).unwrap());
-    be.adam_segments(&mut pd, &gd, 0, &mut md, &mut vd, &segs, &h).unwrap();
-    close(&host(be, &pd, n), &wp, 1e-5, "fused adamw over 3 tensors");
 }
 
 fn memory<B: Backend>(be: &B) {
@@ -416,7 +316,7 @@ fn hook_default() -> Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::backend::{Mask, Pointwise};
+    use crate::device::backend::{AdamHyper, Mask, Pointwise, SgdHyper};
     use crate::device::Cpu;
 
     #[test]

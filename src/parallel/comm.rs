@@ -23,7 +23,9 @@ use mpi::Threading;
 // Point-to-point messages with tags, for the parameter servers (the same rule: only this
 // module and its child call MPI).
 mod p2p;
+mod vote;
 pub use p2p::Link;
+pub use vote::Vote;
 
 /// Collectives over one communicator. `Send` so the communication thread can own one.
 pub struct Channel {
@@ -548,62 +550,6 @@ impl Drop for Pending {
         }
     }
 }
-
-/// A started `Channel::ivote`.
-pub struct Vote {
-    req: ffi::MPI_Request,
-    /// [this rank's flag, the OR of all].
-    buf: Box<[u64; 2]>,
-    done: bool,
-}
-
-impl Vote {
-    /// Wait (polling, yielding the core) until every rank has started this vote; whether any
-    /// voted yes.
-    pub fn wait(&mut self) -> bool {
-        while !self.done {
-            let mut flag: std::ffi::c_int = 0;
-            // SAFETY: `req` is our active request (or null once complete, which MPI_Test accepts).
-            unsafe { ffi::MPI_Test(&mut self.req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
-            self.done = flag != 0;
-            if !self.done {
-                std::thread::sleep(std::time::Duration::from_micros(50));
-            }
-        }
-        self.buf[1] != 0
-    }
-
-    /// `wait`, for at most `limit`: None when some rank has not started the vote by then.
-    pub fn wait_for(&mut self, limit: std::time::Duration) -> Option<bool> {
-        let t = std::time::Instant::now();
-        while !self.done {
-            let mut flag: std::ffi::c_int = 0;
-            // SAFETY: as in `wait`.
-            unsafe { ffi::MPI_Test(&mut self.req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
-            self.done = flag != 0;
-            if !self.done {
-                if t.elapsed() >= limit {
-                    return None;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
-        }
-        Some(self.buf[1] != 0)
-    }
-}
-
-impl Drop for Vote {
-    /// A vote not waited for (the job is ending) is left to MPI: a collective's request cannot
-    /// be freed or cancelled, so its buffer is leaked (16 bytes).
-    fn drop(&mut self) {
-        if !self.done {
-            std::mem::forget(std::mem::replace(&mut self.buf, Box::new([0; 2])));
-        }
-    }
-}
-
-// SAFETY: the request and its buffer move together; only the main thread of a worker uses them.
-unsafe impl Send for Vote {}
 
 /// Abort the whole MPI job from a context that holds no `Comm` (the panic hook, the
 /// watchdog, the liveness thread). Does nothing when MPI is not running.

@@ -16,7 +16,8 @@
 //! `train`. In a group of several ranks the trial's end is agreed (a vote over the group): a
 //! failure that one rank met alone leaves the others inside the trial's collectives, so after
 //! `ALONE_AFTER` that rank has the scheduler record the trial as failed and ends the job
-//! (non-zero; `--resume auto` goes on without that trial) rather than leave them hanging. A signal stops every running trial with its stop checkpoint; the sweep's records
+//! (non-zero; `--resume auto` goes on without that trial) rather than leave them hanging.
+//! A signal stops every running trial with its stop checkpoint; the sweep's records
 //! (`sweep.jsonl`) keep them running, and `--resume auto` continues them first.
 //!
 //! Must not: call MPI itself (`Comm` and `Link` do) or hold the scheduling rule
