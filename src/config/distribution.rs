@@ -286,16 +286,6 @@ impl Job {
                     .into(),
             );
         }
-        if o.global_clipnorm.is_some() {
-            return bad(
-                "optimizer.global_clipnorm",
-                "optimizer.global_clipnorm: the global norm spans every server's buckets, and with strategy = \
-                 \"parameter_server\" each bucket is updated and sent back before the worker pushes its next one; \
-                 use optimizer.clipnorm (per tensor) and/or clipvalue, which the servers apply, or strategy = \
-                 \"allreduce\""
-                    .into(),
-            );
-        }
         if d.compression != Compression::None {
             return bad(
                 "distribution.compression",

@@ -41,6 +41,9 @@ pub struct Optimizer<B: Backend> {
     /// A parameter-server worker's "optimizer": `apply` copies the pulled parameters in
     /// (the servers apply the real optimizer).
     assign: bool,
+    /// `apply` does nothing: a parameter-server worker whose parameters arrive after the
+    /// step (`optimizer.global_clipnorm`).
+    idle: bool,
 }
 
 impl<B: Backend> Optimizer<B> {
@@ -69,6 +72,7 @@ impl<B: Backend> Optimizer<B> {
             step: 0,
             lr_now: 0.0,
             assign: false,
+            idle: false,
         })
     }
 
@@ -86,6 +90,12 @@ impl<B: Backend> Optimizer<B> {
             ..cfg.clone()
         };
         Ok(Optimizer { assign: true, ..Optimizer::new(be, &cfg, tensors, n_params, 1)? })
+    }
+
+    /// `apply` from now on leaves the parameters alone (see `idle`).
+    pub fn idle(mut self) -> Self {
+        self.idle = true;
+        self
     }
 
     /// The job's `[optimizer]` table.
@@ -166,6 +176,9 @@ impl<B: Backend> Optimizer<B> {
         grad_scale: f32,
         which: &[usize],
     ) -> Result<()> {
+        if self.idle {
+            return Ok(());
+        }
         let lr = self.lr_now;
         let c = &self.cfg;
         // SGD and Adam(W) over several tensors (a bucket's): one fused update (one launch on a

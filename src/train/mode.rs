@@ -49,6 +49,12 @@ pub(super) trait Mode<B: Backend> {
     /// The liveness phase of a step.
     fn step_phase(&self) -> &'static str;
 
+    /// Right after each step's update, before `after_step`: a mode whose parameters arrive
+    /// after the step (parameter servers with `optimizer.global_clipnorm`) brings them in.
+    fn after_update(&mut self, _st: &mut Stepper<B>) -> Result<()> {
+        Ok(())
+    }
+
     /// After a step, whose running sums in the epoch on this rank are `sums`:
     /// continue, checkpoint or stop.
     fn after_step(&mut self, st: &Stepper<B>, at: At, sums: &Sums) -> Result<Boundary>;

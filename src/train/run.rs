@@ -266,6 +266,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         // The loader and the schedule are two views of one rule; they must agree.
         assert_eq!(batch.rows, self.sched.rows(self.data_rank, i), "loader and schedule disagree at step {i}");
         let l = self.st.run(&batch, self.sched.global_rows(i), waiting).map_err(|e| in_step(e, epoch, i + 1, rank))?;
+        self.mode.after_update(&mut self.st).map_err(|e| in_step(e, epoch, i + 1, rank))?;
         liveness::step_done(self.st.step());
         tally.add(&batch);
         loader.give_back(batch);

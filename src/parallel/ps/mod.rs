@@ -22,6 +22,16 @@
 //! | worker 0 → every server | `STATS` | – | `CONTROL`: the staleness statistics since the last ask |
 //! | every worker → every server | `DONE` | 1 if the workers stopped on a signal, else 0 | none; a server ends when all W are done |
 //! | server → every worker not yet done | `STOP_NOTE` | – | none: this server was signalled (SIGTERM, SIGUSR1); a worker that reads it votes to stop |
+//! | worker → every owning server | `END` | step (2 words), then per tensor its gradient's sum of squares (f64, 2 words) | `REPLY + bucket` for each bucket, after the update |
+//! | owning server → every other owning server | `NORM` | step (2 words), then per owned tensor: index, sum of squares (f64, 2 words) | none |
+//!
+//! `END` and `NORM` only with `optimizer.global_clipnorm` (`Roles::whole_step`): the norm
+//! spans every server's buckets, so a worker pushes all of a step's buckets first (no reply
+//! in between), then says `END`; a bucket's update waits for the norm. Synchronously the
+//! servers sum each bucket over the workers, exchange their tensors' sums of squares
+//! (`NORM`), and clip the step's mean by the global norm, as the all-reduce path does;
+//! asynchronously each worker's gradient is clipped by its own step's global norm, from its
+//! `END`, as a TensorFlow ParameterServerStrategy worker clips what it applies.
 //!
 //! Must not: apply an optimizer (the server's loop, `train/ps/server.rs`, does).
 
@@ -37,6 +47,8 @@ pub const STATS: i32 = 4;
 pub const DONE: i32 = 5;
 pub const CONTROL: i32 = 6;
 pub const STOP_NOTE: i32 = 7;
+pub const END: i32 = 8;
+pub const NORM: i32 = 9;
 /// Replies carrying bucket b's parameters have tag REPLY + b.
 pub const REPLY: i32 = 1000;
 /// Words before a push's gradients.
@@ -51,12 +63,23 @@ pub struct Roles {
     pub owner: Vec<usize>,
     /// -1 asynchronous, 0 synchronous, K bounded.
     pub staleness: i64,
+    /// Buckets are updated only after the worker's whole step is pushed (`END`, see the
+    /// module comment): with `optimizer.global_clipnorm`.
+    pub whole_step: bool,
 }
 
 impl Roles {
     pub fn new(plan: &FusionPlan, workers: usize, servers: usize, staleness: i64) -> Roles {
         let owner = owners(plan, servers).into_iter().map(|s| workers + s).collect();
-        Roles { workers, servers, owner, staleness }
+        Roles { workers, servers, owner, staleness, whole_step: false }
+    }
+    /// The servers that own at least one bucket, in rank order (the others take no part in
+    /// a step's `END` and `NORM`).
+    pub fn owning_servers(&self) -> Vec<usize> {
+        let mut s = self.owner.clone();
+        s.sort_unstable();
+        s.dedup();
+        s
     }
     /// The buckets server rank `rank` owns, in bucket order.
     pub fn owned_by(&self, rank: usize) -> Vec<usize> {
@@ -81,6 +104,14 @@ pub fn owners(plan: &FusionPlan, servers: usize) -> Vec<usize> {
         owner[b] = s;
     }
     owner
+}
+
+/// A u64 (a step, an f64's bits) as the two words it travels in (low first), and back.
+pub fn put_u64(out: &mut Vec<u32>, v: u64) {
+    out.extend_from_slice(&[v as u32, (v >> 32) as u32]);
+}
+pub fn get_u64(w: &[u32]) -> u64 {
+    w[0] as u64 | (w[1] as u64) << 32
 }
 
 /// float32 as the words they travel in, and back (bit for bit).
@@ -112,6 +143,10 @@ mod tests {
         assert_eq!(r.owner, vec![3, 3, 4, 4, 3]);
         assert_eq!(r.owned_by(4), vec![2, 3]);
         assert!(r.is_server(3) && !r.is_server(2));
+        assert_eq!(r.owning_servers(), vec![3, 4]);
+        // More servers than buckets: the last owns none.
+        let r = Roles::new(&FusionPlan::new(&[100, 10], 0), 1, 3, 0);
+        assert_eq!(r.owning_servers(), vec![1, 2]);
     }
 
     #[test]

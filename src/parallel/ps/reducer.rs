@@ -6,6 +6,10 @@
 //! computes step t + 1 on. Runs on the engine's communication thread: while one bucket
 //! travels, backward computes the next.
 //!
+//! With `optimizer.global_clipnorm` (`Roles::whole_step`) a push gets no reply of its own:
+//! after the step's last bucket the worker sends `END` with its tensors' sums of squares,
+//! and the main thread reads every bucket's reply once the step is done (`receive_step`).
+//!
 //! Also the main thread's exchanges with the servers between steps: pulling every bucket
 //! (`pull_all`), the state for a checkpoint (`snapshot`), the staleness statistics, and the
 //! end (`done`).
@@ -13,7 +17,10 @@
 //! Must not: block the main thread (it runs on the engine's communication thread).
 
 use super::stats::Stats;
-use super::{as_words_mut, floats, Roles, CONTROL, DONE, PULL, PUSH, PUSH_HEADER, REPLY, SNAPSHOT, STATS, STOP_NOTE};
+use super::{
+    as_words_mut, floats, put_u64, Roles, CONTROL, DONE, END, PULL, PUSH, PUSH_HEADER, REPLY, SNAPSHOT, STATS,
+    STOP_NOTE,
+};
 use crate::parallel::comm::{Channel, Link};
 use crate::parallel::reduce::Reducer;
 use crate::parallel::FusionPlan;
@@ -40,12 +47,35 @@ pub struct PushPull {
     /// Per bucket: the global step of its last push.
     step: Vec<u64>,
     buf: Vec<u32>,
+    /// With `Roles::whole_step`: the servers told at the step's end, each bucket's tensors
+    /// (index, range in the bucket), their sums of squares this step, and the buckets pushed.
+    whole_step: Option<WholeStep>,
+}
+
+struct WholeStep {
+    servers: Vec<usize>,
+    tensors: Vec<Vec<(usize, std::ops::Range<usize>)>>,
+    sq: Vec<f64>,
+    pushed: usize,
 }
 
 impl PushPull {
     /// `step`: global steps already taken (a resumed run's).
-    pub fn new(link: Link, roles: &Roles, step: u64) -> PushPull {
-        PushPull { link, owner: roles.owner.clone(), step: vec![step; roles.owner.len()], buf: Vec::new() }
+    pub fn new(link: Link, roles: &Roles, plan: &FusionPlan, step: u64) -> PushPull {
+        let whole_step = roles.whole_step.then(|| WholeStep {
+            servers: roles.owning_servers(),
+            tensors: plan
+                .members
+                .iter()
+                .zip(&plan.buckets)
+                .map(|(m, b)| {
+                    m.iter().map(|&t| (t, plan.slots[t].start - b.start..plan.slots[t].end - b.start)).collect()
+                })
+                .collect(),
+            sq: vec![0.0; plan.slots.len()],
+            pushed: 0,
+        });
+        PushPull { link, owner: roles.owner.clone(), step: vec![step; roles.owner.len()], buf: Vec::new(), whole_step }
     }
 }
 
@@ -62,8 +92,27 @@ impl Reducer for PushPull {
         self.buf.extend_from_slice(super::as_words(grads));
         let to = self.owner[index];
         self.link.send(to, PUSH, &self.buf);
-        self.link.receive_into(to, REPLY + index as i32, as_words_mut(out));
-        read_stop_note(&self.link, to);
+        let Some(w) = &mut self.whole_step else {
+            self.link.receive_into(to, REPLY + index as i32, as_words_mut(out));
+            read_stop_note(&self.link, to);
+            return;
+        };
+        // The sums of squares as the backends take them (float64, in element order).
+        for (t, r) in &w.tensors[index] {
+            w.sq[*t] = grads[r.clone()].iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+        }
+        w.pushed += 1;
+        if w.pushed == self.owner.len() {
+            w.pushed = 0;
+            self.buf.clear();
+            put_u64(&mut self.buf, s);
+            for &q in &w.sq {
+                put_u64(&mut self.buf, q.to_bits());
+            }
+            for &to in &w.servers {
+                self.link.send(to, END, &self.buf);
+            }
+        }
     }
     fn grad_scale(&self) -> f32 {
         1.0
@@ -82,6 +131,13 @@ pub fn pull_all(link: &Link, roles: &Roles, plan: &FusionPlan, params: &mut [f32
     for (b, &to) in roles.owner.iter().enumerate() {
         link.send(to, PULL, &[b as u32]);
     }
+    receive_step(link, roles, plan, params);
+}
+
+/// Main thread, after a step with `Roles::whole_step` (the communication thread is idle: every
+/// bucket was pushed and the step's `END` sent): every bucket's updated parameters into
+/// `params` (the whole arena).
+pub fn receive_step(link: &Link, roles: &Roles, plan: &FusionPlan, params: &mut [f32]) {
     for (b, &from) in roles.owner.iter().enumerate() {
         link.receive_into(from, REPLY + b as i32, as_words_mut(&mut params[plan.buckets[b].clone()]));
         read_stop_note(link, from);

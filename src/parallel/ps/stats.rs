@@ -4,6 +4,9 @@
 //! at most K under the bound K), and `lag` = the updates applied to the bucket between that
 //! pull and this gradient's application (the classical asynchronous-SGD delay τ).
 //!
+//! With `optimizer.global_clipnorm` the first owning server also counts the global gradient
+//! norms it clipped by (every server computes the same ones).
+//!
 //! Must not: send messages.
 
 /// Staleness values 0..HIST-1 are counted one by one; larger ones together.
@@ -17,6 +20,11 @@ pub struct Stats {
     pub max: u64,
     pub lag_sum: u64,
     pub lag_max: u64,
+    /// Global gradient norms (`optimizer.global_clipnorm`): their sum, count, and how many
+    /// were above the limit.
+    pub norm_sum: f64,
+    pub norms: u64,
+    pub norms_clipped: u64,
 }
 
 impl Stats {
@@ -26,6 +34,11 @@ impl Stats {
         self.max = self.max.max(staleness);
         self.lag_sum += lag;
         self.lag_max = self.lag_max.max(lag);
+    }
+    pub fn record_norm(&mut self, norm: f64, clipped: bool) {
+        self.norm_sum += norm;
+        self.norms += 1;
+        self.norms_clipped += u64::from(clipped);
     }
     pub fn applied(&self) -> u64 {
         self.counts.iter().sum()
@@ -37,10 +50,14 @@ impl Stats {
         self.max = self.max.max(o.max);
         self.lag_sum += o.lag_sum;
         self.lag_max = self.lag_max.max(o.lag_max);
+        self.norm_sum += o.norm_sum;
+        self.norms += o.norms;
+        self.norms_clipped += o.norms_clipped;
     }
     /// As u32 words (each u64 as two), for a message.
     pub fn to_words(&self) -> Vec<u32> {
-        let all = self.counts.iter().chain(&self.lags).chain([&self.max, &self.lag_sum, &self.lag_max]);
+        let tail = [self.max, self.lag_sum, self.lag_max, self.norm_sum.to_bits(), self.norms, self.norms_clipped];
+        let all = self.counts.iter().chain(&self.lags).chain(&tail);
         all.flat_map(|&v| [v as u32, (v >> 32) as u32]).collect()
     }
     pub fn from_words(w: &[u32]) -> Stats {
@@ -50,6 +67,7 @@ impl Stats {
         s.counts.copy_from_slice(&v[..h]);
         s.lags.copy_from_slice(&v[h..2 * h]);
         (s.max, s.lag_sum, s.lag_max) = (v[2 * h], v[2 * h + 1], v[2 * h + 2]);
+        (s.norm_sum, s.norms, s.norms_clipped) = (f64::from_bits(v[2 * h + 3]), v[2 * h + 4], v[2 * h + 5]);
         s
     }
     /// "staleness (steps) of 2400 applied gradient(s): 0: 1200, 1: 1100, 2: 100; max 2; lag
@@ -69,8 +87,18 @@ impl Stats {
                 parts.join(", ")
             }
         };
+        let norms = if self.norms > 0 {
+            format!(
+                "; global gradient norm mean {:.4} over {} update(s), {} clipped",
+                self.norm_sum / self.norms as f64,
+                self.norms,
+                self.norms_clipped
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "staleness (steps) of {n} applied gradient(s): {}; max {}; lag (updates): {}; mean {:.2}, max {}",
+            "staleness (steps) of {n} applied gradient(s): {}; max {}; lag (updates): {}; mean {:.2}, max {}{norms}",
             hist(&self.counts),
             self.max,
             hist(&self.lags),
@@ -94,6 +122,16 @@ mod tests {
         assert_eq!(s, t);
         assert_eq!(t.max, 40);
         let d = t.describe();
+        assert!(!d.contains("norm"), "{d}");
+        s.record_norm(1.5, true);
+        s.record_norm(0.25, false);
+        let t = Stats::from_words(&s.to_words());
+        assert_eq!(s, t);
+        assert!(
+            t.describe().ends_with("; global gradient norm mean 0.8750 over 2 update(s), 1 clipped"),
+            "{}",
+            t.describe()
+        );
         assert!(
             d.contains("of 3 applied gradient(s): 0: 1, 2: 1, >=16: 1; max 40; lag (updates): 0: 1, 3: 1, >=16: 1;"),
             "{d}"

@@ -33,7 +33,8 @@ pub(super) fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<&
     let lens: Vec<usize> = tensors.iter().map(|t| t.range.len()).collect();
     let d = &job.distribution;
     let plan = FusionPlan::with_options(&lens, job.fusion_threshold_bytes(), job.first_bucket_bytes(), d.bucket_order);
-    let roles = Roles::new(&plan, w, s, d.staleness);
+    let mut roles = Roles::new(&plan, w, s, d.staleness);
+    roles.whole_step = job.optimizer.global_clipnorm.is_some();
     if comm.rank == 0 {
         let mode = match d.staleness {
             -1 => "fully asynchronous".to_string(),

@@ -90,6 +90,8 @@ struct PsWorker<'a> {
     vote_delay: Option<usize>,
     /// The votes completed at the epoch's meeting said stop: after the next step.
     stop_at_next_step: bool,
+    /// With `Roles::whole_step`: where the step's parameters are received.
+    step_params: Option<Vec<f32>>,
 }
 
 /// The worker's stepper and the loop's other parts, and the mode.
@@ -104,10 +106,13 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
     let sched = schedule(job, train.len(), rank, n, w.start.global_batch, be.name())?;
     let d = &job.distribution;
     let watchdog = Watchdog::start(Duration::from_secs_f64(d.watchdog_seconds), rank, w.comm.host.clone());
-    let reducer = Box::new(PushPull::new(w.link, &w.roles, w.start.step));
+    let reducer = Box::new(PushPull::new(w.link, &w.roles, &w.plan, w.start.step));
     let alloc = crate::step::bucket_buffers(&be, &w.plan)?;
     let engine = Engine::new(reducer, w.plan.clone(), d.overlap, None, Some(watchdog.share()), alloc);
     let opt = Optimizer::assign(&be, &job.optimizer, w.whole.tensors(), w.whole.n_params)?;
+    // With the global norm the parameters come after the step (`after_update`), not per bucket.
+    let opt = if w.roles.whole_step { opt.idle() } else { opt };
+    let step_params = w.roles.whole_step.then(|| vec![0.0; w.whole.n_params]);
     let mut st = Stepper::new(be, w.whole.clone(), &w.start.params, opt, engine, sched.batch, None)?;
     st.restore(&[], &[], w.start.step).map_err(Error::Training)?;
     st.set_dropout(&job.model.dropout_rates(), job.training.seed)?;
@@ -127,6 +132,7 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
         votes: std::collections::VecDeque::new(),
         vote_delay: vote_delay(job.distribution.staleness),
         stop_at_next_step: false,
+        step_params,
     };
     let parts = Parts {
         comm: w.comm,
@@ -216,6 +222,17 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
 
     fn step_phase(&self) -> &'static str {
         "a training step (push gradients, pull parameters)"
+    }
+
+    /// With `optimizer.global_clipnorm` the buckets' updated parameters come once the whole
+    /// step is pushed (`reducer::receive_step`).
+    fn after_update(&mut self, st: &mut Stepper<B>) -> Result<()> {
+        let Some(p) = &mut self.step_params else { return Ok(()) };
+        {
+            let _p = phase_at("receiving the step's parameters from the servers", st.step());
+            reducer::receive_step(&self.link, &self.roles, &self.plan, p);
+        }
+        st.set_params_host(p)
     }
 
     /// No agreement per step (workers are at different steps): the stop vote (see the module
