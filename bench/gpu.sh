@@ -15,7 +15,9 @@
 # DEADLINE (epoch seconds: runs that would not fit are skipped, and count as failed),
 # COMPILE ("all", or a list of shapes as SHAPES: also time PyTorch with torch.compile there),
 # HV_BASE (an earlier hvtrain binary: also timed on every shape, the "before" column, on the
-# same GPU in the same run), HV_DATA (device or host: hvtrain bench step --data; device).
+# same GPU in the same run; HV_BASE_ENV: its environment, e.g. HV_BASE=$HV
+# HV_BASE_ENV=HVTRAIN_CUBLASLT=0 times this binary without the cublasLt epilogues as "before"),
+# HV_DATA (device or host: hvtrain bench step --data; device).
 # Exit: 0 when every run produced its JSON (and, with STRICT=1, every target was met), else 1.
 set -uo pipefail
 LOGDIR=${1:?usage: bash bench/gpu.sh LOGDIR}
@@ -57,7 +59,7 @@ for s in $SHAPES; do
     echo "   hvtrain bench step failed (exit $rc): $D/hv_$tag.log"; tail -5 "$D/hv_$tag.log" | sed 's/^/   | /'; failed=1
   fi
   if [ -n "${HV_BASE:-}" ]; then   # the earlier binary (no --data: it copies each batch)
-    LD_LIBRARY_PATH="${HV_LD_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}}" timeout -k 5 "$LIMIT" "$HV_BASE" bench step --device cuda \
+    env ${HV_BASE_ENV:-} LD_LIBRARY_PATH="${HV_LD_LIBRARY_PATH:-${LD_LIBRARY_PATH:-}}" timeout -k 5 "$LIMIT" "$HV_BASE" bench step --device cuda \
       --layers "$L" --batch "$B" --precision "$P" --steps "$STEPS" --json "$D/base_$tag.json" > "$D/base_$tag.log" 2>&1 ||
       echo "   base hvtrain failed: $D/base_$tag.log"
   fi

@@ -7,6 +7,7 @@
 //! backend for whole steps).
 
 mod check;
+mod dense;
 mod losses;
 mod optim;
 
@@ -15,6 +16,7 @@ use crate::device::backend::{Backend, Gemm, Trans};
 use crate::device::cpu::{gelu, gelu_grad};
 use crate::rng::Rng;
 use check::{close, host, random};
+use dense::dense;
 use losses::{dropout, losses};
 use optim::optimizers;
 
@@ -216,6 +218,7 @@ pub fn suite<B: Backend>(be: &B, step_tol: f64) -> Vec<(&'static str, std::resul
         ("memory (upload, download, views, fill, sums of squares, clamp)", Box::new(|| memory(be))),
         ("gemm (every transpose, odd shapes)", Box::new(|| gemm(be))),
         ("element-wise (bias + activation, activation backward, column sums)", Box::new(|| elementwise(be))),
+        ("dense layer (product + bias + activation, fused where the backend fuses)", Box::new(|| dense(be))),
         ("losses (softmax cross-entropy, MSE, MAE, Huber, binary cross-entropy, softmax)", Box::new(|| losses(be))),
         ("dropout (the mask, its rate, column blocks)", Box::new(|| dropout(be))),
         ("optimizers (SGD, momentum, Nesterov, Adam, AdamW; fused over tensors)", Box::new(|| optimizers(be))),
@@ -339,6 +342,10 @@ mod tests {
         elementwise(&Cpu);
     }
     #[test]
+    fn cpu_dense() {
+        dense(&Cpu);
+    }
+    #[test]
     fn cpu_losses() {
         losses(&Cpu);
     }
@@ -362,7 +369,7 @@ mod tests {
     fn cpu_suite_passes_and_catches_failures() {
         let r = suite(&Cpu, 1e-4);
         assert!(r.iter().all(|(_, r)| r.is_ok()), "{r:?}");
-        assert_eq!(r.len(), 8);
+        assert_eq!(r.len(), 9);
         // A backend with one wrong operation (Nesterov's look-ahead dropped, a slightly wrong
         // GELU): the suite names exactly the checks that cover it.
         let r = suite(&Broken, 1e-4);
@@ -371,6 +378,7 @@ mod tests {
             failed,
             [
                 "element-wise (bias + activation, activation backward, column sums)",
+                "dense layer (product + bias + activation, fused where the backend fuses)",
                 "optimizers (SGD, momentum, Nesterov, Adam, AdamW; fused over tensors)",
                 "model (gradient checks, one step against the CPU)"
             ],

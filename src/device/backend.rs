@@ -274,6 +274,24 @@ pub trait Backend: Send {
         act: Activation,
         keep_z: Option<Self::ViewMut<'_>>,
     ) -> Result<()>;
+    /// A dense layer's forward, out[..n] = act(x · w + bias) (`g`: the product, overwriting),
+    /// the pre-activation kept in `keep_z` when given: the product, then `bias_act`. The CUDA
+    /// backend makes it one cublasLt call with an epilogue where it can (`cuda/lt_map.rs`).
+    #[allow(clippy::too_many_arguments)]
+    fn dense(
+        &self,
+        g: Gemm,
+        x: Self::View<'_>,
+        w: Self::View<'_>,
+        out: &mut Self::Buf,
+        n: usize,
+        bias: Self::View<'_>,
+        act: Activation,
+        keep_z: Option<Self::ViewMut<'_>>,
+    ) -> Result<()> {
+        self.gemm(g, x, w, self.view_mut(out, 0..n))?;
+        self.bias_act(self.view_mut(out, 0..n), bias, act, keep_z)
+    }
     /// d *= act'(z), from the activation's output `a` (relu, tanh) or input `z` (gelu).
     fn act_backward(
         &self,

@@ -263,13 +263,18 @@ impl Mlp {
             let input = if l == 0 { be.view(x, 0..b * s.inp) } else { be.view(&before[l - 1], 0..b * s.inp) };
             let out = &mut rest[0];
             let w = be.view(params, s.w.clone());
-            be.gemm(Gemm::new(b, s.inp, s.out, Trans::N, Trans::N), input, w, be.view_mut(out, 0..b * s.out))?;
-            if s.split == Split::Row {
-                tp.sum(be, out, b * s.out)?;
-            }
+            let g = Gemm::new(b, s.inp, s.out, Trans::N, Trans::N);
             let act = if l + 1 == n && self.head { Activation::Identity } else { self.act };
             let keep_z = if act == Activation::Gelu { Some(be.view_mut(&mut ws.z[l], 0..b * s.out)) } else { None };
-            be.bias_act(be.view_mut(out, 0..b * s.out), be.view(params, s.b.clone()), act, keep_z)?;
+            let bias = be.view(params, s.b.clone());
+            if s.split == Split::Row {
+                // The partial products are summed over the tensor group before the bias.
+                be.gemm(g, input, w, be.view_mut(out, 0..b * s.out))?;
+                tp.sum(be, out, b * s.out)?;
+                be.bias_act(be.view_mut(out, 0..b * s.out), bias, act, keep_z)?;
+            } else {
+                be.dense(g, input, w, out, b * s.out, bias, act, keep_z)?;
+            }
             if let Some((m, keys)) = self.mask(&ws.drop, l) {
                 be.dropout(be.view_mut(out, 0..b * s.out), s.out, keys, m)?;
             }

@@ -11,7 +11,7 @@
 //!
 //! Must not: be used before `probe.rs` has found the libraries, or hold anything of MPI.
 
-use super::buf::{DView, DViewMut, DevBuf, Stage};
+use super::buf::{DView, DViewMut, DevBuf};
 use super::gemm_map::{cublas_args, Op};
 use super::launch::{act_code, config_1d};
 use super::module::Kernels;
@@ -26,12 +26,12 @@ use std::sync::Arc;
 
 /// One GPU, its streams, cuBLAS handle and kernels.
 pub struct Cuda {
-    ctx: Arc<CudaContext>,
+    pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
-    copy: Arc<CudaStream>,
+    pub(super) copy: Arc<CudaStream>,
     pub(super) blas: CudaBlas,
     pub(super) k: Arc<Kernels>,
-    name: String,
+    pub(super) name: String,
     /// Ones for column sums as a GEMM (ones[1, rows] · m[rows, cols]), grown on demand.
     ones: RefCell<Option<CudaSlice<f32>>>,
     /// Per-row loss and correct-prediction scratch for the loss kernels, grown on demand.
@@ -40,6 +40,9 @@ pub struct Cuda {
     bf16: Option<RefCell<[Option<CudaSlice<u16>>; 2]>>,
     /// Rows of the loss whose sums `*_later` left in the row scratch (`pending_loss_sums`).
     pending: std::cell::Cell<Option<usize>>,
+    /// The dense layers' forward through cublasLt with epilogues (`dense.rs`); None: cuBLAS
+    /// + hv_bias_act (bf16 products, or cublasLt off or failing its start-up check).
+    pub(super) lt: Option<super::lt::Lt>,
 }
 
 /// A driver error as one line, with what was being done.
@@ -80,7 +83,7 @@ impl Cuda {
             }
         );
         let bf16 = (precision == Precision::Bf16).then(|| RefCell::new([None, None]));
-        Ok(Cuda {
+        let mut cuda = Cuda {
             ctx,
             stream,
             copy,
@@ -91,39 +94,14 @@ impl Cuda {
             rows: RefCell::new(None),
             bf16,
             pending: Default::default(),
-        })
-    }
-
-    /// Allocate, naming the sizes asked for and free when the GPU is out of memory.
-    fn alloc(&self, n: usize) -> Result<CudaSlice<f32>> {
-        self.stream.alloc_zeros::<f32>(n.max(1)).map_err(|e| self.oom(e, n * 4))
-    }
-
-    pub(super) fn oom(&self, e: DriverError, bytes: usize) -> Error {
-        let (free, total) = self.ctx.mem_get_info().unwrap_or((0, 0));
-        let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
-        Error::Cuda(format!(
-            "allocating {:.1} MiB on {}: {e} ({:.1} MiB free of {:.1} MiB); {}; lower training.batch_size or the model \
-             size, split the model over ranks with parallel.tensor / parallel.pipeline, or share the GPU among fewer ranks",
-            mib(bytes),
-            self.name,
-            mib(free),
-            mib(total),
-            crate::mem::state_text()
-        ))
-    }
-
-    /// A gradient bucket: device memory plus a pinned host copy for the communication thread.
-    fn staged_buf(&self, n: usize) -> Result<DevBuf> {
-        let dev = self.alloc(n)?;
-        // SAFETY: page-locked host memory, zero-initialized by the driver's allocation flags
-        // being plain (not write-combined, which the CPU reads slowly).
-        let host = unsafe { self.ctx.alloc_pinned_with_flags::<f32>(n.max(1), 0) }.map_err(|e| self.oom(e, n * 4))?;
-        Ok(DevBuf {
-            dev,
-            len: n,
-            stage: Some(Stage { host, copy: self.copy.clone(), k: self.k.clone(), wire: None, pending: None }),
-        })
+            lt: None,
+        };
+        let dense = match precision {
+            Precision::Bf16 => "cublasGemmEx + hv_bias_act".to_string(),
+            _ => cuda.start_lt(major, precision == Precision::Tf32),
+        };
+        cuda.name = format!("{}; dense layers: {dense}", cuda.name);
+        Ok(cuda)
     }
 
     fn ones(&self, n: usize) -> Result<()> {
@@ -337,6 +315,20 @@ impl Backend for Cuda {
         // the views.
         let mut cc = c.cu();
         unsafe { self.blas.gemm(cfg, &ca, &cb, &mut cc) }.map_err(|e| Error::Cuda(format!("cuBLAS gemm: {e}")))
+    }
+
+    fn dense(
+        &self,
+        g: Gemm,
+        x: DView<'_>,
+        w: DView<'_>,
+        out: &mut DevBuf,
+        n: usize,
+        bias: DView<'_>,
+        act: Activation,
+        keep_z: Option<DViewMut<'_>>,
+    ) -> Result<()> {
+        self.dense_fused(g, x, w, out, n, bias, act, keep_z)
     }
 
     fn bias_act(

@@ -13,7 +13,7 @@
 use crate::device::Trans;
 
 /// cuBLAS's `cublasOperation_t`, by meaning.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     N,
     T,

@@ -5,9 +5,13 @@
 //!   when it cannot load a library), and turns their absence into one clear line;
 //! - `backend`: `Cuda`, the `Backend` on one GPU (cuBLAS for the products, our kernels for
 //!   the rest); `buf`: `DevBuf`, device memory with a pinned host copy for gradient
-//!   buckets and batches, and the staging hooks the communication thread calls;
+//!   buckets and batches, and the staging hooks the communication thread calls; `alloc`:
+//!   allocations and the out-of-memory message;
 //! - `bf16_gemm`: `precision = "bf16"`'s products (operands rounded, float32 sums);
 //! - `gemm_map`: the row-major → cuBLAS argument mapping, a pure function;
+//! - `dense`, `lt`, `lt_map`: a dense layer's forward as one cublasLt call with the bias and
+//!   activation in its epilogue (the call chosen by a pure function, its algorithm once per
+//!   shape), checked against the separate kernels at start-up;
 //! - `clip`: gradient clipping's sum of squares and clamp on the GPU;
 //! - `fused`: the optimizer's update of a bucket's tensors in one launch;
 //! - `loss`: the loss kernels' launches and the reading of their per-row sums (at once, or
@@ -19,14 +23,18 @@
 //!
 //! Must not: be reached by code outside `device/` except through `Backend`.
 
+mod alloc;
 mod backend;
 mod bf16_gemm;
 mod buf;
 mod clip;
+mod dense;
 mod fused;
 mod gemm_map;
 pub mod launch;
 mod loss;
+mod lt;
+mod lt_map;
 mod module;
 pub mod nvrtc;
 mod probe;
