@@ -113,6 +113,27 @@ fn asha_packs_trials_on_groups_and_keeps_the_best() {
     );
     assert!(run.stderr.contains("rank 1 trial "), "trial lines are tagged\n{}", run.all());
     assert!(run.stderr.contains("sweep done: trials by val_loss"), "{}", run.all());
+    // Every trial has ended: the checkpoints its pauses wrote are removed, but the best's
+    // (sweep.keep_checkpoints = "best", the default), which can train further.
+    let ckpts = |t: u64| -> usize {
+        std::fs::read_dir(out.join("trials").join(format!("{t:04}")))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("ckpt-step"))
+            .count()
+    };
+    for r in &recs {
+        let t = r["trial"].as_u64().unwrap();
+        if t == bt {
+            assert!(ckpts(t) > 0, "the best trial {t} lost its checkpoints");
+        } else {
+            assert_eq!(ckpts(t), 0, "trial {t} (not the best) kept its checkpoints\n{}", run.all());
+        }
+    }
+    assert!(
+        run.stderr.contains("checkpoint(s) of ended trials") && run.stderr.contains("(the best) kept"),
+        "{}",
+        run.all()
+    );
     // A second sweep in the same folder without --resume is refused; nothing is changed.
     let before = std::fs::read(out.join("sweep.jsonl")).unwrap();
     let again = mpirun(2, &["sweep", "job.toml"], &dir, 120);

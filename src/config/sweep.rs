@@ -36,6 +36,19 @@ pub enum SchedulerKind {
     None,
 }
 
+/// Whose checkpoints stay when the sweep ends (every trial ended: none resumes from one).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum KeepCheckpoints {
+    /// The best trial's (to train it further); the others' are removed.
+    #[default]
+    Best,
+    /// Every trial's.
+    All,
+    /// No trial's (weights.h5 and metrics.jsonl stay).
+    None,
+}
+
 /// Whether the metric is minimized or maximized.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -217,6 +230,9 @@ pub struct SweepCfg {
     /// Hyperband's brackets (0: every bracket the epochs allow).
     #[serde(default)]
     pub brackets: usize,
+    /// Whose checkpoints stay when the sweep ends (`best`, `all`, `none`).
+    #[serde(default)]
+    pub keep_checkpoints: KeepCheckpoints,
     /// Dotted `--set` keys (and `model.width`, `model.depth`) and their ranges.
     #[serde(default)]
     pub space: BTreeMap<String, Range>,

@@ -462,6 +462,7 @@ fn sweep_defaults_and_ranges() {
     assert_eq!((s.trials, s.ranks_per_trial, s.eta, s.min_epochs, s.seed), (0, 1, 3, 1, 1));
     assert_eq!((s.scheduler, s.sampler, s.goal()), (SchedulerKind::Asha, Sampler::Random, Goal::Minimize));
     assert_eq!(s.trial_count(), 16);
+    assert_eq!(s.keep_checkpoints, crate::config::KeepCheckpoints::Best);
     assert_eq!(s.space["optimizer.lr"], Range::LogUniform(1e-4, 0.3));
     assert_eq!(s.space["model.width"], Range::Choice(vec![toml::Value::Integer(64), toml::Value::Integer(128)]));
     // Bad ranges name the key, quoted as in the job file.
@@ -493,6 +494,7 @@ fn sweep_defaults_and_ranges() {
         ("metric = \"val_mae\"", "sweep.metric"),
         ("metric = \"test_loss\"", "sweep.metric"),
         ("metric = \"loss\"", "sweep.metric"),
+        ("keep_checkpoints = \"last\"", "sweep.keep_checkpoints"),
     ] {
         let text = format!("{with_val}[sweep]\n{extra}\n{sweep}");
         assert_eq!(field_of(Job::parse("job", &text, &[])), field, "{extra}");

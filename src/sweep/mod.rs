@@ -18,7 +18,9 @@
 //! `ALONE_AFTER` that rank has the scheduler record the trial as failed and ends the job
 //! (non-zero; `--resume auto` goes on without that trial) rather than leave them hanging.
 //! A signal stops every running trial with its stop checkpoint; the sweep's records
-//! (`sweep.jsonl`) keep them running, and `--resume auto` continues them first.
+//! (`sweep.jsonl`) keep them running, and `--resume auto` continues them first. When the
+//! sweep ends, no trial can resume or be promoted any more: the trials' checkpoints are
+//! removed but the best trial's (`sweep.keep_checkpoints`).
 //!
 //! Must not: call MPI itself (`Comm` and `Link` do) or hold the scheduling rule
 //! (`scheduler.rs`).
@@ -459,6 +461,8 @@ fn finish(s: &Sweep, sc: &mut Scheduler, stopped: bool) -> Result<()> {
             s.dir.join(record::TRIALS_FILE).display()
         );
     }
+    let best = ranked.first().map(|t| t.trial);
+    prune_checkpoints(s, sc.trials.len(), best);
     match ranked.first() {
         Some(best) => {
             let w = record::keep_best(&s.dir, best)?;
@@ -476,6 +480,38 @@ fn finish(s: &Sweep, sc: &mut Scheduler, stopped: bool) -> Result<()> {
     }
     crate::train::runlock::sweep_mark("done", true);
     Ok(())
+}
+
+/// The ended sweep's trial checkpoints, but the `best` trial's (`sweep.keep_checkpoints`),
+/// removed; what was removed is logged (a file that cannot be removed is a warning, not an
+/// error: the sweep's results are written).
+fn prune_checkpoints(s: &Sweep, trials: usize, best: Option<usize>) {
+    use crate::config::KeepCheckpoints;
+    let keep = s.cfg().keep_checkpoints;
+    if keep == KeepCheckpoints::All {
+        return;
+    }
+    let (mut files, mut bytes) = (0usize, 0u64);
+    for i in (0..trials).filter(|&i| keep == KeepCheckpoints::None || Some(i) != best) {
+        for (_, path) in crate::checkpoint::list(&s.trial_dir(i)) {
+            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            match std::fs::remove_file(&path) {
+                Ok(()) => (files, bytes) = (files + 1, bytes + size),
+                Err(e) => log::warn!("sweep: could not remove {}: {e}", path.display()),
+            }
+        }
+    }
+    if files > 0 {
+        let kept = match (keep, best) {
+            (KeepCheckpoints::Best, Some(b)) => format!("; trial {b}'s (the best) kept"),
+            _ => String::new(),
+        };
+        log::info!(
+            "sweep: removed {files} checkpoint(s) of ended trials ({:.1} MiB){kept}; sweep.keep_checkpoints = \"all\" \
+             keeps every trial's",
+            bytes as f64 / (1u64 << 20) as f64
+        );
+    }
 }
 
 /// A message as u32 words: the JSON's byte count, then its bytes.
