@@ -221,6 +221,12 @@ pub trait Backend: Send {
     fn staged(&self, n: usize) -> Result<Self::Buf> {
         self.zeros(n)
     }
+    /// A zeroed buffer for a step's input rows, which are copied in while earlier kernels
+    /// run (on a GPU: pinned host memory beside it, and a copy stream that gradient buckets
+    /// do not use, so a batch never waits behind them).
+    fn input(&self, n: usize) -> Result<Self::Buf> {
+        self.staged(n)
+    }
     fn upload(&self, host: &[f32]) -> Result<Self::Buf>;
     /// Copy `host` into the start of `buf` (a batch into its staging buffer).
     fn upload_into(&self, host: &[f32], buf: &mut Self::Buf) -> Result<()>;

@@ -15,6 +15,7 @@
 //! Must not: call MPI (the engine and the tensor group do) or decide when to stop.
 
 mod clip;
+mod inputs;
 pub use clip::clip_factors;
 mod pipeline;
 
@@ -30,6 +31,7 @@ use crate::optim::Optimizer;
 use crate::parallel::engine::HostBuf;
 use crate::parallel::timeline::{Timeline, MAIN_TID};
 use crate::parallel::{Engine, FusionPlan};
+use inputs::Resident;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -115,8 +117,11 @@ where
     /// forward and backward, and the whole model for checkpoints.
     tp: TensorGroup,
     /// Two input buffers, used in turn: a step's batch is copied in (on a GPU: from pinned
-    /// memory, on the copy stream) while the previous step's kernels may still read the other.
+    /// memory, on a stream of their own) while the previous step's kernels may still read the
+    /// other; `prefetch` copies the next step's batch in while this step's kernels run.
     xs: [B::Buf; 2],
+    /// The step whose batch `prefetch` already copied in, and that batch's rows and first id.
+    prefetched: Option<(u64, usize, u32)>,
     labels: B::Labels,
     values: B::Buf,
     timeline: Option<Arc<Timeline>>,
@@ -181,7 +186,8 @@ where
         Ok(Stepper {
             ws: Workspace::new(&be, &model, batch)?,
             params,
-            xs: [be.staged(batch * model.n_inputs())?, be.staged(batch * model.n_inputs())?],
+            xs: [be.input(batch * model.n_inputs())?, be.input(batch * model.n_inputs())?],
+            prefetched: None,
             labels: be.labels(batch)?,
             values: be.zeros(batch * model.n_outputs())?,
             names: model.tensors().into_iter().map(|t| t.name).collect(),
@@ -229,58 +235,9 @@ where
             let cap = self.batch.div_ceil(m);
             self.ws = Workspace::new(&self.be, &self.model, cap)?;
             let n = cap * self.model.n_inputs();
-            self.xs = [self.be.staged(n)?, self.be.staged(n)?];
+            self.xs = [self.be.input(n)?, self.be.input(n)?];
         }
         Ok(())
-    }
-
-    /// Keep `x` ([rows, inputs], row-major, the rows of global ids `first_id`, `first_id` + 1,
-    /// …) in device memory: from now on each unpipelined step gathers its batch there by the
-    /// batch's ids (the same rows in the same order as the host copy it replaces, so the same
-    /// weights), and only the ids (4 bytes a row) cross the bus. The pipelined step and
-    /// micro-batches still read `Batch::x`.
-    pub fn set_resident(&mut self, x: &[f32], first_id: u32) -> Result<()> {
-        let cols = self.model.n_inputs();
-        assert_eq!(x.len() % cols, 0, "resident rows of another width");
-        let _a = crate::mem::allocating("the training rows kept in device memory (data.on_device)");
-        self.resident = Some(Resident {
-            x: self.be.upload(x)?,
-            rows: x.len() / cols,
-            first_id,
-            idx: self.be.labels(self.batch)?,
-            host_idx: Vec::with_capacity(self.batch),
-        });
-        Ok(())
-    }
-
-    /// Whether a step runs as micro-batches (pipeline stages, gradient accumulation), which
-    /// read `Batch::x` in host memory.
-    pub fn pipelined(&self) -> bool {
-        self.tp.pipe.is_some() || self.micro > 1
-    }
-
-    /// The batch's rows into input buffer `xi`: gathered on the device from the resident
-    /// rows, or copied from `batch.x`.
-    fn load_inputs(&mut self, batch: &Batch, xi: usize) -> Result<()> {
-        let be = &self.be;
-        let Some(r) = self.resident.as_mut() else {
-            return be.upload_into(&batch.x, &mut self.xs[xi]);
-        };
-        let cols = self.model.n_inputs();
-        r.host_idx.clear();
-        for &id in &batch.ids[..batch.rows] {
-            let i = id.checked_sub(r.first_id).map(|i| i as usize).filter(|&i| i < r.rows);
-            let i = i.ok_or_else(|| {
-                Error::Training(format!(
-                    "row id {id} is not among the {} rows kept on the device (ids {}..): a bug in the caller",
-                    r.rows, r.first_id
-                ))
-            })?;
-            r.host_idx.push(i as i32);
-        }
-        be.upload_labels(&r.host_idx, &mut r.idx)?;
-        let (src, n) = (be.view(&r.x, 0..r.rows * cols), batch.rows);
-        be.gather_rows(src, cols, &r.idx, n, be.view_mut(&mut self.xs[xi], 0..n * cols))
     }
 
     /// The length of the sums `run` returns.
@@ -430,7 +387,9 @@ where
         }
         let t = Instant::now();
         let xi = (self.step % 2) as usize;
-        self.load_inputs(batch, xi)?;
+        if !self.was_prefetched(batch) {
+            self.load_inputs(batch, xi)?;
+        }
         let (be, b) = (&self.be, batch.rows);
         let t_fwd = Instant::now();
         let targets = if batch.classes.is_empty() {
@@ -516,16 +475,6 @@ where
         }
         Ok(())
     }
-}
-
-/// Training rows in device memory: row r of `x` is the row of global id `first_id + r`.
-struct Resident<B: Backend> {
-    x: B::Buf,
-    rows: usize,
-    first_id: u32,
-    /// This step's row indices into `x`, on the device and in host memory.
-    idx: B::Labels,
-    host_idx: Vec<i32>,
 }
 
 /// Backward's gradient destination: the engine's buckets, plus the timeline's per-layer spans.

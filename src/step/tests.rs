@@ -1,4 +1,5 @@
-//! The step's own tests: rows kept on the device train as host copies.
+//! The step's own tests: rows kept on the device train as host copies; batches copied in a
+//! step ahead train as ones copied at their step.
 //!
 //! Must not: need MPI or a GPU (one rank on the CPU backend).
 
@@ -62,4 +63,64 @@ fn resident_rows_train_as_the_host_copy() {
     let bad =
         Batch { rows: 1, x: Vec::new(), classes: vec![0], values: Vec::new(), ids: vec![first_id - 1], digest: 0 };
     assert!(dev.run(&bad, 1, Instant::now()).unwrap_err().to_string().contains("not among the 30 rows"));
+}
+
+/// A batch copied in one step ahead (`prefetch`, as the training loop does) trains exactly
+/// as one copied at its step; the prefetched copy is what the step reads (a prefetch of
+/// other rows, with the step's own never copied, trains differently); and a step whose batch
+/// is not the one prefetched for it is refused.
+#[test]
+fn prefetched_batches_train_as_copied_ones() {
+    let mut r = crate::rng::Rng::new(5, 6);
+    let batches: Vec<Batch> = (0..6u32)
+        .map(|s| Batch {
+            rows: if s == 5 { 3 } else { 8 },
+            x: (0..8 * 6).map(|_| r.uniform() as f32 - 0.5).collect(),
+            classes: (0..8).map(|i| ((i + s as usize) % 4) as i32).collect(),
+            values: Vec::new(),
+            ids: (s * 8..s * 8 + 8).collect(),
+            digest: 0,
+        })
+        .map(|b| Batch {
+            x: b.x[..b.rows * 6].to_vec(),
+            classes: b.classes[..b.rows].to_vec(),
+            ids: b.ids[..b.rows].to_vec(),
+            ..b
+        })
+        .collect();
+    let (mut plain, mut ahead) = (stepper(), stepper());
+    assert!(ahead.prefetches());
+    for (i, b) in batches.iter().enumerate() {
+        let a = plain.run(b, b.rows, Instant::now()).unwrap();
+        let c = ahead.run(b, b.rows, Instant::now()).unwrap();
+        assert_eq!(a, c, "step {i}'s sums");
+        if let Some(next) = batches.get(i + 1) {
+            ahead.prefetch(next).unwrap();
+        }
+    }
+    assert_eq!(plain.params_host().unwrap(), ahead.params_host().unwrap());
+    // The step reads the prefetched rows: prefetch other rows with the same ids and count.
+    let mut other = stepper();
+    other.run(&batches[0], 8, Instant::now()).unwrap();
+    let b1 = &batches[1];
+    let fake = Batch {
+        rows: b1.rows,
+        x: batches[2].x.clone(),
+        classes: b1.classes.clone(),
+        values: Vec::new(),
+        ids: b1.ids.clone(),
+        digest: 0,
+    };
+    other.prefetch(&fake).unwrap();
+    other.run(&batches[1], 8, Instant::now()).unwrap();
+    let mut straight = stepper();
+    straight.run(&batches[0], 8, Instant::now()).unwrap();
+    straight.run(&batches[1], 8, Instant::now()).unwrap();
+    assert_ne!(other.params_host().unwrap(), straight.params_host().unwrap());
+    // Another batch than the one prefetched: refused.
+    let mut s = stepper();
+    s.run(&batches[0], 8, Instant::now()).unwrap();
+    s.prefetch(&batches[1]).unwrap();
+    let wrong = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.run(&batches[2], 8, Instant::now())));
+    assert!(wrong.is_err(), "a step ran another batch than the one prefetched for it");
 }

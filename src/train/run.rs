@@ -98,6 +98,9 @@ pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
     trainer: TrainerState,
     /// `distribution.autotune`'s search (None when off).
     autotune: Option<Autotune>,
+    /// The next step's batch, taken from the loader at the end of the step before and
+    /// already on its way to the device (`Stepper::prefetch`).
+    ahead: Option<crate::data::loader::Batch>,
 }
 
 impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
@@ -138,6 +141,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         let autotune = Autotune::new(job, &p.out_dir, mode.trainers(), p.comm.rank, p.comm.size, multi_node)?;
         Ok(Run {
             autotune,
+            ahead: None,
             comm: p.comm,
             job,
             mode,
@@ -256,9 +260,12 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         let rank = self.comm.rank;
         let waiting = Instant::now();
         let loader = self.loader.as_ref().expect("loader alive until the last epoch ends");
-        let batch = {
-            let _p = liveness::phase_at("waiting for the data loader", self.st.step() + 1);
-            loader.next()?
+        let batch = match self.ahead.take() {
+            Some(b) => b,
+            None => {
+                let _p = liveness::phase_at("waiting for the data loader", self.st.step() + 1);
+                loader.next()?
+            }
         };
         let _p = liveness::phase_at(self.mode.step_phase(), self.st.step() + 1);
         let st = &mut self.st;
@@ -270,6 +277,15 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         liveness::step_done(self.st.step());
         tally.add(&batch);
         loader.give_back(batch);
+        // The epoch's next batch, copied to the device while this step's kernels still run.
+        if i + 1 < self.sched.steps && self.st.prefetches() {
+            let next = {
+                let _p = liveness::phase_at("waiting for the data loader (the next batch)", self.st.step());
+                loader.next()?
+            };
+            self.st.prefetch(&next)?;
+            self.ahead = Some(next);
+        }
         if self.st.step() == self.start_step + 1 && rank == 0 {
             super::runlock::running();
             let since_exec = crate::sys::seconds_since_start().unwrap_or(f64::NAN);

@@ -30,6 +30,11 @@ impl Cuda {
 
     /// A gradient bucket: device memory plus a pinned host copy for the communication thread.
     pub(super) fn staged_buf(&self, n: usize) -> Result<DevBuf> {
+        self.staged_on(n, &self.copy)
+    }
+
+    /// A buffer with a pinned host copy moved by `stream`.
+    pub(super) fn staged_on(&self, n: usize, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> Result<DevBuf> {
         let dev = self.alloc(n)?;
         // SAFETY: page-locked host memory, zero-initialized by the driver's allocation flags
         // being plain (not write-combined, which the CPU reads slowly).
@@ -37,7 +42,7 @@ impl Cuda {
         Ok(DevBuf {
             dev,
             len: n,
-            stage: Some(Stage { host, copy: self.copy.clone(), k: self.k.clone(), wire: None, pending: None }),
+            stage: Some(Stage { host, copy: stream.clone(), k: self.k.clone(), wire: None, pending: None }),
         })
     }
 }

@@ -29,6 +29,8 @@ pub struct Cuda {
     pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
     pub(super) copy: Arc<CudaStream>,
+    /// Batch uploads' stream: never behind the gradient buckets' copies.
+    pub(super) inputs: Arc<CudaStream>,
     pub(super) blas: CudaBlas,
     pub(super) k: Arc<Kernels>,
     pub(super) name: String,
@@ -59,6 +61,7 @@ impl Cuda {
         let (major, minor) = ctx.compute_capability().map_err(drv("reading the GPU's compute capability"))?;
         let stream = ctx.new_stream().map_err(drv("creating a stream"))?;
         let copy = ctx.new_stream().map_err(drv("creating a copy stream"))?;
+        let inputs = ctx.new_stream().map_err(drv("creating the batch upload stream"))?;
         let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::Cuda(format!("starting cuBLAS: {e}")))?;
         let mode = match precision {
             Precision::Fp32 => blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH,
@@ -87,6 +90,7 @@ impl Cuda {
             ctx,
             stream,
             copy,
+            inputs,
             blas,
             k,
             name,
@@ -187,6 +191,9 @@ impl Backend for Cuda {
     }
     fn staged(&self, n: usize) -> Result<DevBuf> {
         self.staged_buf(n)
+    }
+    fn input(&self, n: usize) -> Result<DevBuf> {
+        self.staged_on(n, &self.inputs)
     }
     fn upload(&self, host: &[f32]) -> Result<DevBuf> {
         let mut b = self.zeros(host.len())?;
