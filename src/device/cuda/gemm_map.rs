@@ -21,7 +21,7 @@ pub enum Op {
 
 /// The arguments of one `cublasSgemm`/`cublasGemmEx` call (column-major), and which of our
 /// operands goes where.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Cublas {
     pub transa: Op,
     pub transb: Op,

@@ -91,7 +91,8 @@ impl Lt {
     }
 
     /// The descriptors and the heuristic's first algorithm for `c`.
-    fn plan(&self, c: &LtCall) -> Result<Plan, String> {
+    fn plan(&self, call: &LtCall) -> Result<Plan, String> {
+        let c = &call.g;
         let compute = if self.tf32 {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
         } else {
@@ -110,7 +111,7 @@ impl Lt {
         plan.layouts = [layout(ar, ac, c.lda)?, layout(br, bc, c.ldb)?, layout(c.m, c.n, c.ldc)?];
         use sys::cublasLtMatmulDescAttributes_t as A;
         let op = |o: Op| if o == Op::N { 0i32 } else { 1i32 };
-        let epilogue = match c.epilogue {
+        let epilogue = match call.epilogue {
             Epilogue::Bias => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
             Epilogue::ReluBias => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
             Epilogue::GeluBias => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
@@ -121,7 +122,7 @@ impl Lt {
             set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSA, &op(c.transa))?;
             set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSB, &op(c.transb))?;
             set_desc(desc, A::CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue)?;
-            if let Some(ld) = c.aux_ld {
+            if let Some(ld) = call.aux_ld {
                 set_desc(desc, A::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &(ld as i64))?;
             }
         }
@@ -130,10 +131,10 @@ impl Lt {
         let ws = self.workspace.len();
         let prefs: [(P, u64); 5] = [
             (P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws as u64),
-            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, u64::from(c.align[0])),
-            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, u64::from(c.align[1])),
-            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, u64::from(c.align[2])),
-            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, u64::from(c.align[2])),
+            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, u64::from(call.align[0])),
+            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, u64::from(call.align[1])),
+            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, u64::from(call.align[2])),
+            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, u64::from(call.align[2])),
         ];
         let chosen = (|| {
             for (i, (attr, v)) in prefs.iter().enumerate() {

@@ -14,7 +14,7 @@
 //!
 //! Must not: call cublasLt (`lt.rs` does).
 
-use super::gemm_map::{cublas_args, Op};
+use super::gemm_map::{cublas_args, Cublas};
 use crate::config::Activation;
 use crate::device::Gemm;
 
@@ -34,14 +34,8 @@ pub enum Epilogue {
 /// algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LtCall {
-    pub transa: Op,
-    pub transb: Op,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub lda: usize,
-    pub ldb: usize,
-    pub ldc: usize,
+    /// The product, as `gemm_map` maps it.
+    pub g: Cublas,
     pub epilogue: Epilogue,
     /// The aux matrix's leading dimension (GeluAuxBias only; D's).
     pub aux_ld: Option<usize>,
@@ -86,14 +80,7 @@ pub fn forward_call(g: Gemm, act: Activation, keep_z: bool, addrs: [u64; 3]) -> 
     }
     let [x, w, out] = addrs;
     Ok(LtCall {
-        transa: c.transa,
-        transb: c.transb,
-        m: c.m,
-        n: c.n,
-        k: c.k,
-        lda: c.lda,
-        ldb: c.ldb,
-        ldc: c.ldc,
+        g: c,
         epilogue,
         aux_ld,
         // cuBLAS's A is our W, its B our x.
@@ -104,12 +91,14 @@ pub fn forward_call(g: Gemm, act: Activation, keep_z: bool, addrs: [u64; 3]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::cuda::gemm_map::Op;
     use crate::device::{Backend, Cpu, Trans};
 
     /// cublasLt's documented semantics of the call, column-major: D = epilogue(op(A) · op(B))
     /// with alpha 1 and beta 0; bias added to each column (length m); the aux matrix (GELU)
     /// holds the values the activation is applied to. GELU is the tanh approximation.
-    fn reference(c: &LtCall, a: &[f32], b: &[f32], bias: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    fn reference(call: &LtCall, a: &[f32], b: &[f32], bias: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        let c = &call.g;
         assert!(c.lda >= if c.transa == Op::N { c.m } else { c.k });
         assert!(c.ldb >= if c.transb == Op::N { c.k } else { c.n });
         assert!(c.ldc >= c.m && bias.len() == c.m);
@@ -124,7 +113,7 @@ mod tests {
                     let x = f64::from(x);
                     (0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x)).tanh())) as f32
                 };
-                d[i + j * c.ldc] = match c.epilogue {
+                d[i + j * c.ldc] = match call.epilogue {
                     Epilogue::Bias => z,
                     Epilogue::ReluBias => z.max(0.0),
                     Epilogue::GeluBias | Epilogue::GeluAuxBias => gelu(z),
@@ -195,7 +184,7 @@ mod tests {
         assert_eq!(forward_call(odd, Activation::Gelu, false, [0; 3]).unwrap().epilogue, Epilogue::GeluBias);
         assert!(forward_call(Gemm::new(0, 3, 16, Trans::N, Trans::N), Activation::Relu, false, [0; 3]).is_err());
         let c = forward_call(g, Activation::Gelu, true, [0; 3]).unwrap();
-        assert_eq!((c.epilogue, c.aux_ld, c.m, c.n, c.k), (Epilogue::GeluAuxBias, Some(16), 16, 4, 3));
+        assert_eq!((c.epilogue, c.aux_ld, c.g.m, c.g.n, c.g.k), (Epilogue::GeluAuxBias, Some(16), 16, 4, 3));
     }
 
     #[test]
