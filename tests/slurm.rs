@@ -174,6 +174,19 @@ fn output(dir: &Path, id: &str) -> String {
 }
 
 /// Wait (at most `limit_s`) until the job's output contains `what` `times` times.
+/// Once job `id` has done its first step on `started` ranks (or trials), `scancel` it; it must
+/// end CANCELLED with exit code 75 (stopped with a checkpoint). Its output.
+fn cancel_when_training(s: &Slurm, dir: &Path, id: &str, started: usize) -> String {
+    wait_output(s, dir, id, "first step done", started, 30);
+    std::thread::sleep(Duration::from_millis(500));
+    let (ok, msg) = s.cmd("scancel", &[id]);
+    assert!(ok, "scancel: {msg}");
+    let (state, code) = s.wait_end(id, 30);
+    let out = output(dir, id);
+    assert_eq!((state.as_str(), code.as_str()), ("CANCELLED", "75:0"), "{out}");
+    out
+}
+
 fn wait_output(s: &Slurm, dir: &Path, id: &str, what: &str, times: usize, limit_s: u64) {
     let t = Instant::now();
     while output(dir, id).matches(what).count() < times {
@@ -230,13 +243,7 @@ fn batch_scripts_under_a_real_slurm() {
     let t = Instant::now();
     let long = [("HVTRAIN_SET", "output.dir=out-cancel training.epochs=1000")];
     let id = s.submit("cpu.sbatch", &dir, &two, &long);
-    wait_output(&s, &dir, &id, "first step done", 1, 30);
-    std::thread::sleep(Duration::from_millis(500));
-    let (ok, msg) = s.cmd("scancel", &[&id]);
-    assert!(ok, "scancel: {msg}");
-    let (state, code) = s.wait_end(&id, 30);
-    let out = output(&dir, &id);
-    assert_eq!((state.as_str(), code.as_str()), ("CANCELLED", "75:0"), "{out}");
+    let out = cancel_when_training(&s, &dir, &id, 1);
     assert!(out.contains("stopped by a signal") && out.contains("hvtrain: exit code 75"), "{out}");
     assert!(!out.contains("requeueing"), "a cancelled job is not requeued\n{out}");
     // The checkpoint of the step the ranks stopped at, not only the periodic one of step 200
@@ -353,13 +360,7 @@ fn batch_scripts_under_a_real_slurm() {
     let lines = std::fs::read_to_string(dir.join("out-sweep/sweep.jsonl")).unwrap();
     assert_eq!(lines.lines().filter(|l| l.contains("\"completed\"")).count(), 4, "{lines}");
     let id = s.submit("sweep.sbatch", &dir, &two, &env("output.dir=out-sweep-cancel training.epochs=1000"));
-    wait_output(&s, &dir, &id, "first step done", 2, 30);
-    std::thread::sleep(Duration::from_millis(500));
-    let (ok, msg) = s.cmd("scancel", &[&id]);
-    assert!(ok, "scancel: {msg}");
-    let (state, code) = s.wait_end(&id, 30);
-    let out = output(&dir, &id);
-    assert_eq!((state.as_str(), code.as_str()), ("CANCELLED", "75:0"), "{out}");
+    let out = cancel_when_training(&s, &dir, &id, 2);
     assert!(out.contains("sweep stopped by a signal") && out.contains("hvtrain: exit code 75"), "{out}");
     let lines = std::fs::read_to_string(dir.join("out-sweep-cancel/sweep.jsonl")).unwrap();
     assert_eq!(lines.lines().filter(|l| l.contains("\"running\"")).count(), 2, "two trials were running\n{lines}");
