@@ -98,9 +98,9 @@ struct Global {
     tensors: usize,
     /// Per worker: the last step it ended (staleness 0).
     ended: Vec<u64>,
-    /// The other owning servers and the words of their `NORM`s; one that came before this
-    /// server was ready for it waits here (by rank).
+    /// The other owning servers: (rank, the length in words of its `NORM`).
     peers: Vec<(usize, usize)>,
+    /// `NORM`s that came before this server was ready for them (by sender's rank).
     early: std::collections::HashMap<usize, Vec<u32>>,
     /// This server counts the norms in its statistics (the first owning server).
     counts: bool,
