@@ -33,19 +33,9 @@ pub(super) fn optimizers<B: Backend>(be: &B) {
         }
     }
     for decoupled in [false, true] {
-        let (lr, b1, b2, eps, wd, t) = (0.01f64, 0.9f64, 0.999f64, 1e-7f64, 0.1f64, 3);
-        let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
-        let h = AdamHyper {
-            lr: lr as f32,
-            grad_scale: 0.25,
-            b1: b1 as f32,
-            b2: b2 as f32,
-            eps: eps as f32,
-            bc1: bc1 as f32,
-            bc2_sqrt: bc2.sqrt() as f32,
-            l2: if decoupled { 0.0 } else { wd as f32 },
-            decay: if decoupled { (lr * wd) as f32 } else { 0.0 },
-        };
+        let wd = 0.1f64;
+        let (h, bc1, bc2) = adam_at(3, if decoupled { 0.0 } else { wd }, if decoupled { LR * wd } else { 0.0 });
+        let (lr, b1, b2, eps) = (LR, B1, B2, EPS);
         let mut wp = Vec::new();
         for i in 0..n {
             let p = p0[i] as f64;
@@ -82,19 +72,8 @@ fn fused<B: Backend>(be: &B, p0: &[f32], g: &[f32], m0: &[f32], v0: &[f32]) {
     be.sgd_segments(&mut pd, &gd, 0, Some(&mut md), &segs, &h).unwrap();
     close(&host(be, &pd, n), &wp, 1e-6, "fused sgd over 3 tensors");
     close(&host(be, &md, n), &wm, 1e-6, "fused sgd momentum");
-    let (lr, b1, b2, eps, t) = (0.01f64, 0.9f64, 0.999f64, 1e-7f64, 2);
-    let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
-    let h = AdamHyper {
-        lr: lr as f32,
-        grad_scale: 0.25,
-        b1: b1 as f32,
-        b2: b2 as f32,
-        eps: eps as f32,
-        bc1: bc1 as f32,
-        bc2_sqrt: bc2.sqrt() as f32,
-        l2: 0.0,
-        decay: (lr * 0.01) as f32,
-    };
+    let (h, bc1, bc2) = adam_at(2, 0.0, LR * 0.01);
+    let (lr, b1, b2, eps) = (LR, B1, B2, EPS);
     let mut wp = Vec::new();
     for i in 0..n {
         let (p, gi) = (p0[i] as f64, g[i] as f64 * 0.25);
@@ -106,4 +85,28 @@ fn fused<B: Backend>(be: &B, p0: &[f32], g: &[f32], m0: &[f32], v0: &[f32]) {
     let (mut md, mut vd) = (be.upload(m0).unwrap(), be.upload(v0).unwrap());
     be.adam_segments(&mut pd, &gd, 0, &mut md, &mut vd, &segs, &h).unwrap();
     close(&host(be, &pd, n), &wp, 1e-5, "fused adamw over 3 tensors");
+}
+
+/// The Adam checks' constants (the gradient scale is 0.25).
+const LR: f64 = 0.01;
+const B1: f64 = 0.9;
+const B2: f64 = 0.999;
+const EPS: f64 = 1e-7;
+
+/// Adam's hyperparameters at step `t` with L2 `l2` and decoupled decay `decay`, and the two
+/// bias corrections in float64 for the reference.
+fn adam_at(t: i32, l2: f64, decay: f64) -> (AdamHyper, f64, f64) {
+    let (bc1, bc2) = (1.0 - B1.powi(t), 1.0 - B2.powi(t));
+    let h = AdamHyper {
+        lr: LR as f32,
+        grad_scale: 0.25,
+        b1: B1 as f32,
+        b2: B2 as f32,
+        eps: EPS as f32,
+        bc1: bc1 as f32,
+        bc2_sqrt: bc2.sqrt() as f32,
+        l2: l2 as f32,
+        decay: decay as f32,
+    };
+    (h, bc1, bc2)
 }
