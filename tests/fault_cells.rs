@@ -171,6 +171,16 @@ fn assert_stop_checkpoint_soft(out: &Path, log: &str, spe: u64) -> Result<u64, S
     })
 }
 
+/// Open MPI 4.1.4's `mpirun` (PMIx 4.2.2, Debian 12), rarely (once in some 20 CI runs of this matrix, about 3,000 cells), does
+/// not exit after every rank has: it logs "PMIX ERROR: UNREACHABLE" from its connection handler
+/// and hangs in its own teardown until the harness kills it ("exit None"). Seen once at
+/// `init:stop` with all three ranks' start-up lines printed, i.e. no hvtrain process left.
+/// Nothing a rank does can end a launcher that hangs after the ranks are gone, so such a cell
+/// runs once more; a cell whose ranks do hang fails both times.
+fn launcher_hung_in_teardown(failure: &str) -> bool {
+    failure.contains(": exit None after") && failure.contains("PMIX ERROR: UNREACHABLE")
+}
+
 fn matrix(m: Mode, faults: &[Fault]) {
     let _g = mpi_lock();
     let dir = setup(&format!("cells-{}", m.name.replace(' ', "-")));
@@ -183,7 +193,12 @@ fn matrix(m: Mode, faults: &[Fault]) {
             if only.as_ref().is_some_and(|o| !o.split(',').any(|c| c == name)) {
                 continue;
             }
-            if let Err(e) = cell(&dir, &m, phase, fault) {
+            let mut result = cell(&dir, &m, phase, fault);
+            if result.as_ref().is_err_and(|e| launcher_hung_in_teardown(e)) {
+                eprintln!("{name}: mpirun itself hung after its ranks ended (PMIx UNREACHABLE); run again once");
+                result = cell(&dir, &m, phase, fault);
+            }
+            if let Err(e) = result {
                 failed.push(e);
             }
         }
