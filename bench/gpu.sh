@@ -16,7 +16,8 @@
 # COMPILE ("all", or a list of shapes as SHAPES: also time PyTorch with torch.compile there),
 # HV_BASE (an earlier hvtrain binary: also timed on every shape, the "before" column, on the
 # same GPU in the same run; HV_BASE_ENV: its environment, e.g. HV_BASE=$HV
-# HV_BASE_ENV=HVTRAIN_CUBLASLT=0 times this binary without the cublasLt epilogues as "before"),
+# HV_BASE_ENV="HVTRAIN_CUBLASLT=0 HVTRAIN_CUDA_GRAPHS=0" times this binary without the cublasLt
+# epilogues and CUDA graphs as "before"),
 # HV_DATA (device or host: hvtrain bench step --data; device).
 # Exit: 0 when every run produced its JSON (and, with STRICT=1, every target was met), else 1.
 set -uo pipefail

@@ -15,7 +15,8 @@
 #                  accuracy and weights (within 1e-5), samples/s of each
 #   c bench        bash bench/gpu.sh: hvtrain bench step vs bench/torch_peer.py (eager, and
 #                  torch.compile on the shapes COMPILE names; bin/hvtrain-base, when the
-#                  bundle has one, as the "before" column)
+#                  bundle has one, as the "before" column, else this build with
+#                  HVTRAIN_CUBLASLT=0 HVTRAIN_CUDA_GRAPHS=0)
 #   d profile      with PROFILE=1: bench/gpu_profile.sh (ncu kernel sums) on PROFILE_SHAPES
 # Exit status: 0 when every phase passed, 1 otherwise.
 # Environment: EPOCHS (3, for both training runs), BUDGET (seconds for the whole check, 540),
@@ -203,8 +204,11 @@ fi
 # --- c. Step benchmark against PyTorch.
 if skipped bench; then record bench skipped 0 -; else
   t=$(date +%s)
-  base=""; [ -x "$B/bin/hvtrain-base" ] && base="$B/bin/hvtrain-base"
-  HV_BASE=$base DEADLINE=$((DEADLINE - ${PROFILE_SECS:-0})) bash bench/gpu.sh "$LOGDIR" > "$LOGDIR/06-bench.log" 2>&1
+  # "before": an earlier build when the bundle has one, else this build without its cublasLt
+  # epilogues and CUDA graphs (the same GPU, the same run).
+  base="$HV" base_env="HVTRAIN_CUBLASLT=0 HVTRAIN_CUDA_GRAPHS=0"
+  [ -x "$B/bin/hvtrain-base" ] && base="$B/bin/hvtrain-base" base_env=""
+  HV_BASE=$base HV_BASE_ENV=${HV_BASE_ENV:-$base_env} DEADLINE=$((DEADLINE - ${PROFILE_SECS:-0})) bash bench/gpu.sh "$LOGDIR" > "$LOGDIR/06-bench.log" 2>&1
   rc=$?
   record "bench (hvtrain vs torch)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 06-bench.log
   grep -E "^Targets met" "$LOGDIR/gpu-bench.md" 2>/dev/null | sed 's/^/    /'

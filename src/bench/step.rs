@@ -126,10 +126,11 @@ impl WithBackend<serde_json::Value> for &StepBench {
             "upload_ms": upload_ms,
             "host_ms_per_step": {
                 "upload": st.host_secs[0] * 1e3 / self.steps as f64,
-                "forward_loss": st.host_secs[1] * 1e3 / self.steps as f64,
-                "backward": st.host_secs[2] * 1e3 / self.steps as f64,
-                "optimizer": st.host_secs[3] * 1e3 / self.steps as f64,
+                "forward_loss_backward": st.host_secs[1] * 1e3 / self.steps as f64,
+                "optimizer": st.host_secs[2] * 1e3 / self.steps as f64,
+                "loss_wait": st.host_secs[3] * 1e3 / self.steps as f64,
             },
+            "launches": st.graph_summary(),
         }))
     }
 }

@@ -187,6 +187,20 @@ pub struct AdamHyper {
     pub decay: f32,
 }
 
+/// A captured sequence of a backend's launches (a CUDA graph), replayed as one; what it holds
+/// is the backend's own (`Backend::capture_end`).
+pub struct Captured(pub Box<dyn std::any::Any>);
+
+/// What `Backend::replay` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replayed {
+    /// The device ran the captured launches.
+    OnDevice,
+    /// This backend keeps no launches (the CPU's emulation): the caller runs the captured
+    /// work again, with the values it had at capture.
+    Rerun,
+}
+
 /// A device that runs the dense layers. See the module comment for the contract.
 pub trait Backend: Send {
     /// An owned buffer of f32 in the device's memory (gradient buckets also stage through
@@ -361,6 +375,34 @@ pub trait Backend: Send {
     /// other loss. Waits for the work queued so far.
     fn pending_loss_sums(&self) -> Result<(f64, usize)> {
         unreachable!("this backend never leaves a loss pending")
+    }
+    // ---- captured steps (CUDA graphs; `step/graph.rs` decides when) ----
+    /// Make the compute stream wait for the last writes into `bufs` from other streams (a
+    /// batch's upload), which a captured sequence cannot wait for itself.
+    fn order_after_writes(&self, _bufs: &[&Self::Buf]) -> Result<()> {
+        Ok(())
+    }
+    /// Whether this backend can capture launches (`capture_begin`).
+    fn captures(&self) -> bool {
+        false
+    }
+    /// A number that changes whenever the backend replaces scratch memory of its own (grown
+    /// for a larger batch): graphs captured before it changed name freed memory.
+    fn scratch_generation(&self) -> u64 {
+        0
+    }
+    /// Start capturing this backend's launches instead of running them (a CUDA graph).
+    fn capture_begin(&self) -> Result<()> {
+        unreachable!("capture_begin on a backend that does not capture")
+    }
+    /// End the capture `capture_begin` started: the launches since, to `replay`. On an error
+    /// nothing was captured, and nothing of it ran.
+    fn capture_end(&self) -> Result<Captured> {
+        unreachable!("capture_end without a capture_begin that returned true")
+    }
+    /// Run `g`'s launches again, on the buffers they were captured with.
+    fn replay(&self, _g: &Captured) -> Result<Replayed> {
+        unreachable!("replay of a graph this backend never captured")
     }
     /// Dropout on [rows, cols] `v` in place (see `Mask`), row r's global id `keys[r]`.
     fn dropout(&self, v: Self::ViewMut<'_>, cols: usize, keys: &Self::Labels, m: Mask) -> Result<()>;

@@ -6,7 +6,7 @@
 //! Must not: be fast at the cost of being the plain reference (speed work keeps its results within
 //! the conformance tolerances).
 
-use super::backend::{mask_bits, AdamHyper, Backend, Mask, Pointwise, SgdHyper};
+use super::backend::{mask_bits, AdamHyper, Backend, Captured, Mask, Pointwise, Replayed, SgdHyper};
 pub use super::backend::{Gemm, Trans};
 use crate::config::Activation;
 use crate::error::Result;
@@ -18,11 +18,27 @@ use std::ops::Range;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cpu {
     bf16: bool,
+    graphs: GraphEmulation,
+}
+
+/// How the CPU answers `Backend::capture_begin` (tests of `step/graph.rs`, which decides when a
+/// GPU captures and replays a step, on a machine without one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GraphEmulation {
+    /// No capture: every step runs plain (the CPU backend's behaviour).
+    #[default]
+    Off,
+    /// Captures; a replay asks the caller to run the captured work again with the values it
+    /// had at capture (`Replayed::Rerun`), as a graph replays the launches it holds.
+    Faithful,
+    /// Captures, and a replay runs nothing while saying it ran on the device: a graph that
+    /// lost its launches, which the check on each capture must catch.
+    Broken,
 }
 
 /// The float32 CPU backend, spelled as a value (`&Cpu`) as the unit struct it once was.
 #[allow(non_upper_case_globals)]
-pub const Cpu: Cpu = Cpu { bf16: false };
+pub const Cpu: Cpu = Cpu { bf16: false, graphs: GraphEmulation::Off };
 
 impl Cpu {
     /// The backend for `training.precision`: bf16 needs AVX512-BF16 (checked here, at run
@@ -39,7 +55,12 @@ impl Cpu {
                 crate::sys::cpu_model()
             )));
         }
-        Ok(Cpu { bf16: true })
+        Ok(Cpu { bf16: true, ..Cpu })
+    }
+
+    /// This backend, answering captures as `e` says.
+    pub fn emulating_graphs(self, e: GraphEmulation) -> Cpu {
+        Cpu { graphs: e, ..self }
     }
 }
 
@@ -142,6 +163,18 @@ impl Backend for Cpu {
     fn gather_rows(&self, src: &[f32], cols: usize, idx: &Vec<i32>, rows: usize, dst: &mut [f32]) -> Result<()> {
         gather_rows(src, cols, &idx[..rows], dst);
         Ok(())
+    }
+    fn captures(&self) -> bool {
+        self.graphs != GraphEmulation::Off
+    }
+    fn capture_begin(&self) -> Result<()> {
+        Ok(())
+    }
+    fn capture_end(&self) -> Result<Captured> {
+        Ok(Captured(Box::new(())))
+    }
+    fn replay(&self, _g: &Captured) -> Result<Replayed> {
+        Ok(if self.graphs == GraphEmulation::Broken { Replayed::OnDevice } else { Replayed::Rerun })
     }
     fn dropout(&self, v: &mut [f32], cols: usize, keys: &Vec<i32>, m: Mask) -> Result<()> {
         dropout(v, cols, keys, m);

@@ -43,6 +43,9 @@ use std::time::{Duration, Instant};
 pub trait HostBuf: Send + 'static {
     fn host(&self) -> &[f32];
     fn host_mut(&mut self) -> &mut [f32];
+    /// This buffer's identity, the same for its whole life, distinct from every live buffer's
+    /// (where its memory is).
+    fn id(&self) -> usize;
     /// Length in floats.
     fn len(&self) -> usize;
     /// `wire`: the precision the reducer sends in; a GPU may pack to it before the copy (the
@@ -63,6 +66,9 @@ pub trait HostBuf: Send + 'static {
 impl HostBuf for Vec<f32> {
     fn host(&self) -> &[f32] {
         self
+    }
+    fn id(&self) -> usize {
+        self.as_ptr() as usize
     }
     fn host_mut(&mut self) -> &mut [f32] {
         self
@@ -117,6 +123,8 @@ pub struct Engine<G: HostBuf> {
     timeline: Option<Arc<Timeline>>,
     watchdog: Option<SharedWatchdog>,
     grad_scale: f32,
+    /// The reducer copies (one rank): nothing goes out while backward runs.
+    local: bool,
     /// Buckets not in flight, by index.
     home: Vec<Option<Bucket<G>>>,
     /// Per bucket: tensors not yet ready this step; whether it was sent; whether it came back.
@@ -143,7 +151,7 @@ impl<G: HostBuf> Engine<G> {
         watchdog: Option<SharedWatchdog>,
         mut alloc: impl FnMut(usize) -> G,
     ) -> Engine<G> {
-        let grad_scale = reducer.grad_scale();
+        let (grad_scale, local) = (reducer.grad_scale(), reducer.is_copy());
         let (tl, wd) = (timeline.clone(), watchdog.clone());
         let mode = if overlap {
             let (wtx, wrx) = channel::<Work<G>>();
@@ -173,6 +181,7 @@ impl<G: HostBuf> Engine<G> {
             ready: vec![false; plan.slots.len()],
             home,
             grad_scale,
+            local,
             plan,
             overlap,
             timeline: tl,
@@ -186,6 +195,17 @@ impl<G: HostBuf> Engine<G> {
 
     pub fn plan(&self) -> &FusionPlan {
         &self.plan
+    }
+
+    /// Whether the reducer only copies (one rank): no bucket needs to go out during backward.
+    pub fn is_local(&self) -> bool {
+        self.local
+    }
+
+    /// Each bucket's buffer that `slot` hands out this step, by `HostBuf::id` (a captured
+    /// step writes into the buffers it was captured with). Between steps only.
+    pub fn slot_ids(&self) -> Vec<usize> {
+        self.home.iter().map(|b| b.as_ref().expect("every bucket is home between steps").grads.id()).collect()
     }
 
     /// What the optimizer multiplies reduced gradients by (see `Reducer::grad_scale`).

@@ -15,6 +15,7 @@
 //! Must not: call MPI (the engine and the tensor group do) or decide when to stop.
 
 mod clip;
+mod graph;
 mod inputs;
 pub use clip::clip_factors;
 mod pipeline;
@@ -26,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::metrics::{regression, GradNorm};
 
 use crate::model::placement::TensorGroup;
-use crate::model::{GradSink, Mlp, Targets, Workspace};
+use crate::model::{GradSink, Mlp, Workspace};
 use crate::optim::Optimizer;
 use crate::parallel::engine::HostBuf;
 use crate::parallel::timeline::{Timeline, MAIN_TID};
@@ -152,8 +153,11 @@ where
     /// The training rows kept in device memory (`set_resident`): each step gathers its batch
     /// there by the rows' ids instead of copying it from host memory.
     resident: Option<Resident<B>>,
-    /// Host seconds spent in each part of the unpipelined step (batch upload, forward + loss
-    /// (which waits for the loss), backward's launches, the optimizer's wait and launches),
+    /// The step's forward, loss and backward as replayed graphs, where the backend captures.
+    graphs: graph::Graphs,
+    /// Host seconds spent in each part of the unpipelined step (batch upload, the launches of
+    /// forward, loss and backward (or their graph's replay), the optimizer's wait and
+    /// launches, the wait for the loss's sums),
     /// for `hvtrain bench step`: on a GPU, where the host waits shows where the GPU idles.
     pub host_secs: [f64; 4],
 }
@@ -202,6 +206,7 @@ where
             diverged: None,
             micro: 1,
             host_secs: [0.0; 4],
+            graphs: Default::default(),
             resident: None,
             mws: Vec::new(),
             mx: Vec::new(),
@@ -314,6 +319,7 @@ where
     /// Replace the parameters (fault injection).
     pub fn set_params_host(&mut self, p: &[f32]) -> Result<()> {
         self.params = self.be.upload(p)?;
+        self.graphs.clear();
         Ok(())
     }
     /// Add 1 to the first parameter, as a bit flip would (the `diverge` fault).
@@ -340,6 +346,7 @@ where
         let plan = FusionPlan::with_options(&lens, threshold_bytes, first_bytes, order);
         let alloc = bucket_buffers(&self.be, &plan)?;
         self.engine.replan(plan, remake, alloc);
+        self.graphs.clear();
         Ok(())
     }
 
@@ -392,46 +399,29 @@ where
         }
         let (be, b) = (&self.be, batch.rows);
         let t_fwd = Instant::now();
-        let targets = if batch.classes.is_empty() {
+        if batch.classes.is_empty() {
             be.upload_into(&batch.values, &mut self.values)?;
-            Targets::Values(be.view(&self.values, 0..batch.values.len()))
         } else {
             be.upload_labels(&batch.classes, &mut self.labels)?;
-            Targets::Classes(&self.labels)
-        };
+        }
         self.tp.step = self.step;
         self.ws.set_rows(be, &batch.ids, self.step)?;
-        self.model.forward_tp(be, &self.params, &self.xs[xi], b, &mut self.ws, &mut self.tp)?;
-        // On a GPU the loss's sums are read after backward and the optimizer are queued, so
-        // that the GPU does not idle while the host waits for them (`Backend::*_later`); a
-        // non-finite loss then ends the run after this step's update (never saved), else before.
-        let now = self.model.loss_later(be, targets, b, 1.0 / global_rows as f32, &mut self.ws)?;
+        self.engine.begin_step(self.step);
+        let values = if batch.classes.is_empty() { batch.values.len() } else { 0 };
+        let key = self.graph_key(b, 1.0 / global_rows as f32, xi, values);
+        // A non-finite loss read now ends the run before this step's update (never saved);
+        // read after the step (on a GPU), after it.
+        let now = if self.wants_graph(&key) { self.graphed(&key, t)? } else { self.segment(&key, true, t)? };
         if let Some((loss, _)) = now {
             note_non_finite(&mut self.diverged, loss, self.step);
         }
-        self.span("forward + loss", t);
-        let t_bwd = Instant::now();
-        self.host_secs[0] += (t_fwd - t).as_secs_f64();
-        self.host_secs[1] += (t_bwd - t_fwd).as_secs_f64();
-
-        self.engine.begin_step(self.step);
-        let mut sink = Sink {
-            be,
-            engine: &mut self.engine,
-            timeline: &self.timeline,
-            names: &self.names,
-            step: self.step,
-            mark: Instant::now(),
-            accumulate: false,
-            announce: true,
-        };
-        self.model.backward_tp(be, &self.params, &self.xs[xi], b, &mut self.ws, &mut sink, &mut self.tp)?;
         self.engine.flush();
         let t_opt = Instant::now();
+        self.host_secs[0] += (t_fwd - t).as_secs_f64();
+        self.host_secs[1] += (t_opt - t_fwd).as_secs_f64();
         self.apply_buckets()?;
-        self.host_secs[2] += (t_opt - t_bwd).as_secs_f64();
-        self.host_secs[3] += t_opt.elapsed().as_secs_f64();
         let t_wait = Instant::now();
+        self.host_secs[2] += (t_wait - t_opt).as_secs_f64();
         let (loss, correct) = match now {
             Some(s) => s,
             None => {
@@ -441,7 +431,7 @@ where
             }
         };
         let sums = self.extra.sums(&self.be, &self.model, &self.ws, b, &batch.classes, &batch.values, loss, correct)?;
-        self.host_secs[1] += t_wait.elapsed().as_secs_f64();
+        self.host_secs[3] += t_wait.elapsed().as_secs_f64();
         Ok(sums)
     }
 

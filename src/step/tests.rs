@@ -1,5 +1,6 @@
 //! The step's own tests: rows kept on the device train as host copies; batches copied in a
-//! step ahead train as ones copied at their step.
+//! step ahead train as ones copied at their step; steps replayed from graphs (a CPU that
+//! emulates capture) train as plain ones, and a graph that replays wrong is dropped.
 //!
 //! Must not: need MPI or a GPU (one rank on the CPU backend).
 
@@ -10,11 +11,16 @@ use crate::parallel::reduce;
 
 /// A one-rank stepper on the CPU for a small model, fresh from seed 1.
 fn stepper() -> Stepper<Cpu> {
+    stepper_on(Cpu)
+}
+
+/// The same on `be` (a CPU that emulates graph capture).
+fn stepper_on(be: Cpu) -> Stepper<Cpu> {
     let model = Mlp::new(&[6, 9, 4], Activation::Relu, LossKind::SoftmaxCrossEntropy);
     let params = model.init_params(1);
     let lens: Vec<usize> = model.tensors().iter().map(|t| t.range.len()).collect();
     let plan = FusionPlan::new(&lens, 1 << 20);
-    let alloc = bucket_buffers(&Cpu, &plan).unwrap();
+    let alloc = bucket_buffers(&be, &plan).unwrap();
     let engine = Engine::new(
         reduce::for_job(None, Compression::None, Default::default(), false, &plan, false),
         plan,
@@ -23,9 +29,9 @@ fn stepper() -> Stepper<Cpu> {
         None,
         alloc,
     );
-    let opt = Optimizer::new(&Cpu, &OptimizerCfg { lr: 0.1, ..Default::default() }, model.tensors(), model.n_params, 1)
+    let opt = Optimizer::new(&be, &OptimizerCfg { lr: 0.1, ..Default::default() }, model.tensors(), model.n_params, 1)
         .unwrap();
-    Stepper::new(Cpu, model, &params, opt, engine, 8, None).unwrap()
+    Stepper::new(be, model, &params, opt, engine, 8, None).unwrap()
 }
 
 /// Rows gathered on the device by id train exactly as the same rows copied from host
@@ -123,4 +129,78 @@ fn prefetched_batches_train_as_copied_ones() {
     s.prefetch(&batches[1]).unwrap();
     let wrong = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.run(&batches[2], 8, Instant::now())));
     assert!(wrong.is_err(), "a step ran another batch than the one prefetched for it");
+}
+
+/// Six full batches and a short one, each with its own rows (ids step × 8..).
+fn seven_batches(seed: u64) -> Vec<Batch> {
+    let mut r = crate::rng::Rng::new(seed, 6);
+    (0..7u32)
+        .map(|s| {
+            let rows = if s == 6 { 3 } else { 8 };
+            Batch {
+                rows,
+                x: (0..rows * 6).map(|_| r.uniform() as f32 - 0.5).collect(),
+                classes: (0..rows).map(|i| ((i + s as usize) % 4) as i32).collect(),
+                values: Vec::new(),
+                ids: (s * 8..s * 8 + rows as u32).collect(),
+                digest: 0,
+            }
+        })
+        .collect()
+}
+
+/// Steps replayed from captured graphs train exactly as plain ones (sums and weights): one
+/// graph per input buffer and bucket-buffer parity, the short batch plain, the graphs
+/// replayed on the other full batches, with and without batches copied a step ahead.
+#[test]
+fn graphed_steps_train_as_plain_ones() {
+    use crate::device::cpu::GraphEmulation;
+    for ahead in [false, true] {
+        let batches = seven_batches(7);
+        let (mut plain, mut graphed) = (stepper(), stepper_on(Cpu.emulating_graphs(GraphEmulation::Faithful)));
+        for epoch in 0..2 {
+            for (i, b) in batches.iter().enumerate() {
+                let a = plain.run(b, b.rows, Instant::now()).unwrap();
+                let g = graphed.run(b, b.rows, Instant::now()).unwrap();
+                assert_eq!(a, g, "epoch {epoch} step {i}'s sums");
+                if let (true, Some(next)) = (ahead, batches.get(i + 1)) {
+                    graphed.prefetch(next).unwrap();
+                }
+            }
+        }
+        assert_eq!(plain.params_host().unwrap(), graphed.params_host().unwrap());
+        assert_eq!(graphed.graphs.off(), None);
+        // 14 steps: 2 short (plain), 2 captured, 10 replayed.
+        assert_eq!((graphed.graphs.captures, graphed.graphs.replays), (2, 10), "{}", graphed.graph_summary());
+        assert_eq!(plain.graphs.off(), Some("this backend does not capture"));
+    }
+}
+
+/// A graph whose replay does not write the step's gradients (its launches lost) fails the
+/// check at capture: graphs go off, saying why, and the run trains as a plain one.
+#[test]
+fn a_graph_that_replays_wrong_is_dropped() {
+    use crate::device::cpu::GraphEmulation;
+    let batches = seven_batches(8);
+    let (mut plain, mut broken) = (stepper(), stepper_on(Cpu.emulating_graphs(GraphEmulation::Broken)));
+    for b in &batches {
+        assert_eq!(plain.run(b, b.rows, Instant::now()).unwrap(), broken.run(b, b.rows, Instant::now()).unwrap());
+    }
+    assert_eq!(plain.params_host().unwrap(), broken.params_host().unwrap());
+    let why = broken.graphs.off().expect("graphs off");
+    assert!(why.contains("differs from plain launches"), "{why}");
+    assert_eq!((broken.graphs.captures, broken.graphs.replays), (0, 0));
+}
+
+/// Steps that need the host inside them stay plain: dropout's per-step masks.
+#[test]
+fn dropout_keeps_plain_launches() {
+    use crate::device::cpu::GraphEmulation;
+    let mut s = stepper_on(Cpu.emulating_graphs(GraphEmulation::Faithful));
+    s.set_dropout(&[0.5], 3).unwrap();
+    for b in &seven_batches(9) {
+        s.run(b, b.rows, Instant::now()).unwrap();
+    }
+    assert!(s.graphs.off().is_some_and(|w| w.contains("dropout")), "{}", s.graph_summary());
+    assert_eq!(s.graphs.replays, 0);
 }

@@ -14,6 +14,23 @@ impl Cuda {
         self.stream.alloc_zeros::<f32>(n.max(1)).map_err(|e| self.oom(e, n * 4))
     }
 
+    /// The loss kernels' per-row scratch, for at least `rows` rows.
+    pub(super) fn row_scratch(&self, rows: usize) -> Result<()> {
+        let mut r = self.rows.borrow_mut();
+        if r.as_ref().is_none_or(|(l, _)| l.len() < rows) {
+            let l = self.alloc(rows)?;
+            let c = self.stream.alloc_zeros::<i32>(rows.max(1)).map_err(|e| self.oom(e, rows * 4))?;
+            *r = Some((l, c));
+            self.scratch_grew();
+        }
+        Ok(())
+    }
+
+    /// Scratch memory was replaced: graphs captured before name freed memory.
+    pub(super) fn scratch_grew(&self) {
+        self.scratch_gen.set(self.scratch_gen.get() + 1);
+    }
+
     pub(super) fn oom(&self, e: DriverError, bytes: usize) -> Error {
         let (free, total) = self.ctx.mem_get_info().unwrap_or((0, 0));
         let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
@@ -39,10 +56,7 @@ impl Cuda {
         // SAFETY: page-locked host memory, zero-initialized by the driver's allocation flags
         // being plain (not write-combined, which the CPU reads slowly).
         let host = unsafe { self.ctx.alloc_pinned_with_flags::<f32>(n.max(1), 0) }.map_err(|e| self.oom(e, n * 4))?;
-        Ok(DevBuf {
-            dev,
-            len: n,
-            stage: Some(Stage { host, copy: stream.clone(), k: self.k.clone(), wire: None, pending: None }),
-        })
+        let stage = Stage { host, copy: stream.clone(), k: self.k.clone(), wire: None, pending: None };
+        Ok(DevBuf::new(dev, n, Some(stage)))
     }
 }

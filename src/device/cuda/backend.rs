@@ -16,7 +16,7 @@ use super::gemm_map::{cublas_args, Op};
 use super::launch::{act_code, config_1d};
 use super::module::Kernels;
 use crate::config::{Activation, Precision};
-use crate::device::backend::{AdamHyper, Backend, Gemm, Mask, Pointwise, Segment, SgdHyper, Trans};
+use crate::device::backend::{AdamHyper, Backend, Captured, Gemm, Mask, Pointwise, Replayed, Segment, SgdHyper, Trans};
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys as blas_sys, CudaBlas, Gemm as _, GemmConfig};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaViewMut, DriverError, PushKernelArg};
@@ -41,7 +41,9 @@ pub struct Cuda {
     /// bf16 products: the two operands' bf16 copies, grown on demand (None: float32 products).
     bf16: Option<RefCell<[Option<CudaSlice<u16>>; 2]>>,
     /// Rows of the loss whose sums `*_later` left in the row scratch (`pending_loss_sums`).
-    pending: std::cell::Cell<Option<usize>>,
+    pub(super) pending: std::cell::Cell<Option<usize>>,
+    /// Bumped whenever scratch memory above is replaced (a captured graph names the old).
+    pub(super) scratch_gen: std::cell::Cell<u64>,
     /// The dense layers' forward through cublasLt with epilogues (`dense.rs`); None: cuBLAS
     /// + hv_bias_act (bf16 products, or cublasLt off or failing its start-up check).
     pub(super) lt: Option<super::lt::Lt>,
@@ -98,6 +100,7 @@ impl Cuda {
             rows: RefCell::new(None),
             bf16,
             pending: Default::default(),
+            scratch_gen: Default::default(),
             lt: None,
         };
         let dense = match precision {
@@ -114,16 +117,7 @@ impl Cuda {
             let mut s = self.alloc(n)?;
             self.launch_fill(&mut s.slice_mut(0..n), n, 1.0)?;
             *o = Some(s);
-        }
-        Ok(())
-    }
-
-    pub(super) fn row_scratch(&self, rows: usize) -> Result<()> {
-        let mut r = self.rows.borrow_mut();
-        if r.as_ref().is_none_or(|(l, _)| l.len() < rows) {
-            let l = self.alloc(rows)?;
-            let c = self.stream.alloc_zeros::<i32>(rows.max(1)).map_err(|e| self.oom(e, rows * 4))?;
-            *r = Some((l, c));
+            self.scratch_grew();
         }
         Ok(())
     }
@@ -187,7 +181,7 @@ impl Backend for Cuda {
     }
 
     fn zeros(&self, n: usize) -> Result<DevBuf> {
-        Ok(DevBuf { dev: self.alloc(n)?, len: n, stage: None })
+        Ok(DevBuf::new(self.alloc(n)?, n, None))
     }
     fn staged(&self, n: usize) -> Result<DevBuf> {
         self.staged_buf(n)
@@ -455,6 +449,25 @@ impl Backend for Cuda {
     fn pending_loss_sums(&self) -> Result<(f64, usize)> {
         let rows = self.pending.take().expect("pending_loss_sums without a loss left for later");
         self.read_rows_sums(rows)
+    }
+
+    fn order_after_writes(&self, bufs: &[&DevBuf]) -> Result<()> {
+        self.wait_for_writes(bufs)
+    }
+    fn captures(&self) -> bool {
+        true
+    }
+    fn scratch_generation(&self) -> u64 {
+        self.scratch_gen.get()
+    }
+    fn capture_begin(&self) -> Result<()> {
+        self.graph_begin()
+    }
+    fn capture_end(&self) -> Result<Captured> {
+        self.graph_end()
+    }
+    fn replay(&self, g: &Captured) -> Result<Replayed> {
+        self.graph_replay(g)
     }
 
     fn dropout(&self, v: DViewMut<'_>, cols: usize, keys: &CudaSlice<i32>, m: Mask) -> Result<()> {

@@ -29,6 +29,7 @@ impl Cuda {
             if slot.as_ref().is_none_or(|s| s.len() < v.len) {
                 *slot = None; // free the old one first
                 *slot = Some(self.stream.alloc_zeros::<u16>(v.len.max(1)).map_err(|e| self.oom(e, v.len * 2))?);
+                self.scratch_grew();
             }
             let n64 = v.len as i64;
             let src = v.cu();

@@ -19,6 +19,15 @@ pub struct DevBuf {
     /// The logical length (the allocation holds at least one element).
     pub(super) len: usize,
     pub(super) stage: Option<Stage>,
+    /// A serial number (`HostBuf::id`): which buffer a captured step wrote into.
+    id: usize,
+}
+
+impl DevBuf {
+    pub(super) fn new(dev: CudaSlice<f32>, len: usize, stage: Option<Stage>) -> DevBuf {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+        DevBuf { dev, len, stage, id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) }
+    }
 }
 
 pub(super) struct Stage {
@@ -84,6 +93,9 @@ fn pack_fns(k: &Kernels, wire: Compression) -> (&cudarc::driver::CudaFunction, &
 }
 
 impl HostBuf for DevBuf {
+    fn id(&self) -> usize {
+        self.id
+    }
     fn host(&self) -> &[f32] {
         let s = self.stage.as_ref().expect("a gradient bucket is staged");
         &s.host.as_slice().expect("pinned host memory")[..self.len]

@@ -14,6 +14,7 @@
 //!   shape), checked against the separate kernels at start-up;
 //! - `clip`: gradient clipping's sum of squares and clamp on the GPU;
 //! - `fused`: the optimizer's update of a bucket's tensors in one launch;
+//! - `graph`: a step's launches captured once as a CUDA graph and replayed;
 //! - `loss`: the loss kernels' launches and the reading of their per-row sums (at once, or
 //!   after the step's backward and optimizer are queued);
 //! - `kernels.cu`, `launch`, `nvrtc`, `module`: the element-wise kernels, their launch
@@ -31,6 +32,7 @@ mod clip;
 mod dense;
 mod fused;
 mod gemm_map;
+mod graph;
 pub mod launch;
 mod loss;
 mod lt;
