@@ -110,9 +110,10 @@ for s in shapes:
         if ratio >= 1.2: met += 1
         else: missed += 1; notes.append("ratio < 1.2")
     if L == large and frac is not None:
-        if frac >= 0.70: met += 1
-        else: missed += 1; notes.append("step/GEMM < 70 %")
+        if frac >= 0.80: met += 1
+        else: missed += 1; notes.append("step/GEMM < 80 %")
     if hv is None: notes.append("no hvtrain result")
+    elif hv.get("launches"): notes.append(f"hvtrain: {hv['launches']}")
     if pt is None: notes.append("no torch result")
     if cs is not None and hs:
         if hs / cs >= 1.0: met += 1
@@ -127,9 +128,9 @@ for s in shapes:
 dev = next((j["torch"].get("device_name") for j in out if j["torch"]), None)
 tv = next((j["torch"].get("torch_version") for j in out if j["torch"]), None)
 md = [f"# GPU step benchmark: hvtrain vs PyTorch eager ({dev or 'GPU ?'}, torch {tv or '?'}, {steps} timed steps)", "",
-      "Targets: samples/s ratio hvtrain/torch eager ≥ 1.2×, ≥ 1.0× torch.compile where timed; on 784-4096-4096-4096-10, hvtrain's step FLOP rate ≥ 70 % of its GEMM rate.",
+      "Targets: samples/s ratio hvtrain/torch eager ≥ 1.2×, ≥ 1.0× torch.compile where timed; on 784-4096-4096-4096-10, hvtrain's step FLOP rate ≥ 80 % of its GEMM rate (issue #29).",
       "FLOP/step = 6 × batch × Σ in·out. One process, one GPU, synthetic data on the GPU (hvtrain: `--data " + os.environ.get("HV_DATA", "device") + "`), SGD lr 0.01.",
-      "\"before\": the earlier hvtrain binary (HV_BASE, each batch copied from host memory) on the same GPU in the same run; – where not run.", "",
+      "\"before\": HV_BASE (an earlier hvtrain binary, each batch copied from host memory, or this one with HV_BASE_ENV=" + repr(os.environ.get("HV_BASE_ENV", "")) + ") on the same GPU in the same run; – where not run.", "",
       "| layers | batch | precision | before samples/s | hvtrain samples/s | torch eager samples/s | vs eager | torch.compile samples/s | vs compile | hvtrain step TFLOP/s | hvtrain GEMM TFLOP/s | step/GEMM | torch TFLOP/s | notes |",
       "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"] + rows + ["",
       f"Targets met: {met}, missed: {missed}."]
