@@ -312,6 +312,30 @@ pub trait Backend: Send {
         self.gemm(g, x, w, self.view_mut(out, 0..n))?;
         self.bias_act(self.view_mut(out, 0..n), bias, act, keep_z)
     }
+    /// Backward into the layer before: `dprev` [rows, inp] = (g · Wᵀ) ⊙ act'(that layer), from
+    /// its output `a_prev` (relu, tanh) or pre-activation `z_prev` (gelu), and that layer's
+    /// bias gradient, `bias_grad` = `beta` · bias_grad + `dprev`'s column sums. `g` is the
+    /// product's shape (m = rows, k = out, n = inp; N, T), `dz` [rows, out], `w` [inp, out].
+    /// The three operations by default; one call where a backend fuses them (cublasLt's
+    /// DRELU_BGRAD / DGELU_BGRAD epilogues).
+    #[allow(clippy::too_many_arguments)]
+    fn input_grad(
+        &self,
+        g: Gemm,
+        dz: Self::View<'_>,
+        w: Self::View<'_>,
+        dprev: &mut Self::Buf,
+        a_prev: Self::View<'_>,
+        z_prev: Option<Self::View<'_>>,
+        act: Activation,
+        beta: f32,
+        bias_grad: Self::ViewMut<'_>,
+    ) -> Result<()> {
+        let n = g.m * g.n;
+        self.gemm(g, dz, w, self.view_mut(dprev, 0..n))?;
+        self.act_backward(self.view_mut(dprev, 0..n), a_prev, z_prev, act)?;
+        self.column_sums(self.view(dprev, 0..n), g.n, beta, bias_grad)
+    }
     /// d *= act'(z), from the activation's output `a` (relu, tanh) or input `z` (gelu).
     fn act_backward(
         &self,

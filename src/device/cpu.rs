@@ -24,6 +24,7 @@ pub struct Cpu {
 /// How the CPU answers `Backend::capture_begin` (tests of `step/graph.rs`, which decides when a
 /// GPU captures and replays a step, on a machine without one).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
 pub enum GraphEmulation {
     /// No capture: every step runs plain (the CPU backend's behaviour).
     #[default]
@@ -59,6 +60,7 @@ impl Cpu {
     }
 
     /// This backend, answering captures as `e` says.
+    #[cfg(test)]
     pub fn emulating_graphs(self, e: GraphEmulation) -> Cpu {
         Cpu { graphs: e, ..self }
     }

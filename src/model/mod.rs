@@ -416,6 +416,8 @@ impl Mlp {
             be.act_backward(be.view_mut(dz, 0..b * s.out), be.view(&a[n - 1], 0..b * s.out), zin, self.act)?;
         }
         let beta = if grads.accumulate() { 1.0 } else { 0.0 };
+        // Whether the layer's bias gradient was written by the layer after it (`input_grad`).
+        let mut bias_done = false;
         for l in (0..n).rev() {
             let s = &self.layers[l];
             let input = if l == 0 { be.view(x, 0..b * s.inp) } else { be.view(&a[l - 1], 0..b * s.inp) };
@@ -423,7 +425,9 @@ impl Mlp {
             let (wt, bt) = (self.weight_id(l), self.weight_id(l) + 1);
             be.gemm(Gemm::new(s.inp, b, s.out, Trans::T, Trans::N).beta(beta), input, g, grads.slot(wt))?;
             grads.ready(wt);
-            be.column_sums(g, s.out, beta, grads.slot(bt))?;
+            if !std::mem::take(&mut bias_done) {
+                be.column_sums(g, s.out, beta, grads.slot(bt))?;
+            }
             grads.ready(bt);
             if l == 0 && self.first > 0 {
                 let w = be.view(params, s.w.clone());
@@ -434,13 +438,23 @@ impl Mlp {
             }
             if l > 0 {
                 let w = be.view(params, s.w.clone());
-                be.gemm(Gemm::new(b, s.out, s.inp, Trans::N, Trans::T), g, w, be.view_mut(dprev, 0..b * s.inp))?;
-                if s.split == Split::Column {
-                    tp.sum(be, dprev, b * s.inp)?;
-                }
-                self.dropout_backward(be, drop, l - 1, b, dprev, &mut a[l - 1])?;
+                let gi = Gemm::new(b, s.out, s.inp, Trans::N, Trans::T);
                 let zin = if self.act == Activation::Gelu { Some(be.view(&z[l - 1], 0..b * s.inp)) } else { None };
-                be.act_backward(be.view_mut(dprev, 0..b * s.inp), be.view(&a[l - 1], 0..b * s.inp), zin, self.act)?;
+                if s.split != Split::Column && self.mask(drop, l - 1).is_none() {
+                    // Nothing between the product and the activation's backward: one call, with
+                    // the layer before's bias gradient (its turn then skips it).
+                    let (ap, pb) = (be.view(&a[l - 1], 0..b * s.inp), self.weight_id(l - 1) + 1);
+                    be.input_grad(gi, g, w, dprev, ap, zin, self.act, beta, grads.slot(pb))?;
+                    bias_done = true;
+                } else {
+                    be.gemm(gi, g, w, be.view_mut(dprev, 0..b * s.inp))?;
+                    if s.split == Split::Column {
+                        tp.sum(be, dprev, b * s.inp)?;
+                    }
+                    self.dropout_backward(be, drop, l - 1, b, dprev, &mut a[l - 1])?;
+                    let ap = be.view(&a[l - 1], 0..b * s.inp);
+                    be.act_backward(be.view_mut(dprev, 0..b * s.inp), ap, zin, self.act)?;
+                }
                 std::mem::swap(&mut dz, &mut dprev);
             }
         }
