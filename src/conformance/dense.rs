@@ -1,7 +1,10 @@
 //! The dense layer's forward through `Backend::dense` (on a GPU one cublasLt call with the
 //! bias and activation in its epilogue where one exists): every activation, widths that are
 //! and are not multiples of 8, operands at offsets inside larger buffers (so at 4-byte
-//! alignment as well as the allocation's), against act(x · W + b) in float64.
+//! alignment as well as the allocation's), against act(x · W + b) in float64; and backward
+//! into it through `Backend::input_grad` (on a GPU one call with dReLU/dGELU and the bias
+//! gradient in its epilogue, reading what the forward kept), overwriting and accumulating the
+//! bias gradient, against (g · W1ᵀ) ⊙ act'(z) and its column sums in float64.
 //!
 //! Must not: use a backend's own code as the reference.
 
@@ -34,7 +37,50 @@ pub(super) fn dense<B: Backend>(be: &B) {
                 if act == Activation::Gelu {
                     close(&host(be, &keep, b * o), &z, 1e-5, &format!("{what}: the kept pre-activation"));
                 }
+                input_grad(be, &out, &keep, &z, b, o, act, &what);
             }
         }
+    }
+}
+
+/// Backward into the layer whose output (`a`, pre-activation `z`; GELU's kept in `keep`) the
+/// forward above wrote: a next layer of 6 units, its weight W1 [o, 6] and gradient g [b, 6].
+#[allow(clippy::too_many_arguments)]
+fn input_grad<B: Backend>(
+    be: &B,
+    a: &B::Buf,
+    keep: &B::Buf,
+    z: &[f64],
+    b: usize,
+    o: usize,
+    act: Activation,
+    what: &str,
+) {
+    let k = 6;
+    let (g, w1, bias0) = (random(b * k, 7), random(o * k, 8), random(o, 9));
+    let dact = |z: f64| match act {
+        Activation::Identity => 1.0,
+        Activation::Relu => f64::from(u8::from(z > 0.0)),
+        Activation::Tanh => 1.0 - z.tanh() * z.tanh(),
+        Activation::Gelu => crate::device::cpu::gelu_grad(z as f32) as f64,
+    };
+    let want: Vec<f64> = (0..b * o)
+        .map(|e| {
+            let (r, c) = (e / o, e % o);
+            (0..k).map(|p| g[r * k + p] as f64 * w1[c * k + p] as f64).sum::<f64>() * dact(z[e])
+        })
+        .collect();
+    let (gd, wd) = (be.upload(&g).unwrap(), be.upload(&w1).unwrap());
+    for beta in [0.0f32, 1.0] {
+        let mut bg = be.upload(&bias0).unwrap();
+        let mut d = be.zeros(b * o).unwrap();
+        let zv = (act == Activation::Gelu).then(|| be.view(keep, 0..b * o));
+        let gm = Gemm::new(b, k, o, Trans::N, Trans::T);
+        let (gv, wv, av) = (be.view(&gd, 0..b * k), be.view(&wd, 0..o * k), be.view(a, 0..b * o));
+        be.input_grad(gm, gv, wv, &mut d, av, zv, act, beta, be.view_mut(&mut bg, 0..o)).unwrap();
+        let sums: Vec<f64> =
+            (0..o).map(|c| beta as f64 * bias0[c] as f64 + (0..b).map(|r| want[r * o + c]).sum::<f64>()).collect();
+        close(&host(be, &d, b * o), &want, 1e-4, &format!("{what}: input gradient (beta {beta})"));
+        close(&host(be, &bg, o), &sums, 1e-4, &format!("{what}: bias gradient (beta {beta})"));
     }
 }

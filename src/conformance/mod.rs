@@ -218,7 +218,7 @@ pub fn suite<B: Backend>(be: &B, step_tol: f64) -> Vec<(&'static str, std::resul
         ("memory (upload, download, views, fill, sums of squares, clamp)", Box::new(|| memory(be))),
         ("gemm (every transpose, odd shapes)", Box::new(|| gemm(be))),
         ("element-wise (bias + activation, activation backward, column sums)", Box::new(|| elementwise(be))),
-        ("dense layer (product + bias + activation, fused where the backend fuses)", Box::new(|| dense(be))),
+        ("dense layer (forward, and backward into it; fused where the backend fuses)", Box::new(|| dense(be))),
         ("losses (softmax cross-entropy, MSE, MAE, Huber, binary cross-entropy, softmax)", Box::new(|| losses(be))),
         ("dropout (the mask, its rate, column blocks)", Box::new(|| dropout(be))),
         ("optimizers (SGD, momentum, Nesterov, Adam, AdamW; fused over tensors)", Box::new(|| optimizers(be))),
@@ -378,7 +378,7 @@ mod tests {
             failed,
             [
                 "element-wise (bias + activation, activation backward, column sums)",
-                "dense layer (product + bias + activation, fused where the backend fuses)",
+                "dense layer (forward, and backward into it; fused where the backend fuses)",
                 "optimizers (SGD, momentum, Nesterov, Adam, AdamW; fused over tensors)",
                 "model (gradient checks, one step against the CPU)"
             ],

@@ -331,10 +331,7 @@ pub trait Backend: Send {
         beta: f32,
         bias_grad: Self::ViewMut<'_>,
     ) -> Result<()> {
-        let n = g.m * g.n;
-        self.gemm(g, dz, w, self.view_mut(dprev, 0..n))?;
-        self.act_backward(self.view_mut(dprev, 0..n), a_prev, z_prev, act)?;
-        self.column_sums(self.view(dprev, 0..n), g.n, beta, bias_grad)
+        input_grad_separate(self, g, dz, w, dprev, a_prev, z_prev, act, beta, bias_grad)
     }
     /// d *= act'(z), from the activation's output `a` (relu, tanh) or input `z` (gelu).
     fn act_backward(
@@ -477,6 +474,27 @@ pub trait Backend: Send {
     ) -> Result<()> {
         adam_each(self, params, grads, goff, m, v, segs, h)
     }
+}
+
+/// `Backend::input_grad` as three operations: the product, the activation's backward, the
+/// column sums (the default, and a fusing backend's fallback).
+#[allow(clippy::too_many_arguments)]
+pub fn input_grad_separate<B: Backend + ?Sized>(
+    be: &B,
+    g: Gemm,
+    dz: B::View<'_>,
+    w: B::View<'_>,
+    dprev: &mut B::Buf,
+    a_prev: B::View<'_>,
+    z_prev: Option<B::View<'_>>,
+    act: Activation,
+    beta: f32,
+    bias_grad: B::ViewMut<'_>,
+) -> Result<()> {
+    let n = g.m * g.n;
+    be.gemm(g, dz, w, be.view_mut(dprev, 0..n))?;
+    be.act_backward(be.view_mut(dprev, 0..n), a_prev, z_prev, act)?;
+    be.column_sums(be.view(dprev, 0..n), g.n, beta, bias_grad)
 }
 
 /// `Backend::sgd_segments` as one `sgd` per segment (the default, and a GPU's fallback).

@@ -135,29 +135,13 @@ impl Cuda {
     }
 
     /// Download `n` values of a scratch buffer and wait for them.
-    fn read_f32(&self, s: &CudaSlice<f32>, n: usize) -> Result<Vec<f32>> {
+    pub(super) fn read_f32(&self, s: &CudaSlice<f32>, n: usize) -> Result<Vec<f32>> {
         let mut v = vec![0.0f32; n];
         if n > 0 {
             self.stream.memcpy_dtoh(&s.slice(0..n), &mut v[..]).map_err(drv("reading a result back"))?;
         }
         self.stream.synchronize().map_err(drv("waiting for the GPU"))?;
         Ok(v)
-    }
-}
-
-impl Cuda {
-    /// A loss kernel's per-row results summed on the host: (Σ row losses, Σ correct counts).
-    pub(super) fn read_loss_sums(
-        &self,
-        loss: &CudaSlice<f32>,
-        correct: &CudaSlice<i32>,
-        rows: usize,
-    ) -> Result<(f64, usize)> {
-        let losses = self.read_f32(loss, rows)?;
-        let mut c = vec![0i32; rows];
-        self.stream.memcpy_dtoh(&correct.slice(0..rows), &mut c[..]).map_err(drv("reading a result back"))?;
-        self.stream.synchronize().map_err(drv("waiting for the GPU"))?;
-        Ok((losses.iter().map(|&v| v as f64).sum(), c.iter().map(|&v| v.max(0) as usize).sum()))
     }
 }
 
@@ -332,6 +316,23 @@ impl Backend for Cuda {
         self.dense_fused(g, x, w, out, n, bias, act, keep_z)
     }
 
+    fn input_grad(
+        &self,
+        g: Gemm,
+        dz: DView<'_>,
+        w: DView<'_>,
+        dprev: &mut DevBuf,
+        a_prev: DView<'_>,
+        z_prev: Option<DView<'_>>,
+        act: Activation,
+        beta: f32,
+        mut bias_grad: DViewMut<'_>,
+    ) -> Result<()> {
+        if self.input_grad_fused(g, dz, w, dprev, a_prev, z_prev, act, beta, &mut bias_grad)? {
+            return Ok(());
+        }
+        crate::device::backend::input_grad_separate(self, g, dz, w, dprev, a_prev, z_prev, act, beta, bias_grad)
+    }
     fn bias_act(
         &self,
         out: DViewMut<'_>,

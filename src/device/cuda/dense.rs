@@ -1,14 +1,17 @@
-//! The CUDA backend's dense-layer forward: one cublasLt call with the bias and activation in
-//! its epilogue where `lt_map` finds one (float32 and TF32 products), else cuBLAS then
-//! `hv_bias_act`; and the start-up check that turns cublasLt off, with the reason, unless it
-//! gives what the separate kernels give on a small layer of every epilogue.
+//! The CUDA backend's dense layers through cublasLt (float32 and TF32 products): forward, one
+//! call with the bias and activation in its epilogue where `lt_map` finds one, else cuBLAS
+//! then `hv_bias_act`; backward into the layer before, one call with the activation's
+//! derivative and that layer's bias gradient (DRELU_BGRAD from the bitmask the ReLU layer's
+//! forward wrote, DGELU_BGRAD from GELU's kept pre-activation), else the three operations.
+//! The start-up check turns cublasLt off, or only its backward, with the reason, unless it
+//! gives what the separate kernels give on small layers of every epilogue.
 //!
 //! Must not: choose the cublasLt call (`lt_map`) or build its descriptors (`lt`).
 
 use super::backend::Cuda;
 use super::buf::{DView, DViewMut, DevBuf};
 use super::lt::Lt;
-use super::lt_map::forward_call;
+use super::lt_map::{forward_call, input_grad_call, mask_bytes, Epilogue};
 use crate::config::Activation;
 use crate::device::backend::{Backend, Gemm, Trans};
 use crate::error::{Error, Result};
@@ -38,18 +41,78 @@ impl Cuda {
             let (bp, _gb) = bv.device_ptr(s);
             let mut o = o;
             let (op, _go) = o.device_ptr_mut(s);
-            if let Ok(call) = forward_call(g, act, keep_z.is_some(), [xp, wp, op]) {
-                let mut z = keep_z.map(DViewMut::cu);
-                let zp = z.as_mut().map(|z| z.device_ptr_mut(s));
-                // SAFETY: the views hold the shapes `forward_call` was given (checked above;
-                // bias: the layer's width, z: as out); they live until the guards drop, after
-                // the call is queued on this stream.
-                return unsafe { lt.run(&call, [wp, xp, op], bp, zp.as_ref().map(|z| z.0), s) }
-                    .map_err(|e| Error::Cuda(format!("cublasLt dense layer {}x{}x{}: {e}", g.m, g.k, g.n)));
+            let relu_mask = act == Activation::Relu && lt.backward.get();
+            match forward_call(g, act, keep_z.is_some(), relu_mask, [xp, wp, op]) {
+                Ok(call) => {
+                    let mut z = keep_z.map(DViewMut::cu);
+                    let zp = z.as_mut().map(|z| z.device_ptr_mut(s));
+                    let aux = match call.epilogue {
+                        Epilogue::ReluAuxBias => {
+                            let (m, grew) = lt.mask_for(op, mask_bytes(g.n, g.m), s).map_err(Error::Cuda)?;
+                            if grew {
+                                self.scratch_grew();
+                            }
+                            Some(m)
+                        }
+                        _ => zp.as_ref().map(|z| z.0),
+                    };
+                    // SAFETY: the views hold the shapes `forward_call` was given (checked above;
+                    // bias: the layer's width, z: as out, the bitmask `mask_bytes`); they live
+                    // until the guards drop, after the call is queued on this stream.
+                    return unsafe { lt.run(&call, [wp, xp, op], bp, aux, s) }
+                        .map_err(|e| Error::Cuda(format!("cublasLt dense layer {}x{}x{}: {e}", g.m, g.k, g.n)));
+                }
+                // Written below without its bitmask: a kept one is stale.
+                Err(_) => lt.forget_mask(op),
             }
         }
         self.gemm(g, x, w, self.view_mut(out, 0..n))?;
         self.bias_act(self.view_mut(out, 0..n), bias, act, keep_z)
+    }
+
+    /// `Backend::input_grad` as one cublasLt call; false (nothing written) where there is
+    /// none: cublasLt off or its backward, an accumulating bias gradient, no backward epilogue
+    /// for the activation, or no bitmask written with `a_prev` this step.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn input_grad_fused(
+        &self,
+        g: Gemm,
+        dz: DView<'_>,
+        w: DView<'_>,
+        dprev: &mut DevBuf,
+        a_prev: DView<'_>,
+        z_prev: Option<DView<'_>>,
+        act: Activation,
+        beta: f32,
+        bias_grad: &mut DViewMut<'_>,
+    ) -> Result<bool> {
+        let Some(lt) = self.lt.as_ref().filter(|lt| lt.backward.get() && beta == 0.0) else { return Ok(false) };
+        let n = g.m * g.n;
+        g.check(dz.len, w.len, n);
+        assert!(bias_grad.len == g.n && a_prev.len >= n, "input_grad: bias gradient or activation of another shape");
+        let s = &self.stream;
+        let (dzv, wv, av) = (dz.cu(), w.cu(), a_prev.cu());
+        let (dzp, _g1) = dzv.device_ptr(s);
+        let (wp, _g2) = wv.device_ptr(s);
+        let (ap, _g3) = av.device_ptr(s);
+        let mut dv = self.view_mut(dprev, 0..n).cu();
+        let (dp, _g4) = dv.device_ptr_mut(s);
+        let Ok(call) = input_grad_call(g, act, [dzp, wp, dp]) else { return Ok(false) };
+        let zv = z_prev.map(|z| z.cu());
+        let zp = zv.as_ref().map(|z| z.device_ptr(s));
+        let aux = match act {
+            Activation::Relu => lt.mask_of(ap, mask_bytes(g.n, g.m)),
+            _ => zp.as_ref().map(|z| z.0),
+        };
+        let Some(aux) = aux else { return Ok(false) };
+        let mut bv = DViewMut { buf: &mut *bias_grad.buf, start: bias_grad.start, len: bias_grad.len }.cu();
+        let (bp, _g5) = bv.device_ptr_mut(s);
+        // SAFETY: dz [m, k], W [n, k], dprev [m, n] (checked above), the bias gradient n floats,
+        // the aux written by the layer before's forward over the same [m, n] (a bitmask of
+        // `mask_bytes`, or z); all live until the guards drop, after the call is queued.
+        unsafe { lt.run(&call, [wp, dzp, dp], bp, Some(aux), s) }
+            .map_err(|e| Error::Cuda(format!("cublasLt input gradient {}x{}x{}: {e}", g.m, g.k, g.n)))?;
+        Ok(true)
     }
 
     /// Start cublasLt and check it against the separate kernels on one layer of every
@@ -63,14 +126,74 @@ impl Cuda {
             Ok(lt) => Some(lt),
             Err(e) => return format!("cuBLAS + hv_bias_act (cublasLt: {e})"),
         };
-        match self.check_lt() {
-            Ok(()) => "cublasLt with the bias and activation in the epilogue (checked at start-up)".into(),
+        if let Err(e) = self.check_lt() {
+            self.lt = None;
+            log::warn!("cublasLt's fused dense layers are off: {e}; the layers use cuBLAS + hv_bias_act");
+            return format!("cuBLAS + hv_bias_act (cublasLt failed its start-up check: {e})");
+        }
+        let forward = "cublasLt with the bias and activation in the forward epilogue";
+        if std::env::var("HVTRAIN_CUBLASLT_BACKWARD").is_ok_and(|v| v == "0") {
+            return format!("{forward} (checked at start-up); backward unfused (HVTRAIN_CUBLASLT_BACKWARD=0)");
+        }
+        self.lt.as_ref().expect("started above").backward.set(true);
+        match self.check_lt_backward() {
+            Ok(()) => format!("{forward}, and dReLU/dGELU + the bias gradient in the backward's (checked at start-up)"),
             Err(e) => {
-                self.lt = None;
-                log::warn!("cublasLt's fused dense layers are off: {e}; the layers use cuBLAS + hv_bias_act");
-                format!("cuBLAS + hv_bias_act (cublasLt failed its start-up check: {e})")
+                self.lt.as_ref().expect("started above").backward.set(false);
+                log::warn!(
+                    "cublasLt's fused backward is off: {e}; backward uses cuBLAS + hv_act_backward + column sums"
+                );
+                format!("{forward} (checked at start-up); backward unfused (its start-up check failed: {e})")
             }
         }
+    }
+
+    /// Two layers, 24 → 16 (ReLU, then GELU) → 8, batch 5: the first's forward writes its aux
+    /// (bitmask, pre-activation), then backward into it by one call and by the three
+    /// operations; the input and bias gradients must agree.
+    fn check_lt_backward(&mut self) -> std::result::Result<(), String> {
+        let (b, p, i, o) = (5usize, 24usize, 16usize, 8usize);
+        let val = |k: usize, seed: usize| ((k * 7 + seed * 13) % 15) as f32 / 8.0 - 0.875;
+        let up = |v: Vec<f32>| self.upload(&v).map_err(|e| e.to_string());
+        let zeros = |n: usize| self.zeros(n).map_err(|e| e.to_string());
+        let (x, w0, b0) = (
+            up((0..b * p).map(|k| val(k, 4)).collect())?,
+            up((0..p * i).map(|k| val(k, 5)).collect())?,
+            up((0..i).map(|k| val(k, 6)).collect())?,
+        );
+        let (dz, w1) = (up((0..b * o).map(|k| val(k, 7)).collect())?, up((0..i * o).map(|k| val(k, 8)).collect())?);
+        for act in [Activation::Relu, Activation::Gelu] {
+            let gelu = act == Activation::Gelu;
+            let (mut a, mut z) = (zeros(b * i)?, zeros(b * i)?);
+            let keep = gelu.then(|| self.view_mut(&mut z, 0..b * i));
+            let g0 = Gemm::new(b, p, i, Trans::N, Trans::N);
+            let (xv, wv, bv) = (self.view(&x, 0..b * p), self.view(&w0, 0..p * i), self.view(&b0, 0..i));
+            self.dense_fused(g0, xv, wv, &mut a, b * i, bv, act, keep).map_err(|e| format!("{act:?} forward: {e}"))?;
+            let g = Gemm::new(b, o, i, Trans::N, Trans::T);
+            let (mut d1, mut d2, mut bg1, mut bg2) = (zeros(b * i)?, zeros(b * i)?, zeros(i)?, zeros(i)?);
+            let (dzv, w1v, av) = (self.view(&dz, 0..b * o), self.view(&w1, 0..i * o), self.view(&a, 0..b * i));
+            let zv = gelu.then(|| self.view(&z, 0..b * i));
+            let mut bgv = self.view_mut(&mut bg1, 0..i);
+            let fused = self.input_grad_fused(g, dzv, w1v, &mut d1, av, zv, act, 0.0, &mut bgv);
+            if !fused.map_err(|e| format!("{act:?}: {e}"))? {
+                return Err(format!("{act:?}: no fused call for the checked shape"));
+            }
+            let bgv = self.view_mut(&mut bg2, 0..i);
+            crate::device::backend::input_grad_separate(self, g, dzv, w1v, &mut d2, av, zv, act, 0.0, bgv)
+                .map_err(|e| e.to_string())?;
+            for (got, want, n, what) in [(&d1, &d2, b * i, "input gradient"), (&bg1, &bg2, i, "bias gradient")] {
+                let (mut h1, mut h2) = (vec![0.0; n], vec![0.0; n]);
+                self.download(got, 0..n, &mut h1).map_err(|e| e.to_string())?;
+                self.download(want, 0..n, &mut h2).map_err(|e| e.to_string())?;
+                if let Some(e) = (0..n).find(|&e| !((h1[e] - h2[e]).abs() <= 1e-4 * (1.0 + h2[e].abs()))) {
+                    return Err(format!(
+                        "{act:?} {what} element {e}: {} where the separate kernels give {}",
+                        h1[e], h2[e]
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// One 5 × 24 · 24 × 16 layer per epilogue, with cublasLt and without. Inputs are multiples

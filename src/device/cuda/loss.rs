@@ -11,6 +11,20 @@ use crate::error::Result;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 impl Cuda {
+    /// A loss kernel's per-row results summed on the host: (Σ row losses, Σ correct counts).
+    pub(super) fn read_loss_sums(
+        &self,
+        loss: &CudaSlice<f32>,
+        correct: &CudaSlice<i32>,
+        rows: usize,
+    ) -> Result<(f64, usize)> {
+        let losses = self.read_f32(loss, rows)?;
+        let mut c = vec![0i32; rows];
+        self.stream.memcpy_dtoh(&correct.slice(0..rows), &mut c[..]).map_err(drv("reading a result back"))?;
+        self.stream.synchronize().map_err(drv("waiting for the GPU"))?;
+        Ok((losses.iter().map(|&v| v as f64).sum(), c.iter().map(|&v| v.max(0) as usize).sum()))
+    }
+
     /// The loss kernels' launches: per-row results in the row scratch, `rows` returned.
     pub(super) fn launch_softmax_xent(
         &self,

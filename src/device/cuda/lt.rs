@@ -1,7 +1,9 @@
-//! cublasLt for the dense layers' forward: the product with the bias and the activation in its
-//! epilogue (`lt_map` says which call and why not), the algorithm chosen once per call shape
-//! by cublasLt's heuristic and kept with its descriptors (`plans`), so a step re-issues known
-//! calls and only the pointers change.
+//! cublasLt for the dense layers: forward, the product with the bias and the activation in its
+//! epilogue, and backward into the layer before with the activation's derivative and that
+//! layer's bias gradient in it (`lt_map` says which call and why not); the algorithm chosen
+//! once per call shape by cublasLt's heuristic and kept with its descriptors (`plans`), so a
+//! step re-issues known calls and only the pointers change. ReLU layers' bitmasks (written
+//! forward, read backward) are kept here by the address of the output they belong to.
 //!
 //! `Cuda::new` starts it and checks it on one small layer of every epilogue against cuBLAS +
 //! `hv_bias_act` before the first step (`dense.rs`); anything that fails there, or a
@@ -25,6 +27,11 @@ pub struct Lt {
     workspace: CudaSlice<u8>,
     tf32: bool,
     plans: RefCell<HashMap<LtCall, Plan>>,
+    /// The backward epilogues passed the start-up check: ReLU layers write their bitmask.
+    pub backward: std::cell::Cell<bool>,
+    /// ReLU bitmasks by the address of the layer output they were written with: its device
+    /// address, and bytes written (0: stale, the output was since written without it).
+    masks: RefCell<HashMap<u64, (CudaSlice<u8>, u64, usize)>>,
 }
 
 // SAFETY: the handle and descriptors are plain host objects that cublasLt lets any thread use,
@@ -87,7 +94,42 @@ impl Lt {
         let handle = lt::create_handle().map_err(err("cublasLtCreate"))?;
         let size = if major >= 9 { 32 << 20 } else { 4 << 20 };
         let workspace = stream.alloc_zeros::<u8>(size).map_err(|e| format!("allocating cublasLt's workspace: {e}"))?;
-        Ok(Lt { handle, workspace, tf32, plans: RefCell::new(HashMap::new()) })
+        Ok(Lt {
+            handle,
+            workspace,
+            tf32,
+            plans: RefCell::new(HashMap::new()),
+            backward: Default::default(),
+            masks: Default::default(),
+        })
+    }
+
+    /// The bitmask (`bytes`) a ReLU layer writing its output at `out` writes with it: its
+    /// address, and whether memory was (re)allocated for it (scratch a graph may name).
+    pub fn mask_for(&self, out: u64, bytes: usize, stream: &Arc<CudaStream>) -> Result<(u64, bool), String> {
+        let mut masks = self.masks.borrow_mut();
+        let grew = masks.get(&out).is_none_or(|m| m.0.len() < bytes);
+        if grew {
+            masks.remove(&out); // free the old one first
+            let m = stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| format!("allocating a ReLU bitmask: {e}"))?;
+            let ptr = m.device_ptr(stream).0;
+            masks.insert(out, (m, ptr, 0));
+        }
+        let m = masks.get_mut(&out).expect("inserted above");
+        m.2 = bytes;
+        Ok((m.1, grew))
+    }
+
+    /// The bitmask written with the output at `out`, if it was, of at least `bytes`.
+    pub fn mask_of(&self, out: u64, bytes: usize) -> Option<u64> {
+        self.masks.borrow().get(&out).filter(|m| m.2 >= bytes).map(|m| m.1)
+    }
+
+    /// The output at `out` was written without its bitmask: the one kept is stale.
+    pub fn forget_mask(&self, out: u64) {
+        if let Some(m) = self.masks.borrow_mut().get_mut(&out) {
+            m.2 = 0;
+        }
     }
 
     /// The descriptors and the heuristic's first algorithm for `c`.
@@ -116,6 +158,9 @@ impl Lt {
             Epilogue::ReluBias => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
             Epilogue::GeluBias => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
             Epilogue::GeluAuxBias => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+            Epilogue::ReluAuxBias => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_AUX_BIAS,
+            Epilogue::DreluBgrad => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DRELU_BGRAD,
+            Epilogue::DgeluBgrad => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DGELU_BGRAD,
         };
         // SAFETY: a fresh descriptor; each value has the attribute's documented type.
         unsafe {
@@ -163,12 +208,14 @@ impl Lt {
         Ok(plan)
     }
 
-    /// D = epilogue(A · B + bias) on `stream`, the addresses as `lt_map::forward_call` was
-    /// given them (`c.align` was taken from these very addresses); `aux` only with
-    /// `Epilogue::GeluAuxBias`.
+    /// D = epilogue(A · B + bias) on `stream`, the addresses as `lt_map` was given them
+    /// (`c.align` was taken from these very addresses); `aux` with the epilogues that have one
+    /// (GELU's pre-activation, ReLU's bitmask). Backward epilogues write the bias gradient
+    /// to `bias`.
     ///
     /// # Safety
-    /// Every address holds the matrix its layout describes (bias: m floats; aux: as D), on
+    /// Every address holds the matrix its layout describes (bias: m floats; aux: as D, or
+    /// `lt_map::mask_bytes` for a bitmask), on
     /// this context, and stays allocated until the stream has run the call.
     pub unsafe fn run(
         &self,
