@@ -348,6 +348,10 @@ impl Backend for Cuda {
         let n = out.len;
         let bias = bias.cu();
         let mut o = out.cu();
+        if let Some(lt) = self.lt.as_ref().filter(|_| act == Activation::Relu) {
+            lt.forget_mask(cudarc::driver::DevicePtr::device_ptr(&o, &self.stream).0);
+            // written without one
+        }
         let mut l = self.stream.launch_builder(&self.k.bias_act);
         l.arg(&mut o).arg(&bias);
         let mut z = keep_z.map(DViewMut::cu);
