@@ -69,7 +69,9 @@ a checkpoint; --resume auto continues them and does not rerun finished ones)."
     #[command(
         after_help = "Example:\n  hvtrain predict jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5 \\\n      --input data/fashion-mnist-test.h5 --output predictions.h5\n\n\
 Reads the job's x_dataset from INPUT; writes `outputs` [N, K] and, for classification,\n\
-`classes` [N] and `probabilities` [N, K]. --weights takes weights.h5 or a checkpoint."
+`classes` [N] and `probabilities` [N, K] (and, when the training data named its classes,\n\
+`class_names` [N], each row's name, and `y_classes`, the list). --weights takes weights.h5 or\n\
+a checkpoint."
     )]
     Predict {
         #[command(flatten)]
@@ -207,15 +209,20 @@ pub enum DataCommand {
     )]
     ImportIdx { images: PathBuf, labels: PathBuf, out: PathBuf },
     /// Convert CSV/TSV (optionally .gz), NumPy .npy or .npz, or Parquet into the HDF5 training reads:
-    /// x float32 [N, D]; y int32 [N] classes (integer labels, or strings mapped to 0, 1, … in
-    /// order of first appearance, their names kept as y_classes) or float32 [N, K] targets.
-    /// Streams in chunks, so inputs larger than memory work.
+    /// x float32 [N, D]; y int32 [N] classes (integer labels, or strings numbered 0, 1, … in
+    /// sorted order, as scikit-learn's LabelEncoder does, their names kept as y_classes) or
+    /// float32 [N, K] targets. Streams in chunks, so inputs larger than memory work.
     #[command(after_help = "Examples:
   hvtrain data import measurements.csv data/train.h5 --y label
   hvtrain data import sim.tsv.gz data/sim.h5 --y energy --y pressure --compress gzip
   hvtrain data import x.npy data/train-{rank}.h5 --y-file y.npy --shard 4
   hvtrain data import arrays.npz data/train.h5          (arrays x and y)
   hvtrain data import table.parquet data/train.h5 --y label --compress lzf
+  hvtrain data import test.csv data/test.h5 --y label --classes-from data/train.h5
+
+Class names are numbered in sorted order, so files imported apart agree when they hold the
+same names; training, eval and sweeps compare every file's y_classes with the training file's
+and remap or refuse. --classes-from (or --classes) fixes the numbering to another file's.
 
 Missing fields (empty, NA, NaN, null) are an error naming the line (Parquet: the 0-based row)
 and column unless --fill gives their value; a missing target is always an error.")]
@@ -249,6 +256,18 @@ and column unless --fill gives their value; a missing target is always an error.
         /// Compress the written datasets (chunked either way).
         #[arg(long, value_enum, default_value = "none")]
         compress: crate::data::import::sink::Compress,
+        /// String labels: number them as this file's class names (its y_classes, or a weights
+        /// file's class_names); a name not among them is an error.
+        #[arg(long, value_name = "FILE.h5", conflicts_with_all = ["classes", "class_order"])]
+        classes_from: Option<PathBuf>,
+        /// String labels: the class names in order (class 0 first), comma-separated; a name not
+        /// among them is an error.
+        #[arg(long, value_name = "A,B,C", conflicts_with = "class_order")]
+        classes: Option<String>,
+        /// String labels: number the names in sorted order (files imported apart agree) or in
+        /// order of first appearance (pandas.factorize).
+        #[arg(long, value_enum, default_value = "sorted")]
+        class_order: ClassOrderArg,
     },
     /// List an HDF5 file's datasets: shape, element type, chunks, compression filters, and
     /// whether this HDF5 can load each filter (what to install when it cannot). Exit 1 when
@@ -416,4 +435,11 @@ impl ReductionArg {
             ReductionArg::Adasum => crate::config::Reduction::Adasum,
         }
     }
+}
+
+/// `--class-order`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClassOrderArg {
+    Sorted,
+    Appearance,
 }

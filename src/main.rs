@@ -371,7 +371,27 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
             let (n, d) = data::convert::import_idx(&images, &labels, &out)?;
             log::info!("wrote {}: x float32 [{n}, {d}], y int32 [{n}]", out.display());
         }
-        DataCommand::Import { input, out, y, y_file, regression, fill, no_header, delimiter, shard, compress } => {
+        DataCommand::Import {
+            input,
+            out,
+            y,
+            y_file,
+            regression,
+            fill,
+            no_header,
+            delimiter,
+            shard,
+            compress,
+            classes_from,
+            classes,
+            class_order,
+        } => {
+            let classes = match (classes_from, classes, class_order) {
+                (Some(f), _, _) => data::import::classes_from(&f)?,
+                (None, Some(list), _) => data::import::classes_list(&list)?,
+                (None, None, cli::ClassOrderArg::Sorted) => data::import::ClassOrder::Sorted,
+                (None, None, cli::ClassOrderArg::Appearance) => data::import::ClassOrder::Appearance,
+            };
             let delimiter = match delimiter {
                 Some(c) if c.is_ascii() => Some(c as u8),
                 Some(c) => {
@@ -383,7 +403,7 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
                 }
                 None => None,
             };
-            let o = data::import::Opts { y, y_file, regression, fill, no_header, delimiter, shard, compress };
+            let o = data::import::Opts { y, y_file, regression, fill, no_header, delimiter, shard, compress, classes };
             let s = data::import::import(&input, &out, &o)?;
             let y = match s.y {
                 data::import::sink::YKind::Classes if s.classes.is_empty() => "int32 [N] class labels".to_string(),

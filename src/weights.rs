@@ -14,6 +14,10 @@
 //! [K] (outputs are y_shift + y_div · the network's output). `eval`, `predict` and `export`
 //! apply them, so they take and return raw units.
 //!
+//! A classifier trained on files with class names (`y_classes`) keeps them as the root
+//! attribute `class_names` (class i is the i-th): `eval` checks the test file's names against
+//! them, `predict` writes each row's name, `export` puts them in the ONNX metadata.
+//!
 //! Checkpoints hold the parameters in the same layout: `write_layers` and `read_params` are
 //! the one writer and reader of it, and `commit` the one way both kinds of file are put in
 //! place (fsync, rename, fsync of the directory).
@@ -28,12 +32,14 @@ use crate::model::Mlp;
 use std::path::{Path, PathBuf};
 
 /// Write to a temporary file and rename, so a crash never leaves a half-written file
-/// under the final name.
-pub fn save(model: &Mlp, params: &[f32], norm: &Norm, path: &Path) -> Result<()> {
+/// under the final name. `class_names`: the training data's (empty for plain integer labels),
+/// kept as the root attribute `class_names`.
+pub fn save(model: &Mlp, params: &[f32], norm: &Norm, class_names: &[String], path: &Path) -> Result<()> {
     let tmp = tmp_path(path);
     {
         let f = h5::create(&tmp)?;
         write_layers(&f, &tmp, model, params, norm)?;
+        write_class_names(&f, &tmp, class_names)?;
         f.flush().map_err(|e| Error::hdf5(&tmp, "flush", e))?;
     }
     commit(&tmp, path, "rename the finished weights file into place", || {})
@@ -139,6 +145,28 @@ fn write_model_attrs(f: &hdf5::File, path: &Path, model: &Mlp, sizes: &[i64]) ->
     Ok(())
 }
 
+/// The class names as the root attribute `class_names` (1-D variable-length UTF-8 strings;
+/// none for plain integer labels).
+fn write_class_names(f: &hdf5::File, path: &Path, names: &[String]) -> Result<()> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let v: Vec<hdf5::types::VarLenUnicode> =
+        names.iter().map(|s| s.parse().unwrap_or_else(|_| hdf5::types::VarLenUnicode::new())).collect();
+    f.new_attr_builder()
+        .with_data(&v)
+        .create("class_names")
+        .map_err(|e| Error::hdf5(path, "write the attribute class_names", e))?;
+    Ok(())
+}
+
+/// The class names a weights file records (`class_names`), empty when it has none (plain
+/// integer labels, or a file written before they were kept).
+pub fn read_class_names(path: &Path) -> Result<Vec<String>> {
+    let f = h5::open(path, "--weights")?;
+    Ok(crate::data::classes::read_attr(&f, path, "class_names")?.unwrap_or_default())
+}
+
 /// The job-file spelling of an enum (`relu`, `softmax_cross_entropy`).
 pub fn name_of<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_value(v).ok().and_then(|j| j.as_str().map(str::to_owned)).unwrap_or_default()
@@ -235,9 +263,11 @@ mod tests {
         let m = Mlp::new(&[5, 4, 3], Activation::Relu, LossKind::SoftmaxCrossEntropy);
         let mut p = m.init_params(9);
         p[m.layers[1].b.clone()].copy_from_slice(&[0.5, -0.25, 2.0]);
-        save(&m, &p, &Norm::default(), &path).unwrap();
+        let names: Vec<String> = ["cat", "dög", "emu"].iter().map(|s| s.to_string()).collect();
+        save(&m, &p, &Norm::default(), &names, &path).unwrap();
         assert!(!tmp_path(&path).exists(), "temporary file must be renamed away");
         assert_eq!(load(&m, &path).unwrap(), p);
+        assert_eq!(read_class_names(&path).unwrap(), names);
         // The file is plain HDF5 with [in, out] kernels, as h5py users expect.
         let f = hdf5::File::open(&path).unwrap();
         assert_eq!(f.dataset("dense0/weight").unwrap().shape(), vec![5, 4]);
@@ -252,6 +282,9 @@ mod tests {
         let other = Mlp::new(&[5, 6, 3], Activation::Relu, LossKind::SoftmaxCrossEntropy);
         let err = load(&other, &path).unwrap_err().to_string();
         assert!(err.contains("dense0/weight") && err.contains("w.h5"), "{err}");
+        // Plain integer labels: no attribute, no names.
+        save(&m, &p, &Norm::default(), &[], &path).unwrap();
+        assert!(read_class_names(&path).unwrap().is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

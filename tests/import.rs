@@ -2,8 +2,9 @@
 //! `python3-numpy`, `python3-h5py`) read from the same inputs:
 //!
 //! - CSV with a header, quoted fields, CRLF line ends and a string label column in the middle:
-//!   x equal to `pandas.read_csv(...)`'s float32 features, y to `pandas.factorize`'s codes, the
-//!   names in `y_classes`; 70,000 rows, so more than one 65,536-row chunk;
+//!   x equal to `pandas.read_csv(...)`'s float32 features, y to a `pandas.Categorical`'s codes
+//!   (names sorted), the names in `y_classes`; 70,000 rows, so more than one 65,536-row chunk;
+//!   `--class-order appearance` gives `pandas.factorize`'s codes;
 //! - gzipped TSV with two numeric targets: y float32 [N, 2], gzip-compressed output;
 //! - `--shard 3`: three files of balanced contiguous rows that concatenate to the whole, read by
 //!   a training job through their `{rank}` path;
@@ -57,18 +58,34 @@ r.to_csv("r.tsv.gz", sep="\t", index=False, float_format="%.17g")
         r#"
 import numpy as np, pandas as pd, h5py
 df = pd.read_csv("t.csv")
-codes, names = pd.factorize(df["kind"])
+cat = pd.Categorical(df["kind"])  # names sorted, as LabelEncoder numbers them
+codes, names = cat.codes, cat.categories
 f = h5py.File("t.h5")
 x = df.drop(columns=["kind"]).to_numpy(np.float32)
 assert f["x"].dtype == np.float32 and f["y"].dtype == np.int32
 assert np.array_equal(f["x"][...], x), "x differs from pandas"
-assert np.array_equal(f["y"][...], codes), "y differs from pandas.factorize"
+assert np.array_equal(f["y"][...], codes), "y differs from pandas.Categorical's codes"
 assert [s.decode() for s in f["y_classes"][...]] == list(names), "class names"
 assert [s.decode() for s in f["x_columns"][...]] == ["a", "b c", "d"]
 print("ok", f["x"].chunks is not None)
 "#,
     );
     assert_eq!(check.trim(), "ok True");
+    // In order of first appearance on request: pandas.factorize's numbering.
+    let run = import(&dir, &["t.csv", "ta.h5", "--y", "kind", "--class-order", "appearance"]);
+    assert!(run.ok(), "{}", run.all());
+    let check = python(
+        &dir,
+        r#"
+import numpy as np, pandas as pd, h5py
+codes, names = pd.factorize(pd.read_csv("t.csv")["kind"])
+f = h5py.File("ta.h5")
+assert np.array_equal(f["y"][...], codes), "y differs from pandas.factorize"
+assert [s.decode() for s in f["y_classes"][...]] == list(names), "class names"
+print("ok")
+"#,
+    );
+    assert_eq!(check.trim(), "ok");
 
     let run = import(&dir, &["r.tsv.gz", "r.h5", "--y", "t1", "--y", "t2", "--compress", "gzip"]);
     assert!(run.ok(), "{}", run.all());
@@ -175,24 +192,6 @@ fn bad_input_names_the_line_and_column() {
 }
 
 /// The test venv's python (pyarrow and pandas for Parquet), or None with a skip note.
-fn venv_python() -> Option<String> {
-    let Ok(py) = std::env::var("HVTRAIN_ONNX_PYTHON") else {
-        assert!(
-            std::env::var_os("HVTRAIN_REQUIRE_ONNX").is_none(),
-            "HVTRAIN_ONNX_PYTHON (the test venv with pyarrow and pandas) is not set"
-        );
-        eprintln!("skipped: HVTRAIN_ONNX_PYTHON is not set (make test sets it up)");
-        return None;
-    };
-    Some(py)
-}
-
-fn venv(py: &str, dir: &Path, code: &str) -> String {
-    let out = Command::new(py).arg("-c").arg(code).current_dir(dir).output().unwrap();
-    assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Parquet as pandas (pyarrow) writes it: every numeric width and sign, booleans, float16, a
 /// string label in the middle, several row groups (70,000 rows: more than one chunk), snappy
 /// and zstd, a categorical label, the index column pandas adds left out; nullable columns with
@@ -241,12 +240,13 @@ pq.write_table(pa.table({"v": [1.0, 2.0], "y": pa.array([0, None], pa.int64())})
                 r#"
 import numpy as np, pandas as pd, h5py
 df = pd.read_parquet("{src}")
-codes, names = pd.factorize(df["kind"])
+cat = pd.Categorical(df["kind"].astype(str))  # names sorted, as LabelEncoder numbers them
+codes, names = cat.codes, cat.categories
 f = h5py.File("{h5}")
 x = df.drop(columns=["kind"]).to_numpy(np.float32)
 assert f["x"].dtype == np.float32 and f["y"].dtype == np.int32
 assert np.array_equal(f["x"][...], x), "x differs from pandas"
-assert np.array_equal(f["y"][...], codes), "y differs from pandas.factorize"
+assert np.array_equal(f["y"][...], codes), "y differs from pandas.Categorical's codes"
 assert [s.decode() for s in f["y_classes"][...]] == list(names), "class names"
 assert [s.decode() for s in f["x_columns"][...]] == ["a", "b", "i8", "u32", "u64", "flag", "h", "d"]
 print("ok")

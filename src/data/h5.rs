@@ -257,3 +257,17 @@ pub fn write<T: hdf5::H5Type + Copy>(
         .map_err(|e| Error::hdf5(path, format!("write dataset {name}"), e))?;
     Ok(())
 }
+
+/// Write strings as a 1-D dataset of variable-length UTF-8 (what h5py's `string_dtype()`
+/// reads as `str`); a string holding NUL is written empty.
+pub fn write_strings(file: &hdf5::File, path: &Path, name: &str, v: &[String]) -> Result<()> {
+    let s: Vec<hdf5::types::VarLenUnicode> = v
+        .iter()
+        .map(|s| s.parse::<hdf5::types::VarLenUnicode>().unwrap_or_else(|_| hdf5::types::VarLenUnicode::new()))
+        .collect();
+    file.new_dataset_builder()
+        .with_data(&s)
+        .create(name)
+        .map_err(|e| Error::hdf5(path, format!("write dataset {name}"), e))?;
+    Ok(())
+}

@@ -31,7 +31,8 @@ fn write<T: hdf5::H5Type>(path: &Path, x: Vec<T>, y: &[i32], n: usize, d: usize)
 fn epochs_s(path: &Path, extra: &str, n: usize, d: usize, epochs: usize, ranks: usize) -> Vec<f64> {
     let cfg: DataCfg = toml::from_str(&format!("train = {:?}\n{extra}", path.display().to_string())).unwrap();
     let want = Expect { inputs: d, outputs: 10, loss: LossKind::SoftmaxCrossEntropy };
-    let shard = Shard::open(&cfg, "data.train", &cfg.train, 0, 1, want).unwrap();
+    let shard =
+        Shard::open(&cfg, "data.train", &cfg.train, 0, 1, want, &crate::data::classes::Reference::Unknown).unwrap();
     let batch = 128;
     let sched = Schedule::new(n, batch * ranks, ranks, false);
     let steps = sched.steps;

@@ -4,6 +4,7 @@
 //! Must not: train or write checkpoints.
 
 use crate::config::{Job, OutputActivation};
+use crate::data::classes::{self, Reference};
 use crate::data::h5;
 use crate::data::shard::{Expect, Labels, Shard};
 use crate::device::{Backend, Cpu};
@@ -273,6 +274,23 @@ pub fn eval_result(sums: &[f64], shard: &Shard) -> EvalResult {
     EvalResult { loss: sums[0] / sums[2], accuracy, top5, regression }
 }
 
+/// What a classifier's class numbers mean for `eval`: the weights' `class_names`, else the
+/// job's training data's (a checkpoint, or weights written before names were kept), else
+/// nothing to compare with.
+fn reference_classes(job: &Job, model: &Mlp, weights_path: &Path) -> Result<Reference> {
+    if model.loss.kind.output_activation() != OutputActivation::Softmax {
+        return Ok(Reference::Unknown);
+    }
+    let names = weights::read_class_names(weights_path)?;
+    if !names.is_empty() {
+        return Ok(Reference::Names(weights_path.to_path_buf(), names));
+    }
+    match crate::data::shard::files(&job.data.train, "data.train") {
+        Ok(f) if f[0].1.exists() => classes::of_file(&f[0].1, "data.train", &job.data.y_dataset),
+        _ => Ok(Reference::Unknown),
+    }
+}
+
 /// `hvtrain eval`: load weights (or a checkpoint), evaluate on the job's test data over all ranks.
 pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
     let model = start(comm, job)?;
@@ -288,7 +306,8 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
     let norm = weights::load_norm(&model, weights_path)?;
     let shard = {
         let _p = liveness::phase("opening the test data");
-        let mut sh = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, expect(&model))?;
+        let classes = reference_classes(job, &model, weights_path)?;
+        let mut sh = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, expect(&model), &classes)?;
         if !norm.is_none() {
             sh.set_norm(&job.data, &norm); // x and y as training saw them
         }
@@ -397,6 +416,20 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
                 .collect();
             h5::write(&o, &tmp, "probabilities", &probs, &[n, k])?;
             h5::write(&o, &tmp, "classes", &classes, &[n])?;
+            // The training data's names, when it had them: each row's, and the list.
+            let names = weights::read_class_names(weights_path)?;
+            if !names.is_empty() {
+                if names.len() != k {
+                    return Err(Error::data(
+                        weights_path,
+                        "class_names",
+                        format!("holds {} names but the model has {k} outputs", names.len()),
+                    ));
+                }
+                let row_names: Vec<String> = classes.iter().map(|&c| names[c as usize].clone()).collect();
+                h5::write_strings(&o, &tmp, "class_names", &row_names)?;
+                h5::write_strings(&o, &tmp, "y_classes", &names)?;
+            }
         }
         if head == OutputActivation::Sigmoid {
             let labels: Vec<u8> = probs.iter().map(|&p| (p > 0.5) as u8).collect();

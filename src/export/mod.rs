@@ -74,11 +74,12 @@ pub fn export(job: &Job, weights_path: &Path, output: &Path, probabilities: bool
     check_attrs(&weights::read_model_attrs(&f, weights_path)?, job, weights_path)?;
     let params = weights::read_params(&f, weights_path, &model)?;
     let norm = weights::read_norm(&f, weights_path, &model)?;
+    let class_names = crate::data::classes::read_attr(&f, weights_path, "class_names")?.unwrap_or_default();
     drop(f);
 
     let (g, outputs) = graph(job, &model, &params, &norm, head);
     let nodes = g.nodes.len();
-    let bytes = model_proto(&model, g, outputs, weights_path).encode_to_vec();
+    let bytes = model_proto(&model, g, outputs, weights_path, &class_names).encode_to_vec();
     write_atomic(output, &bytes)?;
     Ok(Exported { layers: model.sizes.clone(), nodes, bytes: bytes.len() })
 }
@@ -152,8 +153,15 @@ fn graph(
     (g, outputs)
 }
 
-/// The ONNX model around graph `g`: opset, producer, the model's description and metadata.
-fn model_proto(model: &crate::model::Mlp, g: Graph, outputs: Vec<ValueInfoProto>, weights_path: &Path) -> ModelProto {
+/// The ONNX model around graph `g`: opset, producer, the model's description and metadata
+/// (with the training data's class names, `class_names`, a JSON list: class i the i-th).
+fn model_proto(
+    model: &crate::model::Mlp,
+    g: Graph,
+    outputs: Vec<ValueInfoProto>,
+    weights_path: &Path,
+    class_names: &[String],
+) -> ModelProto {
     let meta = |k: &str, v: String| StringStringEntryProto { key: Some(k.into()), value: Some(v) };
     let layers = format!("{:?}", model.sizes);
     ModelProto {
@@ -167,11 +175,14 @@ fn model_proto(model: &crate::model::Mlp, g: Graph, outputs: Vec<ValueInfoProto>
             model.loss.kind.name(),
             weights_path.display()
         )),
-        metadata_props: vec![
+        metadata_props: [
             meta("layers", layers),
             meta("activation", weights::name_of(&model.act)),
             meta("loss", model.loss.kind.name().to_string()),
-        ],
+        ]
+        .into_iter()
+        .chain((!class_names.is_empty()).then(|| meta("class_names", serde_json::json!(class_names).to_string())))
+        .collect(),
         graph: Some(GraphProto {
             name: Some("hvtrain_mlp".into()),
             node: g.nodes,

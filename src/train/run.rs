@@ -93,6 +93,8 @@ pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
     last_progress: Instant,
     /// The data's normalization, for weights.h5.
     norm: crate::data::norm::Norm,
+    /// The training data's class names, for weights.h5 (empty: plain integer labels).
+    class_names: Vec<String>,
     /// The monitored metric (early stopping, keep_best, plateau) and the trainer's state.
     watch: Watch,
     trainer: TrainerState,
@@ -108,6 +110,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         let (job, start) = (p.job, &p.start);
         let metrics = if p.comm.rank == 0 { Some(MetricsLog::open(&p.out_dir, start.epoch + 1)?) } else { None };
         let norm = p.train.norm().clone();
+        let class_names = p.train.class_names.clone();
         let mut st = p.st;
         let ids_only = super::on_device::place(job, &mut st, &p.train, p.comm.rank)?;
         let loader = Loader::spawn(
@@ -162,6 +165,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             last: None,
             last_progress: Instant::now(),
             norm,
+            class_names,
             watch,
             trainer,
             st,
@@ -244,7 +248,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         if let Some(params) = self.mode.whole_params(&self.st)? {
             let _p = liveness::phase("writing weights.h5");
             let path = self.out_dir.join("weights.h5");
-            weights::save(&self.st.tensor().full, &params, &self.norm, &path)?;
+            weights::save(&self.st.tensor().full, &params, &self.norm, &self.class_names, &path)?;
             info!(
                 "paused after epoch {epoch}/{} (a sweep's rung): checkpoint and weights.h5 in {}",
                 self.job.training.epochs,
@@ -419,7 +423,13 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         if v.improved && self.job.output.keep_best {
             if let Some(params) = self.mode.whole_params(&self.st)? {
                 let _p = liveness::phase("writing the best weights so far");
-                weights::save(&self.st.tensor().full, &params, &self.norm, &self.out_dir.join(BEST))?;
+                weights::save(
+                    &self.st.tensor().full,
+                    &params,
+                    &self.norm,
+                    &self.class_names,
+                    &self.out_dir.join(BEST),
+                )?;
             }
         }
         let o = &self.job.optimizer;
@@ -561,7 +571,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                     self.watch.best.value.map(|b| self.watch.shown(b)).unwrap_or(f64::NAN)
                 );
             } else {
-                weights::save(&self.st.tensor().full, &params, &self.norm, &path)?;
+                weights::save(&self.st.tensor().full, &params, &self.norm, &self.class_names, &path)?;
             }
             super::runlock::done();
             match self.last.as_ref().and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {

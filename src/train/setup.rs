@@ -131,7 +131,16 @@ pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize) -> Resu
     let want = expect(whole);
     let split = job.data.validation_split;
     let within = if split > 0.0 { Within::TrainOf(split) } else { Within::All };
-    let train = Shard::open_in(&job.data, "data.train", &job.data.train, within, 0, 1, want)?;
+    // What the class numbers mean: the first training file's names (every other file's
+    // labels are compared with them, and remapped or refused).
+    let classes = match want.loss {
+        crate::config::LossKind::SoftmaxCrossEntropy => {
+            let first = crate::data::shard::files(&job.data.train, "data.train")?.swap_remove(0).1;
+            crate::data::classes::of_file(&first, "data.train", &job.data.y_dataset)?
+        }
+        _ => crate::data::classes::Reference::Unknown,
+    };
+    let train = Shard::open_in(&job.data, "data.train", &job.data.train, within, 0, 1, want, &classes)?;
     debug!("training data: {} ({} rows)", train.describe(), train.len());
     let n = train.len();
     if n < n_data {
@@ -145,14 +154,14 @@ pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize) -> Resu
         ));
     }
     let test = match &job.data.test {
-        Some(t) => Some(Shard::open(&job.data, "data.test", t, d, n_data, want)?),
+        Some(t) => Some(Shard::open(&job.data, "data.test", t, d, n_data, want, &classes)?),
         None => None,
     };
     let validation = match &job.data.validation {
-        Some(v) => Some(Shard::open(&job.data, "data.validation", v, d, n_data, want)?),
+        Some(v) => Some(Shard::open(&job.data, "data.validation", v, d, n_data, want, &classes)?),
         None if split > 0.0 => {
             let t = &job.data.train;
-            Some(Shard::open_in(&job.data, "data.train", t, Within::ValidationOf(split), d, n_data, want)?)
+            Some(Shard::open_in(&job.data, "data.train", t, Within::ValidationOf(split), d, n_data, want, &classes)?)
         }
         None => None,
     };

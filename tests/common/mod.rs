@@ -380,3 +380,23 @@ impl Background {
         (status.code(), log)
     }
 }
+
+/// The test venv's python (onnx, scikit-learn, pandas, pyarrow: `make onnx-venv`), from
+/// HVTRAIN_ONNX_PYTHON; None (the test skips) when unset, a failure when `make test` requires it.
+pub fn venv_python() -> Option<String> {
+    let Ok(py) = std::env::var("HVTRAIN_ONNX_PYTHON") else {
+        assert!(
+            std::env::var_os("HVTRAIN_REQUIRE_ONNX").is_none(),
+            "HVTRAIN_ONNX_PYTHON (the test venv: make onnx-venv) is not set"
+        );
+        eprintln!("skipped: HVTRAIN_ONNX_PYTHON is not set (make test sets it up)");
+        return None;
+    };
+    Some(py)
+}
+
+pub fn venv(py: &str, dir: &Path, code: &str) -> String {
+    let out = Command::new(py).arg("-c").arg(code).current_dir(dir).output().unwrap();
+    assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -20,6 +20,7 @@ use log::info;
 use sink::{Chunk, Compress, Sink, YKind};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+pub use text::ClassOrder;
 
 /// Rows read, converted and written at a time.
 const CHUNK_ROWS: usize = 65536;
@@ -41,6 +42,8 @@ pub struct Opts {
     pub delimiter: Option<u8>,
     pub shard: usize,
     pub compress: Compress,
+    /// How class names are numbered (sorted by default).
+    pub classes: ClassOrder,
 }
 
 /// What an import wrote.
@@ -137,7 +140,8 @@ fn from_parquet(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
         pq::check_feature(input, &file.columns[i], &file)?;
     }
     let ycols: Vec<&pq::Column> = y.iter().map(|&i| &file.columns[i]).collect();
-    let mut targets = pq::decide(&ycols, o.regression);
+    let mut targets = pq::decide(&ycols, o.regression, &o.classes);
+    given_needs_names(&targets, o, input)?;
     if let text::Targets::Values(_) = targets {
         for c in &ycols {
             pq::check_feature(input, c, &file)?;
@@ -172,8 +176,8 @@ fn from_parquet(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
         progress.rows((first as usize) + m, Some(file.rows));
     }
     let kind = targets.kind();
-    let classes = targets.classes();
-    let files = sink.finish(&classes)?;
+    let (classes, remap) = targets.classes();
+    let files = sink.finish(&classes, remap.as_deref())?;
     Ok(Summary { rows: file.rows, features: d, y: kind, classes, files, template: sink::template(out, o.shard) })
 }
 
@@ -218,7 +222,8 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     if sample.is_empty() {
         return Err(Error::data(input, "(data)", "has no rows"));
     }
-    let mut targets = text::decide(&sample, &y, o.regression);
+    let mut targets = text::decide(&sample, &y, o.regression, &o.classes);
+    given_needs_names(&targets, o, input)?;
     let d = xcols.len();
     let xnames: Vec<String> = if o.no_header { Vec::new() } else { xcols.iter().map(|&i| names[i].clone()).collect() };
     let mut sink = Sink::new(out, d, targets.kind(), o.compress, o.shard, total, xnames)?;
@@ -266,9 +271,55 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
         }
     }
     let kind = targets.kind();
-    let classes = targets.classes();
-    let files = sink.finish(&classes)?;
+    let (classes, remap) = targets.classes();
+    let files = sink.finish(&classes, remap.as_deref())?;
     Ok(Summary { rows, features: d, y: kind, classes, files, template: sink::template(out, o.shard) })
+}
+
+/// `--classes`/`--classes-from` number class names: refused when the targets are not names.
+fn given_needs_names(t: &text::Targets, o: &Opts, input: &Path) -> Result<()> {
+    match (&o.classes, t) {
+        (ClassOrder::Given { source, .. }, text::Targets::Ints | text::Targets::Values(_)) => Err(Error::config(
+            "command line",
+            source.as_str(),
+            format!(
+                "numbers class names, but the target column(s) of {} hold numbers, not names; leave it out",
+                input.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The classes `--classes-from FILE` gives: FILE's `y_classes` (an imported file), or its
+/// `class_names` attribute (a weights file); an error when it has neither.
+pub fn classes_from(path: &Path) -> Result<ClassOrder> {
+    let f = crate::data::h5::open(path, "--classes-from")?;
+    let names = match crate::data::classes::read(&f, path, "y")? {
+        Some(n) => n,
+        None => crate::data::classes::read_attr(&f, path, "class_names")?.ok_or_else(|| {
+            Error::data(
+                path,
+                "y_classes",
+                "has no class names (y_classes, or a weights file's class_names): its labels are plain \
+                 integers; give the names with --classes a,b,c instead",
+            )
+        })?,
+    };
+    Ok(ClassOrder::Given { names, source: format!("--classes-from {}", path.display()) })
+}
+
+/// The classes `--classes a,b,c` gives (blanks around names dropped; each name once).
+pub fn classes_list(list: &str) -> Result<ClassOrder> {
+    let names: Vec<String> = list.split(',').map(|s| s.trim().to_string()).collect();
+    if names.iter().any(|n| n.is_empty()) {
+        return Err(Error::config("command line", "--classes", format!("{list:?} has an empty name")));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(d) = names.iter().find(|n| !seen.insert(n.as_str())) {
+        return Err(Error::config("command line", "--classes", format!("names {d:?} twice")));
+    }
+    Ok(ClassOrder::Given { names, source: "--classes".into() })
 }
 
 /// Stream `x` (and `y`) arrays of the same row count into the sink.
@@ -286,6 +337,16 @@ fn stream<A: std::io::Read, B: std::io::Read>(
         return Err(Error::data(Path::new(&x.name), "(shape)", "has no rows"));
     }
     let classes = y.dtype.is_int() && y.shape.len() == 1 && !o.regression;
+    if let ClassOrder::Given { source, .. } = &o.classes {
+        return Err(Error::config(
+            "command line",
+            source.as_str(),
+            format!(
+                "numbers class names, but {} holds numbers; it is for CSV/TSV or Parquet labels that are strings",
+                y.name
+            ),
+        ));
+    }
     let kind = if classes { YKind::Classes } else { YKind::Values(y.width()) };
     let mut sink = Sink::new(out, d, kind, o.compress, o.shard, Some(n), Vec::new())?;
     let (mut chunk, mut at, mut progress) = (Chunk::default(), 0, Progress::new());
@@ -302,7 +363,7 @@ fn stream<A: std::io::Read, B: std::io::Read>(
         at += m;
         progress.rows(at, Some(n));
     }
-    let files = sink.finish(&[])?;
+    let files = sink.finish(&[], None)?;
     Ok(Summary { rows: n, features: d, y: kind, classes: Vec::new(), files, template: sink::template(out, o.shard) })
 }
 

@@ -18,7 +18,6 @@ use parquet::column::reader::ColumnReader;
 use parquet::data_type::ByteArray;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::schema::types::ColumnDescPtr;
-use std::collections::HashMap;
 use std::path::Path;
 
 /// What a column holds, as this reader sees it.
@@ -150,10 +149,10 @@ pub fn check_feature(path: &Path, c: &Column, file: &File) -> Result<()> {
 }
 
 /// How the target column(s) turn into `y`, from their types.
-pub fn decide(y: &[&Column], regression: bool) -> Targets {
+pub fn decide(y: &[&Column], regression: bool, order: &text::ClassOrder) -> Targets {
     match y {
         [c] if !regression && matches!(c.kind, Kind::Int { .. } | Kind::Bool) => Targets::Ints,
-        [c] if !regression && c.kind == Kind::Text => Targets::Names(HashMap::new(), Vec::new()),
+        [c] if !regression && c.kind == Kind::Text => Targets::Names(text::NameMap::new(order)),
         _ => Targets::Values(y.len()),
     }
 }
@@ -325,19 +324,7 @@ pub fn target(t: &mut Targets, f: Field, at: &At, classes: &mut Vec<i32>, values
         (_, Field::Null) => return Err(text::missing_target("(null)", at)),
         (_, Field::Num(x)) if x.is_nan() => return Err(text::missing_target("NaN", at)),
         (Targets::Ints, Field::Int(c)) => classes.push(text::class_label(c, at)?),
-        (Targets::Names(map, names), Field::Text(b)) => {
-            let s = String::from_utf8_lossy(b);
-            let next = names.len() as i32;
-            let c = match map.get(s.as_ref()) {
-                Some(&c) => c,
-                None => {
-                    map.insert(s.to_string(), next);
-                    names.push(s.into_owned());
-                    next
-                }
-            };
-            classes.push(c);
-        }
+        (Targets::Names(m), Field::Text(b)) => classes.push(m.number(&String::from_utf8_lossy(b), at)?),
         (Targets::Values(_), f) => values.push(feature(f, None, at)?),
         (_, f) => {
             let v = match f {

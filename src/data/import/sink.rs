@@ -8,7 +8,6 @@
 
 use crate::data::h5;
 use crate::error::{Error, Result};
-use hdf5::types::VarLenUnicode;
 use std::path::{Path, PathBuf};
 
 /// Compression of the written datasets (`--compress`).
@@ -157,7 +156,7 @@ impl Sink {
             YKind::Values(k) => make("y", Some(k), false)?,
         };
         if !self.columns.is_empty() {
-            write_strings(&f, &path, "x_columns", &self.columns)?;
+            h5::write_strings(&f, &path, "x_columns", &self.columns)?;
         }
         Ok(Open { path, x, y, rows: 0 })
     }
@@ -207,26 +206,40 @@ impl Sink {
         }
     }
 
-    /// Close the last file; with string labels, write their classes (`y_classes`, class i
-    /// the i-th string) into every file. Returns the files written.
-    pub fn finish(mut self, classes: &[String]) -> Result<Vec<PathBuf>> {
+    /// Close the last file; with string labels, renumber the written labels through `remap`
+    /// (class c becomes `remap[c]`: the names were numbered as they appeared, and are sorted
+    /// now), and write their classes (`y_classes`, class i the i-th string) into every file.
+    /// Returns the files written.
+    pub fn finish(mut self, classes: &[String], remap: Option<&[i32]>) -> Result<Vec<PathBuf>> {
         self.close();
         if !classes.is_empty() {
             for p in &self.written {
                 let f = hdf5::File::open_rw(p).map_err(|e| Error::hdf5(p, "reopen", e))?;
-                write_strings(&f, p, "y_classes", classes)?;
+                if let Some(t) = remap {
+                    renumber(&f, p, t, self.chunk_rows.max(1))?;
+                }
+                h5::write_strings(&f, p, "y_classes", classes)?;
             }
         }
         Ok(self.written)
     }
 }
 
-fn write_strings(f: &hdf5::File, path: &Path, name: &str, v: &[String]) -> Result<()> {
-    let s: Vec<VarLenUnicode> =
-        v.iter().map(|s| s.parse::<VarLenUnicode>().unwrap_or_else(|_| VarLenUnicode::new())).collect();
-    f.new_dataset_builder()
-        .with_data(&s)
-        .create(name)
-        .map_err(|e| Error::hdf5(path, format!("write dataset {name}"), e))?;
+/// Labels `y` of an open file through `table`, a chunk of rows at a time (4 bytes a row: the
+/// pass costs little next to the features').
+fn renumber(f: &hdf5::File, path: &Path, table: &[i32], rows: usize) -> Result<()> {
+    let err = |e| Error::hdf5(path, "renumber y", e);
+    let y = f.dataset("y").map_err(err)?;
+    let n = y.shape()[0];
+    let mut a = 0;
+    while a < n {
+        let b = (a + rows).min(n);
+        let mut v: Vec<i32> = y.read_slice_1d::<i32, _>(a..b).map_err(err)?.to_vec();
+        for c in &mut v {
+            *c = table[*c as usize];
+        }
+        y.write_slice(&v, ndarray::s![a..b]).map_err(err)?;
+        a = b;
+    }
     Ok(())
 }

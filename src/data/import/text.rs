@@ -2,8 +2,10 @@
 //! each field parsed as pandas' `read_csv` would read a number: surrounding blanks ignored,
 //! `NA`, `N/A`, `NaN`, `null` and empty fields missing. The target column(s) named by `--y`;
 //! one target column of integers is class labels, of other numbers a regression target, of
-//! strings class names mapped to 0, 1, … in order of first appearance (`pandas.factorize`'s
-//! order), the names kept in the output as `y_classes`.
+//! strings class names (`NameMap`): numbered in sorted order once every row is read (as
+//! scikit-learn's `LabelEncoder` and a pandas `Categorical` number them; `--class-order
+//! appearance`: `pandas.factorize`'s order), or by a list given up front (`--classes`,
+//! `--classes-from`), the names kept in the output as `y_classes`.
 //!
 //! Must not: hold more than one chunk of rows (files larger than memory stream).
 
@@ -41,8 +43,8 @@ pub fn delimiter_of(path: &Path) -> u8 {
 pub enum Targets {
     /// Integer class labels.
     Ints,
-    /// Class names, mapped in order of first appearance.
-    Names(HashMap<String, i32>, Vec<String>),
+    /// Class names.
+    Names(NameMap),
     /// k numbers a row.
     Values(usize),
 }
@@ -54,16 +56,85 @@ impl Targets {
             Targets::Values(k) => YKind::Values(*k),
         }
     }
-    pub fn classes(self) -> Vec<String> {
+    /// The class names in their final numbering, and the table that turns the numbers
+    /// already written into it (None: they are final). Empty for numeric targets.
+    pub fn classes(self) -> (Vec<String>, Option<Vec<i32>>) {
         match self {
-            Targets::Names(_, v) => v,
-            _ => Vec::new(),
+            Targets::Names(m) => m.finish(),
+            _ => (Vec::new(), None),
         }
     }
 }
 
+/// How class names are numbered (`--class-order`, `--classes`, `--classes-from`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClassOrder {
+    /// Sorted (by code point, as Python's `sorted` and `numpy.unique`): files holding the same
+    /// names agree whatever their rows' order.
+    Sorted,
+    /// In order of first appearance (`pandas.factorize`).
+    Appearance,
+    /// This list, from `source` (the command line, or a file's `y_classes`); a name not in it
+    /// is an error.
+    Given { names: Vec<String>, source: String },
+}
+
+/// Class names seen so far and their numbers.
+pub struct NameMap {
+    index: HashMap<String, i32>,
+    names: Vec<String>,
+    order: ClassOrder,
+}
+
+impl NameMap {
+    pub fn new(order: &ClassOrder) -> NameMap {
+        let mut m = NameMap { index: HashMap::new(), names: Vec::new(), order: order.clone() };
+        if let ClassOrder::Given { names, .. } = order {
+            for n in names {
+                m.index.insert(n.clone(), m.names.len() as i32);
+                m.names.push(n.clone());
+            }
+        }
+        m
+    }
+
+    /// The number of class `s` (a new name gets the next number, unless the list is given).
+    pub fn number(&mut self, s: &str, at: &At) -> Result<i32> {
+        if let Some(&c) = self.index.get(s) {
+            return Ok(c);
+        }
+        if let ClassOrder::Given { names, source } = &self.order {
+            let shown: Vec<String> = names.iter().take(12).map(|n| format!("{n:?}")).collect();
+            let more = if names.len() > 12 { format!(", … {} in all", names.len()) } else { String::new() };
+            return Err(at.err(format!(
+                "class {s:?} is not one of the classes {source} gives ([{}{more}]); add it there, or import \
+                 without --classes/--classes-from to number this file's own names",
+                shown.join(", ")
+            )));
+        }
+        let c = self.names.len() as i32;
+        self.index.insert(s.to_string(), c);
+        self.names.push(s.to_string());
+        Ok(c)
+    }
+
+    /// The names in their final order, and (sorted order) the table from the numbers given as
+    /// rows were read to the final ones; None when they are final already.
+    pub fn finish(self) -> (Vec<String>, Option<Vec<i32>>) {
+        if self.order != ClassOrder::Sorted {
+            return (self.names, None);
+        }
+        let mut sorted = self.names.clone();
+        sorted.sort();
+        let new: HashMap<&str, i32> = sorted.iter().enumerate().map(|(i, s)| (s.as_str(), i as i32)).collect();
+        let table: Vec<i32> = self.names.iter().map(|s| new[s.as_str()]).collect();
+        let identity = table.iter().enumerate().all(|(i, &t)| i as i32 == t);
+        (sorted, (!identity).then_some(table))
+    }
+}
+
 /// Decide from the first records (`sample`, their fields at `y`) what the targets are.
-pub fn decide(sample: &[csv::StringRecord], y: &[usize], regression: bool) -> Targets {
+pub fn decide(sample: &[csv::StringRecord], y: &[usize], regression: bool, order: &ClassOrder) -> Targets {
     if y.len() > 1 || regression {
         return Targets::Values(y.len());
     }
@@ -73,7 +144,7 @@ pub fn decide(sample: &[csv::StringRecord], y: &[usize], regression: bool) -> Ta
     } else if vals().all(|v| MISSING.contains(&v) || v.parse::<f64>().is_ok()) {
         Targets::Values(1)
     } else {
-        Targets::Names(HashMap::new(), Vec::new())
+        Targets::Names(NameMap::new(order))
     }
 }
 
@@ -92,7 +163,7 @@ pub struct At<'a> {
 }
 
 impl At<'_> {
-    fn err(&self, why: impl std::fmt::Display) -> Error {
+    pub fn err(&self, why: impl std::fmt::Display) -> Error {
         let place = match self.place {
             Place::Line(l) => format!("line {l}"),
             Place::Row(r) => format!("row {r}"),
@@ -155,14 +226,7 @@ pub fn target(t: &mut Targets, v: &str, at: &At, classes: &mut Vec<i32>, values:
             })?;
             classes.push(class_label(c, at)?);
         }
-        Targets::Names(map, names) => {
-            let next = names.len() as i32;
-            let c = *map.entry(s.to_string()).or_insert_with(|| {
-                names.push(s.to_string());
-                next
-            });
-            classes.push(c);
-        }
+        Targets::Names(m) => classes.push(m.number(s, at)?),
         Targets::Values(_) => values.push(number(v, None, at)?),
     }
     Ok(())

@@ -5,6 +5,7 @@
 
 use super::Part;
 use crate::config::{DataCfg, LossKind, Targets};
+use crate::data::classes::{self, Relation};
 use crate::data::h5::{self, with_elem, Elem, Num};
 use crate::error::{Error, Result};
 use std::ops::Range;
@@ -47,6 +48,8 @@ pub(super) struct OpenFile {
     y: hdf5::Dataset,
     elem: Elem,
     pub n: usize,
+    /// Class names stored beside the labels (`y_classes`), read for a classifier.
+    pub names: Option<Vec<String>>,
 }
 
 /// Open one file and check its datasets' shapes and types against the model.
@@ -88,11 +91,17 @@ pub(super) fn open_file(cfg: &DataCfg, key: &str, path: &Path, want: Expect) -> 
             ),
         ));
     }
-    Ok(OpenFile { file, x, y, elem, n })
+    let names = match want.loss {
+        LossKind::SoftmaxCrossEntropy => classes::read(&file, &path, yn)?,
+        _ => None,
+    };
+    Ok(OpenFile { file, x, y, elem, n, names })
 }
 
 impl OpenFile {
-    /// The part of this shard in file rows `rows`, with its labels read (and checked) whole.
+    /// The part of this shard in file rows `rows`, with its labels read (and checked) whole,
+    /// a classifier's through `relation`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn part(
         self,
         cfg: &DataCfg,
@@ -101,6 +110,7 @@ impl OpenFile {
         rows: Range<usize>,
         want: Expect,
         first: usize,
+        relation: &Relation,
     ) -> Result<(Part, Labels)> {
         let OpenFile { file, x, y, elem, .. } = self;
         let yn = cfg.y_dataset.as_str();
@@ -120,8 +130,11 @@ impl OpenFile {
                     ));
                 }
                 let need = "class labels must be integers (int8 to uint64)";
-                let v =
-                    with_elem!(h5::elem(&y, &path, yn, need)?, T => read_labels::<T>(&y, &path, yn, rows.clone(), k))?;
+                let remap = match relation {
+                    Relation::AsStored => None,
+                    Relation::Remap(t) => Some(t.as_slice()),
+                };
+                let v = with_elem!(h5::elem(&y, &path, yn, need)?, T => read_labels::<T>(&y, &path, yn, rows.clone(), k, remap))?;
                 Labels::Classes(v)
             }
             loss => {
@@ -179,12 +192,36 @@ fn type_name(ds: &hdf5::Dataset) -> String {
     ds.dtype().and_then(|t| t.to_descriptor()).map(|d| d.to_string()).unwrap_or_else(|_| "an unknown type".into())
 }
 
-/// Class labels `rows` of `y`, stored as `T`, checked to be in 0..k, as i32.
-fn read_labels<T: Num>(y: &hdf5::Dataset, path: &Path, yn: &str, rows: Range<usize>, k: usize) -> Result<Vec<i32>> {
+/// Class labels `rows` of `y`, stored as `T`, as i32: through `remap` (the file's class c is
+/// `remap[c]`, see `classes::relate`) when given, then checked to be in 0..k.
+fn read_labels<T: Num>(
+    y: &hdf5::Dataset,
+    path: &Path,
+    yn: &str,
+    rows: Range<usize>,
+    k: usize,
+    remap: Option<&[i32]>,
+) -> Result<Vec<i32>> {
     let raw = y.read_slice_1d::<T, _>(rows.clone()).map_err(|e| Error::hdf5(path, format!("read {yn}"), e))?;
     let mut v = Vec::with_capacity(raw.len());
     for (i, &c) in raw.iter().enumerate() {
-        let c = c.to_i128();
+        let mut c = c.to_i128();
+        if let Some(t) = remap {
+            if c < 0 || c >= t.len() as i128 {
+                return Err(Error::data(
+                    path,
+                    yn,
+                    format!(
+                        "label {c} at row {} has no class name: {} holds {} names, so labels must be in 0..{}",
+                        rows.start + i,
+                        classes::names_dataset(yn),
+                        t.len(),
+                        t.len().saturating_sub(1)
+                    ),
+                ));
+            }
+            c = t[c as usize] as i128;
+        }
         if c < 0 || c >= k as i128 {
             return Err(Error::data(
                 path,

@@ -19,6 +19,7 @@
 mod check;
 mod read;
 
+use super::classes::{relate, Reference};
 use super::h5::with_elem;
 use super::norm::Norm;
 use crate::config::DataCfg;
@@ -51,6 +52,9 @@ pub struct Shard {
     /// The model's output width (classes, or targets per row).
     pub outputs: usize,
     pub labels: Labels,
+    /// The class names of `labels`' numbers (class i is `class_names[i]`), when the files
+    /// that define them have names (`classes::Reference::Names`); else empty.
+    pub class_names: Vec<String>,
     parts: Vec<Part>,
     len: usize,
     affine: Affine,
@@ -96,13 +100,24 @@ impl Shard {
     /// Rank `rank` of `ranks`' slice of the dataset's global rows (every file's rows one after
     /// another, in file order): rows [rank·n/ranks, (rank+1)·n/ranks). Training opens it whole
     /// (rank 0 of 1) and the loader picks each step's rows; evaluation splits the test data.
-    pub fn open(cfg: &DataCfg, key: &str, template: &str, rank: usize, ranks: usize, want: Expect) -> Result<Shard> {
-        Shard::open_in(cfg, key, template, Within::All, rank, ranks, want)
+    pub fn open(
+        cfg: &DataCfg,
+        key: &str,
+        template: &str,
+        rank: usize,
+        ranks: usize,
+        want: Expect,
+        classes: &Reference,
+    ) -> Result<Shard> {
+        Shard::open_in(cfg, key, template, Within::All, rank, ranks, want, classes)
     }
 
     /// As `open`, over the part of the dataset's global rows that `within` says:
     /// `data.validation_split`'s training rows (the first ⌊N·(1 − f)⌋) or validation rows
-    /// (the rest), an error naming the key when that part is empty.
+    /// (the rest), an error naming the key when that part is empty. A classifier's labels are
+    /// compared by their class names with `classes` (`classes::relate`): used as stored,
+    /// remapped to its numbers (rank 0 logs it), or refused.
+    #[allow(clippy::too_many_arguments)]
     pub fn open_in(
         cfg: &DataCfg,
         key: &str,
@@ -111,6 +126,7 @@ impl Shard {
         rank: usize,
         ranks: usize,
         want: Expect,
+        classes: &Reference,
     ) -> Result<Shard> {
         let mut opened = Vec::new();
         for (number, path) in files(template, key)? {
@@ -118,7 +134,13 @@ impl Shard {
             if f.n == 0 {
                 return Err(Error::data(&path, &cfg.x_dataset, "gets no samples: the file has 0 rows"));
             }
-            opened.push((number, path, f));
+            let note = &mut |line: String| {
+                if crate::sys::rank().unwrap_or(0) == 0 {
+                    log::info!("{line}");
+                }
+            };
+            let relation = relate(classes, &path, key, f.names.as_deref(), note)?;
+            opened.push((number, path, f, relation));
         }
         let all: usize = opened.iter().map(|o| o.2.n).sum();
         let cut = match within {
@@ -149,13 +171,13 @@ impl Shard {
         let mut parts = Vec::with_capacity(opened.len());
         let mut labels: Option<Labels> = None;
         let (mut len, mut at) = (0, 0);
-        for (number, path, f) in opened {
+        for (number, path, f, relation) in opened {
             let rows = lo.max(at) - at..hi.min(at + f.n).max(lo.max(at)) - at;
             at += f.n;
             if rows.is_empty() {
                 continue;
             }
-            let (part, l) = f.part(cfg, path, number, rows, want, len)?;
+            let (part, l) = f.part(cfg, path, number, rows, want, len, &relation)?;
             len += part.rows.len();
             labels = Some(match (labels, l) {
                 (None, l) => l,
@@ -180,6 +202,7 @@ impl Shard {
             features: want.inputs,
             outputs: want.outputs,
             labels: labels.expect("at least one file"),
+            class_names: classes.names().to_vec(),
             parts,
             len,
             affine: affine_of(cfg, &Norm::default(), want.inputs),

@@ -32,7 +32,15 @@ fn classes(k: usize) -> Expect {
 
 /// Every row of a one-rank shard, as the loader gets them.
 fn rows(cfg: &DataCfg, path: &Path, want: Expect) -> Result<(Vec<f32>, Labels)> {
-    let s = Shard::open(cfg, "data.train", &path.display().to_string(), 0, 1, want)?;
+    let s = Shard::open(
+        cfg,
+        "data.train",
+        &path.display().to_string(),
+        0,
+        1,
+        want,
+        &crate::data::classes::Reference::Unknown,
+    )?;
     let mut out = vec![0.0; s.len() * D];
     s.read_rows(0, s.len(), &mut out)?;
     Ok((out, s.labels.clone()))
@@ -102,7 +110,16 @@ fn float16_reads_as_float32() {
     want[31] = 65504.0;
     let expect = Expect { inputs: 4, outputs: 3, loss: LossKind::SoftmaxCrossEntropy };
     let read = |extra: &str| {
-        let s = Shard::open(&cfg(&p, extra), "data.train", p.to_str().unwrap(), 0, 1, expect).unwrap();
+        let s = Shard::open(
+            &cfg(&p, extra),
+            "data.train",
+            p.to_str().unwrap(),
+            0,
+            1,
+            expect,
+            &crate::data::classes::Reference::Unknown,
+        )
+        .unwrap();
         let mut out = vec![0.0; 32];
         s.read_rows(0, 8, &mut out).unwrap();
         (out, s.labels.clone())
