@@ -39,15 +39,55 @@ fn trial_metrics(out: &Path, trial: u64) -> Vec<serde_json::Value> {
     text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
-/// Two groups of one rank, ASHA with η = 2 over rungs 1, 2, 4: every trial recorded, the rung
-/// values those of the trial's own metrics.jsonl, the best trial's weights kept.
+/// One group (trials in order), ASHA's default rule over rungs 1, 3, 9: the first trial at each
+/// rung goes on, so it trains every epoch (the promotion rule, ⌊1/3⌋ = 0, stopped it at 1); a
+/// later trial goes on only when no worse than the cutoff of those recorded before it; the log
+/// says each decision, and best.json its epochs.
+#[test]
+fn the_first_trial_at_each_rung_goes_on_to_the_last_epoch() {
+    let _g = mpi_lock();
+    let dir = setup(
+        "sweep_continue",
+        9,
+        "[sweep]\ntrials = 4\nscheduler = \"asha\"\neta = 3\nsampler = \"random\"\nseed = 3\n\
+         [sweep.space]\n\"optimizer.lr\" = { log_uniform = [1e-4, 3e-2] }\n",
+    );
+    let run = mpirun(1, &["sweep", "job.toml"], &dir, 300);
+    assert!(run.ok(), "{}", run.all());
+    let out = dir.join("out");
+    let recs = records(&out);
+    assert_eq!(recs[0]["status"], "completed", "{}", run.all());
+    assert_eq!(recs[0]["epochs"], 9, "{}", run.all());
+    assert!(run.stderr.contains("trial 0 paused after 1 epoch(s)"), "{}", run.all());
+    assert!(run.stderr.contains("goes on to epoch 3: the first at epoch 1"), "{}", run.all());
+    assert!(run.stderr.contains("goes on to epoch 9: the first at epoch 3"), "{}", run.all());
+    // Each later trial against the values recorded at rung 1 before it (trials run in order).
+    let at1 = |r: &serde_json::Value| r["rungs"]["1"].as_f64().unwrap();
+    for t in 1..recs.len() {
+        let mut before: Vec<f64> = recs[..t].iter().map(at1).collect();
+        before.sort_by(f64::total_cmp);
+        // numpy's percentile at 1/3 of the losses, linear: Ray's cutoff at 1 - 1/3 of rewards.
+        let pos = (before.len() - 1) as f64 / 3.0;
+        let (lo, f) = (pos.floor() as usize, pos.fract());
+        let cutoff = before[lo] + (before[(lo + 1).min(before.len() - 1)] - before[lo]) * f;
+        let went_on = recs[t]["epochs"].as_u64().unwrap() > 1;
+        assert_eq!(went_on, at1(&recs[t]) <= cutoff, "trial {t}: {} against the cutoff {cutoff}", recs[t]);
+    }
+    let best: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("best.json")).unwrap()).unwrap();
+    assert!(best["epochs"].as_u64().is_some(), "{best}");
+}
+
+/// Two groups of one rank, ASHA with η = 2 over rungs 1, 2, 4 and the promotion rule: every
+/// trial recorded, the rung values those of the trial's own metrics.jsonl, the best trial's
+/// weights kept.
 #[test]
 fn asha_packs_trials_on_groups_and_keeps_the_best() {
     let _g = mpi_lock();
     let dir = setup(
         "sweep_asha",
         4,
-        "[sweep]\ntrials = 6\nscheduler = \"asha\"\neta = 2\nsampler = \"random\"\nseed = 3\n\
+        "[sweep]\ntrials = 6\nscheduler = \"asha\"\neta = 2\nrung_rule = \"promote\"\nsampler = \"random\"\nseed = 3\n\
          [sweep.space]\n\"optimizer.lr\" = { log_uniform = [1e-4, 3e-2] }\n\"model.width\" = { log_int = [8, 64] }\n",
     );
     // --dry-run lists the trials the sweep then runs, without MPI and without writing.

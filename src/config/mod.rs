@@ -35,7 +35,7 @@ pub use model::{Activation, Loss, LossKind, ModelCfg, OutputActivation, Targets}
 pub use optimizer::{OptimizerCfg, OptimizerKind, Schedule};
 pub use output::OutputCfg;
 pub use parallel::ParallelCfg;
-pub use sweep::{Goal, KeepCheckpoints, Range, Sampler, SchedulerKind, SweepCfg, LAYER_KEYS};
+pub use sweep::{Goal, KeepCheckpoints, Range, RungRule, Sampler, SchedulerKind, SweepCfg, LAYER_KEYS};
 pub use training::{DeviceChoice, Precision, TrainingCfg};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

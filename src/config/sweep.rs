@@ -36,6 +36,21 @@ pub enum SchedulerKind {
     None,
 }
 
+/// What a trial that reaches a rung does (ASHA and Hyperband).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RungRule {
+    /// Goes on at once when it is in the top 1/η of the trials recorded at that rung before
+    /// it (the first to arrive goes on), else stops: Ray Tune's ASHA and Optuna's pruner.
+    /// Every trial that is good enough trains to training.epochs.
+    #[default]
+    Continue,
+    /// Pauses; a paused trial is promoted when it is among the best ⌊n/η⌋ of the n trials
+    /// that reached the rung (Li et al.'s promotion rule). With few trials at a rung nobody
+    /// may go on: 1 or 2 trials at a rung with η = 3 promote none.
+    Promote,
+}
+
 /// Whose checkpoints stay when the sweep ends (every trial ended: none resumes from one).
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -224,6 +239,10 @@ pub struct SweepCfg {
     /// 1/η of the trials that reached it.
     #[serde(default = "default_eta")]
     pub eta: usize,
+    /// How a trial at a rung goes on (`continue`: at once when in the top 1/η of those
+    /// recorded there, as Ray's ASHA; `promote`: paused until among the best ⌊n/η⌋).
+    #[serde(default)]
+    pub rung_rule: RungRule,
     /// The first rung, in epochs (ASHA's grace period r); rungs at r·ηᵏ up to training.epochs.
     #[serde(default = "super::one")]
     pub min_epochs: usize,

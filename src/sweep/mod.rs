@@ -301,13 +301,14 @@ fn serve(link: Link, mut sc: Scheduler, groups: usize, rpt: usize, dir: &Path, m
                     Ended::Failed(why) => format!("failed: {why}"),
                     other => format!("{other:?}").to_lowercase(),
                 };
-                sc.report(r);
+                let decision = sc.report(r);
                 let t = &sc.trials[i];
                 log::info!(
-                    "sweep: trial {i} {how} after {} epoch(s), {metric} {} (group {})",
+                    "sweep: trial {i} {how} after {} epoch(s), {metric} {} (group {}){}",
                     t.epochs,
                     last.map_or("-".into(), |v| format!("{v:.5}")),
-                    req.group
+                    req.group,
+                    if decision.is_empty() { String::new() } else { format!("; {decision}") }
                 );
                 save(&sc);
             }

@@ -1,17 +1,22 @@
 //! Which trial a free group trains next, and to how many epochs: asynchronous successive
 //! halving (ASHA, Li et al. 2020) over rungs at r·ηᵏ epochs (and training.epochs last), in one
 //! bracket (`asha`), in several with first rungs r·ηˢ dealt trials in turn (`hyperband`, as
-//! Ray Tune's asynchronous Hyperband), or one rung at the last epoch (`none`). A trial that
-//! reached rung k goes on to rung k+1 when it is among the best ⌊n/η⌋ of the n trials that
-//! reached rung k so far; a free group takes such a promotion first (highest rung first),
-//! else a new trial, else waits while trials still run.
+//! Ray Tune's asynchronous Hyperband), or one rung at the last epoch (`none`).
+//!
+//! At a rung (`sweep.rung_rule`): `continue` (the default, Ray Tune's ASHA) decides the moment
+//! a trial reports it: it goes on to the next rung when its metric is at least the cutoff of
+//! the values recorded at that rung before it (numpy's linear percentile at 1 − 1/η, as Ray's
+//! `nanpercentile`), and the first to arrive always goes on; else it stops there. `promote`
+//! (Li et al.'s promotion rule) pauses it, and a paused trial goes on when it is among the best
+//! ⌊n/η⌋ of the n trials that reached the rung so far. A free group takes a trial that goes on
+//! first (highest rung first), else a new trial, else waits while trials still run.
 //!
 //! The state is the trials' records (`sweep.jsonl`): a resumed sweep rebuilds it from them,
 //! and trials that were running resume from their checkpoints before anything else.
 //!
 //! Must not: talk to ranks or touch files (pure; `mod.rs` and `record.rs` do).
 
-use crate::config::{Goal, SchedulerKind, SweepCfg};
+use crate::config::{Goal, RungRule, SchedulerKind, SweepCfg};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -22,11 +27,12 @@ pub enum Status {
     Pending,
     /// A group trains it (or did when the sweep stopped: it resumes from its checkpoint).
     Running,
-    /// Reached its rung's epochs; goes on if promoted.
+    /// Reached its rung's epochs; goes on if promoted (or, `continue`, is about to).
     Paused,
     /// Trained every epoch (or early stopping ended it).
     Completed,
-    /// Paused at a rung when the sweep ended: halved away.
+    /// Halved away at a rung: not in the top 1/η there (`continue`), or paused there when the
+    /// sweep ended (`promote`).
     Stopped,
     /// Its run failed (the reason is kept); the sweep went on.
     Failed,
@@ -95,6 +101,9 @@ pub enum Next {
 pub struct Scheduler {
     goal: Goal,
     eta: usize,
+    rule: RungRule,
+    /// Trials that go on from their rung (`continue`), with the next rung, in arrival order.
+    going_on: Vec<(usize, usize)>,
     /// Each bracket's rungs, in epochs, ascending; the last is training.epochs.
     brackets: Vec<Vec<usize>>,
     pub trials: Vec<Trial>,
@@ -157,7 +166,15 @@ impl Scheduler {
                 dir: dir(i),
             })
             .collect();
-        Scheduler { goal: cfg.goal(), eta: cfg.eta, brackets, trials, resume: Vec::new() }
+        Scheduler {
+            goal: cfg.goal(),
+            eta: cfg.eta,
+            rule: cfg.rung_rule,
+            going_on: Vec::new(),
+            brackets,
+            trials,
+            resume: Vec::new(),
+        }
     }
 
     /// Continue from the records of an earlier run of this sweep (`sweep.jsonl`): trials that
@@ -170,6 +187,15 @@ impl Scheduler {
             }
         }
         self.resume = self.trials.iter().filter(|t| t.status == Status::Running).map(|t| t.trial).collect();
+        // `continue`: a trial paused at a rung (the sweep stopped before it went on, or an
+        // earlier run used `promote`) is decided now, against every other trial there.
+        if self.rule == RungRule::Continue {
+            let paused: Vec<usize> =
+                self.trials.iter().filter(|t| t.status == Status::Paused).map(|t| t.trial).collect();
+            for i in paused {
+                self.decide(i);
+            }
+        }
     }
 
     pub fn rungs(&self, bracket: usize) -> &[usize] {
@@ -182,6 +208,13 @@ impl Scheduler {
             let i = self.resume.remove(0);
             let t = &self.trials[i];
             return Next::Run { trial: i, target: t.target, resume: true };
+        }
+        if !self.going_on.is_empty() {
+            let (i, target) = self.going_on.remove(0);
+            let t = &mut self.trials[i];
+            t.status = Status::Running;
+            t.target = target;
+            return Next::Run { trial: i, target, resume: true };
         }
         if let Some((i, target)) = self.promotion() {
             let t = &mut self.trials[i];
@@ -201,8 +234,50 @@ impl Scheduler {
         }
     }
 
+    /// `continue`'s decision on trial `i`, paused at a rung: it goes on to the next rung when
+    /// its metric is at least as good as the cutoff of the others recorded at that rung (the
+    /// linear percentile at 1/η of their badness; none recorded: it goes on), else it stops.
+    /// A non-finite metric stops. The log's line on it.
+    fn decide(&mut self, i: usize) -> String {
+        let (b, at) = (self.trials[i].bracket, self.trials[i].epochs);
+        let rungs = &self.brackets[b];
+        let Some(k) = rungs.iter().position(|&r| r == at).filter(|&k| k + 1 < rungs.len()) else {
+            return String::new();
+        };
+        let next = rungs[k + 1];
+        let mine = self.badness(self.trials[i].rungs.get(&at).copied().flatten().unwrap_or(f64::NAN));
+        let mut others: Vec<f64> = self
+            .trials
+            .iter()
+            .filter(|t| t.bracket == b && t.trial != i)
+            .filter_map(|t| t.rungs.get(&at).copied().flatten())
+            .map(|m| self.badness(m))
+            .filter(|v| v.is_finite())
+            .collect();
+        others.sort_by(f64::total_cmp);
+        let cutoff = percentile(&others, 1.0 / self.eta as f64);
+        let goes_on = mine.is_finite() && cutoff.is_none_or(|c| mine <= c);
+        if goes_on {
+            self.going_on.push((i, next));
+        } else {
+            self.trials[i].status = Status::Stopped;
+        }
+        let n = others.len();
+        match (goes_on, n) {
+            (true, 0) => format!("goes on to epoch {next}: the first at epoch {at}"),
+            (true, _) => {
+                format!("goes on to epoch {next}: in the top 1/{} of the {} recorded at epoch {at}", self.eta, n + 1)
+            }
+            (false, _) if !mine.is_finite() => format!("stops at epoch {at}: its metric is not finite"),
+            (false, _) => format!("stops at epoch {at}: not in the top 1/{} of the {} recorded there", self.eta, n + 1),
+        }
+    }
+
     /// A paused trial among the best ⌊n/η⌋ of its rung, highest rung first: (trial, next rung).
     fn promotion(&self) -> Option<(usize, usize)> {
+        if self.rule != RungRule::Promote {
+            return None;
+        }
         let top_rung = self.brackets.iter().map(|r| r.len()).max().unwrap_or(0);
         for k in (0..top_rung.saturating_sub(1)).rev() {
             for (b, rungs) in self.brackets.iter().enumerate() {
@@ -240,8 +315,9 @@ impl Scheduler {
         }
     }
 
-    /// A group's report on `r.trial`.
-    pub fn report(&mut self, r: Report) {
+    /// A group's report on `r.trial`; what became of it at its rung (`continue`), for the log
+    /// (empty otherwise).
+    pub fn report(&mut self, r: Report) -> String {
         let rungs = self.brackets[self.trials[r.trial].bracket].clone();
         let t = &mut self.trials[r.trial];
         t.seconds += r.seconds;
@@ -255,7 +331,12 @@ impl Scheduler {
             }
         }
         match r.ended {
-            Ended::Paused => t.status = Status::Paused,
+            Ended::Paused => {
+                t.status = Status::Paused;
+                if self.rule == RungRule::Continue {
+                    return self.decide(r.trial);
+                }
+            }
             Ended::Completed => t.status = Status::Completed,
             Ended::Failed(why) => {
                 t.status = Status::Failed;
@@ -267,6 +348,7 @@ impl Scheduler {
                 self.resume.push(r.trial);
             }
         }
+        String::new()
     }
 
     /// At the sweep's end: trials paused at a rung were halved away.
@@ -294,6 +376,16 @@ impl Scheduler {
         });
         v
     }
+}
+
+/// numpy's `percentile(v, 100·q)` with linear interpolation, of `v` sorted ascending; None
+/// for an empty `v`.
+fn percentile(v: &[f64], q: f64) -> Option<f64> {
+    let last = v.len().checked_sub(1)?;
+    let pos = q * last as f64;
+    let (lo, frac) = (pos.floor() as usize, pos - pos.floor());
+    let hi = (lo + 1).min(last);
+    Some(v[lo] + (v[hi] - v[lo]) * frac)
 }
 
 #[cfg(test)]
@@ -328,7 +420,7 @@ mod tests {
     /// Three trials reach rung 1: the best (and only it, ⌊3/3⌋ = 1) goes on to rung 3.
     #[test]
     fn the_best_third_of_a_rung_is_promoted() {
-        let mut s = sched("eta = 3", 9, 4);
+        let mut s = sched("eta = 3\nrung_rule = \"promote\"", 9, 4);
         for i in 0..3 {
             assert_eq!(s.next(), Next::Run { trial: i, target: 1, resume: false });
         }
@@ -354,7 +446,7 @@ mod tests {
 
     #[test]
     fn maximized_metrics_promote_the_largest_and_nan_is_worst() {
-        let mut s = sched("eta = 2\nmetric = \"val_accuracy\"", 4, 4);
+        let mut s = sched("eta = 2\nmetric = \"val_accuracy\"\nrung_rule = \"promote\"", 4, 4);
         for _ in 0..4 {
             s.next();
         }
@@ -365,6 +457,85 @@ mod tests {
         assert_eq!(s.next(), Next::Run { trial: 2, target: 2, resume: true });
         assert_eq!(s.next(), Next::Run { trial: 3, target: 2, resume: true });
         assert_eq!(s.next(), Next::Wait);
+    }
+
+    /// The sweep: one trial at a time, 300 epochs. The first at each rung goes on, so
+    /// the best trial trains to the end; `promote` left it at epoch 9 (⌊1/3⌋ = 0 promoted).
+    #[test]
+    fn the_first_at_a_rung_goes_on_to_the_last_epoch() {
+        let mut s = sched("eta = 3", 300, 2);
+        assert_eq!(brackets(&cfg("eta = 3"), 300), vec![vec![1, 3, 9, 27, 81, 243, 300]]);
+        let mut targets = Vec::new();
+        while let Next::Run { trial: 0, target, .. } = s.next() {
+            targets.push(target);
+            paused(&mut s, 0, 1.0 / target as f64);
+        }
+        assert_eq!(targets, vec![1, 3, 9, 27, 81, 243, 300]);
+        assert_eq!(s.trials[0].status, Status::Completed);
+        assert_eq!(s.trials[0].epochs, 300);
+        // The same sweep under the promotion rule stops at the first rung.
+        let mut p = sched("eta = 3\nrung_rule = \"promote\"", 300, 1);
+        assert_eq!(p.next(), Next::Run { trial: 0, target: 1, resume: false });
+        paused(&mut p, 0, 0.5);
+        assert_eq!(p.next(), Next::Done);
+    }
+
+    /// Ray's cutoff: numpy's linear percentile at 1 − 1/η of the rewards recorded before.
+    #[test]
+    fn a_trial_goes_on_when_in_the_top_third_of_those_recorded_before_it() {
+        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 1.0 / 3.0), Some(2.0));
+        assert_eq!(percentile(&[1.0, 2.0], 0.5), Some(1.5));
+        assert_eq!(percentile(&[7.0], 0.25), Some(7.0));
+        assert_eq!(percentile(&[], 0.5), None);
+        let mut s = sched("eta = 3", 9, 6);
+        let mut go = |s: &mut Scheduler, i: usize, m: f64| {
+            assert_eq!(s.next(), Next::Run { trial: i, target: 1, resume: false });
+            s.report(Report { trial: i, ended: Ended::Paused, curve: vec![(1, Some(m))], seconds: 1.0 })
+        };
+        assert!(go(&mut s, 0, 0.5).contains("the first at epoch 1"));
+        assert_eq!(s.next(), Next::Run { trial: 0, target: 3, resume: true });
+        // Worse than the one before: stops. Equal or better: goes on.
+        assert!(go(&mut s, 1, 0.6).contains("stops at epoch 1"));
+        assert_eq!(s.trials[1].status, Status::Stopped);
+        assert!(go(&mut s, 2, 0.5).contains("goes on to epoch 3"));
+        assert_eq!(s.next(), Next::Run { trial: 2, target: 3, resume: true });
+        // Recorded 0.5, 0.6, 0.5 (losses): the cutoff is the 1/3 percentile, 0.5.
+        assert!(go(&mut s, 3, 0.51).contains("not in the top 1/3 of the 4"));
+        assert!(go(&mut s, 4, 0.1).contains("goes on"));
+        assert_eq!(s.next(), Next::Run { trial: 4, target: 3, resume: true });
+        assert!(go(&mut s, 5, f64::NAN).contains("not finite"));
+        assert_eq!(s.next(), Next::Wait, "0, 2 and 4 are running");
+        // Four recorded (0.1 … 0.4): the cutoff is their 1/3 percentile, 0.2 (the median would be 0.25).
+        let mut c = sched("eta = 3", 9, 5);
+        for (i, v) in [0.4, 0.1, 0.3, 0.2, 0.22].into_iter().enumerate() {
+            c.trials[i].rungs.insert(1, Some(v));
+            (c.trials[i].epochs, c.trials[i].status) = (1, Status::Stopped);
+        }
+        c.trials[4].status = Status::Paused;
+        assert!(c.decide(4).contains("stops"), "0.22 is worse than the cutoff 0.2");
+        c.trials[4].rungs.insert(1, Some(0.2));
+        assert!(c.decide(4).contains("goes on"), "0.2 is the cutoff");
+        // A maximized metric: the larger goes on.
+        let mut m = sched("eta = 2\nmetric = \"val_accuracy\"", 4, 2);
+        go(&mut m, 0, 0.8);
+        m.next();
+        assert!(go(&mut m, 1, 0.7).contains("stops"));
+    }
+
+    /// A sweep resumed with trials paused at a rung (stopped before they went on, or run with
+    /// `promote` before) decides them at once.
+    #[test]
+    fn paused_trials_are_decided_when_a_sweep_resumes() {
+        let mut p = sched("eta = 3\nrung_rule = \"promote\"", 9, 2);
+        for i in 0..2 {
+            p.next();
+            p.report(Report { trial: i, ended: Ended::Paused, curve: vec![(1, Some(0.4 + i as f64))], seconds: 1.0 });
+        }
+        let mut r = sched("eta = 3", 9, 2);
+        r.restore(p.trials.clone());
+        assert_eq!(r.trials[1].status, Status::Stopped);
+        assert_eq!(r.next(), Next::Run { trial: 0, target: 3, resume: true });
+        assert_eq!(r.next(), Next::Wait);
     }
 
     #[test]
