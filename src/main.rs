@@ -22,6 +22,7 @@ mod model;
 mod optim;
 mod parallel;
 mod plot;
+mod python;
 mod rng;
 mod signals;
 mod step;

@@ -126,8 +126,34 @@ fn hdf5plugin_filters_by_plugin_path_and_by_virtual_env() {
     let out = Command::new(&py).args(["-c", "import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)"]).output().unwrap();
     let plugins = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let plain = train_on(&dir, "none.h5", &[]);
+    // A python3 on PATH that has hdf5plugin where the folder search does not look (a pyenv,
+    // conda or module Python): the venv's python3, linked from a folder put first on PATH, with
+    // VIRTUAL_ENV unset and HOME an empty folder.
+    let bin = dir.join("pybin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // A shell script, as pyenv's shims are (a symlink would leave the venv behind).
+    std::fs::write(bin.join("python3"), format!("#!/bin/sh\nexec {py} \"$@\"\n")).unwrap();
+    std::fs::set_permissions(bin.join("python3"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let home = home.to_str().unwrap().to_string();
     for (name, _) in &files[1..] {
         let file = format!("{name}.h5");
+        let on_path = [("PATH", path.as_str()), ("HOME", home.as_str())];
+        let (w, log) =
+            train_weights(&dir, &format!("out-path-{file}"), 1, 2, &on_path, &[], &[&format!("data.train=\"{file}\"")]);
+        assert!(
+            log.contains("loads from hdf5plugin.PLUGIN_PATH of the python3 on PATH") && log.contains(&plugins),
+            "{file}: where the plugin came from is not logged\n{log}"
+        );
+        assert_eq!(max_diff(&w, &plain) < 1e-3, true, "{file} through the python3 on PATH");
+        let c = check(&dir, &file, &on_path);
+        assert!(
+            c.ok() && c.stdout.contains("(available)") && c.stdout.contains("hdf5plugin.PLUGIN_PATH of"),
+            "{}",
+            c.all()
+        );
         for env in [[("HDF5_PLUGIN_PATH", plugins.as_str())], [("VIRTUAL_ENV", venv.as_str())]] {
             let c = check(&dir, &file, &env);
             assert!(c.ok() && c.stdout.contains("(available)"), "{file} {env:?}: {}", c.all());

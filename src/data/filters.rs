@@ -1,8 +1,10 @@
 //! HDF5 compression filters: what a dataset's pipeline holds, whether this HDF5 can load each
 //! filter (built in, or a plugin from `HDF5_PLUGIN_PATH` or HDF5's default plugin folder,
 //! `/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins` on Debian, or the `hdf5plugin` Python
-//! package's folder, found and added when HDF5_PLUGIN_PATH is unset; LZF is built in), and,
-//! when it cannot, an error
+//! package's folder, found and added when HDF5_PLUGIN_PATH is unset: in the active virtual or
+//! conda environment, ~/.local and the system's Python, else asked of the `python3` on PATH,
+//! which covers pyenv, conda and module Pythons; the log says where a plugin came from; LZF
+//! is built in), and, when it cannot, an error
 //! that names the file, the dataset, the filter's registered id and name and where to get it.
 //! Checked when a dataset is opened, so on every rank before the first step instead of inside
 //! a read mid-epoch.
@@ -71,7 +73,7 @@ pub fn how_to_get(id: i32) -> String {
         Ok(p) => format!("HDF5_PLUGIN_PATH is \"{p}\", and HDF5 looks only there"),
         Err(_) => "HDF5_PLUGIN_PATH is unset, so HDF5 looks in its default plugin folder (Debian: \
                    /usr/lib/x86_64-linux-gnu/hdf5/serial/plugins) and hvtrain in the hdf5plugin package's folder of \
-                   the active virtual or conda environment, ~/.local and the system's Python"
+                   the active virtual or conda environment, ~/.local, the system's Python and the python3 on PATH"
             .to_string(),
     };
     let get = match debian_package(id) {
@@ -87,32 +89,7 @@ pub fn how_to_get(id: i32) -> String {
 /// The plugin folders of the `hdf5plugin` Python package where it is commonly installed: the
 /// active virtual or conda environment, the user's site-packages, the system's.
 fn hdf5plugin_folders() -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = Vec::new();
-    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
-        if let Some(v) = std::env::var_os(var) {
-            roots.push(PathBuf::from(v).join("lib"));
-        }
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        roots.push(PathBuf::from(h).join(".local/lib"));
-    }
-    roots.extend(["/usr/local/lib", "/usr/lib"].map(PathBuf::from));
-    let mut out = Vec::new();
-    for root in roots {
-        let Ok(entries) = std::fs::read_dir(&root) else { continue };
-        let mut pys: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-        pys.sort();
-        for py in pys.iter().rev().filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python3")))
-        {
-            for site in ["site-packages", "dist-packages"] {
-                let d = py.join(site).join("hdf5plugin/plugins");
-                if d.is_dir() {
-                    out.push(d);
-                }
-            }
-        }
-    }
-    out
+    crate::python::site_folders("hdf5plugin/plugins").into_iter().filter(|d| d.is_dir()).collect()
 }
 
 /// Once per process, when HDF5_PLUGIN_PATH is unset: add the hdf5plugin package's folders
@@ -125,13 +102,60 @@ pub fn add_hdf5plugin_folders() -> &'static [PathBuf] {
         }
         let found = hdf5plugin_folders();
         for d in &found {
-            let Ok(c) = std::ffi::CString::new(d.to_string_lossy().as_bytes()) else { continue };
-            // SAFETY: a valid C string for the call's duration; HDF5 copies it.
-            hdf5::sync::sync(|| unsafe { hdf5_sys::h5pl::H5PLappend(c.as_ptr()) });
+            append_plugin_folder(d);
             log::debug!("HDF5 plugins: added the hdf5plugin package's folder {}", d.display());
         }
         found
     })
+}
+
+/// Add `d` to the end of HDF5's plugin search path.
+fn append_plugin_folder(d: &Path) {
+    let Ok(c) = std::ffi::CString::new(d.to_string_lossy().as_bytes()) else { return };
+    // SAFETY: a valid C string for the call's duration; HDF5 copies it.
+    hdf5::sync::sync(|| unsafe { hdf5_sys::h5pl::H5PLappend(c.as_ptr()) });
+}
+
+/// Once per process, when HDF5_PLUGIN_PATH is unset: the `python3` on PATH asked for
+/// `hdf5plugin.PLUGIN_PATH` (pyenv, conda, module and other Pythons the folder search misses),
+/// that folder added to HDF5's search. Returns it and which python3 said so.
+pub fn add_python_plugin_folder() -> Option<&'static (PathBuf, String)> {
+    static ADDED: std::sync::OnceLock<Option<(PathBuf, String)>> = std::sync::OnceLock::new();
+    ADDED
+        .get_or_init(|| {
+            if std::env::var_os("HDF5_PLUGIN_PATH").is_some() {
+                return None;
+            }
+            let (line, python) = crate::python::ask("import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)")?;
+            let d = PathBuf::from(line);
+            if !d.is_dir() || add_hdf5plugin_folders().contains(&d) {
+                return None;
+            }
+            append_plugin_folder(&d);
+            Some((d, python.display().to_string()))
+        })
+        .as_ref()
+}
+
+/// Once per filter and process (rank 0, or a command without ranks): which folder the plugins
+/// of filters `ids` came from, when hvtrain had to find them.
+fn log_source(ids: &[i32], how: &str, folders: &[PathBuf]) {
+    static SAID: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    for &id in ids {
+        if said.contains(&id) {
+            continue;
+        }
+        said.push(id);
+        if crate::sys::rank().unwrap_or(0) == 0 {
+            let f: Vec<String> = folders.iter().map(|d| d.display().to_string()).collect();
+            log::info!(
+                "HDF5 plugins: filter {id} ({}) loads from {how} ({}); set HDF5_PLUGIN_PATH to choose the folder",
+                name(id),
+                f.join(", ")
+            );
+        }
+    }
 }
 
 /// Refuse a dataset whose pipeline holds a filter this HDF5 cannot load. Before refusing, the
@@ -139,8 +163,22 @@ pub fn add_hdf5plugin_folders() -> &'static [PathBuf] {
 /// HDF5_PLUGIN_PATH is unset and one is installed) and the filter asked for again.
 pub fn check(ds: &hdf5::Dataset, path: &Path, dataset: &str) -> Result<()> {
     let mut steps = pipeline(ds);
-    if steps.iter().any(|s| !s.available) && !add_hdf5plugin_folders().is_empty() {
+    let missing = |steps: &[Step]| -> Vec<i32> { steps.iter().filter(|s| !s.available).map(|s| s.id).collect() };
+    let wanted = missing(&steps);
+    if !wanted.is_empty() && !add_hdf5plugin_folders().is_empty() {
         steps = pipeline(ds);
+        if missing(&steps).is_empty() {
+            log_source(&wanted, "the hdf5plugin package's folder", add_hdf5plugin_folders());
+        }
+    }
+    if !missing(&steps).is_empty() {
+        if let Some((d, python)) = add_python_plugin_folder() {
+            steps = pipeline(ds);
+            if missing(&steps).is_empty() {
+                let how = format!("hdf5plugin.PLUGIN_PATH of the python3 on PATH, {python}");
+                log_source(&wanted, &how, std::slice::from_ref(d));
+            }
+        }
     }
     match steps.into_iter().find(|s| !s.available) {
         None => Ok(()),

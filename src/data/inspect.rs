@@ -16,6 +16,14 @@ pub fn check_file(path: &Path) -> Result<bool> {
     for d in filters::add_hdf5plugin_folders() {
         println!("  (HDF5 plugins also from the hdf5plugin package: {})", d.display());
     }
+    // A filter still missing: ask the python3 on PATH for its hdf5plugin folder too.
+    let mut any_missing = false;
+    walk(&file, "", &mut |_, ds| any_missing |= filters::pipeline(ds).iter().any(|s| !s.available))?;
+    if any_missing {
+        if let Some((d, python)) = filters::add_python_plugin_folder() {
+            println!("  (HDF5 plugins also from hdf5plugin.PLUGIN_PATH of {python}: {})", d.display());
+        }
+    }
     let mut all_ok = true;
     let mut missing = Vec::new();
     walk(&file, "", &mut |name, ds| {
