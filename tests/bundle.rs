@@ -88,6 +88,7 @@ fn bundle_layout_and_libraries_are_self_contained() {
         "jobs/fashion-mnist.toml",
         "bench/torch_peer.py",
         "bench/gpu.sh",
+        "bench/gpu_scaling.sh",
         "tools/compare_runs.py",
         "run-gpu-check.sh",
         "env.sh",

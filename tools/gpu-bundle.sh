@@ -14,7 +14,7 @@
 #                              variables in env.sh point here: Debian's PMIx has absolute dirs)
 #   data/                      Fashion-MNIST IDX .gz files (converted on the GPU machine)
 #   jobs/fashion-mnist.toml    the job, paths relative to the bundle root
-#   bench/gpu.sh, bench/torch_peer.py, tools/compare_runs.py, run-gpu-check.sh, env.sh
+#   bench/gpu.sh, bench/gpu_scaling.sh, bench/torch_peer.py, tools/compare_runs.py, run-gpu-check.sh, env.sh
 #   hwloc-plugins/             empty on purpose (HWLOC_PLUGINS_PATH: none of the host's)
 #   MANIFEST.txt               what is in it: sizes, checksums, source commit, glibc needed
 set -euo pipefail
@@ -109,7 +109,7 @@ cp "$FMNIST"/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "$OUT/data/"
 sed -e 's|^# Paths are relative to the directory the job is started from.|# GPU bundle copy: paths are relative to the bundle root (run-gpu-check.sh runs from there;\n# it converts data/*.gz to the .h5 files named here).|' \
   jobs/fashion-mnist.toml > "$OUT/jobs/fashion-mnist.toml"
 grep -q '^train = "data/fashion-mnist-train.h5"' "$OUT/jobs/fashion-mnist.toml" || die "jobs/fashion-mnist.toml changed its data paths; adapt tools/gpu-bundle.sh"
-cp bench/torch_peer.py bench/gpu.sh bench/gpu_profile.sh "$OUT/bench/"
+cp bench/torch_peer.py bench/gpu.sh bench/gpu_profile.sh bench/gpu_scaling.sh "$OUT/bench/"
 cp tools/compare_runs.py "$OUT/tools/"
 cp tools/run-gpu-check.sh "$OUT/run-gpu-check.sh"
 cat > "$OUT/env.sh" <<'EOF'

@@ -14,6 +14,13 @@
 #   b2 on-device   one rank on the GPU, data.on_device = "off" then "on": the same test
 #                  accuracy and weights (within 1e-4), samples/s of each; "on" again with
 #                  HVTRAIN_CUDA_GRAPHS=0: the graphed run's weights within 1e-6
+#   b3 nccl        phase b's 2 ranks sharing the GPU stayed on the host path and said why
+#                  (distribution.gpu_allreduce = "auto"); one rank with "nccl" (the real
+#                  library: the bundle has none, so the machine's, e.g. PyTorch's nvidia-nccl
+#                  pip package) against "host": NCCL named in the log, weights within 1e-6
+#   m multi-GPU    only when nvidia-smi lists 2 or more GPUs: bench/gpu_scaling.sh, 1, 2, 4, …
+#                  GPUs × nccl/host × both bench models: samples/s, exposed communication per
+#                  step, efficiency, NCCL's weights against the host path's (gpu-scaling.md)
 #   c bench        bash bench/gpu.sh: hvtrain bench step vs bench/torch_peer.py (eager, and
 #                  torch.compile on the shapes COMPILE names; bin/hvtrain-base, when the
 #                  bundle has one, as the "before" column, else this build with
@@ -210,6 +217,56 @@ PY
   rc=$?
   record "one rank: rows on the GPU vs host copies" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 11-on-device.log
   sed 's/^/    /' "$LOGDIR/11-on-device.log"
+fi
+
+# --- b3. NCCL on this GPU: auto stays on the host path for ranks sharing it; one rank through
+# the real library trains the host path's weights.
+if ! skipped train && ! skipped nccl; then
+  t=$(date +%s)
+  {
+    echo "phase b (2 ranks sharing the GPU, gpu_allreduce = auto):"
+    grep -h "gradient buckets:" "$LOGDIR/03-train-cuda.log" | sed 's/^/  /'
+    grep -q "gradient buckets: copied to pinned host memory.*share GPU" "$LOGDIR/03-train-cuda.log" \
+      && echo "  ok: host path, and why" || echo "  FAIL: no host-path line naming the shared GPU"
+    for path in nccl host; do
+      out="$LOGDIR/runs/1rank-$path"; rm -rf "$out"
+      HVTRAIN_CUDA_GRAPHS=0 hv timeout -k 5 "$(cap 120)" mpirun -n 1 --bind-to none -x LD_LIBRARY_PATH \
+        -x HVTRAIN_CUDA_GRAPHS "$HV" train jobs/fashion-mnist.toml --set 'training.device="cuda"' \
+        --set "distribution.gpu_allreduce=\"$path\"" --set "output.dir=\"$out\"" \
+        --set "training.epochs=$EPOCHS" > "$LOGDIR/12-1rank-$path.log" 2>&1
+      echo "one rank, $path: exit $?; $(grep -h "gradient buckets:\|done:" "$LOGDIR/12-1rank-$path.log" | sed 's/.*\] //' | tr '\n' ' ')"
+    done
+  } > "$LOGDIR/13-nccl.log" 2>&1
+  env -u LD_LIBRARY_PATH python3 - "$LOGDIR" >> "$LOGDIR/13-nccl.log" 2>&1 <<'PY'
+import os, sys
+d = sys.argv[1]
+log = open(os.path.join(d, "12-1rank-nccl.log")).read()
+ok = "all-reduced GPU to GPU by NCCL" in log and "done:" in log
+try:
+    import h5py, numpy as np
+    a, b = (h5py.File(os.path.join(d, "runs", f"1rank-{p}", "weights.h5"), "r") for p in ("nccl", "host"))
+    diff = max(float(np.max(np.abs(a[k][...] - b[k][...]))) for g in a.keys() if g.startswith("dense")
+               for k in (f"{g}/weight", f"{g}/bias"))
+    print(f"largest |weight difference| NCCL (one rank) vs host: {diff:.3g} (tolerance 1e-6)")
+    ok = ok and diff <= 1e-6
+except Exception as e:
+    print(f"weights not compared: {e}"); ok = False
+print("verdict:", "PASS" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PY
+  rc=$?
+  grep -q "FAIL: no host-path line" "$LOGDIR/13-nccl.log" && rc=1
+  record "NCCL: auto on a shared GPU, one rank vs host" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 13-nccl.log
+  sed 's/^/    /' "$LOGDIR/13-nccl.log"
+fi
+
+# --- m. Several GPUs: scaling with NCCL and the host path (only where nvidia-smi lists 2+).
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+if [ "${ngpu:-0}" -ge 2 ] && ! skipped multigpu; then
+  t=$(date +%s)
+  HV="$HV" DEADLINE=$((DEADLINE - 120)) hv bash bench/gpu_scaling.sh "$LOGDIR" > "$LOGDIR/14-multi-gpu.log" 2>&1
+  rc=$?
+  record "multi-GPU scaling ($ngpu GPUs, nccl vs host)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 14-multi-gpu.log
 fi
 
 # --- c. Step benchmark against PyTorch.

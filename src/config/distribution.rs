@@ -81,6 +81,11 @@ pub struct DistributionCfg {
     /// `allreduce` (Horovod-style, the default) or `parameter_server` (see `src/parallel/ps`).
     #[serde(default)]
     pub strategy: Strategy,
+    /// How gradient buckets on GPUs travel between ranks: `auto` (NCCL when every rank has a
+    /// GPU of its own and NCCL loads, else host), `nccl`, `mpi` (device pointers to a CUDA-aware
+    /// MPI), `host` (through pinned host memory and MPI). CPU ranks always go through MPI.
+    #[serde(default)]
+    pub gpu_allreduce: GpuAllreduce,
     /// Parameter servers: the last `servers` ranks hold the parameters; the others are workers.
     #[serde(default = "super::one")]
     pub servers: usize,
@@ -96,6 +101,17 @@ pub enum Strategy {
     #[default]
     Allreduce,
     ParameterServer,
+}
+
+/// `distribution.gpu_allreduce`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuAllreduce {
+    #[default]
+    Auto,
+    Nccl,
+    Mpi,
+    Host,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -176,6 +192,7 @@ impl Default for DistributionCfg {
             finish_seconds: default_finish(),
             check_every: default_check_every(),
             strategy: Strategy::Allreduce,
+            gpu_allreduce: GpuAllreduce::Auto,
             servers: 1,
             staleness: 0,
         }

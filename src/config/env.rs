@@ -17,6 +17,7 @@ const ENV_KEYS: &[(&str, &str, Unit)] = &[
     ("HVTRAIN_OVERLAP", "distribution.overlap", Unit::Bool),
     ("HVTRAIN_COMPRESSION", "distribution.compression", Unit::Word),
     ("HVTRAIN_HIERARCHICAL_ALLREDUCE", "distribution.hierarchical", Unit::Bool),
+    ("HVTRAIN_GPU_ALLREDUCE", "distribution.gpu_allreduce", Unit::Word),
     ("HVTRAIN_AUTOTUNE", "distribution.autotune", Unit::Bool),
     ("HVTRAIN_WATCHDOG_SECONDS", "distribution.watchdog_seconds", Unit::Number(limits::WATCHDOG_SECONDS)),
     ("HVTRAIN_STALL_SECONDS", "distribution.stall_seconds", Unit::Number(limits::STALL_SECONDS)),

@@ -28,7 +28,7 @@ mod training;
 
 pub use checkpoint::CheckpointCfg;
 pub use data::{DataCfg, Normalize, NormalizeY, OnDevice};
-pub use distribution::{roles, BucketOrder, Compression, DistributionCfg, Reduction, Strategy};
+pub use distribution::{roles, BucketOrder, Compression, DistributionCfg, GpuAllreduce, Reduction, Strategy};
 use env::env_overrides;
 pub use limits::{num, Span};
 pub use model::{Activation, Loss, LossKind, ModelCfg, OutputActivation, Targets};

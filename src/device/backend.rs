@@ -227,6 +227,18 @@ pub trait Backend: Send {
     fn free_bytes(&self) -> Option<u64> {
         None
     }
+    /// The GPU this backend drives (None: host memory).
+    fn device_ordinal(&self) -> Option<usize> {
+        None
+    }
+    /// Gradient buckets all-reduced GPU to GPU by NCCL over `chan`'s ranks (collective over
+    /// `chan`); the channel back, and why not, where that cannot be.
+    fn nccl_reducer(
+        &self,
+        chan: crate::parallel::Channel,
+    ) -> std::result::Result<Box<dyn crate::parallel::reduce::Reducer>, (crate::parallel::Channel, String)> {
+        Err((chan, "the gradients are in host memory".into()))
+    }
 
     // ---- memory ----
     fn zeros(&self, n: usize) -> Result<Self::Buf>;

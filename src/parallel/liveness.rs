@@ -440,11 +440,56 @@ fn stalled(host: &str, peers: &[Peer], still: Duration, stall_s: f64) -> ! {
     abort(EXIT_STALLED)
 }
 
+/// What must happen before the job ends from here: a communicator other ranks may be blocked
+/// in that MPI_Abort does not reach (NCCL's: `ncclCommAbort`, so no GPU is left spinning in a
+/// collective whose peer is gone). Registered by the code that owns it.
+static ON_ABORT: std::sync::Mutex<Vec<Box<dyn Fn() + Send + Sync>>> = std::sync::Mutex::new(Vec::new());
+
+/// Run `hook` before the watchdog ends the job (a rank gone, the job stalled).
+pub fn on_abort(hook: Box<dyn Fn() + Send + Sync>) {
+    ON_ABORT.lock().unwrap_or_else(|e| e.into_inner()).push(hook);
+}
+
+/// The hooks, on a thread of their own, waited for at most `limit` (one may block).
+fn run_abort_hooks(limit: Duration) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for h in ON_ABORT.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            h();
+        }
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(limit).is_ok()
+}
+
 /// End the job from this thread; leave regardless if MPI_Abort itself hangs (a lost node).
 fn abort(code: i32) -> ! {
+    run_abort_hooks(Duration::from_secs(2));
     super::comm::abort_world(code);
     std::thread::sleep(Duration::from_secs(2));
     crate::sys::hard_exit(code)
+}
+
+#[cfg(test)]
+mod abort_tests {
+    use super::*;
+
+    /// The hooks run before the job ends, and one that blocks does not hold the end up.
+    #[test]
+    fn abort_hooks_run_and_a_blocked_one_is_left_behind() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static RAN: AtomicUsize = AtomicUsize::new(0);
+        on_abort(Box::new(|| {
+            RAN.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert!(run_abort_hooks(Duration::from_secs(5)));
+        assert_eq!(RAN.load(Ordering::SeqCst), 1);
+        on_abort(Box::new(|| std::thread::sleep(Duration::from_secs(30))));
+        let t = Instant::now();
+        assert!(!run_abort_hooks(Duration::from_millis(200)));
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(RAN.load(Ordering::SeqCst), 2, "the first hook ran again before the blocked one");
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //!
 //! Must not: run the epoch loop.
 
+use super::gpu_path::{self, Path};
 use super::mode::{At, Boundary, Mode};
 use super::restore::Start;
 use super::run::Parts;
@@ -29,8 +30,8 @@ use std::time::{Duration, Instant};
 
 pub(super) struct AllReduce<'a> {
     ctx: Ctx<'a>,
-    /// Whether buckets go to MPI as device pointers (autotune's new reducers keep it).
-    device_pointers: bool,
+    /// How GPU buckets travel (autotune's new reducers keep it).
+    path: Path,
     /// This rank's data group (main thread): the parameter consistency check.
     data_chan: Channel,
     last_ckpt: Instant,
@@ -84,9 +85,18 @@ pub(super) fn build<'a, B: Backend>(
             p.trailing_zeros() as usize + usize::from(p < grid.data) * 2
         );
     }
-    let pointers = device_pointers(&be, comm, job) && !d.hierarchical;
-    let reducer =
-        reduce::for_job(engine_chan, d.compression, d.reduction, d.hierarchical && grid.data > 1, &plan, pointers);
+    let path = gpu_path(&be, comm, &data_chan, job, grid.data)?;
+    let reducer = match (path, engine_chan) {
+        (Path::Nccl, chan) => {
+            // One data-parallel rank has no engine channel: a one-rank communicator of its own.
+            let chan = chan.unwrap_or_else(|| data_chan.duplicate());
+            be.nccl_reducer(chan).map_err(|(_, why)| Error::Cuda(format!("NCCL: {why}")))?
+        }
+        (path, chan) => {
+            let pointers = path == Path::Mpi && !d.hierarchical;
+            reduce::for_job(chan, d.compression, d.reduction, d.hierarchical && grid.data > 1, &plan, pointers)
+        }
+    };
     let alloc = crate::step::bucket_buffers(&be, &plan)?;
     let overlap = overlap(comm, job, grid.data, grid.replica());
     let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
@@ -110,7 +120,7 @@ pub(super) fn build<'a, B: Backend>(
     st.set_norm(train_shard.norm());
     let stop = StopState::new(start.loss_sums.clone());
     let ctx = Ctx { comm, job, grid, watchdog, stop, writer };
-    let mode = AllReduce { ctx, device_pointers: pointers, data_chan, last_ckpt: Instant::now() };
+    let mode = AllReduce { ctx, path, data_chan, last_ckpt: Instant::now() };
     let parts = Parts {
         comm,
         job,
@@ -129,20 +139,53 @@ pub(super) fn build<'a, B: Backend>(
     Ok((parts, mode))
 }
 
-/// Device pointers straight to MPI when the gradients are on a GPU and the library says it
-/// is CUDA-aware (HVTRAIN_CUDA_AWARE=0 turns it off). Rank 0 logs the choice.
-fn device_pointers<B: Backend>(be: &B, comm: &Comm, job: &Job) -> bool {
-    let on = be.on_device()
-        && job.distribution.compression == crate::config::Compression::None
-        && comm.cuda_aware() == Some(true)
-        && std::env::var("HVTRAIN_CUDA_AWARE").map_or(true, |v| v != "0");
-    if comm.rank == 0 && be.on_device() {
-        info!(
-            "gradient buckets go to MPI {}",
-            if on { "as device pointers (CUDA-aware MPI)" } else { "through pinned host memory (copy stream)" }
-        );
+/// Collective over the data group: how GPU buckets travel (`gpu_path::choose` on every rank's
+/// facts); rank 0 logs it. HVTRAIN_CUDA_AWARE=0 still keeps device pointers from MPI.
+fn gpu_path<B: Backend>(be: &B, comm: &Comm, data_chan: &Channel, job: &Job, data: usize) -> Result<Path> {
+    let d = &job.distribution;
+    let gpu = be.device_ordinal();
+    let nccl = match gpu {
+        Some(_) => crate::device::cuda::nccl_lib::load().map(|n| format!("NCCL {} from {}", n.version, n.path)),
+        None => Err("no GPU".into()),
+    };
+    let cuda_aware = match std::env::var("HVTRAIN_CUDA_AWARE").as_deref() {
+        Ok("0") => Some(false),
+        _ => comm.cuda_aware(),
+    };
+    let mine = gpu_path::Facts { host: comm.host.clone(), gpu, nccl, cuda_aware };
+    let all = gpu_path::gather(data_chan, &mine);
+    let asked = gpu_path::Job {
+        asked: d.gpu_allreduce,
+        data_ranks: data,
+        compression: d.compression,
+        reduction: d.reduction,
+        hierarchical: d.hierarchical,
+    };
+    // The old default, kept: `auto` hands device pointers to an MPI that says it is CUDA-aware
+    // when NCCL is not taken.
+    let (path, why) = match gpu_path::choose(&asked, &all) {
+        Ok((Path::Host, why))
+            if d.gpu_allreduce == crate::config::GpuAllreduce::Auto
+                && gpu.is_some()
+                && data > 1
+                && d.compression == crate::config::Compression::None
+                && !d.hierarchical
+                && all.iter().all(|f| f.cuda_aware == Some(true)) =>
+        {
+            (Path::Mpi, format!("{why}; the MPI library is CUDA-aware, so device pointers go to it"))
+        }
+        Ok(p) => p,
+        Err(e) => return Err(Error::config(&job.source, "distribution.gpu_allreduce", e)),
+    };
+    if comm.rank == 0 && gpu.is_some() {
+        let how = match path {
+            Path::Nccl => "all-reduced GPU to GPU by NCCL",
+            Path::Mpi => "handed to MPI as device pointers (CUDA-aware MPI)",
+            Path::Host => "copied to pinned host memory and all-reduced by MPI",
+        };
+        info!("gradient buckets: {how}: {why}");
     }
-    on
+    Ok(path)
 }
 
 /// Whether buckets are reduced on a communication thread during backward. One data-parallel
@@ -202,8 +245,11 @@ impl<B: Backend> Mode<B> for AllReduce<'_> {
         let (job, data) = (self.ctx.job, self.ctx.grid.data);
         let d = &job.distribution;
         let (threshold, first) = s.bytes();
-        let pointers = self.device_pointers && !s.hierarchical;
+        let (path, pointers) = (self.path, self.path == Path::Mpi && !s.hierarchical);
         st.replan(threshold, first, d.bucket_order, |old, plan| {
+            if path == Path::Nccl && !s.hierarchical && old.what() == "all-reduce (NCCL)" {
+                return old; // NCCL sums any bucket: the communicator stays
+            }
             reduce::for_job(old.into_channel(), d.compression, d.reduction, s.hierarchical && data > 1, plan, pointers)
         })?;
         // Every rank of the group must have switched to the same buckets before the next step.

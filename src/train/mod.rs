@@ -17,6 +17,7 @@
 
 mod allreduce;
 mod autotune;
+mod gpu_path;
 mod mode;
 mod normalize;
 mod on_device;

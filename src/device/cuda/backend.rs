@@ -163,6 +163,15 @@ impl Backend for Cuda {
     fn free_bytes(&self) -> Option<u64> {
         self.ctx.mem_get_info().ok().map(|(free, _)| free as u64)
     }
+    fn device_ordinal(&self) -> Option<usize> {
+        Some(self.ctx.ordinal())
+    }
+    fn nccl_reducer(
+        &self,
+        chan: crate::parallel::Channel,
+    ) -> std::result::Result<Box<dyn crate::parallel::reduce::Reducer>, (crate::parallel::Channel, String)> {
+        super::nccl::NcclReducer::new(chan, self.ctx.clone()).map(|r| Box::new(r) as _)
+    }
 
     fn zeros(&self, n: usize) -> Result<DevBuf> {
         Ok(DevBuf::new(self.alloc(n)?, n, None))

@@ -19,6 +19,8 @@
 //!   after the step's backward and optimizer are queued);
 //! - `kernels.cu`, `launch`, `nvrtc`, `module`: the element-wise kernels, their launch
 //!   geometry, their compilation by NVRTC, and their loading at start-up;
+//! - `nccl_lib`, `nccl`: NCCL loaded at run time (the loader's path, CUDA's folders, the
+//!   `nvidia-nccl` pip package), and gradient buckets all-reduced GPU to GPU through it;
 //! - `shim.cpp`, `shim` (tests): the same kernels compiled by the host C++ compiler and
 //!   checked against the CPU backend.
 //!
@@ -38,6 +40,8 @@ mod loss;
 mod lt;
 mod lt_map;
 mod module;
+mod nccl;
+pub mod nccl_lib;
 pub mod nvrtc;
 mod probe;
 #[cfg(test)]

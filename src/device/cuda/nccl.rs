@@ -1,0 +1,148 @@
+//! Gradient buckets all-reduced by NCCL, GPU to GPU (`distribution.gpu_allreduce = "nccl"`), as
+//! Horovod's `HOROVOD_GPU_OPERATIONS=NCCL` and PyTorch DDP do: one communicator for the data
+//! group, bootstrapped from an `ncclUniqueId` that rank 0 makes and MPI broadcasts; each bucket
+//! summed in float32 on a stream of its own (`ncclAllReduce`, then that stream synchronized,
+//! so the bucket is complete when `reduce_device` returns, as the CUDA-aware MPI path promises
+//! the engine). MPI keeps the control: agreement, stop votes, checkpoints, host buffers
+//! (`reduce` on host slices goes through the MPI channel kept here).
+//!
+//! A rank that dies while the others wait inside NCCL: the liveness watchdog runs the abort
+//! hook registered here (`ncclCommAbort`) before it ends the job, so no GPU is left spinning in
+//! a collective (`parallel::liveness::on_abort`).
+//!
+//! Must not: pick the path (train/gpu_path.rs does), or run on a rank whose GPU another rank
+//! of the communicator shares (NCCL refuses it; the choice never makes one).
+
+use super::nccl_lib::{self, Nccl, RawComm, UniqueId};
+use crate::parallel::comm::Channel;
+use crate::parallel::reduce::Reducer;
+use cudarc::driver::{CudaContext, CudaStream};
+use std::sync::Arc;
+
+pub struct NcclReducer {
+    /// MPI: host slices, and the bootstrap.
+    chan: Channel,
+    lib: &'static Nccl,
+    comm: RawComm,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+}
+
+// SAFETY: the communicator is used by one thread at a time (the engine's communication
+// thread, or the main thread when overlap is off), as the MPI channel beside it.
+unsafe impl Send for NcclReducer {}
+
+/// A communicator address the abort hook may use from the watchdog's thread.
+struct Aborter(RawComm, &'static Nccl);
+// SAFETY: ncclCommAbort may be called from any thread, also while another is inside a
+// collective on that communicator: that is what it is for.
+unsafe impl Send for Aborter {}
+unsafe impl Sync for Aborter {}
+
+impl Aborter {
+    fn abort(&self) {
+        // SAFETY: the communicator lives until the process ends (the reducer never destroys
+        // it: `into_channel` leaves it to the exit).
+        unsafe { (self.1.comm_abort)(self.0) };
+    }
+}
+
+impl NcclReducer {
+    /// A communicator over `chan`'s ranks on the GPU of `ctx` (collective over `chan`; every
+    /// rank has loaded NCCL, the choice checked it). Errors name NCCL's reason.
+    pub fn new(chan: Channel, ctx: Arc<CudaContext>) -> Result<NcclReducer, (Channel, String)> {
+        let lib = match nccl_lib::load() {
+            Ok(l) => l,
+            Err(e) => return Err((chan, e)),
+        };
+        let mut id = UniqueId { internal: [0; 128] };
+        if chan.rank == 0 {
+            // SAFETY: writes the 128-byte id.
+            let rc = unsafe { (lib.get_unique_id)(&mut id) };
+            if rc != 0 {
+                // The other ranks wait in the broadcast below: an error here ends the job.
+                crate::sys::say(format!("hvtrain: error on rank 0: ncclGetUniqueId: {}", lib.error(rc)));
+                crate::parallel::comm::abort_world(1);
+            }
+        }
+        let mut words = [0u64; 16];
+        for (w, c) in words.iter_mut().zip(id.internal.chunks(8)) {
+            *w = u64::from_le_bytes(std::array::from_fn(|i| c[i] as u8));
+        }
+        chan.broadcast_u64(&mut words);
+        for (c, w) in id.internal.chunks_mut(8).zip(words) {
+            for (b, v) in c.iter_mut().zip(w.to_le_bytes()) {
+                *b = v as std::ffi::c_char;
+            }
+        }
+        if let Err(e) = ctx.bind_to_thread() {
+            return Err((chan, format!("binding the GPU to this thread: {e}")));
+        }
+        let stream = match ctx.new_stream() {
+            Ok(s) => s,
+            Err(e) => return Err((chan, format!("a stream for NCCL: {e}"))),
+        };
+        let mut comm: RawComm = std::ptr::null_mut();
+        // SAFETY: every rank of `chan` calls this with the same id and its own rank.
+        let rc = unsafe { (lib.comm_init_rank)(&mut comm, chan.size as i32, id, chan.rank as i32) };
+        if rc != 0 {
+            return Err((chan, format!("ncclCommInitRank: {}", lib.error(rc))));
+        }
+        let aborter = Aborter(comm, lib);
+        crate::parallel::liveness::on_abort(Box::new(move || aborter.abort()));
+        Ok(NcclReducer { chan, lib, comm, ctx, stream })
+    }
+
+    /// NCCL's words for a failure, and the job ends: a collective cannot be half done.
+    fn fail(&self, what: &str, why: String) -> ! {
+        crate::sys::say(format!("hvtrain: error on rank {}: {what}: {why}", self.chan.rank));
+        crate::parallel::comm::abort_world(1);
+        crate::sys::hard_exit(1)
+    }
+}
+
+impl Reducer for NcclReducer {
+    fn reduce(&mut self, grads: &[f32], out: &mut [f32]) {
+        self.chan.all_reduce_sum_f32(grads, out);
+    }
+    fn takes_device_pointers(&self) -> bool {
+        true
+    }
+    unsafe fn reduce_device(&mut self, send: u64, recv: u64, n: usize) {
+        if let Err(e) = self.ctx.bind_to_thread() {
+            self.fail("binding the GPU to the communication thread", e.to_string());
+        }
+        // SAFETY: as the caller promises (n floats at each, idle); the stream is ours.
+        let rc = unsafe {
+            (self.lib.all_reduce)(
+                send as *const std::ffi::c_void,
+                recv as *mut std::ffi::c_void,
+                n,
+                nccl_lib::FLOAT32,
+                nccl_lib::SUM,
+                self.comm,
+                self.stream.cu_stream() as *mut std::ffi::c_void,
+            )
+        };
+        if rc != 0 {
+            self.fail("ncclAllReduce", self.lib.error(rc));
+        }
+        if let Err(e) = self.stream.synchronize() {
+            let mut async_rc = 0;
+            // SAFETY: a live communicator.
+            unsafe { (self.lib.comm_get_async_error)(self.comm, &mut async_rc) };
+            self.fail("ncclAllReduce (waiting for it)", format!("{e}; {}", self.lib.error(async_rc)));
+        }
+    }
+    fn grad_scale(&self) -> f32 {
+        1.0
+    }
+    fn what(&self) -> &'static str {
+        "all-reduce (NCCL)"
+    }
+    fn into_channel(self: Box<Self>) -> Option<Channel> {
+        // The NCCL communicator is left to the process's end (the abort hook may still name
+        // it); the channel goes back.
+        Some(self.chan)
+    }
+}

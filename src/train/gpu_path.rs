@@ -1,0 +1,204 @@
+//! Which way GPU gradient buckets travel between ranks (`distribution.gpu_allreduce`): NCCL
+//! (GPU to GPU, as Horovod's `HOROVOD_GPU_OPERATIONS=NCCL`), device pointers to a CUDA-aware
+//! MPI, or pinned host memory and MPI (the host path). Every rank gathers every rank's facts
+//! (host, GPU, whether NCCL loads, whether MPI is CUDA-aware) and decides the same way from
+//! them (`choose`, a pure function); rank 0 logs the choice and why.
+//!
+//! `auto` takes NCCL when the gradients are on GPUs, there is more than one data-parallel
+//! rank, no two ranks of a node share a GPU (NCCL refuses that) and NCCL loads on every rank;
+//! else the host path, saying which condition failed. `nccl` and `mpi` asked where they cannot
+//! work are errors that say why and what to set instead.
+//!
+//! Must not: move a gradient (the reducers do).
+
+use crate::config::{Compression, GpuAllreduce, Reduction};
+use crate::parallel::Channel;
+use serde::{Deserialize, Serialize};
+
+/// The way buckets go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    Nccl,
+    /// Device pointers to a CUDA-aware MPI.
+    Mpi,
+    /// Pinned host memory, then MPI (also every CPU rank).
+    Host,
+}
+
+/// One rank's facts.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Facts {
+    pub host: String,
+    /// The GPU this rank trains on (None: the CPU).
+    pub gpu: Option<usize>,
+    /// NCCL's version and file, or why it does not load (asked only of GPU ranks).
+    pub nccl: Result<String, String>,
+    /// `MPIX_Query_cuda_support()` where the library has it.
+    pub cuda_aware: Option<bool>,
+}
+
+/// What every rank's facts say, and the job's keys the choice depends on.
+pub struct Job {
+    pub asked: GpuAllreduce,
+    pub data_ranks: usize,
+    pub compression: Compression,
+    pub reduction: Reduction,
+    pub hierarchical: bool,
+}
+
+/// The path, and the reason for the log; an error (the same on every rank) when the job asked
+/// for one that cannot work here.
+pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
+    let first = &all[0];
+    if all.iter().any(|f| f.gpu.is_none()) {
+        return Ok((Path::Host, "the gradients are in host memory (CPU ranks)".into()));
+    }
+    if job.data_ranks == 1 && job.asked != GpuAllreduce::Nccl {
+        // (`nccl` asked on one rank runs NCCL anyway: a one-rank communicator, the check's
+        // proof that the library works, which must give the host path's weights.)
+        return Ok((Path::Host, "one data-parallel rank: nothing to reduce between GPUs".into()));
+    }
+    let shared = shared_gpu(all);
+    let nccl_fails = all.iter().enumerate().find_map(|(r, f)| f.nccl.as_ref().err().map(|e| format!("rank {r}: {e}")));
+    let special = if job.reduction == Reduction::Adasum {
+        Some("reduction = \"adasum\" combines tensor by tensor on the host")
+    } else if job.hierarchical {
+        Some("hierarchical = true sums in two MPI stages on the host")
+    } else if job.compression != Compression::None {
+        Some("compression packs to fp16/bf16 for the host ring")
+    } else {
+        None
+    };
+    let set = "set distribution.gpu_allreduce = \"host\" (or \"auto\")";
+    match job.asked {
+        GpuAllreduce::Host => Ok((Path::Host, "distribution.gpu_allreduce = \"host\"".into())),
+        GpuAllreduce::Nccl => {
+            if let Some(s) = shared {
+                return Err(format!("distribution.gpu_allreduce = \"nccl\", but {s}, and NCCL refuses two ranks on one GPU; give each rank its own GPU, or {set}"));
+            }
+            if let Some(e) = nccl_fails {
+                return Err(format!("distribution.gpu_allreduce = \"nccl\", but NCCL does not load on {e}; or {set}"));
+            }
+            if let Some(s) = special {
+                return Err(format!("distribution.gpu_allreduce = \"nccl\" sums float32 buckets, but {s}; {set}"));
+            }
+            Ok((Path::Nccl, format!("distribution.gpu_allreduce = \"nccl\" ({})", first.nccl.as_ref().unwrap())))
+        }
+        GpuAllreduce::Mpi => {
+            if let Some(r) = all.iter().position(|f| f.cuda_aware == Some(false)) {
+                return Err(format!("distribution.gpu_allreduce = \"mpi\", but the MPI library on rank {r} says it is not CUDA-aware (MPIX_Query_cuda_support() = 0); {set}"));
+            }
+            if let Some(s) = special {
+                return Err(format!("distribution.gpu_allreduce = \"mpi\" hands float32 device buffers to MPI_Allreduce, but {s}; {set}"));
+            }
+            let word = if all.iter().all(|f| f.cuda_aware == Some(true)) {
+                "the library says it is CUDA-aware"
+            } else {
+                "taken on your word: the library cannot say whether it is CUDA-aware"
+            };
+            Ok((Path::Mpi, format!("distribution.gpu_allreduce = \"mpi\" ({word})")))
+        }
+        GpuAllreduce::Auto => {
+            let why_not = if let Some(s) = shared {
+                format!("{s} (NCCL refuses two ranks on one GPU)")
+            } else if let Some(e) = nccl_fails {
+                format!("NCCL does not load on {e}")
+            } else if let Some(s) = special {
+                s.to_string()
+            } else {
+                return Ok((
+                    Path::Nccl,
+                    format!("every rank has a GPU of its own and NCCL loads ({})", first.nccl.as_ref().unwrap()),
+                ));
+            };
+            Ok((Path::Host, format!("not NCCL: {why_not}")))
+        }
+    }
+}
+
+/// "ranks 0 and 1 on host a share GPU 0", for the first two ranks of a node on one GPU.
+fn shared_gpu(all: &[Facts]) -> Option<String> {
+    for (i, a) in all.iter().enumerate() {
+        for (j, b) in all.iter().enumerate().skip(i + 1) {
+            if a.host == b.host && a.gpu.is_some() && a.gpu == b.gpu {
+                return Some(format!("ranks {i} and {j} on {} share GPU {}", a.host, a.gpu.unwrap()));
+            }
+        }
+    }
+    None
+}
+
+/// Every rank's facts over `chan` (collective), in rank order.
+pub fn gather(chan: &Channel, mine: &Facts) -> Vec<Facts> {
+    let bytes = serde_json::to_vec(mine).expect("facts serialize");
+    chan.all_gather_bytes(&bytes).iter().map(|b| serde_json::from_slice(b).expect("facts from a peer")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(host: &str, g: usize) -> Facts {
+        Facts { host: host.into(), gpu: Some(g), nccl: Ok("NCCL 2.27.3 (libnccl.so.2)".into()), cuda_aware: None }
+    }
+
+    fn job(asked: GpuAllreduce, ranks: usize) -> Job {
+        Job {
+            asked,
+            data_ranks: ranks,
+            compression: Compression::None,
+            reduction: Reduction::Average,
+            hierarchical: false,
+        }
+    }
+
+    #[test]
+    fn auto_takes_nccl_only_where_every_rank_has_its_own_gpu_and_nccl_loads() {
+        let eight: Vec<Facts> = (0..8).map(|g| gpu("n1", g)).collect();
+        let (p, why) = choose(&job(GpuAllreduce::Auto, 8), &eight).unwrap();
+        assert_eq!(p, Path::Nccl, "{why}");
+        assert!(why.contains("NCCL 2.27.3"), "{why}");
+        // Two nodes, GPU 0 on each: not shared.
+        let two = vec![gpu("n1", 0), gpu("n2", 0)];
+        assert_eq!(choose(&job(GpuAllreduce::Auto, 2), &two).unwrap().0, Path::Nccl);
+        // Two ranks on one GPU (the one-GPU machine): host, and why.
+        let shared = vec![gpu("n1", 0), gpu("n1", 0)];
+        let (p, why) = choose(&job(GpuAllreduce::Auto, 2), &shared).unwrap();
+        assert_eq!(p, Path::Host);
+        assert!(why.contains("ranks 0 and 1 on n1 share GPU 0") && why.contains("NCCL refuses"), "{why}");
+        // NCCL missing on one rank: host for all, naming it.
+        let mut missing = eight.clone();
+        missing[5].nccl = Err("NCCL (libnccl.so.2) not found".into());
+        let (p, why) = choose(&job(GpuAllreduce::Auto, 8), &missing).unwrap();
+        assert_eq!((p, why.contains("rank 5")), (Path::Host, true), "{why}");
+        // Compression, Adasum and hierarchical stay on the host path.
+        let mut j = job(GpuAllreduce::Auto, 8);
+        j.compression = Compression::Bf16;
+        assert_eq!(choose(&j, &eight).unwrap().0, Path::Host);
+        // CPU ranks, or one rank: host.
+        let cpu = vec![Facts { gpu: None, ..gpu("n1", 0) }, gpu("n1", 1)];
+        assert_eq!(choose(&job(GpuAllreduce::Auto, 2), &cpu).unwrap().0, Path::Host);
+        assert_eq!(choose(&job(GpuAllreduce::Auto, 1), &[gpu("n1", 0)]).unwrap().0, Path::Host);
+        // Asked for on one rank: NCCL all the same (the GPU check's one-rank proof).
+        assert_eq!(choose(&job(GpuAllreduce::Nccl, 1), &[gpu("n1", 0)]).unwrap().0, Path::Nccl);
+    }
+
+    #[test]
+    fn asking_for_a_path_that_cannot_work_is_an_error_that_says_why() {
+        let shared = vec![gpu("n1", 0), gpu("n1", 0)];
+        let e = choose(&job(GpuAllreduce::Nccl, 2), &shared).unwrap_err();
+        assert!(e.contains("share GPU 0") && e.contains("gpu_allreduce = \"host\""), "{e}");
+        let mut two = vec![gpu("n1", 0), gpu("n1", 1)];
+        two[1].cuda_aware = Some(false);
+        let e = choose(&job(GpuAllreduce::Mpi, 2), &two).unwrap_err();
+        assert!(e.contains("rank 1") && e.contains("not CUDA-aware"), "{e}");
+        two[1].cuda_aware = None;
+        let (p, why) = choose(&job(GpuAllreduce::Mpi, 2), &two).unwrap();
+        assert_eq!(p, Path::Mpi);
+        assert!(why.contains("your word"), "{why}");
+        assert_eq!(choose(&job(GpuAllreduce::Host, 2), &two).unwrap().0, Path::Host);
+        let mut j = job(GpuAllreduce::Nccl, 2);
+        j.reduction = Reduction::Adasum;
+        assert!(choose(&j, &two).unwrap_err().contains("adasum"));
+    }
+}
