@@ -442,3 +442,6 @@ fn reduce_bucket<G: HostBuf>(reducer: &mut dyn Reducer, bucket: &mut Bucket<G>, 
         tl.span(ctx.tid, format!("{} bucket {index} ({kib} KiB)", reducer.what()), t, step);
     }
 }
+
+#[cfg(test)]
+mod device_emu;

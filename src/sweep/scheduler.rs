@@ -488,7 +488,7 @@ mod tests {
         assert_eq!(percentile(&[7.0], 0.25), Some(7.0));
         assert_eq!(percentile(&[], 0.5), None);
         let mut s = sched("eta = 3", 9, 6);
-        let mut go = |s: &mut Scheduler, i: usize, m: f64| {
+        let go = |s: &mut Scheduler, i: usize, m: f64| {
             assert_eq!(s.next(), Next::Run { trial: i, target: 1, resume: false });
             s.report(Report { trial: i, ended: Ended::Paused, curve: vec![(1, Some(m))], seconds: 1.0 })
         };
