@@ -4,7 +4,8 @@
 //! alignment as well as the allocation's), against act(x · W + b) in float64; and backward
 //! into it through `Backend::input_grad` (on a GPU one call with dReLU/dGELU and the bias
 //! gradient in its epilogue, reading what the forward kept), overwriting and accumulating the
-//! bias gradient, against (g · W1ᵀ) ⊙ act'(z) and its column sums in float64.
+//! bias gradient in a slot padded as the arena pads one (its tail untouched), against
+//! (g · W1ᵀ) ⊙ act'(z) and its column sums in float64.
 //!
 //! Must not: use a backend's own code as the reference.
 
@@ -71,16 +72,23 @@ fn input_grad<B: Backend>(
         })
         .collect();
     let (gd, wd) = (be.upload(&g).unwrap(), be.upload(&w1).unwrap());
+    // The bias gradient's slot as the arena pads it: longer than the layer (a sentinel tail
+    // that must stay as it is).
+    let pad = o.div_ceil(16) * 16 + 16;
+    let mut slot0 = bias0.clone();
+    slot0.resize(pad, 7.0);
     for beta in [0.0f32, 1.0] {
-        let mut bg = be.upload(&bias0).unwrap();
+        let mut bg = be.upload(&slot0).unwrap();
         let mut d = be.zeros(b * o).unwrap();
         let zv = (act == Activation::Gelu).then(|| be.view(keep, 0..b * o));
         let gm = Gemm::new(b, k, o, Trans::N, Trans::T);
         let (gv, wv, av) = (be.view(&gd, 0..b * k), be.view(&wd, 0..o * k), be.view(a, 0..b * o));
-        be.input_grad(gm, gv, wv, &mut d, av, zv, act, beta, be.view_mut(&mut bg, 0..o)).unwrap();
+        be.input_grad(gm, gv, wv, &mut d, av, zv, act, beta, be.view_mut(&mut bg, 0..pad)).unwrap();
         let sums: Vec<f64> =
             (0..o).map(|c| beta as f64 * bias0[c] as f64 + (0..b).map(|r| want[r * o + c]).sum::<f64>()).collect();
         close(&host(be, &d, b * o), &want, 1e-4, &format!("{what}: input gradient (beta {beta})"));
-        close(&host(be, &bg, o), &sums, 1e-4, &format!("{what}: bias gradient (beta {beta})"));
+        let slot = host(be, &bg, pad);
+        close(&slot[..o], &sums, 1e-4, &format!("{what}: bias gradient (beta {beta})"));
+        assert!(slot[o..].iter().all(|&v| v == 7.0), "{what}: the bias slot's padding was written (beta {beta})");
     }
 }

@@ -60,6 +60,21 @@ impl Gemm {
         let (m, k, n) = (self.m, self.k, self.n);
         assert!(a >= m * k && b >= k * n && c >= m * n, "gemm: operand too small");
     }
+
+    /// `Backend::input_grad`'s operands beside the product's (this, [m, n] out): the layer
+    /// before's bias gradient holds at least n floats (its arena slot is padded: a width that
+    /// is not a multiple of the arena's alignment gets a longer slot, whose tail is left as it
+    /// is) and its output at least m · n. Every backend checks this, so the CPU's tests meet
+    /// the shapes a GPU's fused call gets (a fused call that wanted exactly n failed the GPU
+    /// selftest on odd widths, 2026-11-27).
+    pub fn check_input_grad(&self, bias_len: usize, a_prev_len: usize) {
+        assert!(
+            bias_len >= self.n && a_prev_len >= self.m * self.n,
+            "input_grad: a bias gradient of {bias_len} or an activation of {a_prev_len} floats for a [{}, {}] input gradient",
+            self.m,
+            self.n
+        );
+    }
 }
 
 /// A loss computed element by element on [b, k] outputs and targets of the same shape: the

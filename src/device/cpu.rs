@@ -72,6 +72,23 @@ impl Backend for Cpu {
     type View<'a> = &'a [f32];
     type ViewMut<'a> = &'a mut [f32];
 
+    fn input_grad(
+        &self,
+        g: Gemm,
+        dz: &[f32],
+        w: &[f32],
+        dprev: &mut Vec<f32>,
+        a_prev: &[f32],
+        z_prev: Option<&[f32]>,
+        act: Activation,
+        beta: f32,
+        bias_grad: &mut [f32],
+    ) -> Result<()> {
+        // The operands a GPU's fused call gets, checked here too (the CPU runs every model
+        // shape the tests have).
+        g.check_input_grad(bias_grad.len(), a_prev.len());
+        super::backend::input_grad_separate(self, g, dz, w, dprev, a_prev, z_prev, act, beta, bias_grad)
+    }
     fn name(&self) -> String {
         if self.bf16 {
             "cpu (bf16 products, AVX512-BF16)".into()
@@ -327,6 +344,10 @@ pub fn act_backward_inplace(d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Ac
 
 /// out[j] = beta · out[j] + sum over rows r of m[r, j]  (the bias gradient; beta 1 accumulates).
 pub fn column_sums(m: &[f32], cols: usize, beta: f32, out: &mut [f32]) {
+    // The first `cols` floats only: a bias slot's padded tail is not the layer's (a GPU's
+    // product or fused epilogue writes `cols` too).
+    let keep = cols.min(out.len());
+    let out = &mut out[..keep];
     // β = 0 overwrites (whatever was there, NaN included), as BLAS does.
     if beta == 0.0 {
         out.fill(0.0);
