@@ -21,6 +21,10 @@
 #   m multi-GPU    only when nvidia-smi lists 2 or more GPUs: bench/gpu_scaling.sh, 1, 2, 4, …
 #                  GPUs × nccl/host × both bench models: samples/s, exposed communication per
 #                  step, efficiency, NCCL's weights against the host path's (gpu-scaling.md)
+#   f faults       2 ranks sharing the GPU: kill -9 of rank 1 after its first epoch (the job
+#                  ends within 15 s; a rank or mpirun names the dead one), and SIGTERM to
+#                  mpirun (exit 75 or the ranks' "stopped by a signal", the stop checkpoint
+#                  on disk, how long after the signal the checkpoint and the end came)
 #   c bench        bash bench/gpu.sh: hvtrain bench step vs bench/torch_peer.py (eager, and
 #                  torch.compile on the shapes COMPILE names; bin/hvtrain-base, when the
 #                  bundle has one, as the "before" column, else this build with
@@ -258,6 +262,47 @@ PY
   grep -q "FAIL: no host-path line" "$LOGDIR/13-nccl.log" && rc=1
   record "NCCL: auto on a shared GPU, one rank vs host" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 13-nccl.log
   sed 's/^/    /' "$LOGDIR/13-nccl.log"
+fi
+
+# --- f. Faults with the ranks on the GPU: a rank killed, the launcher stopped.
+if ! skipped train && ! skipped faults; then
+  t=$(date +%s)
+  fault_run() {  # fault_run NAME: start 2 ranks training for long, in the background; sets FPID
+    local out="$LOGDIR/runs/fault-$1"; rm -rf "$out"
+    # mpirun itself in the background (not under `timeout`, whose own forwarding of SIGTERM
+    # would reach mpirun twice); a sleeper ends it if it outlives the check's budget.
+    LD_LIBRARY_PATH="$HV_LD_LIBRARY_PATH" mpirun "${MPIFLAGS[@]}" -x LD_LIBRARY_PATH "$HV" train jobs/fashion-mnist.toml \
+      --set 'training.device="cuda"' --set "output.dir=\"$out\"" --set training.epochs=200 \
+      > "$LOGDIR/15-fault-$1.log" 2>&1 &
+    FPID=$!
+    (sleep "$(cap 120)"; kill -9 "$FPID" 2>/dev/null) &
+    for _ in $(seq 600); do grep -q "epoch 1/200" "$LOGDIR/15-fault-$1.log" 2>/dev/null && return 0; sleep 0.1; done
+    return 1
+  }
+  (
+    ok=0
+    if fault_run kill; then
+      victim=$(pgrep -f "hvtrain train .*fault-kill" | sort -n | tail -1)
+      t0=$(date +%s.%N); kill -9 "$victim"; wait "$FPID"; rc=$?; t1=$(date +%s.%N)
+      took=$(python3 -c "print(round($t1 - $t0, 2))")
+      named=$(grep -hE "has sent no heartbeat|exited on signal 9|rank 1 .*(died|gone)" "$LOGDIR/15-fault-kill.log" | head -2)
+      echo "kill -9 of pid $victim (the highest-numbered rank): the job ended after $took s with exit $rc"
+      echo "named by: ${named:-nobody}"
+      python3 -c "import sys; sys.exit(0 if $took <= 15 else 1)" && [ "$rc" != 0 ] && [ -n "$named" ] || ok=1
+    else echo "kill: the run did not reach epoch 1"; ok=1; fi
+    if fault_run term; then
+      t0=$(date +%s.%N); kill -TERM "$FPID"; wait "$FPID"; rc=$?; t1=$(date +%s.%N)
+      took=$(python3 -c "print(round($t1 - $t0, 2))")
+      ck=$(ls "$LOGDIR/runs/fault-term"/ckpt-step*.h5 2>/dev/null | tail -1)
+      echo "SIGTERM to mpirun: exit $rc after $took s; stop checkpoint: ${ck:-none}"
+      grep -hE "stopped by a signal|checkpoint.*written|wrote .*ckpt" "$LOGDIR/15-fault-term.log" | sed 's/^/  /' | head -4
+      { [ "$rc" = 75 ] || grep -q "stopped by a signal" "$LOGDIR/15-fault-term.log"; } && [ -n "$ck" ] || ok=1
+    else echo "term: the run did not reach epoch 1"; ok=1; fi
+    exit $ok
+  ) > "$LOGDIR/16-faults.log" 2>&1
+  rc=$?
+  record "faults on the GPU (kill -9 a rank, TERM mpirun)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 16-faults.log
+  sed 's/^/    /' "$LOGDIR/16-faults.log"
 fi
 
 # --- m. Several GPUs: scaling with NCCL and the host path (only where nvidia-smi lists 2+).
