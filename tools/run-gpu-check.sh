@@ -5,7 +5,8 @@
 # NVIDIA driver, CUDA libraries (cuBLAS, NVRTC) and python3/PyTorch. Phases, each run even if
 # an earlier one failed; one log file per phase under LOGDIR and LOGDIR/summary.md:
 #   0 environment  nvidia-smi, glibc, which MPI the machine has, the bundle's mpirun, CUDA libs
-#   a selftest     bin/hvtrain selftest --device cuda (conformance tests on the GPU)
+#   a selftest     bin/hvtrain selftest --device cuda (conformance tests on the GPU), and again
+#                  with HVTRAIN_CUBLASLT_BACKWARD=1 (the fused backward epilogue, off by default)
 #   b train        convert Fashion-MNIST, train 2 ranks sharing the GPU (device cuda), the same
 #                  on the CPU, compare (tools/compare_runs.py: test accuracy within 0.5 points,
 #                  the first 20 steps' losses within the tolerances printed there)
@@ -103,6 +104,11 @@ if skipped selftest; then record selftest skipped 0 -; else
   hv timeout -k 5 "$(cap 150)" "$HV" selftest --device cuda > "$LOGDIR/01-selftest.log" 2>&1
   rc=$?
   record selftest "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 01-selftest.log
+  # Again with the fused backward epilogue on (off by default): its own correctness.
+  t=$(date +%s)
+  HVTRAIN_CUBLASLT_BACKWARD=1 hv timeout -k 5 "$(cap 150)" "$HV" selftest --device cuda > "$LOGDIR/01b-selftest-fused-backward.log" 2>&1
+  rc=$?
+  record "selftest, fused backward on" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 01b-selftest-fused-backward.log
 fi
 
 # --- b. Fashion-MNIST on 2 ranks sharing the GPU, then on the CPU; compare.
