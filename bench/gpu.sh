@@ -6,8 +6,10 @@
 #   hvtrain bench step --device cuda --layers L --batch B --precision P --steps N --json F
 #   python3 bench/torch_peer.py --layers L --batch B --precision P --steps N --json F
 # and writes LOGDIR/gpu-bench.md (a markdown table) and LOGDIR/gpu-bench.json.
-# Targets: hvtrain samples/s >= 1.2 x torch's; on the large model hvtrain's step FLOP rate
-# >= 70 % of its GEMM rate (gemm_tflops, what cuBLAS does on the step's GEMM shapes alone).
+# Targets (issue #41, row by row): the large model, bound by its products: step FLOP rate >= 95 %
+# of its GEMM rate (gemm_tflops, what cuBLAS does on the step's GEMM shapes alone) in fp32 and
+# TF32, samples/s >= 0.98x torch eager in fp32, >= 1.0x in TF32 and bf16; the small model
+# >= 1.2x eager; >= 1.0x torch.compile where timed.
 # Environment: HV (hvtrain binary: bin/hvtrain in a bundle, else target/release/hvtrain),
 # HV_LD_LIBRARY_PATH (LD_LIBRARY_PATH for hvtrain only; python3 always runs without one),
 # PYTHON (python3), STEPS (50), WARMUP (10), LIMIT (seconds per run, 180), SHAPES (override
@@ -106,12 +108,16 @@ for s in shapes:
     ratio = hs / ts if hs and ts else None
     frac = htf / gtf if htf and gtf else None
     notes = []
+    # Issue #41's targets, row by row: the large model is bound by its products (step/GEMM
+    # >= 95 % in fp32 and TF32; >= 0.98x eager in fp32, >= 1.0x in TF32 and bf16); the small
+    # model by launches, waits and copies (>= 1.2x eager); >= 1.0x torch.compile where timed.
+    want = (0.98 if P == "fp32" else 1.0) if L == large else 1.2
     if ratio is not None:
-        if ratio >= 1.2: met += 1
-        else: missed += 1; notes.append("ratio < 1.2")
-    if L == large and frac is not None:
-        if frac >= 0.80: met += 1
-        else: missed += 1; notes.append("step/GEMM < 80 %")
+        if ratio >= want: met += 1
+        else: missed += 1; notes.append(f"vs eager < {want}")
+    if L == large and frac is not None and P in ("fp32", "tf32"):
+        if frac >= 0.95: met += 1
+        else: missed += 1; notes.append("step/GEMM < 95 %")
     if hv is None: notes.append("no hvtrain result")
     elif hv.get("launches"): notes.append(f"hvtrain: {hv['launches']}")
     if pt is None: notes.append("no torch result")
@@ -128,7 +134,7 @@ for s in shapes:
 dev = next((j["torch"].get("device_name") for j in out if j["torch"]), None)
 tv = next((j["torch"].get("torch_version") for j in out if j["torch"]), None)
 md = [f"# GPU step benchmark: hvtrain vs PyTorch eager ({dev or 'GPU ?'}, torch {tv or '?'}, {steps} timed steps)", "",
-      "Targets: samples/s ratio hvtrain/torch eager ≥ 1.2×, ≥ 1.0× torch.compile where timed; on 784-4096-4096-4096-10, hvtrain's step FLOP rate ≥ 80 % of its GEMM rate (issue #29).",
+      "Targets (issue #41): on 784-4096-4096-4096-10, bound by its products, hvtrain's step FLOP rate ≥ 95 % of its GEMM rate in fp32 and TF32 and samples/s ≥ 0.98× PyTorch eager in fp32, ≥ 1.0× in TF32 and bf16; on 784-512-512-10 ≥ 1.2× eager; ≥ 1.0× torch.compile wherever timed.",
       "FLOP/step = 6 × batch × Σ in·out. One process, one GPU, synthetic data on the GPU (hvtrain: `--data " + os.environ.get("HV_DATA", "device") + "`), SGD lr 0.01.",
       "\"before\": HV_BASE (an earlier hvtrain binary, each batch copied from host memory, or this one with HV_BASE_ENV=" + repr(os.environ.get("HV_BASE_ENV", "")) + ") on the same GPU in the same run; – where not run.", "",
       "| layers | batch | precision | before samples/s | hvtrain samples/s | torch eager samples/s | vs eager | torch.compile samples/s | vs compile | hvtrain step TFLOP/s | hvtrain GEMM TFLOP/s | step/GEMM | torch TFLOP/s | notes |",
