@@ -144,8 +144,15 @@ pub(super) fn build<'a, B: Backend>(
 fn gpu_path<B: Backend>(be: &B, comm: &Comm, data_chan: &Channel, job: &Job, data: usize) -> Result<Path> {
     let d = &job.distribution;
     let gpu = be.device_ordinal();
+    // NCCL is looked for only where it could be used (looking may ask the python3 on PATH).
+    let wanted = match d.gpu_allreduce {
+        crate::config::GpuAllreduce::Nccl => true,
+        crate::config::GpuAllreduce::Auto => data > 1,
+        _ => false,
+    };
     let nccl = match gpu {
-        Some(_) => crate::device::cuda::nccl_lib::load().map(|n| format!("NCCL {} from {}", n.version, n.path)),
+        Some(_) if wanted => crate::device::cuda::nccl_lib::load().map(|n| format!("NCCL {} from {}", n.version, n.path)),
+        Some(_) => Err("not looked for".into()),
         None => Err("no GPU".into()),
     };
     let cuda_aware = match std::env::var("HVTRAIN_CUDA_AWARE").as_deref() {
