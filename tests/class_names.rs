@@ -120,6 +120,19 @@ print("ok")
     assert!(log.contains("test-app.h5 numbers its classes differently from train-app.h5"), "{log}");
     assert!(app > 0.85, "test accuracy {app} with the labels remapped\n{log}");
 
+    // A sweep over the same pair: its trials remap too, and rank by the right accuracy.
+    let sweep = format!(
+        "{}\n[sweep]\ntrials = 2\nscheduler = \"none\"\nmetric = \"test_accuracy\"\n[sweep.space]\n\"optimizer.lr\" = [0.003, 0.001]\n",
+        job_text("train-app.h5", "test-app.h5", "sweep").replace("epochs = 6", "epochs = 3")
+    );
+    std::fs::write(dir.join("sweep.toml"), sweep).unwrap();
+    let run = mpirun(1, &["sweep", "sweep.toml"], &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    assert!(run.stderr.contains("numbers its classes differently"), "{}", run.all());
+    let best: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("sweep/best.json")).unwrap()).unwrap();
+    assert!(best["metric"].as_f64().unwrap() > 0.8, "the sweep's best test accuracy: {best}");
+
     // eval of those weights on the test file of the other numbering: the names decide again.
     let w = "appearance/weights.h5";
     let run = mpirun(1, &["eval", "appearance.toml", "--weights", w, "--set", "data.test=\"test.h5\""], &dir, 120);

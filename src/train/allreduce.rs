@@ -151,7 +151,9 @@ fn gpu_path<B: Backend>(be: &B, comm: &Comm, data_chan: &Channel, job: &Job, dat
         _ => false,
     };
     let nccl = match gpu {
-        Some(_) if wanted => crate::device::cuda::nccl_lib::load().map(|n| format!("NCCL {} from {}", n.version, n.path)),
+        Some(_) if wanted => {
+            crate::device::cuda::nccl_lib::load().map(|n| format!("NCCL {} from {}", n.version, n.path))
+        }
         Some(_) => Err("not looked for".into()),
         None => Err("no GPU".into()),
     };
