@@ -248,10 +248,7 @@ pub trait Backend: Send {
     }
     /// Gradient buckets all-reduced GPU to GPU by NCCL over `chan`'s ranks (collective over
     /// `chan`); the channel back, and why not, where that cannot be.
-    fn nccl_reducer(
-        &self,
-        chan: crate::parallel::Channel,
-    ) -> std::result::Result<Box<dyn crate::parallel::reduce::Reducer>, (crate::parallel::Channel, String)> {
+    fn nccl_reducer(&self, chan: crate::parallel::Channel) -> DeviceReducer {
         Err((chan, "the gradients are in host memory".into()))
     }
 
@@ -502,6 +499,10 @@ pub trait Backend: Send {
         adam_each(self, params, grads, goff, m, v, segs, h)
     }
 }
+
+/// A reducer on device memory (`Backend::nccl_reducer`), or the channel back and why not.
+pub type DeviceReducer =
+    std::result::Result<Box<dyn crate::parallel::reduce::Reducer>, (crate::parallel::Channel, String)>;
 
 /// `Backend::input_grad` as three operations: the product, the activation's backward, the
 /// column sums (the default, and a fusing backend's fallback).

@@ -4,14 +4,13 @@
 //! float32 output and compute, so master weights and gradients stay float32), the
 //! element-wise work through our kernels (`kernels.cu`, compiled by NVRTC at start-up for
 //! this GPU's architecture, `module.rs`). Everything runs on one compute stream; a second
-//! stream carries gradient buckets to and from pinned host memory for the communication
-//! thread (`DevBuf`'s `HostBuf` hooks, `buf.rs`), and cudarc's per-buffer events order the two
-//! streams (a copy waits for the kernels that wrote its source, and the optimizer for the
-//! copy that wrote its gradients).
+//! stream carries gradient buckets to and from pinned host memory for the communication thread
+//! (`DevBuf`'s `HostBuf` hooks, `buf.rs`), and cudarc's per-buffer events order the two streams
+//! (a copy waits for the kernels that wrote its source, the optimizer for its gradients' copy).
 //!
 //! Must not: be used before `probe.rs` has found the libraries, or hold anything of MPI.
 
-use super::buf::{DView, DViewMut, DevBuf};
+use super::buf::{drv, DView, DViewMut, DevBuf};
 use super::gemm_map::{cublas_args, Op};
 use super::launch::{act_code, config_1d};
 use super::module::Kernels;
@@ -19,7 +18,7 @@ use crate::config::{Activation, Precision};
 use crate::device::backend::{AdamHyper, Backend, Captured, Gemm, Mask, Pointwise, Replayed, Segment, SgdHyper, Trans};
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys as blas_sys, CudaBlas, Gemm as _, GemmConfig};
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaViewMut, DriverError, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaViewMut, PushKernelArg};
 use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
@@ -47,11 +46,6 @@ pub struct Cuda {
     /// The dense layers' forward through cublasLt with epilogues (`dense.rs`); None: cuBLAS
     /// + hv_bias_act (bf16 products, or cublasLt off or failing its start-up check).
     pub(super) lt: Option<super::lt::Lt>,
-}
-
-/// A driver error as one line, with what was being done.
-pub(super) fn drv(what: &str) -> impl Fn(DriverError) -> Error + '_ {
-    move |e| Error::Cuda(format!("{what}: {e}"))
 }
 
 impl Cuda {
@@ -166,10 +160,7 @@ impl Backend for Cuda {
     fn device_ordinal(&self) -> Option<usize> {
         Some(self.ctx.ordinal())
     }
-    fn nccl_reducer(
-        &self,
-        chan: crate::parallel::Channel,
-    ) -> std::result::Result<Box<dyn crate::parallel::reduce::Reducer>, (crate::parallel::Channel, String)> {
+    fn nccl_reducer(&self, chan: crate::parallel::Channel) -> crate::device::backend::DeviceReducer {
         super::nccl::NcclReducer::new(chan, self.ctx.clone()).map(|r| Box::new(r) as _)
     }
 

@@ -4,7 +4,8 @@
 //!
 //! Must not: be reached except through `Backend::gemm` (`backend.rs`).
 
-use super::backend::{drv, Cuda};
+use super::backend::Cuda;
+use super::buf::drv;
 use super::buf::{DView, DViewMut};
 use super::launch::config_1d;
 use crate::error::{Error, Result};

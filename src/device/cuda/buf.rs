@@ -13,6 +13,11 @@ use crate::parallel::engine::HostBuf;
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, PinnedHostSlice, PushKernelArg};
 use std::sync::Arc;
 
+/// A driver error as one line, with what was being done.
+pub(super) fn drv(what: &str) -> impl Fn(cudarc::driver::DriverError) -> crate::error::Error + '_ {
+    move |e| crate::error::Error::Cuda(format!("{what}: {e}"))
+}
+
 /// A device buffer; gradient buckets also carry a pinned host copy (`staged`).
 pub struct DevBuf {
     pub(super) dev: CudaSlice<f32>,

@@ -5,7 +5,8 @@
 //!
 //! Must not: be reached except through `Backend` (the `Cuda` impl in `backend.rs`).
 
-use super::backend::{drv, Cuda};
+use super::backend::Cuda;
+use super::buf::drv;
 use super::buf::DevBuf;
 use super::launch::{config_1d, reduce_parts};
 use crate::error::Result;

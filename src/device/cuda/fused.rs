@@ -5,7 +5,8 @@
 //!
 //! Must not: be reached except through `Backend` (the `Cuda` impl in `backend.rs`).
 
-use super::backend::{drv, Cuda, NULL};
+use super::backend::{Cuda, NULL};
+use super::buf::drv;
 use super::buf::DevBuf;
 use super::launch::{config_1d, Segs};
 use crate::device::{AdamHyper, Segment, SgdHyper};

@@ -11,7 +11,8 @@
 //!
 //! Must not: be reached except through `Backend` (the `Cuda` impl in `backend.rs`).
 
-use super::backend::{drv, Cuda};
+use super::backend::Cuda;
+use super::buf::drv;
 use super::buf::DevBuf;
 use crate::device::backend::{Captured, Replayed};
 use crate::error::{Error, Result};

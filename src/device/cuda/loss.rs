@@ -3,7 +3,8 @@
 //!
 //! Must not: be reached except through `Backend` (the `Cuda` impl in `backend.rs`).
 
-use super::backend::{drv, Cuda, NULL};
+use super::backend::{Cuda, NULL};
+use super::buf::drv;
 use super::buf::{DView, DViewMut};
 use super::launch::config_1d;
 use crate::device::backend::Pointwise;
