@@ -247,8 +247,9 @@ pub trait Backend: Send {
         None
     }
     /// Gradient buckets all-reduced GPU to GPU by NCCL over `chan`'s ranks (collective over
-    /// `chan`); the channel back, and why not, where that cannot be.
-    fn nccl_reducer(&self, chan: crate::parallel::Channel) -> DeviceReducer {
+    /// `chan`; `hierarchical`: NCCL in each node, MPI among the nodes); the channel back, and
+    /// why not, where that cannot be.
+    fn nccl_reducer(&self, chan: crate::parallel::Channel, _hierarchical: bool) -> DeviceReducer {
         Err((chan, "the gradients are in host memory".into()))
     }
 

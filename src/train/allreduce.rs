@@ -90,7 +90,8 @@ pub(super) fn build<'a, B: Backend>(
         (Path::Nccl, chan) => {
             // One data-parallel rank has no engine channel: a one-rank communicator of its own.
             let chan = chan.unwrap_or_else(|| data_chan.duplicate());
-            be.nccl_reducer(chan).map_err(|(_, why)| Error::Cuda(format!("NCCL: {why}")))?
+            let levels = d.hierarchical && grid.data > 1;
+            be.nccl_reducer(chan, levels).map_err(|(_, why)| Error::Cuda(format!("NCCL: {why}")))?
         }
         (path, chan) => {
             let pointers = path == Path::Mpi && !d.hierarchical;
@@ -256,8 +257,8 @@ impl<B: Backend> Mode<B> for AllReduce<'_> {
         let (threshold, first) = s.bytes();
         let (path, pointers) = (self.path, self.path == Path::Mpi && !s.hierarchical);
         st.replan(threshold, first, d.bucket_order, |old, plan| {
-            if path == Path::Nccl && !s.hierarchical && old.what() == "all-reduce (NCCL)" {
-                return old; // NCCL sums any bucket: the communicator stays
+            if path == Path::Nccl && old.what().starts_with("all-reduce (NCCL") {
+                return old; // NCCL sums any bucket: the communicator (and its levels) stays
             }
             reduce::for_job(old.into_channel(), d.compression, d.reduction, s.hierarchical && data > 1, plan, pointers)
         })?;

@@ -6,7 +6,8 @@
 //!
 //! `auto` takes NCCL when the gradients are on GPUs, there is more than one data-parallel
 //! rank, no two ranks of a node share a GPU (NCCL refuses that) and NCCL loads on every rank;
-//! else the host path, saying which condition failed. `nccl` and `mpi` asked where they cannot
+//! else the host path, saying which condition failed. With `hierarchical = true` NCCL sums in
+//! each node and MPI among the nodes. `nccl` and `mpi` asked where they cannot
 //! work are errors that say why and what to set instead.
 //!
 //! Must not: move a gradient (the reducers do).
@@ -60,15 +61,17 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
     }
     let shared = shared_gpu(all);
     let nccl_fails = all.iter().enumerate().find_map(|(r, f)| f.nccl.as_ref().err().map(|e| format!("rank {r}: {e}")));
+    // What NCCL's float32 sum does not do (hierarchical it does: NCCL in the node, MPI among
+    // the nodes); device pointers to MPI do not do hierarchical either.
     let special = if job.reduction == Reduction::Adasum {
         Some("reduction = \"adasum\" combines tensor by tensor on the host")
-    } else if job.hierarchical {
-        Some("hierarchical = true sums in two MPI stages on the host")
     } else if job.compression != Compression::None {
         Some("compression packs to fp16/bf16 for the host ring")
     } else {
         None
     };
+    let levels =
+        if job.hierarchical { ", NCCL in each node and MPI among the nodes (hierarchical = true)" } else { "" };
     let set = "set distribution.gpu_allreduce = \"host\" (or \"auto\")";
     match job.asked {
         GpuAllreduce::Host => Ok((Path::Host, "distribution.gpu_allreduce = \"host\"".into())),
@@ -82,12 +85,17 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
             if let Some(s) = special {
                 return Err(format!("distribution.gpu_allreduce = \"nccl\" sums float32 buckets, but {s}; {set}"));
             }
-            Ok((Path::Nccl, format!("distribution.gpu_allreduce = \"nccl\" ({})", first.nccl.as_ref().unwrap())))
+            Ok((
+                Path::Nccl,
+                format!("distribution.gpu_allreduce = \"nccl\" ({}){levels}", first.nccl.as_ref().unwrap()),
+            ))
         }
         GpuAllreduce::Mpi => {
             if let Some(r) = all.iter().position(|f| f.cuda_aware == Some(false)) {
                 return Err(format!("distribution.gpu_allreduce = \"mpi\", but the MPI library on rank {r} says it is not CUDA-aware (MPIX_Query_cuda_support() = 0); {set}"));
             }
+            let special =
+                special.or(job.hierarchical.then_some("hierarchical = true sums in two MPI stages on the host"));
             if let Some(s) = special {
                 return Err(format!("distribution.gpu_allreduce = \"mpi\" hands float32 device buffers to MPI_Allreduce, but {s}; {set}"));
             }
@@ -108,7 +116,10 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
             } else {
                 return Ok((
                     Path::Nccl,
-                    format!("every rank has a GPU of its own and NCCL loads ({})", first.nccl.as_ref().unwrap()),
+                    format!(
+                        "every rank has a GPU of its own and NCCL loads ({}){levels}",
+                        first.nccl.as_ref().unwrap()
+                    ),
                 ));
             };
             Ok((Path::Host, format!("not NCCL: {why_not}")))
@@ -171,10 +182,13 @@ mod tests {
         missing[5].nccl = Err("NCCL (libnccl.so.2) not found".into());
         let (p, why) = choose(&job(GpuAllreduce::Auto, 8), &missing).unwrap();
         assert_eq!((p, why.contains("rank 5")), (Path::Host, true), "{why}");
-        // Compression, Adasum and hierarchical stay on the host path.
+        // Compression and Adasum stay on the host path; hierarchical takes NCCL in the node.
         let mut j = job(GpuAllreduce::Auto, 8);
         j.compression = Compression::Bf16;
         assert_eq!(choose(&j, &eight).unwrap().0, Path::Host);
+        let mut j = job(GpuAllreduce::Auto, 8);
+        j.hierarchical = true;
+        assert_eq!(choose(&j, &eight).unwrap().0, Path::Nccl);
         // CPU ranks, or one rank: host.
         let cpu = vec![Facts { gpu: None, ..gpu("n1", 0) }, gpu("n1", 1)];
         assert_eq!(choose(&job(GpuAllreduce::Auto, 2), &cpu).unwrap().0, Path::Host);
@@ -200,5 +214,12 @@ mod tests {
         let mut j = job(GpuAllreduce::Nccl, 2);
         j.reduction = Reduction::Adasum;
         assert!(choose(&j, &two).unwrap_err().contains("adasum"));
+        // Hierarchical: NCCL in the node and MPI among nodes; not with device pointers to MPI.
+        let (mut j, mut m) = (job(GpuAllreduce::Nccl, 2), job(GpuAllreduce::Mpi, 2));
+        (j.hierarchical, m.hierarchical) = (true, true);
+        let (p, why) = choose(&j, &two).unwrap();
+        assert_eq!(p, Path::Nccl);
+        assert!(why.contains("MPI among the nodes"), "{why}");
+        assert!(choose(&m, &two).unwrap_err().contains("hierarchical"));
     }
 }

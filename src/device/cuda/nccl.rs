@@ -6,6 +6,11 @@
 //! the engine). MPI keeps the control: agreement, stop votes, checkpoints, host buffers
 //! (`reduce` on host slices goes through the MPI channel kept here).
 //!
+//! With `distribution.hierarchical` (Horovod's `HOROVOD_HIERARCHICAL_ALLREDUCE` with NCCL):
+//! the NCCL communicator spans a node only; a bucket is summed in the node by NCCL, the node
+//! leaders (node rank 0) copy it to host memory and all-reduce it among themselves with MPI,
+//! copy it back, and NCCL broadcasts it from the leader in the node.
+//!
 //! A rank that dies while the others wait inside NCCL: the liveness watchdog runs the abort
 //! hook registered here (`ncclCommAbort`) before it ends the job, so no GPU is left spinning in
 //! a collective (`parallel::liveness::on_abort`).
@@ -23,9 +28,18 @@ pub struct NcclReducer {
     /// MPI: host slices, and the bootstrap.
     chan: Channel,
     lib: &'static Nccl,
+    /// Over `chan`'s ranks, or (hierarchical) over this rank's node.
     comm: RawComm,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// Hierarchical: this node's ranks, and among the node leaders (on them only) with the
+    /// host copies of a bucket.
+    levels: Option<Levels>,
+}
+
+struct Levels {
+    _node: Channel,
+    leaders: Option<(Channel, Vec<f32>, Vec<f32>)>,
 }
 
 // SAFETY: the communicator is used by one thread at a time (the engine's communication
@@ -48,20 +62,29 @@ impl Aborter {
 }
 
 impl NcclReducer {
-    /// A communicator over `chan`'s ranks on the GPU of `ctx` (collective over `chan`; every
-    /// rank has loaded NCCL, the choice checked it). Errors name NCCL's reason.
-    pub fn new(chan: Channel, ctx: Arc<CudaContext>) -> Result<NcclReducer, (Channel, String)> {
+    /// A communicator over `chan`'s ranks (or, `hierarchical`, over each node's) on the GPU of
+    /// `ctx` (collective over `chan`; every rank has loaded NCCL, the choice checked it).
+    /// Errors name NCCL's reason.
+    pub fn new(chan: Channel, ctx: Arc<CudaContext>, hierarchical: bool) -> Result<NcclReducer, (Channel, String)> {
         let lib = match nccl_lib::load() {
             Ok(l) => l,
             Err(e) => return Err((chan, e)),
         };
+        let levels = hierarchical.then(|| {
+            let node = chan.split_node();
+            let leader = node.rank == 0;
+            let leaders = chan.split(usize::from(!leader), chan.rank);
+            Levels { _node: node, leaders: leader.then_some((leaders, Vec::new(), Vec::new())) }
+        });
+        let group = levels.as_ref().map_or(&chan, |l| &l._node);
+        let (rank, size) = (group.rank, group.size);
         let mut id = UniqueId { internal: [0; 128] };
-        if chan.rank == 0 {
+        if rank == 0 {
             // SAFETY: writes the 128-byte id.
             let rc = unsafe { (lib.get_unique_id)(&mut id) };
             if rc != 0 {
                 // The other ranks wait in the broadcast below: an error here ends the job.
-                crate::sys::say(format!("hvtrain: error on rank 0: ncclGetUniqueId: {}", lib.error(rc)));
+                crate::sys::say(format!("hvtrain: error on rank {}: ncclGetUniqueId: {}", chan.rank, lib.error(rc)));
                 crate::parallel::comm::abort_world(1);
             }
         }
@@ -69,7 +92,7 @@ impl NcclReducer {
         for (w, c) in words.iter_mut().zip(id.internal.chunks(8)) {
             *w = u64::from_le_bytes(std::array::from_fn(|i| c[i] as u8));
         }
-        chan.broadcast_u64(&mut words);
+        group.broadcast_u64(&mut words);
         for (c, w) in id.internal.chunks_mut(8).zip(words) {
             for (b, v) in c.iter_mut().zip(w.to_le_bytes()) {
                 *b = v as std::ffi::c_char;
@@ -83,14 +106,63 @@ impl NcclReducer {
             Err(e) => return Err((chan, format!("a stream for NCCL: {e}"))),
         };
         let mut comm: RawComm = std::ptr::null_mut();
-        // SAFETY: every rank of `chan` calls this with the same id and its own rank.
-        let rc = unsafe { (lib.comm_init_rank)(&mut comm, chan.size as i32, id, chan.rank as i32) };
+        // SAFETY: every rank of the group calls this with the same id and its own rank.
+        let rc = unsafe { (lib.comm_init_rank)(&mut comm, size as i32, id, rank as i32) };
         if rc != 0 {
             return Err((chan, format!("ncclCommInitRank: {}", lib.error(rc))));
         }
         let aborter = Aborter(comm, lib);
         crate::parallel::liveness::on_abort(Box::new(move || aborter.abort()));
-        Ok(NcclReducer { chan, lib, comm, ctx, stream })
+        Ok(NcclReducer { chan, lib, comm, ctx, stream, levels })
+    }
+
+    /// Wait for this reducer's stream; a failure ends the job with NCCL's asynchronous error.
+    fn wait(&self, what: &str) {
+        if let Err(e) = self.stream.synchronize() {
+            let mut async_rc = 0;
+            // SAFETY: a live communicator.
+            unsafe { (self.lib.comm_get_async_error)(self.comm, &mut async_rc) };
+            self.fail(what, format!("{e}; {}", self.lib.error(async_rc)));
+        }
+    }
+
+    /// Hierarchical, after the node's sum is in `recv`: the leaders' MPI all-reduce through
+    /// host memory, then NCCL's broadcast from the leader in the node.
+    fn between_nodes(&mut self, recv: u64, n: usize) {
+        let Some(levels) = self.levels.as_mut() else { return };
+        if let Some((leaders, sent, got)) = levels.leaders.as_mut().filter(|l| l.0.size > 1) {
+            sent.resize(n, 0.0);
+            got.resize(n, 0.0);
+            // SAFETY: recv holds n floats, idle (the stream was synchronized).
+            if let Err(e) = unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut sent[..], recv) } {
+                let (rank, e) = (self.chan.rank, e.to_string());
+                crate::sys::say(format!("hvtrain: error on rank {rank}: copying a bucket to the host: {e}"));
+                crate::parallel::comm::abort_world(1);
+            }
+            leaders.all_reduce_sum_f32(sent, got);
+            // SAFETY: as above.
+            if let Err(e) = unsafe { cudarc::driver::result::memcpy_htod_sync(recv, &got[..]) } {
+                let (rank, e) = (self.chan.rank, e.to_string());
+                crate::sys::say(format!("hvtrain: error on rank {rank}: copying a bucket back to the GPU: {e}"));
+                crate::parallel::comm::abort_world(1);
+            }
+        }
+        // SAFETY: n floats at recv; the stream is ours.
+        let rc = unsafe {
+            (self.lib.broadcast)(
+                recv as *const std::ffi::c_void,
+                recv as *mut std::ffi::c_void,
+                n,
+                nccl_lib::FLOAT32,
+                0,
+                self.comm,
+                self.stream.cu_stream() as *mut std::ffi::c_void,
+            )
+        };
+        if rc != 0 {
+            self.fail("ncclBroadcast", self.lib.error(rc));
+        }
+        self.wait("ncclBroadcast (waiting for it)");
     }
 
     /// NCCL's words for a failure, and the job ends: a collective cannot be half done.
@@ -127,18 +199,18 @@ impl Reducer for NcclReducer {
         if rc != 0 {
             self.fail("ncclAllReduce", self.lib.error(rc));
         }
-        if let Err(e) = self.stream.synchronize() {
-            let mut async_rc = 0;
-            // SAFETY: a live communicator.
-            unsafe { (self.lib.comm_get_async_error)(self.comm, &mut async_rc) };
-            self.fail("ncclAllReduce (waiting for it)", format!("{e}; {}", self.lib.error(async_rc)));
-        }
+        self.wait("ncclAllReduce (waiting for it)");
+        self.between_nodes(recv, n);
     }
     fn grad_scale(&self) -> f32 {
         1.0
     }
     fn what(&self) -> &'static str {
-        "all-reduce (NCCL)"
+        if self.levels.is_some() {
+            "all-reduce (NCCL in the node, MPI among nodes)"
+        } else {
+            "all-reduce (NCCL)"
+        }
     }
     fn into_channel(self: Box<Self>) -> Option<Channel> {
         // The NCCL communicator is left to the process's end (the abort hook may still name

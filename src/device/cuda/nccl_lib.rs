@@ -34,6 +34,7 @@ type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> c_int;
 type CommInitRank = unsafe extern "C" fn(*mut RawComm, c_int, UniqueId, c_int) -> c_int;
 type AllReduce = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int;
+type Broadcast = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int;
 type CommOp = unsafe extern "C" fn(RawComm) -> c_int;
 type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 type CommGetAsyncError = unsafe extern "C" fn(RawComm, *mut c_int) -> c_int;
@@ -48,6 +49,7 @@ pub struct Nccl {
     pub get_unique_id: GetUniqueId,
     pub comm_init_rank: CommInitRank,
     pub all_reduce: AllReduce,
+    pub broadcast: Broadcast,
     pub comm_abort: CommOp,
     get_error_string: GetErrorString,
     pub comm_get_async_error: CommGetAsyncError,
@@ -72,6 +74,7 @@ impl Nccl {
                 get_unique_id: *lib.get(b"ncclGetUniqueId\0").map_err(|_| sym("ncclGetUniqueId"))?,
                 comm_init_rank: *lib.get(b"ncclCommInitRank\0").map_err(|_| sym("ncclCommInitRank"))?,
                 all_reduce: *lib.get(b"ncclAllReduce\0").map_err(|_| sym("ncclAllReduce"))?,
+                broadcast: *lib.get(b"ncclBroadcast\0").map_err(|_| sym("ncclBroadcast"))?,
                 comm_abort: *lib.get(b"ncclCommAbort\0").map_err(|_| sym("ncclCommAbort"))?,
                 get_error_string: *lib.get(b"ncclGetErrorString\0").map_err(|_| sym("ncclGetErrorString"))?,
                 comm_get_async_error: *lib.get(b"ncclCommGetAsyncError\0").map_err(|_| sym("ncclCommGetAsyncError"))?,
@@ -181,7 +184,7 @@ mod tests {
         std::fs::create_dir_all(&lib).unwrap();
         let src = dir.join("fake.c");
         let mut c = String::from("int ncclGetVersion(int *v) { *v = 22703; return 0; }\n");
-        for f in ["ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce", "ncclCommAbort", "ncclCommDestroy"] {
+        for f in ["ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce", "ncclBroadcast", "ncclCommAbort"] {
             c.push_str(&format!("int {f}(void) {{ return 0; }}\n"));
         }
         c.push_str("const char *ncclGetErrorString(int c) { return c ? \"unhandled cuda error\" : \"no error\"; }\n");
