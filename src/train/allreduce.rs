@@ -145,10 +145,12 @@ pub(super) fn build<'a, B: Backend>(
 fn gpu_path<B: Backend>(be: &B, comm: &Comm, data_chan: &Channel, job: &Job, data: usize) -> Result<Path> {
     let d = &job.distribution;
     let gpu = be.device_ordinal();
+    // Opt-in until a GPU run has passed the NCCL path (see gpu_path::Job::nccl_in_auto).
+    let nccl_in_auto = std::env::var("HVTRAIN_NCCL_AUTO").is_ok_and(|v| v == "1");
     // NCCL is looked for only where it could be used (looking may ask the python3 on PATH).
     let wanted = match d.gpu_allreduce {
         crate::config::GpuAllreduce::Nccl => true,
-        crate::config::GpuAllreduce::Auto => data > 1,
+        crate::config::GpuAllreduce::Auto => data > 1 && nccl_in_auto,
         _ => false,
     };
     let nccl = match gpu {
@@ -166,6 +168,7 @@ fn gpu_path<B: Backend>(be: &B, comm: &Comm, data_chan: &Channel, job: &Job, dat
     let all = gpu_path::gather(data_chan, &mine);
     let asked = gpu_path::Job {
         asked: d.gpu_allreduce,
+        nccl_in_auto,
         data_ranks: data,
         compression: d.compression,
         reduction: d.reduction,

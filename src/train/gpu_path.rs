@@ -4,7 +4,8 @@
 //! (host, GPU, whether NCCL loads, whether MPI is CUDA-aware) and decides the same way from
 //! them (`choose`, a pure function); rank 0 logs the choice and why.
 //!
-//! `auto` takes NCCL when the gradients are on GPUs, there is more than one data-parallel
+//! `auto` takes NCCL (once allowed to: `Job::nccl_in_auto`; it is opt-in until a GPU run has
+//! passed the NCCL path) when the gradients are on GPUs, there is more than one data-parallel
 //! rank, no two ranks of a node share a GPU (NCCL refuses that) and NCCL loads on every rank;
 //! else the host path, saying which condition failed. With `hierarchical = true` NCCL sums in
 //! each node and MPI among the nodes. `nccl` and `mpi` asked where they cannot
@@ -41,6 +42,10 @@ pub struct Facts {
 /// What every rank's facts say, and the job's keys the choice depends on.
 pub struct Job {
     pub asked: GpuAllreduce,
+    /// Whether `auto` may take NCCL. Not until a GPU run has passed the NCCL path (the GPU
+    /// check's phases b3 and m): GPU code that has never run on a GPU stays opt-in
+    /// (`gpu_allreduce = "nccl"`, or HVTRAIN_NCCL_AUTO=1 to let `auto` take it).
+    pub nccl_in_auto: bool,
     pub data_ranks: usize,
     pub compression: Compression,
     pub reduction: Reduction,
@@ -113,6 +118,10 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
                 format!("NCCL does not load on {e}")
             } else if let Some(s) = special {
                 s.to_string()
+            } else if !job.nccl_in_auto {
+                "the NCCL path has not run on a GPU yet, so auto leaves it off; set \
+                 distribution.gpu_allreduce = \"nccl\" (or HVTRAIN_NCCL_AUTO=1) to use it"
+                    .to_string()
             } else {
                 return Ok((
                     Path::Nccl,
@@ -156,11 +165,24 @@ mod tests {
     fn job(asked: GpuAllreduce, ranks: usize) -> Job {
         Job {
             asked,
+            nccl_in_auto: true,
             data_ranks: ranks,
             compression: Compression::None,
             reduction: Reduction::Average,
             hierarchical: false,
         }
+    }
+
+    /// Until a GPU run has passed it, `auto` does not take NCCL (it says how to).
+    #[test]
+    fn auto_leaves_nccl_off_until_it_has_run_on_a_gpu() {
+        let eight: Vec<Facts> = (0..8).map(|g| gpu("n1", g)).collect();
+        let j = Job { nccl_in_auto: false, ..job(GpuAllreduce::Auto, 8) };
+        let (p, why) = choose(&j, &eight).unwrap();
+        assert_eq!(p, Path::Host);
+        assert!(why.contains("has not run on a GPU yet") && why.contains("HVTRAIN_NCCL_AUTO=1"), "{why}");
+        let j = Job { nccl_in_auto: false, ..job(GpuAllreduce::Nccl, 8) };
+        assert_eq!(choose(&j, &eight).unwrap().0, Path::Nccl, "asked for, it is used");
     }
 
     #[test]
