@@ -174,22 +174,8 @@ fn gpu_path<B: Backend>(be: &B, comm: &Comm, data_chan: &Channel, job: &Job, dat
         reduction: d.reduction,
         hierarchical: d.hierarchical,
     };
-    // The old default, kept: `auto` hands device pointers to an MPI that says it is CUDA-aware
-    // when NCCL is not taken.
-    let (path, why) = match gpu_path::choose(&asked, &all) {
-        Ok((Path::Host, why))
-            if d.gpu_allreduce == crate::config::GpuAllreduce::Auto
-                && gpu.is_some()
-                && data > 1
-                && d.compression == crate::config::Compression::None
-                && !d.hierarchical
-                && all.iter().all(|f| f.cuda_aware == Some(true)) =>
-        {
-            (Path::Mpi, format!("{why}; the MPI library is CUDA-aware, so device pointers go to it"))
-        }
-        Ok(p) => p,
-        Err(e) => return Err(Error::config(&job.source, "distribution.gpu_allreduce", e)),
-    };
+    let (path, why) =
+        gpu_path::choose(&asked, &all).map_err(|e| Error::config(&job.source, "distribution.gpu_allreduce", e))?;
     if comm.rank == 0 && gpu.is_some() {
         let how = match path {
             Path::Nccl => "all-reduced GPU to GPU by NCCL",

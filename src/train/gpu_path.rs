@@ -112,16 +112,16 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
             Ok((Path::Mpi, format!("distribution.gpu_allreduce = \"mpi\" ({word})")))
         }
         GpuAllreduce::Auto => {
-            let why_not = if let Some(s) = shared {
+            let why_not = if !job.nccl_in_auto {
+                "the NCCL path has not run on a GPU yet, so auto leaves it off; set \
+                 distribution.gpu_allreduce = \"nccl\" (or HVTRAIN_NCCL_AUTO=1) to use it"
+                    .to_string()
+            } else if let Some(s) = shared {
                 format!("{s} (NCCL refuses two ranks on one GPU)")
             } else if let Some(e) = nccl_fails {
                 format!("NCCL does not load on {e}")
             } else if let Some(s) = special {
                 s.to_string()
-            } else if !job.nccl_in_auto {
-                "the NCCL path has not run on a GPU yet, so auto leaves it off; set \
-                 distribution.gpu_allreduce = \"nccl\" (or HVTRAIN_NCCL_AUTO=1) to use it"
-                    .to_string()
             } else {
                 return Ok((
                     Path::Nccl,
@@ -131,6 +131,12 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
                     ),
                 ));
             };
+            // Then device pointers to an MPI that says (on every rank) it is CUDA-aware, where the
+            // reduction is the plain float32 sum.
+            if special.is_none() && !job.hierarchical && all.iter().all(|f| f.cuda_aware == Some(true)) {
+                let why = format!("not NCCL: {why_not}; the MPI library is CUDA-aware, so device pointers go to it");
+                return Ok((Path::Mpi, why));
+            }
             Ok((Path::Host, format!("not NCCL: {why_not}")))
         }
     }
@@ -183,6 +189,14 @@ mod tests {
         assert!(why.contains("has not run on a GPU yet") && why.contains("HVTRAIN_NCCL_AUTO=1"), "{why}");
         let j = Job { nccl_in_auto: false, ..job(GpuAllreduce::Nccl, 8) };
         assert_eq!(choose(&j, &eight).unwrap().0, Path::Nccl, "asked for, it is used");
+        // Not NCCL, but every rank's MPI says it is CUDA-aware: device pointers to it.
+        let aware: Vec<Facts> = eight.iter().map(|f| Facts { cuda_aware: Some(true), ..f.clone() }).collect();
+        let j = Job { nccl_in_auto: false, ..job(GpuAllreduce::Auto, 8) };
+        let (p, why) = choose(&j, &aware).unwrap();
+        assert_eq!(p, Path::Mpi, "{why}");
+        let mut one_unknown = aware.clone();
+        one_unknown[3].cuda_aware = None;
+        assert_eq!(choose(&j, &one_unknown).unwrap().0, Path::Host);
     }
 
     #[test]
