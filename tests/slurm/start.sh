@@ -14,7 +14,7 @@ for c in munged slurmctld slurmd sinfo; do
   command -v "$c" >/dev/null || { echo "start.sh: $c not found (Debian: apt-get install slurm-wlm munge)" >&2; exit 3; }
 done
 HOST=$(hostname -s)
-mkdir -p "$D"/{munge,ctld,spool,log}
+mkdir -p "$D"/{munge,ctld,spool,log,tmp}
 chmod 0755 "$D"
 chmod 0755 "$D/munge"   # munged refuses a socket dir others may write to; clients must reach it
 
@@ -52,6 +52,7 @@ JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=pmix
+TmpFS=$D/tmp
 SlurmdParameters=config_overrides
 ReturnToService=2
 MailProg=/bin/true
@@ -61,6 +62,10 @@ GresTypes=gpu
 NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS Gres=gpu:2 State=UNKNOWN
 PartitionName=test Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 CONF
+# PMIx's per-step client directories (spmix_appdir_UID_JOB.STEP) under DIR, not /tmp: a step
+# killed by scancel can leave its directory behind, and job ids restart at 1 with each fresh
+# state, so a later run's step of the same id would fail with "File exists".
+echo "PMIxCliTmpDirBase=$D/tmp" >"$D/mpi.conf"
 # Two pretend GPUs: Slurm drops file-less GPUs, so point it at two empty files.
 mkdir -p "$D/dev" && ln -sf /dev/null "$D/dev/gpu0" && ln -sf /dev/null "$D/dev/gpu1"
 echo "NodeName=$HOST Name=gpu File=$D/dev/gpu[0-1]" >"$D/gres.conf"
