@@ -10,6 +10,7 @@ pub mod backend;
 pub mod bf16;
 pub mod cpu;
 pub mod cuda;
+pub mod fresh;
 pub mod pool;
 pub mod sgemm;
 pub mod tile;

@@ -359,8 +359,9 @@ impl Backend for Cuda {
             Some(z) => l.arg(z),
             None => l.arg(&NULL),
         };
-        l.arg(&rows).arg(&cols32).arg(&code);
-        // SAFETY: hv_bias_act(float*, const float*, float*, long long, int, int) over rows·cols.
+        l.arg(&rows).arg(&cols32).arg(&code).arg(&NULL);
+        // SAFETY: hv_bias_act(float*, const float*, float*, long long, int, int, unsigned short*)
+        // over rows·cols.
         unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_bias_act"))?;
         Ok(())
     }
@@ -380,8 +381,8 @@ impl Backend for Cuda {
             Some(z) => l.arg(z),
             None => l.arg(&NULL),
         };
-        l.arg(&n64).arg(&code);
-        // SAFETY: hv_act_backward(float*, const float*, const float*, long long, int).
+        l.arg(&n64).arg(&code).arg(&NULL);
+        // SAFETY: hv_act_backward(float*, const float*, const float*, long long, int, unsigned short*).
         unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_act_backward"))?;
         Ok(())
     }
@@ -544,8 +545,9 @@ impl Backend for Cuda {
             Some(mv) => l.arg(mv),
             None => l.arg(&NULL),
         };
-        l.arg(&n64).arg(&h.lr).arg(&h.grad_scale).arg(&h.weight_decay).arg(&h.momentum).arg(&nesterov);
-        // SAFETY: hv_sgd(float*, const float*, float*, long long, float, float, float, float, int).
+        l.arg(&n64).arg(&h.lr).arg(&h.grad_scale).arg(&h.weight_decay).arg(&h.momentum).arg(&nesterov).arg(&NULL);
+        // SAFETY: hv_sgd(float*, const float*, float*, long long, float, float, float, float, int,
+        // unsigned short*).
         unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_sgd"))?;
         Ok(())
     }
@@ -561,8 +563,8 @@ impl Backend for Cuda {
         let mut l = self.stream.launch_builder(&self.k.adam);
         l.arg(&mut pv).arg(&gv).arg(&mut mv).arg(&mut vv).arg(&n64);
         l.arg(&h.lr).arg(&h.grad_scale).arg(&h.b1).arg(&h.b2).arg(&h.eps).arg(&h.bc1).arg(&h.bc2_sqrt);
-        l.arg(&h.l2).arg(&h.decay);
-        // SAFETY: hv_adam(float*, const float*, float*, float*, long long, float × 9).
+        l.arg(&h.l2).arg(&h.decay).arg(&NULL);
+        // SAFETY: hv_adam(float*, const float*, float*, float*, long long, float × 9, unsigned short*).
         unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_adam"))?;
         Ok(())
     }

@@ -47,8 +47,10 @@ impl Cuda {
             None => l.arg(&NULL),
         };
         l.arg(&n64).arg(&table).arg(&h.lr).arg(&h.grad_scale).arg(&h.weight_decay).arg(&h.momentum).arg(&nesterov);
+        l.arg(&NULL);
         // SAFETY: hv_sgd_seg(float*, const float*, float*, long long, hv_segs, float, float, float,
-        // float, int) over n floats of each view; `table` is hv_segs' layout (launch::Segs).
+        // float, int, unsigned short*) over n floats of each view; `table` is hv_segs' layout
+        // (launch::Segs).
         Some(unsafe { l.launch(config_1d(n)) }.map(|_| ()).map_err(drv("launching hv_sgd_seg")))
     }
 
@@ -75,9 +77,9 @@ impl Cuda {
         let mut l = self.stream.launch_builder(&self.k.adam_seg);
         l.arg(&mut pv).arg(&gv).arg(&mut mv).arg(&mut vv).arg(&n64).arg(&table);
         l.arg(&h.lr).arg(&h.grad_scale).arg(&h.b1).arg(&h.b2).arg(&h.eps).arg(&h.bc1).arg(&h.bc2_sqrt);
-        l.arg(&h.l2).arg(&h.decay);
-        // SAFETY: hv_adam_seg(float*, const float*, float*, float*, long long, hv_segs, float × 9)
-        // over n floats of each view; `table` is hv_segs' layout (launch::Segs).
+        l.arg(&h.l2).arg(&h.decay).arg(&NULL);
+        // SAFETY: hv_adam_seg(float*, const float*, float*, float*, long long, hv_segs, float × 9,
+        // unsigned short*) over n floats of each view; `table` is hv_segs' layout (launch::Segs).
         Some(unsafe { l.launch(config_1d(n)) }.map(|_| ()).map_err(drv("launching hv_adam_seg")))
     }
 }

@@ -47,6 +47,22 @@ __device__ __forceinline__ float hv_act(float x, int act) {
     }
 }
 
+// bf16 rounding (nearest, ties to even; a NaN stays NaN), bit-exact with the `half` crate
+// and the CPU's bf16.rs. Also what the kernels that keep a bf16 copy write beside a float32
+// value: `low` (may be null) gets element i's rounding at index i (cuda/buf.rs, device/fresh.rs).
+__device__ __forceinline__ unsigned short hv_f32_to_bf16(float f) {
+    const unsigned int x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x0040u);  // NaN stays NaN
+    const unsigned int round_bit = 0x00008000u;
+    unsigned int h = x >> 16;
+    if ((x & round_bit) && (x & (3u * round_bit - 1u))) h += 1;
+    return (unsigned short)h;
+}
+
+__device__ __forceinline__ float hv_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
+#define HV_LOW(low, i, x) \
+    if (low) (low)[i] = hv_f32_to_bf16(x)
+
 // v[i] = value.
 extern "C" __global__ void hv_fill(float* v, long long n, float value) {
     HV_GRID_STRIDE(i, n) { v[i] = value; }
@@ -64,17 +80,20 @@ extern "C" __global__ void hv_gather_rows(float* dst, const float* src, const in
 // out[r, j] = act(out[r, j] + bias[j]) over [rows, cols]; the pre-activation to keep_z
 // (may be null).
 extern "C" __global__ void hv_bias_act(float* out, const float* bias, float* keep_z, long long rows, int cols,
-                                       int act) {
+                                       int act, unsigned short* low) {
     HV_GRID_STRIDE(i, rows * cols) {
         const float z = out[i] + bias[i % cols];
         if (keep_z) keep_z[i] = z;
-        out[i] = hv_act(z, act);
+        const float a = hv_act(z, act);
+        out[i] = a;
+        HV_LOW(low, i, a);
     }
 }
 
 // d[i] *= act'(.), from the activation's output a (relu, tanh) or its input z (gelu; z may
 // be null for the others).
-extern "C" __global__ void hv_act_backward(float* d, const float* a, const float* z, long long n, int act) {
+extern "C" __global__ void hv_act_backward(float* d, const float* a, const float* z, long long n, int act,
+                                           unsigned short* low) {
     HV_GRID_STRIDE(i, n) {
         switch (act) {
         case HV_RELU:
@@ -84,6 +103,7 @@ extern "C" __global__ void hv_act_backward(float* d, const float* a, const float
         case HV_GELU: d[i] *= hv_gelu_grad(z[i]); break;
         default: break;
         }
+        HV_LOW(low, i, d[i]);
     }
 }
 
@@ -225,8 +245,11 @@ __device__ __forceinline__ void hv_sgd_at(float* p, const float* g, float* m, lo
 }
 
 extern "C" __global__ void hv_sgd(float* p, const float* g, float* m, long long n, float lr, float grad_scale,
-                                  float wd, float mu, int nesterov) {
-    HV_GRID_STRIDE(i, n) { hv_sgd_at(p, g, m, i, lr, grad_scale, wd, mu, nesterov); }
+                                  float wd, float mu, int nesterov, unsigned short* low) {
+    HV_GRID_STRIDE(i, n) {
+        hv_sgd_at(p, g, m, i, lr, grad_scale, wd, mu, nesterov);
+        HV_LOW(low, i, p[i]);
+    }
 }
 
 // Adam (l2: L2 penalty in the gradient) or AdamW (decay = lr · weight_decay, decoupled);
@@ -246,9 +269,12 @@ __device__ __forceinline__ void hv_adam_at(float* p, const float* g, float* m, f
 
 extern "C" __global__ void hv_adam(float* p, const float* g, float* m, float* v, long long n, float lr,
                                    float grad_scale, float b1, float b2, float eps, float bc1, float bc2_sqrt,
-                                   float l2, float decay) {
+                                   float l2, float decay, unsigned short* low) {
     const float step = lr / bc1;
-    HV_GRID_STRIDE(i, n) { hv_adam_at(p, g, m, v, i, step, grad_scale, b1, b2, eps, bc2_sqrt, l2, decay); }
+    HV_GRID_STRIDE(i, n) {
+        hv_adam_at(p, g, m, v, i, step, grad_scale, b1, b2, eps, bc2_sqrt, l2, decay);
+        HV_LOW(low, i, p[i]);
+    }
 }
 
 // ---- The fused update of a gradient bucket: its consecutive tensors in one launch. Segment
@@ -274,33 +300,27 @@ __device__ __forceinline__ int hv_decayed(const hv_segs& s, long long i) {
 }
 
 extern "C" __global__ void hv_sgd_seg(float* p, const float* g, float* m, long long n, hv_segs segs, float lr,
-                                      float grad_scale, float wd, float mu, int nesterov) {
-    HV_GRID_STRIDE(i, n) { hv_sgd_at(p, g, m, i, lr, grad_scale, hv_decayed(segs, i) ? wd : 0.0f, mu, nesterov); }
+                                      float grad_scale, float wd, float mu, int nesterov, unsigned short* low) {
+    HV_GRID_STRIDE(i, n) {
+        hv_sgd_at(p, g, m, i, lr, grad_scale, hv_decayed(segs, i) ? wd : 0.0f, mu, nesterov);
+        HV_LOW(low, i, p[i]);
+    }
 }
 
 extern "C" __global__ void hv_adam_seg(float* p, const float* g, float* m, float* v, long long n, hv_segs segs,
                                        float lr, float grad_scale, float b1, float b2, float eps, float bc1,
-                                       float bc2_sqrt, float l2, float decay) {
+                                       float bc2_sqrt, float l2, float decay, unsigned short* low) {
     const float step = lr / bc1;
     HV_GRID_STRIDE(i, n) {
         const int on = hv_decayed(segs, i);
         hv_adam_at(p, g, m, v, i, step, grad_scale, b1, b2, eps, bc2_sqrt, on ? l2 : 0.0f, on ? decay : 0.0f);
+        HV_LOW(low, i, p[i]);
     }
 }
 
 // ---- fp16 / bf16 packing for compressed gradient exchange (bit-exact with the `half`
 // crate that the CPU path uses: round to nearest, ties to even) ----
 
-__device__ __forceinline__ unsigned short hv_f32_to_bf16(float f) {
-    const unsigned int x = __float_as_uint(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x0040u);  // NaN stays NaN
-    const unsigned int round_bit = 0x00008000u;
-    unsigned int h = x >> 16;
-    if ((x & round_bit) && (x & (3u * round_bit - 1u))) h += 1;
-    return (unsigned short)h;
-}
-
-__device__ __forceinline__ float hv_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
 
 __device__ __forceinline__ unsigned short hv_f32_to_f16(float f) {
     const unsigned int x = __float_as_uint(f);

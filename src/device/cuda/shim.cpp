@@ -57,12 +57,13 @@ void hvshim_hv_gather_rows(u32 g, u32 b, float* dst, const float* src, const int
     launch(g, b, hv_gather_rows, dst, src, idx, rows, cols);
 }
 
-void hvshim_hv_bias_act(u32 g, u32 b, float* out, const float* bias, float* keep_z, i64 rows, int cols, int act) {
-    launch(g, b, hv_bias_act, out, bias, keep_z, rows, cols, act);
+void hvshim_hv_bias_act(u32 g, u32 b, float* out, const float* bias, float* keep_z, i64 rows, int cols, int act,
+                        u16* low) {
+    launch(g, b, hv_bias_act, out, bias, keep_z, rows, cols, act, low);
 }
 
-void hvshim_hv_act_backward(u32 g, u32 b, float* d, const float* a, const float* z, i64 n, int act) {
-    launch(g, b, hv_act_backward, d, a, z, n, act);
+void hvshim_hv_act_backward(u32 g, u32 b, float* d, const float* a, const float* z, i64 n, int act, u16* low) {
+    launch(g, b, hv_act_backward, d, a, z, n, act, low);
 }
 
 void hvshim_hv_softmax_xent(u32 g, u32 b, const float* logits, const int* labels, i64 rows, int k, float grad_scale,
@@ -83,13 +84,13 @@ void hvshim_hv_dropout(u32 g, u32 b, float* v, i64 rows, int cols, const int* ke
 void hvshim_hv_softmax_rows(u32 g, u32 b, float* v, i64 rows, int k) { launch(g, b, hv_softmax_rows, v, rows, k); }
 
 void hvshim_hv_sgd(u32 g, u32 b, float* p, const float* grad, float* m, i64 n, float lr, float grad_scale, float wd,
-                   float mu, int nesterov) {
-    launch(g, b, hv_sgd, p, grad, m, n, lr, grad_scale, wd, mu, nesterov);
+                   float mu, int nesterov, u16* low) {
+    launch(g, b, hv_sgd, p, grad, m, n, lr, grad_scale, wd, mu, nesterov, low);
 }
 
 void hvshim_hv_adam(u32 g, u32 b, float* p, const float* grad, float* m, float* v, i64 n, float lr, float grad_scale,
-                    float b1, float b2, float eps, float bc1, float bc2_sqrt, float l2, float decay) {
-    launch(g, b, hv_adam, p, grad, m, v, n, lr, grad_scale, b1, b2, eps, bc1, bc2_sqrt, l2, decay);
+                    float b1, float b2, float eps, float bc1, float bc2_sqrt, float l2, float decay, u16* low) {
+    launch(g, b, hv_adam, p, grad, m, v, n, lr, grad_scale, b1, b2, eps, bc1, bc2_sqrt, l2, decay, low);
 }
 
 void hvshim_hv_pack_f16(u32 g, u32 b, const float* x, u16* out, i64 n) { launch(g, b, hv_pack_f16, x, out, n); }
@@ -100,13 +101,13 @@ void hvshim_hv_unpack_bf16(u32 g, u32 b, const u16* in, float* out, i64 n) {
 }
 
 void hvshim_hv_sgd_seg(u32 g, u32 b, float* p, const float* grad, float* m, i64 n, hv_segs segs, float lr,
-                       float grad_scale, float wd, float mu, int nesterov) {
-    launch(g, b, hv_sgd_seg, p, grad, m, n, segs, lr, grad_scale, wd, mu, nesterov);
+                       float grad_scale, float wd, float mu, int nesterov, u16* low) {
+    launch(g, b, hv_sgd_seg, p, grad, m, n, segs, lr, grad_scale, wd, mu, nesterov, low);
 }
 void hvshim_hv_adam_seg(u32 g, u32 b, float* p, const float* grad, float* m, float* v, i64 n, hv_segs segs, float lr,
                         float grad_scale, float b1, float b2, float eps, float bc1, float bc2_sqrt, float l2,
-                        float decay) {
-    launch(g, b, hv_adam_seg, p, grad, m, v, n, segs, lr, grad_scale, b1, b2, eps, bc1, bc2_sqrt, l2, decay);
+                        float decay, u16* low) {
+    launch(g, b, hv_adam_seg, p, grad, m, v, n, segs, lr, grad_scale, b1, b2, eps, bc1, bc2_sqrt, l2, decay, low);
 }
 void hvshim_hv_sum_squares(u32 g, u32 b, const float* v, i64 n, double* partial, int parts) {
     launch(g, b, hv_sum_squares, v, n, partial, parts);

@@ -7,7 +7,7 @@
 //! Must not: be built into the binary (tests only).
 
 use super::super::launch::{grid_1d, Segs, MAX_SEGS};
-use super::{body, guarded, random};
+use super::{body, check_low, guarded, low_copy, low_ptr, random};
 use crate::device::Segment;
 use crate::rng::Rng;
 
@@ -25,6 +25,7 @@ extern "C" {
         wd: f32,
         mu: f32,
         nesterov: i32,
+        low: *mut u16,
     );
     fn hvshim_hv_adam_seg(
         g: u32,
@@ -44,6 +45,7 @@ extern "C" {
         bc2_sqrt: f32,
         l2: f32,
         decay: f32,
+        low: *mut u16,
     );
 }
 
@@ -81,7 +83,8 @@ fn sgd_seg_equals_sgd_per_tensor() {
         let table = Segs::of(&segs).expect("adjacent, few");
         let (p0, m0, g) = (random(&mut rng, n, 1.0), random(&mut rng, n, 0.1), random(&mut rng, n, 5.0));
         for (momentum, nesterov) in [(false, false), (true, false), (true, true)] {
-            for (gx, bx) in grids(n) {
+            for (k, (gx, bx)) in grids(n).into_iter().enumerate() {
+                let mut low = low_copy(k % 2 == 0, n);
                 let what = format!("sgd {sizes:?} momentum={momentum} nesterov={nesterov} grid {gx}x{bx}");
                 let (mut p, mut m) = (guarded(p0.clone()), guarded(m0.clone()));
                 let (mut wp, mut wm) = (guarded(p0.clone()), guarded(m0.clone()));
@@ -102,6 +105,7 @@ fn sgd_seg_equals_sgd_per_tensor() {
                         1e-2,
                         0.9,
                         nesterov as i32,
+                        low_ptr(&mut low),
                     );
                     for s in &segs {
                         let (r, wd) = (s.range.clone(), if s.decayed { 1e-2 } else { 0.0 });
@@ -120,10 +124,12 @@ fn sgd_seg_equals_sgd_per_tensor() {
                             wd,
                             0.9,
                             nesterov as i32,
+                            std::ptr::null_mut(),
                         );
                     }
                 }
                 same_bits(&what, body(&what, &p), body(&what, &wp));
+                check_low(&what, &low, body(&what, &p));
                 if momentum {
                     same_bits(&format!("{what} m"), body(&what, &m), body(&what, &wm));
                 }
@@ -142,7 +148,8 @@ fn adam_seg_equals_adam_per_tensor() {
         let (p0, m0, g) = (random(&mut rng, n, 1.0), random(&mut rng, n, 0.1), random(&mut rng, n, 5.0));
         let v0: Vec<f32> = random(&mut rng, n, 0.1).iter().map(|x| x.abs()).collect();
         for (l2, decay) in [(0.05f32, 0.0f32), (0.0, 1e-3)] {
-            for (gx, bx) in grids(n) {
+            for (k, (gx, bx)) in grids(n).into_iter().enumerate() {
+                let mut low = low_copy(k % 2 == 1, n);
                 let what = format!("adam {sizes:?} l2={l2} decay={decay} grid {gx}x{bx}");
                 let (mut p, mut m, mut v) = (guarded(p0.clone()), guarded(m0.clone()), guarded(v0.clone()));
                 let (mut wp, mut wm, mut wv) = (guarded(p0.clone()), guarded(m0.clone()), guarded(v0.clone()));
@@ -167,6 +174,7 @@ fn adam_seg_equals_adam_per_tensor() {
                         h.6,
                         l2,
                         decay,
+                        low_ptr(&mut low),
                     );
                     for s in &segs {
                         let r = s.range.clone();
@@ -189,10 +197,12 @@ fn adam_seg_equals_adam_per_tensor() {
                             h.6,
                             l2s,
                             ds,
+                            std::ptr::null_mut(),
                         );
                     }
                 }
                 same_bits(&what, body(&what, &p), body(&what, &wp));
+                check_low(&what, &low, body(&what, &p));
                 same_bits(&format!("{what} m"), body(&what, &m), body(&what, &wm));
                 same_bits(&format!("{what} v"), body(&what, &v), body(&what, &wv));
             }

@@ -48,8 +48,9 @@ extern "C" {
         rows: i64,
         cols: i32,
         act: i32,
+        low: *mut u16,
     );
-    fn hvshim_hv_act_backward(g: u32, b: u32, d: *mut f32, a: *const f32, z: *const f32, n: i64, act: i32);
+    fn hvshim_hv_act_backward(g: u32, b: u32, d: *mut f32, a: *const f32, z: *const f32, n: i64, act: i32, low: *mut u16);
     fn hvshim_hv_softmax_xent(
         g: u32,
         b: u32,
@@ -101,6 +102,7 @@ extern "C" {
         wd: f32,
         mu: f32,
         nesterov: i32,
+        low: *mut u16,
     );
     fn hvshim_hv_adam(
         g: u32,
@@ -119,6 +121,7 @@ extern "C" {
         bc2_sqrt: f32,
         l2: f32,
         decay: f32,
+        low: *mut u16,
     );
     fn hvshim_hv_pack_f16(g: u32, b: u32, x: *const f32, out: *mut u16, n: i64);
     fn hvshim_hv_unpack_f16(g: u32, b: u32, inp: *const u16, out: *mut f32, n: i64);
@@ -173,6 +176,27 @@ fn ptr_or_null(v: &mut Option<Vec<f32>>) -> *mut f32 {
     v.as_mut().map_or(null_mut(), |v| v.as_mut_ptr())
 }
 
+/// A bf16 copy for `n` values (with guard elements) when `on`: the kernels that keep one
+/// (`HV_LOW`) write it only when handed one.
+pub(super) fn low_copy(on: bool, n: usize) -> Option<Vec<u16>> {
+    on.then(|| vec![0xdead; n + GUARD])
+}
+
+pub(super) fn low_ptr(v: &mut Option<Vec<u16>>) -> *mut u16 {
+    v.as_mut().map_or(null_mut(), |v| v.as_mut_ptr())
+}
+
+/// The copy, when there is one, holds the bf16 rounding of `values` bit for bit (what a bf16
+/// product would round them to: `bf16::to_bf16`), and its guard elements are untouched.
+pub(super) fn check_low(what: &str, low: &Option<Vec<u16>>, values: &[f32]) {
+    let Some(low) = low else { return };
+    let n = values.len();
+    assert!(low[n..].iter().all(|&x| x == 0xdead), "{what}: the bf16 copy was written past its end");
+    for (i, (&h, &x)) in low[..n].iter().zip(values).enumerate() {
+        assert_eq!(h, crate::device::bf16::to_bf16(x), "{what}: bf16 copy of element {i} ({x})");
+    }
+}
+
 #[test]
 fn fill_sets_every_element() {
     for n in SIZES {
@@ -216,8 +240,9 @@ fn bias_act_matches_cpu() {
                     let mut want = x.clone();
                     let mut want_z = vec![0.0; rows * cols];
                     cpu::bias_act_forward(&mut want, &bias, act, keep.then_some(&mut want_z[..]));
-                    for (g, b) in grids(rows * cols) {
-                        let what = format!("bias_act {rows}x{cols} {act:?} keep_z={keep} grid {g}x{b}");
+                    for (k, (g, b)) in grids(rows * cols).into_iter().enumerate() {
+                        let mut low = low_copy(k % 2 == 1, rows * cols);
+                        let what = format!("bias_act {rows}x{cols} {act:?} keep_z={keep} low={} grid {g}x{b}", low.is_some());
                         let mut out = guarded(x.clone());
                         let mut z = keep.then(|| guarded(vec![0.0; rows * cols]));
                         // SAFETY: out and z hold rows·cols elements, bias cols.
@@ -232,9 +257,11 @@ fn bias_act_matches_cpu() {
                                 rows as i64,
                                 cols as i32,
                                 act_code(act),
+                                low_ptr(&mut low),
                             );
                         }
                         assert_close(&what, body(&what, &out), &want);
+                        check_low(&what, &low, body(&what, &out));
                         if let Some(z) = &z {
                             assert_close(&format!("{what} z"), body(&what, z), &want_z);
                         }
@@ -259,13 +286,16 @@ fn act_backward_matches_cpu() {
             for &pass_z in with_z {
                 let mut want = d.clone();
                 cpu::act_backward_inplace(&mut want, &a, pass_z.then_some(&z[..]), act);
-                for (g, b) in grids(n) {
-                    let what = format!("act_backward n={n} {act:?} z={pass_z} grid {g}x{b}");
+                for (k, (g, b)) in grids(n).into_iter().enumerate() {
+                    let mut low = low_copy(k % 2 == 0, n);
+                    let what = format!("act_backward n={n} {act:?} z={pass_z} low={} grid {g}x{b}", low.is_some());
                     let mut got = guarded(d.clone());
                     let zp = if pass_z { z.as_ptr() } else { null() };
-                    // SAFETY: d, a and z (when passed) hold n elements.
-                    unsafe { hvshim_hv_act_backward(g, b, got.as_mut_ptr(), a.as_ptr(), zp, n as i64, act_code(act)) };
+                    let lp = low_ptr(&mut low);
+                    // SAFETY: d, a, z (when passed) and low (when passed) hold n elements.
+                    unsafe { hvshim_hv_act_backward(g, b, got.as_mut_ptr(), a.as_ptr(), zp, n as i64, act_code(act), lp) };
                     assert_close(&what, body(&what, &got), &want);
+                    check_low(&what, &low, body(&what, &got));
                 }
             }
         }
@@ -302,7 +332,8 @@ fn sgd_matches_cpu() {
             for nesterov in [false, true] {
                 for wd in [0.0, 1e-3] {
                     let h = SgdHyper { lr: 0.05, grad_scale: 1.0 / 7.0, weight_decay: wd, momentum: 0.9, nesterov };
-                    for (g, b) in grids(n) {
+                    for (k, (g, b)) in grids(n).into_iter().enumerate() {
+                        let mut low = low_copy(k % 2 == 1, n);
                         let what = format!("sgd n={n} momentum={momentum} nesterov={nesterov} wd={wd} grid {g}x{b}");
                         let (mut wp, mut wm) = (p0.clone(), m0.clone());
                         let mut p = guarded(p0.clone());
@@ -326,10 +357,12 @@ fn sgd_matches_cpu() {
                                     wd,
                                     mu,
                                     nesterov as i32,
+                                    low_ptr(&mut low),
                                 );
                             }
                         }
                         assert_close(&what, body(&what, &p), &wp);
+                        check_low(&what, &low, body(&what, &p));
                         if let Some(m) = &m {
                             assert_close(&format!("{what} m"), body(&what, m), &wm);
                         }
@@ -352,7 +385,8 @@ fn adam_matches_cpu() {
         // Plain Adam, Adam with an L2 penalty, AdamW (decoupled decay).
         for (l2, decay) in [(0.0, 0.0), (0.01, 0.0), (0.0, lr * 0.05)] {
             for t0 in [0, 99] {
-                for (g, b) in grids(n) {
+                for (k, (g, b)) in grids(n).into_iter().enumerate() {
+                    let mut low = low_copy(k % 2 == 0, n);
                     let what = format!("adam n={n} l2={l2} decay={decay} t0={t0} grid {g}x{b}");
                     let (mut wp, mut wm, mut wv) = (p0.clone(), m0.clone(), v0.clone());
                     let (mut p, mut m, mut v) = (guarded(p0.clone()), guarded(m0.clone()), guarded(v0.clone()));
@@ -389,10 +423,12 @@ fn adam_matches_cpu() {
                                 h.bc2_sqrt,
                                 h.l2,
                                 h.decay,
+                                low_ptr(&mut low),
                             );
                         }
                     }
                     assert_close(&what, body(&what, &p), &wp);
+                    check_low(&what, &low, body(&what, &p));
                     assert_close(&format!("{what} m"), body(&what, &m), &wm);
                     assert_close(&format!("{what} v"), body(&what, &v), &wv);
                 }
