@@ -455,6 +455,12 @@ pub trait Backend: Send {
     /// Row-wise softmax of [rows, k] in place (probabilities for `predict`).
     fn softmax(&self, v: Self::ViewMut<'_>, k: usize) -> Result<()>;
 
+    /// bf16 products' operands read from bf16 copies the backend kept, and rounded first
+    /// (None: it keeps no copies; the CUDA backend with `HVTRAIN_BF16_COPIES=1`).
+    fn bf16_copy_reads(&self) -> Option<[u64; 2]> {
+        None
+    }
+
     // ---- compression ----
     /// Round `v` in place to fp16 or bf16 and back (round to nearest, ties to even): the
     /// packing that compressed gradient exchange applies, bit-exact on every backend.

@@ -189,3 +189,83 @@ pub fn step_matches_cpu<B: Backend>(be: &B, act: Activation, loss: impl Into<Los
     );
     rel
 }
+
+/// One side of `steps_agree`: a backend's parameters, gradients, momentum, data, workspace.
+struct Side<B: Backend> {
+    p: B::Buf,
+    g: B::Buf,
+    mom: B::Buf,
+    x: B::Buf,
+    labels: B::Labels,
+    values: B::Buf,
+    ws: Workspace<B>,
+}
+
+impl<B: Backend> Side<B> {
+    fn new(be: &B, m: &Mlp, p0: &[f32], d: &Data, rates: &[f32]) -> Side<B> {
+        let mut labels = be.labels(d.b).unwrap();
+        be.upload_labels(&d.labels, &mut labels).unwrap();
+        Side {
+            p: be.upload(p0).unwrap(),
+            g: be.zeros(m.n_params).unwrap(),
+            mom: be.zeros(m.n_params).unwrap(),
+            x: be.upload(&d.x).unwrap(),
+            labels,
+            values: be.upload(&values_for(m, d)).unwrap(),
+            ws: workspace(be, m, d.b, rates),
+        }
+    }
+
+    /// One SGD step (momentum, weight decay on the weights, the fused update): the gradients
+    /// it took and the parameters it left.
+    fn step(&mut self, be: &B, m: &Mlp, d: &Data) -> (Vec<f32>, Vec<f32>) {
+        m.forward(be, &self.p, &self.x, d.b, &mut self.ws).unwrap();
+        let t = targets_of(be, m, &self.labels, &self.values, d.values.len());
+        m.loss(be, t, d.b, 1.0 / d.b as f32, &mut self.ws, true).unwrap();
+        let tensors = m.tensors();
+        let ranges = tensors.iter().map(|t| t.range.clone()).collect();
+        let mut sink = Plain { be, buf: &mut self.g, ranges, order: Vec::new() };
+        m.backward(be, &self.p, &self.x, d.b, &mut self.ws, &mut sink).unwrap();
+        let segs: Vec<_> = tensors
+            .iter()
+            .map(|t| crate::device::Segment { range: t.range.clone(), decayed: t.is_weight })
+            .collect();
+        let h = crate::device::SgdHyper { lr: 0.1, grad_scale: 1.0, weight_decay: 1e-3, momentum: 0.9, nesterov: false };
+        be.sgd_segments(&mut self.p, &self.g, 0, Some(&mut self.mom), &segs, &h).unwrap();
+        let (mut g, mut p) = (vec![0.0f32; m.n_params], vec![0.0f32; m.n_params]);
+        be.download(&self.g, 0..m.n_params, &mut g).unwrap();
+        be.download(&self.p, 0..m.n_params, &mut p).unwrap();
+        (g, p)
+    }
+}
+
+/// `steps` training steps of one small model (ReLU, dropout on the first hidden layer,
+/// SGD with momentum) on `a` and on `b` side by side from the same weights and data: the
+/// largest norm-wise relative difference of their gradients or parameters at any step. For
+/// two ways of computing the same products on one device (bf16 products reading kept copies
+/// against rounding every operand: the same bits in, so only summation order may differ),
+/// where a stale copy would show as a difference of the size of a step's update.
+pub fn steps_agree<A: Backend, B: Backend>(a: &A, b: &B, steps: usize) -> f64 {
+    let sizes = [37, 65, 33, 5];
+    let rows = 129;
+    let m = Mlp::new(&sizes, Activation::Relu, crate::config::LossKind::SoftmaxCrossEntropy);
+    let p0 = m.init_params(3);
+    let d = Data {
+        b: rows,
+        x: random(rows * sizes[0], 4, 1.0),
+        labels: (0..rows).map(|i| (i * 7 % 5) as i32).collect(),
+        values: random(rows * 5, 5, 1.0),
+    };
+    let rates = [0.3, 0.0];
+    let (mut sa, mut sb) = (Side::new(a, &m, &p0, &d, &rates), Side::new(b, &m, &p0, &d, &rates));
+    let rel = |x: &[f32], y: &[f32]| {
+        let diff: f64 = x.iter().zip(y).map(|(&u, &v)| (u as f64 - v as f64).powi(2)).sum::<f64>().sqrt();
+        diff / y.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt().max(1e-30)
+    };
+    let mut worst = 0.0f64;
+    for _ in 0..steps {
+        let ((ga, pa), (gb, pb)) = (sa.step(a, &m, &d), sb.step(b, &m, &d));
+        worst = worst.max(rel(&ga, &gb)).max(rel(&pa, &pb));
+    }
+    worst
+}

@@ -122,3 +122,20 @@ fn init_is_seeded_and_glorot_bounded() {
     assert!(a[m.layers[0].w.clone()].iter().all(|w| w.abs() <= lim));
     assert!(a[m.layers[0].b.clone()].iter().all(|&b| b == 0.0));
 }
+
+/// `steps_agree` (what `hvtrain selftest` runs on a GPU for the bf16 copies): a backend
+/// against itself agrees exactly, and a difference of precision (bf16 products against
+/// float32) is far above the 1e-4 the selftest allows.
+#[test]
+fn steps_agree_is_zero_for_the_same_products_and_sees_a_precision_change() {
+    use super::gradcheck::steps_agree;
+    assert_eq!(steps_agree(&Cpu, &Cpu, 4), 0.0);
+    if !crate::device::bf16::supported() {
+        eprintln!("skipped the bf16 half: this CPU lacks AVX512-BF16");
+        return;
+    }
+    let bf16 = Cpu::new(crate::config::Precision::Bf16).unwrap();
+    let rel = steps_agree(&bf16, &Cpu, 4);
+    eprintln!("bf16 against float32 products: {rel:.1e} norm-wise");
+    assert!(rel > 1e-3, "bf16 against float32 products: {rel:.1e}");
+}

@@ -12,7 +12,7 @@
 
 use super::buf::{drv, DView, DViewMut, DevBuf};
 use super::gemm_map::{cublas_args, Op};
-use super::launch::{act_code, config_1d};
+use super::launch::config_1d;
 use super::module::Kernels;
 use crate::config::{Activation, Precision};
 use crate::device::backend::{AdamHyper, Backend, Captured, Gemm, Mask, Pointwise, Replayed, Segment, SgdHyper, Trans};
@@ -46,6 +46,11 @@ pub struct Cuda {
     /// The dense layers' forward through cublasLt with epilogues (`dense.rs`); None: cuBLAS
     /// + hv_bias_act (bf16 products, or cublasLt off or failing its start-up check).
     pub(super) lt: Option<super::lt::Lt>,
+    /// Keep bf16 copies of what the bf16 products read (`precision = "bf16"` and
+    /// `low_copies_asked`): written by the kernels that write the values, read by `gemm_bf16`.
+    pub(super) low_copies: bool,
+    /// Operands of bf16 products read from a copy, and rounded by `hv_pack_bf16` (logged at the end).
+    pub(super) operands: std::cell::Cell<[u64; 2]>,
 }
 
 impl Cuda {
@@ -96,8 +101,15 @@ impl Cuda {
             pending: Default::default(),
             scratch_gen: Default::default(),
             lt: None,
+            low_copies: precision == Precision::Bf16 && low_copies_asked(),
+            operands: Default::default(),
         };
         let dense = match precision {
+            Precision::Bf16 if cuda.low_copies => {
+                "cublasGemmEx on bf16 copies kept by the kernels that write the values (HVTRAIN_BF16_COPIES=1; \
+                 CUDA graphs off) + hv_bias_act"
+                    .to_string()
+            }
             Precision::Bf16 => "cublasGemmEx + hv_bias_act".to_string(),
             _ => cuda.start_lt(major, precision == Precision::Tf32),
         };
@@ -137,6 +149,21 @@ impl Cuda {
         self.stream.synchronize().map_err(drv("waiting for the GPU"))?;
         Ok(v)
     }
+}
+
+impl Drop for Cuda {
+    fn drop(&mut self) {
+        if self.low_copies {
+            let [copies, rounded] = self.operands.get();
+            log::info!("bf16 products: {copies} operands read from kept bf16 copies, {rounded} rounded first");
+        }
+    }
+}
+
+/// Whether the user asked for bf16 copies (`HVTRAIN_BF16_COPIES=1`, `bf16_gemm.rs`): never-run
+/// GPU code stays opt-in until `run-gpu-check.sh` has passed it on a GPU.
+fn low_copies_asked() -> bool {
+    std::env::var("HVTRAIN_BF16_COPIES").is_ok_and(|v| v == "1")
 }
 
 /// NULL for a kernel's optional pointer argument.
@@ -183,7 +210,8 @@ impl Backend for Cuda {
         if host.is_empty() {
             return Ok(());
         }
-        if let Some(s) = buf.stage.as_mut() {
+        let (stage, dev) = buf.stage_and_dev_mut();
+        if let Some(s) = stage {
             // Through pinned memory on the copy stream, asynchronously: the kernels that read
             // the buffer wait for the copy (cudarc's write event on the device buffer), and
             // the next write into the pinned buffer waits for this copy out of it (`pending`).
@@ -194,13 +222,14 @@ impl Backend for Cuda {
             let pinned = s.host.as_mut_slice().map_err(drv("reaching pinned memory"))?;
             pinned[..n].copy_from_slice(host);
             s.copy
-                .memcpy_htod(&pinned[..n], &mut buf.dev.slice_mut(0..n))
+                .memcpy_htod(&pinned[..n], &mut dev.slice_mut(0..n))
                 .map_err(drv("copying a batch to the GPU"))?;
             s.pending = Some(s.copy.record_event(None).map_err(drv("recording a copy event"))?);
             return Ok(());
         }
         {
-            self.stream.memcpy_htod(host, &mut buf.dev.slice_mut(0..host.len())).map_err(drv("copying to the GPU"))?;
+            let dst = &mut dev.slice_mut(0..host.len());
+            self.stream.memcpy_htod(host, dst).map_err(drv("copying to the GPU"))?;
         }
         Ok(())
     }
@@ -218,7 +247,7 @@ impl Backend for Cuda {
     fn download(&self, buf: &DevBuf, range: Range<usize>, host: &mut [f32]) -> Result<()> {
         assert!(range.end <= buf.len && host.len() == range.len(), "download out of range");
         if !host.is_empty() {
-            self.stream.memcpy_dtoh(&buf.dev.slice(range), host).map_err(drv("copying from the GPU"))?;
+            self.stream.memcpy_dtoh(&buf.dev().slice(range), host).map_err(drv("copying from the GPU"))?;
         }
         self.stream.synchronize().map_err(drv("waiting for the GPU"))
     }
@@ -258,12 +287,10 @@ impl Backend for Cuda {
         Ok(())
     }
     fn view<'a>(&self, buf: &'a DevBuf, r: Range<usize>) -> DView<'a> {
-        assert!(r.start <= r.end && r.end <= buf.len, "view {r:?} of a buffer of {}", buf.len);
-        DView { buf: &buf.dev, start: r.start, len: r.len() }
+        buf.view(r)
     }
     fn view_mut<'a>(&self, buf: &'a mut DevBuf, r: Range<usize>) -> DViewMut<'a> {
-        assert!(r.start <= r.end && r.end <= buf.len, "view {r:?} of a buffer of {}", buf.len);
-        DViewMut { buf: &mut buf.dev, start: r.start, len: r.len() }
+        buf.view_mut(r)
     }
 
     fn gemm(&self, gm: Gemm, a: DView<'_>, b: DView<'_>, c: DViewMut<'_>) -> Result<()> {
@@ -333,58 +360,12 @@ impl Backend for Cuda {
         }
         crate::device::backend::input_grad_separate(self, g, dz, w, dprev, a_prev, z_prev, act, beta, bias_grad)
     }
-    fn bias_act(
-        &self,
-        out: DViewMut<'_>,
-        bias: DView<'_>,
-        act: Activation,
-        keep_z: Option<DViewMut<'_>>,
-    ) -> Result<()> {
-        let cols = bias.len;
-        if out.len == 0 {
-            return Ok(());
-        }
-        let (rows, cols32, code) = ((out.len / cols) as i64, cols as i32, act_code(act));
-        let n = out.len;
-        let bias = bias.cu();
-        let mut o = out.cu();
-        if let Some(lt) = self.lt.as_ref().filter(|_| act == Activation::Relu) {
-            lt.forget_mask(cudarc::driver::DevicePtr::device_ptr(&o, &self.stream).0);
-            // written without one
-        }
-        let mut l = self.stream.launch_builder(&self.k.bias_act);
-        l.arg(&mut o).arg(&bias);
-        let mut z = keep_z.map(DViewMut::cu);
-        match z.as_mut() {
-            Some(z) => l.arg(z),
-            None => l.arg(&NULL),
-        };
-        l.arg(&rows).arg(&cols32).arg(&code).arg(&NULL);
-        // SAFETY: hv_bias_act(float*, const float*, float*, long long, int, int, unsigned short*)
-        // over rows·cols.
-        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_bias_act"))?;
-        Ok(())
+    fn bias_act(&self, out: DViewMut<'_>, bias: DView<'_>, act: Activation, keep_z: Option<DViewMut<'_>>) -> Result<()> {
+        self.launch_bias_act(out, bias, act, keep_z)
     }
 
     fn act_backward(&self, d: DViewMut<'_>, a: DView<'_>, z: Option<DView<'_>>, act: Activation) -> Result<()> {
-        let n = d.len;
-        if n == 0 || act == Activation::Identity {
-            return Ok(());
-        }
-        let (n64, code) = (n as i64, act_code(act));
-        let a = a.cu();
-        let zv = z.map(|z| z.cu());
-        let mut dv = d.cu();
-        let mut l = self.stream.launch_builder(&self.k.act_backward);
-        l.arg(&mut dv).arg(&a);
-        match &zv {
-            Some(z) => l.arg(z),
-            None => l.arg(&NULL),
-        };
-        l.arg(&n64).arg(&code).arg(&NULL);
-        // SAFETY: hv_act_backward(float*, const float*, const float*, long long, int, unsigned short*).
-        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_act_backward"))?;
-        Ok(())
+        self.launch_act_backward(d, a, z, act)
     }
 
     fn column_sums(&self, m: DView<'_>, cols: usize, beta: f32, out: DViewMut<'_>) -> Result<()> {
@@ -395,7 +376,7 @@ impl Backend for Cuda {
         self.ones(rows)?;
         let ones = self.ones.borrow();
         let ones = ones.as_ref().expect("grown above");
-        let ov = DView { buf: ones, start: 0, len: rows };
+        let ov = DView { buf: ones, start: 0, len: rows, low: None };
         // out[1, cols] = ones[1, rows] · m[rows, cols]
         self.gemm(Gemm::new(1, rows, cols, Trans::N, Trans::N).beta(beta), ov, m, out)
     }
@@ -460,8 +441,13 @@ impl Backend for Cuda {
     fn order_after_writes(&self, bufs: &[&DevBuf]) -> Result<()> {
         self.wait_for_writes(bufs)
     }
+    fn bf16_copy_reads(&self) -> Option<[u64; 2]> {
+        self.low_copies.then(|| self.operands.get())
+    }
     fn captures(&self) -> bool {
-        true
+        // A graph replays its products' choice of operand (copy or rounding) made at capture,
+        // while where a copy is current is host state: with copies, no graphs.
+        !self.low_copies
     }
     fn scratch_generation(&self) -> u64 {
         self.scratch_gen.get()
@@ -531,42 +517,11 @@ impl Backend for Cuda {
     }
 
     fn sgd(&self, p: DViewMut<'_>, g: DView<'_>, m: Option<DViewMut<'_>>, h: &SgdHyper) -> Result<()> {
-        let n = p.len;
-        if n == 0 {
-            return Ok(());
-        }
-        let (n64, nesterov) = (n as i64, h.nesterov as i32);
-        let gv = g.cu();
-        let mut pv = p.cu();
-        let mut mv = m.map(DViewMut::cu);
-        let mut l = self.stream.launch_builder(&self.k.sgd);
-        l.arg(&mut pv).arg(&gv);
-        match mv.as_mut() {
-            Some(mv) => l.arg(mv),
-            None => l.arg(&NULL),
-        };
-        l.arg(&n64).arg(&h.lr).arg(&h.grad_scale).arg(&h.weight_decay).arg(&h.momentum).arg(&nesterov).arg(&NULL);
-        // SAFETY: hv_sgd(float*, const float*, float*, long long, float, float, float, float, int,
-        // unsigned short*).
-        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_sgd"))?;
-        Ok(())
+        self.launch_sgd(p, g, m, h)
     }
 
     fn adam(&self, p: DViewMut<'_>, g: DView<'_>, m: DViewMut<'_>, v: DViewMut<'_>, h: &AdamHyper) -> Result<()> {
-        let n = p.len;
-        if n == 0 {
-            return Ok(());
-        }
-        let n64 = n as i64;
-        let gv = g.cu();
-        let (mut pv, mut mv, mut vv) = (p.cu(), m.cu(), v.cu());
-        let mut l = self.stream.launch_builder(&self.k.adam);
-        l.arg(&mut pv).arg(&gv).arg(&mut mv).arg(&mut vv).arg(&n64);
-        l.arg(&h.lr).arg(&h.grad_scale).arg(&h.b1).arg(&h.b2).arg(&h.eps).arg(&h.bc1).arg(&h.bc2_sqrt);
-        l.arg(&h.l2).arg(&h.decay).arg(&NULL);
-        // SAFETY: hv_adam(float*, const float*, float*, float*, long long, float × 9, unsigned short*).
-        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_adam"))?;
-        Ok(())
+        self.launch_adam(p, g, m, v, h)
     }
 
     fn sgd_segments(

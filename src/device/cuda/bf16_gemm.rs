@@ -1,6 +1,10 @@
-//! bf16 products on the CUDA backend (`precision = "bf16"`): both operands rounded to bf16
-//! by `hv_pack_bf16` into scratch buffers, then `cublasGemmEx` with float32 output and
-//! compute, so master weights and gradients stay float32.
+//! bf16 products on the CUDA backend (`precision = "bf16"`): `cublasGemmEx` on bf16 operands
+//! with float32 output and compute, so master weights and gradients stay float32. An operand
+//! is read from its buffer's bf16 copy where the copy is current on the whole operand (the
+//! weights after the optimizer's update, activations after bias+activation, deltas after the
+//! activation's backward: `buf.rs`, `elementwise.rs`), else rounded by `hv_pack_bf16` into a
+//! scratch buffer first. Either way the product sees the same bits: the copy is the rounding.
+//! Copies are opt-in (`HVTRAIN_BF16_COPIES=1`) until a GPU run has passed them.
 //!
 //! Must not: be reached except through `Backend::gemm` (`backend.rs`).
 
@@ -10,13 +14,14 @@ use super::buf::{DView, DViewMut};
 use super::launch::config_1d;
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys as blas_sys, GemmConfig};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
 
 impl Cuda {
-    /// `gemm` with bf16 operands: each operand rounded to bf16 into its scratch buffer
-    /// (`hv_pack_bf16`, round to nearest even as the CPU's `bf16.rs`), then `cublasGemmEx`
-    /// with bf16 A and B, float32 C and float32 compute (`CUBLAS_COMPUTE_32F`): the tensor
-    /// cores multiply bf16 and sum in float32. The arguments are gemm_map's, as for SGEMM.
+    /// `gemm` with bf16 operands: each operand its buffer's bf16 copy where current, else
+    /// rounded to bf16 into its scratch buffer (`hv_pack_bf16`, round to nearest even as the
+    /// CPU's `bf16.rs`), then `cublasGemmEx` with bf16 A and B, float32 C and float32 compute
+    /// (`CUBLAS_COMPUTE_32F`): the tensor cores multiply bf16 and sum in float32. The
+    /// arguments are gemm_map's, as for SGEMM.
     pub(super) fn gemm_bf16(
         &self,
         cfg: &GemmConfig<f32>,
@@ -26,7 +31,13 @@ impl Cuda {
         scratch: &mut [Option<CudaSlice<u16>>; 2],
     ) -> Result<()> {
         use cudarc::driver::{DevicePtr, DevicePtrMut};
+        let mut counts = self.operands.get();
         for (slot, v) in scratch.iter_mut().zip([&a, &b]) {
+            if v.low.is_some() {
+                counts[0] += 1;
+                continue;
+            }
+            counts[1] += 1;
             if slot.as_ref().is_none_or(|s| s.len() < v.len) {
                 *slot = None; // free the old one first
                 *slot = Some(self.stream.alloc_zeros::<u16>(v.len.max(1)).map_err(|e| self.oom(e, v.len * 2))?);
@@ -42,8 +53,14 @@ impl Cuda {
             unsafe { l.launch(config_1d(v.len.max(1))) }
                 .map_err(drv("launching the bf16 rounding of a GEMM operand"))?;
         }
-        let [sa, sb] = scratch;
-        let (sa, sb) = (sa.as_ref().expect("allocated above"), sb.as_ref().expect("allocated above"));
+        self.operands.set(counts);
+        fn operand<'a>(v: &DView<'a>, slot: &'a Option<CudaSlice<u16>>) -> CudaView<'a, u16> {
+            match v.low {
+                Some(bits) => bits.slice(v.start..v.start + v.len),
+                None => slot.as_ref().expect("allocated above").slice(0..v.len.max(1)),
+            }
+        }
+        let (sa, sb) = (operand(&a, &scratch[0]), operand(&b, &scratch[1]));
         let mut cc = c.cu();
         let (pa, _ga) = sa.device_ptr(&self.stream);
         let (pb, _gb) = sb.device_ptr(&self.stream);

@@ -23,7 +23,7 @@ impl Cuda {
         let parts = reduce_parts(n);
         let mut partial = self.stream.alloc_zeros::<f64>(parts).map_err(|e| self.oom(e, parts * 8))?;
         {
-            let v = buf.dev.slice(r);
+            let v = buf.dev().slice(r);
             let (n64, parts32) = (n as i64, parts as i32);
             let mut l = self.stream.launch_builder(&self.k.sum_squares);
             l.arg(&v).arg(&n64).arg(&mut partial).arg(&parts32);
@@ -48,7 +48,7 @@ impl Cuda {
             let sets = reduce_parts(n);
             let mut counts = self.stream.alloc_zeros::<i32>(sets).map_err(|e| self.oom(e, sets * 4))?;
             {
-                let mut v = buf.dev.slice_mut(r.clone());
+                let mut v = buf.dev_mut().slice_mut(r.clone());
                 let (n64, sets32) = (n as i64, sets as i32);
                 let mut l = self.stream.launch_builder(&self.k.clamp);
                 l.arg(&mut v).arg(&n64).arg(bound).arg(&mut counts).arg(&sets32);

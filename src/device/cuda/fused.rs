@@ -2,12 +2,14 @@
 //! tensors (up to `launch::MAX_SEGS`) in one `hv_sgd_seg` / `hv_adam_seg` launch instead of
 //! one per tensor, the weight decay per tensor from a table passed by value (no upload).
 //! More tensors, or ranges that are not adjacent, go through `Backend`'s per-tensor default.
+//! With `precision = "bf16"` the launch also writes the parameters' bf16 copy (`buf.rs`).
 //!
 //! Must not: be reached except through `Backend` (the `Cuda` impl in `backend.rs`).
 
 use super::backend::{Cuda, NULL};
 use super::buf::drv;
-use super::buf::DevBuf;
+use super::buf::{DevBuf, LowOut};
+use super::elementwise::push_low;
 use super::launch::{config_1d, Segs};
 use crate::device::{AdamHyper, Segment, SgdHyper};
 use crate::error::Result;
@@ -37,9 +39,12 @@ impl Cuda {
             return Some(Ok(()));
         }
         let (n64, nesterov) = (n as i64, h.nesterov as i32);
-        let gv = grads.dev.slice(r.start - goff..r.end - goff);
-        let mut pv = params.dev.slice_mut(r.clone());
-        let mut mv = m.map(|m| m.dev.slice_mut(r.clone()));
+        let gv = grads.dev().slice(r.start - goff..r.end - goff);
+        let (mut pv, mut low) = match self.with_low(params.view_mut(r.clone())) {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut mv = m.map(|m| m.dev_mut().slice_mut(r.clone()));
         let mut l = self.stream.launch_builder(&self.k.sgd_seg);
         l.arg(&mut pv).arg(&gv);
         match mv.as_mut() {
@@ -47,11 +52,13 @@ impl Cuda {
             None => l.arg(&NULL),
         };
         l.arg(&n64).arg(&table).arg(&h.lr).arg(&h.grad_scale).arg(&h.weight_decay).arg(&h.momentum).arg(&nesterov);
-        l.arg(&NULL);
+        push_low(&mut l, &mut low);
         // SAFETY: hv_sgd_seg(float*, const float*, float*, long long, hv_segs, float, float, float,
-        // float, int, unsigned short*) over n floats of each view; `table` is hv_segs' layout
-        // (launch::Segs).
-        Some(unsafe { l.launch(config_1d(n)) }.map(|_| ()).map_err(drv("launching hv_sgd_seg")))
+        // float, int, unsigned short*) over n floats of each view (the bf16 copy's too, when
+        // passed); `table` is hv_segs' layout (launch::Segs).
+        let r = unsafe { l.launch(config_1d(n)) }.map(|_| ()).map_err(drv("launching hv_sgd_seg"));
+        drop(l);
+        Some(r.map(|()| low.map_or((), LowOut::written)))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -71,15 +78,22 @@ impl Cuda {
             return Some(Ok(()));
         }
         let n64 = n as i64;
-        let gv = grads.dev.slice(r.start - goff..r.end - goff);
-        let (mut pv, mut mv, mut vv) =
-            (params.dev.slice_mut(r.clone()), m.dev.slice_mut(r.clone()), v.dev.slice_mut(r.clone()));
+        let gv = grads.dev().slice(r.start - goff..r.end - goff);
+        let (mut pv, mut low) = match self.with_low(params.view_mut(r.clone())) {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e)),
+        };
+        let (mut mv, mut vv) = (m.dev_mut().slice_mut(r.clone()), v.dev_mut().slice_mut(r.clone()));
         let mut l = self.stream.launch_builder(&self.k.adam_seg);
         l.arg(&mut pv).arg(&gv).arg(&mut mv).arg(&mut vv).arg(&n64).arg(&table);
         l.arg(&h.lr).arg(&h.grad_scale).arg(&h.b1).arg(&h.b2).arg(&h.eps).arg(&h.bc1).arg(&h.bc2_sqrt);
-        l.arg(&h.l2).arg(&h.decay).arg(&NULL);
+        l.arg(&h.l2).arg(&h.decay);
+        push_low(&mut l, &mut low);
         // SAFETY: hv_adam_seg(float*, const float*, float*, float*, long long, hv_segs, float × 9,
-        // unsigned short*) over n floats of each view; `table` is hv_segs' layout (launch::Segs).
-        Some(unsafe { l.launch(config_1d(n)) }.map(|_| ()).map_err(drv("launching hv_adam_seg")))
+        // unsigned short*) over n floats of each view (the bf16 copy's too, when passed);
+        // `table` is hv_segs' layout (launch::Segs).
+        let r = unsafe { l.launch(config_1d(n)) }.map(|_| ()).map_err(drv("launching hv_adam_seg"));
+        drop(l);
+        Some(r.map(|()| low.map_or((), LowOut::written)))
     }
 }

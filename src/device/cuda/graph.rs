@@ -29,7 +29,7 @@ impl Cuda {
     pub(super) fn wait_for_writes(&self, bufs: &[&DevBuf]) -> Result<()> {
         for b in bufs {
             // Waits for the buffer's last write (cudarc's event), whichever stream made it.
-            let (_ptr, _read) = b.dev.device_ptr(&self.stream);
+            let (_ptr, _read) = b.dev().device_ptr(&self.stream);
         }
         Ok(())
     }

@@ -12,6 +12,9 @@
 //! - `dense`, `lt`, `lt_map`: a dense layer's forward as one cublasLt call with the bias and
 //!   activation in its epilogue (the call chosen by a pure function, its algorithm once per
 //!   shape), checked against the separate kernels at start-up;
+//! - `elementwise`: the launches of the kernels whose outputs a bf16 product may read
+//!   next (bias+activation, activation backward, the optimizer per tensor), which keep the
+//!   output's bf16 copy with `precision = "bf16"`;
 //! - `clip`: gradient clipping's sum of squares and clamp on the GPU;
 //! - `fused`: the optimizer's update of a bucket's tensors in one launch;
 //! - `graph`: a step's launches captured once as a CUDA graph and replayed;
@@ -32,6 +35,7 @@ mod bf16_gemm;
 mod buf;
 mod clip;
 mod dense;
+mod elementwise;
 mod fused;
 mod gemm_map;
 mod graph;
