@@ -22,6 +22,10 @@
 #   m multi-GPU    only when nvidia-smi lists 2 or more GPUs: bench/gpu_scaling.sh, 1, 2, 4, …
 #                  GPUs × nccl/host × both bench models: samples/s, exposed communication per
 #                  step, efficiency, NCCL's weights against the host path's (gpu-scaling.md)
+#   c2 bf16 copies the large model in bf16 at batch 8192 with HVTRAIN_BF16_COPIES=1 (products
+#                  read the bf16 copies the kernels keep) and without, same warm GPU: samples/s
+#                  of each; Fashion-MNIST bf16 on one rank with copies: test accuracy within
+#                  0.5 points of phase b's bf16 run (the selftest checks the steps' values)
 #   f faults       2 ranks sharing the GPU: kill -9 of rank 1 after its first epoch (the job
 #                  ends within 15 s; a rank or mpirun names the dead one), and SIGTERM to
 #                  mpirun (exit 75 or the ranks' "stopped by a signal", the stop checkpoint
@@ -320,6 +324,51 @@ if [ "${ngpu:-0}" -ge 2 ] && ! skipped multigpu; then
   HV="$HV" DEADLINE=$((DEADLINE - 120)) hv bash bench/gpu_scaling.sh "$LOGDIR" > "$LOGDIR/14-multi-gpu.log" 2>&1
   rc=$?
   record "multi-GPU scaling ($ngpu GPUs, nccl vs host)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 14-multi-gpu.log
+fi
+
+# --- c2. bf16 copies (opt-in until this passes): speed against rounding every operand, accuracy.
+if ! skipped bench && ! skipped copies && [ "$(left)" -gt 120 ]; then
+  t=$(date +%s)
+  {
+    L=784,4096,4096,4096,10
+    for c in 0 1; do
+      echo "+ HVTRAIN_BF16_COPIES=$c hvtrain bench step --device cuda --layers $L --batch 8192 --precision bf16"
+      HVTRAIN_BF16_COPIES=$c RUST_LOG=info hv timeout -k 5 "$(cap 90)" "$HV" bench step --device cuda --layers "$L" \
+        --batch 8192 --precision bf16 --steps "${STEPS:-50}" --data device --json "$LOGDIR/bf16-copies-$c.json" 2>&1 | tail -n 6
+    done
+    env -u LD_LIBRARY_PATH python3 - "$LOGDIR/bf16-copies-0.json" "$LOGDIR/bf16-copies-1.json" <<'PY'
+import json, sys
+try:
+    a, b = (json.load(open(f))["samples_per_s"] for f in sys.argv[1:3])
+except (OSError, ValueError, KeyError) as e:
+    print(f"no figures: {e}"); sys.exit(2)
+print(f"bf16, 784-4096-4096-4096-10, batch 8192: {a:,.0f} samples/s rounding every operand, {b:,.0f} with copies ({b / a:.3f}x)")
+PY
+    [ "${EPOCHS:-3}" -gt 0 ] && [ -s data/fashion-mnist-train.h5 ] || exit 0
+    out="$LOGDIR/runs/cuda-bf16-copies"; rm -rf "$out"
+    HVTRAIN_BF16_COPIES=1 RUST_LOG=info hv timeout -k 5 "$(cap 120)" mpirun -n 1 --bind-to none -x LD_LIBRARY_PATH \
+      -x HVTRAIN_BF16_COPIES -x RUST_LOG "$HV" train jobs/fashion-mnist.toml --set 'training.device="cuda"' \
+      --set "output.dir=\"$out\"" --set "training.epochs=$EPOCHS" --set 'training.precision="bf16"' 2>&1 | grep -E "dense layers|bf16 products|epoch|done:"
+    env -u LD_LIBRARY_PATH python3 - "$LOGDIR/runs/cuda-bf16" "$out" <<'PY'
+import json, sys, os
+def acc(d):
+    try:
+        v = [json.loads(l).get("test_accuracy") for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
+        v = [x for x in v if x is not None]
+        return 100 * float(v[-1]) if v else None
+    except (OSError, ValueError):
+        return None
+a, b = acc(sys.argv[1]), acc(sys.argv[2])
+print(f"test accuracy: bf16 (2 ranks, phase b) {a} %, bf16 with copies (1 rank) {b} %")
+if a is None or b is None: sys.exit(2)
+print(f"|diff| {abs(a - b):.2f} points (tolerance 0.5)")
+sys.exit(0 if abs(a - b) <= 0.5 else 1)
+PY
+  } > "$LOGDIR/06a-bf16-copies.log" 2>&1
+  rc=$?
+  grep -q "operands read from kept bf16 copies" "$LOGDIR/06a-bf16-copies.log" || rc=3
+  record "bf16 copies (speed, accuracy)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 06a-bf16-copies.log
+  grep -E "samples/s rounding|\|diff\||bf16 products:" "$LOGDIR/06a-bf16-copies.log" | sed 's/^/    /'
 fi
 
 # --- c. Step benchmark against PyTorch.
