@@ -18,7 +18,8 @@
 #   b3 nccl        phase b's 2 ranks sharing the GPU stayed on the host path and said why
 #                  (distribution.gpu_allreduce = "auto"); one rank with "nccl" (the real
 #                  library: the bundle has none, so the machine's, e.g. PyTorch's nvidia-nccl
-#                  pip package) against "host": NCCL named in the log, weights within 1e-6
+#                  pip package) against "host": NCCL named in the log, weights within 1e-6;
+#                  one rank with "nccl" and compression = "bf16": the host's accuracy ±0.5
 #   m multi-GPU    only when nvidia-smi lists 2 or more GPUs: bench/gpu_scaling.sh, 1, 2, 4, …
 #                  GPUs × nccl/host × both bench models: samples/s, exposed communication per
 #                  step, efficiency, NCCL's weights against the host path's (gpu-scaling.md)
@@ -244,11 +245,13 @@ if ! skipped train && ! skipped nccl; then
     grep -h "gradient buckets:" "$LOGDIR/03-train-cuda.log" | sed 's/^/  /'
     grep -q "gradient buckets: copied to pinned host memory.*share GPU" "$LOGDIR/03-train-cuda.log" \
       && echo "  ok: host path, and why" || echo "  FAIL: no host-path line naming the shared GPU"
-    for path in nccl host; do
+    # nccl-bf16: the bf16 wire (distribution.compression = "bf16") through NCCL's bf16 sum.
+    for path in nccl host nccl-bf16; do
       out="$LOGDIR/runs/1rank-$path"; rm -rf "$out"
       HVTRAIN_CUDA_GRAPHS=0 hv timeout -k 5 "$(cap 120)" mpirun -n 1 --bind-to none -x LD_LIBRARY_PATH \
         -x HVTRAIN_CUDA_GRAPHS "$HV" train jobs/fashion-mnist.toml --set 'training.device="cuda"' \
-        --set "distribution.gpu_allreduce=\"$path\"" --set "output.dir=\"$out\"" \
+        --set "distribution.gpu_allreduce=\"${path%-bf16}\"" --set "output.dir=\"$out\"" \
+        --set "distribution.compression=\"$([ "$path" = nccl-bf16 ] && echo bf16 || echo none)\"" \
         --set "training.epochs=$EPOCHS" > "$LOGDIR/12-1rank-$path.log" 2>&1
       echo "one rank, $path: exit $?; $(grep -h "gradient buckets:\|done:" "$LOGDIR/12-1rank-$path.log" | sed 's/.*\] //' | tr '\n' ' ')"
     done
@@ -267,6 +270,19 @@ try:
     ok = ok and diff <= 1e-6
 except Exception as e:
     print(f"weights not compared: {e}"); ok = False
+# The bf16 wire through NCCL: named in the log, and the host path's test accuracy within 0.5.
+try:
+    import json
+    def acc(p):
+        v = [json.loads(l).get("test_accuracy") for l in open(os.path.join(d, "runs", p, "metrics.jsonl")) if l.strip()]
+        return 100 * float([x for x in v if x is not None][-1])
+    wire = open(os.path.join(d, "12-1rank-nccl-bf16.log")).read()
+    a, b = acc("1rank-host"), acc("1rank-nccl-bf16")
+    named = "bf16 on the wire" in wire
+    print(f"bf16 wire over NCCL: named in the log {named}; test accuracy {b:.2f} % vs host {a:.2f} % (tolerance 0.5)")
+    ok = ok and named and abs(a - b) <= 0.5
+except Exception as e:
+    print(f"bf16 wire over NCCL not checked: {e}"); ok = False
 print("verdict:", "PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)
 PY

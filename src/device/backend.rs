@@ -247,9 +247,15 @@ pub trait Backend: Send {
         None
     }
     /// Gradient buckets all-reduced GPU to GPU by NCCL over `chan`'s ranks (collective over
-    /// `chan`; `hierarchical`: NCCL in each node, MPI among the nodes); the channel back, and
-    /// why not, where that cannot be.
-    fn nccl_reducer(&self, chan: crate::parallel::Channel, _hierarchical: bool) -> DeviceReducer {
+    /// `chan`; `hierarchical`: NCCL in each node, MPI among the nodes; `wire`: fp16/bf16 on
+    /// the wire, as `distribution.compression` asks); the channel back, and why not, where
+    /// that cannot be.
+    fn nccl_reducer(
+        &self,
+        chan: crate::parallel::Channel,
+        _hierarchical: bool,
+        _wire: crate::config::Compression,
+    ) -> DeviceReducer {
         Err((chan, "the gradients are in host memory".into()))
     }
 

@@ -91,7 +91,7 @@ pub(super) fn build<'a, B: Backend>(
             // One data-parallel rank has no engine channel: a one-rank communicator of its own.
             let chan = chan.unwrap_or_else(|| data_chan.duplicate());
             let levels = d.hierarchical && grid.data > 1;
-            be.nccl_reducer(chan, levels).map_err(|(_, why)| Error::Cuda(format!("NCCL: {why}")))?
+            be.nccl_reducer(chan, levels, d.compression).map_err(|(_, why)| Error::Cuda(format!("NCCL: {why}")))?
         }
         (path, chan) => {
             let pointers = path == Path::Mpi && !d.hierarchical;

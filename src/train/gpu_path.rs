@@ -66,17 +66,20 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
     }
     let shared = shared_gpu(all);
     let nccl_fails = all.iter().enumerate().find_map(|(r, f)| f.nccl.as_ref().err().map(|e| format!("rank {r}: {e}")));
-    // What NCCL's float32 sum does not do (hierarchical it does: NCCL in the node, MPI among
-    // the nodes); device pointers to MPI do not do hierarchical either.
-    let special = if job.reduction == Reduction::Adasum {
-        Some("reduction = \"adasum\" combines tensor by tensor on the host")
-    } else if job.compression != Compression::None {
-        Some("compression packs to fp16/bf16 for the host ring")
-    } else {
-        None
-    };
-    let levels =
-        if job.hierarchical { ", NCCL in each node and MPI among the nodes (hierarchical = true)" } else { "" };
+    // What NCCL's sums do not do (hierarchical they do: NCCL in the node, MPI among the
+    // nodes; fp16/bf16 compression too: NCCL sums in that type); device pointers to MPI do
+    // neither hierarchical nor compression (MPI_Allreduce sums float32).
+    let special =
+        (job.reduction == Reduction::Adasum).then_some("reduction = \"adasum\" combines tensor by tensor on the host");
+    let levels = format!(
+        "{}{}",
+        match job.compression {
+            Compression::None => "",
+            Compression::Fp16 => ", fp16 on the wire (compression = \"fp16\")",
+            Compression::Bf16 => ", bf16 on the wire (compression = \"bf16\")",
+        },
+        if job.hierarchical { ", NCCL in each node and MPI among the nodes (hierarchical = true)" } else { "" }
+    );
     let set = "set distribution.gpu_allreduce = \"host\" (or \"auto\")";
     match job.asked {
         GpuAllreduce::Host => Ok((Path::Host, "distribution.gpu_allreduce = \"host\"".into())),
@@ -88,7 +91,7 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
                 return Err(format!("distribution.gpu_allreduce = \"nccl\", but NCCL does not load on {e}; or {set}"));
             }
             if let Some(s) = special {
-                return Err(format!("distribution.gpu_allreduce = \"nccl\" sums float32 buckets, but {s}; {set}"));
+                return Err(format!("distribution.gpu_allreduce = \"nccl\" sums whole buckets, but {s}; {set}"));
             }
             Ok((
                 Path::Nccl,
@@ -99,8 +102,9 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
             if let Some(r) = all.iter().position(|f| f.cuda_aware == Some(false)) {
                 return Err(format!("distribution.gpu_allreduce = \"mpi\", but the MPI library on rank {r} says it is not CUDA-aware (MPIX_Query_cuda_support() = 0); {set}"));
             }
-            let special =
-                special.or(job.hierarchical.then_some("hierarchical = true sums in two MPI stages on the host"));
+            let special = special
+                .or(job.hierarchical.then_some("hierarchical = true sums in two MPI stages on the host"))
+                .or((job.compression != Compression::None).then_some("compression packs to fp16/bf16 for the host ring"));
             if let Some(s) = special {
                 return Err(format!("distribution.gpu_allreduce = \"mpi\" hands float32 device buffers to MPI_Allreduce, but {s}; {set}"));
             }
@@ -133,7 +137,8 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
             };
             // Then device pointers to an MPI that says (on every rank) it is CUDA-aware, where the
             // reduction is the plain float32 sum.
-            if special.is_none() && !job.hierarchical && all.iter().all(|f| f.cuda_aware == Some(true)) {
+            let plain = special.is_none() && !job.hierarchical && job.compression == Compression::None;
+            if plain && all.iter().all(|f| f.cuda_aware == Some(true)) {
                 let why = format!("not NCCL: {why_not}; the MPI library is CUDA-aware, so device pointers go to it");
                 return Ok((Path::Mpi, why));
             }
@@ -218,10 +223,16 @@ mod tests {
         missing[5].nccl = Err("NCCL (libnccl.so.2) not found".into());
         let (p, why) = choose(&job(GpuAllreduce::Auto, 8), &missing).unwrap();
         assert_eq!((p, why.contains("rank 5")), (Path::Host, true), "{why}");
-        // Compression and Adasum stay on the host path; hierarchical takes NCCL in the node.
+        // Adasum stays on the host path; compression travels in its precision over NCCL;
+        // hierarchical takes NCCL in the node.
+        let mut j = job(GpuAllreduce::Auto, 8);
+        j.reduction = Reduction::Adasum;
+        assert_eq!(choose(&j, &eight).unwrap().0, Path::Host);
         let mut j = job(GpuAllreduce::Auto, 8);
         j.compression = Compression::Bf16;
-        assert_eq!(choose(&j, &eight).unwrap().0, Path::Host);
+        let (p, why) = choose(&j, &eight).unwrap();
+        assert_eq!(p, Path::Nccl);
+        assert!(why.contains("bf16 on the wire"), "{why}");
         let mut j = job(GpuAllreduce::Auto, 8);
         j.hierarchical = true;
         assert_eq!(choose(&j, &eight).unwrap().0, Path::Nccl);
@@ -257,5 +268,17 @@ mod tests {
         assert_eq!(p, Path::Nccl);
         assert!(why.contains("MPI among the nodes"), "{why}");
         assert!(choose(&m, &two).unwrap_err().contains("hierarchical"));
+        // Compression: NCCL sums in fp16; MPI_Allreduce on device pointers cannot (auto
+        // then keeps the host ring, even where MPI is CUDA-aware).
+        let mut aware = vec![gpu("n1", 0), gpu("n1", 0)];
+        aware.iter_mut().for_each(|f| f.cuda_aware = Some(true));
+        let mut a = job(GpuAllreduce::Auto, 2);
+        assert_eq!(choose(&a, &aware).unwrap().0, Path::Mpi);
+        a.compression = Compression::Fp16;
+        assert_eq!(choose(&a, &aware).unwrap().0, Path::Host);
+        let (mut j, mut m) = (job(GpuAllreduce::Nccl, 2), job(GpuAllreduce::Mpi, 2));
+        (j.compression, m.compression) = (Compression::Fp16, Compression::Fp16);
+        assert!(choose(&j, &two).unwrap().1.contains("fp16 on the wire"));
+        assert!(choose(&m, &two).unwrap_err().contains("compression"));
     }
 }

@@ -187,8 +187,13 @@ impl Backend for Cuda {
     fn device_ordinal(&self) -> Option<usize> {
         Some(self.ctx.ordinal())
     }
-    fn nccl_reducer(&self, chan: crate::parallel::Channel, levels: bool) -> crate::device::backend::DeviceReducer {
-        super::nccl::NcclReducer::new(chan, self.ctx.clone(), levels).map(|r| Box::new(r) as _)
+    fn nccl_reducer(
+        &self,
+        chan: crate::parallel::Channel,
+        levels: bool,
+        wire: crate::config::Compression,
+    ) -> crate::device::backend::DeviceReducer {
+        super::nccl::NcclReducer::new(chan, self.ctx.clone(), levels, (wire, self.k.clone())).map(|r| Box::new(r) as _)
     }
 
     fn zeros(&self, n: usize) -> Result<DevBuf> {

@@ -6,6 +6,12 @@
 //! the engine). MPI keeps the control: agreement, stop votes, checkpoints, host buffers
 //! (`reduce` on host slices goes through the MPI channel kept here).
 //!
+//! With `distribution.compression = "fp16"` or `"bf16"` a bucket travels in that precision,
+//! as Horovod's `Compression.fp16` does over NCCL: packed on the GPU (`hv_pack_*`, the
+//! rounding the host ring uses), summed by NCCL in that type (`ncclFloat16`/`ncclBfloat16`:
+//! each hop adds in float and rounds back, as the host ring does), unpacked into the float32
+//! bucket.
+//!
 //! With `distribution.hierarchical` (Horovod's `HOROVOD_HIERARCHICAL_ALLREDUCE` with NCCL):
 //! the NCCL communicator spans a node only; a bucket is summed in the node by NCCL, the node
 //! leaders (node rank 0) copy it to host memory and all-reduce it among themselves with MPI,
@@ -18,10 +24,13 @@
 //! Must not: pick the path (train/gpu_path.rs does), or run on a rank whose GPU another rank
 //! of the communicator shares (NCCL refuses it; the choice never makes one).
 
+use super::launch::config_1d;
+use super::module::Kernels;
 use super::nccl_lib::{self, Nccl, RawComm, UniqueId};
+use crate::config::Compression;
 use crate::parallel::comm::Channel;
 use crate::parallel::reduce::Reducer;
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, PushKernelArg};
 use std::sync::Arc;
 
 pub struct NcclReducer {
@@ -35,6 +44,10 @@ pub struct NcclReducer {
     /// Hierarchical: this node's ranks, and among the node leaders (on them only) with the
     /// host copies of a bucket.
     levels: Option<Levels>,
+    /// The wire's precision, the pack/unpack kernels, and the packed bucket (grown on demand).
+    wire: Compression,
+    kernels: Arc<Kernels>,
+    packed: Option<CudaSlice<u16>>,
 }
 
 struct Levels {
@@ -65,7 +78,12 @@ impl NcclReducer {
     /// A communicator over `chan`'s ranks (or, `hierarchical`, over each node's) on the GPU of
     /// `ctx` (collective over `chan`; every rank has loaded NCCL, the choice checked it).
     /// Errors name NCCL's reason.
-    pub fn new(chan: Channel, ctx: Arc<CudaContext>, hierarchical: bool) -> Result<NcclReducer, (Channel, String)> {
+    pub fn new(
+        chan: Channel,
+        ctx: Arc<CudaContext>,
+        hierarchical: bool,
+        (wire, kernels): (Compression, Arc<Kernels>),
+    ) -> Result<NcclReducer, (Channel, String)> {
         let lib = match nccl_lib::load() {
             Ok(l) => l,
             Err(e) => return Err((chan, e)),
@@ -113,7 +131,74 @@ impl NcclReducer {
         }
         let aborter = Aborter(comm, lib);
         crate::parallel::liveness::on_abort(Box::new(move || aborter.abort()));
-        Ok(NcclReducer { chan, lib, comm, ctx, stream, levels })
+        Ok(NcclReducer { chan, lib, comm, ctx, stream, levels, wire, kernels, packed: None })
+    }
+
+    /// `ncclAllReduce` of `n` values from `send` into `recv` (device addresses) in NCCL type
+    /// `ty`, on this reducer's stream; a failure ends the job.
+    fn all_reduce(&self, send: u64, recv: u64, n: usize, ty: std::ffi::c_int) {
+        // SAFETY: as `reduce_device`'s caller promises for the float32 buckets, or the packed
+        // scratch of n u16 (`reduce_packed`); the stream is ours.
+        let rc = unsafe {
+            (self.lib.all_reduce)(
+                send as *const std::ffi::c_void,
+                recv as *mut std::ffi::c_void,
+                n,
+                ty,
+                nccl_lib::SUM,
+                self.comm,
+                self.stream.cu_stream() as *mut std::ffi::c_void,
+            )
+        };
+        if rc != 0 {
+            self.fail("ncclAllReduce", self.lib.error(rc));
+        }
+    }
+
+    /// The compressed wire: `send` packed to fp16/bf16 into the scratch, summed there by NCCL
+    /// in that type, unpacked into `recv` (n floats each), all on this reducer's stream.
+    fn reduce_packed(&mut self, send: u64, recv: u64, n: usize) {
+        use cudarc::driver::DevicePtrMut;
+        let (pack, unpack, ty) = match self.wire {
+            Compression::Fp16 => (&self.kernels.pack_f16, &self.kernels.unpack_f16, nccl_lib::FLOAT16),
+            _ => (&self.kernels.pack_bf16, &self.kernels.unpack_bf16, nccl_lib::BFLOAT16),
+        };
+        if self.packed.as_ref().is_none_or(|p| p.len() < n) {
+            self.packed = None;
+            match self.stream.alloc_zeros::<u16>(n.max(1)) {
+                Ok(p) => self.packed = Some(p),
+                Err(e) => self.fail("allocating the packed bucket for NCCL", e.to_string()),
+            }
+        }
+        let n64 = n as i64;
+        let mut packed = self.packed.take().expect("allocated above");
+        let launched = (|| -> std::result::Result<(), cudarc::driver::DriverError> {
+            let mut l = self.stream.launch_builder(pack);
+            l.arg(&send).arg(&mut packed).arg(&n64);
+            // SAFETY: hv_pack_*(const float*, unsigned short*, long long): send holds n floats
+            // (the caller's promise), the scratch at least n.
+            unsafe { l.launch(config_1d(n.max(1))) }?;
+            Ok(())
+        })();
+        if let Err(e) = launched {
+            self.fail("packing a bucket for NCCL", e.to_string());
+        }
+        let p = {
+            let (p, _sync) = packed.device_ptr_mut(&self.stream);
+            p
+        };
+        self.all_reduce(p, p, n, ty);
+        let launched = (|| -> std::result::Result<(), cudarc::driver::DriverError> {
+            let mut l = self.stream.launch_builder(unpack);
+            l.arg(&packed).arg(&recv).arg(&n64);
+            // SAFETY: hv_unpack_*(const unsigned short*, float*, long long): recv holds n floats.
+            unsafe { l.launch(config_1d(n.max(1))) }?;
+            Ok(())
+        })();
+        if let Err(e) = launched {
+            self.fail("unpacking a bucket from NCCL", e.to_string());
+        }
+        self.packed = Some(packed);
     }
 
     /// Wait for this reducer's stream; a failure ends the job with NCCL's asynchronous error.
@@ -184,20 +269,10 @@ impl Reducer for NcclReducer {
         if let Err(e) = self.ctx.bind_to_thread() {
             self.fail("binding the GPU to the communication thread", e.to_string());
         }
-        // SAFETY: as the caller promises (n floats at each, idle); the stream is ours.
-        let rc = unsafe {
-            (self.lib.all_reduce)(
-                send as *const std::ffi::c_void,
-                recv as *mut std::ffi::c_void,
-                n,
-                nccl_lib::FLOAT32,
-                nccl_lib::SUM,
-                self.comm,
-                self.stream.cu_stream() as *mut std::ffi::c_void,
-            )
-        };
-        if rc != 0 {
-            self.fail("ncclAllReduce", self.lib.error(rc));
+        if self.wire == Compression::None {
+            self.all_reduce(send, recv, n, nccl_lib::FLOAT32);
+        } else {
+            self.reduce_packed(send, recv, n);
         }
         self.wait("ncclAllReduce (waiting for it)");
         self.between_nodes(recv, n);
@@ -205,11 +280,17 @@ impl Reducer for NcclReducer {
     fn grad_scale(&self) -> f32 {
         1.0
     }
+    fn wire(&self) -> Compression {
+        self.wire
+    }
     fn what(&self) -> &'static str {
-        if self.levels.is_some() {
-            "all-reduce (NCCL in the node, MPI among nodes)"
-        } else {
-            "all-reduce (NCCL)"
+        match (self.levels.is_some(), self.wire) {
+            (true, Compression::None) => "all-reduce (NCCL in the node, MPI among nodes)",
+            (true, Compression::Fp16) => "all-reduce fp16 (NCCL in the node, MPI among nodes)",
+            (true, Compression::Bf16) => "all-reduce bf16 (NCCL in the node, MPI among nodes)",
+            (false, Compression::None) => "all-reduce (NCCL)",
+            (false, Compression::Fp16) => "all-reduce fp16 (NCCL)",
+            (false, Compression::Bf16) => "all-reduce bf16 (NCCL)",
         }
     }
     fn into_channel(self: Box<Self>) -> Option<Channel> {

@@ -25,8 +25,11 @@ pub type RawComm = *mut c_void;
 pub struct UniqueId {
     pub internal: [c_char; 128],
 }
-/// `ncclFloat32`, `ncclFloat16`, `ncclBfloat16` (nccl.h's `ncclDataType_t`).
+/// `ncclFloat32`, `ncclFloat16`, `ncclBfloat16` (nccl.h's `ncclDataType_t`; bf16 since NCCL
+/// 2.10): the float32 sum, and the compressed wire's.
 pub const FLOAT32: c_int = 7;
+pub const FLOAT16: c_int = 6;
+pub const BFLOAT16: c_int = 9;
 /// `ncclSum`.
 pub const SUM: c_int = 0;
 
