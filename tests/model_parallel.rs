@@ -82,6 +82,11 @@ impl L {
 }
 
 fn train(dir: &Path, l: L, layers: &[usize], sets: &[&str]) -> Result<Trained, Run> {
+    train_env(dir, l, layers, sets, &[])
+}
+
+/// `train` with more environment variables for every rank.
+fn train_env(dir: &Path, l: L, layers: &[usize], sets: &[&str], env: &[(&str, &str)]) -> Result<Trained, Run> {
     let L(d, t, p, m) = l;
     let bsz = format!("training.batch_size={}", B / d);
     let tensor = format!("parallel.tensor={t}");
@@ -94,7 +99,8 @@ fn train(dir: &Path, l: L, layers: &[usize], sets: &[&str]) -> Result<Trained, R
             None => args.extend(["--set", set]),
         }
     }
-    let run = mpirun_env(l.ranks(), &[("RUST_LOG", "info,hvtrain=debug")], &args, dir, 120);
+    let env: Vec<(&str, &str)> = [("RUST_LOG", "info,hvtrain=debug")].into_iter().chain(env.iter().copied()).collect();
+    let run = mpirun_env(l.ranks(), &env, &args, dir, 120);
     if !run.ok() {
         return Err(run);
     }
@@ -167,6 +173,32 @@ fn tensor_and_data_layouts_match_one_rank() {
         SGD,
         &[L(1, 2, 1, 1), L(1, 2, 1, 4), L(2, 2, 1, 1), L(2, 2, 1, 4), L(1, 4, 1, 1), L(1, 3, 1, 1)],
     );
+}
+
+/// The tensor group's sums through device pointers (the path NCCL takes on GPUs:
+/// `Backend::reduce_in_place`, in place), emulated on host memory with
+/// HVTRAIN_EMULATE_DEVICE_SUMS=1: the same float32 sums as the host path, so the same weights
+/// to the bit, and the log says the sums went that way.
+#[test]
+fn tensor_sums_through_device_pointers_match_the_host_path() {
+    let _g = mpi_lock();
+    for l in [L(1, 2, 1, 1), L(2, 2, 1, 4)] {
+        let L(d, t, p, m) = l;
+        let dir = prepare(&format!("mp-devsum-{d}x{t}x{p}m{m}"), d, &DEEP, SGD);
+        let host = train(&dir, l, &DEEP, &[]).unwrap_or_else(|r| panic!("{l:?} failed\n{}", r.all()));
+        let _ = std::fs::remove_dir_all(dir.join("out"));
+        let dev = train_env(&dir, l, &DEEP, &[], &[("HVTRAIN_EMULATE_DEVICE_SUMS", "1")]);
+        let dev = dev.unwrap_or_else(|r| panic!("{l:?} with emulated device sums failed\n{}", r.all()));
+        assert!(dev.log.contains("tensor-parallel sums: through emulated device pointers"), "{}", dev.log);
+        assert!(
+            dev.log.contains("tensor-parallel sums: the first") && dev.log.contains("emulated device pointers)"),
+            "the first sum did not go through the device path\n{}",
+            dev.log
+        );
+        assert!(!host.log.contains("emulated device"), "{}", host.log);
+        assert_eq!(host.weights, dev.weights, "{l:?}: weights differ from the host path's");
+        assert_eq!(host.losses, dev.losses, "{l:?}");
+    }
 }
 
 #[test]

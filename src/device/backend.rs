@@ -461,6 +461,18 @@ pub trait Backend: Send {
     /// Row-wise softmax of [rows, k] in place (probabilities for `predict`).
     fn softmax(&self, v: Self::ViewMut<'_>, k: usize) -> Result<()>;
 
+    /// Sum `buf[..n]` over the ranks of `reducer` in place on the device, when the reducer
+    /// takes device pointers (NCCL): true. False where it cannot (host memory; the caller goes
+    /// through host copies). Collective over the reducer's ranks when true.
+    fn reduce_in_place(
+        &self,
+        _buf: &mut Self::Buf,
+        _n: usize,
+        _reducer: &mut dyn crate::parallel::reduce::Reducer,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
     /// bf16 products' operands read from bf16 copies the backend kept, and rounded first
     /// (None: it keeps no copies; the CUDA backend with `HVTRAIN_BF16_COPIES=1`).
     fn bf16_copy_reads(&self) -> Option<[u64; 2]> {

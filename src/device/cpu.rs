@@ -89,6 +89,22 @@ impl Backend for Cpu {
         g.check_input_grad(bias_grad.len(), a_prev.len());
         super::backend::input_grad_separate(self, g, dz, w, dprev, a_prev, z_prev, act, beta, bias_grad)
     }
+    /// A reducer that takes device pointers here is one that takes host memory
+    /// (`reduce::HostPointers`, the emulation of NCCL's in-place sums).
+    fn reduce_in_place(
+        &self,
+        buf: &mut Vec<f32>,
+        n: usize,
+        reducer: &mut dyn crate::parallel::reduce::Reducer,
+    ) -> Result<bool> {
+        if !reducer.takes_device_pointers() {
+            return Ok(false);
+        }
+        let p = buf[..n].as_mut_ptr() as u64;
+        // SAFETY: n floats of this buffer, in place; nothing else touches them meanwhile.
+        unsafe { reducer.reduce_device(p, p, n) };
+        Ok(true)
+    }
     fn name(&self) -> String {
         if self.bf16 {
             "cpu (bf16 products, AVX512-BF16)".into()

@@ -126,6 +126,9 @@ pub struct TensorGroup {
     watchdog: Option<SharedWatchdog>,
     /// The training step, for the watchdog's phase.
     pub step: u64,
+    /// Sums GPU to GPU (NCCL over the tensor group), when the job chose that; else through
+    /// host copies and `chan`.
+    device: Option<Box<dyn crate::parallel::reduce::Reducer>>,
 }
 
 impl TensorGroup {
@@ -145,7 +148,19 @@ impl TensorGroup {
             recv: Vec::new(),
             watchdog: None,
             step: 0,
+            device: None,
         }
+    }
+
+    /// The tensor communicator (None for a group of one).
+    pub fn channel(&self) -> Option<&Channel> {
+        self.chan.as_ref()
+    }
+
+    /// Sum on the devices with `r` (a reducer that takes device pointers: NCCL over this
+    /// group) instead of host copies and MPI.
+    pub fn set_device_reducer(&mut self, r: Box<dyn crate::parallel::reduce::Reducer>) {
+        self.device = Some(r);
     }
 
     /// Hold stage `link.stage` of `stages` (the layers of each) and pass activations and
@@ -225,14 +240,27 @@ impl<B: Backend> TensorSum<B> for TensorGroup {
     fn sum(&mut self, be: &B, buf: &mut B::Buf, n: usize) -> Result<()> {
         let Some(chan) = &self.chan else { return Ok(()) };
         let t0 = std::time::Instant::now();
-        self.send.resize(n, 0.0);
-        self.recv.resize(n, 0.0);
-        be.download(buf, 0..n, &mut self.send)?;
-        {
-            let _g = self.watchdog.as_ref().map(|w| w.guard(MAIN, "a tensor-parallel all-reduce", self.step));
-            chan.all_reduce_sum_f32(&self.send, &mut self.recv);
+        let on_device = match self.device.as_mut() {
+            Some(r) => {
+                let _g = self.watchdog.as_ref().map(|w| w.guard(MAIN, "a tensor-parallel all-reduce (NCCL)", self.step));
+                let done = be.reduce_in_place(buf, n, r.as_mut())?;
+                if SUMS.load(Ordering::Relaxed) == 0 {
+                    log::debug!("tensor-parallel sums: the first ({n} floats) {}", if done { r.what() } else { "on the host" });
+                }
+                done
+            }
+            None => false,
+        };
+        if !on_device {
+            self.send.resize(n, 0.0);
+            self.recv.resize(n, 0.0);
+            be.download(buf, 0..n, &mut self.send)?;
+            {
+                let _g = self.watchdog.as_ref().map(|w| w.guard(MAIN, "a tensor-parallel all-reduce", self.step));
+                chan.all_reduce_sum_f32(&self.send, &mut self.recv);
+            }
+            be.upload_into(&self.recv, buf)?;
         }
-        be.upload_into(&self.recv, buf)?;
         SUM_NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         SUMS.fetch_add(1, Ordering::Relaxed);
         liveness::progress();

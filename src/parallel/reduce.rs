@@ -124,6 +124,49 @@ impl Reducer for AllReduce {
     }
 }
 
+/// Device-pointer sums emulated in host memory (`HVTRAIN_EMULATE_DEVICE_SUMS=1`, for tests on
+/// machines without a GPU): `reduce_device` takes the addresses as host floats, send and
+/// receive the same allowed (as NCCL allows), and sums them with MPI's float32 all-reduce,
+/// the sum the host path makes.
+pub struct HostPointers {
+    chan: Channel,
+    sent: Vec<f32>,
+}
+
+impl HostPointers {
+    pub fn new(chan: Channel) -> HostPointers {
+        HostPointers { chan, sent: Vec::new() }
+    }
+}
+
+impl Reducer for HostPointers {
+    fn reduce(&mut self, grads: &[f32], out: &mut [f32]) {
+        self.chan.all_reduce_sum_f32(grads, out);
+    }
+    fn takes_device_pointers(&self) -> bool {
+        true
+    }
+    unsafe fn reduce_device(&mut self, send: u64, recv: u64, n: usize) {
+        // SAFETY: the caller promises n floats at each address, idle; here they are host
+        // memory (the CPU backend's buffers).
+        let send = unsafe { std::slice::from_raw_parts(send as *const f32, n) };
+        self.sent.clear();
+        self.sent.extend_from_slice(send);
+        // SAFETY: as above; `sent` is a copy, so recv may be send.
+        let recv = unsafe { std::slice::from_raw_parts_mut(recv as *mut f32, n) };
+        self.chan.all_reduce_sum_f32(&self.sent, recv);
+    }
+    fn grad_scale(&self) -> f32 {
+        1.0
+    }
+    fn what(&self) -> &'static str {
+        "all-reduce (emulated device pointers)"
+    }
+    fn into_channel(self: Box<Self>) -> Option<Channel> {
+        Some(self.chan)
+    }
+}
+
 /// The fp16/bf16 ring (`compress.rs`): a sum, like `AllReduce`, carried in half precision.
 pub struct CompressedRing {
     chan: Channel,

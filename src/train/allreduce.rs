@@ -17,6 +17,7 @@ use crate::config::Job;
 use crate::data::loader::Schedule;
 use crate::device::Backend;
 use crate::error::{Error, Result};
+use crate::model::placement::TensorGroup;
 use crate::optim::Optimizer;
 use crate::parallel::liveness;
 use crate::parallel::reduce;
@@ -86,6 +87,7 @@ pub(super) fn build<'a, B: Backend>(
         );
     }
     let path = gpu_path(&be, comm, &data_chan, job, grid.data)?;
+    tensor_path(&be, comm, &mut tensor, job)?;
     let reducer = match (path, engine_chan) {
         (Path::Nccl, chan) => {
             // One data-parallel rank has no engine channel: a one-rank communicator of its own.
@@ -145,26 +147,14 @@ pub(super) fn build<'a, B: Backend>(
 fn gpu_path<B: Backend>(be: &B, comm: &Comm, data_chan: &Channel, job: &Job, data: usize) -> Result<Path> {
     let d = &job.distribution;
     let gpu = be.device_ordinal();
-    // Opt-in until a GPU run has passed the NCCL path (see gpu_path::Job::nccl_in_auto).
-    let nccl_in_auto = std::env::var("HVTRAIN_NCCL_AUTO").is_ok_and(|v| v == "1");
+    let nccl_in_auto = nccl_in_auto();
     // NCCL is looked for only where it could be used (looking may ask the python3 on PATH).
     let wanted = match d.gpu_allreduce {
         crate::config::GpuAllreduce::Nccl => true,
         crate::config::GpuAllreduce::Auto => data > 1 && nccl_in_auto,
         _ => false,
     };
-    let nccl = match gpu {
-        Some(_) if wanted => {
-            crate::device::cuda::nccl_lib::load().map(|n| format!("NCCL {} from {}", n.version, n.path))
-        }
-        Some(_) => Err("not looked for".into()),
-        None => Err("no GPU".into()),
-    };
-    let cuda_aware = match std::env::var("HVTRAIN_CUDA_AWARE").as_deref() {
-        Ok("0") => Some(false),
-        _ => comm.cuda_aware(),
-    };
-    let mine = gpu_path::Facts { host: comm.host.clone(), gpu, nccl, cuda_aware };
+    let mine = my_facts(be, comm, wanted);
     let all = gpu_path::gather(data_chan, &mine);
     let asked = gpu_path::Job {
         asked: d.gpu_allreduce,
@@ -185,6 +175,76 @@ fn gpu_path<B: Backend>(be: &B, comm: &Comm, data_chan: &Channel, job: &Job, dat
         info!("gradient buckets: {how}: {why}");
     }
     Ok(path)
+}
+
+/// Whether `auto` may take NCCL: opt-in until a GPU run has passed the NCCL path
+/// (HVTRAIN_NCCL_AUTO=1; see gpu_path::Job::nccl_in_auto).
+fn nccl_in_auto() -> bool {
+    std::env::var("HVTRAIN_NCCL_AUTO").is_ok_and(|v| v == "1")
+}
+
+/// Collective over the tensor group, under tensor parallelism on GPUs with NCCL asked for
+/// (`gpu_allreduce = "nccl"`, or `"auto"` where it may take NCCL): the activations' and
+/// their gradients' sums go GPU to GPU through an NCCL communicator of the tensor group
+/// (`gpu_path::choose` on the group's facts, float32), else through host copies and MPI as
+/// before; rank 0 logs which and why.
+fn tensor_path<B: Backend>(be: &B, comm: &Comm, tensor: &mut TensorGroup, job: &Job) -> Result<()> {
+    use crate::config::{Compression, GpuAllreduce, Reduction};
+    let d = &job.distribution;
+    let nccl_in_auto = nccl_in_auto();
+    let wanted = d.gpu_allreduce == GpuAllreduce::Nccl || (d.gpu_allreduce == GpuAllreduce::Auto && nccl_in_auto);
+    let emulate = std::env::var("HVTRAIN_EMULATE_DEVICE_SUMS").is_ok_and(|v| v == "1");
+    if let Some(chan) = tensor.channel().filter(|_| emulate && be.device_ordinal().is_none()) {
+        // Tests without a GPU: the device path's dispatch, in-place sums on host memory.
+        let r = Box::new(reduce::HostPointers::new(chan.duplicate()));
+        tensor.set_device_reducer(r);
+        if comm.rank == 0 {
+            info!("tensor-parallel sums: through emulated device pointers (HVTRAIN_EMULATE_DEVICE_SUMS=1)");
+        }
+        return Ok(());
+    }
+    let Some(chan) = tensor.channel().filter(|_| wanted) else { return Ok(()) };
+    let all = gpu_path::gather(chan, &my_facts(be, comm, true));
+    let asked = gpu_path::Job {
+        asked: d.gpu_allreduce,
+        nccl_in_auto,
+        data_ranks: tensor.size,
+        compression: Compression::None,
+        reduction: Reduction::Average,
+        hierarchical: false,
+    };
+    let (path, why) = gpu_path::choose(&asked, &all)
+        .map_err(|e| Error::config(&job.source, "distribution.gpu_allreduce", format!("the tensor-parallel sums: {e}")))?;
+    if path == Path::Nccl {
+        let chan = chan.duplicate();
+        let r = be
+            .nccl_reducer(chan, false, Compression::None)
+            .map_err(|(_, why)| Error::Cuda(format!("NCCL for the tensor-parallel sums: {why}")))?;
+        tensor.set_device_reducer(r);
+    }
+    if comm.rank == 0 && be.device_ordinal().is_some() {
+        let how = if path == Path::Nccl { "GPU to GPU by NCCL" } else { "through host memory and MPI" };
+        info!("tensor-parallel sums (activations and their gradients): {how}: {why}");
+    }
+    Ok(())
+}
+
+/// This rank's facts for `gpu_path::choose`: its host and GPU, whether NCCL loads (looked for
+/// only when `wanted`), whether MPI says it is CUDA-aware (HVTRAIN_CUDA_AWARE=0: no).
+fn my_facts<B: Backend>(be: &B, comm: &Comm, wanted: bool) -> gpu_path::Facts {
+    let gpu = be.device_ordinal();
+    let nccl = match gpu {
+        Some(_) if wanted => {
+            crate::device::cuda::nccl_lib::load().map(|n| format!("NCCL {} from {}", n.version, n.path))
+        }
+        Some(_) => Err("not looked for".into()),
+        None => Err("no GPU".into()),
+    };
+    let cuda_aware = match std::env::var("HVTRAIN_CUDA_AWARE").as_deref() {
+        Ok("0") => Some(false),
+        _ => comm.cuda_aware(),
+    };
+    gpu_path::Facts { host: comm.host.clone(), gpu, nccl, cuda_aware }
 }
 
 /// Whether buckets are reduced on a communication thread during backward. One data-parallel

@@ -446,6 +446,29 @@ impl Backend for Cuda {
     fn order_after_writes(&self, bufs: &[&DevBuf]) -> Result<()> {
         self.wait_for_writes(bufs)
     }
+    fn reduce_in_place(
+        &self,
+        buf: &mut DevBuf,
+        n: usize,
+        reducer: &mut dyn crate::parallel::reduce::Reducer,
+    ) -> Result<bool> {
+        use cudarc::driver::DevicePtrMut;
+        if !reducer.takes_device_pointers() {
+            return Ok(false);
+        }
+        assert!(n <= buf.len, "an in-place sum of {n} floats of a buffer of {}", buf.len);
+        if n == 0 {
+            return Ok(true);
+        }
+        // The reducer wants idle memory: the kernels that wrote it are done.
+        self.stream.synchronize().map_err(drv("waiting for the GPU before a device all-reduce"))?;
+        let mut v = buf.dev_mut().slice_mut(0..n);
+        let (p, _write) = v.device_ptr_mut(&self.stream);
+        // SAFETY: n floats of idle device memory, sent and received in place (NCCL sums in
+        // place); the reducer's own stream is synchronized before it returns.
+        unsafe { reducer.reduce_device(p, p, n) };
+        Ok(true)
+    }
     fn bf16_copy_reads(&self) -> Option<[u64; 2]> {
         self.low_copies.then(|| self.operands.get())
     }
