@@ -203,10 +203,15 @@ fn tensor_path<B: Backend>(be: &B, comm: &Comm, tensor: &mut TensorGroup, job: &
         }
         return Ok(());
     }
-    let Some(chan) = tensor.channel().filter(|_| wanted) else { return Ok(()) };
-    let all = gpu_path::gather(chan, &my_facts(be, comm, true));
+    // Every rank of the group gathers (a rank whose environment differs, HVTRAIN_NCCL_AUTO
+    // unset, still answers; its facts then say NCCL was not looked for, and every rank's
+    // `choose` reads the same facts).
+    let Some(chan) = tensor.channel() else { return Ok(()) };
+    let all = gpu_path::gather(chan, &my_facts(be, comm, wanted));
     let asked = gpu_path::Job {
-        asked: d.gpu_allreduce,
+        // Device pointers to MPI are the gradient buckets' path only: "mpi" leaves these sums
+        // on the host path, as "host" does.
+        asked: if d.gpu_allreduce == GpuAllreduce::Mpi { GpuAllreduce::Host } else { d.gpu_allreduce },
         nccl_in_auto,
         data_ranks: tensor.size,
         compression: Compression::None,
