@@ -226,11 +226,10 @@ impl<B: Backend> Side<B> {
         let ranges = tensors.iter().map(|t| t.range.clone()).collect();
         let mut sink = Plain { be, buf: &mut self.g, ranges, order: Vec::new() };
         m.backward(be, &self.p, &self.x, d.b, &mut self.ws, &mut sink).unwrap();
-        let segs: Vec<_> = tensors
-            .iter()
-            .map(|t| crate::device::Segment { range: t.range.clone(), decayed: t.is_weight })
-            .collect();
-        let h = crate::device::SgdHyper { lr: 0.1, grad_scale: 1.0, weight_decay: 1e-3, momentum: 0.9, nesterov: false };
+        let segs: Vec<_> =
+            tensors.iter().map(|t| crate::device::Segment { range: t.range.clone(), decayed: t.is_weight }).collect();
+        let h =
+            crate::device::SgdHyper { lr: 0.1, grad_scale: 1.0, weight_decay: 1e-3, momentum: 0.9, nesterov: false };
         be.sgd_segments(&mut self.p, &self.g, 0, Some(&mut self.mom), &segs, &h).unwrap();
         let (mut g, mut p) = (vec![0.0f32; m.n_params], vec![0.0f32; m.n_params]);
         be.download(&self.g, 0..m.n_params, &mut g).unwrap();

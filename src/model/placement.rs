@@ -242,10 +242,14 @@ impl<B: Backend> TensorSum<B> for TensorGroup {
         let t0 = std::time::Instant::now();
         let on_device = match self.device.as_mut() {
             Some(r) => {
-                let _g = self.watchdog.as_ref().map(|w| w.guard(MAIN, "a tensor-parallel all-reduce (NCCL)", self.step));
+                let _g =
+                    self.watchdog.as_ref().map(|w| w.guard(MAIN, "a tensor-parallel all-reduce (NCCL)", self.step));
                 let done = be.reduce_in_place(buf, n, r.as_mut())?;
                 if SUMS.load(Ordering::Relaxed) == 0 {
-                    log::debug!("tensor-parallel sums: the first ({n} floats) {}", if done { r.what() } else { "on the host" });
+                    log::debug!(
+                        "tensor-parallel sums: the first ({n} floats) {}",
+                        if done { r.what() } else { "on the host" }
+                    );
                 }
                 done
             }

@@ -218,8 +218,9 @@ fn tensor_path<B: Backend>(be: &B, comm: &Comm, tensor: &mut TensorGroup, job: &
         reduction: Reduction::Average,
         hierarchical: false,
     };
-    let (path, why) = gpu_path::choose(&asked, &all)
-        .map_err(|e| Error::config(&job.source, "distribution.gpu_allreduce", format!("the tensor-parallel sums: {e}")))?;
+    let (path, why) = gpu_path::choose(&asked, &all).map_err(|e| {
+        Error::config(&job.source, "distribution.gpu_allreduce", format!("the tensor-parallel sums: {e}"))
+    })?;
     if path == Path::Nccl {
         let chan = chan.duplicate();
         let r = be

@@ -104,7 +104,8 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
             }
             let special = special
                 .or(job.hierarchical.then_some("hierarchical = true sums in two MPI stages on the host"))
-                .or((job.compression != Compression::None).then_some("compression packs to fp16/bf16 for the host ring"));
+                .or((job.compression != Compression::None)
+                    .then_some("compression packs to fp16/bf16 for the host ring"));
             if let Some(s) = special {
                 return Err(format!("distribution.gpu_allreduce = \"mpi\" hands float32 device buffers to MPI_Allreduce, but {s}; {set}"));
             }

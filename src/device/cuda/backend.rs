@@ -226,9 +226,7 @@ impl Backend for Cuda {
             let n = host.len();
             let pinned = s.host.as_mut_slice().map_err(drv("reaching pinned memory"))?;
             pinned[..n].copy_from_slice(host);
-            s.copy
-                .memcpy_htod(&pinned[..n], &mut dev.slice_mut(0..n))
-                .map_err(drv("copying a batch to the GPU"))?;
+            s.copy.memcpy_htod(&pinned[..n], &mut dev.slice_mut(0..n)).map_err(drv("copying a batch to the GPU"))?;
             s.pending = Some(s.copy.record_event(None).map_err(drv("recording a copy event"))?);
             return Ok(());
         }
@@ -365,7 +363,13 @@ impl Backend for Cuda {
         }
         crate::device::backend::input_grad_separate(self, g, dz, w, dprev, a_prev, z_prev, act, beta, bias_grad)
     }
-    fn bias_act(&self, out: DViewMut<'_>, bias: DView<'_>, act: Activation, keep_z: Option<DViewMut<'_>>) -> Result<()> {
+    fn bias_act(
+        &self,
+        out: DViewMut<'_>,
+        bias: DView<'_>,
+        act: Activation,
+        keep_z: Option<DViewMut<'_>>,
+    ) -> Result<()> {
         self.launch_bias_act(out, bias, act, keep_z)
     }
 

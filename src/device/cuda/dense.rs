@@ -105,7 +105,8 @@ impl Cuda {
             _ => zp.as_ref().map(|z| z.0),
         };
         let Some(aux) = aux else { return Ok(false) };
-        let mut bv = DViewMut { buf: &mut *bias_grad.buf, start: bias_grad.start, len: bias_grad.len, low: None, whole: 0 }.cu();
+        let mut bv =
+            DViewMut { buf: &mut *bias_grad.buf, start: bias_grad.start, len: bias_grad.len, low: None, whole: 0 }.cu();
         let (bp, _g5) = bv.device_ptr_mut(s);
         // SAFETY: dz [m, k], W [n, k], dprev [m, n] (checked above), the bias gradient n floats,
         // the aux written by the layer before's forward over the same [m, n] (a bitmask of

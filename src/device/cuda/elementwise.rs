@@ -98,7 +98,13 @@ impl Cuda {
         Ok(())
     }
 
-    pub(super) fn launch_sgd(&self, p: DViewMut<'_>, g: DView<'_>, m: Option<DViewMut<'_>>, h: &SgdHyper) -> Result<()> {
+    pub(super) fn launch_sgd(
+        &self,
+        p: DViewMut<'_>,
+        g: DView<'_>,
+        m: Option<DViewMut<'_>>,
+        h: &SgdHyper,
+    ) -> Result<()> {
         let n = p.len;
         if n == 0 {
             return Ok(());

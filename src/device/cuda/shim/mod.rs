@@ -50,7 +50,16 @@ extern "C" {
         act: i32,
         low: *mut u16,
     );
-    fn hvshim_hv_act_backward(g: u32, b: u32, d: *mut f32, a: *const f32, z: *const f32, n: i64, act: i32, low: *mut u16);
+    fn hvshim_hv_act_backward(
+        g: u32,
+        b: u32,
+        d: *mut f32,
+        a: *const f32,
+        z: *const f32,
+        n: i64,
+        act: i32,
+        low: *mut u16,
+    );
     fn hvshim_hv_softmax_xent(
         g: u32,
         b: u32,
@@ -242,7 +251,8 @@ fn bias_act_matches_cpu() {
                     cpu::bias_act_forward(&mut want, &bias, act, keep.then_some(&mut want_z[..]));
                     for (k, (g, b)) in grids(rows * cols).into_iter().enumerate() {
                         let mut low = low_copy(k % 2 == 1, rows * cols);
-                        let what = format!("bias_act {rows}x{cols} {act:?} keep_z={keep} low={} grid {g}x{b}", low.is_some());
+                        let what =
+                            format!("bias_act {rows}x{cols} {act:?} keep_z={keep} low={} grid {g}x{b}", low.is_some());
                         let mut out = guarded(x.clone());
                         let mut z = keep.then(|| guarded(vec![0.0; rows * cols]));
                         // SAFETY: out and z hold rows·cols elements, bias cols.
@@ -293,7 +303,9 @@ fn act_backward_matches_cpu() {
                     let zp = if pass_z { z.as_ptr() } else { null() };
                     let lp = low_ptr(&mut low);
                     // SAFETY: d, a, z (when passed) and low (when passed) hold n elements.
-                    unsafe { hvshim_hv_act_backward(g, b, got.as_mut_ptr(), a.as_ptr(), zp, n as i64, act_code(act), lp) };
+                    unsafe {
+                        hvshim_hv_act_backward(g, b, got.as_mut_ptr(), a.as_ptr(), zp, n as i64, act_code(act), lp)
+                    };
                     assert_close(&what, body(&what, &got), &want);
                     check_low(&what, &low, body(&what, &got));
                 }
