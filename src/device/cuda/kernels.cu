@@ -4,11 +4,11 @@
 //    for compute_70 and to SASS for sm_80 and sm_90 (src/device/cuda/nvrtc.rs).
 //  - In `cargo test`, the system C++ compiler compiles it through a host shim
 //    (src/device/cuda/shim.cpp), where a launch is a loop over the grid, and each kernel is
-//    checked against the CPU backend (src/device/cpu.rs) on random shapes.
+//    checked against the CPU backend (src/device/cpu/) on random shapes.
 // So: no __shared__, no __syncthreads, no atomics, no intrinsics the shim lacks. Every kernel
 // is a grid-stride loop (any grid size is correct) over elements or over rows; reductions
 // that would need a block (the loss sums) write one value per row, which the host adds.
-// Numbers follow src/device/cpu.rs operation by operation, so the two agree to rounding.
+// Numbers follow src/device/cpu/ operation by operation, so the two agree to rounding.
 //
 // Activations: 0 identity, 1 relu, 2 tanh, 3 gelu (tanh approximation). Pointers documented
 // "may be null" are passed as 0 when absent.
@@ -144,7 +144,7 @@ extern "C" __global__ void hv_softmax_xent(const float* logits, const int* label
 }
 
 // Element-wise losses, one thread per row of [rows, k] (device/backend.rs `Pointwise`; the CPU
-// reference is device/cpu.rs `pointwise_loss`): mode 0 squared error, 1 absolute error, 2 Huber
+// reference is device/cpu/loss.rs `pointwise_loss`): mode 0 squared error, 1 absolute error, 2 Huber
 // with delta, 3 binary cross-entropy of logits against 0/1 targets. row_loss[r] = mean over the
 // row; row_correct[r] = elements with (p > 0) == (t > 0.5) (mode 3; else 0); d (may be null) =
 // grad_scale / k · dloss/dp.
@@ -194,7 +194,7 @@ extern "C" __global__ void hv_pointwise_loss(const float* pred, const float* tar
 }
 
 // Dropout on [rows, cols] in place (device/backend.rs `Mask`, `mask_bits`; CPU reference
-// device/cpu.rs `dropout`): element (r, c) is kept when the 24 bits of SplitMix64's finalizer of
+// device/cpu/mod.rs `dropout`): element (r, c) is kept when the 24 bits of SplitMix64's finalizer of
 // salt ^ (keys[r] | (col0 + c) << 32) are >= threshold (threshold 0 keeps all); kept ones are
 // multiplied by scale, dropped ones set to 0.
 __device__ unsigned long long hv_mix64(unsigned long long z) {

@@ -12,6 +12,9 @@ use crate::config::Activation;
 use crate::error::Result;
 use std::ops::Range;
 
+mod loss;
+pub use loss::{pointwise_loss, sigmoid, softmax_xent};
+
 /// The CPU backend: buffers are `Vec<f32>` in host memory, views are slices. Its matrix
 /// products are float32 (`Cpu`, the reference: `sgemm.rs` on AVX-512, else matrixmultiply) or
 /// bf16 mixed precision (`Cpu::new(Bf16)`, `bf16.rs`); everything else is float32 either way.
@@ -377,121 +380,6 @@ pub fn column_sums(m: &[f32], cols: usize, beta: f32, out: &mut [f32]) {
     }
 }
 
-/// Softmax cross-entropy over `logits` [b, k] with integer `labels`.
-/// Writes d(mean loss)/d(logits) scaled by `grad_scale` (usually 1/b) into `dlogits`,
-/// and returns (sum of per-sample losses, number of correct argmax predictions).
-pub fn softmax_xent(
-    logits: &[f32],
-    labels: &[i32],
-    k: usize,
-    grad_scale: f32,
-    dlogits: Option<&mut [f32]>,
-) -> (f64, usize) {
-    let mut loss = 0.0f64;
-    let mut correct = 0usize;
-    let mut dl = dlogits;
-    for (r, row) in logits.chunks_exact(k).enumerate() {
-        let y = labels[r] as usize;
-        let (mut amax, mut max) = (0usize, f32::NEG_INFINITY);
-        for (j, &v) in row.iter().enumerate() {
-            if v > max {
-                max = v;
-                amax = j;
-            }
-        }
-        if amax == y {
-            correct += 1;
-        }
-        let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
-        let log_sum = sum.ln();
-        loss += (log_sum - (row[y] - max)) as f64;
-        if let Some(d) = dl.as_deref_mut() {
-            let drow = &mut d[r * k..(r + 1) * k];
-            let inv = 1.0 / sum;
-            for (j, (g, &v)) in drow.iter_mut().zip(row).enumerate() {
-                let p = (v - max).exp() * inv;
-                *g = grad_scale * (p - if j == y { 1.0 } else { 0.0 });
-            }
-        }
-    }
-    (loss, correct)
-}
-
-/// Loss `f` (see `Pointwise`) over `pred` [b, k] and `target` [b, k]: returns the sum over
-/// samples of the per-sample mean over the k outputs (accumulated in f64) and the elements
-/// predicted right (binary cross-entropy only); the gradient of (that sum × grad_scale).
-pub fn pointwise_loss(
-    f: Pointwise,
-    pred: &[f32],
-    target: &[f32],
-    k: usize,
-    grad_scale: f32,
-    dpred: Option<&mut [f32]>,
-) -> (f64, usize) {
-    let mut loss = 0.0f64;
-    let mut correct = 0;
-    for (p, t) in pred.chunks_exact(k).zip(target.chunks_exact(k)) {
-        let row: f64 = p.iter().zip(t).map(|(&a, &b)| pointwise_value(f, a, b) as f64).sum();
-        loss += row / k as f64;
-        if f == Pointwise::BinaryXent {
-            correct += p.iter().zip(t).filter(|(&a, &b)| (a > 0.0) == (b > 0.5)).count();
-        }
-    }
-    if let Some(d) = dpred {
-        let s = grad_scale / k as f32;
-        d.iter_mut().zip(pred.iter().zip(target)).for_each(|(g, (&a, &b))| *g = s * pointwise_grad(f, a, b));
-    }
-    (loss, correct)
-}
-
-/// One element's loss, in f32 as the kernels compute it.
-pub fn pointwise_value(f: Pointwise, p: f32, t: f32) -> f32 {
-    let e = p - t;
-    match f {
-        Pointwise::Mse => e * e,
-        Pointwise::Mae => e.abs(),
-        Pointwise::Huber(delta) => {
-            let a = e.abs();
-            if a <= delta {
-                0.5 * e * e
-            } else {
-                delta * (a - 0.5 * delta)
-            }
-        }
-        Pointwise::BinaryXent => p.max(0.0) - p * t + (-p.abs()).exp().ln_1p(),
-    }
-}
-
-/// One element's loss gradient with respect to `p`.
-pub fn pointwise_grad(f: Pointwise, p: f32, t: f32) -> f32 {
-    let e = p - t;
-    match f {
-        Pointwise::Mse => 2.0 * e,
-        Pointwise::Mae => {
-            if e > 0.0 {
-                1.0
-            } else if e < 0.0 {
-                -1.0
-            } else {
-                0.0
-            }
-        }
-        Pointwise::Huber(delta) => e.clamp(-delta, delta),
-        Pointwise::BinaryXent => sigmoid(p) - t,
-    }
-}
-
-/// The logistic function, without overflow for either sign.
-pub fn sigmoid(x: f32) -> f32 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
-
-/// Dropout on [rows, cols] `v` in place (see `Mask`).
 /// dst[r, :] = src[idx[r], :] (`Backend::gather_rows`).
 pub fn gather_rows(src: &[f32], cols: usize, idx: &[i32], dst: &mut [f32]) {
     for (row, &i) in dst.chunks_exact_mut(cols).zip(idx) {
@@ -500,6 +388,7 @@ pub fn gather_rows(src: &[f32], cols: usize, idx: &[i32], dst: &mut [f32]) {
     }
 }
 
+/// Dropout on [rows, cols] `v` in place (see `Mask`).
 pub fn dropout(v: &mut [f32], cols: usize, keys: &[i32], m: Mask) {
     for (row, &key) in v.chunks_exact_mut(cols).zip(keys) {
         for (c, e) in row.iter_mut().enumerate() {
