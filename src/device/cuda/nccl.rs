@@ -159,9 +159,10 @@ impl NcclReducer {
     /// in that type, unpacked into `recv` (n floats each), all on this reducer's stream.
     fn reduce_packed(&mut self, send: u64, recv: u64, n: usize) {
         use cudarc::driver::DevicePtrMut;
+        let k = &self.kernels;
         let (pack, unpack, ty) = match self.wire {
-            Compression::Fp16 => (&self.kernels.pack_f16, &self.kernels.unpack_f16, nccl_lib::FLOAT16),
-            _ => (&self.kernels.pack_bf16, &self.kernels.unpack_bf16, nccl_lib::BFLOAT16),
+            Compression::Fp16 => (&k.pack_f16, &k.unpack_f16, nccl_lib::FLOAT16),
+            _ => (&k.pack_bf16, &k.unpack_bf16, nccl_lib::BFLOAT16),
         };
         if self.packed.as_ref().is_none_or(|p| p.len() < n) {
             self.packed = None;
@@ -170,35 +171,24 @@ impl NcclReducer {
                 Err(e) => self.fail("allocating the packed bucket for NCCL", e.to_string()),
             }
         }
+        let packed = self.packed.as_mut().expect("allocated above").device_ptr_mut(&self.stream).0;
+        self.convert(pack, send, packed, n, "packing a bucket for NCCL");
+        self.all_reduce(packed, packed, n, ty);
+        self.convert(unpack, packed, recv, n, "unpacking a bucket from NCCL");
+    }
+
+    /// `hv_pack_*` or `hv_unpack_*` (`f`) from `src` into `dst` (device addresses of n values
+    /// each) on this reducer's stream; a failure ends the job.
+    fn convert(&self, f: &cudarc::driver::CudaFunction, src: u64, dst: u64, n: usize, what: &str) {
         let n64 = n as i64;
-        let mut packed = self.packed.take().expect("allocated above");
-        let launched = (|| -> std::result::Result<(), cudarc::driver::DriverError> {
-            let mut l = self.stream.launch_builder(pack);
-            l.arg(&send).arg(&mut packed).arg(&n64);
-            // SAFETY: hv_pack_*(const float*, unsigned short*, long long): send holds n floats
-            // (the caller's promise), the scratch at least n.
-            unsafe { l.launch(config_1d(n.max(1))) }?;
-            Ok(())
-        })();
-        if let Err(e) = launched {
-            self.fail("packing a bucket for NCCL", e.to_string());
+        let mut l = self.stream.launch_builder(f);
+        l.arg(&src).arg(&dst).arg(&n64);
+        // SAFETY: hv_pack_*(const float*, unsigned short*, long long) or hv_unpack_*(const
+        // unsigned short*, float*, long long): the caller's float32 buffers hold n floats (its
+        // promise), the packed scratch at least n halves.
+        if let Err(e) = unsafe { l.launch(config_1d(n.max(1))) } {
+            self.fail(what, e.to_string());
         }
-        let p = {
-            let (p, _sync) = packed.device_ptr_mut(&self.stream);
-            p
-        };
-        self.all_reduce(p, p, n, ty);
-        let launched = (|| -> std::result::Result<(), cudarc::driver::DriverError> {
-            let mut l = self.stream.launch_builder(unpack);
-            l.arg(&packed).arg(&recv).arg(&n64);
-            // SAFETY: hv_unpack_*(const unsigned short*, float*, long long): recv holds n floats.
-            unsafe { l.launch(config_1d(n.max(1))) }?;
-            Ok(())
-        })();
-        if let Err(e) = launched {
-            self.fail("unpacking a bucket from NCCL", e.to_string());
-        }
-        self.packed = Some(packed);
     }
 
     /// Wait for this reducer's stream; a failure ends the job with NCCL's asynchronous error.
