@@ -327,16 +327,8 @@ pub fn selftest(device: crate::config::DeviceChoice) -> crate::error::Result<boo
 fn bf16_copies(g: usize) -> std::result::Result<String, String> {
     use crate::config::Precision;
     use crate::device::cuda::Cuda;
-    const KEY: &str = "HVTRAIN_BF16_COPIES";
-    let asked = std::env::var_os(KEY);
-    std::env::set_var(KEY, "1");
-    let with = Cuda::new(g, Precision::Bf16);
-    std::env::remove_var(KEY);
-    let plain = Cuda::new(g, Precision::Bf16);
-    if let Some(v) = asked {
-        std::env::set_var(KEY, v);
-    }
-    let (with, plain) = (with.map_err(|e| e.to_string())?, plain.map_err(|e| e.to_string())?);
+    let with = Cuda::with_copies(g, Precision::Bf16, true).map_err(|e| e.to_string())?;
+    let plain = Cuda::with_copies(g, Precision::Bf16, false).map_err(|e| e.to_string())?;
     std::panic::set_hook(Box::new(|_| {}));
     let rel = caught(|| {
         let rel = crate::model::gradcheck::steps_agree(&with, &plain, 5);

@@ -56,6 +56,12 @@ pub struct Cuda {
 impl Cuda {
     /// Open GPU `ordinal`: context, streams, cuBLAS, and the kernels (compiled here).
     pub fn new(ordinal: usize, precision: Precision) -> Result<Cuda> {
+        Cuda::with_copies(ordinal, precision, low_copies_asked())
+    }
+
+    /// `new`, keeping bf16 copies (with `precision = "bf16"`) as `low_copies` says rather than
+    /// as HVTRAIN_BF16_COPIES does (the selftest opens both kinds side by side).
+    pub fn with_copies(ordinal: usize, precision: Precision, low_copies: bool) -> Result<Cuda> {
         super::probe::check_libraries()?;
         let ctx = CudaContext::new(ordinal).map_err(drv(&format!("opening GPU {ordinal}")))?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
@@ -101,7 +107,7 @@ impl Cuda {
             pending: Default::default(),
             scratch_gen: Default::default(),
             lt: None,
-            low_copies: precision == Precision::Bf16 && low_copies_asked(),
+            low_copies: precision == Precision::Bf16 && low_copies,
             operands: Default::default(),
         };
         let dense = match precision {
