@@ -62,7 +62,9 @@ impl Cuda {
             // short*) over rows·cols; the copy (when passed) is the same range of a u16 buffer.
             unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_bias_act"))?;
         }
-        low.map(LowOut::written);
+        if let Some(l) = low {
+            l.written();
+        }
         Ok(())
     }
 
@@ -94,7 +96,9 @@ impl Cuda {
             // unsigned short*) over n elements; the copy as in launch_bias_act.
             unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_act_backward"))?;
         }
-        low.map(LowOut::written);
+        if let Some(l) = low {
+            l.written();
+        }
         Ok(())
     }
 
@@ -126,7 +130,9 @@ impl Cuda {
             // int, unsigned short*) over n elements.
             unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_sgd"))?;
         }
-        low.map(LowOut::written);
+        if let Some(l) = low {
+            l.written();
+        }
         Ok(())
     }
 
@@ -156,7 +162,9 @@ impl Cuda {
             // unsigned short*) over n elements.
             unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_adam"))?;
         }
-        low.map(LowOut::written);
+        if let Some(l) = low {
+            l.written();
+        }
         Ok(())
     }
 }
