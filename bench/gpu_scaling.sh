@@ -7,7 +7,10 @@
 # epoch line; the weights of the two paths compared (sum orders differ: within 1e-4). Writes
 # OUT/gpu-scaling.md and OUT/gpu-scaling.json. With 2 GPUs or more, also the large model with
 # parallel.tensor = 2 on 2 GPUs ("tensor2"): its tensor-parallel sums through NCCL (the log's
-# "tensor-parallel sums: GPU to GPU by NCCL") against the host path, weights within 1e-4.
+# "tensor-parallel sums: GPU to GPU by NCCL") against the host path, weights within 1e-4; and
+# with parallel.pipeline = 2 and 4 micro-batches on 2 GPUs ("pipe2"): the stages' messages by
+# NCCL send/recv (the log's "pipeline messages ...: GPU to GPU by NCCL send/recv") against the
+# host path, weights within 1e-4.
 #   bash bench/gpu_scaling.sh OUT          (from the GPU bundle's root, env.sh sourced, or a
 #                                           checkout with target/release/hvtrain and data/)
 # Environment: HV (the binary), EPOCHS (2), MAX_GPUS (all), CAP (seconds per run, 150),
@@ -25,11 +28,12 @@ counts=()
 for n in 1 2 4 8 16 32; do [ "$n" -le "$gpus" ] && counts+=("$n"); done
 [[ " ${counts[*]} " == *" $gpus "* ]] || counts+=("$gpus")
 run() {  # run N MODEL PATH
-  local n=$1 model=$2 path=$3 layers batch prec tensor=1
+  local n=$1 model=$2 path=$3 layers batch prec tensor=1 pipeline=1 micro=1
   case $model in
     small) layers="[784, 512, 512, 10]"; batch=128; prec=fp32 ;;
     large) layers="[784, 4096, 4096, 4096, 10]"; batch=1024; prec=tf32 ;;
     tensor2) layers="[784, 4096, 4096, 4096, 10]"; batch=1024; prec=tf32; tensor=2 ;;
+    pipe2) layers="[784, 4096, 4096, 4096, 10]"; batch=1024; prec=tf32; pipeline=2; micro=4 ;;
   esac
   local dir="$OUT/scaling/$model-$n-$path"
   rm -rf "$dir"
@@ -38,7 +42,8 @@ run() {  # run N MODEL PATH
   timeout -k 5 "$CAP" mpirun -n "$n" --bind-to none --oversubscribe ${MPI_EXTRA:-} -x LD_LIBRARY_PATH "$HV" train jobs/fashion-mnist.toml \
     --set 'training.device="cuda"' --set "model.layers=$layers" --set "training.batch_size=$batch" \
     --set "training.precision=\"$prec\"" --set "training.epochs=$EPOCHS" --set "distribution.gpu_allreduce=\"$path\"" \
-    --set "parallel.tensor=$tensor" --set "output.dir=\"$dir\"" > "$dir.log" 2>&1
+    --set "parallel.tensor=$tensor" --set "parallel.pipeline=$pipeline" --set "parallel.micro_batches=$micro" \
+    --set "output.dir=\"$dir\"" > "$dir.log" 2>&1
   echo "exit $?" >> "$dir.log"
 }
 for model in small large; do
@@ -46,7 +51,7 @@ for model in small large; do
     for path in nccl host; do run "$n" "$model" "$path"; done
   done
 done
-if [ "$gpus" -ge 2 ]; then for path in nccl host; do run 2 tensor2 "$path"; done; fi
+if [ "$gpus" -ge 2 ]; then for m in tensor2 pipe2; do for path in nccl host; do run 2 "$m" "$path"; done; done; fi
 env -u LD_LIBRARY_PATH python3 - "$OUT" "${counts[*]}" <<'PY'
 import json, os, re, sys
 out, counts = sys.argv[1], [int(c) for c in sys.argv[2].split()]
@@ -66,10 +71,12 @@ def weights(d):
     f = h5py.File(os.path.join(d, "weights.h5"), "r")
     return {k: f[k][...] for k in f.keys() if k.startswith("dense") for k in [f"{k}/weight", f"{k}/bias"]}
 bases = {}
-for model in ("small", "large", "tensor2"):
-    base = dict(bases.get("large", {})) if model == "tensor2" else {}
+split = {"tensor2": "tensor-parallel sums (activations and their gradients): GPU to GPU by NCCL",
+         "pipe2": "pipeline messages (activations and their gradients): GPU to GPU by NCCL send/recv"}
+for model in ("small", "large", "tensor2", "pipe2"):
+    base = dict(bases.get("large", {})) if model in split else {}
     bases[model] = base
-    for n in (counts if model != "tensor2" else [2] if max(counts) >= 2 else []):
+    for n in (counts if model not in split else [2] if max(counts) >= 2 else []):
         r = {p: parse(model, n, p) for p in ("nccl", "host")}
         for p in r:
             if n == 1 and r[p]["samples_s"]:
@@ -85,9 +92,9 @@ for model in ("small", "large", "tensor2"):
         r["nccl"]["max_weight_diff_vs_host"] = diff
         ok &= bool(r["nccl"]["done"] and r["host"]["done"] and diff is not None and diff <= 1e-4)
         ok &= bool(r["nccl"]["how"] and "NCCL" in r["nccl"]["how"])
-        if model == "tensor2":
-            log = open(os.path.join(out, "scaling", "tensor2-2-nccl.log")).read()
-            ok &= "tensor-parallel sums (activations and their gradients): GPU to GPU by NCCL" in log
+        if model in split:
+            log = open(os.path.join(out, "scaling", f"{model}-2-nccl.log")).read()
+            ok &= split[model] in log
 json.dump(rows, open(os.path.join(out, "gpu-scaling.json"), "w"), indent=1)
 with open(os.path.join(out, "gpu-scaling.md"), "w") as f:
     f.write("# Data-parallel scaling over one node's GPUs: NCCL against the host path\n\n")
@@ -99,7 +106,8 @@ with open(os.path.join(out, "gpu-scaling.md"), "w") as f:
         f.write(f"| {r['model']} | {r['gpus']} | {r['path']} | {fmt(r['samples_s'], '{:,.0f}')} | {fmt(r['exposed_ms'], '{:.3f}')} | "
                 f"{fmt(r['efficiency'], '{:.2f}')} | {fmt(r.get('max_weight_diff_vs_host'), '{:.2g}')} |\n")
     f.write("\ntensor2: the large model with parallel.tensor = 2 on 2 GPUs (one tensor group, no data parallelism); "
-            "its efficiency is against 1 GPU of the large model's runs.\n")
+            "pipe2: the same model with parallel.pipeline = 2, 4 micro-batches, on 2 GPUs; "
+            "their efficiency is against 1 GPU of the large model's runs.\n")
     f.write(f"\nVerdict: {'PASS' if ok else 'FAIL'} (every run done, NCCL used where asked, NCCL's weights within 1e-4 of the host path's)\n")
 print(open(os.path.join(out, "gpu-scaling.md")).read())
 sys.exit(0 if ok else 1)

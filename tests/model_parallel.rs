@@ -175,29 +175,53 @@ fn tensor_and_data_layouts_match_one_rank() {
     );
 }
 
+/// Layout `l` trained twice, through host memory and MPI and with HVTRAIN_EMULATE_DEVICE_SUMS=1
+/// (the device path's dispatch on host memory): the same weights and losses to the bit, and no
+/// emulation in the first run's log. Returns the emulated run's log.
+fn emulated_device_path_matches_the_host_path(l: L, name: &str) -> String {
+    let L(d, t, p, m) = l;
+    let dir = prepare(&format!("mp-{name}-{d}x{t}x{p}m{m}"), d, &DEEP, SGD);
+    let host = train(&dir, l, &DEEP, &[]).unwrap_or_else(|r| panic!("{l:?} failed\n{}", r.all()));
+    let _ = std::fs::remove_dir_all(dir.join("out"));
+    let dev = train_env(&dir, l, &DEEP, &[], &[("HVTRAIN_EMULATE_DEVICE_SUMS", "1")]);
+    let dev = dev.unwrap_or_else(|r| panic!("{l:?} with the emulated device path failed\n{}", r.all()));
+    assert!(!host.log.contains("emulated device"), "{}", host.log);
+    assert_eq!(host.weights, dev.weights, "{l:?}: weights differ from the host path's");
+    assert_eq!(host.losses, dev.losses, "{l:?}");
+    dev.log
+}
+
 /// The tensor group's sums through device pointers (the path NCCL takes on GPUs:
-/// `Backend::reduce_in_place`, in place), emulated on host memory with
-/// HVTRAIN_EMULATE_DEVICE_SUMS=1: the same float32 sums as the host path, so the same weights
-/// to the bit, and the log says the sums went that way.
+/// `Backend::reduce_in_place`, in place), emulated on host memory: the same float32 sums as
+/// the host path, so the same weights to the bit, and the log says the sums went that way.
 #[test]
 fn tensor_sums_through_device_pointers_match_the_host_path() {
     let _g = mpi_lock();
     for l in [L(1, 2, 1, 1), L(2, 2, 1, 4)] {
-        let L(d, t, p, m) = l;
-        let dir = prepare(&format!("mp-devsum-{d}x{t}x{p}m{m}"), d, &DEEP, SGD);
-        let host = train(&dir, l, &DEEP, &[]).unwrap_or_else(|r| panic!("{l:?} failed\n{}", r.all()));
-        let _ = std::fs::remove_dir_all(dir.join("out"));
-        let dev = train_env(&dir, l, &DEEP, &[], &[("HVTRAIN_EMULATE_DEVICE_SUMS", "1")]);
-        let dev = dev.unwrap_or_else(|r| panic!("{l:?} with emulated device sums failed\n{}", r.all()));
-        assert!(dev.log.contains("tensor-parallel sums: through emulated device pointers"), "{}", dev.log);
+        let log = emulated_device_path_matches_the_host_path(l, "devsum");
+        assert!(log.contains("tensor-parallel sums: through emulated device pointers"), "{log}");
         assert!(
-            dev.log.contains("tensor-parallel sums: the first") && dev.log.contains("emulated device pointers)"),
-            "the first sum did not go through the device path\n{}",
-            dev.log
+            log.contains("tensor-parallel sums: the first") && log.contains("emulated device pointers)"),
+            "the first sum did not go through the device path\n{log}"
         );
-        assert!(!host.log.contains("emulated device"), "{}", host.log);
-        assert_eq!(host.weights, dev.weights, "{l:?}: weights differ from the host path's");
-        assert_eq!(host.losses, dev.losses, "{l:?}");
+    }
+}
+
+/// Pipeline messages (activations forward, gradients backward) through the device path's
+/// dispatch, emulated on host memory: the workspaces' buffers handed over by address, as to
+/// NCCL send/recv. The same weights and losses as the host path's messages, to the bit, on two
+/// stages, four (middle stages send and receive both ways), and beside tensor-parallel sums
+/// on the device path.
+#[test]
+fn pipeline_messages_through_device_pointers_match_the_host_path() {
+    let _g = mpi_lock();
+    for l in [L(1, 1, 2, 4), L(1, 1, 4, 3), L(1, 2, 2, 2)] {
+        let log = emulated_device_path_matches_the_host_path(l, "devpipe");
+        assert!(log.contains("pipeline messages: through emulated device pointers"), "{log}");
+        for dir in ["Forward", "Backward"] {
+            let first = format!("floats, {dir}) through emulated device pointers");
+            assert!(log.contains(&first), "no {dir} message went through the device path\n{log}");
+        }
     }
 }
 

@@ -18,6 +18,8 @@ use crate::config::Activation;
 use crate::error::Result;
 use std::ops::Range;
 
+pub use super::mask::{mask_bits, Mask};
+
 /// Which operand is transposed in `gemm`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trans {
@@ -104,20 +106,6 @@ impl Pointwise {
     }
 }
 
-/// One dropout mask over a [rows, cols] block of a layer's activations: element (r, c) is
-/// kept when `mask_bits(salt, keys[r], col0 + c) >= threshold` (24-bit uniform), and a kept
-/// element is multiplied by `scale`, a dropped one set to 0. `keys` are the rows' global ids,
-/// `col0` the block's first column in the whole layer, `salt` mixes the seed, the step and the
-/// layer: the mask of a row does not depend on which rank holds it or on tensor splits.
-/// `threshold` 0 keeps every element (a plain scale).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Mask {
-    pub salt: u64,
-    pub col0: u32,
-    pub threshold: u32,
-    pub scale: f32,
-}
-
 /// `Backend::clamp` on host memory: each range to [-bound, bound] (NaN stays NaN); how many
 /// values changed.
 pub fn clamp_host(h: &mut [f32], parts: &[(Range<usize>, f32)]) -> usize {
@@ -131,38 +119,6 @@ pub fn clamp_host(h: &mut [f32], parts: &[(Range<usize>, f32)]) -> usize {
         }
     }
     k
-}
-
-/// SplitMix64's finalizer: a bijection of u64 that mixes every bit into every other.
-pub fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The 24 uniform bits of element (key, col) under `salt` (kernels.cu `hv_mask_bits` computes
-/// the same).
-pub fn mask_bits(salt: u64, key: u32, col: u32) -> u32 {
-    (mix64(salt ^ (key as u64 | (col as u64) << 32)) >> 40) as u32
-}
-
-impl Mask {
-    /// The mask of rate `p` (drop share) for whole-model layer `layer` at global step `step`
-    /// (inverted dropout: kept units scaled by 1/(1 − p)).
-    pub fn new(seed: u64, step: u64, layer: usize, p: f32) -> Mask {
-        let salt = mix64(mix64(seed ^ 0xD809_0000_0000_0000) ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ layer as u64);
-        Mask { salt, col0: 0, threshold: (p as f64 * (1u64 << 24) as f64).round() as u32, scale: 1.0 / (1.0 - p) }
-    }
-
-    /// The same mask on a block whose first column is `col0` of the whole layer.
-    pub fn at_col(self, col0: usize) -> Mask {
-        Mask { col0: col0 as u32, ..self }
-    }
-
-    /// Multiply every element by `scale` (no element dropped).
-    pub fn scale_only(scale: f32) -> Mask {
-        Mask { salt: 0, col0: 0, threshold: 0, scale }
-    }
 }
 
 /// One SGD (momentum, Nesterov) update's hyperparameters.
@@ -257,6 +213,11 @@ pub trait Backend: Send {
         _wire: crate::config::Compression,
     ) -> DeviceReducer {
         Err((chan, "the gradients are in host memory".into()))
+    }
+    /// Pipeline messages GPU to GPU by NCCL send/recv over `chan` (the pipeline communicator,
+    /// ranked by stage; collective over it), or why not.
+    fn nccl_pipe(&self, _chan: &crate::parallel::Channel) -> std::result::Result<Box<dyn DeviceLink>, String> {
+        Err("the activations are in host memory".into())
     }
 
     // ---- memory ----
@@ -466,11 +427,32 @@ pub trait Backend: Send {
     /// through host copies). Collective over the reducer's ranks when true.
     fn reduce_in_place(
         &self,
-        _buf: &mut Self::Buf,
-        _n: usize,
-        _reducer: &mut dyn crate::parallel::reduce::Reducer,
+        buf: &mut Self::Buf,
+        n: usize,
+        reducer: &mut dyn crate::parallel::reduce::Reducer,
     ) -> Result<bool> {
-        Ok(false)
+        if !reducer.takes_device_pointers() {
+            return Ok(false);
+        }
+        let Some(p) = self.idle_address_mut(buf, n)? else { return Ok(false) };
+        if n > 0 {
+            // SAFETY: n floats of idle memory, summed in place (NCCL sums in place; the
+            // emulation copies first); the reducer is done with them when it returns.
+            unsafe { reducer.reduce_device(p, p, n) };
+        }
+        Ok(true)
+    }
+
+    /// The address of `buf[..n]` once every write queued to it has finished, for a transport
+    /// that takes this backend's memory by address (NCCL: device memory; the emulation
+    /// without a GPU: host memory), to read; None where this backend's memory is not handed out.
+    fn idle_address(&self, _buf: &Self::Buf, _n: usize) -> Result<Option<u64>> {
+        Ok(None)
+    }
+    /// `idle_address`, to write: whatever the backend keeps beside the values (bf16 copies)
+    /// counts as stale from here on.
+    fn idle_address_mut(&self, _buf: &mut Self::Buf, _n: usize) -> Result<Option<u64>> {
+        Ok(None)
     }
 
     /// bf16 products' operands read from bf16 copies the backend kept, and rounded first
@@ -524,6 +506,8 @@ pub trait Backend: Send {
         adam_each(self, params, grads, goff, m, v, segs, h)
     }
 }
+
+use crate::parallel::pipe::DeviceLink;
 
 /// A reducer on device memory (`Backend::nccl_reducer`), or the channel back and why not.
 pub type DeviceReducer =

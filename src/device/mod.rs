@@ -11,6 +11,7 @@ pub mod bf16;
 pub mod cpu;
 pub mod cuda;
 pub mod fresh;
+pub mod mask;
 pub mod pool;
 pub mod sgemm;
 pub mod tile;

@@ -553,6 +553,23 @@ impl<B: Backend> Workspace<B> {
         be.view_mut(&mut self.a[model.layers.len() - 1], 0..b * model.n_outputs())
     }
 
+    /// The last forward's outputs (a pipeline stage's message to the next one).
+    pub fn output(&self, model: &Mlp) -> &B::Buf {
+        &self.a[model.layers.len() - 1]
+    }
+
+    /// The gradient of the outputs `backward` starts from, to be written (a pipeline stage's
+    /// message from the next one), the workspace sized for `b` rows.
+    pub fn output_grad_mut(&mut self, be: &B, model: &Mlp, b: usize) -> Result<&mut B::Buf> {
+        self.ensure(be, model, b)?;
+        Ok(&mut self.d[0])
+    }
+
+    /// The gradient of the inputs after `backward` (a pipeline stage's message to the previous one).
+    pub fn input_grad_buf(&self) -> &B::Buf {
+        &self.dx
+    }
+
     /// The last forward's outputs copied to the host.
     pub fn output_host(&self, be: &B, model: &Mlp, b: usize, host: &mut [f32]) -> Result<()> {
         be.download(&self.a[model.layers.len() - 1], 0..b * model.n_outputs(), host)

@@ -12,6 +12,14 @@
 //! The loss is the last stage's: it is broadcast over the pipeline at the end of the step,
 //! so every rank of a replica returns the same value.
 //!
+//! Where the link goes device to device (`PipeLink::on_device`: NCCL, or its emulation), the
+//! workspaces' buffers are the messages: activations sent from the slot's output, received
+//! into its input; gradients received into the slot's output gradient, sent from its input
+//! gradient. A sent buffer is written again only by the same micro-batch's backward (tanh's
+//! dropout rescales the activations), which starts once the next stage's gradient has come,
+//! sent after that stage received our activations whole; or in the next step, after
+//! `finish_sends`.
+//!
 //! Must not: announce a gradient before the step's last micro-batch backward.
 
 use super::{Sink, Stepper, Sums};
@@ -21,7 +29,37 @@ use crate::error::{Error, Result};
 use crate::model::pipeline::{one_f_one_b, Op};
 use crate::model::{part, Targets, Workspace};
 use crate::parallel::engine::HostBuf;
+use crate::parallel::pipe::{Dir, PipeLink};
 use std::time::Instant;
+
+/// Send `buf[..n]` device to device when the link does: true; false when it goes through
+/// host memory.
+fn send_device<B: Backend>(be: &B, p: &mut PipeLink, buf: &B::Buf, n: usize, dir: Dir) -> Result<bool> {
+    if !p.on_device() {
+        return Ok(false);
+    }
+    let ptr = be.idle_address(buf, n)?.ok_or_else(unaddressable)?;
+    // SAFETY: n floats of a workspace buffer, complete, unwritten until the step's
+    // `finish_sends` (see the module's doc).
+    unsafe { p.send_device(ptr, n, dir) };
+    Ok(true)
+}
+
+/// Receive into `buf[..n]` device to device when the link does: true.
+fn recv_device<B: Backend>(be: &B, p: &mut PipeLink, buf: &mut B::Buf, n: usize, dir: Dir) -> Result<bool> {
+    if !p.on_device() {
+        return Ok(false);
+    }
+    let ptr = be.idle_address_mut(buf, n)?.ok_or_else(unaddressable)?;
+    // SAFETY: room for n floats, idle (the backend waited for its queued work), and nothing
+    // reads or writes them until this returns.
+    unsafe { p.recv_device(ptr, n, dir) };
+    Ok(true)
+}
+
+fn unaddressable() -> Error {
+    Error::Training("pipeline messages chose the device path on a backend whose memory has no address".into())
+}
 
 impl<B: Backend> Stepper<B>
 where
@@ -91,9 +129,13 @@ where
     fn backward_micro(&mut self, w: usize, r: usize, head: bool, announce: bool) -> Result<()> {
         let (inp, outp) = (self.model.n_inputs(), self.model.n_outputs());
         if !head {
-            self.h_out.resize(r * outp, 0.0);
-            self.tp.pipe.as_mut().expect("a stage before the last").recv_backward(&mut self.h_out);
-            self.mws[w].output_grad(&self.be, &self.model, r, &self.h_out)?;
+            let p = self.tp.pipe.as_mut().expect("a stage before the last");
+            let dst = self.mws[w].output_grad_mut(&self.be, &self.model, r)?;
+            if !recv_device(&self.be, p, dst, r * outp, Dir::Backward)? {
+                self.h_out.resize(r * outp, 0.0);
+                p.recv_backward(&mut self.h_out);
+                self.mws[w].output_grad(&self.be, &self.model, r, &self.h_out)?;
+            }
         }
         let mut sink = Sink {
             be: &self.be,
@@ -107,9 +149,11 @@ where
         };
         self.model.backward_tp(&self.be, &self.params, &self.mx[w], r, &mut self.mws[w], &mut sink, &mut self.tp)?;
         if let Some(p) = self.tp.pipe.as_mut().filter(|p| !p.is_first()) {
-            self.h_in.resize(r * inp, 0.0);
-            self.mws[w].input_grad(&self.be, &self.model, r, &mut self.h_in)?;
-            p.send_backward(&self.h_in);
+            if !send_device(&self.be, p, self.mws[w].input_grad_buf(), r * inp, Dir::Backward)? {
+                self.h_in.resize(r * inp, 0.0);
+                self.mws[w].input_grad(&self.be, &self.model, r, &mut self.h_in)?;
+                p.send_backward(&self.h_in);
+            }
         }
         Ok(())
     }
@@ -130,18 +174,23 @@ where
         let (inp, outp) = (self.model.n_inputs(), self.model.n_outputs());
         match self.tp.pipe.as_mut().filter(|p| !p.is_first()) {
             Some(p) => {
-                self.h_in.resize(n * inp, 0.0);
-                p.recv_forward(&mut self.h_in);
-                be.upload_into(&self.h_in, &mut self.mx[w])?;
+                if !recv_device(be, p, &mut self.mx[w], n * inp, Dir::Forward)? {
+                    self.h_in.resize(n * inp, 0.0);
+                    p.recv_forward(&mut self.h_in);
+                    be.upload_into(&self.h_in, &mut self.mx[w])?;
+                }
             }
             None => be.upload_into(&batch.x[r.start * inp..r.end * inp], &mut self.mx[w])?,
         }
         self.mws[w].set_rows(be, &batch.ids[r.clone()], self.step)?;
         self.model.forward_tp(be, &self.params, &self.mx[w], n, &mut self.mws[w], &mut self.tp)?;
         if !head {
-            self.h_out.resize(n * outp, 0.0);
-            self.mws[w].output_host(be, &self.model, n, &mut self.h_out)?;
-            self.tp.pipe.as_mut().expect("a stage before the last").send_forward(&self.h_out);
+            let p = self.tp.pipe.as_mut().expect("a stage before the last");
+            if !send_device(be, p, self.mws[w].output(&self.model), n * outp, Dir::Forward)? {
+                self.h_out.resize(n * outp, 0.0);
+                self.mws[w].output_host(be, &self.model, n, &mut self.h_out)?;
+                p.send_forward(&self.h_out);
+            }
             return Ok(vec![0.0; self.sums_len()]);
         }
         let targets = if batch.classes.is_empty() {

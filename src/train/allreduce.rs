@@ -88,6 +88,7 @@ pub(super) fn build<'a, B: Backend>(
     }
     let path = gpu_path(&be, comm, &data_chan, job, grid.data)?;
     tensor_path(&be, comm, &mut tensor, job)?;
+    pipe_path(&be, comm, &mut tensor, job)?;
     let reducer = match (path, engine_chan) {
         (Path::Nccl, chan) => {
             // One data-parallel rank has no engine channel: a one-rank communicator of its own.
@@ -183,18 +184,43 @@ fn nccl_in_auto() -> bool {
     std::env::var("HVTRAIN_NCCL_AUTO").is_ok_and(|v| v == "1")
 }
 
-/// Collective over the tensor group, under tensor parallelism on GPUs with NCCL asked for
-/// (`gpu_allreduce = "nccl"`, or `"auto"` where it may take NCCL): the activations' and
-/// their gradients' sums go GPU to GPU through an NCCL communicator of the tensor group
-/// (`gpu_path::choose` on the group's facts, float32), else through host copies and MPI as
-/// before; rank 0 logs which and why.
-fn tensor_path<B: Backend>(be: &B, comm: &Comm, tensor: &mut TensorGroup, job: &Job) -> Result<()> {
+/// `HVTRAIN_EMULATE_DEVICE_SUMS=1` on a rank without a GPU (tests): the model-parallel
+/// exchanges take the device path's dispatch on host memory.
+fn emulate_device<B: Backend>(be: &B) -> bool {
+    be.device_ordinal().is_none() && std::env::var("HVTRAIN_EMULATE_DEVICE_SUMS").is_ok_and(|v| v == "1")
+}
+
+/// Collective over a model-parallel group (`chan`: a tensor group or a pipeline; `what` its
+/// exchanges, for errors): whether they go GPU to GPU by NCCL (`gpu_allreduce = "nccl"`, or
+/// `"auto"` where it may take NCCL; `gpu_path::choose` on the group's facts, float32), and why.
+/// Every rank of the group gathers (a rank whose environment differs, HVTRAIN_NCCL_AUTO
+/// unset, still answers; its facts then say NCCL was not looked for, and every rank's
+/// `choose` reads the same facts).
+fn group_path<B: Backend>(be: &B, comm: &Comm, chan: &Channel, job: &Job, what: &str) -> Result<(Path, String)> {
     use crate::config::{Compression, GpuAllreduce, Reduction};
     let d = &job.distribution;
     let nccl_in_auto = nccl_in_auto();
     let wanted = d.gpu_allreduce == GpuAllreduce::Nccl || (d.gpu_allreduce == GpuAllreduce::Auto && nccl_in_auto);
-    let emulate = std::env::var("HVTRAIN_EMULATE_DEVICE_SUMS").is_ok_and(|v| v == "1");
-    if let Some(chan) = tensor.channel().filter(|_| emulate && be.device_ordinal().is_none()) {
+    let all = gpu_path::gather(chan, &my_facts(be, comm, wanted));
+    let asked = gpu_path::Job {
+        // Device pointers to MPI are the gradient buckets' path only: "mpi" leaves these
+        // exchanges on the host path, as "host" does.
+        asked: if d.gpu_allreduce == GpuAllreduce::Mpi { GpuAllreduce::Host } else { d.gpu_allreduce },
+        nccl_in_auto,
+        data_ranks: chan.size,
+        compression: Compression::None,
+        reduction: Reduction::Average,
+        hierarchical: false,
+    };
+    gpu_path::choose(&asked, &all)
+        .map_err(|e| Error::config(&job.source, "distribution.gpu_allreduce", format!("{what}: {e}")))
+}
+
+/// Collective over the tensor group, under tensor parallelism: the activations' and their
+/// gradients' sums GPU to GPU through an NCCL communicator of the tensor group where
+/// `group_path` says so, else through host copies and MPI as before; rank 0 logs which and why.
+fn tensor_path<B: Backend>(be: &B, comm: &Comm, tensor: &mut TensorGroup, job: &Job) -> Result<()> {
+    if let Some(chan) = tensor.channel().filter(|_| emulate_device(be)) {
         // Tests without a GPU: the device path's dispatch, in-place sums on host memory.
         let r = Box::new(reduce::HostPointers::new(chan.duplicate()));
         tensor.set_device_reducer(r);
@@ -203,34 +229,46 @@ fn tensor_path<B: Backend>(be: &B, comm: &Comm, tensor: &mut TensorGroup, job: &
         }
         return Ok(());
     }
-    // Every rank of the group gathers (a rank whose environment differs, HVTRAIN_NCCL_AUTO
-    // unset, still answers; its facts then say NCCL was not looked for, and every rank's
-    // `choose` reads the same facts).
     let Some(chan) = tensor.channel() else { return Ok(()) };
-    let all = gpu_path::gather(chan, &my_facts(be, comm, wanted));
-    let asked = gpu_path::Job {
-        // Device pointers to MPI are the gradient buckets' path only: "mpi" leaves these sums
-        // on the host path, as "host" does.
-        asked: if d.gpu_allreduce == GpuAllreduce::Mpi { GpuAllreduce::Host } else { d.gpu_allreduce },
-        nccl_in_auto,
-        data_ranks: tensor.size,
-        compression: Compression::None,
-        reduction: Reduction::Average,
-        hierarchical: false,
-    };
-    let (path, why) = gpu_path::choose(&asked, &all).map_err(|e| {
-        Error::config(&job.source, "distribution.gpu_allreduce", format!("the tensor-parallel sums: {e}"))
-    })?;
+    let (path, why) = group_path(be, comm, chan, job, "the tensor-parallel sums")?;
     if path == Path::Nccl {
         let chan = chan.duplicate();
         let r = be
-            .nccl_reducer(chan, false, Compression::None)
+            .nccl_reducer(chan, false, crate::config::Compression::None)
             .map_err(|(_, why)| Error::Cuda(format!("NCCL for the tensor-parallel sums: {why}")))?;
         tensor.set_device_reducer(r);
     }
     if comm.rank == 0 && be.device_ordinal().is_some() {
         let how = if path == Path::Nccl { "GPU to GPU by NCCL" } else { "through host memory and MPI" };
         info!("tensor-parallel sums (activations and their gradients): {how}: {why}");
+    }
+    Ok(())
+}
+
+/// Collective over the pipeline, under pipeline parallelism: the stages' messages (activations
+/// forward, their gradients backward) GPU to GPU by NCCL send/recv where `group_path` says so,
+/// else through host memory and MPI as before; rank 0 logs which and why. Evaluation's
+/// messages stay on the host path.
+fn pipe_path<B: Backend>(be: &B, comm: &Comm, tensor: &mut TensorGroup, job: &Job) -> Result<()> {
+    let Some(link) = tensor.pipe.as_mut() else { return Ok(()) };
+    if emulate_device(be) {
+        // Tests without a GPU: the device path's dispatch, messages between host addresses.
+        link.set_device(Box::new(crate::parallel::pipe::HostPointers::new(link.channel().duplicate())));
+        if comm.rank == 0 {
+            info!("pipeline messages: through emulated device pointers (HVTRAIN_EMULATE_DEVICE_SUMS=1)");
+        }
+        return Ok(());
+    }
+    let (path, why) = group_path(be, comm, link.channel(), job, "the pipeline messages")?;
+    if path == Path::Nccl {
+        let d = be
+            .nccl_pipe(link.channel())
+            .map_err(|why| Error::Cuda(format!("NCCL for the pipeline messages: {why}")))?;
+        link.set_device(d);
+    }
+    if comm.rank == 0 && be.device_ordinal().is_some() {
+        let how = if path == Path::Nccl { "GPU to GPU by NCCL send/recv" } else { "through host memory and MPI" };
+        info!("pipeline messages (activations and their gradients): {how}: {why}");
     }
     Ok(())
 }

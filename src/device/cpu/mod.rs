@@ -92,21 +92,13 @@ impl Backend for Cpu {
         g.check_input_grad(bias_grad.len(), a_prev.len());
         super::backend::input_grad_separate(self, g, dz, w, dprev, a_prev, z_prev, act, beta, bias_grad)
     }
-    /// A reducer that takes device pointers here is one that takes host memory
-    /// (`reduce::HostPointers`, the emulation of NCCL's in-place sums).
-    fn reduce_in_place(
-        &self,
-        buf: &mut Vec<f32>,
-        n: usize,
-        reducer: &mut dyn crate::parallel::reduce::Reducer,
-    ) -> Result<bool> {
-        if !reducer.takes_device_pointers() {
-            return Ok(false);
-        }
-        let p = buf[..n].as_mut_ptr() as u64;
-        // SAFETY: n floats of this buffer, in place; nothing else touches them meanwhile.
-        unsafe { reducer.reduce_device(p, p, n) };
-        Ok(true)
+    /// Transports that take device pointers here take host memory (`reduce::HostPointers`,
+    /// `pipe::HostPointers`: the emulation of NCCL's sums and messages).
+    fn idle_address(&self, buf: &Vec<f32>, n: usize) -> Result<Option<u64>> {
+        Ok(Some(buf[..n].as_ptr() as u64))
+    }
+    fn idle_address_mut(&self, buf: &mut Vec<f32>, n: usize) -> Result<Option<u64>> {
+        Ok(Some(buf[..n].as_mut_ptr() as u64))
     }
     fn name(&self) -> String {
         if self.bf16 {

@@ -201,6 +201,13 @@ impl Backend for Cuda {
     ) -> crate::device::backend::DeviceReducer {
         super::nccl::NcclReducer::new(chan, self.ctx.clone(), levels, (wire, self.k.clone())).map(|r| Box::new(r) as _)
     }
+    fn nccl_pipe(
+        &self,
+        chan: &crate::parallel::Channel,
+    ) -> std::result::Result<Box<dyn crate::parallel::pipe::DeviceLink>, String> {
+        super::nccl_pipe::NcclPipe::new(chan, self.ctx.clone(), crate::sys::rank().unwrap_or(0))
+            .map(|l| Box::new(l) as _)
+    }
 
     fn zeros(&self, n: usize) -> Result<DevBuf> {
         Ok(DevBuf::new(self.alloc(n)?, n, None))
@@ -456,28 +463,21 @@ impl Backend for Cuda {
     fn order_after_writes(&self, bufs: &[&DevBuf]) -> Result<()> {
         self.wait_for_writes(bufs)
     }
-    fn reduce_in_place(
-        &self,
-        buf: &mut DevBuf,
-        n: usize,
-        reducer: &mut dyn crate::parallel::reduce::Reducer,
-    ) -> Result<bool> {
+    fn idle_address(&self, buf: &DevBuf, n: usize) -> Result<Option<u64>> {
+        use cudarc::driver::DevicePtr;
+        assert!(n <= buf.len, "an address of {n} floats of a buffer of {}", buf.len);
+        // The transport wants idle memory: the kernels that wrote it are done.
+        self.stream.synchronize().map_err(drv("waiting for the GPU before handing memory to NCCL"))?;
+        let (p, _read) = buf.dev().device_ptr(&self.stream);
+        Ok(Some(p))
+    }
+    fn idle_address_mut(&self, buf: &mut DevBuf, n: usize) -> Result<Option<u64>> {
         use cudarc::driver::DevicePtrMut;
-        if !reducer.takes_device_pointers() {
-            return Ok(false);
-        }
-        assert!(n <= buf.len, "an in-place sum of {n} floats of a buffer of {}", buf.len);
-        if n == 0 {
-            return Ok(true);
-        }
-        // The reducer wants idle memory: the kernels that wrote it are done.
-        self.stream.synchronize().map_err(drv("waiting for the GPU before a device all-reduce"))?;
-        let mut v = buf.dev_mut().slice_mut(0..n);
-        let (p, _write) = v.device_ptr_mut(&self.stream);
-        // SAFETY: n floats of idle device memory, sent and received in place (NCCL sums in
-        // place); the reducer's own stream is synchronized before it returns.
-        unsafe { reducer.reduce_device(p, p, n) };
-        Ok(true)
+        assert!(n <= buf.len, "an address of {n} floats of a buffer of {}", buf.len);
+        // Idle: nothing queued still reads or writes it (the stream is synchronized).
+        self.stream.synchronize().map_err(drv("waiting for the GPU before handing memory to NCCL"))?;
+        let (p, _write) = buf.dev_mut().device_ptr_mut(&self.stream);
+        Ok(Some(p))
     }
     fn bf16_copy_reads(&self) -> Option<[u64; 2]> {
         self.low_copies.then(|| self.operands.get())

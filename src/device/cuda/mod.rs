@@ -22,8 +22,9 @@
 //!   after the step's backward and optimizer are queued);
 //! - `kernels.cu`, `launch`, `nvrtc`, `module`: the element-wise kernels, their launch
 //!   geometry, their compilation by NVRTC, and their loading at start-up;
-//! - `nccl_lib`, `nccl`: NCCL loaded at run time (the loader's path, CUDA's folders, the
-//!   `nvidia-nccl` pip package), and gradient buckets all-reduced GPU to GPU through it;
+//! - `nccl_lib`, `nccl`, `nccl_pipe`: NCCL loaded at run time (the loader's path, CUDA's
+//!   folders, the `nvidia-nccl` pip package), gradient buckets all-reduced GPU to GPU through
+//!   it, and pipeline stages' messages sent GPU to GPU;
 //! - `shim.cpp`, `shim` (tests): the same kernels compiled by the host C++ compiler and
 //!   checked against the CPU backend.
 //!
@@ -46,6 +47,7 @@ mod lt_map;
 mod module;
 mod nccl;
 pub mod nccl_lib;
+mod nccl_pipe;
 pub mod nvrtc;
 mod probe;
 #[cfg(test)]

@@ -74,6 +74,49 @@ impl Aborter {
     }
 }
 
+/// An NCCL communicator over `group`'s ranks (collective over them; `rank`, this rank in the
+/// world, for the error line), bootstrapped from an `ncclUniqueId` that the group's rank 0
+/// makes and MPI broadcasts, its `ncclCommAbort` registered with the liveness watchdog. The
+/// current thread has the GPU bound.
+pub(super) fn communicator(lib: &'static Nccl, group: &Channel, rank: usize) -> Result<RawComm, String> {
+    let mut id = UniqueId { internal: [0; 128] };
+    if group.rank == 0 {
+        // SAFETY: writes the 128-byte id.
+        let rc = unsafe { (lib.get_unique_id)(&mut id) };
+        if rc != 0 {
+            // The other ranks wait in the broadcast below: an error here ends the job.
+            fail(rank, "ncclGetUniqueId", lib.error(rc));
+        }
+    }
+    let mut words = [0u64; 16];
+    for (w, c) in words.iter_mut().zip(id.internal.chunks(8)) {
+        *w = u64::from_le_bytes(std::array::from_fn(|i| c[i] as u8));
+    }
+    group.broadcast_u64(&mut words);
+    for (c, w) in id.internal.chunks_mut(8).zip(words) {
+        for (b, v) in c.iter_mut().zip(w.to_le_bytes()) {
+            *b = v as std::ffi::c_char;
+        }
+    }
+    let mut comm: RawComm = std::ptr::null_mut();
+    // SAFETY: every rank of the group calls this with the same id and its own rank.
+    let rc = unsafe { (lib.comm_init_rank)(&mut comm, group.size as i32, id, group.rank as i32) };
+    if rc != 0 {
+        return Err(format!("ncclCommInitRank: {}", lib.error(rc)));
+    }
+    let aborter = Aborter(comm, lib);
+    crate::parallel::liveness::on_abort(Box::new(move || aborter.abort()));
+    Ok(comm)
+}
+
+/// NCCL's words for a failure on `rank`, and the job ends: a collective or a message cannot
+/// be half done.
+pub(super) fn fail(rank: usize, what: &str, why: String) -> ! {
+    crate::sys::say(format!("hvtrain: error on rank {rank}: {what}: {why}"));
+    crate::parallel::comm::abort_world(1);
+    crate::sys::hard_exit(1)
+}
+
 impl NcclReducer {
     /// A communicator over `chan`'s ranks (or, `hierarchical`, over each node's) on the GPU of
     /// `ctx` (collective over `chan`; every rank has loaded NCCL, the choice checked it).
@@ -95,27 +138,6 @@ impl NcclReducer {
             Levels { _node: node, leaders: leader.then_some((leaders, Vec::new(), Vec::new())) }
         });
         let group = levels.as_ref().map_or(&chan, |l| &l._node);
-        let (rank, size) = (group.rank, group.size);
-        let mut id = UniqueId { internal: [0; 128] };
-        if rank == 0 {
-            // SAFETY: writes the 128-byte id.
-            let rc = unsafe { (lib.get_unique_id)(&mut id) };
-            if rc != 0 {
-                // The other ranks wait in the broadcast below: an error here ends the job.
-                crate::sys::say(format!("hvtrain: error on rank {}: ncclGetUniqueId: {}", chan.rank, lib.error(rc)));
-                crate::parallel::comm::abort_world(1);
-            }
-        }
-        let mut words = [0u64; 16];
-        for (w, c) in words.iter_mut().zip(id.internal.chunks(8)) {
-            *w = u64::from_le_bytes(std::array::from_fn(|i| c[i] as u8));
-        }
-        group.broadcast_u64(&mut words);
-        for (c, w) in id.internal.chunks_mut(8).zip(words) {
-            for (b, v) in c.iter_mut().zip(w.to_le_bytes()) {
-                *b = v as std::ffi::c_char;
-            }
-        }
         if let Err(e) = ctx.bind_to_thread() {
             return Err((chan, format!("binding the GPU to this thread: {e}")));
         }
@@ -123,14 +145,10 @@ impl NcclReducer {
             Ok(s) => s,
             Err(e) => return Err((chan, format!("a stream for NCCL: {e}"))),
         };
-        let mut comm: RawComm = std::ptr::null_mut();
-        // SAFETY: every rank of the group calls this with the same id and its own rank.
-        let rc = unsafe { (lib.comm_init_rank)(&mut comm, size as i32, id, rank as i32) };
-        if rc != 0 {
-            return Err((chan, format!("ncclCommInitRank: {}", lib.error(rc))));
-        }
-        let aborter = Aborter(comm, lib);
-        crate::parallel::liveness::on_abort(Box::new(move || aborter.abort()));
+        let comm = match communicator(lib, group, chan.rank) {
+            Ok(c) => c,
+            Err(e) => return Err((chan, e)),
+        };
         Ok(NcclReducer { chan, lib, comm, ctx, stream, levels, wire, kernels, packed: None })
     }
 
@@ -204,22 +222,19 @@ impl NcclReducer {
     /// Hierarchical, after the node's sum is in `recv`: the leaders' MPI all-reduce through
     /// host memory, then NCCL's broadcast from the leader in the node.
     fn between_nodes(&mut self, recv: u64, n: usize) {
+        let rank = self.chan.rank;
         let Some(levels) = self.levels.as_mut() else { return };
         if let Some((leaders, sent, got)) = levels.leaders.as_mut().filter(|l| l.0.size > 1) {
             sent.resize(n, 0.0);
             got.resize(n, 0.0);
             // SAFETY: recv holds n floats, idle (the stream was synchronized).
             if let Err(e) = unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut sent[..], recv) } {
-                let (rank, e) = (self.chan.rank, e.to_string());
-                crate::sys::say(format!("hvtrain: error on rank {rank}: copying a bucket to the host: {e}"));
-                crate::parallel::comm::abort_world(1);
+                fail(rank, "copying a bucket to the host", e.to_string());
             }
             leaders.all_reduce_sum_f32(sent, got);
             // SAFETY: as above.
             if let Err(e) = unsafe { cudarc::driver::result::memcpy_htod_sync(recv, &got[..]) } {
-                let (rank, e) = (self.chan.rank, e.to_string());
-                crate::sys::say(format!("hvtrain: error on rank {rank}: copying a bucket back to the GPU: {e}"));
-                crate::parallel::comm::abort_world(1);
+                fail(rank, "copying a bucket back to the GPU", e.to_string());
             }
         }
         // SAFETY: n floats at recv; the stream is ours.
@@ -242,9 +257,7 @@ impl NcclReducer {
 
     /// NCCL's words for a failure, and the job ends: a collective cannot be half done.
     fn fail(&self, what: &str, why: String) -> ! {
-        crate::sys::say(format!("hvtrain: error on rank {}: {what}: {why}", self.chan.rank));
-        crate::parallel::comm::abort_world(1);
-        crate::sys::hard_exit(1)
+        fail(self.chan.rank, what, why)
     }
 }
 

@@ -1,5 +1,5 @@
 //! NCCL, loaded at run time as cuBLAS is (no build needs it): the few entry points the
-//! gradient all-reduce uses, bound by `libloading` from `libnccl.so.2`, found in this order:
+//! gradient all-reduce and the pipeline's messages use, bound by `libloading` from `libnccl.so.2`, found in this order:
 //!
 //! 1. `HVTRAIN_NCCL_LIBRARY` (a file), the user's word;
 //! 2. the loader's own search (`LD_LIBRARY_PATH`, ld.so.cache: a `module load nccl`, a system
@@ -38,6 +38,8 @@ type GetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> c_int;
 type CommInitRank = unsafe extern "C" fn(*mut RawComm, c_int, UniqueId, c_int) -> c_int;
 type AllReduce = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int;
 type Broadcast = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int;
+type Send = unsafe extern "C" fn(*const c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int;
+type Recv = unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int;
 type CommOp = unsafe extern "C" fn(RawComm) -> c_int;
 type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 type CommGetAsyncError = unsafe extern "C" fn(RawComm, *mut c_int) -> c_int;
@@ -53,6 +55,9 @@ pub struct Nccl {
     pub comm_init_rank: CommInitRank,
     pub all_reduce: AllReduce,
     pub broadcast: Broadcast,
+    /// `ncclSend`, `ncclRecv` (NCCL 2.7 and later).
+    pub send: Send,
+    pub recv: Recv,
     pub comm_abort: CommOp,
     get_error_string: GetErrorString,
     pub comm_get_async_error: CommGetAsyncError,
@@ -78,6 +83,8 @@ impl Nccl {
                 comm_init_rank: *lib.get(b"ncclCommInitRank\0").map_err(|_| sym("ncclCommInitRank"))?,
                 all_reduce: *lib.get(b"ncclAllReduce\0").map_err(|_| sym("ncclAllReduce"))?,
                 broadcast: *lib.get(b"ncclBroadcast\0").map_err(|_| sym("ncclBroadcast"))?,
+                send: *lib.get(b"ncclSend\0").map_err(|_| sym("ncclSend (NCCL 2.7 or later)"))?,
+                recv: *lib.get(b"ncclRecv\0").map_err(|_| sym("ncclRecv (NCCL 2.7 or later)"))?,
                 comm_abort: *lib.get(b"ncclCommAbort\0").map_err(|_| sym("ncclCommAbort"))?,
                 get_error_string: *lib.get(b"ncclGetErrorString\0").map_err(|_| sym("ncclGetErrorString"))?,
                 comm_get_async_error: *lib.get(b"ncclCommGetAsyncError\0").map_err(|_| sym("ncclCommGetAsyncError"))?,
@@ -187,7 +194,15 @@ mod tests {
         std::fs::create_dir_all(&lib).unwrap();
         let src = dir.join("fake.c");
         let mut c = String::from("int ncclGetVersion(int *v) { *v = 22703; return 0; }\n");
-        for f in ["ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce", "ncclBroadcast", "ncclCommAbort"] {
+        for f in [
+            "ncclGetUniqueId",
+            "ncclCommInitRank",
+            "ncclAllReduce",
+            "ncclBroadcast",
+            "ncclSend",
+            "ncclRecv",
+            "ncclCommAbort",
+        ] {
             c.push_str(&format!("int {f}(void) {{ return 0; }}\n"));
         }
         c.push_str("const char *ncclGetErrorString(int c) { return c ? \"unhandled cuda error\" : \"no error\"; }\n");
