@@ -47,7 +47,6 @@ pub fn to_bf16(x: f32) -> u16 {
 }
 
 /// `x` rounded to bfloat16 and back: what the kernel multiplies.
-#[cfg(test)]
 pub fn round(x: f32) -> f32 {
     f32::from_bits((to_bf16(x) as u32) << 16)
 }

@@ -21,6 +21,10 @@ pub use loss::{pointwise_loss, sigmoid, softmax_xent};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cpu {
     bf16: bool,
+    /// bf16 mode: every layer's output (and GELU's kept pre-activation) stored rounded to
+    /// bf16, as autocast and cublasLt's bf16 epilogues keep activations
+    /// (`HVTRAIN_BF16_OUTPUTS=1`): the reference of the GPU's bf16 outputs.
+    outputs: bool,
     graphs: GraphEmulation,
 }
 
@@ -42,7 +46,7 @@ pub enum GraphEmulation {
 
 /// The float32 CPU backend, spelled as a value (`&Cpu`) as the unit struct it once was.
 #[allow(non_upper_case_globals)]
-pub const Cpu: Cpu = Cpu { bf16: false, graphs: GraphEmulation::Off };
+pub const Cpu: Cpu = Cpu { bf16: false, outputs: false, graphs: GraphEmulation::Off };
 
 impl Cpu {
     /// The backend for `training.precision`: bf16 needs AVX512-BF16 (checked here, at run
@@ -59,7 +63,7 @@ impl Cpu {
                 crate::sys::cpu_model()
             )));
         }
-        Ok(Cpu { bf16: true, ..Cpu })
+        Ok(Cpu { bf16: true, outputs: std::env::var("HVTRAIN_BF16_OUTPUTS").is_ok_and(|v| v == "1"), ..Cpu })
     }
 
     /// This backend, answering captures as `e` says.
@@ -101,7 +105,9 @@ impl Backend for Cpu {
         Ok(Some(buf[..n].as_mut_ptr() as u64))
     }
     fn name(&self) -> String {
-        if self.bf16 {
+        if self.bf16 && self.outputs {
+            "cpu (bf16 products and layer outputs, AVX512-BF16)".into()
+        } else if self.bf16 {
             "cpu (bf16 products, AVX512-BF16)".into()
         } else {
             format!("cpu (float32 products: {})", fp32_kernel())
@@ -157,8 +163,14 @@ impl Backend for Cpu {
         }
         Ok(())
     }
-    fn bias_act(&self, out: &mut [f32], bias: &[f32], act: Activation, keep_z: Option<&mut [f32]>) -> Result<()> {
-        bias_act_forward(out, bias, act, keep_z);
+    fn bias_act(&self, out: &mut [f32], bias: &[f32], act: Activation, mut keep_z: Option<&mut [f32]>) -> Result<()> {
+        bias_act_forward(out, bias, act, keep_z.as_deref_mut());
+        if self.outputs {
+            // Computed in float32, stored in bf16 (as an epilogue writing bf16 does).
+            for v in out.iter_mut().chain(keep_z.into_iter().flatten()) {
+                *v = super::bf16::round(*v);
+            }
+        }
         Ok(())
     }
     fn act_backward(&self, d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Activation) -> Result<()> {
@@ -475,6 +487,30 @@ mod tests {
                     assert!((x - y).abs() < 1e-5, "{ta:?}{tb:?}: {x} vs {y}");
                 }
             }
+        }
+    }
+
+    /// HVTRAIN_BF16_OUTPUTS's reference: the layer's output and GELU's kept pre-activation are
+    /// the float32 results rounded to bf16 (to nearest even), element for element; off, the
+    /// float32 results themselves.
+    #[test]
+    fn bf16_outputs_store_the_float32_results_rounded() {
+        let (rows, cols) = (3, 7);
+        let z0: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.731).sin() * 3.3).collect();
+        let bias: Vec<f32> = (0..cols).map(|i| i as f32 * 0.0123 - 0.04).collect();
+        for act in [Activation::Relu, Activation::Gelu, Activation::Tanh, Activation::Identity] {
+            let (mut want, mut want_z) = (z0.clone(), vec![0.0; z0.len()]);
+            bias_act_forward(&mut want, &bias, act, Some(&mut want_z));
+            let (mut out, mut z) = (z0.clone(), vec![0.0; z0.len()]);
+            let be = Cpu { bf16: true, outputs: true, ..Cpu };
+            be.bias_act(&mut out, &bias, act, Some(&mut z)).unwrap();
+            for (got, w) in out.iter().zip(&want).chain(z.iter().zip(&want_z)) {
+                assert_eq!(got.to_bits(), super::super::bf16::round(*w).to_bits(), "{act:?}: {got} from {w}");
+            }
+            assert!(out.iter().zip(&want).any(|(o, w)| o != w), "{act:?}: nothing was rounded");
+            let (mut out, mut z) = (z0.clone(), vec![0.0; z0.len()]);
+            Cpu { bf16: true, outputs: false, ..Cpu }.bias_act(&mut out, &bias, act, Some(&mut z)).unwrap();
+            assert_eq!((out, z), (want, want_z), "{act:?}: without outputs, float32");
         }
     }
 
