@@ -282,7 +282,9 @@ mod tests {
         let other = Mlp::new(&[5, 6, 3], Activation::Relu, LossKind::SoftmaxCrossEntropy);
         let err = load(&other, &path).unwrap_err().to_string();
         assert!(err.contains("dense0/weight") && err.contains("w.h5"), "{err}");
-        // Plain integer labels: no attribute, no names.
+        // Plain integer labels: no attribute, no names. (The file is closed first: a save
+        // renames a new file over the path while HDF5 may still hold the old one open.)
+        drop(f);
         save(&m, &p, &Norm::default(), &[], &path).unwrap();
         assert!(read_class_names(&path).unwrap().is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
