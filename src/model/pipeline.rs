@@ -176,4 +176,59 @@ mod tests {
         }
         assert!((ideal_bubble(4, 4) - 3.0 / 7.0).abs() < 1e-12);
     }
+
+    /// NCCL send/recv (`device/cuda/nccl_pipe.rs`) match messages in the order they were
+    /// issued, per communicator: one per direction between two stages. So every receive must
+    /// find, at the head of its direction's queue, the micro-batch it waits for: each stage
+    /// sends and receives each way in micro-batch order. (One queue for both directions would
+    /// not: the earlier stage sends one activation more before its first gradient arrives.)
+    #[test]
+    fn one_f_one_b_messages_each_way_arrive_in_the_order_they_are_awaited() {
+        use std::collections::VecDeque;
+        for p_n in 2..=6 {
+            for m in 1..=9 {
+                let sched: Vec<Vec<Op>> = (0..p_n).map(|p| one_f_one_b(p, p_n, m)).collect();
+                let mut pos = vec![0usize; p_n];
+                // acts[p]: activations in flight from p - 1 to p; grads[p]: gradients from p + 1 to p.
+                let mut acts = vec![VecDeque::<usize>::new(); p_n];
+                let mut grads = vec![VecDeque::<usize>::new(); p_n];
+                loop {
+                    let mut moved = false;
+                    for p in 0..p_n {
+                        let Some(&op) = sched[p].get(pos[p]) else { continue };
+                        let queue = match op {
+                            Op::Forward(_) if p > 0 => Some(&mut acts[p]),
+                            Op::Backward(_) if p + 1 < p_n => Some(&mut grads[p]),
+                            _ => None,
+                        };
+                        if let Some(q) = queue {
+                            let (Op::Forward(i) | Op::Backward(i)) = op;
+                            match q.front() {
+                                None => continue, // waits for the message
+                                Some(&head) => assert_eq!(head, i, "P={p_n} M={m} stage {p}: {op:?} found {head}"),
+                            }
+                            q.pop_front();
+                        }
+                        match op {
+                            Op::Forward(i) if p + 1 < p_n => acts[p + 1].push_back(i),
+                            Op::Backward(i) if p > 0 => grads[p - 1].push_back(i),
+                            _ => {}
+                        }
+                        pos[p] += 1;
+                        moved = true;
+                    }
+                    if !moved {
+                        break;
+                    }
+                }
+                assert!((0..p_n).all(|p| pos[p] == 2 * m), "P={p_n} M={m}: stuck at {pos:?}");
+                // One queue per pair for both ways would need both stages to issue the pair's
+                // messages in one order: stage p's every op touches the pair (p, p + 1) (an
+                // activation sent, a gradient received), and so does p + 1's, so the orders
+                // are their schedules; the last pair's differ whenever M > 1.
+                let same = (0..p_n - 1).all(|p| sched[p] == sched[p + 1]);
+                assert_eq!(same, m == 1, "P={p_n} M={m}");
+            }
+        }
+    }
 }
