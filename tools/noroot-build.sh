@@ -112,10 +112,13 @@ say "built in $(( $(date +%s) - t0 )) s"
 BIN=$WORK/src/target/release/hvtrain
 say "RUNPATH: $(readelf -d "$BIN" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p;s/.*(RPATH).*\[\(.*\)\]/\1/p')"
 # As the user runs it: no LD_LIBRARY_PATH, the system's copies hidden.
-as_user ldd "$BIN" | grep -E 'libmpi|libhdf5' | sed 's/^\s*/noroot-build: ldd: /'
-as_user ldd "$BIN" | grep -q "libmpi.so.12 => $P/mpich/lib/" || die "libmpi does not resolve into the prefix"
-as_user ldd "$BIN" | grep -q "libhdf5_serial.so.103 => $P/hdf5/" || die "libhdf5 does not resolve into the prefix"
-! as_user ldd "$BIN" | grep -q "not found" || die "a library is not found"
+# ldd's output read once, then searched (grep -q on a pipe under pipefail fails by chance:
+# it exits at the first match and ldd, still writing, dies of SIGPIPE).
+LDD=$(as_user ldd "$BIN") || die "ldd $BIN failed"
+grep -E 'libmpi|libhdf5' <<<"$LDD" | sed 's/^\s*/noroot-build: ldd: /'
+grep -q "libmpi.so.12 => $P/mpich/lib/" <<<"$LDD" || die "libmpi does not resolve into the prefix"
+grep -q "libhdf5_serial.so.103 => $P/hdf5/" <<<"$LDD" || die "libhdf5 does not resolve into the prefix"
+! grep -q "not found" <<<"$LDD" || die "a library is not found"
 cd "$WORK/src"
 F=/usr/share/datasets/fashion-mnist
 as_user "$BIN" data import-idx $F/train-images-idx3-ubyte.gz $F/train-labels-idx1-ubyte.gz data/fashion-mnist-train.h5 2>&1 | tail -1

@@ -62,8 +62,9 @@ if [ -n "$SYS_LD_LIBRARY_PATH" ]; then export LD_LIBRARY_PATH=$SYS_LD_LIBRARY_PA
 # libnvrtc. If the loader does not know them, look in the usual toolkit folders and in
 # PyTorch's pip packages, and append what is found to hvtrain's library path.
 cuda_note=""
+known=$(ldconfig -p 2>/dev/null || true)  # read once: `ldconfig -p | grep -q` under pipefail fails by chance (SIGPIPE)
 for lib in libcuda.so libcublas.so libnvrtc.so; do
-  if ! ldconfig -p 2>/dev/null | grep -q "$lib"; then
+  if ! grep -q "$lib" <<<"$known"; then
     for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
              $(env -u LD_LIBRARY_PATH python3 -c 'import site,glob; [print(p) for s in site.getsitepackages() for p in glob.glob(s+"/nvidia/*/lib")]' 2>/dev/null); do
       if ls "$d"/$lib.* >/dev/null 2>&1 && [[ ":$HV_LD_LIBRARY_PATH:" != *":$d:"* ]]; then

@@ -16,6 +16,7 @@
 
 use crate::config::Activation;
 use crate::error::Result;
+use crate::parallel::pipe::DeviceLink;
 use std::ops::Range;
 
 pub use super::mask::{mask_bits, Mask};
@@ -506,8 +507,6 @@ pub trait Backend: Send {
         adam_each(self, params, grads, goff, m, v, segs, h)
     }
 }
-
-use crate::parallel::pipe::DeviceLink;
 
 /// A reducer on device memory (`Backend::nccl_reducer`), or the channel back and why not.
 pub type DeviceReducer =
