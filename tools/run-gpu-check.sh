@@ -24,9 +24,10 @@
 #                  GPUs × nccl/host × both bench models: samples/s, exposed communication per
 #                  step, efficiency, NCCL's weights against the host path's (gpu-scaling.md)
 #   c2 bf16 copies the large model in bf16 at batch 8192 with HVTRAIN_BF16_COPIES=1 (products
-#                  read the bf16 copies the kernels keep) and without, same warm GPU: samples/s
-#                  of each; Fashion-MNIST bf16 on one rank with copies: test accuracy within
-#                  0.5 points of phase b's bf16 run (the selftest checks the steps' values)
+#     and outputs  read the bf16 copies the kernels keep), with that and HVTRAIN_BF16_OUTPUTS=1
+#                  (layer outputs in bf16 through cublasLt's bf16 epilogue), and without, same
+#                  warm GPU: samples/s of each; Fashion-MNIST bf16 on one rank with both: test
+#                  accuracy within 0.5 points of phase b's bf16 run (the selftest checks values)
 #   f faults       2 ranks sharing the GPU: kill -9 of rank 1 after its first epoch (the job
 #                  ends within 15 s; a rank or mpirun names the dead one), and SIGTERM to
 #                  mpirun (exit 75 or the ranks' "stopped by a signal", the stop checkpoint
@@ -343,28 +344,39 @@ if [ "${ngpu:-0}" -ge 2 ] && ! skipped multigpu; then
   record "multi-GPU scaling ($ngpu GPUs, nccl vs host)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 14-multi-gpu.log
 fi
 
-# --- c2. bf16 copies (opt-in until this passes): speed against rounding every operand, accuracy.
+# --- c2. bf16 copies and bf16 outputs (opt-in until this passes): speed against rounding every
+# operand, accuracy.
 if ! skipped bench && ! skipped copies && [ "$(left)" -gt 120 ]; then
   t=$(date +%s)
   {
     L=784,4096,4096,4096,10
-    for c in 0 1; do
-      echo "+ HVTRAIN_BF16_COPIES=$c hvtrain bench step --device cuda --layers $L --batch 8192 --precision bf16"
-      HVTRAIN_BF16_COPIES=$c RUST_LOG=info hv timeout -k 5 "$(cap 90)" "$HV" bench step --device cuda --layers "$L" \
-        --batch 8192 --precision bf16 --steps "${STEPS:-50}" --data device --json "$LOGDIR/bf16-copies-$c.json" 2>&1 | tail -n 6
+    # copies-0: rounding every operand; copies-1: kept copies; outputs-1: kept copies and bf16
+    # layer outputs through cublasLt's bf16 epilogue.
+    for v in copies-0:0:0 copies-1:1:0 outputs-1:1:1; do
+      IFS=: read -r name c o <<< "$v"
+      echo "+ HVTRAIN_BF16_COPIES=$c HVTRAIN_BF16_OUTPUTS=$o hvtrain bench step --device cuda --layers $L --batch 8192 --precision bf16"
+      HVTRAIN_BF16_COPIES=$c HVTRAIN_BF16_OUTPUTS=$o RUST_LOG=info hv timeout -k 5 "$(cap 90)" "$HV" bench step \
+        --device cuda --layers "$L" --batch 8192 --precision bf16 --steps "${STEPS:-50}" --data device \
+        --json "$LOGDIR/bf16-$name.json" 2>&1 | tail -n 6
     done
-    env -u LD_LIBRARY_PATH python3 - "$LOGDIR/bf16-copies-0.json" "$LOGDIR/bf16-copies-1.json" <<'PY'
+    env -u LD_LIBRARY_PATH python3 - "$LOGDIR"/bf16-copies-0.json "$LOGDIR"/bf16-copies-1.json "$LOGDIR"/bf16-outputs-1.json <<'PY'
 import json, sys
-try:
-    a, b = (json.load(open(f))["samples_per_s"] for f in sys.argv[1:3])
-except (OSError, ValueError, KeyError) as e:
-    print(f"no figures: {e}"); sys.exit(2)
-print(f"bf16, 784-4096-4096-4096-10, batch 8192: {a:,.0f} samples/s rounding every operand, {b:,.0f} with copies ({b / a:.3f}x)")
+def rate(f):
+    try:
+        return json.load(open(f))["samples_per_s"]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"no figures in {f}: {e}")
+a, b, c = (rate(f) for f in sys.argv[1:4])
+if a is None: sys.exit(2)
+print(f"bf16, 784-4096-4096-4096-10, batch 8192: {a:,.0f} samples/s rounding every operand")
+for what, x in (("with copies", b), ("with copies and bf16 outputs", c)):
+    print(f"  {what}: " + (f"{x:,.0f} samples/s ({x / a:.3f}x)" if x else "no figure"))
+sys.exit(0 if b and c else 2)
 PY
     [ "${EPOCHS:-3}" -gt 0 ] && [ -s data/fashion-mnist-train.h5 ] || exit 0
     out="$LOGDIR/runs/cuda-bf16-copies"; rm -rf "$out"
-    HVTRAIN_BF16_COPIES=1 RUST_LOG=info hv timeout -k 5 "$(cap 120)" mpirun -n 1 --bind-to none -x LD_LIBRARY_PATH \
-      -x HVTRAIN_BF16_COPIES -x RUST_LOG "$HV" train jobs/fashion-mnist.toml --set 'training.device="cuda"' \
+    HVTRAIN_BF16_COPIES=1 HVTRAIN_BF16_OUTPUTS=1 RUST_LOG=info hv timeout -k 5 "$(cap 120)" mpirun -n 1 --bind-to none \
+      -x LD_LIBRARY_PATH -x HVTRAIN_BF16_COPIES -x HVTRAIN_BF16_OUTPUTS -x RUST_LOG "$HV" train jobs/fashion-mnist.toml --set 'training.device="cuda"' \
       --set "output.dir=\"$out\"" --set "training.epochs=$EPOCHS" --set 'training.precision="bf16"' 2>&1 | grep -E "dense layers|bf16 products|epoch|done:"
     env -u LD_LIBRARY_PATH python3 - "$LOGDIR/runs/cuda-bf16" "$out" <<'PY'
 import json, sys, os
@@ -376,16 +388,18 @@ def acc(d):
     except (OSError, ValueError):
         return None
 a, b = acc(sys.argv[1]), acc(sys.argv[2])
-print(f"test accuracy: bf16 (2 ranks, phase b) {a} %, bf16 with copies (1 rank) {b} %")
+print(f"test accuracy: bf16 (2 ranks, phase b) {a} %, bf16 with copies and bf16 outputs (1 rank) {b} %")
 if a is None or b is None: sys.exit(2)
 print(f"|diff| {abs(a - b):.2f} points (tolerance 0.5)")
 sys.exit(0 if abs(a - b) <= 0.5 else 1)
 PY
   } > "$LOGDIR/06a-bf16-copies.log" 2>&1
   rc=$?
-  grep -q "operands read from kept bf16 copies" "$LOGDIR/06a-bf16-copies.log" || rc=3
-  record "bf16 copies (speed, accuracy)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 06a-bf16-copies.log
-  grep -E "samples/s rounding|\|diff\||bf16 products:" "$LOGDIR/06a-bf16-copies.log" | sed 's/^/    /'
+  c2log=$(cat "$LOGDIR/06a-bf16-copies.log")
+  [[ $c2log == *"operands read from kept bf16 copies"* ]] || rc=3
+  [[ $c2log == *"bf16 outputs (HVTRAIN_BF16_OUTPUTS=1): cublasLt"* ]] || rc=4
+  record "bf16 copies and outputs (speed, accuracy)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 06a-bf16-copies.log
+  grep -E "samples/s rounding|  with copies|\|diff\||bf16 products:|bf16 outputs \(" "$LOGDIR/06a-bf16-copies.log" | sed 's/^/    /'
 fi
 
 # --- c. Step benchmark against PyTorch.

@@ -16,15 +16,9 @@ use crate::device::backend::{Backend, Gemm, Trans};
 
 pub(super) fn dense<B: Backend>(be: &B) {
     let acts = [Activation::Identity, Activation::Relu, Activation::Tanh, Activation::Gelu];
-    for (seed, &(b, i, o)) in [(1, 1, 8), (5, 7, 16), (33, 65, 24), (17, 9, 31), (3, 129, 40)].iter().enumerate() {
+    for (seed, &(b, i, o)) in LAYERS.iter().enumerate() {
         for off in [0usize, 3] {
-            let (x, w, bias) = (random(off + b * i, seed as u64), random(off + i * o, 50 + seed as u64), random(o, 99));
-            let z: Vec<f64> = (0..b * o)
-                .map(|e| {
-                    let (r, c) = (e / o, e % o);
-                    (0..i).map(|p| x[off + r * i + p] as f64 * w[off + p * o + c] as f64).sum::<f64>() + bias[c] as f64
-                })
-                .collect();
+            let (x, w, bias, z) = layer_inputs(seed, off, (b, i, o), |v| v as f64);
             let (xd, wd, bd) = (be.upload(&x).unwrap(), be.upload(&w).unwrap(), be.upload(&bias).unwrap());
             for act in acts {
                 let mut out = be.upload(&vec![f32::NAN; b * o]).unwrap();
@@ -42,6 +36,30 @@ pub(super) fn dense<B: Backend>(be: &B) {
             }
         }
     }
+}
+
+/// The layers' shapes (batch, inputs, outputs): widths that are and are not multiples of 8.
+pub(super) const LAYERS: [(usize, usize, usize); 5] = [(1, 1, 8), (5, 7, 16), (33, 65, 24), (17, 9, 31), (3, 129, 40)];
+
+/// Random x [b, i] and W [i, o] (each `off` elements into its buffer) and bias for layer
+/// `seed`, and the pre-activation x · W + b in float64 over the operands as `operand` sees
+/// them (as they are, or rounded to bf16).
+#[allow(clippy::type_complexity)]
+pub(super) fn layer_inputs(
+    seed: usize,
+    off: usize,
+    (b, i, o): (usize, usize, usize),
+    operand: impl Fn(f32) -> f64,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f64>) {
+    let (x, w, bias) = (random(off + b * i, seed as u64), random(off + i * o, 50 + seed as u64), random(o, 99));
+    let z = (0..b * o)
+        .map(|e| {
+            let (r, c) = (e / o, e % o);
+            let dot = (0..i).map(|p| operand(x[off + r * i + p]) * operand(w[off + p * o + c]));
+            dot.sum::<f64>() + bias[c] as f64
+        })
+        .collect();
+    (x, w, bias, z)
 }
 
 /// Backward into the layer whose output (`a`, pre-activation `z`; GELU's kept in `keep`) the

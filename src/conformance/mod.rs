@@ -6,6 +6,7 @@
 //! Must not: use a backend's own code as the reference (the references are written here, or the CPU
 //! backend for whole steps).
 
+mod bf16;
 mod check;
 mod dense;
 mod losses;
@@ -229,7 +230,7 @@ pub fn suite<B: Backend>(be: &B, step_tol: f64) -> Vec<(&'static str, std::resul
 }
 
 /// `f`'s value, or the message it panicked with (a failed check's assertion).
-fn caught<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+pub(super) fn caught<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|e| {
         e.downcast_ref::<String>()
             .cloned()
@@ -310,41 +311,21 @@ pub fn selftest(device: crate::config::DeviceChoice) -> crate::error::Result<boo
         report(&name, &r.map(|_| ()));
     }
     if let crate::device::Kind::Cuda(g) = kind {
-        let r = bf16_copies(g);
-        let name = match &r {
-            Ok(how) => format!("bf16 steps reading kept bf16 copies against rounding every operand ({how})"),
-            Err(_) => "bf16 steps reading kept bf16 copies against rounding every operand".to_string(),
-        };
-        report(&name, &r.map(|_| ()));
+        for (what, r) in [
+            ("bf16 steps reading kept bf16 copies against rounding every operand", bf16::copies(g)),
+            ("bf16 layer outputs (HVTRAIN_BF16_OUTPUTS) against the rounded reference", bf16::outputs(g)),
+        ] {
+            let name = match &r {
+                Ok(how) => format!("{what} ({how})"),
+                Err(_) => what.to_string(),
+            };
+            report(&name, &r.map(|_| ()));
+        }
     }
     Ok(ok)
 }
 
-/// Five training steps in bf16 on GPU `g` with the backend keeping bf16 copies
-/// (`HVTRAIN_BF16_COPIES=1`) and without, side by side: the same bits go into every product,
-/// so gradients and weights agree to summation order (1e-4 norm-wise; a stale copy is off by
-/// a step's update), and the products must have read copies.
-fn bf16_copies(g: usize) -> std::result::Result<String, String> {
-    use crate::config::Precision;
-    use crate::device::cuda::Cuda;
-    let with = Cuda::with_copies(g, Precision::Bf16, true).map_err(|e| e.to_string())?;
-    let plain = Cuda::with_copies(g, Precision::Bf16, false).map_err(|e| e.to_string())?;
-    std::panic::set_hook(Box::new(|_| {}));
-    let rel = caught(|| {
-        let rel = crate::model::gradcheck::steps_agree(&with, &plain, 5);
-        assert!(rel <= 1e-4, "gradients or weights differ by {rel:.1e} (norm-wise) from rounding every operand");
-        rel
-    });
-    std::panic::set_hook(hook_default());
-    let rel = rel?;
-    let [copies, rounded] = with.bf16_copy_reads().unwrap_or_default();
-    if copies == 0 {
-        return Err(format!("no operand was read from a copy ({rounded} rounded)"));
-    }
-    Ok(format!("norm-wise {rel:.1e}, tolerance 1e-4; {copies} operands from copies, {rounded} rounded"))
-}
-
-fn hook_default() -> Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static> {
+pub(super) fn hook_default() -> Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static> {
     Box::new(|info| eprintln!("{info}"))
 }
 

@@ -49,6 +49,12 @@ pub enum GraphEmulation {
 pub const Cpu: Cpu = Cpu { bf16: false, outputs: false, graphs: GraphEmulation::Off };
 
 impl Cpu {
+    /// A bf16 backend that stores every layer output rounded to bf16 (`on`), or not, whatever
+    /// HVTRAIN_BF16_OUTPUTS says (the GPU's conformance checks open both); float32 stays so.
+    pub fn with_outputs(self, on: bool) -> Cpu {
+        Cpu { outputs: on && self.bf16, ..self }
+    }
+
     /// The backend for `training.precision`: bf16 needs AVX512-BF16 (checked here, at run
     /// time); tf32 is a GPU setting, so the CPU computes float32 for it.
     pub fn new(precision: crate::config::Precision) -> Result<Cpu> {

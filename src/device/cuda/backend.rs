@@ -14,6 +14,7 @@ use super::buf::{drv, DView, DViewMut, DevBuf};
 use super::gemm_map::{cublas_args, Op};
 use super::launch::config_1d;
 use super::module::Kernels;
+use super::Bf16Keep;
 use crate::config::{Activation, Precision};
 use crate::device::backend::{AdamHyper, Backend, Captured, Gemm, Mask, Pointwise, Replayed, Segment, SgdHyper, Trans};
 use crate::error::{Error, Result};
@@ -37,8 +38,9 @@ pub struct Cuda {
     ones: RefCell<Option<CudaSlice<f32>>>,
     /// Per-row loss and correct-prediction scratch for the loss kernels, grown on demand.
     pub(super) rows: RefCell<Option<(CudaSlice<f32>, CudaSlice<i32>)>>,
-    /// bf16 products: the two operands' bf16 copies, grown on demand (None: float32 products).
-    bf16: Option<RefCell<[Option<CudaSlice<u16>>; 2]>>,
+    /// bf16 products: scratch for the two operands rounded to bf16 and a bf16 layer output
+    /// (`bf16_dense.rs`), grown on demand (None: float32 products).
+    pub(super) bf16: Option<RefCell<[Option<CudaSlice<u16>>; 3]>>,
     /// Rows of the loss whose sums `*_later` left in the row scratch (`pending_loss_sums`).
     pub(super) pending: std::cell::Cell<Option<usize>>,
     /// Bumped whenever scratch memory above is replaced (a captured graph names the old).
@@ -49,6 +51,9 @@ pub struct Cuda {
     /// Keep bf16 copies of what the bf16 products read (`precision = "bf16"` and
     /// `low_copies_asked`): written by the kernels that write the values, read by `gemm_bf16`.
     pub(super) low_copies: bool,
+    /// Store every layer's output rounded to bf16 (`precision = "bf16"` and
+    /// HVTRAIN_BF16_OUTPUTS=1): through cublasLt's bf16 epilogues where `bf16_dense.rs` can.
+    pub(super) outputs: bool,
     /// Operands of bf16 products read from a copy, and rounded by `hv_pack_bf16` (logged at the end).
     pub(super) operands: std::cell::Cell<[u64; 2]>,
 }
@@ -56,12 +61,12 @@ pub struct Cuda {
 impl Cuda {
     /// Open GPU `ordinal`: context, streams, cuBLAS, and the kernels (compiled here).
     pub fn new(ordinal: usize, precision: Precision) -> Result<Cuda> {
-        Cuda::with_copies(ordinal, precision, low_copies_asked())
+        Cuda::with_bf16(ordinal, precision, Bf16Keep::asked())
     }
 
-    /// `new`, keeping bf16 copies (with `precision = "bf16"`) as `low_copies` says rather than
-    /// as HVTRAIN_BF16_COPIES does (the selftest opens both kinds side by side).
-    pub fn with_copies(ordinal: usize, precision: Precision, low_copies: bool) -> Result<Cuda> {
+    /// `new`, keeping bf16 copies and outputs (with `precision = "bf16"`) as `keep` says rather
+    /// than as the environment does (the selftest opens several kinds side by side).
+    pub fn with_bf16(ordinal: usize, precision: Precision, keep: Bf16Keep) -> Result<Cuda> {
         super::probe::check_libraries()?;
         let ctx = CudaContext::new(ordinal).map_err(drv(&format!("opening GPU {ordinal}")))?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
@@ -92,7 +97,7 @@ impl Cuda {
                 Precision::Bf16 => "bf16 tensor cores (cublasGemmEx, float32 sums)",
             }
         );
-        let bf16 = (precision == Precision::Bf16).then(|| RefCell::new([None, None]));
+        let bf16 = (precision == Precision::Bf16).then(|| RefCell::new([None, None, None]));
         let mut cuda = Cuda {
             ctx,
             stream,
@@ -107,16 +112,12 @@ impl Cuda {
             pending: Default::default(),
             scratch_gen: Default::default(),
             lt: None,
-            low_copies: precision == Precision::Bf16 && low_copies,
+            low_copies: precision == Precision::Bf16 && keep.copies,
+            outputs: precision == Precision::Bf16 && keep.outputs,
             operands: Default::default(),
         };
         let dense = match precision {
-            Precision::Bf16 if cuda.low_copies => {
-                "cublasGemmEx on bf16 copies kept by the kernels that write the values (HVTRAIN_BF16_COPIES=1; \
-                 CUDA graphs off) + hv_bias_act"
-                    .to_string()
-            }
-            Precision::Bf16 => "cublasGemmEx + hv_bias_act".to_string(),
+            Precision::Bf16 => cuda.start_bf16_dense(major),
             _ => cuda.start_lt(major, precision == Precision::Tf32),
         };
         cuda.name = format!("{}; dense layers: {dense}", cuda.name);
@@ -164,12 +165,6 @@ impl Drop for Cuda {
             log::info!("bf16 products: {copies} operands read from kept bf16 copies, {rounded} rounded first");
         }
     }
-}
-
-/// Whether the user asked for bf16 copies (`HVTRAIN_BF16_COPIES=1`, `bf16_gemm.rs`): never-run
-/// GPU code stays opt-in until `run-gpu-check.sh` has passed it on a GPU.
-fn low_copies_asked() -> bool {
-    std::env::var("HVTRAIN_BF16_COPIES").is_ok_and(|v| v == "1")
 }
 
 /// NULL for a kernel's optional pointer argument.
@@ -335,7 +330,7 @@ impl Backend for Cuda {
             ldc: int(g.ldc)?,
         };
         if let Some(scratch) = &self.bf16 {
-            return self.gemm_bf16(&cfg, a, b, c, &mut scratch.borrow_mut());
+            return self.gemm_bf16(&cfg, a, b, c, &mut scratch.borrow_mut()[..2]);
         }
         // cuBLAS's A is our b, its B our a (see gemm_map).
         let (ca, cb) = (b.cu(), a.cu());

@@ -31,6 +31,9 @@ impl Cuda {
         act: Activation,
         keep_z: Option<DViewMut<'_>>,
     ) -> Result<()> {
+        if self.outputs {
+            return self.dense_bf16(g, x, w, out, n, bias, act, keep_z);
+        }
         if let Some(lt) = &self.lt {
             g.check(x.len, w.len, n);
             let o = self.view_mut(out, 0..n).cu();

@@ -62,9 +62,26 @@ impl Cuda {
             // short*) over rows·cols; the copy (when passed) is the same range of a u16 buffer.
             unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_bias_act"))?;
         }
+        if self.outputs {
+            // bf16 outputs: the values rounded in place (the copy above already holds them).
+            self.round_bf16(&mut o, n)?;
+            if let Some(z) = z.as_mut() {
+                self.round_bf16(z, n)?;
+            }
+        }
         if let Some(l) = low {
             l.written();
         }
+        Ok(())
+    }
+
+    /// v[0, n) rounded to bf16 in place (`hv_round_bf16`).
+    fn round_bf16(&self, v: &mut CudaViewMut<'_, f32>, n: usize) -> Result<()> {
+        let n64 = n as i64;
+        let mut l = self.stream.launch_builder(&self.k.round_bf16);
+        l.arg(v).arg(&n64);
+        // SAFETY: hv_round_bf16(float*, long long) over n elements of v.
+        unsafe { l.launch(config_1d(n)) }.map_err(drv("launching hv_round_bf16"))?;
         Ok(())
     }
 

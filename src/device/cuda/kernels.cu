@@ -366,6 +366,11 @@ extern "C" __global__ void hv_pack_bf16(const float* x, unsigned short* out, lon
 extern "C" __global__ void hv_unpack_bf16(const unsigned short* in, float* out, long long n) {
     HV_GRID_STRIDE(i, n) { out[i] = hv_bf16_to_f32(in[i]); }
 }
+// x[i] = x[i] rounded to bf16 (kept as float32): bf16 layer outputs (HVTRAIN_BF16_OUTPUTS)
+// where no cublasLt bf16 epilogue writes them, as the CPU's bias_act does.
+extern "C" __global__ void hv_round_bf16(float* x, long long n) {
+    HV_GRID_STRIDE(i, n) { x[i] = hv_bf16_to_f32(hv_f32_to_bf16(x[i])); }
+}
 
 // Gradient clipping. Both split v[0, n) into `parts` interleaved sets: set p holds v[p],
 // v[p + parts], v[p + 2·parts], … (consecutive threads read consecutive elements), and write

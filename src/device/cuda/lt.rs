@@ -9,7 +9,10 @@
 //! `hv_bias_act` before the first step (`dense.rs`); anything that fails there, or a
 //! `HVTRAIN_CUBLASLT=0`, leaves the separate kernels, with the reason in the log.
 //!
-//! Must not: decide which layers it takes (`lt_map` does), or run for bf16 products.
+//! With bf16 layer outputs (`bf16_dense.rs`) the same calls run on bf16 operands writing a
+//! bf16 D, the bias and sums float32 (`LtCall::bf16`).
+//!
+//! Must not: decide which layers it takes (`lt_map` does).
 
 use super::gemm_map::Op;
 use super::lt_map::{Epilogue, LtCall};
@@ -27,6 +30,10 @@ pub struct Lt {
     workspace: CudaSlice<u8>,
     tf32: bool,
     plans: RefCell<HashMap<LtCall, Plan>>,
+    /// Calls cublasLt found no algorithm for, and its answer (`prepare`).
+    refused: RefCell<HashMap<LtCall, String>>,
+    /// Calls queued so far (the selftest's proof that a path ran through cublasLt).
+    pub calls: std::cell::Cell<u64>,
     /// The backward epilogues passed the start-up check: ReLU layers write their bitmask.
     pub backward: std::cell::Cell<bool>,
     /// ReLU bitmasks by the address of the layer output they were written with: its device
@@ -99,6 +106,8 @@ impl Lt {
             workspace,
             tf32,
             plans: RefCell::new(HashMap::new()),
+            refused: Default::default(),
+            calls: Default::default(),
             backward: Default::default(),
             masks: Default::default(),
         })
@@ -135,15 +144,18 @@ impl Lt {
     /// The descriptors and the heuristic's first algorithm for `c`.
     fn plan(&self, call: &LtCall) -> Result<Plan, String> {
         let c = &call.g;
-        let compute = if self.tf32 {
+        // bf16 calls: bf16 A, B and D, float32 sums and scale (never TF32: the operands are
+        // bf16 already); float32 calls as `precision` says.
+        let compute = if self.tf32 && !call.bf16 {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
         } else {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
         };
         let f32t = sys::cudaDataType_t::CUDA_R_32F;
+        let mat = if call.bf16 { sys::cudaDataType_t::CUDA_R_16BF } else { f32t };
         let desc = lt::create_matmul_desc(compute, f32t).map_err(err("cublasLtMatmulDescCreate"))?;
         let layout = |rows: usize, cols: usize, ld: usize| {
-            lt::create_matrix_layout(f32t, rows as u64, cols as u64, ld as i64)
+            lt::create_matrix_layout(mat, rows as u64, cols as u64, ld as i64)
                 .map_err(err("cublasLtMatrixLayoutCreate"))
         };
         let (ar, ac) = if c.transa == Op::N { (c.m, c.k) } else { (c.k, c.m) };
@@ -167,6 +179,10 @@ impl Lt {
             set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSA, &op(c.transa))?;
             set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSB, &op(c.transb))?;
             set_desc(desc, A::CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue)?;
+            if call.bf16 {
+                // The bias stays float32 (cublasLt would read it as D's type otherwise).
+                set_desc(desc, A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32t)?;
+            }
             if let Some(ld) = call.aux_ld {
                 set_desc(desc, A::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &(ld as i64))?;
             }
@@ -208,6 +224,29 @@ impl Lt {
         Ok(plan)
     }
 
+    /// Plan `c` now (kept, as `run` would), or say why cublasLt has no algorithm for it; a
+    /// refusal is kept too, so a shape cublasLt refuses is asked once (bf16 outputs then use
+    /// the separate kernels for it).
+    pub fn prepare(&self, c: &LtCall) -> Result<(), String> {
+        if self.plans.borrow().contains_key(c) {
+            return Ok(());
+        }
+        if let Some(why) = self.refused.borrow().get(c) {
+            return Err(why.clone());
+        }
+        match self.plan(c) {
+            Ok(p) => {
+                self.plans.borrow_mut().insert(*c, p);
+                Ok(())
+            }
+            Err(why) => {
+                log::debug!("cublasLt refuses {c:?}: {why}; that layer uses the separate kernels");
+                self.refused.borrow_mut().insert(*c, why.clone());
+                Err(why)
+            }
+        }
+    }
+
     /// D = epilogue(A · B + bias) on `stream`, the addresses as `lt_map` was given them
     /// (`c.align` was taken from these very addresses); `aux` with the epilogues that have one
     /// (GELU's pre-activation, ReLU's bitmask). Backward epilogues write the bias gradient
@@ -229,6 +268,7 @@ impl Lt {
             let p = self.plan(c)?;
             self.plans.borrow_mut().insert(*c, p);
         }
+        self.calls.set(self.calls.get() + 1);
         let plans = self.plans.borrow();
         let p = &plans[c];
         use sys::cublasLtMatmulDescAttributes_t as A;

@@ -67,6 +67,8 @@ pub struct LtCall {
     pub aux_ld: Option<usize>,
     /// The alignment in bytes each of cuBLAS's A, B, and C/D starts at (at most 256).
     pub align: [u32; 3],
+    /// A, B and D in bf16 (the bias float32, the sums float32): `forward_call_bf16`.
+    pub bf16: bool,
 }
 
 /// The largest power of two, at most 256, that divides `addr` (cublasLt's
@@ -102,7 +104,20 @@ pub fn forward_call(
     let aux_ld = aux_ld(epilogue, c.ldc)?;
     let [x, w, out] = addrs;
     // cuBLAS's A is our W, its B our x.
-    Ok(LtCall { g: c, epilogue, aux_ld, align: [alignment(w), alignment(x), alignment(out)] })
+    Ok(LtCall { g: c, epilogue, aux_ld, align: [alignment(w), alignment(x), alignment(out)], bf16: false })
+}
+
+/// `forward_call` for bf16 layer outputs (`HVTRAIN_BF16_OUTPUTS=1` with `precision = "bf16"`):
+/// A and B are the bf16 operands (cuBLAS's A our W's bf16 bits, its B x's), D the output's
+/// bf16 bits, laid out as the float32 matrices they stand for (the same leading dimensions);
+/// the bias stays float32 and the epilogue computes in float32 before D is rounded, which is
+/// what the CPU reference stores (`Cpu::with_outputs`). `addrs`: those bf16 buffers' device
+/// addresses. GELU with its kept pre-activation, and tanh, stay on the separate kernels.
+pub fn forward_call_bf16(g: Gemm, act: Activation, keep_z: bool, addrs: [u64; 3]) -> Result<LtCall, &'static str> {
+    if keep_z {
+        return Err("GELU's kept pre-activation (bf16 outputs keep it through the separate kernels)");
+    }
+    Ok(LtCall { bf16: true, ..forward_call(g, act, false, false, addrs)? })
 }
 
 /// The cublasLt call for row-major dprev[b, i] = (dz[b, o] · W[i, o]ᵀ) ⊙ act'(the layer
@@ -123,7 +138,7 @@ pub fn input_grad_call(g: Gemm, act: Activation, addrs: [u64; 3]) -> Result<LtCa
     let c = cublas_args(g.m, g.k, g.n, g.ta, g.tb);
     let aux_ld = aux_ld(epilogue, c.ldc)?;
     let [dz, w, dprev] = addrs;
-    Ok(LtCall { g: c, epilogue, aux_ld, align: [alignment(w), alignment(dz), alignment(dprev)] })
+    Ok(LtCall { g: c, epilogue, aux_ld, align: [alignment(w), alignment(dz), alignment(dprev)], bf16: false })
 }
 
 /// alpha 1, beta 0, dimensions in cublasLt's int, nothing empty.
@@ -294,6 +309,59 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// bf16 layer outputs: the call reads bf16 operands and writes a bf16 D, with the float32
+    /// call's shape and epilogue; its semantics (products of the rounded operands summed in
+    /// float32, float32 bias and activation, then D rounded) are what the CPU reference with
+    /// bf16 outputs stores (on a CPU with AVX512-BF16; elsewhere against float32 products of
+    /// the rounded operands), within one bf16 step where the float32 sums' order flips a
+    /// rounding; and every value is a bf16 value.
+    #[test]
+    fn bf16_output_epilogues_give_the_cpu_reference() {
+        use crate::device::bf16::round;
+        let cpu_bf16 = crate::device::bf16::supported()
+            .then(|| Cpu::new(crate::config::Precision::Bf16).unwrap().with_outputs(true));
+        for &(b, i, o) in &[(1, 1, 8), (3, 5, 8), (7, 13, 16), (16, 9, 24), (5, 2, 7), (3, 40, 130)] {
+            for act in [Activation::Identity, Activation::Relu, Activation::Gelu] {
+                let (x, w, bias) = (fill(b * i, 1), fill(i * o, 2), fill(o, 3));
+                let g = Gemm::new(b, i, o, Trans::N, Trans::N);
+                let call = forward_call_bf16(g, act, false, [0; 3]).unwrap();
+                let f32_call = forward_call(g, act, false, false, [0; 3]).unwrap();
+                assert!(call.bf16, "bf16 operands and D");
+                assert_eq!(LtCall { bf16: false, ..call }, f32_call, "the float32 call's shape, bf16 types");
+                let (xr, wr): (Vec<f32>, Vec<f32>) =
+                    (x.iter().map(|&v| round(v)).collect(), w.iter().map(|&v| round(v)).collect());
+                let (d, _, _) = forward_ref(&call, &wr, &xr, &bias);
+                let d: Vec<f32> = d.iter().map(|&v| round(v)).collect();
+                let mut want = vec![0.0; b * o];
+                match &cpu_bf16 {
+                    Some(be) => {
+                        be.gemm(g, &x, &w, &mut want).unwrap();
+                        be.bias_act(&mut want, &bias, act, None).unwrap();
+                    }
+                    None => {
+                        Cpu.gemm(g, &xr, &wr, &mut want).unwrap();
+                        Cpu.bias_act(&mut want, &bias, act, None).unwrap();
+                        want.iter_mut().for_each(|v| *v = round(*v));
+                    }
+                }
+                let mut flips = 0;
+                for e in 0..b * o {
+                    assert_eq!(want[e].to_bits() & 0xffff, 0, "{b}x{i}x{o} {act:?}: the reference stores bf16");
+                    let tol = 2f32.powi(-8) * want[e].abs() + 1e-6;
+                    assert!((d[e] - want[e]).abs() <= tol, "{b}x{i}x{o} {act:?} element {e}: {} vs {}", d[e], want[e]);
+                    flips += usize::from(d[e] != want[e]);
+                }
+                // Equal to the bit but where the sums' order or GELU's last float32 bit flips a
+                // rounding (2 % of the GELU layer here); unrounded, nearly all would differ.
+                assert!(flips <= 1 + b * o / 10, "{b}x{i}x{o} {act:?}: {flips} of {} elements differ", b * o);
+            }
+        }
+        let g = Gemm::new(4, 3, 16, Trans::N, Trans::N);
+        assert!(forward_call_bf16(g, Activation::Gelu, true, [0; 3]).unwrap_err().contains("kept pre-activation"));
+        assert!(forward_call_bf16(g, Activation::Tanh, false, [0; 3]).is_err());
+        assert!(!forward_call(g, Activation::Relu, false, false, [0; 3]).unwrap().bf16);
     }
 
     /// Backward into the layer before through one call: with the aux its forward call wrote

@@ -8,6 +8,7 @@
 //!   buckets and batches, and the staging hooks the communication thread calls; `alloc`:
 //!   allocations and the out-of-memory message;
 //! - `bf16_gemm`: `precision = "bf16"`'s products (operands rounded, float32 sums);
+//!   `bf16_dense`: bf16 layer outputs (opt-in), through cublasLt's bf16 epilogues;
 //! - `gemm_map`: the row-major → cuBLAS argument mapping, a pure function;
 //! - `dense`, `lt`, `lt_map`: a dense layer's forward as one cublasLt call with the bias and
 //!   activation in its epilogue (the call chosen by a pure function, its algorithm once per
@@ -32,6 +33,7 @@
 
 mod alloc;
 mod backend;
+mod bf16_dense;
 mod bf16_gemm;
 mod buf;
 mod clip;
@@ -55,3 +57,21 @@ mod shim;
 
 pub use backend::Cuda;
 pub use probe::{check_libraries, probe};
+
+/// What a bf16 backend keeps in bf16 beside its float32 values: `copies`, a bf16 copy of what
+/// the products read, written by the kernels that write the values (HVTRAIN_BF16_COPIES=1,
+/// `bf16_gemm.rs`); `outputs`, the layers' outputs stored rounded (HVTRAIN_BF16_OUTPUTS=1).
+/// Never-run GPU code stays opt-in until `run-gpu-check.sh` has passed it on a GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bf16Keep {
+    pub copies: bool,
+    pub outputs: bool,
+}
+
+impl Bf16Keep {
+    /// As the environment asks.
+    pub fn asked() -> Bf16Keep {
+        let on = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
+        Bf16Keep { copies: on("HVTRAIN_BF16_COPIES"), outputs: on("HVTRAIN_BF16_OUTPUTS") }
+    }
+}

@@ -99,6 +99,7 @@ void hvshim_hv_pack_bf16(u32 g, u32 b, const float* x, u16* out, i64 n) { launch
 void hvshim_hv_unpack_bf16(u32 g, u32 b, const u16* in, float* out, i64 n) {
     launch(g, b, hv_unpack_bf16, in, out, n);
 }
+void hvshim_hv_round_bf16(u32 g, u32 b, float* x, i64 n) { launch(g, b, hv_round_bf16, x, n); }
 
 void hvshim_hv_sgd_seg(u32 g, u32 b, float* p, const float* grad, float* m, i64 n, hv_segs segs, float lr,
                        float grad_scale, float wd, float mu, int nesterov, u16* low) {

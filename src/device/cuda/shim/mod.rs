@@ -137,6 +137,7 @@ extern "C" {
     fn hvshim_hv_unpack_f16(g: u32, b: u32, inp: *const u16, out: *mut f32, n: i64);
     fn hvshim_hv_pack_bf16(g: u32, b: u32, x: *const f32, out: *mut u16, n: i64);
     fn hvshim_hv_unpack_bf16(g: u32, b: u32, inp: *const u16, out: *mut f32, n: i64);
+    fn hvshim_hv_round_bf16(g: u32, b: u32, x: *mut f32, n: i64);
 }
 
 const ACTS: [Activation; 4] = [Activation::Identity, Activation::Relu, Activation::Tanh, Activation::Gelu];

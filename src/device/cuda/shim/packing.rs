@@ -160,3 +160,25 @@ fn fp16_and_bf16_unpack_bit_exact_with_half() {
         |h, o| h.reinterpret_cast::<bf16>().convert_to_f32_slice(o),
     );
 }
+
+/// bf16 layer outputs' in-place rounding (`hv_round_bf16`, where no cublasLt bf16 epilogue
+/// writes them): bit-exact with what the CPU's `bias_act` stores (`bf16::round`), on every
+/// input the packers see, with both grids and guard elements untouched.
+#[test]
+fn bf16_round_in_place_bit_exact_with_the_cpu() {
+    let xs = pack_inputs();
+    for (g, b) in [grid_1d(xs.len()), (3, 64)] {
+        let mut got = guarded(xs.clone());
+        // SAFETY: xs.len() elements, rounded in place.
+        unsafe { hvshim_hv_round_bf16(g, b, got.as_mut_ptr(), xs.len() as i64) };
+        let got = body("round_bf16", &got);
+        for (&x, &r) in xs.iter().zip(got) {
+            let want = crate::device::bf16::round(x);
+            if want.is_nan() {
+                assert!(r.is_nan(), "round_bf16: NaN {:#010x} became {r:e}", x.to_bits());
+                continue;
+            }
+            assert_eq!(r.to_bits(), want.to_bits(), "round_bf16: {x:e} ({:#010x}) grid {g}x{b}", x.to_bits());
+        }
+    }
+}
