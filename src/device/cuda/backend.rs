@@ -164,6 +164,9 @@ impl Drop for Cuda {
             let [copies, rounded] = self.operands.get();
             log::info!("bf16 products: {copies} operands read from kept bf16 copies, {rounded} rounded first");
         }
+        if self.outputs {
+            log::info!("bf16 outputs: {} layers through cublasLt's bf16 epilogue", self.bf16_epilogue_calls());
+        }
     }
 }
 
