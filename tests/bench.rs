@@ -71,11 +71,18 @@ fn selftest_passes_on_the_cpu_and_refuses_a_missing_gpu() {
     let dir = scratch("selftest");
     let run = hvtrain(&["selftest", "--device", "cpu"], &dir, 120);
     assert!(run.ok(), "{}", run.all());
-    // The suite's 9 checks, and on a CPU with AVX512-BF16 the bf16 products too.
+    // The suite's 9 checks, and on a CPU with AVX512-BF16 the bf16 products and the bf16
+    // outputs' reference too.
     let bf16 = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default().contains("avx512_bf16");
-    let want = 9 + bf16 as usize;
+    let want = 9 + 2 * bf16 as usize;
     assert_eq!(run.stdout.lines().filter(|l| l.trim_start().starts_with("ok ")).count(), want, "{}", run.all());
     assert_eq!(run.stdout.contains("ok    gemm with bf16 operands"), bf16, "{}", run.all());
+    assert_eq!(
+        run.stdout.contains("ok    bf16 layer outputs (HVTRAIN_BF16_OUTPUTS) on the CPU"),
+        bf16,
+        "{}",
+        run.all()
+    );
     assert!(run.stdout.contains("all checks passed"), "{}", run.all());
     assert!(run.stdout.contains("ok    dense layer"), "{}", run.all());
     if std::path::Path::new("/dev/nvidiactl").exists() {

@@ -283,6 +283,14 @@ pub fn selftest(device: crate::config::DeviceChoice) -> crate::error::Result<boo
         std::panic::set_hook(hook_default());
         report("gemm with bf16 operands (precision = \"bf16\") against the rounded operands' exact product", &r?);
     }
+    if kind == crate::device::Kind::Cpu && crate::device::bf16::supported() {
+        // The reference the GPU's bf16 outputs are checked against, checked itself.
+        let be = crate::device::Cpu::new(crate::config::Precision::Bf16)?.with_outputs(true);
+        std::panic::set_hook(Box::new(|_| {}));
+        let r = caught(|| bf16::layer(&be));
+        std::panic::set_hook(hook_default());
+        report("bf16 layer outputs (HVTRAIN_BF16_OUTPUTS) on the CPU reference against the rounded reference", &r);
+    }
     if let crate::device::Kind::Cuda(_) = kind {
         // TF32: the gradients of this small model at initialisation cancel (sums of terms of
         // both signs over 129 rows), so TF32's input rounding (2^-11) shows up to a few per

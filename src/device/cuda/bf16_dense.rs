@@ -175,7 +175,8 @@ impl Cuda {
                 }
                 r.map_err(|e| format!("{act:?}: {e}"))?;
                 if use_lt && ran != 1 {
-                    return Err(format!("{act:?}: the layer did not run through cublasLt"));
+                    let why = self.lt.as_ref().map_or_else(String::new, |l| l.refusals());
+                    return Err(format!("{act:?}: the layer did not run through cublasLt ({why})"));
                 }
                 self.download(&out, 0..b * o, &mut res[host]).map_err(|e| e.to_string())?;
             }

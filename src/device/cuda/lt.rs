@@ -247,6 +247,18 @@ impl Lt {
         }
     }
 
+    /// What cublasLt answered for the calls it refused (`prepare`), for a start-up check's error.
+    pub fn refusals(&self) -> String {
+        let r = self.refused.borrow();
+        if r.is_empty() {
+            return "no call was refused".into();
+        }
+        r.iter()
+            .map(|(c, why)| format!("{:?} {}x{}x{}: {why}", c.epilogue, c.g.m, c.g.n, c.g.k))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
     /// D = epilogue(A · B + bias) on `stream`, the addresses as `lt_map` was given them
     /// (`c.align` was taken from these very addresses); `aux` with the epilogues that have one
     /// (GELU's pre-activation, ReLU's bitmask). Backward epilogues write the bias gradient
