@@ -224,9 +224,9 @@ impl Lt {
         Ok(plan)
     }
 
-    /// Plan `c` now (kept, as `run` would), or say why cublasLt has no algorithm for it; a
-    /// refusal is kept too, so a shape cublasLt refuses is asked once (bf16 outputs then use
-    /// the separate kernels for it).
+    /// Plan `c` (kept for every later call of its shape), or say why cublasLt has no algorithm
+    /// for it; a refusal is kept too, so a shape cublasLt refuses is asked once (bf16 outputs
+    /// then use the separate kernels for it; `run` returns the refusal as its error).
     pub fn prepare(&self, c: &LtCall) -> Result<(), String> {
         if self.plans.borrow().contains_key(c) {
             return Ok(());
@@ -240,7 +240,7 @@ impl Lt {
                 Ok(())
             }
             Err(why) => {
-                log::debug!("cublasLt refuses {c:?}: {why}; that layer uses the separate kernels");
+                log::debug!("cublasLt refuses {c:?}: {why}");
                 self.refused.borrow_mut().insert(*c, why.clone());
                 Err(why)
             }
@@ -276,10 +276,7 @@ impl Lt {
         aux: Option<u64>,
         stream: &CudaStream,
     ) -> Result<(), String> {
-        if !self.plans.borrow().contains_key(c) {
-            let p = self.plan(c)?;
-            self.plans.borrow_mut().insert(*c, p);
-        }
+        self.prepare(c)?;
         self.calls.set(self.calls.get() + 1);
         let plans = self.plans.borrow();
         let p = &plans[c];
