@@ -25,7 +25,7 @@ use super::launch::config_1d;
 use super::lt::Lt;
 use super::lt_map::forward_call_bf16;
 use crate::config::Activation;
-use crate::device::backend::{Backend, Gemm, Trans};
+use crate::device::backend::{Backend, Gemm};
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaViewMut, DevicePtr, DevicePtrMut, PushKernelArg};
 
@@ -154,25 +154,18 @@ impl Cuda {
     /// bit, GELU within one bf16 step (cublasLt's GELU is not our `hv_gelu` to the last
     /// float32 bit), every value must be a bf16 value, and cublasLt must have run each layer.
     fn check_bf16_dense(&mut self) -> std::result::Result<(), String> {
-        let (b, i, o) = (5usize, 24usize, 16usize);
-        let val = |k: usize, seed: usize| ((k * 7 + seed * 13) % 15) as f32 / 8.0 - 0.875;
-        let up = |v: Vec<f32>| self.upload(&v).map_err(|e| e.to_string());
-        let x = up((0..b * i).map(|k| val(k, 1)).collect())?;
-        let w = up((0..i * o).map(|k| val(k, 2)).collect())?;
-        let bias = up((0..o).map(|k| val(k, 3)).collect())?;
-        let g = Gemm::new(b, i, o, Trans::N, Trans::N);
+        let (g, [x, w, bias]) = self.check_layer()?;
+        let (b, i, o) = (g.m, g.k, g.n);
         for act in [Activation::Identity, Activation::Relu, Activation::Gelu] {
             let mut res = [vec![0.0f32; b * o], vec![0.0f32; b * o]];
             for (use_lt, host) in [(true, 0), (false, 1)] {
                 let mut out = self.zeros(b * o).map_err(|e| e.to_string())?;
-                let lt = if use_lt { None } else { self.lt.take() };
-                let before = self.lt.as_ref().map_or(0, |l| l.calls.get());
-                let (xv, wv, bv) = (self.view(&x, 0..b * i), self.view(&w, 0..i * o), self.view(&bias, 0..o));
-                let r = self.dense_bf16(g, xv, wv, &mut out, b * o, bv, act, None);
-                let ran = self.lt.as_ref().map_or(0, |l| l.calls.get()) - before;
-                if lt.is_some() {
-                    self.lt = lt;
-                }
+                let (r, ran) = self.lt_if(use_lt, |be| {
+                    let before = be.bf16_epilogue_calls();
+                    let (xv, wv, bv) = (be.view(&x, 0..b * i), be.view(&w, 0..i * o), be.view(&bias, 0..o));
+                    let r = be.dense_bf16(g, xv, wv, &mut out, b * o, bv, act, None);
+                    (r, be.bf16_epilogue_calls() - before)
+                });
                 r.map_err(|e| format!("{act:?}: {e}"))?;
                 if use_lt && ran != 1 {
                     let why = self.lt.as_ref().map_or_else(String::new, |l| l.refusals());

@@ -210,16 +210,34 @@ impl Cuda {
         Ok(())
     }
 
+    /// The layer of the forward start-up checks (`check_lt`, `bf16_dense`'s): its product,
+    /// 5 × 24 · 24 × 16, and x, W and the bias on the GPU, multiples of 1/8 below 1 (exact in
+    /// TF32 and bf16, and every sum exact in float32).
+    pub(super) fn check_layer(&self) -> std::result::Result<(Gemm, [DevBuf; 3]), String> {
+        let (b, i, o) = (5usize, 24usize, 16usize);
+        let val = |k: usize, seed: usize| ((k * 7 + seed * 13) % 15) as f32 / 8.0 - 0.875;
+        let up = |n: usize, seed: usize| self.upload(&(0..n).map(|k| val(k, seed)).collect::<Vec<_>>());
+        let bufs = [up(b * i, 1), up(i * o, 2), up(o, 3)];
+        let [x, w, bias] = bufs.map(|r| r.map_err(|e| e.to_string()));
+        Ok((Gemm::new(b, i, o, Trans::N, Trans::N), [x?, w?, bias?]))
+    }
+
+    /// `f` on this backend with cublasLt (`use_lt`) or with it put aside (the separate
+    /// kernels), as the start-up checks compare them.
+    pub(super) fn lt_if<R>(&mut self, use_lt: bool, f: impl FnOnce(&Self) -> R) -> R {
+        let lt = if use_lt { None } else { self.lt.take() };
+        let r = f(self);
+        if lt.is_some() {
+            self.lt = lt;
+        }
+        r
+    }
+
     /// One 5 × 24 · 24 × 16 layer per epilogue, with cublasLt and without. Inputs are multiples
     /// of 1/8 below 2 (exact in TF32), so both give the same sums up to the order of adding.
     fn check_lt(&mut self) -> std::result::Result<(), String> {
-        let (b, i, o) = (5usize, 24usize, 16usize);
-        let val = |k: usize, seed: usize| ((k * 7 + seed * 13) % 15) as f32 / 8.0 - 0.875;
-        let up = |v: Vec<f32>| self.upload(&v).map_err(|e| e.to_string());
-        let x = up((0..b * i).map(|k| val(k, 1)).collect())?;
-        let w = up((0..i * o).map(|k| val(k, 2)).collect())?;
-        let bias = up((0..o).map(|k| val(k, 3)).collect())?;
-        let g = Gemm::new(b, i, o, Trans::N, Trans::N);
+        let (g, [x, w, bias]) = self.check_layer()?;
+        let (b, i, o) = (g.m, g.k, g.n);
         for (act, keep) in [
             (Activation::Identity, false),
             (Activation::Relu, false),
@@ -231,13 +249,11 @@ impl Cuda {
             let mut want =
                 (self.zeros(b * o).map_err(|e| e.to_string())?, self.zeros(b * o).map_err(|e| e.to_string())?);
             for (use_lt, (out, z)) in [(true, &mut got), (false, &mut want)] {
-                let lt = if use_lt { None } else { self.lt.take() };
-                let keep_z = keep.then(|| self.view_mut(z, 0..b * o));
-                let (xv, wv, bv) = (self.view(&x, 0..b * i), self.view(&w, 0..i * o), self.view(&bias, 0..o));
-                let r = self.dense_fused(g, xv, wv, out, b * o, bv, act, keep_z);
-                if lt.is_some() {
-                    self.lt = lt;
-                }
+                let r = self.lt_if(use_lt, |be| {
+                    let keep_z = keep.then(|| be.view_mut(z, 0..b * o));
+                    let (xv, wv, bv) = (be.view(&x, 0..b * i), be.view(&w, 0..i * o), be.view(&bias, 0..o));
+                    be.dense_fused(g, xv, wv, out, b * o, bv, act, keep_z)
+                });
                 r.map_err(|e| format!("{act:?}: {e}"))?;
             }
             let host = |buf: &DevBuf| -> std::result::Result<Vec<f32>, String> {
