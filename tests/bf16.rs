@@ -19,6 +19,10 @@ fn has_bf16() -> bool {
     std::fs::read_to_string("/proc/cpuinfo").map(|s| s.contains("avx512_bf16")).unwrap_or(false)
 }
 
+fn has_amx() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").map(|s| s.contains("amx_bf16")).unwrap_or(false)
+}
+
 /// Rows of `synthetic`'s features, labelled by the largest of K fixed linear scores (a
 /// problem an MLP learns well, so accuracy can tell bf16 from a broken product).
 fn linear_classes(n: usize, seed: u64) -> (Vec<f32>, Vec<i32>) {
@@ -73,7 +77,9 @@ fn bf16_learns_as_fp32_does_repeats_bit_for_bit_and_alike_on_1_and_2_ranks() {
     }
     let (r1, d1) = train("bf16-1", 1, "bf16");
     assert!(r1.ok(), "{}", r1.all());
-    assert!(r1.stderr.contains("backend: cpu (bf16 products, AVX512-BF16)"), "{}", r1.all());
+    // AMX tiles where the CPU has them (and Linux grants them), else AVX512-BF16.
+    let kernel = if has_amx() { "AMX tiles" } else { "AVX512-BF16" };
+    assert!(r1.stderr.contains(&format!("backend: cpu (bf16 products, {kernel})")), "{}", r1.all());
     let (r2, d2) = train("bf16-2", 2, "bf16");
     assert!(r2.ok(), "{}", r2.all());
     let (r2b, d2b) = train("bf16-2-again", 2, "bf16");

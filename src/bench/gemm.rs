@@ -1,5 +1,5 @@
 //! `hvtrain bench gemm`: the GEMM rate of the CPU backend (float32: hvtrain's AVX-512 kernel
-//! or matrixmultiply's; bf16 with `--precision bf16`) on one thread or `--threads`, on exactly
+//! or matrixmultiply's; bf16 with `--precision bf16`: AMX tiles or AVX512-BF16) on one thread or `--threads`, on exactly
 //! the matrix products of one training step of an MLP (forward, weight gradients, input
 //! gradients), so a training run's FLOP rate can be read as a fraction of it; and each
 //! product's rate, within the step sequence (operands as cold as the step leaves them) and
@@ -79,7 +79,7 @@ pub fn run(
     println!(
         "{}",
         serde_json::json!({
-            "crate": if precision == crate::config::Precision::Bf16 { "hvtrain bf16 (AVX512-BF16)" } else { crate::device::cpu::fp32_kernel() },
+            "crate": if precision == crate::config::Precision::Bf16 { be.name() } else { crate::device::cpu::fp32_kernel().to_string() },
             "precision": format!("{precision:?}").to_lowercase(), "layers": layers,
             "threads": threads, "batch": batch, "step_gemms": shapes.len(),
             "gflops": gflops, "flop_per_sample": per_sample,

@@ -252,7 +252,7 @@ unsafe fn deal16(src: &[u32], kp: usize, out: &mut [u32], ld: usize, j0: usize) 
 /// values under 1.2e-38, far below what a product of activations and weights can tell).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn pairs_across(lo: &[f32], hi: Option<&[f32]>, out: &mut [u32]) {
+pub(super) unsafe fn pairs_across(lo: &[f32], hi: Option<&[f32]>, out: &mut [u32]) {
     use std::arch::x86_64::*;
     let n = out.len();
     assert!(lo.len() >= n && hi.is_none_or(|h| h.len() >= n));
@@ -288,7 +288,7 @@ unsafe fn pairs_across(lo: &[f32], hi: Option<&[f32]>, out: &mut [u32]) {
 /// `vcvtne2ps2bf16` of 32 floats is the 16 pairs in order.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn pairs_within(x: &[f32], out: &mut [u32]) {
+pub(super) unsafe fn pairs_within(x: &[f32], out: &mut [u32]) {
     use std::arch::x86_64::*;
     let n = out.len();
     assert!(x.len() <= 2 * n && x.len() + 1 >= 2 * n);

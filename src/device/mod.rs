@@ -6,6 +6,7 @@
 //!
 //! Must not: know the model or MPI (the rank's node-local index is handed in).
 
+pub mod amx;
 pub mod backend;
 pub mod bf16;
 pub mod cpu;

@@ -553,6 +553,10 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             }
         }
         info!("peak RSS {:.1} MiB", crate::sys::peak_rss_mib().unwrap_or(f64::NAN));
+        if let (ops @ 1.., gemms) = crate::device::amx::counts() {
+            // The proof that the tiles ran (tests and the bench read it).
+            info!("AMX: {ops} tile products (TDPBF16PS) in {gemms} matrix products on this rank");
+        }
         super::log_peak_memory(self.mode.trainers());
         // The whole model, assembled on rank 0.
         if let Some(params) = self.mode.whole_params(&self.st)? {

@@ -12,15 +12,20 @@ use crate::config::Activation;
 use crate::error::Result;
 use std::ops::Range;
 
+pub mod bf16_kernel;
 mod loss;
+pub use bf16_kernel::Bf16Kernel;
 pub use loss::{pointwise_loss, sigmoid, softmax_xent};
 
 /// The CPU backend: buffers are `Vec<f32>` in host memory, views are slices. Its matrix
 /// products are float32 (`Cpu`, the reference: `sgemm.rs` on AVX-512, else matrixmultiply) or
-/// bf16 mixed precision (`Cpu::new(Bf16)`, `bf16.rs`); everything else is float32 either way.
+/// bf16 mixed precision (`Cpu::new(Bf16)`: AMX tiles, `amx/`, or AVX512-BF16, `bf16.rs`, as
+/// `bf16_kernel` chooses); everything else is float32 either way.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cpu {
     bf16: bool,
+    /// Which kernel runs the bf16 products (when `bf16`).
+    kernel: Bf16Kernel,
     /// bf16 mode: every layer's output (and GELU's kept pre-activation) stored rounded to
     /// bf16, as autocast and cublasLt's bf16 epilogues keep activations
     /// (`HVTRAIN_BF16_OUTPUTS=1`): the reference of the GPU's bf16 outputs.
@@ -46,7 +51,7 @@ pub enum GraphEmulation {
 
 /// The float32 CPU backend, spelled as a value (`&Cpu`) as the unit struct it once was.
 #[allow(non_upper_case_globals)]
-pub const Cpu: Cpu = Cpu { bf16: false, outputs: false, graphs: GraphEmulation::Off };
+pub const Cpu: Cpu = Cpu { bf16: false, kernel: Bf16Kernel::Avx512, outputs: false, graphs: GraphEmulation::Off };
 
 impl Cpu {
     /// A bf16 backend that stores every layer output rounded to bf16 (`on`), or not, whatever
@@ -55,21 +60,20 @@ impl Cpu {
         Cpu { outputs: on && self.bf16, ..self }
     }
 
-    /// The backend for `training.precision`: bf16 needs AVX512-BF16 (checked here, at run
-    /// time); tf32 is a GPU setting, so the CPU computes float32 for it.
+    /// The backend for `training.precision`: bf16 needs AMX tiles or AVX512-BF16 (checked
+    /// here, at run time, `bf16_kernel::choose`); tf32 is a GPU setting, so the CPU computes
+    /// float32 for it.
     pub fn new(precision: crate::config::Precision) -> Result<Cpu> {
         if precision != crate::config::Precision::Bf16 {
             return Ok(Cpu);
         }
-        if !super::bf16::supported() {
-            return Err(crate::error::Error::Device(format!(
-                "training.precision = \"bf16\" on the CPU needs AVX512-BF16 (the vdpbf16ps instruction: \
-                 Intel Cooper Lake or Sapphire Rapids and later, AMD Zen 4 and later), and this CPU ({}) lacks it \
-                 (no avx512_bf16 in /proc/cpuinfo); use training.precision = \"fp32\", or run on such a CPU or a GPU",
-                crate::sys::cpu_model()
-            )));
-        }
-        Ok(Cpu { bf16: true, outputs: std::env::var("HVTRAIN_BF16_OUTPUTS").is_ok_and(|v| v == "1"), ..Cpu })
+        let kernel = bf16_kernel::choose().map_err(|why| {
+            crate::error::Error::Device(format!(
+                "training.precision = \"bf16\" on the CPU needs AMX-BF16 or AVX512-BF16, and {why}; \
+                 use training.precision = \"fp32\", or run on such a CPU or a GPU"
+            ))
+        })?;
+        Ok(Cpu { bf16: true, kernel, outputs: std::env::var("HVTRAIN_BF16_OUTPUTS").is_ok_and(|v| v == "1"), ..Cpu })
     }
 
     /// This backend, answering captures as `e` says.
@@ -112,9 +116,9 @@ impl Backend for Cpu {
     }
     fn name(&self) -> String {
         if self.bf16 && self.outputs {
-            "cpu (bf16 products and layer outputs, AVX512-BF16)".into()
+            format!("cpu (bf16 products and layer outputs, {})", self.kernel.name())
         } else if self.bf16 {
-            "cpu (bf16 products, AVX512-BF16)".into()
+            format!("cpu (bf16 products, {})", self.kernel.name())
         } else {
             format!("cpu (float32 products: {})", fp32_kernel())
         }
@@ -163,9 +167,34 @@ impl Backend for Cpu {
     }
     fn gemm(&self, g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) -> Result<()> {
         if self.bf16 {
-            super::bf16::gemm(g, a, b, c);
+            self.kernel.gemm(g, a, b, c);
         } else {
             gemm(g, a, b, c);
+        }
+        Ok(())
+    }
+    /// On tiles (or their emulation) the bias, activation and bf16 rounding are applied where
+    /// each block of the product is stored, instead of in a second pass over the output.
+    fn dense(
+        &self,
+        g: Gemm,
+        x: &[f32],
+        w: &[f32],
+        out: &mut Vec<f32>,
+        n: usize,
+        bias: &[f32],
+        act: Activation,
+        keep_z: Option<&mut [f32]>,
+    ) -> Result<()> {
+        match self.kernel.unit().filter(|_| self.bf16 && g.alpha == 1.0 && g.beta == 0.0 && bias.len() == g.n) {
+            Some(unit) => {
+                let post = super::amx::Post { bias, act, keep_z, round: self.outputs };
+                super::amx::gemm_post(unit, g, x, w, &mut out[..n], post);
+            }
+            None => {
+                self.gemm(g, x, w, &mut out[..n])?;
+                self.bias_act(&mut out[..n], bias, act, keep_z)?;
+            }
         }
         Ok(())
     }
