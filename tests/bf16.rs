@@ -39,6 +39,10 @@ fn linear_classes(n: usize, seed: u64) -> (Vec<f32>, Vec<i32>) {
 }
 
 fn train(name: &str, ranks: usize, precision: &str) -> (Run, std::path::PathBuf) {
+    train_env(name, ranks, precision, &[])
+}
+
+fn train_env(name: &str, ranks: usize, precision: &str, env: &[(&str, &str)]) -> (Run, std::path::PathBuf) {
     let dir = scratch(name);
     let (x, y) = linear_classes(400, 5);
     write_classes(&dir.join("d.h5"), &x, D, &y);
@@ -59,7 +63,7 @@ fn train(name: &str, ranks: usize, precision: &str) -> (Run, std::path::PathBuf)
         "--set",
         "training.device=\"cpu\"",
     ];
-    let r = mpirun(ranks, &args, &dir, 120);
+    let r = mpirun_env(ranks, env, &args, &dir, 120);
     (r, dir)
 }
 
@@ -112,6 +116,43 @@ fn bf16_learns_as_fp32_does_repeats_bit_for_bit_and_alike_on_1_and_2_ranks() {
         let (l1, l2) = (e1["train_loss"].as_f64().unwrap(), e2["train_loss"].as_f64().unwrap());
         assert!((l1 - l2).abs() < 0.05 * l2 + 0.01, "bf16 train loss on 1 rank {l1}, on 2 ranks {l2}");
     }
+}
+
+/// The AMX tile kernel in training, on every CPU: with HVTRAIN_CPU_BF16=emulated the tile
+/// kernel's blocking, packing and fused forward epilogue run on the emulated tile unit, and the
+/// job learns as float32 does (and differs from it: the products were bf16); the log names
+/// the kernel. On a CPU with AMX the default (auto) run takes the real tiles, and the log
+/// counts their tile products on every rank.
+#[test]
+fn the_tile_kernel_trains_on_the_emulated_unit_and_on_amx() {
+    let _g = mpi_lock();
+    let emu = [("HVTRAIN_CPU_BF16", "emulated")];
+    let (re, de) = train_env("bf16-emulated", 2, "bf16", &emu);
+    assert!(re.ok(), "{}", re.all());
+    assert!(re.stderr.contains("backend: cpu (bf16 products, emulated AMX tiles)"), "{}", re.all());
+    let (rf, df) = train("bf16-emulated-fp32", 2, "fp32");
+    assert!(rf.ok(), "{}", rf.all());
+    let n = LAYERS.len() - 1;
+    let (we, wf) = (layer_tensors(&de.join("out/weights.h5"), n), layer_tensors(&df.join("out/weights.h5"), n));
+    let precision = max_rel_diff(&wf, &we);
+    assert!(precision > 1e-4, "emulated-tile weights equal fp32's to {precision}: the products were not bf16");
+    let (me, mf) = (metrics(&de), metrics(&df));
+    let last = |m: &[serde_json::Value], k: &str| m.last().unwrap()[k].as_f64().unwrap();
+    let (le, lf) = (last(&me, "train_loss"), last(&mf, "train_loss"));
+    assert!((le - lf).abs() < 0.1 * lf + 0.02, "train loss on emulated tiles {le} vs fp32 {lf}");
+    let (ae, af) = (last(&me, "test_accuracy"), last(&mf, "test_accuracy"));
+    assert!(ae > 0.8 && (ae - af).abs() < 0.05, "test accuracy on emulated tiles {ae} vs fp32 {af}");
+    // The tiles' counter counts only real tiles.
+    assert!(!re.stderr.contains("AMX: "), "{}", re.all());
+    if !has_amx() {
+        eprintln!("this CPU has no AMX: the real tiles were not run");
+        return;
+    }
+    let (ra, _) = train("bf16-amx", 2, "bf16");
+    assert!(ra.ok(), "{}", ra.all());
+    assert!(ra.stderr.contains("bf16 products on the CPU: AMX tiles"), "{}", ra.all());
+    let counted = ra.stderr.lines().filter(|l| l.contains("AMX: ") && l.contains("tile products (TDPBF16PS)")).count();
+    assert_eq!(counted, 2, "each rank logs its tile products\n{}", ra.all());
 }
 
 #[test]

@@ -184,11 +184,12 @@ fn run(unit: Unit, g: Gemm, a: &[f32], b: &[f32], c: &mut [f32], mut post: Optio
             let split = |len: usize| (i * len.div_ceil(parts)).min(len)..((i + 1) * len.div_ceil(parts)).min(len);
             let (rows, cols) = if by_cols { (0..mb, split(nb)) } else { (split(mb), 0..nb) };
             let mut out = [0f32; 1024];
+            let tu = unit::Configured::new(unit);
             for ic in rows.clone().step_by(MB) {
                 for jb in cols.clone() {
                     for ib in ic..(ic + MB).min(rows.end) {
                         let (a0, a1) = (strip(pa, 2 * ib, kt), strip(pa, 2 * ib + 1, kt));
-                        unit::block(unit, a0, a1, strip(pb, 2 * jb, kt), strip(pb, 2 * jb + 1, kt), kt, &mut out);
+                        tu.block(a0, a1, strip(pb, 2 * jb, kt), strip(pb, 2 * jb + 1, kt), kt, &mut out);
                         let (r, cl) = (32 * ib..(32 * ib + 32).min(m), 32 * jb..(32 * jb + 32).min(n));
                         // SAFETY: this part's block of C (and of keep_z), disjoint from the
                         // other parts'; both hold m × n floats (`check`, `gemm_post`).

@@ -24,15 +24,40 @@ pub enum Unit {
     Emulated,
 }
 
-/// C (32 × 32, row-major, `out`) = Σ over `kt` k-tiles of [a0; a1] · [b0 b1]: a0, a1 the two
-/// A strips, b0, b1 the two B strips, each `kt` tiles in k order.
-pub fn block(unit: Unit, a0: &[u32], a1: &[u32], b0: &[u32], b1: &[u32], kt: usize, out: &mut [f32; 1024]) {
-    assert!(kt > 0 && [a0, a1, b0, b1].iter().all(|s| s.len() >= kt * TILE));
-    match unit {
-        // SAFETY: the asserts above keep every tile load inside the strips; `Tiles` is only
-        // chosen after `ready()` (CPUID and Linux's permission).
-        Unit::Tiles => unsafe { tiles(a0.as_ptr(), a1.as_ptr(), b0.as_ptr(), b1.as_ptr(), kt, out.as_mut_ptr()) },
-        Unit::Emulated => emulated(a0, a1, b0, b1, kt, out),
+/// A thread's use of a unit: for tiles, the configuration loaded (`ldtilecfg`) when it is
+/// made and the tile state released (`tilerelease`) when it is dropped, so that the blocks in
+/// between load no configuration. The tile registers are touched by nothing else (Rust emits
+/// no AMX code of its own), so they keep the configuration between `block` calls.
+pub struct Configured(Unit);
+
+impl Configured {
+    pub fn new(unit: Unit) -> Configured {
+        if unit == Unit::Tiles {
+            // SAFETY: `Tiles` is only chosen after `ready()` (CPUID and Linux's permission).
+            unsafe { configure() };
+        }
+        Configured(unit)
+    }
+
+    /// C (32 × 32, row-major, `out`) = Σ over `kt` k-tiles of [a0; a1] · [b0 b1]: a0, a1 the
+    /// two A strips, b0, b1 the two B strips, each `kt` tiles in k order.
+    pub fn block(&self, a0: &[u32], a1: &[u32], b0: &[u32], b1: &[u32], kt: usize, out: &mut [f32; 1024]) {
+        assert!(kt > 0 && [a0, a1, b0, b1].iter().all(|s| s.len() >= kt * TILE));
+        match self.0 {
+            // SAFETY: the asserts above keep every tile load inside the strips; `new` loaded
+            // the configuration on this thread.
+            Unit::Tiles => unsafe { tiles(a0.as_ptr(), a1.as_ptr(), b0.as_ptr(), b1.as_ptr(), kt, out.as_mut_ptr()) },
+            Unit::Emulated => emulated(a0, a1, b0, b1, kt, out),
+        }
+    }
+}
+
+impl Drop for Configured {
+    fn drop(&mut self) {
+        if self.0 == Unit::Tiles {
+            // SAFETY: the configuration `new` loaded on this thread.
+            unsafe { release() };
+        }
     }
 }
 
@@ -108,16 +133,42 @@ static CONFIG: Config = Config({
     c
 });
 
+/// All eight tiles 16 × 64 bytes, on this thread.
+///
+/// # Safety
+/// `ready()`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn configure() {
+    std::arch::asm!("ldtilecfg [{cfg}]", cfg = in(reg) CONFIG.0.as_ptr(), options(nostack, readonly));
+}
+
+/// The tile state back to its initial state (what the kernel then need not save).
+///
+/// # Safety
+/// `ready()`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn release() {
+    std::arch::asm!("tilerelease", options(nostack, nomem));
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn configure() {
+    unreachable!("ready() is false off x86_64")
+}
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn release() {
+    unreachable!("ready() is false off x86_64")
+}
+
 /// The unit on tiles: tmm0–3 the four accumulators (C00 C01 C10 C11), tmm4–5 the A tiles,
 /// tmm6–7 the B tiles; every tile of a strip is 1 KiB, loaded with a 64-byte stride; the
 /// accumulators are stored into `out` with its 128-byte rows.
 ///
 /// # Safety
-/// `ready()`; each strip holds `kt` tiles; `out` holds 32 × 32 floats.
+/// `configure()` on this thread; each strip holds `kt` tiles; `out` holds 32 × 32 floats.
 #[cfg(target_arch = "x86_64")]
 unsafe fn tiles(a0: *const u32, a1: *const u32, b0: *const u32, b1: *const u32, kt: usize, out: *mut f32) {
     std::arch::asm!(
-        "ldtilecfg [{cfg}]",
         "tilezero tmm0",
         "tilezero tmm1",
         "tilezero tmm2",
@@ -144,8 +195,6 @@ unsafe fn tiles(a0: *const u32, a1: *const u32, b0: *const u32, b1: *const u32, 
         "tilestored [{o} + {so}], tmm2",
         "add {o}, 64",
         "tilestored [{o} + {so}], tmm3",
-        "tilerelease",
-        cfg = in(reg) CONFIG.0.as_ptr(),
         a0 = inout(reg) a0 => _,
         a1 = inout(reg) a1 => _,
         b0 = inout(reg) b0 => _,
