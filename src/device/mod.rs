@@ -59,13 +59,14 @@ pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Kind, String)>
     }
 }
 
-/// Threads for this process's matrix products on the CPU (`training.threads`): float32
-/// through matrixmultiply's pool (it reads MATMUL_NUM_THREADS at its first product and uses at
-/// most 4; unset it would take every physical core, too many for N ranks on a node), bf16
-/// products and the optimizer's update through `pool.rs`. Call before any other thread
-/// starts: the environment is process-wide.
+/// Threads for this process's CPU work (`training.threads`): every matrix product (float32,
+/// matrixmultiply's too, and bf16) and the optimizer's update run on `pool.rs`'s threads.
+/// matrixmultiply's own pool is held to one thread (MATMUL_NUM_THREADS = 1, read at its first
+/// product; unset it would take every physical core, too many for N ranks on a node): the pool
+/// splits its products instead (`cpu::mm_gemm`). Call before any other thread starts: the
+/// environment is process-wide.
 pub fn set_cpu_threads(n: usize) {
-    std::env::set_var("MATMUL_NUM_THREADS", n.clamp(1, 4).to_string());
+    std::env::set_var("MATMUL_NUM_THREADS", "1");
     pool::set_threads(n);
 }
 

@@ -313,8 +313,17 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
 }
 
 /// matrixmultiply's product: transposes are expressed through strides, nothing is copied.
+/// With `training.threads` > 1 the pool's threads take column ranges of C (or row ranges, as
+/// `tile::Split` cuts the AVX-512 kernel's products), each one single-threaded matrixmultiply
+/// call: on a 2-vCPU AMD EPYC (Zen 3, AVX2) matrixmultiply's own threads reached 88-105
+/// GFLOP/s on the step's products against 124-133 for two processes of one thread
+/// (`bench/results/cpu-2026-11-27.md`). Every element is summed by the same call shape in
+/// the same k order on any thread count.
 pub fn mm_gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     g.check(a.len(), b.len(), c.len());
+    if super::tile::trivial(g, c) {
+        return;
+    }
     let Gemm { m, k, n, ta, tb, alpha, beta } = g;
     let (rsa, csa) = match ta {
         Trans::N => (k as isize, 1),
@@ -324,25 +333,32 @@ pub fn mm_gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
         Trans::N => (n as isize, 1),
         Trans::T => (1, k as isize),
     };
-    // SAFETY: the asserts above keep every index that these strides reach inside the slices.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            alpha,
-            a.as_ptr(),
-            rsa,
-            csa,
-            b.as_ptr(),
-            rsb,
-            csb,
-            beta,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
-    }
+    let split = super::tile::Split::of(m, k, n);
+    let cp = super::tile::CPtr(c.as_mut_ptr());
+    let cp = &cp;
+    super::pool::run(split.parts, &|i| {
+        let (rows, cols) = split.block(i, m, n);
+        // SAFETY: `check` above keeps every index these strides reach inside the slices; the
+        // parts write disjoint blocks of C.
+        unsafe {
+            matrixmultiply::sgemm(
+                rows.len(),
+                k,
+                cols.len(),
+                alpha,
+                a.as_ptr().offset(rows.start as isize * rsa),
+                rsa,
+                csa,
+                b.as_ptr().offset(cols.start as isize * csb),
+                rsb,
+                csb,
+                beta,
+                cp.0.add(rows.start * n + cols.start),
+                n as isize,
+                1,
+            );
+        }
+    });
 }
 
 /// out[r, :] = act(z[r, :]) where z = out + bias is formed in place: `out` holds x·W on entry.
