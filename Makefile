@@ -33,10 +33,11 @@ NVRTC_LIB     := $(CURDIR)/$(NVRTC_DIR)/nvidia/cuda_nvrtc/lib
 # `hvtrain predict`), scikit-learn for tests/normalize.rs (hvtrain's R², MAE and RMSE
 # against its own), and hdf5plugin for tests/compressed.rs (Zstd, Bitshuffle, Blosc2, SZ3 files
 # as h5py writes them), pyarrow and pandas for tests/import.rs (Parquet as pandas writes it), in
-# a virtual environment under target/. Pinned; skipped when this set is
+# a virtual environment under target/, and tensorboard for tests/tensorboard.rs (its own reader
+# and data provider read hvtrain's event files). Pinned; skipped when this set is
 # already installed (the stamp names it). About 20 s from PyPI.
 ONNX_PIP   := onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6 h5py==3.16.0 scikit-learn==1.9.1 scipy==1.17.1 hdf5plugin==7.1.0 \
-              pyarrow==26.0.1 pandas==3.1.1
+              pyarrow==26.0.1 pandas==3.1.1 tensorboard==2.21.0
 ONNX_VENV  := target/onnx-venv
 ONNX_STAMP := $(ONNX_VENV)/.installed-$(shell echo '$(ONNX_PIP)' | cksum | cut -d' ' -f1)
 

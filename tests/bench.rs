@@ -72,9 +72,11 @@ fn selftest_passes_on_the_cpu_and_refuses_a_missing_gpu() {
     let run = hvtrain(&["selftest", "--device", "cpu"], &dir, 120);
     assert!(run.ok(), "{}", run.all());
     // The suite's 9 checks, and on a CPU with AVX512-BF16 the bf16 products and the bf16
-    // outputs' reference too.
-    let bf16 = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default().contains("avx512_bf16");
-    let want = 9 + 2 * bf16 as usize;
+    // outputs' reference too; with AMX, the tiles against their emulation.
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let (bf16, amx) = (cpuinfo.contains("avx512_bf16"), cpuinfo.contains("amx_bf16"));
+    let want = 9 + 2 * bf16 as usize + amx as usize;
+    assert_eq!(run.stdout.contains("ok    bf16 products on AMX tiles against the emulated"), amx, "{}", run.all());
     assert_eq!(run.stdout.lines().filter(|l| l.trim_start().starts_with("ok ")).count(), want, "{}", run.all());
     assert_eq!(run.stdout.contains("ok    gemm with bf16 operands"), bf16, "{}", run.all());
     assert_eq!(

@@ -18,6 +18,14 @@ pub struct OutputCfg {
     /// (`training.early_stopping.monitor`, else val_loss), the checkpoints the last ones.
     #[serde(default)]
     pub keep_best: bool,
+    /// TensorBoard event files under OUTPUT_DIR/tensorboard/ (train/, validation/, test/, as
+    /// Keras' TensorBoard callback lays them out), written by rank 0 each epoch.
+    #[serde(default = "yes")]
+    pub tensorboard: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_out() -> String {
@@ -26,7 +34,7 @@ fn default_out() -> String {
 
 impl Default for OutputCfg {
     fn default() -> Self {
-        OutputCfg { dir: default_out(), timeline: None, keep_best: false }
+        OutputCfg { dir: default_out(), timeline: None, keep_best: false, tensorboard: true }
     }
 }
 

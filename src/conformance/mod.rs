@@ -291,6 +291,14 @@ pub fn selftest(device: crate::config::DeviceChoice) -> crate::error::Result<boo
         std::panic::set_hook(hook_default());
         report("bf16 layer outputs (HVTRAIN_BF16_OUTPUTS) on the CPU reference against the rounded reference", &r);
     }
+    if kind == crate::device::Kind::Cpu && crate::device::amx::cpu_has_amx() {
+        // The bf16 lines above ran on the tiles where they passed this check at start-up;
+        // said here on its own, with the reason where the tiles cannot run.
+        report(
+            "bf16 products on AMX tiles against the emulated tile unit (bit for bit on exact sums)",
+            &crate::device::amx::check_tiles(),
+        );
+    }
     if let crate::device::Kind::Cuda(_) = kind {
         // TF32: the gradients of this small model at initialisation cancel (sums of terms of
         // both signs over 129 rows), so TF32's input rounding (2^-11) shows up to a few per

@@ -4,6 +4,7 @@
 //! Must not: compute metrics (the training loop does) or write on any rank but 0.
 
 pub mod regression;
+pub mod tensorboard;
 
 use crate::error::{Error, Result};
 pub use regression::PerOutput;
@@ -11,7 +12,7 @@ use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct EpochMetrics {
     pub epoch: usize,
     pub train_loss: f64,
@@ -104,6 +105,8 @@ impl GradNorm {
 
 pub struct MetricsLog {
     path: PathBuf,
+    /// The TensorBoard event files beside it (`output.tensorboard`).
+    board: Option<tensorboard::Board>,
 }
 
 impl MetricsLog {
@@ -121,13 +124,28 @@ impl MetricsLog {
             .map(|l| format!("{l}\n"))
             .collect();
         std::fs::write(&path, kept).map_err(|e| Error::io(&path, "write", e))?;
-        Ok(MetricsLog { path })
+        Ok(MetricsLog { path, board: None })
     }
 
-    pub fn append(&self, m: &EpochMetrics) -> Result<()> {
+    /// Also write each epoch as TensorBoard event files (`tensorboard::Board`) beside
+    /// `metrics.jsonl`, with the job (`job_toml`) as a text summary; the same epochs are kept
+    /// from a resumed run's earlier files.
+    pub fn with_tensorboard(mut self, first_epoch: usize, job_toml: &str) -> Result<MetricsLog> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let board = tensorboard::Board::open(dir, first_epoch, job_toml)?;
+        log::info!("TensorBoard event files in {} (tensorboard --logdir {})", board.dir().display(), dir.display());
+        self.board = Some(board);
+        Ok(self)
+    }
+
+    pub fn append(&mut self, m: &EpochMetrics) -> Result<()> {
         let mut f =
             std::fs::OpenOptions::new().append(true).open(&self.path).map_err(|e| Error::io(&self.path, "open", e))?;
         let line = serde_json::to_string(m).expect("metrics serialize");
-        writeln!(f, "{line}").map_err(|e| Error::io(&self.path, "append", e))
+        writeln!(f, "{line}").map_err(|e| Error::io(&self.path, "append", e))?;
+        match self.board.as_mut() {
+            Some(b) => b.epoch(m, crate::sys::peak_rss_mib()),
+            None => Ok(()),
+        }
     }
 }

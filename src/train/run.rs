@@ -108,7 +108,16 @@ pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
 impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
     pub fn new(p: Parts<'a, B>, mode: M) -> Result<Run<'a, B, M>> {
         let (job, start) = (p.job, &p.start);
-        let metrics = if p.comm.rank == 0 { Some(MetricsLog::open(&p.out_dir, start.epoch + 1)?) } else { None };
+        let metrics = match p.comm.rank {
+            0 => {
+                let log = MetricsLog::open(&p.out_dir, start.epoch + 1)?;
+                Some(match job.output.tensorboard {
+                    true => log.with_tensorboard(start.epoch + 1, &toml::to_string(job).unwrap_or_default())?,
+                    false => log,
+                })
+            }
+            _ => None,
+        };
         let norm = p.train.norm().clone();
         let class_names = p.train.class_names.clone();
         let mut st = p.st;
@@ -534,7 +543,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 100.0 * crate::model::pipeline::ideal_bubble(p, mb)
             );
         }
-        self.metrics.as_ref().expect("rank 0's metrics log").append(m)
+        self.metrics.as_mut().expect("rank 0's metrics log").append(m)
     }
 
     /// After the last epoch: the timeline (collective), the memory lines, rank 0's
