@@ -137,7 +137,8 @@ tv = next((r["ver"] for r in rows if r["ver"]), "?")
 today = datetime.date.today()
 out = [f"# hvtrain vs PyTorch on the CPU, fp32 and bf16, {today}", "",
        f"- command: `bash bench/cpu.sh` (ROUNDS={rounds}, EPOCHS={epochs}, WIDE_EPOCHS={wide_epochs}), hvtrain commit {commit}",
-       f"- machine: {cpu}, {os.cpu_count()} vCPUs, AVX512-BF16 {'yes' if 'avx512_bf16' in flags else 'no'}, {platform.platform()}",
+       f"- machine: {cpu}, {os.cpu_count()} vCPUs, " + ", ".join(f"{n} {'yes' if f in flags.split() else 'no'}" for n, f in
+       (("AVX-512F", "avx512f"), ("AVX512-BF16", "avx512_bf16"), ("AMX-BF16", "amx_bf16"))) + f", {platform.platform()}",
        f"- peer: {tv} (PyPI wheel, `bench/setup_torch.sh`), `bench/torch_cpu_peer.py`: eager, `torch.set_num_threads(2)`, "
        "bf16 as `torch.autocast(\"cpu\", dtype=torch.bfloat16)`",
        "- job: jobs/fashion-mnist.toml (ReLU, softmax cross-entropy, SGD lr 0.05 momentum 0.9, global batch 256) with "
@@ -154,7 +155,9 @@ if peak:
             f"{peak[1]:.1f} GFLOP/s on one core, {peak.get(2, 0):.1f} on two", ""]
 pct = lambda g, t: f" ({100 * g / peak[t]:.0f} %)" if t in peak else ""
 out += ["## GEMM rate of hvtrain's CPU backend on the step's shapes, GFLOP/s (% of the FMA peak)", "",
-        "fp32: hvtrain's AVX-512 kernel (`src/device/sgemm.rs`); fp32-mm: matrixmultiply's, as before it.", "",
+        f"fp32: {j('g-std-fp32-1.json').get('crate', '?')}; fp32-mm: matrixmultiply's (`HVTRAIN_CPU_GEMM=matrixmultiply`: "
+        "the same as fp32 on a CPU without AVX-512F)"
+        + (f"; bf16: {j('g-std-bf16-1.json').get('crate', '?')}" if "bf16" in precs else "") + ".", "",
         "| model | precision | one thread, batch 128 | two processes at once, batch 128 (sum) | one process × 2 threads, batch 256 |",
         "|---|---|---|---|---|"]
 for (m, p), (one, two, t2) in gem.items():
