@@ -2,7 +2,8 @@
 //! PyPI (in the test venv, `make onnx-venv`): a 2-rank run killed in its fourth epoch and
 //! resumed from epoch 2's checkpoint; TensorBoard's data provider (what its Scalars tab asks)
 //! lists the runs train, validation and test with Keras' tags, every epoch once, with the
-//! values of `metrics.jsonl`, and the job as text. Off, no files.
+//! values of `metrics.jsonl`, the steps' scalars every 3 steps once each, and the job as
+//! text. Off, no files.
 
 mod common;
 use common::*;
@@ -19,7 +20,7 @@ fn setup(name: &str, extra: &str) -> std::path::PathBuf {
     dir
 }
 
-const ARGS: [&str; 8] = [
+const ARGS: [&str; 10] = [
     "train",
     "job.toml",
     "--set",
@@ -28,6 +29,8 @@ const ARGS: [&str; 8] = [
     "training.batch_size=16",
     "--set",
     "data.validation_split=0.25",
+    "--set",
+    "output.tensorboard_every_steps=3",
 ];
 
 /// What TensorBoard's data provider reads from `logdir`, as JSON: {run: {tag: [[step, value]]}}
@@ -93,6 +96,11 @@ fn tensorboard_reads_every_epoch_once_with_the_metrics_values_after_a_resume() {
         }
     }
     assert_eq!(s["train"]["epoch_peak_rss_mib"].as_array().map(|a| a.len()), Some(6), "{board}");
+    // The steps' scalars every 3 global steps: those the killed run logged after step 18 were
+    // dropped and logged again, so each step once.
+    let batch: Vec<u64> = s["train"]["batch_loss"].as_array().unwrap().iter().map(|p| p[0].as_u64().unwrap()).collect();
+    assert_eq!(batch, (1..=18).map(|i| 3 * i).collect::<Vec<u64>>(), "{board}");
+    assert_eq!(s["train"]["batch_learning_rate"].as_array().map(|a| a.len()), Some(18), "{board}");
     assert_eq!(board["text"]["train"], serde_json::json!(["job"]), "{board}");
 }
 

@@ -22,6 +22,11 @@ pub struct OutputCfg {
     /// Keras' TensorBoard callback lays them out), written by rank 0 each epoch.
     #[serde(default = "yes")]
     pub tensorboard: bool,
+    /// Also every this many steps (0: off): `batch_loss` (rank 0's running mean over the
+    /// epoch so far, as Keras' `update_freq` logs it), `batch_samples_per_sec` and
+    /// `batch_learning_rate` at the global step, in `train/`.
+    #[serde(default)]
+    pub tensorboard_every_steps: usize,
 }
 
 fn yes() -> bool {
@@ -34,7 +39,13 @@ fn default_out() -> String {
 
 impl Default for OutputCfg {
     fn default() -> Self {
-        OutputCfg { dir: default_out(), timeline: None, keep_best: false, tensorboard: true }
+        OutputCfg {
+            dir: default_out(),
+            timeline: None,
+            keep_best: false,
+            tensorboard: true,
+            tensorboard_every_steps: 0,
+        }
     }
 }
 
@@ -43,6 +54,12 @@ impl OutputCfg {
         if self.dir.is_empty() {
             return Err(Error::config(origin, "output.dir", "is empty"));
         }
+        super::count(
+            origin,
+            "output.tensorboard_every_steps",
+            self.tensorboard_every_steps as u64,
+            super::limits::LOG_EVERY,
+        )?;
         Ok(())
     }
 }

@@ -107,6 +107,13 @@ fn every_numeric_field_is_bounded() {
             &[],
         ),
         (
+            "output.tensorboard_every_steps",
+            &["0", "1", "1000000000"],
+            &["1000000001"],
+            "0 (off) or at least 1 and at most 1e9",
+            &[],
+        ),
+        (
             "training.progress_seconds",
             &["0", "0.001", "31536000"],
             &["0.0009", "31536001", "-1", "nan", "inf", "1e20"],

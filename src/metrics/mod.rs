@@ -130,12 +130,20 @@ impl MetricsLog {
     /// Also write each epoch as TensorBoard event files (`tensorboard::Board`) beside
     /// `metrics.jsonl`, with the job (`job_toml`) as a text summary; the same epochs are kept
     /// from a resumed run's earlier files.
-    pub fn with_tensorboard(mut self, first_epoch: usize, job_toml: &str) -> Result<MetricsLog> {
+    pub fn with_tensorboard(mut self, first_epoch: usize, done_steps: u64, job_toml: &str) -> Result<MetricsLog> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        let board = tensorboard::Board::open(dir, first_epoch, job_toml)?;
+        let board = tensorboard::Board::open(dir, first_epoch, done_steps, job_toml)?;
         log::info!("TensorBoard event files in {} (tensorboard --logdir {})", board.dir().display(), dir.display());
         self.board = Some(board);
         Ok(self)
+    }
+
+    /// The steps' scalars into the TensorBoard files (`tensorboard::Board::steps`), if any.
+    pub fn steps(&mut self, step: u64, loss: f64, samples_per_sec: f64, lr: f64) -> Result<()> {
+        match self.board.as_mut() {
+            Some(b) => b.steps(step, loss, samples_per_sec, lr),
+            None => Ok(()),
+        }
     }
 
     pub fn append(&mut self, m: &EpochMetrics) -> Result<()> {

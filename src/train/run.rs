@@ -112,7 +112,9 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             0 => {
                 let log = MetricsLog::open(&p.out_dir, start.epoch + 1)?;
                 Some(match job.output.tensorboard {
-                    true => log.with_tensorboard(start.epoch + 1, &toml::to_string(job).unwrap_or_default())?,
+                    true => {
+                        log.with_tensorboard(start.epoch + 1, start.step, &toml::to_string(job).unwrap_or_default())?
+                    }
                     false => log,
                 })
             }
@@ -214,6 +216,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             let step_secs = t_step.elapsed().as_secs_f64();
             sums.iter_mut().zip(s).for_each(|(a, b)| *a += b);
             self.progress(epoch, first, i, t0, sums[0]);
+            self.board_steps(first, i, t0, sums[0])?;
             let rows = self.sched.global_rows(i);
             let at = At { epoch_index: epoch - 1, step_in_epoch: i + 1, last: i + 1 == steps, rows };
             match self.mode.after_step(&self.st, at, &sums)? {
@@ -308,6 +311,16 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             );
         }
         Ok(l)
+    }
+
+    /// Rank 0's TensorBoard scalars every `output.tensorboard_every_steps` global steps.
+    fn board_steps(&mut self, first: usize, i: usize, t0: Instant, loss_sum: f64) -> Result<()> {
+        let every = self.job.output.tensorboard_every_steps as u64;
+        let step = self.st.step();
+        let Some(log) = self.metrics.as_mut().filter(|_| every > 0 && step % every == 0) else { return Ok(()) };
+        let rate = self.sched.global_rows_in(first, i + 1) as f64 / t0.elapsed().as_secs_f64();
+        let loss = loss_sum / self.sched.rows_before(0, i + 1).max(1) as f64;
+        log.steps(step, loss, rate, self.st.opt().lr())
     }
 
     /// Rank 0's progress line, every `log_every` steps and/or `progress_seconds`.

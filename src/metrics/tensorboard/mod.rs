@@ -40,9 +40,10 @@ const RUNS: [&str; 3] = ["train", "validation", "test"];
 
 impl Board {
     /// The event files under `out_dir/tensorboard/` for a run whose first epoch to log is
-    /// `first_epoch`, with the job (`job_toml`) as a text summary. Events of earlier epochs in
-    /// files already there are carried over; later ones dropped.
-    pub fn open(out_dir: &Path, first_epoch: usize, job_toml: &str) -> Result<Board> {
+    /// `first_epoch` and whose first step is the one after `done_steps`, with the job
+    /// (`job_toml`) as a text summary. Events of earlier epochs (and steps) in files already
+    /// there are carried over; later ones dropped.
+    pub fn open(out_dir: &Path, first_epoch: usize, done_steps: u64, job_toml: &str) -> Result<Board> {
         let dir = out_dir.join("tensorboard");
         let wall = now();
         let name = format!(
@@ -66,7 +67,12 @@ impl Board {
                 for r in record::records(&bytes) {
                     let Ok(ev) = Event::decode(r) else { continue };
                     let keep = match &ev.what {
-                        Some(What::Summary(s)) => ev.step >= 1 && (ev.step as usize) < first_epoch && !is_text(s),
+                        Some(What::Summary(s)) if is_text(s) => false,
+                        // Steps' scalars: steps done before the resumed one.
+                        Some(What::Summary(s)) if s.value.iter().any(|v| v.tag.starts_with("batch_")) => {
+                            ev.step >= 1 && (ev.step as u64) <= done_steps
+                        }
+                        Some(What::Summary(_)) => ev.step >= 1 && (ev.step as usize) < first_epoch,
                         _ => false,
                     };
                     if keep {
@@ -125,6 +131,18 @@ impl Board {
                 self.write(run, &summary(step, values))?;
             }
         }
+        self.flush()
+    }
+
+    /// Scalars of the training so far at global step `step` (`output.tensorboard_every_steps`):
+    /// the loss (rank 0's running mean over the epoch so far), samples/s, learning rate; flushed.
+    pub fn steps(&mut self, step: u64, loss: f64, samples_per_sec: f64, lr: f64) -> Result<()> {
+        let values = vec![
+            scalar("batch_loss", loss),
+            scalar("batch_samples_per_sec", samples_per_sec),
+            scalar("batch_learning_rate", lr),
+        ];
+        self.write("train", &summary(step as i64, values))?;
         self.flush()
     }
 

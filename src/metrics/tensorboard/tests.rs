@@ -48,15 +48,18 @@ fn steps(got: &[(String, String, i64, f32)], run: &str, tag: &str) -> Vec<(i64, 
 }
 
 /// Keras' runs and tags with the epochs' values; a run resumed from epoch 2's checkpoint after
-/// epoch 3 was logged logs epoch 3 again and the curves hold each epoch once, with the resumed
-/// run's values; a fresh start (epoch 1) drops the old curves.
+/// epoch 3 was logged logs epoch 3 again and the curves hold each epoch (and each step's
+/// scalars) once, with the resumed run's values; a fresh start (epoch 1) drops the old curves.
 #[test]
 fn epochs_are_written_and_a_resume_continues_the_curves_without_duplicates() {
     let out = std::env::temp_dir().join(format!("hv-tb-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
-    let mut b = Board::open(&out, 1, "[model]\nlayers = [2, 3]").unwrap();
+    let mut b = Board::open(&out, 1, 0, "[model]\nlayers = [2, 3]").unwrap();
     for e in 1..=3 {
+        // 10 steps an epoch, steps' scalars every 5.
+        b.steps(10 * e as u64 - 5, 0.1 * e as f64, 100.0, 0.05).unwrap();
+        b.steps(10 * e as u64, 0.1 * e as f64, 100.0, 0.05).unwrap();
         b.epoch(&metrics(e), Some(100.0)).unwrap();
     }
     drop(b);
@@ -72,20 +75,25 @@ fn epochs_are_written_and_a_resume_continues_the_curves_without_duplicates() {
 
     // Resumed from epoch 2's checkpoint: epoch 3 again, with other values.
     std::thread::sleep(std::time::Duration::from_millis(5));
-    let mut b = Board::open(&out, 3, "[model]\nlayers = [2, 3]").unwrap();
+    let mut b = Board::open(&out, 3, 20, "[model]\nlayers = [2, 3]").unwrap();
     let mut again = metrics(3);
     again.train_loss = 0.3;
+    b.steps(25, 0.9, 100.0, 0.05).unwrap();
+    b.steps(30, 0.9, 100.0, 0.05).unwrap();
     b.epoch(&again, None).unwrap();
     b.epoch(&metrics(4), None).unwrap();
     drop(b);
     let got = read(&out);
     assert_eq!(steps(&got, "train", "epoch_loss"), vec![(1, 1.0), (2, 0.5), (3, 0.3), (4, 0.25)]);
     assert_eq!(steps(&got, "test", "epoch_loss").len(), 4);
+    let batch: Vec<i64> = steps(&got, "train", "batch_loss").iter().map(|s| s.0).collect();
+    assert_eq!(batch, vec![5, 10, 15, 20, 25, 30], "the steps' scalars after step 20 were dropped and logged again");
+    assert_eq!(steps(&got, "train", "batch_loss")[4].1, 0.9);
     let files = std::fs::read_dir(out.join("tensorboard/train")).unwrap().count();
     assert_eq!(files, 1, "the old file's events were carried into the new one");
 
     // A fresh start drops the old curves.
-    let b = Board::open(&out, 1, "").unwrap();
+    let b = Board::open(&out, 1, 0, "").unwrap();
     drop(b);
     assert!(read(&out).is_empty());
     std::fs::remove_dir_all(&out).unwrap();
