@@ -31,8 +31,10 @@ pub enum Command {
     #[command(
         after_help = "Example:\n  mpirun -n 2 hvtrain train jobs/fashion-mnist.toml --set training.epochs=3 --set optimizer.lr=0.1\n\n\
   srun --mpi=pmix hvtrain train jobs/fashion-mnist.toml --resume auto\n\n\
-Writes OUTPUT_DIR/metrics.jsonl (one JSON object per epoch), OUTPUT_DIR/weights.h5, and\n\
-checkpoints OUTPUT_DIR/ckpt-step*.h5 as the job's [checkpoint] section says.\n\n\
+Writes OUTPUT_DIR/metrics.jsonl (one JSON object per epoch), OUTPUT_DIR/weights.h5,\n\
+TensorBoard event files in OUTPUT_DIR/tensorboard/ (tensorboard --logdir OUTPUT_DIR; off with\n\
+--set output.tensorboard=false), and checkpoints OUTPUT_DIR/ckpt-step*.h5 as the job's\n\
+[checkpoint] section says.\n\n\
 Exit codes: 0 done; 1 error (any rank's error ends every rank); 2 bad command line;\n\
 3 a rank is gone (no heartbeat for distribution.watchdog_seconds: dead, stopped or\n\
 unreachable); 4 stalled (no rank made progress for distribution.stall_seconds); 75 stopped\n\
