@@ -7,8 +7,9 @@
 //! layout), C is cut into 32 × 32 blocks, each summed over all of k in four accumulator tiles
 //! (2 A and 2 B tile loads per 4 tile products) and stored once through a 32 × 32 scratch,
 //! where the epilogue applies alpha and beta, or, for a dense layer's forward
-//! (`gemm_post`), the bias, the activation, the kept pre-activation and the bf16 rounding of
-//! the output: the step's products are not followed by another pass over the output.
+//! (`gemm_post`), the caller's row function (the CPU backend's bias, activation, kept
+//! pre-activation and bf16 rounding of the output): the step's products are not followed by
+//! another pass over the output.
 //!
 //! Blocking: threads take ranges of block columns (or block rows, where C has fewer block
 //! columns than threads); within a range, 8 block rows (256 rows of A, their tiles 16 KiB a
@@ -16,7 +17,8 @@
 //! k-tile) passes them. Every element is summed by one unit in k order, so any thread count
 //! gives the same bits.
 //!
-//! Must not: use `Unit::Tiles` unless `ready()`; change what float32 products compute.
+//! Must not: use `Unit::Tiles` unless `ready()`; change what float32 products compute; know
+//! the CPU backend (its epilogue comes in as a function).
 
 pub mod pack;
 pub mod unit;
@@ -25,7 +27,6 @@ pub use unit::Unit;
 
 use super::backend::Gemm;
 use super::tile::View;
-use crate::config::Activation;
 use pack::TILE;
 use std::cell::RefCell;
 use std::ops::Range;
@@ -102,14 +103,14 @@ fn request_tile_permission() -> Result<(), String> {
     Err("AMX tiles are used on Linux only".into())
 }
 
-/// What a dense layer's forward does where a block of C is stored: out = act(x·W + bias),
-/// the pre-activation kept in `keep_z` (as `cpu::bias_act_forward`), each rounded to bf16 when
-/// `round` (HVTRAIN_BF16_OUTPUTS).
+/// What a dense layer's forward does where a block of C is stored: `row(out, bias, z)` on each
+/// row's part of the block (out holds x·W there; `bias` is the bias of those columns, `z` the
+/// same part of `keep_z`), the caller's epilogue (the CPU backend's bias, activation and bf16
+/// rounding: `Cpu::dense`), so that this module knows no activation.
 pub struct Post<'a> {
     pub bias: &'a [f32],
-    pub act: Activation,
     pub keep_z: Option<&'a mut [f32]>,
-    pub round: bool,
+    pub row: &'a (dyn Fn(&mut [f32], &[f32], Option<&mut [f32]>) + Sync),
 }
 
 /// C = alpha · op(A) · op(B) + beta · C with bf16 operands and float32 sums, on `unit`.
@@ -246,8 +247,9 @@ unsafe fn store(
     }
 }
 
-/// The forward's epilogue on C[rows, cols] (which holds x·W there): bias, kept pre-activation
-/// (`z`, laid out as C), activation, bf16 rounding, as `Cpu::bias_act` does them on whole rows.
+/// The forward's epilogue on C[rows, cols] (which holds x·W there): `p.row` on each row's part,
+/// with the bias of those columns and the same part of the kept pre-activation (`z`, laid out
+/// as C).
 ///
 /// # Safety
 /// As `store`, for C and for `z`.
@@ -256,13 +258,8 @@ unsafe fn store_post(c: *mut f32, z: Option<*mut f32>, ldc: usize, rows: Range<u
     for i in rows {
         let at = i * ldc + cols.start;
         let row = std::slice::from_raw_parts_mut(c.add(at), cols.len());
-        let mut zrow = z.map(|z| std::slice::from_raw_parts_mut(z.add(at), cols.len()));
-        super::cpu::bias_act_forward(row, bias, p.act, zrow.as_deref_mut());
-        if p.round {
-            for v in row.iter_mut().chain(zrow.into_iter().flatten()) {
-                *v = super::bf16::round(*v);
-            }
-        }
+        let zrow = z.map(|z| std::slice::from_raw_parts_mut(z.add(at), cols.len()));
+        (p.row)(row, bias, zrow);
     }
 }
 

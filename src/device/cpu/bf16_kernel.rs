@@ -14,6 +14,8 @@
 //! Where the CPU runs bf16 products slower than float32 ones (AVX512-BF16 without AMX on
 //! Intel), the choice logs both measured rates and says so: bf16 is then a memory saving at
 //! best, not a speed-up.
+//!
+//! Must not: choose the tiles without their start-up check, or the emulated unit unless asked.
 
 use crate::device::amx::{self, Unit};
 use crate::device::backend::{Gemm, Trans};

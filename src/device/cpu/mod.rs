@@ -188,7 +188,12 @@ impl Backend for Cpu {
     ) -> Result<()> {
         match self.kernel.unit().filter(|_| self.bf16 && g.alpha == 1.0 && g.beta == 0.0 && bias.len() == g.n) {
             Some(unit) => {
-                let post = super::amx::Post { bias, act, keep_z, round: self.outputs };
+                // Each block's rows as `bias_act` would treat them (element-wise, so a part of
+                // a row is treated as the whole row would be).
+                let row = |o: &mut [f32], b: &[f32], z: Option<&mut [f32]>| {
+                    let _ = self.bias_act(o, b, act, z);
+                };
+                let post = super::amx::Post { bias, keep_z, row: &row };
                 super::amx::gemm_post(unit, g, x, w, &mut out[..n], post);
             }
             None => {
@@ -562,6 +567,30 @@ mod tests {
             let (mut out, mut z) = (z0.clone(), vec![0.0; z0.len()]);
             Cpu { bf16: true, outputs: false, ..Cpu }.bias_act(&mut out, &bias, act, Some(&mut z)).unwrap();
             assert_eq!((out, z), (want, want_z), "{act:?}: without outputs, float32");
+        }
+    }
+
+    /// bf16 on the tile kernel (here its emulated unit): `dense` applies bias, activation, kept
+    /// pre-activation and bf16 outputs where the blocks are stored, and gives bit for bit what
+    /// the product followed by `bias_act` gives, for every activation, with and without bf16
+    /// outputs, on a shape with edge blocks on both sides.
+    #[test]
+    fn dense_on_tiles_fuses_bias_act_bit_for_bit() {
+        let (m, k, n) = (45, 70, 37);
+        let g = Gemm::new(m, k, n, Trans::N, Trans::N);
+        let v = |len: usize, s: f32| -> Vec<f32> { (0..len).map(|i| (i as f32 * 0.618 + s).sin() * 3.0).collect() };
+        let (x, w, bias) = (v(m * k, 1.0), v(k * n, 2.0), v(n, 3.0));
+        for outputs in [false, true] {
+            let be = Cpu { bf16: true, kernel: Bf16Kernel::Emulated, outputs, ..Cpu };
+            for act in [Activation::Identity, Activation::Relu, Activation::Tanh, Activation::Gelu] {
+                let (mut want, mut want_z) = (vec![0.0; m * n], vec![0.0; m * n]);
+                be.gemm(g, &x, &w, &mut want).unwrap();
+                be.bias_act(&mut want, &bias, act, Some(&mut want_z)).unwrap();
+                let (mut got, mut got_z) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+                be.dense(g, &x, &w, &mut got, m * n, &bias, act, Some(&mut got_z)).unwrap();
+                assert_eq!(got, want, "{act:?} outputs {outputs}");
+                assert_eq!(got_z, want_z, "{act:?} outputs {outputs}: kept pre-activation");
+            }
         }
     }
 

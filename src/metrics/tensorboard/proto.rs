@@ -2,6 +2,8 @@
 //! by hand (the fields used, with TensorFlow's tag numbers: `tensorflow/core/util/event.proto`,
 //! `framework/summary.proto`, `tensor.proto`, `tensor_shape.proto`). Unused fields are left
 //! out: a reader skips what it does not know, and hvtrain only writes.
+//!
+//! Must not: renumber a field (the tags are TensorFlow's; a reader would misread it).
 
 /// One record of an events file.
 #[derive(Clone, PartialEq, prost::Message)]

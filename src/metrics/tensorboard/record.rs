@@ -2,6 +2,8 @@
 //! little-endian), the masked CRC32C of those 8 bytes, the data, and the masked CRC32C of the
 //! data (`tensorflow/core/lib/io/record_writer.cc`). A reader that finds a CRC wrong stops
 //! there, so a record cut short by a crash loses only itself.
+//!
+//! Must not: know what the records hold.
 
 /// CRC32C as TFRecord stores it: rotated right by 15 bits plus a constant, so that a CRC of
 /// data holding CRCs is not trivially related to them.

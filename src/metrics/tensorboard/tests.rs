@@ -1,5 +1,7 @@
 //! The board's files read back with the framing's own reader (the real `tensorboard` package
 //! reads them in tests/tensorboard.rs).
+//!
+//! Must not: need MPI or Python (one process, files in a temporary folder).
 
 use super::*;
 
