@@ -63,7 +63,7 @@ pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Kind, String)>
 /// matrixmultiply's too, and bf16) and the optimizer's update run on `pool.rs`'s threads.
 /// matrixmultiply's own pool is held to one thread (MATMUL_NUM_THREADS = 1, read at its first
 /// product; unset it would take every physical core, too many for N ranks on a node): the pool
-/// splits its products instead (`cpu::mm_gemm`). Call before any other thread starts: the
+/// splits its products instead (`cpu::fp32::mm_gemm`). Call before any other thread starts: the
 /// environment is process-wide.
 pub fn set_cpu_threads(n: usize) {
     std::env::set_var("MATMUL_NUM_THREADS", "1");
