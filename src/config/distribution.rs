@@ -93,6 +93,41 @@ pub struct DistributionCfg {
     /// slowest; -1 fully asynchronous.
     #[serde(default)]
     pub staleness: i64,
+    /// What the data-parallel ranks divide among themselves instead of each keeping a whole
+    /// copy (ZeRO's stages, FSDP's strategies): `none`; `optimizer` (the optimizer state and
+    /// its update: each rank updates its 1/D of the parameters, then they are all-gathered);
+    /// `gradients` (as `optimizer`, and the gradients are reduce-scattered: each rank receives
+    /// only its part of the sum); `parameters` (ZeRO stage 3: not available yet).
+    #[serde(default)]
+    pub shard: Shard,
+}
+
+/// `distribution.shard`: ZeRO stage 1 (`optimizer`, FSDP has none), 2 (`gradients`,
+/// SHARD_GRAD_OP), 3 (`parameters`, FULL_SHARD); `none` is DDP's NO_SHARD.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Shard {
+    #[default]
+    None,
+    Optimizer,
+    Gradients,
+    Parameters,
+}
+
+impl Shard {
+    /// Whether each rank keeps only its part of the optimizer state.
+    pub fn optimizer(self) -> bool {
+        self != Shard::None
+    }
+    /// The name in the job file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shard::None => "none",
+            Shard::Optimizer => "optimizer",
+            Shard::Gradients => "gradients",
+            Shard::Parameters => "parameters",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -195,6 +230,7 @@ impl Default for DistributionCfg {
             gpu_allreduce: GpuAllreduce::Auto,
             servers: 1,
             staleness: 0,
+            shard: Shard::None,
         }
     }
 }
@@ -234,6 +270,7 @@ impl DistributionCfg {
                 ),
             ));
         }
+        self.validate_shard(origin)?;
         if d.reduction == Reduction::Adasum && d.compression != Compression::None {
             return Err(Error::config(
                 origin,
@@ -244,6 +281,63 @@ impl DistributionCfg {
                     format!("{:?}", d.compression).to_lowercase()
                 ),
             ));
+        }
+        Ok(())
+    }
+}
+
+impl DistributionCfg {
+    /// `shard`'s combinations with the other keys of this table that cannot work.
+    fn validate_shard(&self, origin: &str) -> Result<()> {
+        let d = self;
+        let bad = |field: &str, msg: String| Err(Error::config(origin, field, msg));
+        match d.shard {
+            Shard::None => return Ok(()),
+            Shard::Parameters => {
+                return bad(
+                    "distribution.shard",
+                    "\"parameters\" (ZeRO stage 3, FSDP's FULL_SHARD: parameters gathered layer by layer before \
+                     use) is not available yet; \"gradients\" divides the optimizer state and the reduced \
+                     gradients over the data-parallel ranks, or split the model with parallel.tensor / \
+                     parallel.pipeline"
+                        .into(),
+                );
+            }
+            _ => {}
+        }
+        if d.strategy == Strategy::ParameterServer {
+            return bad(
+                "distribution.shard",
+                format!(
+                    "shard = \"{}\" with strategy = \"parameter_server\": the servers already hold the parameters \
+                     and the optimizer state, divided among them; set shard = \"none\" or strategy = \"allreduce\"",
+                    d.shard.name()
+                ),
+            );
+        }
+        if d.shard == Shard::Gradients {
+            let other = if d.reduction == Reduction::Adasum {
+                Some(("distribution.reduction", "reduction = \"adasum\"".to_string()))
+            } else if d.hierarchical {
+                Some(("distribution.hierarchical", "hierarchical = true".to_string()))
+            } else if d.compression != Compression::None {
+                Some((
+                    "distribution.compression",
+                    format!("compression = \"{}\"", format!("{:?}", d.compression).to_lowercase()),
+                ))
+            } else {
+                None
+            };
+            if let Some((field, what)) = other {
+                return bad(
+                    "distribution.shard",
+                    format!(
+                        "shard = \"gradients\" with {what} ({field}): the gradients are reduce-scattered as exact \
+                         float32 sums (MPI_Reduce_scatter); shard = \"optimizer\" keeps the whole all-reduce and \
+                         composes with {what}, or set {field} back to its default"
+                    ),
+                );
+            }
         }
         Ok(())
     }
@@ -361,6 +455,30 @@ impl Job {
     }
 }
 
+impl Job {
+    /// `distribution.shard` with the optimizer: LARS and LAMB scale each tensor by norms over
+    /// the whole tensor, which a rank holding a part of it does not have.
+    pub(super) fn validate_shard_optimizer(&self, origin: &str) -> Result<()> {
+        use super::OptimizerKind as K;
+        let (shard, kind) = (self.distribution.shard, self.optimizer.kind);
+        if shard.optimizer() && matches!(kind, K::Lars | K::Lamb) {
+            return Err(Error::config(
+                origin,
+                "distribution.shard",
+                format!(
+                    "shard = \"{}\" with optimizer.kind = \"{}\": its layer-wise trust ratio needs each tensor's \
+                     norms across the ranks' parts, which the sharded update does not compute yet; use adam, adamw \
+                     or sgd with shard, or shard = \"none\" with {}",
+                    shard.name(),
+                    format!("{kind:?}").to_lowercase(),
+                    format!("{kind:?}").to_lowercase()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The world's ranks split into workers and servers: (workers, servers), or the error that
 /// names what is wrong. `ranks`: the job's world size.
 pub fn roles(job: &Job, ranks: usize) -> Result<(usize, usize)> {
@@ -419,5 +537,31 @@ mod tests {
         assert_eq!(field(parse(&[ps, "parallel.micro_batches=2"])), "parallel.micro_batches");
         assert_eq!(roles(&parse(&[ps, "distribution.servers=2"]).unwrap(), 5).unwrap(), (3, 2));
         assert!(roles(&parse(&[ps]).unwrap(), 1).is_err());
+    }
+
+    #[test]
+    fn shard_parses_and_refuses_what_cannot_work() {
+        assert_eq!(parse(&[]).unwrap().distribution.shard, Shard::None);
+        for (v, s) in [("optimizer", Shard::Optimizer), ("gradients", Shard::Gradients)] {
+            assert_eq!(parse(&[&format!("distribution.shard={v}")]).unwrap().distribution.shard, s);
+        }
+        assert_eq!(field(parse(&["distribution.shard=everything"])), "distribution.shard");
+        let msg = |r: Result<Job>| r.err().map(|e| e.to_string()).unwrap_or_default();
+        let e = msg(parse(&["distribution.shard=parameters"]));
+        assert!(e.contains("not available yet") && e.contains("distribution.shard"), "{e}");
+        let ps = "distribution.strategy=parameter_server";
+        let e = msg(parse(&["distribution.shard=optimizer", ps]));
+        assert!(e.contains("distribution.shard") && e.contains("parameter_server"), "{e}");
+        for other in ["distribution.compression=fp16", "distribution.reduction=adasum", "distribution.hierarchical=true"] {
+            let e = msg(parse(&["distribution.shard=gradients", other]));
+            let key = other.split('=').next().unwrap();
+            assert!(e.contains("distribution.shard") && e.contains(key), "{other}: {e}");
+            assert!(parse(&["distribution.shard=optimizer", other]).is_ok(), "{other} composes with optimizer");
+        }
+        for kind in ["lars", "lamb"] {
+            let e = msg(parse(&["distribution.shard=gradients", &format!("optimizer.kind='{kind}'")]));
+            assert!(e.contains("optimizer.kind") && e.contains(kind), "{e}");
+        }
+        assert!(parse(&["distribution.shard=gradients", "optimizer.kind='adamw'", "parallel.tensor=2"]).is_ok());
     }
 }

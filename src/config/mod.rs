@@ -28,7 +28,7 @@ mod training;
 
 pub use checkpoint::CheckpointCfg;
 pub use data::{DataCfg, Normalize, NormalizeY, OnDevice};
-pub use distribution::{roles, BucketOrder, Compression, DistributionCfg, GpuAllreduce, Reduction, Strategy};
+pub use distribution::{roles, BucketOrder, Compression, DistributionCfg, GpuAllreduce, Reduction, Shard, Strategy};
 use env::env_overrides;
 pub use limits::{num, Span};
 pub use model::{Activation, Loss, LossKind, ModelCfg, OutputActivation, Targets};
@@ -131,6 +131,7 @@ impl Job {
         self.validate_monitor(origin)?;
         self.validate_parallel(origin)?;
         self.validate_ps(origin)?;
+        self.validate_shard_optimizer(origin)?;
         if let Some(s) = &self.sweep {
             s.validate(origin, self)?;
         }

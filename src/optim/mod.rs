@@ -44,6 +44,9 @@ pub struct Optimizer<B: Backend> {
     /// `apply` does nothing: a parameter-server worker whose parameters arrive after the
     /// step (`optimizer.global_clipnorm`).
     idle: bool,
+    /// Sharded state (`distribution.shard`): the part of the arena this rank updates; m and v
+    /// then hold that part only (element 0 is arena element `own.start`).
+    own: Option<std::ops::Range<usize>>,
 }
 
 impl<B: Backend> Optimizer<B> {
@@ -73,8 +76,29 @@ impl<B: Backend> Optimizer<B> {
             lr_now: 0.0,
             assign: false,
             idle: false,
+            own: None,
         })
     }
+
+    /// Update only arena range `own` from now on, keeping the state of that part alone (the
+    /// state made by `new` is replaced by zeros of the part's length; call before `restore`).
+    /// SGD (with or without momentum), Adam and AdamW: their updates are element-wise.
+    pub fn set_own(&mut self, be: &B, own: std::ops::Range<usize>) -> Result<()> {
+        assert!(own.end <= self.n_params, "a part beyond the arena");
+        assert!(
+            !matches!(self.cfg.kind, OptimizerKind::Lars | OptimizerKind::Lamb),
+            "LARS and LAMB need whole tensors' norms (the job file check refuses them with shards)"
+        );
+        let (m_len, v_len) = state_lens(&self.cfg, own.len());
+        // The whole state goes first, so that the part is the only one held.
+        (self.m, self.v) = (None, None);
+        let _a = crate::mem::allocating("this rank's part of the optimizer state");
+        self.m = if m_len > 0 { Some(be.zeros(m_len)?) } else { None };
+        self.v = if v_len > 0 { Some(be.zeros(v_len)?) } else { None };
+        self.own = Some(own);
+        Ok(())
+    }
+
 
     /// For a parameter-server worker: keeps no state; `apply` sets the parameters to the
     /// "gradients", which are the parameters pulled from the servers.
@@ -128,18 +152,21 @@ impl<B: Backend> Optimizer<B> {
     }
 
     /// The state a checkpoint needs, in host memory: (first moments / momentum, second
-    /// moments, steps taken); empty vectors where the optimizer keeps none.
+    /// moments, steps taken); empty vectors where the optimizer keeps none. Sharded: this
+    /// rank's part (`set_own`).
     pub fn state(&self, be: &B) -> Result<(Vec<f32>, Vec<f32>, u64)> {
+        let n = self.own.as_ref().map_or(self.n_params, |o| o.len());
         let host = |b: &Option<B::Buf>| -> Result<Vec<f32>> {
             let Some(b) = b else { return Ok(Vec::new()) };
-            let mut v = vec![0.0; self.n_params];
-            be.download(b, 0..self.n_params, &mut v)?;
+            let mut v = vec![0.0; n];
+            be.download(b, 0..n, &mut v)?;
             Ok(v)
         };
         Ok((host(&self.m)?, host(&self.v)?, self.step))
     }
 
-    /// Restore what `state` returned.
+    /// Restore the whole arena's state (what `state` returned unsharded); sharded, this rank
+    /// keeps its part of it.
     pub fn restore(&mut self, be: &B, m: &[f32], v: &[f32], step: u64) -> std::result::Result<(), String> {
         let (m_len, v_len) = state_lens(&self.cfg, self.n_params);
         if m.len() != m_len || v.len() != v_len {
@@ -148,6 +175,13 @@ impl<B: Backend> Optimizer<B> {
                 m.len(), v.len()
             ));
         }
+        let part = |h: &'_ [f32]| -> Vec<f32> {
+            match &self.own {
+                Some(o) if !h.is_empty() => h[o.clone()].to_vec(),
+                _ => h.to_vec(),
+            }
+        };
+        let (m, v) = (&part(m)[..], &part(v)[..]);
         // Into the buffers `new` made (same lengths, checked above): no second copy.
         for (buf, h) in [(&mut self.m, m), (&mut self.v, v)] {
             if let Some(b) = buf {
@@ -178,6 +212,9 @@ impl<B: Backend> Optimizer<B> {
     ) -> Result<()> {
         if self.idle {
             return Ok(());
+        }
+        if let Some(own) = self.own.clone() {
+            return self.apply_own(be, params, grads, offset, grad_scale, which, own);
         }
         let lr = self.lr_now;
         let c = &self.cfg;
@@ -251,6 +288,54 @@ impl<B: Backend> Optimizer<B> {
                     be.adam(p, g, be.view_mut(m, r.clone()), be.view_mut(v, r), &h)?
                 }
                 OptimizerKind::Lamb => unreachable!("handled above"),
+            }
+        }
+        Ok(())
+    }
+
+    /// `apply` on a rank that updates only `own`: each tensor's overlap with it, the state at
+    /// the overlap's place in the part. `grads` holds the arena range starting at `offset`
+    /// (a whole bucket, or its overlap with `own` when reduce-scattered).
+    #[allow(clippy::too_many_arguments)]
+    fn apply_own(
+        &mut self,
+        be: &B,
+        params: &mut B::Buf,
+        grads: &B::Buf,
+        offset: usize,
+        grad_scale: f32,
+        which: &[usize],
+        own: std::ops::Range<usize>,
+    ) -> Result<()> {
+        let (lr, c) = (self.lr_now, &self.cfg);
+        for &ti in which {
+            let t = &self.tensors[ti];
+            let r = crate::parallel::shard::intersect(&t.range, &own);
+            if r.is_empty() {
+                continue;
+            }
+            assert!(r.start >= offset && r.end - offset <= be.len(grads), "gradients {offset}.. lack {r:?}");
+            let g = be.view(grads, r.start - offset..r.end - offset);
+            let s = r.start - own.start..r.end - own.start;
+            let p = be.view_mut(params, r);
+            let wd = if t.is_weight { c.weight_decay as f32 } else { 0.0 };
+            match c.kind {
+                OptimizerKind::Sgd => {
+                    let h = SgdHyper {
+                        lr,
+                        grad_scale,
+                        weight_decay: wd,
+                        momentum: c.momentum as f32,
+                        nesterov: c.nesterov,
+                    };
+                    be.sgd(p, g, self.m.as_mut().map(|m| be.view_mut(m, s)), &h)?
+                }
+                OptimizerKind::Adam | OptimizerKind::Adamw => {
+                    let h = self.adam_hyper_decayed(lr, grad_scale, wd);
+                    let (m, v) = (self.m.as_mut().expect("adam keeps m"), self.v.as_mut().expect("adam keeps v"));
+                    be.adam(p, g, be.view_mut(m, s.clone()), be.view_mut(v, s), &h)?
+                }
+                OptimizerKind::Lars | OptimizerKind::Lamb => unreachable!("refused by set_own"),
             }
         }
         Ok(())

@@ -72,6 +72,45 @@ impl Channel {
         assert_eq!(rc, 0, "MPI_Allreduce on device memory failed with code {rc}");
     }
 
+    /// `recv` = this rank's part of the element-wise sum of every rank's `send`
+    /// (`MPI_Reduce_scatter`): the parts are `counts` (one per rank, in rank order, summing to
+    /// `send`'s length), and `recv` holds at least this rank's.
+    pub fn reduce_scatter_sum_f32(&self, send: &[f32], recv: &mut [f32], counts: &[usize]) {
+        assert_eq!(counts.len(), self.size, "one count per rank");
+        assert_eq!(counts.iter().sum::<usize>(), send.len(), "the counts cover the buffer");
+        assert!(recv.len() >= counts[self.rank], "the receive buffer holds this rank's part");
+        let counts: Vec<i32> =
+            counts.iter().map(|&c| i32::try_from(c).expect("a part under 2^31 floats")).collect();
+        // SAFETY: send holds Σ counts floats, recv at least counts[rank]; both live through the
+        // call; the communicator is valid while self lives.
+        let rc = unsafe {
+            ffi::MPI_Reduce_scatter(
+                send.as_ptr().cast(),
+                recv.as_mut_ptr().cast(),
+                counts.as_ptr(),
+                ffi::RSMPI_FLOAT,
+                ffi::RSMPI_SUM,
+                self.comm.as_raw(),
+            )
+        };
+        assert_eq!(rc, 0, "MPI_Reduce_scatter failed with code {rc}");
+    }
+
+    /// Every rank's part of `buf` (parts `counts[r]` long, one after another in rank order,
+    /// covering `buf`) from the rank that holds it (`MPI_Allgatherv`); this rank's part is
+    /// what it sends.
+    pub fn all_gather_parts_f32(&self, buf: &mut [f32], counts: &[usize]) {
+        assert_eq!(counts.len(), self.size, "one count per rank");
+        assert_eq!(counts.iter().sum::<usize>(), buf.len(), "the parts cover the buffer");
+        let counts: Vec<i32> =
+            counts.iter().map(|&c| i32::try_from(c).expect("a part under 2^31 floats")).collect();
+        let displs = offsets(&counts);
+        let at = displs[self.rank] as usize;
+        let mine = buf[at..at + counts[self.rank] as usize].to_vec();
+        let mut part = mpi::datatype::PartitionMut::new(buf, &counts[..], &displs[..]);
+        self.comm.all_gather_varcount_into(&mine[..], &mut part);
+    }
+
     /// `recv` on rank 0 of this communicator = the element-wise sum of every rank's `send`
     /// (`MPI_Reduce`); `recv` is left as it was on the others.
     pub fn reduce_sum_f32(&self, send: &[f32], recv: &mut [f32]) {

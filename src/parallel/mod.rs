@@ -17,6 +17,7 @@ pub mod liveness;
 pub mod pipe;
 pub mod ps;
 pub mod reduce;
+pub mod shard;
 pub mod startup;
 pub mod timeline;
 pub mod watchdog;

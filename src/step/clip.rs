@@ -14,6 +14,7 @@ use crate::device::Backend;
 use crate::error::{Error, Result};
 use crate::metrics::GradNorm;
 use crate::parallel::engine::HostBuf;
+use crate::parallel::shard::intersect;
 use std::time::Instant;
 
 /// The factor each tensor's gradient is scaled by, from the tensors' sums of squares `sq` (of
@@ -56,12 +57,23 @@ where
         let ranges: Vec<std::ops::Range<usize>> = (0..self.opt.tensor_count()).map(|ti| self.opt.range(ti)).collect();
         let c = self.opt.cfg();
         let mut sq = vec![0.0f64; ranges.len()];
+        // Reduce-scattered, each rank holds its part of each tensor: the parts' sums, then
+        // summed over the data group.
+        let parts = self.shard.as_ref().filter(|s| s.reduce_scattered).map(|s| s.sharder.own());
         for b in &back {
-            let offset = self.engine.plan().buckets[b.index].start;
+            let offset = self.reduced_offset(b.index);
             for &ti in &self.engine.plan().members[b.index] {
-                let r = &ranges[ti];
-                sq[ti] = be.sum_squares(&b.reduced, r.start - offset..r.end - offset)? * f64::from(scale).powi(2);
+                let r = match &parts {
+                    Some(own) => intersect(&ranges[ti], own),
+                    None => ranges[ti].clone(),
+                };
+                if !r.is_empty() {
+                    sq[ti] = be.sum_squares(&b.reduced, r.start - offset..r.end - offset)? * f64::from(scale).powi(2);
+                }
             }
+        }
+        if let (Some(sh), Some(_)) = (&self.shard, &parts) {
+            sh.sharder.sum(&mut sq);
         }
         // Whole tensors and the whole model's norm, over this replica's tensor shards and stages.
         let total = self.tp.whole_sums_of_squares(&mut sq);
@@ -74,27 +86,40 @@ where
         }
         if let Some(v) = c.clipvalue {
             for b in &mut back {
-                let offset = self.engine.plan().buckets[b.index].start;
-                let parts: Vec<(std::ops::Range<usize>, f32)> = self.engine.plan().members[b.index]
+                let offset = self.reduced_offset(b.index);
+                let held: Vec<(std::ops::Range<usize>, f32)> = self.engine.plan().members[b.index]
                     .iter()
                     .map(|&ti| {
-                        let r = &ranges[ti];
+                        let r = match &parts {
+                            Some(own) => intersect(&ranges[ti], own),
+                            None => ranges[ti].clone(),
+                        };
+                        (r, ti)
+                    })
+                    .filter(|(r, _)| !r.is_empty())
+                    .map(|(r, ti)| {
                         (r.start - offset..r.end - offset, (v / (f64::from(scale) * f64::from(factors[ti]))) as f32)
                     })
                     .collect();
-                clipped |= be.clamp(&mut b.reduced, &parts)? > 0;
+                clipped |= be.clamp(&mut b.reduced, &held)? > 0;
+            }
+            if let (Some(sh), Some(_)) = (&self.shard, &parts) {
+                // Whether any rank's part was clamped.
+                let mut any = [f64::from(u8::from(clipped))];
+                sh.sharder.sum(&mut any);
+                clipped = any[0] > 0.0;
             }
         }
         self.grad_norm.add(norm, clipped);
         for bucket in back {
-            let offset = self.engine.plan().buckets[bucket.index].start;
+            let offset = self.reduced_offset(bucket.index);
             for &ti in &self.engine.plan().members[bucket.index] {
                 self.opt.apply(be, &mut self.params, &bucket.reduced, offset, scale * factors[ti], &[ti])?;
             }
             self.engine.give_back(bucket);
         }
         self.span("clip and optimizer", t);
-        Ok(())
+        self.gather_params()
     }
 
     /// The global gradient norm since the last call (None without clipping).

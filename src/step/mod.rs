@@ -30,6 +30,7 @@ use crate::model::placement::TensorGroup;
 use crate::model::{GradSink, Mlp, Workspace};
 use crate::optim::Optimizer;
 use crate::parallel::engine::HostBuf;
+use crate::parallel::shard::{intersect, Sharder};
 use crate::parallel::timeline::{Timeline, MAIN_TID};
 use crate::parallel::{Engine, FusionPlan};
 use inputs::Resident;
@@ -95,13 +96,36 @@ impl Extra {
 /// `Engine::new`'s `alloc`, which asks for them bucket by bucket. Made up front, so that a
 /// failed allocation (a GPU out of memory) is an error, not a panic inside the engine.
 pub fn bucket_buffers<B: Backend>(be: &B, plan: &FusionPlan) -> Result<impl FnMut(usize) -> B::Buf> {
+    let lens: Vec<usize> = plan.buckets.iter().map(|r| r.len()).collect();
+    bucket_buffers_sized(be, plan, &lens)
+}
+
+/// `bucket_buffers` whose reduced buffers are `reduced[b]` floats long (a reduce-scatter
+/// returns this rank's part of each bucket: `parallel::shard::reduced_lens`); the engine's
+/// `alloc` takes them in its order (each bucket's gradients, then its reduced buffer), so the
+/// length it asks for is not needed.
+pub fn bucket_buffers_sized<B: Backend>(
+    be: &B,
+    plan: &FusionPlan,
+    reduced: &[usize],
+) -> Result<impl FnMut(usize) -> B::Buf> {
+    assert_eq!(reduced.len(), plan.buckets.len(), "one reduced length per bucket");
     let _a = crate::mem::allocating("the gradient buckets (this rank's gradients and the reduced ones)");
     let mut pool = Vec::with_capacity(2 * plan.buckets.len());
-    for r in plan.buckets.iter().rev() {
-        pool.push(be.staged(r.len())?);
+    for (r, &n) in plan.buckets.iter().zip(reduced).rev() {
+        pool.push(be.staged(n)?);
         pool.push(be.staged(r.len())?);
     }
     Ok(move |_n: usize| pool.pop().expect("two buffers per bucket"))
+}
+
+/// Sharded state (`distribution.shard`): the layout and its collectives, and whether the
+/// reduced buckets hold only this rank's part (reduce-scattered) or the whole bucket.
+pub struct Sharded {
+    pub sharder: Sharder,
+    pub reduce_scattered: bool,
+    /// Host staging for the parameters' all-gather when they live on a GPU.
+    host: Vec<f32>,
 }
 
 pub struct Stepper<B: Backend>
@@ -160,6 +184,8 @@ where
     /// launches, the wait for the loss's sums),
     /// for `hvtrain bench step`: on a GPU, where the host waits shows where the GPU idles.
     pub host_secs: [f64; 4],
+    /// The optimizer state (and with it the update) divided over the data group (`set_shard`).
+    shard: Option<Sharded>,
 }
 
 impl<B: Backend> Stepper<B>
@@ -215,7 +241,58 @@ where
             grad_norm: GradNorm::default(),
             h_in: Vec::new(),
             h_out: Vec::new(),
+            shard: None,
         })
+    }
+
+    /// Divide the optimizer state and update over the data group as `sharder` lays them out
+    /// (before `restore`): each step this rank updates its part of the parameters, then every
+    /// rank's part is all-gathered. `reduce_scattered`: the engine's reducer returns only this
+    /// rank's part of each bucket (`parallel::shard::ReduceScatter` with buffers of
+    /// `parallel::shard::reduced_lens`).
+    pub fn set_shard(&mut self, sharder: Sharder, reduce_scattered: bool) -> Result<()> {
+        assert_eq!(sharder.layout.parts.last().map(|p| p.end), Some(self.model.n_params), "a layout of another arena");
+        self.opt.set_own(&self.be, sharder.own())?;
+        self.shard = Some(Sharded { sharder, reduce_scattered, host: Vec::new() });
+        Ok(())
+    }
+
+    /// The sharded state's layout and collectives, where the state is sharded.
+    pub fn shard(&self) -> Option<&Sharded> {
+        self.shard.as_ref()
+    }
+
+    /// Where bucket `b`'s reduced gradients start in the arena: the bucket's start, or, when
+    /// reduce-scattered, its overlap with this rank's part.
+    fn reduced_offset(&self, b: usize) -> usize {
+        let bucket = &self.engine.plan().buckets[b];
+        match &self.shard {
+            Some(s) if s.reduce_scattered => intersect(&s.sharder.own(), bucket).start,
+            _ => bucket.start,
+        }
+    }
+
+    /// Collective over the data group (sharded state only): every rank's updated part of the
+    /// parameters from the rank that updated it.
+    fn gather_params(&mut self) -> Result<()> {
+        let Some(sh) = &mut self.shard else { return Ok(()) };
+        let t = Instant::now();
+        if self.be.device_ordinal().is_none() {
+            // Host memory: in place.
+            sh.sharder.gather_params(self.params.host_mut());
+        } else {
+            let own = sh.sharder.own();
+            if sh.host.is_empty() {
+                let _a = crate::mem::allocating("host staging for the parameters' all-gather");
+                sh.host = crate::mem::zeros(self.model.n_params)?;
+            }
+            self.be.download(&self.params, own.clone(), &mut sh.host[own])?;
+            sh.sharder.gather_params(&mut sh.host);
+            self.be.upload_into(&sh.host, &mut self.params)?;
+        }
+        self.engine.exposed += t.elapsed();
+        self.span("all-gather parameters", t);
+        Ok(())
     }
 
     /// This rank's model (its shard under tensor parallelism).
@@ -273,9 +350,21 @@ where
     /// Collective over the tensor group: the whole model's parameters, optimizer state (m, v)
     /// and step on the group's rank 0 (None on the others), for checkpoints.
     #[allow(clippy::type_complexity)]
+    /// With sharded state, collective over the data group first (every data rank calls it;
+    /// the ranks other than the group's rank 0 get None).
     pub fn whole_state(&self) -> Result<Option<(Vec<f32>, Vec<f32>, Vec<f32>, u64)>> {
-        let p = self.tp.gather(self.params_host()?);
         let (m, v, step) = self.opt.state(&self.be)?;
+        let (m, v) = match &self.shard {
+            None => (m, v),
+            Some(sh) => {
+                let (m, v) = (sh.sharder.gather_state(&m), sh.sharder.gather_state(&v));
+                match (m, v) {
+                    (Some(m), Some(v)) => (m, v),
+                    _ => return Ok(None),
+                }
+            }
+        };
+        let p = self.tp.gather(self.params_host()?);
         let (m, v) = (self.tp.gather(m), self.tp.gather(v));
         Ok(p.map(|p| (p, m.unwrap_or_default(), v.unwrap_or_default(), step)))
     }
@@ -344,7 +433,13 @@ where
     ) -> Result<()> {
         let lens: Vec<usize> = self.engine.plan().slots.iter().map(|s| s.len()).collect();
         let plan = FusionPlan::with_options(&lens, threshold_bytes, first_bytes, order);
-        let alloc = bucket_buffers(&self.be, &plan)?;
+        let reduced: Vec<usize> = match &self.shard {
+            Some(s) if s.reduce_scattered => {
+                crate::parallel::shard::reduced_lens(&s.sharder.layout, s.sharder.rank(), &plan)
+            }
+            _ => plan.buckets.iter().map(|r| r.len()).collect(),
+        };
+        let alloc = bucket_buffers_sized(&self.be, &plan, &reduced)?;
         self.engine.replan(plan, remake, alloc);
         self.graphs.clear();
         Ok(())
@@ -457,13 +552,13 @@ where
                 return Err(Error::Cuda(e.clone()));
             }
             let t = Instant::now();
-            let offset = self.engine.plan().buckets[i].start;
+            let offset = self.reduced_offset(i);
             let members = &self.engine.plan().members[i];
             self.opt.apply(be, &mut self.params, &bucket.reduced, offset, scale, members)?;
             self.engine.give_back(bucket);
             self.span(format!("optimizer bucket {i}"), t);
         }
-        Ok(())
+        self.gather_params()
     }
 }
 

@@ -21,6 +21,7 @@ use crate::model::placement::TensorGroup;
 use crate::optim::Optimizer;
 use crate::parallel::liveness;
 use crate::parallel::reduce;
+use crate::parallel::shard::{self, ReduceScatter, Sharder};
 use crate::parallel::timeline::Timeline;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::{check_agreement, checksum, Channel, Comm, Engine};
@@ -89,7 +90,14 @@ pub(super) fn build<'a, B: Backend>(
     let path = gpu_path(&be, comm, &data_chan, job, grid.data)?;
     tensor_path(&be, comm, &mut tensor, job)?;
     pipe_path(&be, comm, &mut tensor, job)?;
+    // Sharded state (one data rank has nothing to divide): the layout over the data group.
+    let shard = (d.shard.optimizer() && grid.data > 1).then(|| Sharder::new(data_chan.duplicate(), model.n_params));
+    let scatter = d.shard == crate::config::Shard::Gradients && shard.is_some();
     let reducer = match (path, engine_chan) {
+        (_, Some(chan)) if scatter => {
+            let layout = &shard.as_ref().expect("scatter is sharded").layout;
+            Box::new(ReduceScatter::new(chan, layout, &plan)) as Box<dyn reduce::Reducer>
+        }
         (Path::Nccl, chan) => {
             // One data-parallel rank has no engine channel: a one-rank communicator of its own.
             let chan = chan.unwrap_or_else(|| data_chan.duplicate());
@@ -101,7 +109,12 @@ pub(super) fn build<'a, B: Backend>(
             reduce::for_job(chan, d.compression, d.reduction, d.hierarchical && grid.data > 1, &plan, pointers)
         }
     };
-    let alloc = crate::step::bucket_buffers(&be, &plan)?;
+    let reduced: Vec<usize> = match &shard {
+        Some(sh) if scatter => shard::reduced_lens(&sh.layout, sh.rank(), &plan),
+        _ => plan.buckets.iter().map(|r| r.len()).collect(),
+    };
+    log_shard(comm, job, grid.data, scatter);
+    let alloc = crate::step::bucket_buffers_sized(&be, &plan, &reduced)?;
     let overlap = overlap(comm, job, grid.data, grid.replica());
     let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
     drop(p);
@@ -113,6 +126,9 @@ pub(super) fn build<'a, B: Backend>(
     // This rank's part of the starting state (restore.rs cut it); rows per rank: the global
     // batch (kept across resumes) over this job's data ranks.
     let mut st = Stepper::new(be, model, &start.params, opt, engine, sched.batch, timeline.clone())?;
+    if let Some(sh) = shard {
+        st.set_shard(sh, scatter)?;
+    }
     st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
     tensor.set_watchdog(watchdog.share());
     st.set_tensor_group(tensor);
@@ -141,6 +157,28 @@ pub(super) fn build<'a, B: Backend>(
         t_process,
     };
     Ok((parts, mode))
+}
+
+/// Rank 0 says how the state is divided (`distribution.shard`), or why it is not.
+fn log_shard(comm: &Comm, job: &Job, data: usize, scatter: bool) {
+    let s = job.distribution.shard;
+    if comm.rank != 0 || !s.optimizer() {
+        return;
+    }
+    if data == 1 {
+        info!("distribution.shard = \"{}\": one data-parallel rank, nothing to divide (every part is this rank's)", s.name());
+        return;
+    }
+    let grads = if scatter {
+        "gradient buckets reduce-scattered (MPI_Reduce_scatter: each rank receives its part of the sum)"
+    } else {
+        "gradient buckets all-reduced whole"
+    };
+    info!(
+        "distribution.shard = \"{}\": the optimizer state and update divided over {data} data-parallel ranks \
+         (contiguous parts of the parameters); {grads}; the updated parts all-gathered after each step",
+        s.name()
+    );
 }
 
 /// Collective over the data group: how GPU buckets travel (`gpu_path::choose` on every rank's
@@ -349,7 +387,12 @@ impl<B: Backend> Mode<B> for AllReduce<'_> {
         let d = &job.distribution;
         let (threshold, first) = s.bytes();
         let (path, pointers) = (self.path, self.path == Path::Mpi && !s.hierarchical);
+        let layout = st.shard().filter(|s| s.reduce_scattered).map(|s| s.sharder.layout.clone());
         st.replan(threshold, first, d.bucket_order, |old, plan| {
+            if let Some(layout) = &layout {
+                let chan = old.into_channel().expect("a reduce-scatter has a channel");
+                return Box::new(ReduceScatter::new(chan, layout, plan));
+            }
             if path == Path::Nccl && old.what().starts_with("all-reduce (NCCL") {
                 return old; // NCCL sums any bucket: the communicator (and its levels) stays
             }

@@ -58,11 +58,22 @@ impl Setup {
             tensor.set_pipeline(PipeLink::new(pipe_chan), &stages);
         }
         let model = tensor.local_model();
-        let state = state_bytes(job, &model);
+        let state = state_bytes(job, &model, grid.data);
         crate::mem::set_state(state, grid.tensor * job.parallel.pipeline);
         if comm.rank == 0 {
+            let shard = job.distribution.shard;
+            let divided = if shard.optimizer() && grid.data > 1 {
+                format!(
+                    "; shard = \"{}\": the optimizer state{} divided over {} data-parallel ranks",
+                    shard.name(),
+                    if shard == crate::config::Shard::Gradients { " and the reduced gradients" } else { "" },
+                    grid.data
+                )
+            } else {
+                String::new()
+            };
             info!(
-                "model state per rank: {} (rank 0's; the whole model's {:.1} MiB of parameters split over {} rank(s))",
+                "model state per rank: {} (rank 0's; the whole model's {:.1} MiB of parameters split over {} rank(s){divided})",
                 state.describe(),
                 whole.n_logical() as f64 * 4.0 / 1048576.0,
                 grid.tensor * job.parallel.pipeline
@@ -177,10 +188,19 @@ pub(super) struct Data {
 }
 
 /// What this rank's model state costs: its parameters, two gradient buffers per bucket, and the
-/// optimizer's state, in host or device memory.
-pub(super) fn state_bytes(job: &Job, model: &Mlp) -> crate::mem::StateBytes {
-    let (m, v) = crate::optim::state_lens(&job.optimizer, model.n_params);
-    crate::mem::StateBytes::of(model.n_params, m + v)
+/// optimizer's state, in host or device memory; with `distribution.shard` over `data` ranks,
+/// the optimizer state (and with "gradients" the reduced buckets) of the largest part.
+pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize) -> crate::mem::StateBytes {
+    let n = model.n_params;
+    let shard = job.distribution.shard;
+    let part = if shard.optimizer() && data > 1 { n.div_ceil(data) } else { n };
+    let (m, v) = crate::optim::state_lens(&job.optimizer, part);
+    let mut s = crate::mem::StateBytes::of(n, m + v);
+    if shard == crate::config::Shard::Gradients && data > 1 {
+        // This rank's gradients whole (backward writes them), the reduced ones its part.
+        s.grads = 4 * (n + part);
+    }
+    s
 }
 
 /// The rows of every step for global batch `global` (training.batch_size × data ranks, or

@@ -141,6 +141,8 @@ pub(super) fn at_boundary<B: Backend>(
         if grid.d == 0 && !written {
             let sums = state.known_sums.borrow().clone();
             write(ctx, st, (epoch_index, step_in_epoch), sums, true, true)?;
+        } else if !written {
+            lend_state_parts(st)?;
         }
         let _p = liveness::phase_at("waiting at the barrier for rank 0's stop checkpoint", st.step());
         comm.barrier(); // no deadline: heartbeats tell a slow write from a dead rank
@@ -163,9 +165,9 @@ pub(super) fn at_boundary<B: Backend>(
 /// in the (guarded) agreement meanwhile, so the write must be well within the watchdog's
 /// deadline. Estimated from the last write's rate, or 100 MB/s before any. Never under
 /// tensor parallelism: rank 0 holds only a shard, and assembling the whole model needs its
-/// tensor group, which is in the agreement.
+/// tensor group, which is in the agreement; nor with sharded optimizer state (its data group).
 fn write_first<B: Backend>(ctx: &Ctx, st: &Stepper<B>) -> bool {
-    if ctx.grid.replica() > 1 {
+    if ctx.grid.replica() > 1 || st.shard().is_some() {
         return false;
     }
     if ctx.comm.size == 1 {
@@ -206,6 +208,17 @@ fn write<B: Backend>(
         crate::signals::stop_checkpoint_written();
     }
     Ok(Some(path))
+}
+
+/// On a data rank other than 0, with the optimizer state sharded: its part of the state, for
+/// data rank 0's `whole_state` (collective over the data group; nothing without shards).
+fn lend_state_parts<B: Backend>(st: &Stepper<B>) -> Result<()> {
+    if st.shard().is_some() {
+        let _p = liveness::phase_at("sending this rank's part of the optimizer state for a checkpoint", st.step());
+        let none = st.whole_state()?;
+        debug_assert!(none.is_none(), "only data rank 0 assembles the state");
+    }
+    Ok(())
 }
 
 /// A checkpoint of parameters that are not all finite is never written (the ones before it
@@ -252,6 +265,8 @@ pub(super) fn save_checkpoint<B: Backend>(
             ctx.stop.known_sums.borrow().clone()
         };
         write(ctx, st, (epoch_index, step_in_epoch), sums, true, false)?;
+    } else {
+        lend_state_parts(st)?;
     }
     let _p = liveness::phase_at("waiting at the barrier for rank 0's checkpoint write", st.step());
     comm.barrier();
