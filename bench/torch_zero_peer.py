@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""PyTorch peer of hvtrain's sharded state (distribution.shard), for bench/shard.sh.
+
+Data parallel on the CPU over gloo, one process per rank (torchrun), the same model (Linear+ReLU
+layers), loss (softmax cross-entropy), optimizer (Adam, lr 1e-4) and global batch as the hvtrain
+runs beside it, on random rows (the step's cost does not depend on the values). --mode:
+  ddp         DistributedDataParallel, Adam on every rank (hvtrain: shard = "none")
+  zero        DDP + torch.distributed.optim.ZeroRedundancyOptimizer(Adam) (ZeRO stage 1:
+              hvtrain "optimizer")
+  fsdp-grad   FSDP2 fully_shard(reshard_after_forward=False), FSDP's SHARD_GRAD_OP (ZeRO stage 2:
+              hvtrain "gradients")
+  fsdp-full   FSDP2 fully_shard(reshard_after_forward=True), FULL_SHARD (ZeRO stage 3; hvtrain
+              has no counterpart yet)
+
+  torchrun --nproc_per_node 2 bench/torch_zero_peer.py --mode zero --layers 784,8192,8192,8192,10
+
+Rank 0 prints one line: PEER_RESULT {json} with samples_per_sec (median over the epochs after
+the first; an "epoch" is --steps steps), every epoch's rate, and peak_rss_mb per rank.
+"""
+import argparse
+import json
+import resource
+import statistics
+import time
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--mode", choices=["ddp", "zero", "fsdp-grad", "fsdp-full"], required=True)
+ap.add_argument("--layers", default="784,8192,8192,8192,10")
+ap.add_argument("--global-batch", type=int, default=32)
+ap.add_argument("--epochs", type=int, default=3)
+ap.add_argument("--steps", type=int, default=5, help="steps per epoch")
+ap.add_argument("--threads", type=int, default=1)
+args = ap.parse_args()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.set_num_threads(args.threads)
+torch.manual_seed(42)
+sizes = [int(s) for s in args.layers.split(",")]
+layers = []
+for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+    layers.append(nn.Linear(a, b))
+    if i < len(sizes) - 2:
+        layers.append(nn.ReLU())
+model = nn.Sequential(*layers)
+if args.mode in ("ddp", "zero"):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(model)
+    if args.mode == "zero":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-4)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+else:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (world,))
+    full = args.mode == "fsdp-full"
+    for m in model:
+        if isinstance(m, nn.Linear):
+            fully_shard(m, mesh=mesh, reshard_after_forward=full)
+    fully_shard(model, mesh=mesh, reshard_after_forward=full)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+batch = args.global_batch // world
+x = torch.randn(batch, sizes[0])
+y = torch.randint(0, sizes[-1], (batch,))
+loss_fn = nn.CrossEntropyLoss()
+rates = []
+for epoch in range(args.epochs):
+    dist.barrier()
+    t = time.perf_counter()
+    for _ in range(args.steps):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    dist.barrier()
+    rates.append(args.steps * args.global_batch / (time.perf_counter() - t))
+rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0])
+every = [torch.zeros(1) for _ in range(world)]
+dist.all_gather(every, rss)
+if rank == 0:
+    print("PEER_RESULT " + json.dumps({
+        "mode": args.mode, "ranks": world, "torch": torch.__version__,
+        "samples_per_sec": statistics.median(rates[1:] or rates), "epochs": rates,
+        "peak_rss_mb": [round(float(r), 1) for r in every], "loss": float(loss),
+    }), flush=True)
+dist.destroy_process_group()

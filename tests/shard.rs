@@ -1,0 +1,131 @@
+//! Sharded state (`distribution.shard`, ZeRO stages 1 and 2) under a real `mpirun`: the same
+//! training as unsharded, bit for bit where the sums are the same ("optimizer" keeps the whole
+//! all-reduce; a reduce-scatter over 2 ranks adds the same two numbers), to float tolerance
+//! where the order of the sums may differ (a reduce-scatter over 3); on parts of uneven length
+//! (307 parameters), several buckets, with clipping; a checkpoint of a sharded run, written at a
+//! signal's stop, holds the whole optimizer state (equal to the unsharded run's), and resumes on
+//! another rank count and another mode.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+
+const D: usize = 8;
+/// 8·13+13 + 13·11+11 + 11·3+3 = 307 parameters: a prime, so the parts are uneven.
+const LAYERS: [usize; 4] = [D, 13, 11, 3];
+const ROWS: usize = 360;
+/// Divides over 1, 2 and 3 ranks: 30 steps an epoch.
+const GLOBAL: usize = 12;
+/// A resumed run on other ranks, or a reduce-scatter over 3, sums in another order: about 1e-7
+/// relative per step over 60 steps.
+const TOL: f32 = 2e-5;
+
+fn setup(name: &str) -> PathBuf {
+    let dir = scratch(name);
+    let (x, y) = synthetic(ROWS, D, 3, 41);
+    write_classes(&dir.join("d.h5"), &x, D, &y);
+    // 512-byte buckets: 128 floats, so the 307 parameters travel in several (3 to 5) buckets.
+    let extra = "[distribution]\nfusion_threshold_mb = 0.00048828125\n";
+    job(&dir, &LAYERS, "d.h5", None, extra);
+    dir
+}
+
+/// `train` on `ranks` ranks with `sets`; the final weights and the log.
+fn train(dir: &Path, out: &str, ranks: usize, env: &[(&str, &str)], sets: &[&str]) -> (Vec<Vec<f32>>, String) {
+    let b = format!("training.batch_size={}", GLOBAL / ranks);
+    let base = [b.as_str(), "training.epochs=2", "data.shuffle=false", "model.activation=tanh"];
+    train_weights(dir, out, ranks, LAYERS.len() - 1, env, &base, sets)
+}
+
+#[test]
+fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
+    let _g = mpi_lock();
+    let optimizers: [(&str, &[&str]); 2] = [
+        (
+            "adamw-clipvalue",
+            &["optimizer.kind='adamw'", "optimizer.lr=0.01", "optimizer.weight_decay=0.05", "optimizer.clipvalue=0.02"],
+        ),
+        (
+            "sgd-global-clipnorm",
+            &["optimizer.kind='sgd'", "optimizer.lr=0.2", "optimizer.momentum=0.9", "optimizer.global_clipnorm=0.3"],
+        ),
+    ];
+    for ranks in [2, 3] {
+        for (tag, opt) in optimizers {
+            let dir = setup(&format!("shard-{tag}-{ranks}"));
+            let with = |mode: &str| -> Vec<String> {
+                opt.iter().map(|s| s.to_string()).chain([format!("distribution.shard='{mode}'")]).collect()
+            };
+            let run = |mode: &str| {
+                let sets = with(mode);
+                let sets: Vec<&str> = sets.iter().map(|s| s.as_str()).collect();
+                train(&dir, mode, ranks, &[], &sets)
+            };
+            let (reference, _) = run("none");
+            let (opt_w, log) = run("optimizer");
+            assert!(log.contains("the optimizer state and update divided over"), "{log}");
+            assert!(log.contains("all-reduced whole"), "{log}");
+            let (grad_w, log) = run("gradients");
+            assert!(log.contains("reduce-scattered"), "{log}");
+            assert!(log.contains("and the reduced gradients divided over"), "{log}");
+            // Same sums, element-wise updates: the same bits.
+            let d_opt = max_diff(&reference, &opt_w);
+            let d_grad = max_diff(&reference, &grad_w);
+            eprintln!("{tag} on {ranks} ranks: optimizer differs by {d_opt:e}, gradients by {d_grad:e}");
+            assert_eq!(d_opt, 0.0, "{tag} on {ranks} ranks: shard = optimizer changed the training");
+            if ranks == 2 {
+                assert_eq!(d_grad, 0.0, "{tag}: a reduce-scatter over 2 ranks adds the same two numbers");
+            } else {
+                assert!(d_grad <= TOL, "{tag} on {ranks} ranks: shard = gradients differs by {d_grad}");
+            }
+        }
+    }
+}
+
+/// A stop (SIGTERM at step 40 on rank 0) of a 2-rank "gradients" run writes a checkpoint whose
+/// parameters and optimizer state equal an unsharded run's at the same step bit for bit (every
+/// rank's part gathered on rank 0); it resumes on 3 ranks with shard = "optimizer" and ends
+/// where the unsharded run did.
+#[test]
+fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
+    let _g = mpi_lock();
+    let opt = ["optimizer.kind='adam'", "optimizer.lr=0.01", "checkpoint.every_steps=40", "checkpoint.keep=5"];
+    let dir = setup("shard-stop");
+    let (whole, _) = train(&dir, "none", 2, &[], &[&opt[..], &["distribution.shard='none'"]].concat());
+    let fault = [("HVTRAIN_INJECT_FAULT", "0:40:term")];
+    let b = format!("training.batch_size={}", GLOBAL / 2);
+    let mut args = vec!["train", "job.toml", "--set", "output.dir='sharded'", "--set", &b];
+    let common =
+        ["training.epochs=2", "data.shuffle=false", "model.activation=tanh", "distribution.shard='gradients'"];
+    for s in opt.iter().chain(&common) {
+        args.extend(["--set", s]);
+    }
+    let stopped = mpirun_env(2, &fault, &args, &dir, 120);
+    assert_eq!(stopped.code, Some(75), "SIGTERM at step 40 exits 75\n{}", stopped.all());
+    let ckpt = |out: &str| {
+        let names = checkpoints(&dir.join(out));
+        let n = names.iter().find(|n| n.as_str() == "ckpt-step000000040.h5");
+        dir.join(out).join(n.unwrap_or_else(|| panic!("no step-40 checkpoint in {out}: {names:?}")))
+    };
+    let (a, b) = (ckpt("none"), ckpt("sharded"));
+    for t in ["optimizer/m", "optimizer/v", "dense0/weight", "dense2/bias"] {
+        let (x, y) = (read_f32(&a, t), read_f32(&b, t));
+        assert_eq!(x.len(), y.len(), "{t}");
+        assert!(x.iter().any(|&v| v != 0.0), "{t} is all zeros");
+        assert_eq!(x, y, "{t} of the sharded stop checkpoint differs from the unsharded one's");
+    }
+    // Resume on 3 ranks, the state divided otherwise.
+    let mut resume: Vec<&str> = args
+        .iter()
+        .map(|s| if *s == "distribution.shard='gradients'" { "distribution.shard='optimizer'" } else { s })
+        .collect();
+    resume.push("--resume");
+    resume.push("auto");
+    let r = mpirun_env(3, &[], &resume, &dir, 120);
+    assert!(r.ok(), "the resume on 3 ranks failed\n{}", r.all());
+    assert!(r.stderr.contains("shard = \"optimizer\""), "{}", r.all());
+    let after = layer_tensors(&dir.join("sharded/weights.h5"), LAYERS.len() - 1);
+    let d = max_diff(&whole, &after);
+    eprintln!("stopped at 40 on 2 ranks (gradients), resumed on 3 (optimizer): weights differ by {d:e}");
+    assert!(d <= TOL, "the resumed sharded run ends {d} away from the unsharded one");
+}
