@@ -166,8 +166,12 @@ impl<B: Backend> Optimizer<B> {
     }
 
     /// Restore the whole arena's state (what `state` returned unsharded); sharded, this rank
-    /// keeps its part of it.
+    /// keeps its part of it. Empty `m` and `v`: a fresh start, the zeros `new` made stay.
     pub fn restore(&mut self, be: &B, m: &[f32], v: &[f32], step: u64) -> std::result::Result<(), String> {
+        if m.is_empty() && v.is_empty() {
+            self.step = step;
+            return Ok(());
+        }
         let (m_len, v_len) = state_lens(&self.cfg, self.n_params);
         if m.len() != m_len || v.len() != v_len {
             return Err(format!(

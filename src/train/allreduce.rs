@@ -130,6 +130,10 @@ pub(super) fn build<'a, B: Backend>(
         st.set_shard(sh, scatter)?;
     }
     st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
+    // The stepper holds its own copies now: the starting state's go (a whole model's
+    // parameters and, resumed, its optimizer state, on every rank).
+    let mut start = start;
+    (start.params, start.m, start.v) = (Vec::new(), Vec::new(), Vec::new());
     tensor.set_watchdog(watchdog.share());
     st.set_tensor_group(tensor);
     // Gradient accumulation: each of the step's micro-batches split as parallel.micro_batches says.

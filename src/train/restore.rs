@@ -53,11 +53,16 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     let _p = crate::parallel::liveness::phase("receiving the starting state from rank 0");
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
     // Only rank 0 holds the whole state; every rank receives its part of it.
-    let (params, m, v) = whole_state(comm, job, model, ckpt.as_ref())?;
+    let mut has = [u64::from(ckpt.is_some())];
+    comm.broadcast_u64(&mut has);
+    // A fresh start's optimizer state is zeros: nobody sends or holds them (empty).
+    let fresh = has[0] == 0;
+    let (params, m, v) = whole_state(comm, job, model, ckpt.as_ref(), fresh)?;
     let part = |all: Vec<f32>, len: usize| {
         crate::model::placement::distribute(comm, &setup.grid, &setup.stages, model, all, len)
     };
-    let state = (part(params, model.n_params)?, part(m, m_len)?, part(v, v_len)?);
+    let opt = |all: Vec<f32>, len: usize| if fresh { Ok(Vec::new()) } else { part(all, len) };
+    let state = (part(params, model.n_params)?, opt(m, m_len)?, opt(v, v_len)?);
     Ok(position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, state))
 }
 
@@ -82,12 +87,16 @@ pub(super) fn read_checkpoint(
 /// Collective: rank 0's whole starting state (parameters, optimizer moments m and v): the
 /// checkpoint's, or fresh parameters from the seed and zero moments; empty vectors on the
 /// other ranks. Every rank returns rank 0's answer to whether the checkpoint's optimizer
-/// state fits this optimizer.
+/// state fits this optimizer. `lazy_zeros` (every rank knows there is no checkpoint): m and v
+/// are returned empty on every rank (the optimizer's own buffers start at zero;
+/// `Optimizer::restore` takes empty state as that), so that no rank builds the whole model's
+/// zeros.
 pub(super) fn whole_state(
     comm: &Comm,
     job: &Job,
     model: &Mlp,
     ckpt: Option<&Checkpoint>,
+    lazy_zeros: bool,
 ) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
     let rank0 = comm.rank == 0;
@@ -106,6 +115,10 @@ pub(super) fn whole_state(
             None => Vec::new(),
         })
     };
+    if lazy_zeros {
+        assert!(ckpt.is_none(), "lazy zeros only for a fresh start");
+        return Ok((params, Vec::new(), Vec::new()));
+    }
     let m = whole(ckpt.map(|c| &c.m), m_len)?;
     let v = whole(ckpt.map(|c| &c.v), v_len)?;
     let mut ok = [u64::from(!rank0 || (m.len() == m_len && v.len() == v_len))];

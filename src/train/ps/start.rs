@@ -18,7 +18,7 @@ pub(super) fn start(comm: &Comm, job: &Job, model: &Mlp, workers: usize, resume:
     let ckpt = read_checkpoint(comm, job, &out_dir, model, resume, workers)?;
     let _p = crate::parallel::liveness::phase("receiving the starting state from rank 0");
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
-    let (mut params, mut m, mut v) = whole_state(comm, job, model, ckpt.as_ref())?;
+    let (mut params, mut m, mut v) = whole_state(comm, job, model, ckpt.as_ref(), false)?;
     if comm.rank != 0 {
         (params, m, v) = (vec![0.0; model.n_params], vec![0.0; m_len], vec![0.0; v_len]);
     }
