@@ -315,6 +315,17 @@ impl DistributionCfg {
                 ),
             );
         }
+        if d.autotune {
+            return bad(
+                "distribution.shard",
+                format!(
+                    "shard = \"{}\" with autotune = true (distribution.autotune): each rank's part of the optimizer \
+                     state is its piece of every fusion bucket, and autotune changes the buckets during the run; set \
+                     autotune = false and choose fusion_threshold_mb yourself, or shard = \"none\"",
+                    d.shard.name()
+                ),
+            );
+        }
         if d.shard == Shard::Gradients {
             let other = if d.reduction == Reduction::Adasum {
                 Some(("distribution.reduction", "reduction = \"adasum\"".to_string()))
@@ -423,6 +434,17 @@ impl Job {
                  each worker's gradient goes to the servers alone; use strategy = \"allreduce\" or reduction = \
                  \"average\""
                     .to_string(),
+            );
+        }
+        if let Some(w) = self.model.layers.windows(2).find(|p| p[0] as u64 * p[1] as u64 > i32::MAX as u64) {
+            return bad(
+                "model.layers",
+                format!(
+                    "a {}×{} weight has over 2^31 - 1 elements, and with strategy = \"parameter_server\" each bucket \
+                     travels as one MPI message, whose count is 32-bit; use strategy = \"allreduce\" (its buffers \
+                     travel in pieces) or narrower layers",
+                    w[0], w[1]
+                ),
             );
         }
         if self.parallel.tensor > 1 {
@@ -535,6 +557,9 @@ mod tests {
         assert_eq!(field(parse(&[ps, "parallel.tensor=2"])), "parallel.tensor");
         assert_eq!(field(parse(&[ps, "parallel.pipeline=2"])), "parallel.pipeline");
         assert_eq!(field(parse(&[ps, "parallel.micro_batches=2"])), "parallel.micro_batches");
+        let huge = |s: &str| Job::parse("job", "[data]\ntrain='x'\n[model]\nlayers=[65536,32768,2]\n", &[s.to_string()]);
+        assert!(huge("distribution.strategy='allreduce'").is_ok(), "2^31 elements in one weight, in pieces");
+        assert_eq!(field(huge("distribution.strategy='parameter_server'")), "model.layers");
         assert_eq!(roles(&parse(&[ps, "distribution.servers=2"]).unwrap(), 5).unwrap(), (3, 2));
         assert!(roles(&parse(&[ps]).unwrap(), 1).is_err());
     }
@@ -563,5 +588,7 @@ mod tests {
             assert!(e.contains("optimizer.kind") && e.contains(kind), "{e}");
         }
         assert!(parse(&["distribution.shard=gradients", "optimizer.kind='adamw'", "parallel.tensor=2"]).is_ok());
+        let e = msg(parse(&["distribution.shard=optimizer", "distribution.autotune=true"]));
+        assert!(e.contains("distribution.shard") && e.contains("distribution.autotune"), "{e}");
     }
 }

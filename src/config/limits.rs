@@ -126,5 +126,7 @@ pub const MICRO_BATCHES: Span = Span::new(1.0, 65536.0, "micro-batches per step"
 /// Widths in `model.layers`: (fewest, most).
 pub const LAYER_COUNT: (u64, u64) = (2, 1024);
 pub const LAYER_WIDTH: (u64, u64) = (1, 16_777_216);
-/// Parameters in the whole model: MPI element counts are 32-bit.
-pub const MAX_PARAMS: u64 = i32::MAX as u64;
+/// Parameters in the whole model: 2^40 (4 TiB of float32 parameters), beyond any machine's
+/// memory. MPI's 32-bit counts do not bound it: longer buffers travel in pieces
+/// (`parallel::comm::piece`).
+pub const MAX_PARAMS: u64 = 1 << 40;

@@ -181,7 +181,7 @@ impl ModelCfg {
         let n_params: u128 = m.layers.windows(2).map(|p| (p[0] as u128 + 1) * p[1] as u128).sum();
         if n_params > limits::MAX_PARAMS as u128 {
             return bad(format!(
-                "{:?} has {n_params} parameters; at most {} are allowed (MPI element counts are 32-bit)",
+                "{:?} has {n_params} parameters; at most {} are allowed (4 TiB of float32 parameters)",
                 abbreviate(&m.layers),
                 limits::MAX_PARAMS
             ));

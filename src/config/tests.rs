@@ -259,6 +259,8 @@ fn model_layers_are_bounded() {
     let layers = |v: &str| Job::parse("job", MIN, &[format!("model.layers={v}")]);
     assert!(layers("[4, 16777216, 3]").is_ok());
     assert!(layers("[32766, 65536]").is_ok(), "2^31 - 65536 parameters");
+    assert!(layers("[32767, 65536]").is_ok(), "2^31 parameters: MPI's 32-bit counts no longer bound the model");
+    assert!(layers("[65536, 65536, 65536, 3]").is_ok(), "8.6e9 parameters");
     let wide = format!("[{}]", vec!["2"; 1024].join(", "));
     assert!(layers(&wide).is_ok(), "1024 widths");
     let cases: &[(String, &str)] = &[
@@ -266,8 +268,7 @@ fn model_layers_are_bounded() {
         (format!("[{}]", vec!["2"; 1025].join(", ")), "allowed: 2 to 1024 widths"),
         ("[4, 0, 3]".into(), "width 1 is 0; every layer needs at least one unit (allowed: 1 to 16777216)"),
         ("[4, 16777217, 3]".into(), "width 1 is 16777217; allowed: 1 to 16777216"),
-        ("[32767, 65536]".into(), "has 2147483648 parameters; at most 2147483647 are allowed"),
-        ("[65536, 65536, 65536, 3]".into(), "at most 2147483647 are allowed"),
+        ("[16777216, 65537]".into(), "has 1099528470529 parameters; at most 1099511627776 are allowed"),
     ];
     for (v, want) in cases {
         let (field, msg) = msg_of(layers(v));

@@ -24,6 +24,9 @@ pub fn state_lens(cfg: &OptimizerCfg, n_params: usize) -> (usize, usize) {
     (if needs_m { n_params } else { 0 }, if needs_v { n_params } else { 0 })
 }
 
+/// Pieces of the arena, each with its place in the state that holds them end to end.
+pub type Pieces = Vec<(std::ops::Range<usize>, usize)>;
+
 pub struct Optimizer<B: Backend> {
     cfg: OptimizerCfg,
     sched: LrSchedule,
@@ -44,9 +47,9 @@ pub struct Optimizer<B: Backend> {
     /// `apply` does nothing: a parameter-server worker whose parameters arrive after the
     /// step (`optimizer.global_clipnorm`).
     idle: bool,
-    /// Sharded state (`distribution.shard`): the part of the arena this rank updates; m and v
-    /// then hold that part only (element 0 is arena element `own.start`).
-    own: Option<std::ops::Range<usize>>,
+    /// Sharded state (`distribution.shard`): the pieces of the arena this rank updates, each
+    /// with where it starts in m and v, which hold those pieces only, end to end.
+    own: Option<Pieces>,
 }
 
 impl<B: Backend> Optimizer<B> {
@@ -58,8 +61,30 @@ impl<B: Backend> Optimizer<B> {
         n_params: usize,
         world_size: usize,
     ) -> Result<Self> {
+        Optimizer::with_own(be, cfg, tensors, n_params, world_size, None)
+    }
+
+    /// `new` for a rank that updates only the arena's pieces `own` (sharded state,
+    /// `distribution.shard`), keeping the state of those alone: m and v hold them end to end,
+    /// each at its given place. SGD (with or without momentum), Adam and AdamW: their updates
+    /// are element-wise.
+    pub fn with_own(
+        be: &B,
+        cfg: &OptimizerCfg,
+        tensors: Vec<TensorInfo>,
+        n_params: usize,
+        world_size: usize,
+        own: Option<Pieces>,
+    ) -> Result<Self> {
+        if let Some(o) = &own {
+            assert!(o.iter().all(|(p, _)| p.end <= n_params), "a piece beyond the arena");
+            assert!(
+                !matches!(cfg.kind, OptimizerKind::Lars | OptimizerKind::Lamb),
+                "LARS and LAMB need whole tensors' norms (the job file check refuses them with shards)"
+            );
+        }
         let base_lr = if cfg.scale_lr_by_world_size { cfg.lr * world_size as f64 } else { cfg.lr };
-        let (m_len, v_len) = state_lens(cfg, n_params);
+        let (m_len, v_len) = state_lens(cfg, own.as_ref().map_or(n_params, |o| pieces_len(o)));
         let _a = crate::mem::allocating("the optimizer state (momentum or Adam's moments)");
         Ok(Optimizer {
             cfg: cfg.clone(),
@@ -76,27 +101,13 @@ impl<B: Backend> Optimizer<B> {
             lr_now: 0.0,
             assign: false,
             idle: false,
-            own: None,
+            own,
         })
     }
 
-    /// Update only arena range `own` from now on, keeping the state of that part alone (the
-    /// state made by `new` is replaced by zeros of the part's length; call before `restore`).
-    /// SGD (with or without momentum), Adam and AdamW: their updates are element-wise.
-    pub fn set_own(&mut self, be: &B, own: std::ops::Range<usize>) -> Result<()> {
-        assert!(own.end <= self.n_params, "a part beyond the arena");
-        assert!(
-            !matches!(self.cfg.kind, OptimizerKind::Lars | OptimizerKind::Lamb),
-            "LARS and LAMB need whole tensors' norms (the job file check refuses them with shards)"
-        );
-        let (m_len, v_len) = state_lens(&self.cfg, own.len());
-        // The whole state goes first, so that the part is the only one held.
-        (self.m, self.v) = (None, None);
-        let _a = crate::mem::allocating("this rank's part of the optimizer state");
-        self.m = if m_len > 0 { Some(be.zeros(m_len)?) } else { None };
-        self.v = if v_len > 0 { Some(be.zeros(v_len)?) } else { None };
-        self.own = Some(own);
-        Ok(())
+    /// The pieces of the arena this optimizer updates (None: all of it).
+    pub fn own(&self) -> Option<&Pieces> {
+        self.own.as_ref()
     }
 
 
@@ -153,9 +164,9 @@ impl<B: Backend> Optimizer<B> {
 
     /// The state a checkpoint needs, in host memory: (first moments / momentum, second
     /// moments, steps taken); empty vectors where the optimizer keeps none. Sharded: this
-    /// rank's part (`set_own`).
+    /// rank's part (`with_own`).
     pub fn state(&self, be: &B) -> Result<(Vec<f32>, Vec<f32>, u64)> {
-        let n = self.own.as_ref().map_or(self.n_params, |o| o.len());
+        let n = self.own.as_ref().map_or(self.n_params, |o| pieces_len(o));
         let host = |b: &Option<B::Buf>| -> Result<Vec<f32>> {
             let Some(b) = b else { return Ok(Vec::new()) };
             let mut v = vec![0.0; n];
@@ -181,7 +192,7 @@ impl<B: Backend> Optimizer<B> {
         }
         let part = |h: &'_ [f32]| -> Vec<f32> {
             match &self.own {
-                Some(o) if !h.is_empty() => h[o.clone()].to_vec(),
+                Some(o) if !h.is_empty() => o.iter().flat_map(|(p, _)| h[p.clone()].iter().copied()).collect(),
                 _ => h.to_vec(),
             }
         };
@@ -217,8 +228,10 @@ impl<B: Backend> Optimizer<B> {
         if self.idle {
             return Ok(());
         }
-        if let Some(own) = self.own.clone() {
-            return self.apply_own(be, params, grads, offset, grad_scale, which, own);
+        if let Some(own) = self.own.take() {
+            let r = self.apply_own(be, params, grads, offset, grad_scale, which, &own);
+            self.own = Some(own);
+            return r;
         }
         let lr = self.lr_now;
         let c = &self.cfg;
@@ -297,9 +310,9 @@ impl<B: Backend> Optimizer<B> {
         Ok(())
     }
 
-    /// `apply` on a rank that updates only `own`: each tensor's overlap with it, the state at
-    /// the overlap's place in the part. `grads` holds the arena range starting at `offset`
-    /// (a whole bucket, or its overlap with `own` when reduce-scattered).
+    /// `apply` on a rank that updates only the pieces `own`: each tensor's overlap with each
+    /// piece, the state at the overlap's place. `grads` holds the arena range starting at
+    /// `offset` (a whole bucket, or this rank's piece of it when reduce-scattered).
     #[allow(clippy::too_many_arguments)]
     fn apply_own(
         &mut self,
@@ -309,18 +322,24 @@ impl<B: Backend> Optimizer<B> {
         offset: usize,
         grad_scale: f32,
         which: &[usize],
-        own: std::ops::Range<usize>,
+        own: &Pieces,
     ) -> Result<()> {
         let (lr, c) = (self.lr_now, &self.cfg);
-        for &ti in which {
+        let tensors = &self.tensors;
+        let overlaps: Vec<_> = which
+            .iter()
+            .flat_map(|&ti| {
+                own.iter().map(move |(piece, at)| {
+                    (ti, crate::parallel::shard::intersect(&tensors[ti].range, piece), piece.start, *at)
+                })
+            })
+            .filter(|(_, r, _, _)| !r.is_empty())
+            .collect();
+        for (ti, r, piece_start, at) in overlaps {
             let t = &self.tensors[ti];
-            let r = crate::parallel::shard::intersect(&t.range, &own);
-            if r.is_empty() {
-                continue;
-            }
             assert!(r.start >= offset && r.end - offset <= be.len(grads), "gradients {offset}.. lack {r:?}");
             let g = be.view(grads, r.start - offset..r.end - offset);
-            let s = r.start - own.start..r.end - own.start;
+            let s = at + r.start - piece_start..at + r.end - piece_start;
             let p = be.view_mut(params, r);
             let wd = if t.is_weight { c.weight_decay as f32 } else { 0.0 };
             match c.kind {
@@ -339,7 +358,7 @@ impl<B: Backend> Optimizer<B> {
                     let (m, v) = (self.m.as_mut().expect("adam keeps m"), self.v.as_mut().expect("adam keeps v"));
                     be.adam(p, g, be.view_mut(m, s.clone()), be.view_mut(v, s), &h)?
                 }
-                OptimizerKind::Lars | OptimizerKind::Lamb => unreachable!("refused by set_own"),
+                OptimizerKind::Lars | OptimizerKind::Lamb => unreachable!("refused by with_own"),
             }
         }
         Ok(())
@@ -381,6 +400,11 @@ impl<B: Backend> Optimizer<B> {
         let all: Vec<usize> = (0..self.tensors.len()).collect();
         self.apply(be, params, grad_sum, 0, grad_scale, &all)
     }
+}
+
+/// The elements of `pieces` in all.
+pub fn pieces_len(pieces: &Pieces) -> usize {
+    pieces.iter().map(|(p, _)| p.len()).sum()
 }
 
 /// LARS's update of one tensor as the SGD kernel's hyperparameters. TensorFlow's

@@ -6,6 +6,10 @@
 //! Collectives return `()` in rsmpi and errors go to MPI's handler (abort by default), so a
 //! failing collective ends the job rather than returning.
 //!
+//! No MPI call carries more than `piece()` elements (2^31 − 1: MPI's counts are 32-bit
+//! `int`s): longer buffers travel in pieces, each an MPI call of its own, in the same order on
+//! every rank (`HVTRAIN_MPI_PIECE` lowers the piece, so that tests cross it with small buffers).
+//!
 //! `Beacon` is the third kind of user: the liveness thread's own duplicate communicator, on
 //! which it only ever makes non-blocking calls (`MPI_Isend`, `MPI_Irecv`, `MPI_Ibarrier`,
 //! polled with `MPI_Test`), so it never waits on another rank.
@@ -27,6 +31,28 @@ mod vote;
 pub use p2p::Link;
 pub use vote::Vote;
 
+/// The most elements one MPI call carries: 2^31 − 1 (MPI's counts are `int`s), or fewer with
+/// `HVTRAIN_MPI_PIECE=N` (tests: small buffers then travel in several pieces, as buffers of
+/// over 2^31 elements do). Read once per process; every rank of a job must see the same value
+/// (mpirun -x), since the pieces of one call are matched across ranks.
+pub fn piece() -> usize {
+    static PIECE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PIECE.get_or_init(|| {
+        let most = i32::MAX as usize;
+        std::env::var("HVTRAIN_MPI_PIECE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&p| p >= 1).map_or(most, |p| p.min(most))
+    })
+}
+
+/// `n` (at most one piece) as MPI's count.
+fn count(n: usize) -> i32 {
+    i32::try_from(n).expect("a piece is at most 2^31 - 1 elements")
+}
+
+/// The windows of `0..n` that one call each carries: consecutive, `p` long (the last shorter).
+fn windows(n: usize, p: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..n.div_ceil(p)).map(move |i| i * p..((i + 1) * p).min(n))
+}
+
 /// Collectives over one communicator. `Send` so the communication thread can own one.
 pub struct Channel {
     comm: SimpleCommunicator,
@@ -47,7 +73,11 @@ impl Channel {
 
     /// recv = elementwise sum over ranks of send.
     pub fn all_reduce_sum_f32(&self, send: &[f32], recv: &mut [f32]) {
-        self.comm.all_reduce_into(send, recv, SystemOperation::sum());
+        assert_eq!(send.len(), recv.len(), "an all-reduce's buffers have one length");
+        let p = piece();
+        for (s, r) in send.chunks(p).zip(recv.chunks_mut(p)) {
+            self.comm.all_reduce_into(s, r, SystemOperation::sum());
+        }
     }
 
     /// `recv = Σ send` over ranks on buffers given by address, for a CUDA-aware MPI library
@@ -57,19 +87,22 @@ impl Channel {
     /// `send` and `recv` must each address `n` floats that the MPI library can read and write
     /// (device memory only when it is CUDA-aware), not in use by anything else meanwhile.
     pub unsafe fn all_reduce_sum_f32_raw(&self, send: u64, recv: u64, n: usize) {
-        let count = i32::try_from(n).expect("a bucket under 2^31 floats");
-        // SAFETY: as the caller promises; the communicator is valid while self lives.
-        let rc = unsafe {
-            ffi::MPI_Allreduce(
-                send as *const std::ffi::c_void,
-                recv as *mut std::ffi::c_void,
-                count,
-                ffi::RSMPI_FLOAT,
-                ffi::RSMPI_SUM,
-                self.comm.as_raw(),
-            )
-        };
-        assert_eq!(rc, 0, "MPI_Allreduce on device memory failed with code {rc}");
+        for w in windows(n, piece()) {
+            let at = (w.start * std::mem::size_of::<f32>()) as u64;
+            // SAFETY: as the caller promises (the window lies within the n floats); the
+            // communicator is valid while self lives.
+            let rc = unsafe {
+                ffi::MPI_Allreduce(
+                    (send + at) as *const std::ffi::c_void,
+                    (recv + at) as *mut std::ffi::c_void,
+                    count(w.len()),
+                    ffi::RSMPI_FLOAT,
+                    ffi::RSMPI_SUM,
+                    self.comm.as_raw(),
+                )
+            };
+            assert_eq!(rc, 0, "MPI_Allreduce on device memory failed with code {rc}");
+        }
     }
 
     /// `recv` = this rank's part of the element-wise sum of every rank's `send`
@@ -79,21 +112,27 @@ impl Channel {
         assert_eq!(counts.len(), self.size, "one count per rank");
         assert_eq!(counts.iter().sum::<usize>(), send.len(), "the counts cover the buffer");
         assert!(recv.len() >= counts[self.rank], "the receive buffer holds this rank's part");
-        let counts: Vec<i32> =
-            counts.iter().map(|&c| i32::try_from(c).expect("a part under 2^31 floats")).collect();
-        // SAFETY: send holds Σ counts floats, recv at least counts[rank]; both live through the
-        // call; the communicator is valid while self lives.
-        let rc = unsafe {
-            ffi::MPI_Reduce_scatter(
-                send.as_ptr().cast(),
-                recv.as_mut_ptr().cast(),
-                counts.as_ptr(),
-                ffi::RSMPI_FLOAT,
-                ffi::RSMPI_SUM,
-                self.comm.as_raw(),
-            )
-        };
-        assert_eq!(rc, 0, "MPI_Reduce_scatter failed with code {rc}");
+        let parts = parts_of(counts);
+        let mine = &parts[self.rank];
+        for w in windows(send.len(), piece()) {
+            // Each rank's part of this window, and where this rank's lands in `recv`.
+            let c: Vec<i32> = parts.iter().map(|p| count(overlap(p, &w).len())).collect();
+            let o = overlap(mine, &w);
+            let at = if o.is_empty() { 0 } else { o.start - mine.start };
+            // SAFETY: send[w] holds Σ c floats, recv[at..] at least c[rank]; both live through
+            // the call; the communicator is valid while self lives.
+            let rc = unsafe {
+                ffi::MPI_Reduce_scatter(
+                    send[w.clone()].as_ptr().cast(),
+                    recv[at..].as_mut_ptr().cast(),
+                    c.as_ptr(),
+                    ffi::RSMPI_FLOAT,
+                    ffi::RSMPI_SUM,
+                    self.comm.as_raw(),
+                )
+            };
+            assert_eq!(rc, 0, "MPI_Reduce_scatter failed with code {rc}");
+        }
     }
 
     /// Every rank's part of `buf` (parts `counts[r]` long, one after another in rank order,
@@ -102,23 +141,30 @@ impl Channel {
     pub fn all_gather_parts_f32(&self, buf: &mut [f32], counts: &[usize]) {
         assert_eq!(counts.len(), self.size, "one count per rank");
         assert_eq!(counts.iter().sum::<usize>(), buf.len(), "the parts cover the buffer");
-        let counts: Vec<i32> =
-            counts.iter().map(|&c| i32::try_from(c).expect("a part under 2^31 floats")).collect();
-        let displs = offsets(&counts);
-        let at = displs[self.rank] as usize;
-        let mine = buf[at..at + counts[self.rank] as usize].to_vec();
-        let mut part = mpi::datatype::PartitionMut::new(buf, &counts[..], &displs[..]);
-        self.comm.all_gather_varcount_into(&mine[..], &mut part);
+        let parts = parts_of(counts);
+        for w in windows(buf.len(), piece()) {
+            let pieces: Vec<std::ops::Range<usize>> = parts.iter().map(|p| overlap(p, &w)).collect();
+            let c: Vec<i32> = pieces.iter().map(|p| count(p.len())).collect();
+            let displs = offsets(&c);
+            let mine = buf[pieces[self.rank].clone()].to_vec();
+            let mut part = mpi::datatype::PartitionMut::new(&mut buf[w], &c[..], &displs[..]);
+            self.comm.all_gather_varcount_into(&mine[..], &mut part);
+        }
     }
 
     /// `recv` on rank 0 of this communicator = the element-wise sum of every rank's `send`
     /// (`MPI_Reduce`); `recv` is left as it was on the others.
     pub fn reduce_sum_f32(&self, send: &[f32], recv: &mut [f32]) {
         let root = self.comm.process_at_rank(0);
+        let p = piece();
         if self.rank == 0 {
-            root.reduce_into_root(send, recv, SystemOperation::sum());
+            for (s, r) in send.chunks(p).zip(recv.chunks_mut(p)) {
+                root.reduce_into_root(s, r, SystemOperation::sum());
+            }
         } else {
-            root.reduce_into(send, SystemOperation::sum());
+            for s in send.chunks(p) {
+                root.reduce_into(s, SystemOperation::sum());
+            }
         }
     }
 
@@ -182,23 +228,34 @@ impl Channel {
     /// Rank 0 of this communicator gets every rank's floats (of any length), indexed by rank;
     /// the others get None.
     pub fn gather_f32s(&self, mine: &[f32]) -> Option<Vec<Vec<f32>>> {
-        let counts: Vec<i32> = self
-            .all_gather_u64(mine.len() as u64)
-            .iter()
-            .map(|&c| i32::try_from(c).expect("a shard under 2^31 floats"))
-            .collect();
+        let lens: Vec<usize> = self.all_gather_u64(mine.len() as u64).iter().map(|&c| c as usize).collect();
+        // Rounds of at most one piece in all: each rank's next `q` elements per round.
+        let q = (piece() / self.size).max(1);
+        let rounds = lens.iter().map(|&n| n.div_ceil(q)).max().unwrap_or(0);
         let root = self.comm.process_at_rank(0);
-        if self.rank != 0 {
-            root.gather_varcount_into(mine);
-            return None;
+        let mut all: Vec<Vec<f32>> =
+            if self.rank == 0 { lens.iter().map(|&n| Vec::with_capacity(n)).collect() } else { Vec::new() };
+        let mut got = Vec::new();
+        for k in 0..rounds {
+            let part = |n: usize| (k * q).min(n)..((k + 1) * q).min(n);
+            let send = &mine[part(mine.len())];
+            if self.rank != 0 {
+                root.gather_varcount_into(send);
+                continue;
+            }
+            let c: Vec<i32> = lens.iter().map(|&n| count(part(n).len())).collect();
+            let displs = offsets(&c);
+            got.clear();
+            got.resize(c.iter().map(|&x| x as usize).sum(), 0f32);
+            {
+                let mut into = mpi::datatype::PartitionMut::new(&mut got[..], &c[..], &displs[..]);
+                root.gather_varcount_into_root(send, &mut into);
+            }
+            for ((v, &c), &d) in all.iter_mut().zip(&c).zip(&displs) {
+                v.extend_from_slice(&got[d as usize..(d + c) as usize]);
+            }
         }
-        let displs = offsets(&counts);
-        let mut all = vec![0f32; counts.iter().map(|&c| c as usize).sum()];
-        {
-            let mut part = mpi::datatype::PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
-            root.gather_varcount_into_root(mine, &mut part);
-        }
-        Some(counts.iter().zip(&displs).map(|(&c, &d)| all[d as usize..(d + c) as usize].to_vec()).collect())
+        (self.rank == 0).then_some(all)
     }
 
     /// The ranks with the same `color` in a communicator of their own, ordered by `key`
@@ -220,7 +277,9 @@ impl Channel {
 
     /// Overwrite `buf` on every rank with rank 0's.
     pub fn broadcast_f32(&self, buf: &mut [f32]) {
-        self.comm.process_at_rank(0).broadcast_into(buf);
+        for b in buf.chunks_mut(piece()) {
+            self.comm.process_at_rank(0).broadcast_into(b);
+        }
     }
 
     /// Start an OR of `flag` over this communicator's ranks (`MPI_Iallreduce`), to be
@@ -243,18 +302,43 @@ impl Channel {
     /// Blocking send of `out` to rank `to` with `tag` (Adasum's fold of the ranks above a
     /// power of two; `recv_f32` receives it).
     pub fn send_f32(&self, to: usize, tag: i32, out: &[f32]) {
-        self.comm.process_at_rank(to as i32).send_with_tag(out, tag);
+        if out.is_empty() {
+            self.comm.process_at_rank(to as i32).send_with_tag(out, tag);
+        }
+        for o in out.chunks(piece()) {
+            self.comm.process_at_rank(to as i32).send_with_tag(o, tag);
+        }
     }
 
     /// Send `out` to rank `to` while receiving `inp` from rank `from`: one step of the
     /// compressed ring (u16) or of Adasum's levels (f32).
+    /// `out` goes as messages of at most one piece and `inp` comes as such (each side's count
+    /// of pieces follows from its message's length, which both ends know; an empty one is no
+    /// message at all).
     pub fn exchange<T: Equivalence>(&self, out: &[T], to: usize, inp: &mut [T], from: usize) {
-        mpi::point_to_point::send_receive_into(
-            out,
-            &self.comm.process_at_rank(to as i32),
-            inp,
-            &self.comm.process_at_rank(from as i32),
-        );
+        let p = piece();
+        let ty = T::equivalent_datatype().as_raw();
+        let tag = 0x4558; // "EX"
+        let mut reqs = Vec::new();
+        // SAFETY: every request's buffer is a piece of `inp` or `out`, borrowed for this whole
+        // function, and every request completes (MPI_Waitall) before it returns; the
+        // communicator is valid while self lives.
+        unsafe {
+            for w in windows(inp.len(), p) {
+                let mut r = ffi::RSMPI_REQUEST_NULL;
+                let ptr = inp[w.clone()].as_mut_ptr().cast();
+                ffi::MPI_Irecv(ptr, count(w.len()), ty, from as i32, tag, self.comm.as_raw(), &mut r);
+                reqs.push(r);
+            }
+            for w in windows(out.len(), p) {
+                let mut r = ffi::RSMPI_REQUEST_NULL;
+                let ptr = out[w.clone()].as_ptr() as *mut std::ffi::c_void;
+                ffi::MPI_Isend(ptr, count(w.len()), ty, to as i32, tag, self.comm.as_raw(), &mut r);
+                reqs.push(r);
+            }
+            let rc = ffi::MPI_Waitall(reqs.len() as i32, reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE);
+            assert_eq!(rc, 0, "MPI_Waitall of an exchange's pieces failed with code {rc}");
+        }
     }
 }
 
@@ -297,6 +381,9 @@ impl Comm {
         // Node-local rank from a shared-memory split: right under any launcher.
         let node = world.split_shared(world.rank());
         let host = mpi::environment::processor_name().unwrap_or_else(|_| "unknown-host".into());
+        if world.rank() == 0 && piece() < i32::MAX as usize {
+            log::info!("MPI calls carry at most {} elements each (HVTRAIN_MPI_PIECE): longer buffers go in pieces", piece());
+        }
         Ok(Comm {
             rank: world.rank() as usize,
             size: world.size() as usize,
@@ -385,31 +472,46 @@ impl std::ops::Deref for Comm {
 impl Channel {
     /// Start sending `buf` to rank `to` with `tag` (`MPI_Isend`); the buffer travels with the
     /// request until `Outgoing::wait` hands it back.
+    /// Past one piece, several sends of the one buffer (`recv_f32` receives them in order).
     pub fn isend_f32(&self, to: usize, tag: i32, buf: Vec<f32>) -> Outgoing {
-        let n = i32::try_from(buf.len()).expect("a message under 2^31 floats");
-        let mut o = Outgoing { req: unsafe { ffi::RSMPI_REQUEST_NULL }, buf: Some(buf) };
-        let ptr = o.buf.as_ref().expect("just set").as_ptr();
-        // SAFETY: the buffer is heap memory owned by `o`, which neither moves nor frees it
-        // while the request is active (`wait` completes it first; `Drop` leaks it otherwise);
-        // the communicator outlives the request (both belong to the main thread's step).
-        unsafe {
-            ffi::MPI_Isend(
-                ptr.cast(),
-                n,
-                f32::equivalent_datatype().as_raw(),
-                to as i32,
-                tag,
-                self.comm.as_raw(),
-                &mut o.req,
-            );
+        let mut o = Outgoing { reqs: Vec::new(), buf: Some(buf) };
+        let b = o.buf.as_ref().expect("just set");
+        // Always at least one message, an empty one for an empty buffer (as one send was).
+        let ws: Vec<std::ops::Range<usize>> = if b.is_empty() { vec![0..0] } else { windows(b.len(), piece()).collect() };
+        for w in ws {
+            let ptr = b[w.clone()].as_ptr();
+            // SAFETY: the buffer is heap memory owned by `o`, which neither moves nor frees it
+            // while the requests are active (`wait` completes them first; `Drop` leaks it
+            // otherwise); the communicator outlives the requests (both belong to the main
+            // thread's step).
+            unsafe {
+                let mut r = ffi::RSMPI_REQUEST_NULL;
+                ffi::MPI_Isend(
+                    ptr as *mut std::ffi::c_void,
+                    count(w.len()),
+                    f32::equivalent_datatype().as_raw(),
+                    to as i32,
+                    tag,
+                    self.comm.as_raw(),
+                    &mut r,
+                );
+                o.reqs.push(r);
+            }
         }
         o
     }
 
     /// Receive exactly `buf.len()` floats from rank `from` with `tag` (blocking; messages
-    /// from one rank with one tag arrive in the order they were sent).
+    /// from one rank with one tag arrive in the order they were sent; past one piece, as the
+    /// pieces `send_f32` and `isend_f32` send).
     pub fn recv_f32(&self, from: usize, tag: i32, buf: &mut [f32]) {
-        self.comm.process_at_rank(from as i32).receive_into_with_tag(buf, tag);
+        if buf.is_empty() {
+            self.comm.process_at_rank(from as i32).receive_into_with_tag(buf, tag);
+            return;
+        }
+        for b in buf.chunks_mut(piece()) {
+            self.comm.process_at_rank(from as i32).receive_into_with_tag(b, tag);
+        }
     }
 
     /// Overwrite `buf` on every rank with rank `root`'s.
@@ -418,17 +520,19 @@ impl Channel {
     }
 }
 
-/// A non-blocking send in flight and the buffer it reads.
+/// A non-blocking send in flight (one request per piece) and the buffer it reads.
 pub struct Outgoing {
-    req: ffi::MPI_Request,
+    reqs: Vec<ffi::MPI_Request>,
     buf: Option<Vec<f32>>,
 }
 
 impl Outgoing {
     /// Wait for the send to complete (`MPI_Wait`) and take the buffer back.
     pub fn wait(mut self) -> Vec<f32> {
-        // SAFETY: `req` is our active request (or null after completion, which MPI_Wait accepts).
-        unsafe { ffi::MPI_Wait(&mut self.req, ffi::RSMPI_STATUS_IGNORE) };
+        for r in &mut self.reqs {
+            // SAFETY: `r` is our active request (or null after completion, which MPI_Wait accepts).
+            unsafe { ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE) };
+        }
         self.buf.take().expect("waited once")
     }
 }
@@ -438,10 +542,34 @@ impl Drop for Outgoing {
     /// leak the buffer it may still read.
     fn drop(&mut self) {
         if let Some(buf) = self.buf.take() {
-            // SAFETY: `req` is our active request; freeing it lets the send complete unobserved.
-            unsafe { ffi::MPI_Request_free(&mut self.req) };
+            for r in &mut self.reqs {
+                // SAFETY: `r` is our active request; freeing it lets the send complete unobserved.
+                unsafe { ffi::MPI_Request_free(r) };
+            }
             std::mem::forget(buf);
         }
+    }
+}
+
+/// The ranges of consecutive parts `counts` long.
+fn parts_of(counts: &[usize]) -> Vec<std::ops::Range<usize>> {
+    let mut at = 0;
+    counts
+        .iter()
+        .map(|&c| {
+            at += c;
+            at - c..at
+        })
+        .collect()
+}
+
+/// The overlap of two ranges (empty, at `b.start`, where none).
+fn overlap(a: &std::ops::Range<usize>, b: &std::ops::Range<usize>) -> std::ops::Range<usize> {
+    let (s, e) = (a.start.max(b.start), a.end.min(b.end));
+    if s < e {
+        s..e
+    } else {
+        b.start..b.start
     }
 }
 

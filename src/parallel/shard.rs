@@ -4,10 +4,12 @@
 //! all-gather of the updated parameters after each step, the sum of the parts' partial norms
 //! (clipping), and the optimizer state gathered for a checkpoint.
 //!
-//! The parts are contiguous pieces of the whole arena, one per data rank in rank order, as
-//! even as the arena's length allows (`Layout`). They do not follow the fusion buckets, so a
-//! bucket may fall to one rank or several, and autotune's new buckets leave every rank's
-//! optimizer state where it is; a checkpoint's state is the parts end to end.
+//! Each fusion bucket is split into one contiguous piece per data rank, in rank order, as even
+//! as its length allows (`Layout`, as FSDP splits each flat parameter): every collective on a
+//! bucket is balanced over the ranks (a bucket that fell to one rank made its reduce-scatter a
+//! reduce to that rank, twice as slow on 2 ranks). A rank's optimizer state is its pieces end
+//! to end, in bucket order. The pieces follow the buckets, so autotune, which changes them,
+//! is refused with shards.
 //!
 //! Must not: know what an optimizer does with its part (the optimizer does), or decide when a
 //! bucket travels (the engine does).
@@ -17,26 +19,52 @@ use super::fusion::FusionPlan;
 use super::reduce::Reducer;
 use std::ops::Range;
 
-/// The arena split over `ranks` contiguous parts, part r = [⌊n·r/k⌋, ⌊n·(r+1)/k⌋).
+/// Every bucket of a fusion plan split over `ranks`: bucket b's piece r is
+/// [s + ⌊n·r/k⌋, s + ⌊n·(r+1)/k⌋) for the bucket [s, s + n).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
-    pub parts: Vec<Range<usize>>,
+    pub buckets: Vec<Range<usize>>,
+    pub ranks: usize,
 }
 
 impl Layout {
-    pub fn new(n: usize, ranks: usize) -> Layout {
+    pub fn new(plan: &FusionPlan, ranks: usize) -> Layout {
         assert!(ranks >= 1);
-        Layout { parts: (0..ranks).map(|r| n * r / ranks..n * (r + 1) / ranks).collect() }
+        Layout { buckets: plan.buckets.clone(), ranks }
     }
 
-    /// Each rank's part of the arena range `r` (a bucket's), as lengths in rank order; they
-    /// sum to `r`'s length.
-    pub fn counts_in(&self, r: &Range<usize>) -> Vec<usize> {
-        self.parts.iter().map(|p| intersect(p, r).len()).collect()
+    /// Bucket `b`'s piece on rank `r` (arena elements).
+    pub fn piece(&self, b: usize, r: usize) -> Range<usize> {
+        let (s, n, k) = (self.buckets[b].start, self.buckets[b].len(), self.ranks);
+        s + n * r / k..s + n * (r + 1) / k
     }
 
-    pub fn lens(&self) -> Vec<usize> {
-        self.parts.iter().map(|p| p.len()).collect()
+    /// Bucket `b`'s pieces' lengths, in rank order.
+    pub fn counts(&self, b: usize) -> Vec<usize> {
+        (0..self.ranks).map(|r| self.piece(b, r).len()).collect()
+    }
+
+    /// Rank `r`'s pieces in bucket order, each with where it starts in that rank's state.
+    pub fn own(&self, r: usize) -> Vec<(Range<usize>, usize)> {
+        let mut at = 0;
+        (0..self.buckets.len())
+            .map(|b| {
+                let p = self.piece(b, r);
+                at += p.len();
+                (p.clone(), at - p.len())
+            })
+            .collect()
+    }
+
+    /// The whole arena's state from every rank's (its pieces end to end, `own`'s order).
+    pub fn assemble(&self, parts: &[Vec<f32>], n: usize) -> Vec<f32> {
+        let mut all = vec![0.0; n];
+        for (r, part) in parts.iter().enumerate() {
+            for (p, at) in self.own(r) {
+                all[p.clone()].copy_from_slice(&part[at..at + p.len()]);
+            }
+        }
+        all
     }
 }
 
@@ -50,8 +78,8 @@ pub fn intersect(a: &Range<usize>, b: &Range<usize>) -> Range<usize> {
     }
 }
 
-/// One rank's view of the sharded state: the layout, its own part, and a channel of the data
-/// group for the main thread's collectives (the engine's reducer has its own).
+/// One rank's view of the sharded state: the layout, and a channel of the data group for the
+/// main thread's collectives (the engine's reducer has its own).
 pub struct Sharder {
     pub layout: Layout,
     chan: Channel,
@@ -59,13 +87,13 @@ pub struct Sharder {
 
 impl Sharder {
     /// `chan`: a communicator of this rank's data group that only the main thread uses.
-    pub fn new(chan: Channel, n_params: usize) -> Sharder {
-        Sharder { layout: Layout::new(n_params, chan.size), chan }
+    pub fn new(chan: Channel, plan: &FusionPlan) -> Sharder {
+        Sharder { layout: Layout::new(plan, chan.size), chan }
     }
 
-    /// This rank's part of the arena.
-    pub fn own(&self) -> Range<usize> {
-        self.layout.parts[self.chan.rank].clone()
+    /// This rank's pieces, each with its place in this rank's state (`Layout::own`).
+    pub fn own(&self) -> Vec<(Range<usize>, usize)> {
+        self.layout.own(self.chan.rank)
     }
 
     /// This rank's place in the data group.
@@ -73,28 +101,31 @@ impl Sharder {
         self.chan.rank
     }
 
-    /// Collective over the data group: every rank's updated part of `params` (the whole
-    /// arena, host memory) from the rank that updated it.
+    /// Collective over the data group: every rank's updated pieces of `params` (the whole
+    /// arena, host memory) from the rank that updated them, bucket by bucket.
     pub fn gather_params(&self, params: &mut [f32]) {
-        self.chan.all_gather_parts_f32(params, &self.layout.lens());
+        for (b, r) in self.layout.buckets.iter().enumerate() {
+            self.chan.all_gather_parts_f32(&mut params[r.clone()], &self.layout.counts(b));
+        }
     }
 
     /// Collective over the data group: `v` summed over the ranks, in place (each rank's sums of
-    /// squares over its parts of the tensors).
+    /// squares over its pieces of the tensors).
     pub fn sum(&self, v: &mut [f64]) {
         self.chan.all_reduce_sum_f64(v);
     }
 
-    /// Collective over the data group: the whole arena's state on data rank 0 from every
-    /// rank's part (`mine`, empty where the optimizer keeps none); None on the others.
-    pub fn gather_state(&self, mine: &[f32]) -> Option<Vec<f32>> {
-        self.chan.gather_f32s(mine).map(|parts| parts.concat())
+    /// Collective over the data group: the whole arena's state (`n` long) on data rank 0 from
+    /// every rank's pieces (`mine`, empty where the optimizer keeps none); None on the others.
+    pub fn gather_state(&self, mine: &[f32], n: usize) -> Option<Vec<f32>> {
+        let parts = self.chan.gather_f32s(mine)?;
+        Some(if mine.is_empty() { Vec::new() } else { self.layout.assemble(&parts, n) })
     }
 }
 
-/// The gradient sum of a bucket, reduce-scattered: each rank receives only its part of the
+/// The gradient sum of a bucket, reduce-scattered: each rank receives only its piece of the
 /// bucket's sum (`MPI_Reduce_scatter`), into the start of its reduced buffer, which is that
-/// part's length (`reduced_lens`). Each rank's gradients arrive divided by the step's global
+/// piece's length (`reduced_lens`). Each rank's gradients arrive divided by the step's global
 /// row count, so the sums are the means.
 pub struct ReduceScatter {
     chan: Channel,
@@ -104,16 +135,16 @@ pub struct ReduceScatter {
 
 impl ReduceScatter {
     /// `chan`: the engine's communicator of the data group.
-    pub fn new(chan: Channel, layout: &Layout, plan: &FusionPlan) -> ReduceScatter {
-        assert_eq!(chan.size, layout.parts.len(), "a layout of another data group");
-        ReduceScatter { counts: plan.buckets.iter().map(|b| layout.counts_in(b)).collect(), chan }
+    pub fn new(chan: Channel, layout: &Layout) -> ReduceScatter {
+        assert_eq!(chan.size, layout.ranks, "a layout of another data group");
+        ReduceScatter { counts: (0..layout.buckets.len()).map(|b| layout.counts(b)).collect(), chan }
     }
 }
 
-/// The length of each bucket's reduced buffer on data rank `rank` under `layout` (at least 1,
-/// so that no device buffer is empty): its part of the bucket.
-pub fn reduced_lens(layout: &Layout, rank: usize, plan: &FusionPlan) -> Vec<usize> {
-    plan.buckets.iter().map(|b| intersect(&layout.parts[rank], b).len().max(1)).collect()
+/// The length of each bucket's reduced buffer on data rank `rank` (at least 1, so that no
+/// device buffer is empty): its piece of the bucket.
+pub fn reduced_lens(layout: &Layout, rank: usize) -> Vec<usize> {
+    (0..layout.buckets.len()).map(|b| layout.piece(b, rank).len().max(1)).collect()
 }
 
 impl Reducer for ReduceScatter {
@@ -139,31 +170,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parts_cover_the_arena_in_order_as_evenly_as_it_divides() {
-        for (n, k) in [(10, 3), (7, 4), (3, 4), (1000, 1), (0, 2)] {
-            let l = Layout::new(n, k);
-            assert_eq!(l.parts.len(), k);
-            assert_eq!(l.parts[0].start, 0);
-            assert_eq!(l.parts[k - 1].end, n);
-            for w in l.parts.windows(2) {
-                assert_eq!(w[0].end, w[1].start, "{n} over {k}: contiguous");
+    fn each_bucket_splits_over_the_ranks_in_order_as_evenly_as_it_divides() {
+        let plan = FusionPlan::new(&[4, 4, 2, 7], 32); // buckets 0..8, 8..17 (backward order)
+        for k in [1, 2, 3, 4, 5] {
+            let l = Layout::new(&plan, k);
+            for (b, range) in plan.buckets.iter().enumerate() {
+                let pieces: Vec<Range<usize>> = (0..k).map(|r| l.piece(b, r)).collect();
+                assert_eq!(pieces[0].start, range.start);
+                assert_eq!(pieces[k - 1].end, range.end);
+                for w in pieces.windows(2) {
+                    assert_eq!(w[0].end, w[1].start, "bucket {b} over {k}: contiguous");
+                }
+                let lens = l.counts(b);
+                let (lo, hi) = (*lens.iter().min().unwrap(), *lens.iter().max().unwrap());
+                assert!(hi - lo <= 1, "bucket {b} over {k}: {lens:?}");
             }
-            let (lo, hi) = (l.lens().into_iter().min().unwrap(), l.lens().into_iter().max().unwrap());
-            assert!(hi - lo <= 1, "{n} over {k}: {:?}", l.parts);
         }
-        assert_eq!(Layout::new(10, 3).parts, vec![0..3, 3..6, 6..10]);
+        let l = Layout::new(&FusionPlan::new(&[4, 4, 2], 16), 3); // buckets 0..8, 8..10
+        assert_eq!(l.buckets, vec![0..8, 8..10]);
+        assert_eq!((l.piece(0, 0), l.piece(0, 1), l.piece(0, 2)), (0..2, 2..5, 5..8));
+        assert_eq!((l.piece(1, 0), l.piece(1, 1), l.piece(1, 2)), (8..8, 8..9, 9..10));
+        assert_eq!(l.own(1), vec![(2..5, 0), (8..9, 3)]);
+        assert_eq!(reduced_lens(&l, 0), vec![2, 1]); // 2, and 0 kept at 1
     }
 
     #[test]
-    fn a_buckets_counts_are_each_parts_overlap() {
-        let l = Layout::new(10, 3); // 0..3, 3..6, 6..10
-        assert_eq!(l.counts_in(&(2..8)), vec![1, 3, 2]);
-        assert_eq!(l.counts_in(&(6..10)), vec![0, 0, 4]);
-        assert_eq!(l.counts_in(&(0..10)), vec![3, 3, 4]);
-        let plan = FusionPlan::new(&[4, 4, 2], 16); // buckets 0..4, 4..8, 8..10
-        assert_eq!(plan.buckets, vec![0..4, 4..8, 8..10]);
-        assert_eq!(reduced_lens(&l, 0, &plan), vec![3, 1, 1]); // 3, 0 (kept 1), 0 (kept 1)
-        assert_eq!(reduced_lens(&l, 2, &plan), vec![1, 2, 2]);
+    fn the_ranks_pieces_assemble_the_whole_arena() {
+        let plan = FusionPlan::new(&[5, 3, 6, 1], 24);
+        let n = plan.total_len();
+        let whole: Vec<f32> = (0..n).map(|i| i as f32 * 1.5 - 3.0).collect();
+        for k in [1, 2, 3, 4] {
+            let l = Layout::new(&plan, k);
+            let parts: Vec<Vec<f32>> =
+                (0..k).map(|r| l.own(r).iter().flat_map(|(p, _)| whole[p.clone()].to_vec()).collect()).collect();
+            assert_eq!(parts.iter().map(Vec::len).sum::<usize>(), n, "{k}: the pieces cover the arena once");
+            assert_eq!(l.assemble(&parts, n), whole, "{k} ranks");
+        }
         assert_eq!(intersect(&(0..3), &(5..9)), 5..5);
     }
 }

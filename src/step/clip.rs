@@ -14,7 +14,6 @@ use crate::device::Backend;
 use crate::error::{Error, Result};
 use crate::metrics::GradNorm;
 use crate::parallel::engine::HostBuf;
-use crate::parallel::shard::intersect;
 use std::time::Instant;
 
 /// The factor each tensor's gradient is scaled by, from the tensors' sums of squares `sq` (of
@@ -57,22 +56,19 @@ where
         let ranges: Vec<std::ops::Range<usize>> = (0..self.opt.tensor_count()).map(|ti| self.opt.range(ti)).collect();
         let c = self.opt.cfg();
         let mut sq = vec![0.0f64; ranges.len()];
-        // Reduce-scattered, each rank holds its part of each tensor: the parts' sums, then
+        // Reduce-scattered, each rank holds its piece of each bucket: the pieces' sums, then
         // summed over the data group.
-        let parts = self.shard.as_ref().filter(|s| s.reduce_scattered).map(|s| s.sharder.own());
+        let parts = self.shard.as_ref().is_some_and(|s| s.reduce_scattered);
         for b in &back {
             let offset = self.reduced_offset(b.index);
             for &ti in &self.engine.plan().members[b.index] {
-                let r = match &parts {
-                    Some(own) => intersect(&ranges[ti], own),
-                    None => ranges[ti].clone(),
-                };
+                let r = self.reduced_part(b.index, &ranges[ti]);
                 if !r.is_empty() {
                     sq[ti] = be.sum_squares(&b.reduced, r.start - offset..r.end - offset)? * f64::from(scale).powi(2);
                 }
             }
         }
-        if let (Some(sh), Some(_)) = (&self.shard, &parts) {
+        if let (Some(sh), true) = (&self.shard, parts) {
             sh.sharder.sum(&mut sq);
         }
         // Whole tensors and the whole model's norm, over this replica's tensor shards and stages.
@@ -89,13 +85,7 @@ where
                 let offset = self.reduced_offset(b.index);
                 let held: Vec<(std::ops::Range<usize>, f32)> = self.engine.plan().members[b.index]
                     .iter()
-                    .map(|&ti| {
-                        let r = match &parts {
-                            Some(own) => intersect(&ranges[ti], own),
-                            None => ranges[ti].clone(),
-                        };
-                        (r, ti)
-                    })
+                    .map(|&ti| (self.reduced_part(b.index, &ranges[ti]), ti))
                     .filter(|(r, _)| !r.is_empty())
                     .map(|(r, ti)| {
                         (r.start - offset..r.end - offset, (v / (f64::from(scale) * f64::from(factors[ti]))) as f32)
@@ -103,8 +93,8 @@ where
                     .collect();
                 clipped |= be.clamp(&mut b.reduced, &held)? > 0;
             }
-            if let (Some(sh), Some(_)) = (&self.shard, &parts) {
-                // Whether any rank's part was clamped.
+            if let (Some(sh), true) = (&self.shard, parts) {
+                // Whether any rank's piece was clamped.
                 let mut any = [f64::from(u8::from(clipped))];
                 sh.sharder.sum(&mut any);
                 clipped = any[0] > 0.0;

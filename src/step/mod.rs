@@ -250,11 +250,11 @@ where
     /// rank's part is all-gathered. `reduce_scattered`: the engine's reducer returns only this
     /// rank's part of each bucket (`parallel::shard::ReduceScatter` with buffers of
     /// `parallel::shard::reduced_lens`).
-    pub fn set_shard(&mut self, sharder: Sharder, reduce_scattered: bool) -> Result<()> {
-        assert_eq!(sharder.layout.parts.last().map(|p| p.end), Some(self.model.n_params), "a layout of another arena");
-        self.opt.set_own(&self.be, sharder.own())?;
+    /// The optimizer must update this rank's part only (`Optimizer::with_own`).
+    pub fn set_shard(&mut self, sharder: Sharder, reduce_scattered: bool) {
+        assert_eq!(sharder.layout.buckets, self.engine.plan().buckets, "a layout of other buckets");
+        assert_eq!(self.opt.own(), Some(&sharder.own()), "an optimizer of other pieces");
         self.shard = Some(Sharded { sharder, reduce_scattered, host: Vec::new() });
-        Ok(())
     }
 
     /// The sharded state's layout and collectives, where the state is sharded.
@@ -263,12 +263,20 @@ where
     }
 
     /// Where bucket `b`'s reduced gradients start in the arena: the bucket's start, or, when
-    /// reduce-scattered, its overlap with this rank's part.
+    /// reduce-scattered, this rank's piece's.
     fn reduced_offset(&self, b: usize) -> usize {
-        let bucket = &self.engine.plan().buckets[b];
         match &self.shard {
-            Some(s) if s.reduce_scattered => intersect(&s.sharder.own(), bucket).start,
-            _ => bucket.start,
+            Some(s) if s.reduce_scattered => s.sharder.layout.piece(b, s.sharder.rank()).start,
+            _ => self.engine.plan().buckets[b].start,
+        }
+    }
+
+    /// The part of tensor range `r` of bucket `b` that this rank's reduced buffer holds: all of
+    /// it, or when reduce-scattered its overlap with this rank's piece.
+    fn reduced_part(&self, b: usize, r: &std::ops::Range<usize>) -> std::ops::Range<usize> {
+        match &self.shard {
+            Some(s) if s.reduce_scattered => intersect(r, &s.sharder.layout.piece(b, s.sharder.rank())),
+            _ => r.clone(),
         }
     }
 
@@ -281,12 +289,13 @@ where
             // Host memory: in place.
             sh.sharder.gather_params(self.params.host_mut());
         } else {
-            let own = sh.sharder.own();
             if sh.host.is_empty() {
                 let _a = crate::mem::allocating("host staging for the parameters' all-gather");
                 sh.host = crate::mem::zeros(self.model.n_params)?;
             }
-            self.be.download(&self.params, own.clone(), &mut sh.host[own])?;
+            for (p, _) in sh.sharder.own() {
+                self.be.download(&self.params, p.clone(), &mut sh.host[p])?;
+            }
             sh.sharder.gather_params(&mut sh.host);
             self.be.upload_into(&sh.host, &mut self.params)?;
         }
@@ -357,7 +366,8 @@ where
         let (m, v) = match &self.shard {
             None => (m, v),
             Some(sh) => {
-                let (m, v) = (sh.sharder.gather_state(&m), sh.sharder.gather_state(&v));
+                let n = self.model.n_params;
+                let (m, v) = (sh.sharder.gather_state(&m, n), sh.sharder.gather_state(&v, n));
                 match (m, v) {
                     (Some(m), Some(v)) => (m, v),
                     _ => return Ok(None),
@@ -433,13 +443,9 @@ where
     ) -> Result<()> {
         let lens: Vec<usize> = self.engine.plan().slots.iter().map(|s| s.len()).collect();
         let plan = FusionPlan::with_options(&lens, threshold_bytes, first_bytes, order);
-        let reduced: Vec<usize> = match &self.shard {
-            Some(s) if s.reduce_scattered => {
-                crate::parallel::shard::reduced_lens(&s.sharder.layout, s.sharder.rank(), &plan)
-            }
-            _ => plan.buckets.iter().map(|r| r.len()).collect(),
-        };
-        let alloc = bucket_buffers_sized(&self.be, &plan, &reduced)?;
+        // Sharded state follows the buckets: the job file check refuses autotune with shards.
+        assert!(self.shard.is_none(), "new buckets under sharded state");
+        let alloc = bucket_buffers(&self.be, &plan)?;
         self.engine.replan(plan, remake, alloc);
         self.graphs.clear();
         Ok(())

@@ -91,12 +91,12 @@ pub(super) fn build<'a, B: Backend>(
     tensor_path(&be, comm, &mut tensor, job)?;
     pipe_path(&be, comm, &mut tensor, job)?;
     // Sharded state (one data rank has nothing to divide): the layout over the data group.
-    let shard = (d.shard.optimizer() && grid.data > 1).then(|| Sharder::new(data_chan.duplicate(), model.n_params));
+    let shard = (d.shard.optimizer() && grid.data > 1).then(|| Sharder::new(data_chan.duplicate(), &plan));
     let scatter = d.shard == crate::config::Shard::Gradients && shard.is_some();
     let reducer = match (path, engine_chan) {
         (_, Some(chan)) if scatter => {
             let layout = &shard.as_ref().expect("scatter is sharded").layout;
-            Box::new(ReduceScatter::new(chan, layout, &plan)) as Box<dyn reduce::Reducer>
+            Box::new(ReduceScatter::new(chan, layout)) as Box<dyn reduce::Reducer>
         }
         (Path::Nccl, chan) => {
             // One data-parallel rank has no engine channel: a one-rank communicator of its own.
@@ -110,7 +110,7 @@ pub(super) fn build<'a, B: Backend>(
         }
     };
     let reduced: Vec<usize> = match &shard {
-        Some(sh) if scatter => shard::reduced_lens(&sh.layout, sh.rank(), &plan),
+        Some(sh) if scatter => shard::reduced_lens(&sh.layout, sh.rank()),
         _ => plan.buckets.iter().map(|r| r.len()).collect(),
     };
     log_shard(comm, job, grid.data, scatter);
@@ -121,13 +121,14 @@ pub(super) fn build<'a, B: Backend>(
     // scale_lr_by_world_size: × (global batch / batch_size), the data-parallel degree the run
     // started with: a resume on another count keeps the global batch, so the lr too.
     let lr_ranks = sched.global_batch / job.training.rows_per_step();
-    let mut opt = Optimizer::new(&be, &job.optimizer, model.tensors(), model.n_params, lr_ranks)?;
+    let own = shard.as_ref().map(|s| s.own());
+    let mut opt = Optimizer::with_own(&be, &job.optimizer, model.tensors(), model.n_params, lr_ranks, own)?;
     opt.schedule_mut().set_total_steps((job.training.epochs * sched.steps) as u64);
     // This rank's part of the starting state (restore.rs cut it); rows per rank: the global
     // batch (kept across resumes) over this job's data ranks.
     let mut st = Stepper::new(be, model, &start.params, opt, engine, sched.batch, timeline.clone())?;
     if let Some(sh) = shard {
-        st.set_shard(sh, scatter)?;
+        st.set_shard(sh, scatter);
     }
     st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
     // The stepper holds its own copies now: the starting state's go (a whole model's
@@ -391,12 +392,7 @@ impl<B: Backend> Mode<B> for AllReduce<'_> {
         let d = &job.distribution;
         let (threshold, first) = s.bytes();
         let (path, pointers) = (self.path, self.path == Path::Mpi && !s.hierarchical);
-        let layout = st.shard().filter(|s| s.reduce_scattered).map(|s| s.sharder.layout.clone());
         st.replan(threshold, first, d.bucket_order, |old, plan| {
-            if let Some(layout) = &layout {
-                let chan = old.into_channel().expect("a reduce-scatter has a channel");
-                return Box::new(ReduceScatter::new(chan, layout, plan));
-            }
             if path == Path::Nccl && old.what().starts_with("all-reduce (NCCL") {
                 return old; // NCCL sums any bucket: the communicator (and its levels) stays
             }

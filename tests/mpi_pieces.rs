@@ -1,0 +1,94 @@
+//! Buffers longer than one MPI call may carry (2^31 − 1 elements: MPI's counts are `int`s)
+//! travel in pieces. With `HVTRAIN_MPI_PIECE=5` every buffer of this small model crosses the
+//! piece many times over, so each path that sends floats is run in pieces under a real
+//! `mpirun` and must train to the weights of the same run in one piece per call: the
+//! all-reduce, the reduce-scatter and all-gather of sharded state (and the state gathered for
+//! a checkpoint), the fp16 ring's exchanges, Adasum's fold and pair exchanges, the hierarchical
+//! reduce and broadcast, the starting state sent to tensor ranks and the tensor group's sums
+//! and gathers, the pipeline's messages. Our own rings and folds add in the same order
+//! whatever the pieces (the same bits); MPI's collectives may pick another algorithm for a
+//! smaller message, which on 3 ranks may add in another order (float tolerance).
+
+mod common;
+use common::*;
+use std::path::Path;
+
+const D: usize = 8;
+const LAYERS: [usize; 4] = [D, 13, 11, 3];
+const ROWS: usize = 240;
+const GLOBAL: usize = 12;
+const TOL: f32 = 2e-5;
+const PIECE: (&str, &str) = ("HVTRAIN_MPI_PIECE", "5");
+
+fn train(dir: &Path, out: &str, ranks: usize, env: &[(&str, &str)], sets: &[&str]) -> (Vec<Vec<f32>>, String) {
+    let b = format!("training.batch_size={}", GLOBAL / ranks);
+    let base = [
+        b.as_str(),
+        "training.epochs=2",
+        "data.shuffle=false",
+        "model.activation=tanh",
+        "optimizer.kind='adam'",
+        "optimizer.lr=0.01",
+    ];
+    train_weights(dir, out, ranks, LAYERS.len() - 1, env, &base, sets)
+}
+
+/// The run in pieces of 5 against the same run without; returns the largest difference.
+fn compare(tag: &str, ranks: usize, env: &[(&str, &str)], sets: &[&str]) -> f32 {
+    let dir = scratch(&format!("pieces-{tag}"));
+    let (x, y) = synthetic(ROWS, D, 3, 51);
+    write_classes(&dir.join("d.h5"), &x, D, &y);
+    job(&dir, &LAYERS, "d.h5", None, "");
+    let (whole, _) = train(&dir, "whole", ranks, env, sets);
+    let env: Vec<(&str, &str)> = env.iter().copied().chain([PIECE]).collect();
+    let (pieces, log) = train(&dir, "pieces", ranks, &env, sets);
+    assert!(log.contains("MPI calls carry at most 5 elements each"), "{tag}: the pieces were not asked for\n{log}");
+    let d = max_diff(&whole, &pieces);
+    eprintln!("{tag} on {ranks} ranks in pieces of 5: weights differ by {d:e}");
+    d
+}
+
+#[test]
+fn every_path_trains_the_same_in_pieces() {
+    let _g = mpi_lock();
+    // Our own arithmetic over MPI's point-to-point messages: the same bits.
+    let exact: [(&str, usize, &[(&str, &str)], &[&str]); 4] = [
+        ("fp16-ring", 3, &[], &["distribution.compression='fp16'", "distribution.shard='optimizer'"]),
+        ("adasum", 3, &[], &["distribution.reduction='adasum'"]),
+        ("pipeline", 2, &[], &["parallel.pipeline=2", "parallel.micro_batches=2"]),
+        ("tensor", 2, &[], &["parallel.tensor=2"]),
+    ];
+    for (tag, ranks, env, sets) in exact {
+        assert_eq!(compare(tag, ranks, env, sets), 0.0, "{tag}: pieces changed the training");
+    }
+    // MPI's own sums, which may add 3 ranks' numbers in another order for smaller messages.
+    let close: [(&str, usize, &[(&str, &str)], &[&str]); 3] = [
+        ("allreduce", 3, &[], &["distribution.fusion_threshold_mb=0.0005"]),
+        ("shard-gradients-checkpoint", 3, &[], &["distribution.shard='gradients'", "checkpoint.every_steps=7"]),
+        ("hierarchical", 3, &[("HVTRAIN_NODE_SIZE", "2")], &["distribution.hierarchical=true"]),
+    ];
+    for (tag, ranks, env, sets) in close {
+        let d = compare(tag, ranks, env, sets);
+        assert!(d <= TOL, "{tag}: pieces changed the training by {d}");
+    }
+}
+
+/// A gathered checkpoint in pieces holds the same optimizer state as in one piece (rank 0
+/// receives each rank's part over several rounds of `MPI_Gatherv`).
+#[test]
+fn a_sharded_checkpoint_gathered_in_pieces_is_whole() {
+    let _g = mpi_lock();
+    let dir = scratch("pieces-checkpoint");
+    let (x, y) = synthetic(ROWS, D, 3, 52);
+    write_classes(&dir.join("d.h5"), &x, D, &y);
+    job(&dir, &LAYERS, "d.h5", None, "");
+    let sets = ["distribution.shard='optimizer'", "checkpoint.every_steps=20", "checkpoint.keep=5"];
+    train(&dir, "whole", 2, &[], &sets);
+    train(&dir, "pieces", 2, &[PIECE], &sets);
+    let ck = |out: &str| dir.join(out).join("ckpt-step000000020.h5");
+    for t in ["optimizer/m", "optimizer/v"] {
+        let (a, b) = (read_f32(&ck("whole"), t), read_f32(&ck("pieces"), t));
+        assert!(a.iter().any(|&v| v != 0.0), "{t} is all zeros");
+        assert_eq!(a, b, "{t} gathered in pieces differs");
+    }
+}
