@@ -322,6 +322,15 @@ pub enum BenchCommand {
         #[arg(long)]
         hierarchical: bool,
     },
+    /// Buffers past MPI's 32-bit counts (2^31 - 1 elements), sent for real: a float32 broadcast
+    /// and a ring exchange of 16-bit words, every element checked on every rank. Needs about
+    /// 4 bytes per element and rank. Run under mpirun.
+    #[command(after_help = "Example:\n  mpirun -n 2 hvtrain bench pieces --elements 2147483655")]
+    Pieces {
+        /// Elements per buffer (2^31 + 7 by default).
+        #[arg(long, default_value_t = (1usize << 31) + 7)]
+        elements: usize,
+    },
     /// Training steps per second of one MLP on one device (CPU or GPU, no MPI), and the
     /// GEMM rate of the step's own matrix products on that device in the same run.
     #[command(

@@ -112,6 +112,13 @@ fn main() {
                 Ok(0)
             })
         }
+        Command::Bench(BenchCommand::Pieces { elements }) => {
+            let defaults = config::DistributionCfg::default();
+            with_mpi(Limits { startup: None, finish: defaults.finish_seconds }, |comm| {
+                parallel::liveness::set("bench pieces");
+                bench::pieces::run(comm, elements).map(|()| 0)
+            })
+        }
         Command::Bench(BenchCommand::Step { device, layers, batch, precision, steps, warmup, threads, data, json }) => {
             device::set_cpu_threads(threads);
             device::check_cpu_threads(device::Kind::Cpu, threads);

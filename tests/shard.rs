@@ -95,8 +95,7 @@ fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
     let fault = [("HVTRAIN_INJECT_FAULT", "0:40:term")];
     let b = format!("training.batch_size={}", GLOBAL / 2);
     let mut args = vec!["train", "job.toml", "--set", "output.dir='sharded'", "--set", &b];
-    let common =
-        ["training.epochs=2", "data.shuffle=false", "model.activation=tanh", "distribution.shard='gradients'"];
+    let common = ["training.epochs=2", "data.shuffle=false", "model.activation=tanh", "distribution.shard='gradients'"];
     for s in opt.iter().chain(&common) {
         args.extend(["--set", s]);
     }

@@ -557,7 +557,8 @@ mod tests {
         assert_eq!(field(parse(&[ps, "parallel.tensor=2"])), "parallel.tensor");
         assert_eq!(field(parse(&[ps, "parallel.pipeline=2"])), "parallel.pipeline");
         assert_eq!(field(parse(&[ps, "parallel.micro_batches=2"])), "parallel.micro_batches");
-        let huge = |s: &str| Job::parse("job", "[data]\ntrain='x'\n[model]\nlayers=[65536,32768,2]\n", &[s.to_string()]);
+        let huge =
+            |s: &str| Job::parse("job", "[data]\ntrain='x'\n[model]\nlayers=[65536,32768,2]\n", &[s.to_string()]);
         assert!(huge("distribution.strategy='allreduce'").is_ok(), "2^31 elements in one weight, in pieces");
         assert_eq!(field(huge("distribution.strategy='parameter_server'")), "model.layers");
         assert_eq!(roles(&parse(&[ps, "distribution.servers=2"]).unwrap(), 5).unwrap(), (3, 2));
@@ -577,7 +578,9 @@ mod tests {
         let ps = "distribution.strategy=parameter_server";
         let e = msg(parse(&["distribution.shard=optimizer", ps]));
         assert!(e.contains("distribution.shard") && e.contains("parameter_server"), "{e}");
-        for other in ["distribution.compression=fp16", "distribution.reduction=adasum", "distribution.hierarchical=true"] {
+        for other in
+            ["distribution.compression=fp16", "distribution.reduction=adasum", "distribution.hierarchical=true"]
+        {
             let e = msg(parse(&["distribution.shard=gradients", other]));
             let key = other.split('=').next().unwrap();
             assert!(e.contains("distribution.shard") && e.contains(key), "{other}: {e}");

@@ -110,7 +110,6 @@ impl<B: Backend> Optimizer<B> {
         self.own.as_ref()
     }
 
-
     /// For a parameter-server worker: keeps no state; `apply` sets the parameters to the
     /// "gradients", which are the parameters pulled from the servers.
     pub fn assign(be: &B, cfg: &OptimizerCfg, tensors: Vec<TensorInfo>, n_params: usize) -> Result<Self> {

@@ -39,7 +39,11 @@ pub fn piece() -> usize {
     static PIECE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *PIECE.get_or_init(|| {
         let most = i32::MAX as usize;
-        std::env::var("HVTRAIN_MPI_PIECE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&p| p >= 1).map_or(most, |p| p.min(most))
+        std::env::var("HVTRAIN_MPI_PIECE")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&p| p >= 1)
+            .map_or(most, |p| p.min(most))
     })
 }
 
@@ -382,7 +386,10 @@ impl Comm {
         let node = world.split_shared(world.rank());
         let host = mpi::environment::processor_name().unwrap_or_else(|_| "unknown-host".into());
         if world.rank() == 0 && piece() < i32::MAX as usize {
-            log::info!("MPI calls carry at most {} elements each (HVTRAIN_MPI_PIECE): longer buffers go in pieces", piece());
+            log::info!(
+                "MPI calls carry at most {} elements each (HVTRAIN_MPI_PIECE): longer buffers go in pieces",
+                piece()
+            );
         }
         Ok(Comm {
             rank: world.rank() as usize,
@@ -477,7 +484,8 @@ impl Channel {
         let mut o = Outgoing { reqs: Vec::new(), buf: Some(buf) };
         let b = o.buf.as_ref().expect("just set");
         // Always at least one message, an empty one for an empty buffer (as one send was).
-        let ws: Vec<std::ops::Range<usize>> = if b.is_empty() { vec![0..0] } else { windows(b.len(), piece()).collect() };
+        let ws: Vec<std::ops::Range<usize>> =
+            if b.is_empty() { vec![0..0] } else { windows(b.len(), piece()).collect() };
         for w in ws {
             let ptr = b[w.clone()].as_ptr();
             // SAFETY: the buffer is heap memory owned by `o`, which neither moves nor frees it

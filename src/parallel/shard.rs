@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn each_bucket_splits_over_the_ranks_in_order_as_evenly_as_it_divides() {
-        let plan = FusionPlan::new(&[4, 4, 2, 7], 32); // buckets 0..8, 8..17 (backward order)
+        let plan = FusionPlan::new(&[4, 4, 2, 7], 32); // buckets 0..8, 8..10, 10..17
         for k in [1, 2, 3, 4, 5] {
             let l = Layout::new(&plan, k);
             for (b, range) in plan.buckets.iter().enumerate() {
@@ -186,7 +186,7 @@ mod tests {
                 assert!(hi - lo <= 1, "bucket {b} over {k}: {lens:?}");
             }
         }
-        let l = Layout::new(&FusionPlan::new(&[4, 4, 2], 16), 3); // buckets 0..8, 8..10
+        let l = Layout::new(&FusionPlan::new(&[4, 4, 2], 32), 3); // buckets 0..8, 8..10
         assert_eq!(l.buckets, vec![0..8, 8..10]);
         assert_eq!((l.piece(0, 0), l.piece(0, 1), l.piece(0, 2)), (0..2, 2..5, 5..8));
         assert_eq!((l.piece(1, 0), l.piece(1, 1), l.piece(1, 2)), (8..8, 8..9, 9..10));

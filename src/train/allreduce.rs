@@ -171,7 +171,10 @@ fn log_shard(comm: &Comm, job: &Job, data: usize, scatter: bool) {
         return;
     }
     if data == 1 {
-        info!("distribution.shard = \"{}\": one data-parallel rank, nothing to divide (every part is this rank's)", s.name());
+        info!(
+            "distribution.shard = \"{}\": one data-parallel rank, nothing to divide (every part is this rank's)",
+            s.name()
+        );
         return;
     }
     let grads = if scatter {
