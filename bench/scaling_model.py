@@ -20,6 +20,12 @@ Usage: scaling_model.py MEASURED.json [--bw GBs] [--latency us] [--gpu-tflops T]
                         [--layouts-measured MODEL-PARALLEL.json]
 
 Model-parallel layouts (D data × T tensor × P pipeline ranks, M micro-batches): `layout_step`.
+
+Sharded state (distribution.shard, `step_time(..., shard=)`): "optimizer" keeps the all-reduce
+and adds an all-gather of every bucket's updated pieces after the step, not overlapped;
+"gradients" reduce-scatters each bucket instead (half an all-reduce's traffic, overlapped as
+the all-reduce is) and adds the same all-gather:
+    reduce_scatter(bytes, p) = all_gather(bytes, p) = ceil(log2 p)*alpha + (p-1)/p * bytes / bw
 """
 import argparse, json, math, statistics
 
@@ -30,6 +36,13 @@ def allreduce(nbytes, p, alpha, bw):
     if p == 1:
         return 0.0
     return 2 * math.ceil(math.log2(p)) * alpha + 2 * (p - 1) / p * nbytes / bw
+
+
+def half(nbytes, p, alpha, bw):
+    """A reduce-scatter or an all-gather of nbytes over p ranks: half an all-reduce."""
+    if p == 1:
+        return 0.0
+    return math.ceil(math.log2(p)) * alpha + (p - 1) / p * nbytes / bw
 
 
 def tensors(layers):
@@ -60,12 +73,16 @@ def flops(layers, batch):
     return fwd, bwd
 
 
-def step_time(model, p, alpha, bw, overlap, compute_s=None):
-    """(step, all-reduce total, exposed, buckets) in seconds; compute_s overrides the model's."""
+def step_time(model, p, alpha, bw, overlap, compute_s=None, shard="none"):
+    """(step, communication total, exposed, buckets) in seconds; compute_s overrides the
+    model's; shard: "none", "optimizer" or "gradients" (see the module's doc)."""
     model = dict(model, compute_s=model["compute_s"] if compute_s is None else compute_s)
     layers, batch = model["layers"], model["batch_per_rank"]
     buckets = plan(tensors(layers), model["threshold_bytes"])
-    comm = [allreduce(sum(t[0] for t in b), p, alpha, bw) for b in buckets]
+    reduce = half if shard == "gradients" else allreduce
+    comm = [reduce(sum(t[0] for t in b), p, alpha, bw) for b in buckets]
+    # The updated pieces all-gathered after the step, bucket by bucket, nothing to hide them.
+    gather = sum(half(sum(t[0] for t in b), p, alpha, bw) for b in buckets) if shard != "none" else 0.0
     fwd, bwd = flops(layers, batch)
     per_flop = model["compute_s"] / (fwd + sum(bwd))
     # When each layer's backward ends, measured from the end of forward.
@@ -82,7 +99,23 @@ def step_time(model, p, alpha, bw, overlap, compute_s=None):
         exposed = max(0.0, end - backward_end)
     else:
         exposed = sum(comm)
-    return model["compute_s"] + exposed, sum(comm), exposed, len(buckets)
+    return model["compute_s"] + exposed + gather, sum(comm) + gather, exposed + gather, len(buckets)
+
+
+def shard_lines(m, alpha, bw):
+    """Predicted step of the large CPU model with each distribution.shard mode (overlap on)."""
+    big = [x for x in models(m) if x["name"].startswith("large MLP")][0]
+    lines = [f"## Sharded state (distribution.shard): {big['name']}, overlap on (predicted)", "",
+             "The all-gather of the updated parameters after each step is exposed; \"gradients\" halves the "
+             "overlapped traffic (reduce-scatter). The optimizer's own time, which sharding divides by the ranks, "
+             "is not in the model.", "",
+             "| ranks | none (ms) | optimizer (ms) | gradients (ms) | optimizer / none | gradients / none |",
+             "|---|---|---|---|---|---|"]
+    for p in RANKS:
+        t = {s: step_time(big, p, alpha, bw, True, shard=s)[0] for s in ("none", "optimizer", "gradients")}
+        lines.append(f"| {p} | {t['none']*1e3:.2f} | {t['optimizer']*1e3:.2f} | {t['gradients']*1e3:.2f} | "
+                     f"{t['none']/t['optimizer']:.2f}× | {t['none']/t['gradients']:.2f}× |")
+    return lines + [""]
 
 
 def models(m, gpu_tflops=None):
@@ -476,6 +509,7 @@ def main():
             for p, t, comm, exposed, eff in rows:
                 lines.append(f"| {p} | {t*1e3:.2f} | {comm*1e3:.3f} | {exposed*1e3:.3f} | {eff*100:.1f}% | {p*model['batch_per_rank']/t:,.0f} |")
             lines.append("")
+    lines += shard_lines(m, alpha, bw)
     lines += more
     if a.hierarchical_measured:
         lines += hierarchical_lines(a.hierarchical_measured, alpha, bw, a.intra_latency * 1e-6, a.intra_bw * 1e9, m)

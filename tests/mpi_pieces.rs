@@ -62,10 +62,11 @@ fn every_path_trains_the_same_in_pieces() {
         assert_eq!(compare(tag, ranks, env, sets), 0.0, "{tag}: pieces changed the training");
     }
     // MPI's own sums, which may add 3 ranks' numbers in another order for smaller messages.
-    let close: [(&str, usize, &[(&str, &str)], &[&str]); 3] = [
+    let close: [(&str, usize, &[(&str, &str)], &[&str]); 4] = [
         ("allreduce", 3, &[], &["distribution.fusion_threshold_mb=0.0005"]),
         ("shard-gradients-checkpoint", 3, &[], &["distribution.shard='gradients'", "checkpoint.every_steps=7"]),
         ("hierarchical", 3, &[("HVTRAIN_NODE_SIZE", "2")], &["distribution.hierarchical=true"]),
+        ("shard-mpi-collectives", 3, &[("HVTRAIN_SHARD_COLLECTIVES", "mpi")], &["distribution.shard='gradients'"]),
     ];
     for (tag, ranks, env, sets) in close {
         let d = compare(tag, ranks, env, sets);

@@ -66,8 +66,15 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
             assert!(log.contains("the optimizer state and update divided over"), "{log}");
             assert!(log.contains("all-reduced whole"), "{log}");
             let (grad_w, log) = run("gradients");
-            assert!(log.contains("reduce-scattered"), "{log}");
+            assert!(log.contains("reduce-scattered (a ring"), "{log}");
             assert!(log.contains("and the reduced gradients divided over"), "{log}");
+            // MPI's own reduce-scatter and all-gather (HVTRAIN_SHARD_COLLECTIVES=mpi) instead of the ring.
+            let sets = with("gradients");
+            let sets: Vec<&str> = sets.iter().map(|s| s.as_str()).collect();
+            let (mpi_w, log) = train(&dir, "gradients-mpi", ranks, &[("HVTRAIN_SHARD_COLLECTIVES", "mpi")], &sets);
+            assert!(log.contains("reduce-scattered (MPI_Reduce_scatter"), "{log}");
+            let d_mpi = max_diff(&reference, &mpi_w);
+            assert!(d_mpi <= TOL, "{tag} on {ranks} ranks: MPI's reduce-scatter differs by {d_mpi}");
             // Same sums, element-wise updates: the same bits.
             let d_opt = max_diff(&reference, &opt_w);
             let d_grad = max_diff(&reference, &grad_w);

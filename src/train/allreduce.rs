@@ -177,14 +177,23 @@ fn log_shard(comm: &Comm, job: &Job, data: usize, scatter: bool) {
         );
         return;
     }
-    let grads = if scatter {
-        "gradient buckets reduce-scattered (MPI_Reduce_scatter: each rank receives its part of the sum)"
-    } else {
-        "gradient buckets all-reduced whole"
+    let grads = match (scatter, shard::Path::from_env()) {
+        (true, shard::Path::Ring) => {
+            "gradient buckets reduce-scattered (a ring of exchanges: each rank receives its piece of the sum)"
+        }
+        (true, shard::Path::Mpi) => {
+            "gradient buckets reduce-scattered (MPI_Reduce_scatter: each rank receives its piece of the sum)"
+        }
+        (false, _) => "gradient buckets all-reduced whole",
+    };
+    let gather = match shard::Path::from_env() {
+        shard::Path::Ring => "a ring",
+        shard::Path::Mpi => "MPI_Allgatherv",
     };
     info!(
         "distribution.shard = \"{}\": the optimizer state and update divided over {data} data-parallel ranks \
-         (contiguous parts of the parameters); {grads}; the updated parts all-gathered after each step",
+         (each fusion bucket split into one piece per rank); {grads}; the updated pieces all-gathered after each step \
+         ({gather}; HVTRAIN_SHARD_COLLECTIVES=ring|mpi)",
         s.name()
     );
 }
