@@ -135,3 +135,35 @@ fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
     eprintln!("stopped at 40 on 2 ranks (gradients), resumed on 3 (optimizer): weights differ by {d:e}");
     assert!(d <= TOL, "the resumed sharded run ends {d} away from the unsharded one");
 }
+
+/// The shards live within each data-parallel group: with tensor or pipeline parallelism (2
+/// data ranks × 2), gradient accumulation, and bf16 products (on the emulated tile unit where
+/// the CPU has no bf16), shard = "gradients" trains to the same bits as "none" (each data group
+/// has 2 ranks: the ring adds the same two numbers).
+#[test]
+fn shards_compose_with_model_parallelism_accumulation_and_bf16() {
+    let _g = mpi_lock();
+    let cases: [(&str, usize, &[(&str, &str)], &[&str]); 4] = [
+        ("tensor", 4, &[], &["parallel.tensor=2"]),
+        ("pipeline", 4, &[], &["parallel.pipeline=2", "parallel.micro_batches=2"]),
+        ("accumulate", 2, &[], &["training.accumulate=2"]),
+        ("bf16", 2, &[("HVTRAIN_CPU_BF16", "emulated"), ("HVTRAIN_BF16_RATE_CHECK", "0")], &["training.precision='bf16'"]),
+    ];
+    for (tag, ranks, env, sets) in cases {
+        let dir = setup(&format!("shard-with-{tag}"));
+        let data = if tag == "tensor" || tag == "pipeline" { ranks / 2 } else { ranks };
+        let b = format!("training.batch_size={}", GLOBAL / data);
+        let run = |mode: &str| {
+            let shard = format!("distribution.shard='{mode}'");
+            let base = [b.as_str(), "training.epochs=1", "data.shuffle=false", "optimizer.kind='adam'", "optimizer.lr=0.01"];
+            let sets: Vec<&str> = sets.iter().copied().chain([shard.as_str()]).collect();
+            train_weights(&dir, mode, ranks, LAYERS.len() - 1, env, &base, &sets)
+        };
+        let (none, _) = run("none");
+        let (sharded, log) = run("gradients");
+        assert!(log.contains("divided over 2 data-parallel ranks"), "{tag}: {log}");
+        let d = max_diff(&none, &sharded);
+        eprintln!("{tag}: shard = gradients differs by {d:e}");
+        assert_eq!(d, 0.0, "{tag}: shard = gradients changed the training");
+    }
+}
