@@ -147,7 +147,12 @@ fn shards_compose_with_model_parallelism_accumulation_and_bf16() {
         ("tensor", 4, &[], &["parallel.tensor=2"]),
         ("pipeline", 4, &[], &["parallel.pipeline=2", "parallel.micro_batches=2"]),
         ("accumulate", 2, &[], &["training.accumulate=2"]),
-        ("bf16", 2, &[("HVTRAIN_CPU_BF16", "emulated"), ("HVTRAIN_BF16_RATE_CHECK", "0")], &["training.precision='bf16'"]),
+        (
+            "bf16",
+            2,
+            &[("HVTRAIN_CPU_BF16", "emulated"), ("HVTRAIN_BF16_RATE_CHECK", "0")],
+            &["training.precision='bf16'"],
+        ),
     ];
     for (tag, ranks, env, sets) in cases {
         let dir = setup(&format!("shard-with-{tag}"));
@@ -155,7 +160,8 @@ fn shards_compose_with_model_parallelism_accumulation_and_bf16() {
         let b = format!("training.batch_size={}", GLOBAL / data);
         let run = |mode: &str| {
             let shard = format!("distribution.shard='{mode}'");
-            let base = [b.as_str(), "training.epochs=1", "data.shuffle=false", "optimizer.kind='adam'", "optimizer.lr=0.01"];
+            let base =
+                [b.as_str(), "training.epochs=1", "data.shuffle=false", "optimizer.kind='adam'", "optimizer.lr=0.01"];
             let sets: Vec<&str> = sets.iter().copied().chain([shard.as_str()]).collect();
             train_weights(&dir, mode, ranks, LAYERS.len() - 1, env, &base, &sets)
         };

@@ -246,8 +246,7 @@ impl<B: Backend> Optimizer<B> {
                 .collect();
             let wd = c.weight_decay as f32;
             if c.kind == OptimizerKind::Sgd {
-                let h =
-                    SgdHyper { lr, grad_scale, weight_decay: wd, momentum: c.momentum as f32, nesterov: c.nesterov };
+                let h = self.sgd_hyper(lr, grad_scale, wd);
                 return be.sgd_segments(params, grads, offset, self.m.as_mut(), &segs, &h);
             }
             let h = self.adam_hyper_decayed(lr, grad_scale, wd);
@@ -285,13 +284,7 @@ impl<B: Backend> Optimizer<B> {
             let p = be.view_mut(params, r.clone());
             match c.kind {
                 OptimizerKind::Sgd => {
-                    let h = SgdHyper {
-                        lr,
-                        grad_scale,
-                        weight_decay: wd,
-                        momentum: c.momentum as f32,
-                        nesterov: c.nesterov,
-                    };
+                    let h = self.sgd_hyper(lr, grad_scale, wd);
                     be.sgd(p, g, self.m.as_mut().map(|m| be.view_mut(m, r)), &h)?
                 }
                 OptimizerKind::Lars => {
@@ -343,13 +336,7 @@ impl<B: Backend> Optimizer<B> {
             let wd = if t.is_weight { c.weight_decay as f32 } else { 0.0 };
             match c.kind {
                 OptimizerKind::Sgd => {
-                    let h = SgdHyper {
-                        lr,
-                        grad_scale,
-                        weight_decay: wd,
-                        momentum: c.momentum as f32,
-                        nesterov: c.nesterov,
-                    };
+                    let h = self.sgd_hyper(lr, grad_scale, wd);
                     be.sgd(p, g, self.m.as_mut().map(|m| be.view_mut(m, s)), &h)?
                 }
                 OptimizerKind::Adam | OptimizerKind::Adamw => {
@@ -361,6 +348,12 @@ impl<B: Backend> Optimizer<B> {
             }
         }
         Ok(())
+    }
+
+    /// SGD's hyperparameters (momentum, Nesterov from the config) with weight decay `wd`.
+    fn sgd_hyper(&self, lr: f32, grad_scale: f32, wd: f32) -> SgdHyper {
+        let c = &self.cfg;
+        SgdHyper { lr, grad_scale, weight_decay: wd, momentum: c.momentum as f32, nesterov: c.nesterov }
     }
 
     /// Adam's hyperparameters for this step with weight decay `wd`: in the gradient (Adam's L2)

@@ -560,7 +560,7 @@ impl Drop for Outgoing {
 }
 
 /// The ranges of consecutive parts `counts` long.
-fn parts_of(counts: &[usize]) -> Vec<std::ops::Range<usize>> {
+pub fn parts_of(counts: &[usize]) -> Vec<std::ops::Range<usize>> {
     let mut at = 0;
     counts
         .iter()

@@ -14,7 +14,7 @@
 //! Must not: know what an optimizer does with its part (the optimizer does), or decide when a
 //! bucket travels (the engine does).
 
-use super::comm::Channel;
+use super::comm::{parts_of, Channel};
 use super::fusion::FusionPlan;
 use super::reduce::Reducer;
 use std::ops::Range;
@@ -106,7 +106,7 @@ impl Path {
 /// previous; after p − 1 steps the piece received is this rank's, summed over every rank.
 pub fn ring_reduce_scatter(chan: &Channel, grads: &[f32], out: &mut [f32], counts: &[usize], scratch: &mut Vec<f32>) {
     let (p, r) = (chan.size, chan.rank);
-    let parts = offsets(counts);
+    let parts = parts_of(counts);
     let piece = |k: usize| parts[k % p].clone();
     let mine = piece(r);
     if p == 1 {
@@ -136,7 +136,7 @@ pub fn ring_reduce_scatter(chan: &Channel, grads: &[f32], out: &mut [f32], count
 /// order); after p − 1 steps, each passing on the piece received last, it holds every rank's.
 pub fn ring_all_gather(chan: &Channel, buf: &mut [f32], counts: &[usize]) {
     let (p, r) = (chan.size, chan.rank);
-    let parts = offsets(counts);
+    let parts = parts_of(counts);
     let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
     for step in 0..p.saturating_sub(1) {
         let (o, i) = (parts[(r + p - step) % p].clone(), parts[(r + 2 * p - 1 - step) % p].clone());
@@ -149,18 +149,6 @@ pub fn ring_all_gather(chan: &Channel, buf: &mut [f32], counts: &[usize]) {
             chan.exchange(&b[..o.len()], next, &mut a[i], prev);
         }
     }
-}
-
-/// The ranges of consecutive pieces `counts` long.
-fn offsets(counts: &[usize]) -> Vec<Range<usize>> {
-    let mut at = 0;
-    counts
-        .iter()
-        .map(|&c| {
-            at += c;
-            at - c..at
-        })
-        .collect()
 }
 
 /// One rank's view of the sharded state: the layout, and a channel of the data group for the
