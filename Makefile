@@ -2,6 +2,7 @@
 #   make demo   installs what is needed, builds, converts Fashion-MNIST to HDF5 and trains
 #               784-512-512-10 on 2 ranks with mpirun (CPU), then plots the curves.
 #   make test   installs what is needed and runs every test, multi-rank ones under mpirun.
+#   make docs   builds the user documentation (docs/, an mdBook) into target/book/index.html.
 # Other targets: deps, build, data, bench, nvrtc, onnx-venv, clean.
 
 APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config g++ dataset-fashion-mnist \
@@ -18,7 +19,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN   := mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
 
-.PHONY: deps test-deps install build data demo test check-mpich bench nvrtc onnx-venv clean gpu-bundle
+.PHONY: deps test-deps install build data demo test check-mpich bench nvrtc onnx-venv clean gpu-bundle docs
 
 # NVRTC (CUDA's run-time compiler) from PyPI, unpacked: `make test` compiles every GPU kernel
 # with it, without a GPU or a CUDA install (src/device/cuda/nvrtc.rs). Pinned: 12.x still
@@ -73,7 +74,7 @@ demo: data
 # As root (CI), tests/noroot.rs must run, not skip: it proves the build a user without root does.
 NOROOT_REQ := $(shell [ "$$(id -u)" = 0 ] && echo HVTRAIN_REQUIRE_NOROOT=1)
 
-test: test-deps build nvrtc gpu-bundle onnx-venv
+test: test-deps build nvrtc gpu-bundle onnx-venv docs
 	LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH HVTRAIN_REQUIRE_NVRTC=1 HVTRAIN_REQUIRE_BUNDLE=1 $(NOROOT_REQ) \
 	  HVTRAIN_REQUIRE_ONNX=1 HVTRAIN_ONNX_PYTHON=$(CURDIR)/$(ONNX_VENV)/bin/python cargo test --release --no-fail-fast
 	$(MAKE) --no-print-directory check-mpich
@@ -90,6 +91,21 @@ check-mpich: data
 
 bench: data
 	bash bench/run.sh
+
+# The book: mdBook from crates.io, pinned, built once into target/ without its server and file
+# watcher (about 1-2 minutes; no Debian package has it). `mdbook build` fails on a SUMMARY.md
+# entry without its file; tests/docs.rs checks links and anchors, src/cli/docs_tests.rs the
+# command lines.
+MDBOOK_VERSION := 0.4.52
+MDBOOK        := target/mdbook-$(MDBOOK_VERSION)/bin/mdbook
+
+docs: $(MDBOOK)
+	$(MDBOOK) build docs
+	@echo "make docs: the book is in target/book/index.html"
+
+$(MDBOOK):
+	cargo install mdbook --version $(MDBOOK_VERSION) --locked --no-default-features --features search \
+	  --root target/mdbook-$(MDBOOK_VERSION) --quiet
 
 # Skipped when this version is already unpacked (the stamp names it).
 nvrtc: $(NVRTC_DIR)/.version-$(NVRTC_VERSION)

@@ -454,3 +454,6 @@ pub enum ClassOrderArg {
     Sorted,
     Appearance,
 }
+
+#[cfg(test)]
+mod docs_tests;

@@ -21,7 +21,7 @@
 //! But under Open MPI 4.1 the rank does not outlive `mpirun` for long: one of the run-time's
 //! threads, on losing `mpirun`, ends the process with `_exit` (status 195; seen with strace)
 //! within some 10-50 ms, which no handler can delay. A stop checkpoint that takes
-//! longer is lost, which is why `mpirun` must get one signal only (see README, "Preemption").
+//! longer is lost, which is why `mpirun` must get one signal only (see docs/checkpoints.md, "Preemption").
 //!
 //! Must not: write checkpoints or call MPI (the training loop acts on the flag).
 

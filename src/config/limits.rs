@@ -76,6 +76,8 @@ pub const BATCH_SIZE: Span = Span::new(1.0, 1_048_576.0, "samples per rank");
 pub const ACCUMULATE: Span = Span::new(1.0, 65536.0, "micro-batches per optimizer step");
 pub const THREADS: Span = Span::new(1.0, 64.0, "threads per rank");
 pub const LOG_EVERY: Span = Span::or_off(1.0, 1e9, "steps");
+/// `output.histogram_freq`: 0 (off) or every 1 to a million epochs.
+pub const HISTOGRAM_FREQ: Span = Span::or_off(1.0, 1e6, "epochs");
 pub const PROGRESS_SECONDS: Span = Span::or_off(0.001, YEAR_S, "seconds");
 pub const LR: Span = Span::above(0.0, 1e30);
 pub const MOMENTUM: Span = Span::below(0.0, 1.0);

@@ -27,6 +27,11 @@ pub struct OutputCfg {
     /// `batch_learning_rate` at the global step, in `train/`.
     #[serde(default)]
     pub tensorboard_every_steps: usize,
+    /// Every this many epochs (0: off; Keras' `histogram_freq`): a histogram of each layer's
+    /// weights and biases (`dense{l}/weight`, `dense{l}/bias`) in `train/`, for TensorBoard's
+    /// Histograms and Distributions tabs. Gathers the whole model on rank 0 each time.
+    #[serde(default)]
+    pub histogram_freq: usize,
 }
 
 fn yes() -> bool {
@@ -45,6 +50,7 @@ impl Default for OutputCfg {
             keep_best: false,
             tensorboard: true,
             tensorboard_every_steps: 0,
+            histogram_freq: 0,
         }
     }
 }
@@ -60,6 +66,17 @@ impl OutputCfg {
             self.tensorboard_every_steps as u64,
             super::limits::LOG_EVERY,
         )?;
+        super::count(origin, "output.histogram_freq", self.histogram_freq as u64, super::limits::HISTOGRAM_FREQ)?;
+        if self.histogram_freq > 0 && !self.tensorboard {
+            return Err(Error::config(
+                origin,
+                "output.histogram_freq",
+                format!(
+                    "is {}, and the histograms are TensorBoard's, which output.tensorboard = false turns off: set output.tensorboard = true, or histogram_freq = 0",
+                    self.histogram_freq
+                ),
+            ));
+        }
         Ok(())
     }
 }

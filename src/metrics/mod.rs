@@ -146,6 +146,16 @@ impl MetricsLog {
         }
     }
 
+    /// Histograms of each layer's weights and biases of `model` (the whole model's arena
+    /// `params`) at `epoch` into the TensorBoard files (`output.histogram_freq`), if any.
+    pub fn histograms(&mut self, epoch: usize, model: &crate::model::Mlp, params: &[f32]) -> Result<()> {
+        let Some(b) = self.board.as_mut() else { return Ok(()) };
+        let mut tensors: Vec<(String, &[f32])> =
+            model.tensors().into_iter().map(|t| (t.name, &params[t.range.start..t.range.start + t.used])).collect();
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        b.histograms(epoch, &tensors)
+    }
+
     pub fn append(&mut self, m: &EpochMetrics) -> Result<()> {
         let mut f =
             std::fs::OpenOptions::new().append(true).open(&self.path).map_err(|e| Error::io(&self.path, "open", e))?;

@@ -25,6 +25,7 @@
 //! Must not: call MPI itself (`Comm` and `Link` do) or hold the scheduling rule
 //! (`scheduler.rs`).
 
+mod hparams;
 pub mod record;
 pub mod scheduler;
 mod sobol;
@@ -104,7 +105,7 @@ pub fn sweep(comm: &Comm, job_path: &str, sets: &[String], t_process: Instant, r
         return Err(Error::config(
             job_path,
             "sweep",
-            "the job has no [sweep] section: add one with the keys to vary, e.g. [sweep.space] \"optimizer.lr\" = { log_uniform = [1e-4, 0.3] } (see README, Sweeps)",
+            "the job has no [sweep] section: add one with the keys to vary, e.g. [sweep.space] \"optimizer.lr\" = { log_uniform = [1e-4, 0.3] } (see docs/sweeps.md)",
         ));
     };
     let rpt = cfg.ranks_per_trial;
@@ -140,16 +141,19 @@ pub fn sweep(comm: &Comm, job_path: &str, sets: &[String], t_process: Instant, r
     comm.barrier();
     let server = sched.map(|sc| {
         let (dir, metric) = (s.dir.clone(), cfg.metric.clone());
+        let sessions = hparams::Sessions::new(s.job.output.tensorboard);
         std::thread::Builder::new()
             .name("hvtrain-sweep".into())
-            .spawn(move || serve(link, sc, groups, rpt, &dir, &metric))
+            .spawn(move || serve(link, sc, sessions, groups, rpt, &dir, &metric))
             .expect("spawn the sweep's scheduler thread")
     });
     let mut stopped = run_group(&s, &group, link, comm.rank / rpt, comm.rank - group.rank)?;
     if let Some(h) = server {
-        let mut sc = h.join().map_err(|_| Error::Training("the sweep's scheduler thread panicked".into()))?;
+        let (mut sc, mut sessions) =
+            h.join().map_err(|_| Error::Training("the sweep's scheduler thread panicked".into()))?;
         stopped |= !sc.over();
         finish(&s, &mut sc, stopped)?;
+        sessions.sync(&sc.trials);
     }
     comm.barrier();
     let stopped = comm.all_reduce_max_f64(if stopped { 1.0 } else { 0.0 }) > 0.0;
@@ -161,7 +165,7 @@ pub fn sweep(comm: &Comm, job_path: &str, sets: &[String], t_process: Instant, r
 pub fn dry_run(job_path: &str, sets: &[String]) -> Result<String> {
     let (job, _) = Job::load_with_env(job_path, sets)?;
     let Some(cfg) = job.sweep.clone() else {
-        return Err(Error::config(job_path, "sweep", "the job has no [sweep] section (see README, Sweeps)"));
+        return Err(Error::config(job_path, "sweep", "the job has no [sweep] section (see docs/sweeps.md)"));
     };
     check_keys(job_path, sets, &cfg)?;
     let values = space::sample(&cfg);
@@ -275,22 +279,36 @@ fn prepare(s: &Sweep, ranks: usize, resume: bool) -> Result<Scheduler> {
         rungs.join(" "),
         s.dir.join(record::TRIALS_FILE).display()
     );
+    if s.job.output.tensorboard {
+        let name = Path::new(s.job_path).file_stem().map_or("sweep".into(), |n| n.to_string_lossy().into_owned());
+        hparams::experiment(&s.dir, &name, cfg);
+    }
     crate::train::runlock::sweep_mark("running", false);
     Ok(sc)
 }
 
 /// Rank 0's scheduler thread: reports in, work out, until every group has been told it is
 /// done. An error here (the records cannot be written) ends the job.
-fn serve(link: Link, mut sc: Scheduler, groups: usize, rpt: usize, dir: &Path, metric: &str) -> Scheduler {
+/// Each time the records are written, the trials' HParams sessions whose state changed are too.
+fn serve(
+    link: Link,
+    mut sc: Scheduler,
+    mut sessions: hparams::Sessions,
+    groups: usize,
+    rpt: usize,
+    dir: &Path,
+    metric: &str,
+) -> (Scheduler, hparams::Sessions) {
     crate::sys::untagged_thread();
     let mut idle: VecDeque<usize> = VecDeque::new();
     let mut done = 0;
     let mut stopping = false;
-    let save = |sc: &Scheduler| {
+    let mut save = |sc: &Scheduler| {
         if let Err(e) = record::write(dir, &sc.trials) {
             crate::sys::say(format!("hvtrain: error on rank 0 (sweep scheduler): {e}"));
             crate::parallel::comm::abort_world(1);
         }
+        sessions.sync(&sc.trials);
     };
     while done < groups {
         if let Some(m) = link.receive_any_within(TAG_REPORT, Duration::from_millis(100)) {
@@ -346,7 +364,7 @@ fn serve(link: Link, mut sc: Scheduler, groups: usize, rpt: usize, dir: &Path, m
             link.send(leader, TAG_NEXT, &encode(&next));
         }
     }
-    sc
+    (sc, sessions)
 }
 
 /// One group's loop: ask for work (the leader), share it, train it, report. True when the

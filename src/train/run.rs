@@ -430,9 +430,25 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         if self.metrics.is_some() {
             self.log_epoch(&m, exposed_ms)?;
         }
+        self.histograms(epoch)?;
         let stop = self.watch_epoch_end(&m)?;
         self.last = Some(m);
         Ok(stop)
+    }
+
+    /// Every `output.histogram_freq` epochs, the layers' histograms in rank 0's TensorBoard
+    /// files. Collective over the trainers (the whole model is gathered), as keep_best's.
+    fn histograms(&mut self, epoch: usize) -> Result<()> {
+        let o = &self.job.output;
+        if o.histogram_freq == 0 || !o.tensorboard || epoch % o.histogram_freq != 0 {
+            return Ok(());
+        }
+        if let Some(params) = self.mode.whole_params(&self.st)? {
+            if let Some(log) = self.metrics.as_mut() {
+                log.histograms(epoch, &self.st.tensor().full, &params)?;
+            }
+        }
+        Ok(())
     }
 
     /// The monitored metric's verdict (the same on every rank: the metrics were summed over

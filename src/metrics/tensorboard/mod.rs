@@ -18,13 +18,16 @@
 //! Must not: write on any rank but 0, or fail training over a full disk silently (errors
 //! are returned, as `metrics.jsonl`'s are).
 
+pub mod hparams;
 pub mod proto;
 pub mod record;
 
 use super::EpochMetrics;
 use crate::error::{Error, Result};
 use prost::Message;
-use proto::{Event, PluginData, Summary, SummaryMetadata, TensorProto, TensorShapeProto, Val, Value, What};
+use proto::{
+    Event, HistogramProto, PluginData, Summary, SummaryMetadata, TensorProto, TensorShapeProto, Val, Value, What,
+};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -146,6 +149,17 @@ impl Board {
         self.flush()
     }
 
+    /// Histograms of named tensors' values (`output.histogram_freq`: each layer's weights and
+    /// biases) in `train/` at step `epoch`, as Keras' `histogram_freq` writes them; flushed.
+    pub fn histograms(&mut self, epoch: usize, tensors: &[(String, &[f32])]) -> Result<()> {
+        let values = tensors
+            .iter()
+            .map(|(tag, v)| Value { tag: tag.clone(), metadata: None, value: Some(Val::Histo(histogram(v, BUCKETS))) })
+            .collect();
+        self.write("train", &summary(epoch as i64, values))?;
+        self.flush()
+    }
+
     fn write(&mut self, run: &'static str, ev: &Event) -> Result<()> {
         if !self.files.iter().any(|(r, _)| *r == run) {
             let folder = self.dir.join(run);
@@ -184,7 +198,36 @@ fn classes_and_regression(
     [("epoch_accuracy", acc), ("epoch_top5_accuracy", top5), ("epoch_mae", mae), ("epoch_rmse", rmse), ("epoch_r2", r2)]
 }
 
-fn now() -> f64 {
+/// Buckets of a histogram (`tf.summary.histogram`'s default).
+const BUCKETS: usize = 30;
+
+/// `v`'s histogram in `n` buckets of equal width from its least to its largest value (one
+/// bucket when they are equal), as TensorFlow 2's `tf.summary.histogram` bins them: bucket i
+/// counts the values from its left edge up to, not including, `bucket_limit[i]`, the last one
+/// including the maximum; written as the legacy `HistogramProto`, whose last limit TensorBoard
+/// reads as the maximum. Non-finite values are left out of the buckets and of the sums.
+pub fn histogram(v: &[f32], n: usize) -> HistogramProto {
+    let finite = || v.iter().filter(|x| x.is_finite()).map(|&x| x as f64);
+    let (min, max) = finite().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
+    if min > max {
+        return HistogramProto { bucket_limit: vec![0.0], bucket: vec![0.0], ..Default::default() };
+    }
+    let n = if max > min { n.max(1) } else { 1 };
+    let width = (max - min) / n as f64;
+    let mut bucket = vec![0.0; n];
+    let (mut sum, mut sum_squares, mut num) = (0.0, 0.0, 0.0);
+    for x in finite() {
+        let i = if width > 0.0 { (((x - min) / width) as usize).min(n - 1) } else { 0 };
+        bucket[i] += 1.0;
+        (sum, sum_squares, num) = (sum + x, sum_squares + x * x, num + 1.0);
+    }
+    let mut bucket_limit: Vec<f64> = (1..=n).map(|i| min + i as f64 * width).collect();
+    bucket_limit[n - 1] = max;
+    HistogramProto { min, max, num, sum, sum_squares, bucket_limit, bucket }
+}
+
+/// Seconds since the Unix epoch (events' wall time).
+pub fn now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 

@@ -100,3 +100,16 @@ fn epochs_are_written_and_a_resume_continues_the_curves_without_duplicates() {
     assert!(read(&out).is_empty());
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+#[test]
+fn a_histogram_counts_each_value_once_in_equal_buckets_from_least_to_largest() {
+    let h = super::histogram(&[0.0, 1.0, 1.5, 3.0, f32::NAN], 3);
+    assert_eq!((h.min, h.max, h.num, h.sum, h.sum_squares), (0.0, 3.0, 4.0, 5.5, 12.25));
+    assert_eq!(h.bucket_limit, vec![1.0, 2.0, 3.0]);
+    // 1.0 is the second bucket's left edge: buckets hold [left, right), the last one [left, max].
+    assert_eq!(h.bucket, vec![1.0, 2.0, 1.0]);
+    let same = super::histogram(&[2.0; 5], 30);
+    assert_eq!((same.bucket_limit, same.bucket), (vec![2.0], vec![5.0]));
+    let none = super::histogram(&[f32::INFINITY], 30);
+    assert_eq!(none.num, 0.0);
+}
