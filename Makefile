@@ -80,9 +80,13 @@ test: test-deps build nvrtc gpu-bundle onnx-venv docs
 	$(MAKE) --no-print-directory check-mpich
 
 # The code must build against MPICH too: build with MPICH's wrapper into target-mpich/ and
-# train 2 ranks for one epoch under MPICH's mpirun (hydra).
+# train 2 ranks for one epoch under MPICH's mpirun (hydra). The release profile is lightened
+# (opt-level 1, no LTO, no debug info): the MPI calls compile and link the same, in about a
+# third of the time.
+FAST_RELEASE := CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_LTO=off \
+                CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_DEBUG=false
 check-mpich: data
-	MPICC=mpicc.mpich cargo build --release --target-dir target-mpich
+	MPICC=mpicc.mpich $(FAST_RELEASE) cargo build --release --target-dir target-mpich
 	rm -rf runs/check-mpich && mkdir -p runs
 	timeout 300 mpirun.mpich -n 2 target-mpich/release/hvtrain train $(JOB) --set training.epochs=1 \
 	  --set 'output.dir="runs/check-mpich"' 2>&1 | tee runs/check-mpich.log | grep -E "rank [0-9]/2 on|epoch 1/1:|done:"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The build a cluster user without root does (README, "On a cluster without root"), proven on
+# The build a cluster user without root does (docs/clusters.md, "On a cluster without root"), proven on
 # this machine: MPI and HDF5 unpacked into a private prefix, the system's MPI and HDF5 out of
 # sight, and, as an unprivileged user:
 #   MPICC=PREFIX/mpich/bin/mpicc HDF5_DIR=PREFIX/hdf5/... cargo build --release
@@ -107,7 +107,11 @@ as_user() {
 }
 say "building as $(as_user id -un) (uid $(as_user id -u)): MPICC=$P/mpich/bin/mpicc HDF5_DIR=$HDF5_DIR cargo build --release"
 t0=$(date +%s)
-(cd "$WORK/src" && as_user cargo build --release --bin hvtrain 2>&1) > "$WORK/build.log" || { tail -40 "$WORK/build.log"; die "cargo build (log: $WORK/build.log)"; }
+# The release profile lightened (opt-level 1, no LTO, 16 codegen units, no debug info) to save
+# CI minutes (3.6 instead of 6.3 on 2 cores): what this proves, the build script finding
+# MPI and HDF5 in the prefix and the run path it writes, is the same in every profile.
+FAST="CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_DEBUG=false"
+(cd "$WORK/src" && as_user env $FAST cargo build --release --bin hvtrain 2>&1) > "$WORK/build.log" || { tail -40 "$WORK/build.log"; die "cargo build (log: $WORK/build.log)"; }
 say "built in $(( $(date +%s) - t0 )) s"
 BIN=$WORK/src/target/release/hvtrain
 say "RUNPATH: $(readelf -d "$BIN" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p;s/.*(RPATH).*\[\(.*\)\]/\1/p')"
