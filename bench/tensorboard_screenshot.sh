@@ -33,13 +33,13 @@ metric = "test_accuracy"
 TOML
 $MPIRUN $BIN sweep "$LOG/sweep.toml" --set training.epochs=3 --set 'output.dir="'$LOG'/sweep"' 2>&1 \
   | grep -E "sweep done|^[0-9]+ +[0-9]+ " || true
-$PY -m tensorboard.main --logdir "$LOG" --port 6123 --bind_all=false >"$OUT/tensorboard.log" 2>&1 &
+$PY -m tensorboard.main --logdir "$LOG" --port 6123 --host localhost >"$OUT/tensorboard.log" 2>&1 &
 TB=$!
 trap 'kill $TB 2>/dev/null || true' EXIT
 for _ in $(seq 60); do curl -s -o /dev/null http://localhost:6123/ && break; sleep 1; done
 shot() {  # shot NAME URL-FRAGMENT
   chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking \
-    --disable-component-update --disable-sync --user-data-dir="$(mktemp -d)" --hide-scrollbars \
+    --disable-component-update --disable-sync --user-data-dir="$(mktemp -d)" --hide-scrollbars --enable-unsafe-swiftshader \
     --window-size=1600,1000 --virtual-time-budget=20000 --screenshot="$OUT/$1.png" \
     "http://localhost:6123/$2" >/dev/null 2>&1
   echo "wrote $OUT/$1.png"
