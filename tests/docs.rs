@@ -145,8 +145,7 @@ fn every_link_and_anchor_in_the_book_and_readme_resolves() {
 fn every_page_of_the_book_is_in_its_summary_and_every_entry_is_a_page() {
     let docs = Path::new(ROOT).join("docs");
     let summary = std::fs::read_to_string(docs.join("SUMMARY.md")).expect("docs/SUMMARY.md");
-    let listed: BTreeSet<String> =
-        prose(&summary).iter().flat_map(|l| links(l)).filter(|l| !l.is_empty()).collect();
+    let listed: BTreeSet<String> = prose(&summary).iter().flat_map(|l| links(l)).filter(|l| !l.is_empty()).collect();
     let pages: BTreeSet<String> = book_pages()
         .iter()
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())

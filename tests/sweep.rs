@@ -332,7 +332,10 @@ fn a_stopped_sweep_resumes_and_ends_as_an_uninterrupted_one() {
         let session = std::fs::read(b.join(format!("trials/{t:04}/tensorboard/events.out.tfevents.session.v2")))
             .unwrap_or_else(|e| panic!("trial {t}: no HParams session file: {e}"));
         let has = |tag: &str| session.windows(tag.len()).any(|w| w == tag.as_bytes());
-        assert!(has("_hparams_/session_start_info") && has("_hparams_/session_end_info"), "trial {t}: session not ended");
+        assert!(
+            has("_hparams_/session_start_info") && has("_hparams_/session_end_info"),
+            "trial {t}: session not ended"
+        );
     }
     assert!(b.join("events.out.tfevents.hparams.v2").exists(), "no HParams experiment after the resume");
 }

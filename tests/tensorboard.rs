@@ -129,7 +129,10 @@ fn tensorboard_reads_every_epoch_once_with_the_metrics_values_after_a_resume() {
         let (last, w) = (&got[2], &board["weights"][tag]);
         for (i, j) in [(2, 0), (3, 1)] {
             let (a, b) = (last[i].as_f64().unwrap(), w[j].as_f64().unwrap());
-            assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{tag}: epoch 6's histogram {last} vs weights.h5's range {w}");
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "{tag}: epoch 6's histogram {last} vs weights.h5's range {w}"
+            );
         }
     }
     assert!(board["hist"].get("validation").is_none(), "histograms only in train/: {board}");
@@ -180,7 +183,10 @@ fn the_hparams_plugin_lists_every_trial_of_a_sweep_with_its_values_status_and_me
     assert_eq!(names, ["model.activation", "optimizer.lr"], "{hp}");
     assert_eq!(infos[0]["domainDiscrete"], serde_json::json!(["relu", "tanh"]), "{hp}");
     assert_eq!(infos[1]["domainDiscrete"], serde_json::json!([0.01, 0.1, 1e8]), "{hp}");
-    assert_eq!(hp["experiment"]["metricInfos"][0]["name"], serde_json::json!({"group": "validation", "tag": "epoch_loss"}));
+    assert_eq!(
+        hp["experiment"]["metricInfos"][0]["name"],
+        serde_json::json!({"group": "validation", "tag": "epoch_loss"})
+    );
     let groups = hp["groups"]["sessionGroups"].as_array().unwrap_or_else(|| panic!("no session groups: {hp}"));
     let records: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("out/sweep.jsonl"))
         .unwrap()
@@ -198,9 +204,14 @@ fn the_hparams_plugin_lists_every_trial_of_a_sweep_with_its_values_status_and_me
         let want = if status == "failed" { "STATUS_FAILURE" } else { "STATUS_SUCCESS" };
         assert_eq!(g["sessions"][0]["status"], want, "{name} ({status}): {g}");
         let value = |group: &str, tag: &str| {
-            g["metricValues"].as_array().unwrap().iter().find(|m| {
-                m["name"]["tag"] == tag && m["name"].get("group").and_then(|x| x.as_str()).unwrap_or("") == group
-            }).map(|m| m["value"].as_f64().unwrap_or(0.0))
+            g["metricValues"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| {
+                    m["name"]["tag"] == tag && m["name"].get("group").and_then(|x| x.as_str()).unwrap_or("") == group
+                })
+                .map(|m| m["value"].as_f64().unwrap_or(0.0))
         };
         let epochs = r["epochs"].as_f64().unwrap();
         assert_eq!(value("", "sweep/epochs"), Some(epochs), "{name}: {g}");
@@ -208,7 +219,10 @@ fn the_hparams_plugin_lists_every_trial_of_a_sweep_with_its_values_status_and_me
         assert_eq!(value("", "sweep/halved_at_epoch"), Some(halved), "{name}: {g}");
         if let Some(m) = r["metric"].as_f64() {
             let v = value("validation", "epoch_loss").unwrap_or_else(|| panic!("{name}: no val_loss: {g}"));
-            assert!((v - m).abs() <= 1e-6 * m.abs().max(1.0), "{name}: val_loss {v} in TensorBoard, {m} in sweep.jsonl");
+            assert!(
+                (v - m).abs() <= 1e-6 * m.abs().max(1.0),
+                "{name}: val_loss {v} in TensorBoard, {m} in sweep.jsonl"
+            );
         }
     }
     assert!(seen.contains("completed") && seen.contains("failed"), "{seen:?}");

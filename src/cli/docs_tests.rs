@@ -178,8 +178,7 @@ fn the_reader_finds_commands_and_the_parser_refuses_a_renamed_flag() {
     let md = "Run `hvtrain data check d.h5` or `hvtrain <command> --help`.\n\n```sh\n\
 OMPI_X=1 mpirun -n 2 --oversubscribe target/release/hvtrain train j.toml \\\n    --set 'output.dir=\"r\"'  # a comment\n\
 hvtrain plot runs/a | tee log\n```\n\n```\nhvtrain: error on rank 1: bad\n[INFO] hvtrain 0.1 starting\n```\n";
-    let found: Vec<Vec<String>> =
-        commands(md).into_iter().filter_map(|(_, c)| invocation(&shell_words(&c))).collect();
+    let found: Vec<Vec<String>> = commands(md).into_iter().filter_map(|(_, c)| invocation(&shell_words(&c))).collect();
     let want = [
         "hvtrain data check d.h5",
         "target/release/hvtrain train j.toml --set output.dir=\"r\"",

@@ -55,7 +55,11 @@ pub fn experiment(dir: &Path, name: &str, cfg: &SweepCfg) {
         dataset_type: if cfg.metric.starts_with("val_") { 2 } else { 0 },
     }];
     if cfg.metric != "train_loss" {
-        metrics.push(MetricInfo { name: Some(metric_name("train_loss")), display_name: "train_loss".into(), dataset_type: 1 });
+        metrics.push(MetricInfo {
+            name: Some(metric_name("train_loss")),
+            display_name: "train_loss".into(),
+            dataset_type: 1,
+        });
     }
     for (tag, shown) in [(EPOCHS, "epochs"), (HALVED_AT, "halved at epoch (0: not halved)")] {
         let name = Some(MetricName { group: String::new(), tag: tag.into() });

@@ -13,7 +13,7 @@
 //! Must not: know the sweep's scheduling (`sweep` says what each trial's state is), or write
 //! anything but these two kinds of file.
 
-use super::proto::{Event, PluginData, Summary, SummaryMetadata, TensorProto, TensorShapeProto, Val, Value, What};
+use super::proto::{Event, PluginData, SummaryMetadata, TensorProto, TensorShapeProto, Val, Value};
 use super::record;
 use crate::error::{Error, Result};
 use prost::Message;
@@ -183,15 +183,18 @@ fn plugin_value(tag: &str, data: Data) -> Value {
             plugin_data: Some(PluginData { plugin_name: "hparams".into(), content }),
             data_class: 2,
         }),
-        value: Some(Val::Tensor(TensorProto { dtype: 7, tensor_shape: Some(TensorShapeProto {}), string_val: vec![vec![]] })),
+        value: Some(Val::Tensor(TensorProto {
+            dtype: 7,
+            tensor_shape: Some(TensorShapeProto {}),
+            string_val: vec![vec![]],
+        })),
     }
 }
 
 /// Write `events` as the events file `dir/name`, whole: into a temporary file, then renamed.
 fn write_file(dir: &Path, name: &str, events: &[Event]) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create", e))?;
-    let head = Event { wall_time: super::now(), step: 0, what: Some(What::FileVersion("brain.Event:2".into())) };
-    let mut bytes = record::frame(&head.encode_to_vec());
+    let mut bytes = record::frame(&super::file_version().encode_to_vec());
     for ev in events {
         bytes.extend(record::frame(&ev.encode_to_vec()));
     }
@@ -199,10 +202,6 @@ fn write_file(dir: &Path, name: &str, events: &[Event]) -> Result<()> {
     let tmp = dir.join(format!(".{name}.tmp"));
     std::fs::write(&tmp, &bytes).map_err(|e| Error::io(&tmp, "write", e))?;
     std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, "rename into place", e))
-}
-
-fn event(step: i64, values: Vec<Value>) -> Event {
-    Event { wall_time: super::now(), step, what: Some(What::Summary(Summary { value: values })) }
 }
 
 /// The sweep's experiment: its keys (with their domains) and the metrics to show, as the
@@ -216,7 +215,7 @@ pub fn write_experiment(dir: &Path, name: &str, hparams: Vec<HParamInfo>, metric
         hparam_infos: hparams,
         metric_infos: metrics,
     };
-    let ev = event(0, vec![plugin_value("_hparams_/experiment", Data::Experiment(exp))]);
+    let ev = super::summary(0, vec![plugin_value("_hparams_/experiment", Data::Experiment(exp))]);
     write_file(dir, "events.out.tfevents.hparams.v2", &[ev])
 }
 
@@ -239,16 +238,16 @@ pub fn write_session(
     ended: Option<Ended>,
 ) -> Result<()> {
     let info = SessionStartInfo { hparams, group_name: group.into(), start_time_secs: start };
-    let mut events = vec![event(0, vec![plugin_value("_hparams_/session_start_info", Data::SessionStartInfo(info))])];
+    let mut events =
+        vec![super::summary(0, vec![plugin_value("_hparams_/session_start_info", Data::SessionStartInfo(info))])];
     if let Some(e) = ended {
-        let scalars = e
-            .scalars
-            .iter()
-            .map(|(tag, v)| Value { tag: tag.clone(), metadata: None, value: Some(Val::SimpleValue(*v as f32)) })
-            .collect();
-        events.push(event(e.epochs as i64, scalars));
+        let scalars = e.scalars.iter().map(|(tag, v)| super::scalar(tag, *v)).collect();
+        events.push(super::summary(e.epochs as i64, scalars));
         let end = SessionEndInfo { status: e.status as i32, end_time_secs: super::now() };
-        events.push(event(e.epochs as i64, vec![plugin_value("_hparams_/session_end_info", Data::SessionEndInfo(end))]));
+        events.push(super::summary(
+            e.epochs as i64,
+            vec![plugin_value("_hparams_/session_end_info", Data::SessionEndInfo(end))],
+        ));
     }
     write_file(dir, "events.out.tfevents.session.v2", &events)
 }

@@ -170,7 +170,7 @@ impl Board {
                 .append(true)
                 .open(&path)
                 .map_err(|e| Error::io(&path, "create", e))?;
-            let head = Event { wall_time: now(), step: 0, what: Some(What::FileVersion("brain.Event:2".into())) };
+            let head = file_version();
             f.write_all(&record::frame(&head.encode_to_vec())).map_err(|e| Error::io(&path, "write", e))?;
             self.files.push((run, f));
         }
@@ -231,11 +231,16 @@ pub fn now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn summary(step: i64, value: Vec<Value>) -> Event {
+/// The first record of every events file.
+pub(super) fn file_version() -> Event {
+    Event { wall_time: now(), step: 0, what: Some(What::FileVersion("brain.Event:2".into())) }
+}
+
+pub(super) fn summary(step: i64, value: Vec<Value>) -> Event {
     Event { wall_time: now(), step, what: Some(What::Summary(Summary { value })) }
 }
 
-fn scalar(tag: &str, v: f64) -> Value {
+pub(super) fn scalar(tag: &str, v: f64) -> Value {
     Value { tag: tag.into(), metadata: None, value: Some(Val::SimpleValue(v as f32)) }
 }
 
