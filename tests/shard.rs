@@ -1,10 +1,12 @@
-//! Sharded state (`distribution.shard`, ZeRO stages 1 and 2) under a real `mpirun`: the same
+//! Sharded state (`distribution.shard`, ZeRO stages 1 to 3) under a real `mpirun`: the same
 //! training as unsharded, bit for bit where the sums are the same ("optimizer" keeps the whole
-//! all-reduce; a reduce-scatter over 2 ranks adds the same two numbers), to float tolerance
-//! where the order of the sums may differ (a reduce-scatter over 3); on parts of uneven length
-//! (307 parameters), several buckets, with clipping; a checkpoint of a sharded run, written at a
-//! signal's stop, holds the whole optimizer state (equal to the unsharded run's), and resumes on
-//! another rank count and another mode.
+//! all-reduce; a reduce-scatter over 2 ranks adds the same two numbers; "parameters" reads
+//! each layer gathered from the ranks' pieces, the same values), to float tolerance where the
+//! order of the sums may differ (a reduce-scatter over 3); on parts of uneven length (307
+//! parameters), several buckets (a layer's slot spans several, and a bucket several layers),
+//! with clipping, with ranks that have no rows in a step; a checkpoint of a sharded run,
+//! written at a signal's stop, holds the whole state (equal to the unsharded run's), and
+//! resumes on another rank count and another mode.
 
 mod common;
 use common::*;
@@ -68,6 +70,10 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
             let (grad_w, log) = run("gradients");
             assert!(log.contains("reduce-scattered (a ring"), "{log}");
             assert!(log.contains("and the reduced gradients divided over"), "{log}");
+            let (param_w, log) = run("parameters");
+            assert!(log.contains("each layer gathered from the ranks' pieces"), "{log}");
+            assert!(log.contains("the reduced gradients and the parameters divided over"), "{log}");
+
             // MPI's own reduce-scatter and all-gather (HVTRAIN_SHARD_COLLECTIVES=mpi) instead of the ring.
             let sets = with("gradients");
             let sets: Vec<&str> = sets.iter().map(|s| s.as_str()).collect();
@@ -75,11 +81,22 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
             assert!(log.contains("reduce-scattered (MPI_Reduce_scatter"), "{log}");
             let d_mpi = max_diff(&reference, &mpi_w);
             assert!(d_mpi <= TOL, "{tag} on {ranks} ranks: MPI's reduce-scatter differs by {d_mpi}");
+            let sets = with("parameters");
+            let sets: Vec<&str> = sets.iter().map(|s| s.as_str()).collect();
+            let (mpi_p, log) = train(&dir, "parameters-mpi", ranks, &[("HVTRAIN_SHARD_COLLECTIVES", "mpi")], &sets);
+            assert!(log.contains("layer gathered") && log.contains("MPI_Allgatherv"), "{log}");
+            let d_mpi = max_diff(&reference, &mpi_p);
+            assert!(d_mpi <= TOL, "{tag} on {ranks} ranks: parameters over MPI's collectives differ by {d_mpi}");
             // Same sums, element-wise updates: the same bits.
             let d_opt = max_diff(&reference, &opt_w);
             let d_grad = max_diff(&reference, &grad_w);
-            eprintln!("{tag} on {ranks} ranks: optimizer differs by {d_opt:e}, gradients by {d_grad:e}");
+            let d_param = max_diff(&reference, &param_w);
+            eprintln!(
+                "{tag} on {ranks} ranks: optimizer differs by {d_opt:e}, gradients by {d_grad:e}, parameters by {d_param:e}"
+            );
             assert_eq!(d_opt, 0.0, "{tag} on {ranks} ranks: shard = optimizer changed the training");
+            // The same reduce-scatter, then the same values read through the gathered layers.
+            assert_eq!(max_diff(&grad_w, &param_w), 0.0, "{tag} on {ranks} ranks: parameters differs from gradients");
             if ranks == 2 {
                 assert_eq!(d_grad, 0.0, "{tag}: a reduce-scatter over 2 ranks adds the same two numbers");
             } else {
@@ -89,10 +106,10 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
     }
 }
 
-/// A stop (SIGTERM at step 40 on rank 0) of a 2-rank "gradients" run writes a checkpoint whose
+/// A stop (SIGTERM at step 40 on rank 0) of a 2-rank "parameters" run writes a checkpoint whose
 /// parameters and optimizer state equal an unsharded run's at the same step bit for bit (every
-/// rank's part gathered on rank 0); it resumes on 3 ranks with shard = "optimizer" and ends
-/// where the unsharded run did.
+/// rank's pieces gathered); it resumes on 3 ranks with shard = "optimizer" and ends where the
+/// unsharded run did.
 #[test]
 fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
     let _g = mpi_lock();
@@ -102,7 +119,8 @@ fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
     let fault = [("HVTRAIN_INJECT_FAULT", "0:40:term")];
     let b = format!("training.batch_size={}", GLOBAL / 2);
     let mut args = vec!["train", "job.toml", "--set", "output.dir='sharded'", "--set", &b];
-    let common = ["training.epochs=2", "data.shuffle=false", "model.activation=tanh", "distribution.shard='gradients'"];
+    let common =
+        ["training.epochs=2", "data.shuffle=false", "model.activation=tanh", "distribution.shard='parameters'"];
     for s in opt.iter().chain(&common) {
         args.extend(["--set", s]);
     }
@@ -123,7 +141,7 @@ fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
     // Resume on 3 ranks, the state divided otherwise.
     let mut resume: Vec<&str> = args
         .iter()
-        .map(|s| if *s == "distribution.shard='gradients'" { "distribution.shard='optimizer'" } else { s })
+        .map(|s| if *s == "distribution.shard='parameters'" { "distribution.shard='optimizer'" } else { s })
         .collect();
     resume.push("--resume");
     resume.push("auto");
@@ -132,18 +150,20 @@ fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
     assert!(r.stderr.contains("shard = \"optimizer\""), "{}", r.all());
     let after = layer_tensors(&dir.join("sharded/weights.h5"), LAYERS.len() - 1);
     let d = max_diff(&whole, &after);
-    eprintln!("stopped at 40 on 2 ranks (gradients), resumed on 3 (optimizer): weights differ by {d:e}");
+    eprintln!("stopped at 40 on 2 ranks (parameters), resumed on 3 (optimizer): weights differ by {d:e}");
     assert!(d <= TOL, "the resumed sharded run ends {d} away from the unsharded one");
 }
 
 /// The shards live within each data-parallel group: with tensor or pipeline parallelism (2
 /// data ranks × 2), gradient accumulation, and bf16 products (on the emulated tile unit where
-/// the CPU has no bf16), shard = "gradients" trains to the same bits as "none" (each data group
-/// has 2 ranks: the ring adds the same two numbers).
+/// the CPU has no bf16), shard = "gradients" and "parameters" train to the same bits as "none"
+/// (each data group has 2 ranks: the ring adds the same two numbers). A last step in which
+/// some ranks have no rows (360 rows in steps of 2 × 11, with accumulation; 3 × 7, to float
+/// tolerance) still joins every layer's gather.
 #[test]
 fn shards_compose_with_model_parallelism_accumulation_and_bf16() {
     let _g = mpi_lock();
-    let cases: [(&str, usize, &[(&str, &str)], &[&str]); 4] = [
+    let cases: [(&str, usize, &[(&str, &str)], &[&str]); 6] = [
         ("tensor", 4, &[], &["parallel.tensor=2"]),
         ("pipeline", 4, &[], &["parallel.pipeline=2", "parallel.micro_batches=2"]),
         ("accumulate", 2, &[], &["training.accumulate=2"]),
@@ -153,11 +173,20 @@ fn shards_compose_with_model_parallelism_accumulation_and_bf16() {
             &[("HVTRAIN_CPU_BF16", "emulated"), ("HVTRAIN_BF16_RATE_CHECK", "0")],
             &["training.precision='bf16'"],
         ),
+        // 360 = 8 × 44 + 8: the last step's 8 rows all on rank 0, rank 1 has none.
+        ("no-rows-accumulate", 2, &[], &["training.accumulate=2", "data.drop_last=false"]),
+        // 360 = 17 × 21 + 3: ranks 1 and 2 have none in the last step.
+        ("no-rows", 3, &[], &["data.drop_last=false"]),
     ];
     for (tag, ranks, env, sets) in cases {
         let dir = setup(&format!("shard-with-{tag}"));
         let data = if tag == "tensor" || tag == "pipeline" { ranks / 2 } else { ranks };
-        let b = format!("training.batch_size={}", GLOBAL / data);
+        let per = match tag {
+            "no-rows-accumulate" => 11,
+            "no-rows" => 7,
+            _ => GLOBAL / data,
+        };
+        let b = format!("training.batch_size={per}");
         let run = |mode: &str| {
             let shard = format!("distribution.shard='{mode}'");
             let base =
@@ -166,10 +195,16 @@ fn shards_compose_with_model_parallelism_accumulation_and_bf16() {
             train_weights(&dir, mode, ranks, LAYERS.len() - 1, env, &base, &sets)
         };
         let (none, _) = run("none");
-        let (sharded, log) = run("gradients");
-        assert!(log.contains("divided over 2 data-parallel ranks"), "{tag}: {log}");
-        let d = max_diff(&none, &sharded);
-        eprintln!("{tag}: shard = gradients differs by {d:e}");
-        assert_eq!(d, 0.0, "{tag}: shard = gradients changed the training");
+        for mode in ["gradients", "parameters"] {
+            let (sharded, log) = run(mode);
+            assert!(log.contains(&format!("divided over {data} data-parallel ranks")), "{tag}: {log}");
+            let d = max_diff(&none, &sharded);
+            eprintln!("{tag}: shard = {mode} differs by {d:e}");
+            if data == 2 {
+                assert_eq!(d, 0.0, "{tag}: shard = {mode} changed the training");
+            } else {
+                assert!(d <= TOL, "{tag}: shard = {mode} differs by {d}");
+            }
+        }
     }
 }

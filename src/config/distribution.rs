@@ -97,7 +97,8 @@ pub struct DistributionCfg {
     /// copy (ZeRO's stages, FSDP's strategies): `none`; `optimizer` (the optimizer state and
     /// its update: each rank updates its 1/D of the parameters, then they are all-gathered);
     /// `gradients` (as `optimizer`, and the gradients are reduce-scattered: each rank receives
-    /// only its part of the sum); `parameters` (ZeRO stage 3: not available yet).
+    /// only its part of the sum); `parameters` (as `gradients`, and each rank keeps only its
+    /// part of the parameters: each layer is gathered just before it is used).
     #[serde(default)]
     pub shard: Shard,
 }
@@ -118,6 +119,11 @@ impl Shard {
     /// Whether each rank keeps only its part of the optimizer state.
     pub fn optimizer(self) -> bool {
         self != Shard::None
+    }
+    /// Whether the gradient buckets are reduce-scattered (each rank receives its piece of
+    /// the sum) instead of all-reduced.
+    pub fn reduce_scatters(self) -> bool {
+        matches!(self, Shard::Gradients | Shard::Parameters)
     }
     /// The name in the job file.
     pub fn name(self) -> &'static str {
@@ -291,19 +297,8 @@ impl DistributionCfg {
     fn validate_shard(&self, origin: &str) -> Result<()> {
         let d = self;
         let bad = |field: &str, msg: String| Err(Error::config(origin, field, msg));
-        match d.shard {
-            Shard::None => return Ok(()),
-            Shard::Parameters => {
-                return bad(
-                    "distribution.shard",
-                    "\"parameters\" (ZeRO stage 3, FSDP's FULL_SHARD: parameters gathered layer by layer before \
-                     use) is not available yet; \"gradients\" divides the optimizer state and the reduced \
-                     gradients over the data-parallel ranks, or split the model with parallel.tensor / \
-                     parallel.pipeline"
-                        .into(),
-                );
-            }
-            _ => {}
+        if d.shard == Shard::None {
+            return Ok(());
         }
         if d.strategy == Strategy::ParameterServer {
             return bad(
@@ -326,7 +321,7 @@ impl DistributionCfg {
                 ),
             );
         }
-        if d.shard == Shard::Gradients {
+        if d.shard.reduce_scatters() {
             let other = if d.reduction == Reduction::Adasum {
                 Some(("distribution.reduction", "reduction = \"adasum\"".to_string()))
             } else if d.hierarchical {
@@ -343,9 +338,10 @@ impl DistributionCfg {
                 return bad(
                     "distribution.shard",
                     format!(
-                        "shard = \"gradients\" with {what} ({field}): the gradients are reduce-scattered as exact \
+                        "shard = \"{}\" with {what} ({field}): the gradients are reduce-scattered as exact \
                          float32 sums (MPI_Reduce_scatter); shard = \"optimizer\" keeps the whole all-reduce and \
-                         composes with {what}, or set {field} back to its default"
+                         composes with {what}, or set {field} back to its default",
+                        d.shard.name()
                     ),
                 );
             }
@@ -568,27 +564,33 @@ mod tests {
     #[test]
     fn shard_parses_and_refuses_what_cannot_work() {
         assert_eq!(parse(&[]).unwrap().distribution.shard, Shard::None);
-        for (v, s) in [("optimizer", Shard::Optimizer), ("gradients", Shard::Gradients)] {
+        for (v, s) in
+            [("optimizer", Shard::Optimizer), ("gradients", Shard::Gradients), ("parameters", Shard::Parameters)]
+        {
             assert_eq!(parse(&[&format!("distribution.shard={v}")]).unwrap().distribution.shard, s);
         }
         assert_eq!(field(parse(&["distribution.shard=everything"])), "distribution.shard");
         let msg = |r: Result<Job>| r.err().map(|e| e.to_string()).unwrap_or_default();
-        let e = msg(parse(&["distribution.shard=parameters"]));
-        assert!(e.contains("not available yet") && e.contains("distribution.shard"), "{e}");
         let ps = "distribution.strategy=parameter_server";
-        let e = msg(parse(&["distribution.shard=optimizer", ps]));
-        assert!(e.contains("distribution.shard") && e.contains("parameter_server"), "{e}");
+        for mode in ["optimizer", "parameters"] {
+            let e = msg(parse(&[&format!("distribution.shard={mode}"), ps]));
+            assert!(e.contains("distribution.shard") && e.contains("parameter_server"), "{e}");
+        }
         for other in
             ["distribution.compression=fp16", "distribution.reduction=adasum", "distribution.hierarchical=true"]
         {
-            let e = msg(parse(&["distribution.shard=gradients", other]));
             let key = other.split('=').next().unwrap();
-            assert!(e.contains("distribution.shard") && e.contains(key), "{other}: {e}");
+            for mode in ["gradients", "parameters"] {
+                let e = msg(parse(&[&format!("distribution.shard={mode}"), other]));
+                assert!(e.contains("distribution.shard") && e.contains(key) && e.contains(mode), "{other}: {e}");
+            }
             assert!(parse(&["distribution.shard=optimizer", other]).is_ok(), "{other} composes with optimizer");
         }
         for kind in ["lars", "lamb"] {
-            let e = msg(parse(&["distribution.shard=gradients", &format!("optimizer.kind='{kind}'")]));
-            assert!(e.contains("optimizer.kind") && e.contains(kind), "{e}");
+            for mode in ["gradients", "parameters"] {
+                let e = msg(parse(&[&format!("distribution.shard={mode}"), &format!("optimizer.kind='{kind}'")]));
+                assert!(e.contains("optimizer.kind") && e.contains(kind), "{e}");
+            }
         }
         assert!(parse(&["distribution.shard=gradients", "optimizer.kind='adamw'", "parallel.tensor=2"]).is_ok());
         let e = msg(parse(&["distribution.shard=optimizer", "distribution.autotune=true"]));

@@ -11,7 +11,7 @@ use crate::device::{Backend, Cpu};
 use crate::error::{Error, Result};
 use crate::fault::At;
 use crate::model::placement::TensorGroup;
-use crate::model::{Mlp, Targets, TensorSum, Whole, Workspace};
+use crate::model::{Held, Mlp, Targets, TensorSum, Whole, Workspace};
 use crate::parallel::liveness;
 use crate::parallel::{check_agreement, Comm};
 use crate::weights;
@@ -168,7 +168,7 @@ pub fn evaluate_in_group<B: Backend>(
             link.recv_forward(&mut x[..c * inp]);
         }
         be.upload_into(&x[..c * inp], &mut xd)?;
-        model.forward_tp(be, &params, &xd, c, &mut ws, group)?;
+        model.forward_tp(be, &mut Held(&params), &xd, c, &mut ws, group)?;
         let link = group.pipe.as_mut().expect("checked above");
         if !link.is_last() {
             ws.output_host(be, model, c, &mut out[..c * outp])?;
@@ -214,7 +214,7 @@ fn evaluate_on<B: Backend>(
         let c = CHUNK.min(n - start);
         shard.read_rows(start, c, &mut x)?;
         be.upload_into(&x[..c * shard.features], &mut xd)?;
-        model.forward_tp(be, &params, &xd, c, &mut ws, tp)?;
+        model.forward_tp(be, &mut Held(&params), &xd, c, &mut ws, tp)?;
         let t = targets(be, shard, start..start + c, &mut labels, &mut values)?;
         let (l, k) = model.loss(be, t, c, 1.0, &mut ws, false)?;
         sums[0] += l;

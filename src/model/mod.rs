@@ -11,6 +11,7 @@
 
 pub mod gradcheck;
 pub mod loss;
+pub mod params;
 pub mod pipeline;
 pub mod placement;
 pub mod tensor;
@@ -22,6 +23,7 @@ use crate::rng::Rng;
 use std::ops::Range;
 
 pub use loss::Targets;
+pub use params::{Held, Params};
 pub use tensor::{part, Split, TensorSum, Whole};
 
 /// Where one dense layer's tensors sit in the arena. Weight is [inp, out], row-major; under
@@ -241,7 +243,7 @@ impl Mlp {
         b: usize,
         ws: &mut Workspace<B>,
     ) -> Result<()> {
-        self.forward_tp(be, params, x, b, ws, &mut Whole)
+        self.forward_tp(be, &mut Held(params), x, b, ws, &mut Whole)
     }
 
     /// `forward` of a tensor-parallel shard: a row-parallel layer's partial products are
@@ -250,7 +252,7 @@ impl Mlp {
     pub fn forward_tp<B: Backend>(
         &self,
         be: &B,
-        params: &B::Buf,
+        params: &mut impl Params<B>,
         x: &B::Buf,
         b: usize,
         ws: &mut Workspace<B>,
@@ -262,11 +264,12 @@ impl Mlp {
             let (before, rest) = ws.a.split_at_mut(l);
             let input = if l == 0 { be.view(x, 0..b * s.inp) } else { be.view(&before[l - 1], 0..b * s.inp) };
             let out = &mut rest[0];
-            let w = be.view(params, s.w.clone());
+            params.fetch(be, self, l)?;
+            let w = params.view(be, s.w.clone());
             let g = Gemm::new(b, s.inp, s.out, Trans::N, Trans::N);
             let act = if l + 1 == n && self.head { Activation::Identity } else { self.act };
             let keep_z = if act == Activation::Gelu { Some(be.view_mut(&mut ws.z[l], 0..b * s.out)) } else { None };
-            let bias = be.view(params, s.b.clone());
+            let bias = params.view(be, s.b.clone());
             if s.split == Split::Row {
                 // The partial products are summed over the tensor group before the bias.
                 be.gemm(g, input, w, be.view_mut(out, 0..b * s.out))?;
@@ -383,7 +386,7 @@ impl Mlp {
         ws: &mut Workspace<B>,
         grads: &mut impl GradSink<B>,
     ) -> Result<()> {
-        self.backward_tp(be, params, x, b, ws, grads, &mut Whole)
+        self.backward_tp(be, &mut Held(params), x, b, ws, grads, &mut Whole)
     }
 
     /// `backward` of a tensor-parallel shard: a column-parallel layer's input gradient is a
@@ -398,7 +401,7 @@ impl Mlp {
     pub fn backward_tp<B: Backend>(
         &self,
         be: &B,
-        params: &B::Buf,
+        params: &mut impl Params<B>,
         x: &B::Buf,
         b: usize,
         ws: &mut Workspace<B>,
@@ -430,14 +433,16 @@ impl Mlp {
             }
             grads.ready(bt);
             if l == 0 && self.first > 0 {
-                let w = be.view(params, s.w.clone());
+                params.fetch(be, self, l)?;
+                let w = params.view(be, s.w.clone());
                 be.gemm(Gemm::new(b, s.out, s.inp, Trans::N, Trans::T), g, w, be.view_mut(dx, 0..b * s.inp))?;
                 if s.split == Split::Column {
                     tp.sum(be, dx, b * s.inp)?;
                 }
             }
             if l > 0 {
-                let w = be.view(params, s.w.clone());
+                params.fetch(be, self, l)?;
+                let w = params.view(be, s.w.clone());
                 let gi = Gemm::new(b, s.out, s.inp, Trans::N, Trans::T);
                 let zin = if self.act == Activation::Gelu { Some(be.view(&z[l - 1], 0..b * s.inp)) } else { None };
                 if s.split != Split::Column && self.mask(drop, l - 1).is_none() {

@@ -50,6 +50,9 @@ pub struct Optimizer<B: Backend> {
     /// Sharded state (`distribution.shard`): the pieces of the arena this rank updates, each
     /// with where it starts in m and v, which hold those pieces only, end to end.
     own: Option<Pieces>,
+    /// With `own`: the parameters given to `apply` are this rank's pieces too, end to end at
+    /// the state's places (`shard = "parameters"`), not the whole arena.
+    pieces_kept: bool,
 }
 
 impl<B: Backend> Optimizer<B> {
@@ -102,7 +105,20 @@ impl<B: Backend> Optimizer<B> {
             assign: false,
             idle: false,
             own,
+            pieces_kept: false,
         })
+    }
+
+    /// The parameters `apply` updates are this rank's pieces only, where the state keeps
+    /// them (`shard = "parameters"`). A sharded optimizer only.
+    pub fn set_pieces_kept(&mut self) {
+        assert!(self.own.is_some(), "pieces kept without pieces");
+        self.pieces_kept = true;
+    }
+
+    /// Whether `apply` takes this rank's pieces of the parameters (`set_pieces_kept`).
+    pub fn pieces_kept(&self) -> bool {
+        self.pieces_kept
     }
 
     /// The pieces of the arena this optimizer updates (None: all of it).
@@ -332,7 +348,7 @@ impl<B: Backend> Optimizer<B> {
             assert!(r.start >= offset && r.end - offset <= be.len(grads), "gradients {offset}.. lack {r:?}");
             let g = be.view(grads, r.start - offset..r.end - offset);
             let s = at + r.start - piece_start..at + r.end - piece_start;
-            let p = be.view_mut(params, r);
+            let p = be.view_mut(params, if self.pieces_kept { s.clone() } else { r });
             let wd = if t.is_weight { c.weight_decay as f32 } else { 0.0 };
             match c.kind {
                 OptimizerKind::Sgd => {

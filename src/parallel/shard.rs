@@ -1,8 +1,9 @@
-//! Sharded state over the data-parallel ranks (`distribution.shard`, ZeRO stages 1 and 2):
-//! which part of the parameter arena each rank updates, and the collectives that keep the
-//! parts together: the reduce-scatter of a gradient bucket (`ReduceScatter`, a `Reducer`), the
-//! all-gather of the updated parameters after each step, the sum of the parts' partial norms
-//! (clipping), and the optimizer state gathered for a checkpoint.
+//! Sharded state over the data-parallel ranks (`distribution.shard`, ZeRO stages 1 to 3):
+//! which part of the parameter arena each rank updates (and, for stage 3, keeps), and the
+//! collectives that keep the parts together: the reduce-scatter of a gradient bucket
+//! (`ReduceScatter`, a `Reducer`), the all-gather of the updated parameters after each step
+//! (stages 1 and 2) or of one layer's pieces before it is used (`all_gather`, stage 3), the
+//! sum of the parts' partial norms (clipping), and the state gathered for a checkpoint.
 //!
 //! Each fusion bucket is split into one contiguous piece per data rank, in rank order, as even
 //! as its length allows (`Layout`, as FSDP splits each flat parameter): every collective on a
@@ -184,6 +185,16 @@ impl Sharder {
                 Path::Mpi => self.chan.all_gather_parts_f32(buf, &counts),
                 Path::Ring => ring_all_gather(&self.chan, buf, &counts),
             }
+        }
+    }
+
+    /// Collective over the data group: `buf` holds this rank's part (of parts `counts` long,
+    /// in rank order, any of them empty); afterwards every rank's (a layer's piece of a bucket,
+    /// gathered before use under `shard = "parameters"`).
+    pub fn all_gather(&self, buf: &mut [f32], counts: &[usize]) {
+        match self.path {
+            Path::Mpi => self.chan.all_gather_parts_f32(buf, counts),
+            Path::Ring => ring_all_gather(&self.chan, buf, counts),
         }
     }
 

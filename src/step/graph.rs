@@ -163,7 +163,8 @@ where
             0 => Targets::Classes(&self.labels),
             n => Targets::Values(be.view(&self.values, 0..n)),
         };
-        self.model.forward_tp(be, &self.params, &self.xs[key.xi], b, &mut self.ws, &mut self.tp)?;
+        let mut params = super::shard::step_params(&self.params, &mut self.shard);
+        self.model.forward_tp(be, &mut params, &self.xs[key.xi], b, &mut self.ws, &mut self.tp)?;
         // On a GPU the loss's sums are read after backward and the optimizer are queued, so
         // that the GPU does not idle while the host waits for them (`Backend::*_later`).
         let now = self.model.loss_later(be, targets, b, key.scale(), &mut self.ws)?;
@@ -178,7 +179,8 @@ where
             accumulate: false,
             announce,
         };
-        self.model.backward_tp(be, &self.params, &self.xs[key.xi], b, &mut self.ws, &mut sink, &mut self.tp)?;
+        let mut params = super::shard::step_params(&self.params, &mut self.shard);
+        self.model.backward_tp(be, &mut params, &self.xs[key.xi], b, &mut self.ws, &mut sink, &mut self.tp)?;
         Ok(now)
     }
 

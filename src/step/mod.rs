@@ -177,7 +177,7 @@ where
     /// for `hvtrain bench step`: on a GPU, where the host waits shows where the GPU idles.
     pub host_secs: [f64; 4],
     /// The optimizer state (and with it the update) divided over the data group (`set_shard`).
-    shard: Option<Sharded>,
+    shard: Option<Sharded<B>>,
 }
 
 impl<B: Backend> Stepper<B>
@@ -295,6 +295,8 @@ where
     /// With sharded state, collective over the data group first (every data rank calls it;
     /// the ranks other than the group's rank 0 get None).
     pub fn whole_state(&self) -> Result<Option<(Vec<f32>, Vec<f32>, Vec<f32>, u64)>> {
+        // First: with sharded parameters, a collective of the whole data group.
+        let p = self.params_host()?;
         let (m, v, step) = self.opt.state(&self.be)?;
         let (m, v) = match &self.shard {
             None => (m, v),
@@ -307,7 +309,7 @@ where
                 }
             }
         };
-        let p = self.tp.gather(self.params_host()?);
+        let p = self.tp.gather(p);
         let (m, v) = (self.tp.gather(m), self.tp.gather(v));
         Ok(p.map(|p| (p, m.unwrap_or_default(), v.unwrap_or_default(), step)))
     }
@@ -334,8 +336,12 @@ where
         self.step = step;
         Ok(())
     }
-    /// The parameters, copied to host memory (checkpoints, checks, final weights).
+    /// The parameters, copied to host memory (checkpoints, checks, final weights). With
+    /// sharded parameters, collective over the data group (gathered layer by layer).
     pub fn params_host(&self) -> Result<Vec<f32>> {
+        if self.params_sharded() {
+            return self.gather_whole();
+        }
         let mut p = vec![0.0; self.model.n_params];
         self.be.download(&self.params, 0..p.len(), &mut p)?;
         Ok(p)
@@ -349,16 +355,23 @@ where
         Ok(())
     }
     /// Replace the parameters (fault injection).
+    /// With sharded parameters, this rank keeps its pieces of `p`.
     pub fn set_params_host(&mut self, p: &[f32]) -> Result<()> {
-        self.params = self.be.upload(p)?;
+        assert_eq!(p.len(), self.model.n_params, "parameters of another model");
+        self.params = if self.params_sharded() { self.be.upload(&self.pieces_of(p))? } else { self.be.upload(p)? };
+        self.gather_params()?; // a layer window holds stale values now
         self.graphs.clear();
         Ok(())
     }
-    /// Add 1 to the first parameter, as a bit flip would (the `diverge` fault).
+    /// Add 1 to the first parameter this rank holds, as a bit flip would (the `diverge`
+    /// fault; this rank only, so never a collective).
     pub fn nudge_one_parameter(&mut self) -> Result<()> {
-        let mut p = self.params_host()?;
+        let mut p = vec![0.0; self.be.len(&self.params)];
+        self.be.download(&self.params, 0..p.len(), &mut p)?;
         p[0] += 1.0;
-        self.set_params_host(&p)
+        self.params = self.be.upload(&p)?;
+        self.graphs.clear();
+        Ok(())
     }
 
     /// Gradient buckets of `threshold_bytes` (the first `first_bytes`) from the next step on,
@@ -417,6 +430,7 @@ where
             // No compute, zero gradients; every tensor is still announced, in backward's
             // order, so this rank's collectives line up with the others'.
             self.engine.begin_step(self.step);
+            self.fetch_without_rows_all()?;
             for t in 0..self.names.len() {
                 let (buf, range) = self.engine.slot(t);
                 self.be.fill_zero(self.be.view_mut(buf, range))?;

@@ -109,7 +109,9 @@ where
                     self.backward_micro(slot(m), rows[m].len(), head, m == last)?;
                     self.span(format!("backward micro-batch {m}"), t);
                 }
-                _ => {}
+                // An empty micro-batch still joins the layers' gathers (sharded parameters).
+                Op::Forward(_) => self.fetch_without_rows(true, false)?,
+                Op::Backward(_) => self.fetch_without_rows(false, true)?,
             }
         }
         if let Some(p) = &mut self.tp.pipe {
@@ -121,6 +123,22 @@ where
             p.broadcast_from_last(&mut sums);
         }
         Ok(sums)
+    }
+
+    /// `fetch_without_rows` for a whole step without rows: its micro-batches' forward and
+    /// backward halves in the schedule's order (one of each without micro-batches).
+    pub(super) fn fetch_without_rows_all(&mut self) -> Result<()> {
+        if self.tp.pipe.is_none() && self.micro == 1 {
+            return self.fetch_without_rows(true, true);
+        }
+        let (stage, stages) = self.tp.pipe.as_ref().map_or((0, 1), |p| (p.stage, p.stages));
+        for op in one_f_one_b(stage, stages, self.micro) {
+            match op {
+                Op::Forward(_) => self.fetch_without_rows(true, false)?,
+                Op::Backward(_) => self.fetch_without_rows(false, true)?,
+            }
+        }
+        Ok(())
     }
 
     /// Backward of the micro-batch in workspace `w` (`r` rows): its output gradient from the
@@ -147,7 +165,8 @@ where
             accumulate: true,
             announce,
         };
-        self.model.backward_tp(&self.be, &self.params, &self.mx[w], r, &mut self.mws[w], &mut sink, &mut self.tp)?;
+        let mut params = super::shard::step_params(&self.params, &mut self.shard);
+        self.model.backward_tp(&self.be, &mut params, &self.mx[w], r, &mut self.mws[w], &mut sink, &mut self.tp)?;
         if let Some(p) = self.tp.pipe.as_mut().filter(|p| !p.is_first()) {
             if !send_device(&self.be, p, self.mws[w].input_grad_buf(), r * inp, Dir::Backward)? {
                 self.h_in.resize(r * inp, 0.0);
@@ -183,7 +202,8 @@ where
             None => be.upload_into(&batch.x[r.start * inp..r.end * inp], &mut self.mx[w])?,
         }
         self.mws[w].set_rows(be, &batch.ids[r.clone()], self.step)?;
-        self.model.forward_tp(be, &self.params, &self.mx[w], n, &mut self.mws[w], &mut self.tp)?;
+        let mut params = super::shard::step_params(&self.params, &mut self.shard);
+        self.model.forward_tp(be, &mut params, &self.mx[w], n, &mut self.mws[w], &mut self.tp)?;
         if !head {
             let p = self.tp.pipe.as_mut().expect("a stage before the last");
             if !send_device(be, p, self.mws[w].output(&self.model), n * outp, Dir::Forward)? {

@@ -1,5 +1,9 @@
 //! The step's side of sharded state (`distribution.shard`): which piece of each reduced
-//! bucket this rank holds, and the all-gather of the updated pieces after the optimizer.
+//! bucket this rank holds, the all-gather of the updated pieces after the optimizer, and for
+//! `shard = "parameters"` (ZeRO stage 3) the parameters themselves: this rank keeps only its
+//! pieces (`Stepper::params` is them end to end, as the optimizer state is), and forward and
+//! backward read each layer from a window the layer is gathered into just before it is used
+//! (`Gathered`, a `model::Params`), one layer at a time.
 //!
 //! Must not: call MPI (`parallel::shard::Sharder` does) or update parameters itself (the
 //! optimizer does, on this rank's pieces).
@@ -7,17 +11,114 @@
 use super::Stepper;
 use crate::device::Backend;
 use crate::error::Result;
+use crate::model::{Held, Mlp, Params};
 use crate::parallel::engine::HostBuf;
 use crate::parallel::shard::{intersect, Sharder};
+use std::ops::Range;
 use std::time::Instant;
 
 /// Sharded state (`distribution.shard`): the layout and its collectives, and whether the
 /// reduced buckets hold only this rank's part (reduce-scattered) or the whole bucket.
-pub struct Sharded {
+pub struct Sharded<B: Backend> {
     pub sharder: Sharder,
     pub reduce_scattered: bool,
     /// Host staging for the parameters' all-gather when they live on a GPU.
     host: Vec<f32>,
+    /// `shard = "parameters"`: the layer window (None: every rank holds every parameter).
+    window: Option<Window<B>>,
+}
+
+/// One layer's parameters gathered from every rank's pieces (`shard = "parameters"`).
+pub(super) struct Window<B: Backend> {
+    /// The largest layer slot's length.
+    buf: B::Buf,
+    /// Host staging for the gather when `buf` is on a GPU.
+    host: Vec<f32>,
+    /// The layer `buf` holds, until the parameters change (None: none).
+    at: Option<usize>,
+    /// That layer's slot in the arena.
+    slot: Range<usize>,
+}
+
+/// The parameters of a step as forward and backward read them: the whole arena, or this
+/// rank's pieces with a layer gathered at a time.
+pub(super) enum StepParams<'a, B: Backend> {
+    Held(Held<'a, B>),
+    Gathered { pieces: &'a B::Buf, sharder: &'a Sharder, win: &'a mut Window<B> },
+}
+
+/// `params` (a stepper's) as a `model::Params`, gathered where `shard` says so.
+pub(super) fn step_params<'a, B: Backend>(params: &'a B::Buf, shard: &'a mut Option<Sharded<B>>) -> StepParams<'a, B> {
+    match shard {
+        Some(Sharded { sharder, window: Some(win), .. }) => StepParams::Gathered { pieces: params, sharder, win },
+        _ => StepParams::Held(Held(params)),
+    }
+}
+
+impl<B: Backend> Params<B> for StepParams<'_, B>
+where
+    B::Buf: HostBuf,
+{
+    fn fetch(&mut self, be: &B, model: &Mlp, l: usize) -> Result<()> {
+        let StepParams::Gathered { pieces, sharder, win } = self else { return Ok(()) };
+        if win.at == Some(l) {
+            return Ok(());
+        }
+        win.at = None;
+        let slot = model.slot(l);
+        let on_host = be.device_ordinal().is_none();
+        let host: &mut [f32] =
+            if on_host { &mut win.buf.host_mut()[..slot.len()] } else { &mut win.host[..slot.len()] };
+        gather_slot(be, pieces, sharder, &slot, host)?;
+        if !on_host {
+            be.upload_into(&win.host[..slot.len()], &mut win.buf)?;
+        }
+        (win.at, win.slot) = (Some(l), slot);
+        Ok(())
+    }
+
+    fn view(&self, be: &B, r: Range<usize>) -> B::View<'_> {
+        match self {
+            StepParams::Held(h) => h.view(be, r),
+            StepParams::Gathered { win, .. } => {
+                let s = &win.slot;
+                assert!(
+                    win.at.is_some() && s.start <= r.start && r.end <= s.end,
+                    "{r:?} read outside the layer gathered last"
+                );
+                be.view(&win.buf, r.start - s.start..r.end - s.start)
+            }
+        }
+    }
+}
+
+/// Collective over the data group: arena range `slot` into `out` (its length) from every
+/// rank's pieces, this rank's read from `pieces` (its pieces end to end): bucket by bucket,
+/// the slot's part of a bucket is split over the ranks as the bucket is, in rank order.
+fn gather_slot<B: Backend>(
+    be: &B,
+    pieces: &B::Buf,
+    sharder: &Sharder,
+    slot: &Range<usize>,
+    out: &mut [f32],
+) -> Result<()> {
+    let (lay, me) = (&sharder.layout, sharder.rank());
+    let mut at = 0; // where this rank's piece of bucket b starts in `pieces`
+    for (b, bucket) in lay.buckets.iter().enumerate() {
+        let piece = lay.piece(b, me);
+        let seg = intersect(bucket, slot);
+        if !seg.is_empty() {
+            let counts: Vec<usize> = (0..lay.ranks).map(|r| intersect(&lay.piece(b, r), &seg).len()).collect();
+            let mine = intersect(&piece, &seg);
+            if !mine.is_empty() {
+                let from = at + mine.start - piece.start..at + mine.end - piece.start;
+                be.download(pieces, from, &mut out[mine.start - slot.start..mine.end - slot.start])?;
+            }
+            sharder.all_gather(&mut out[seg.start - slot.start..seg.end - slot.start], &counts);
+        }
+        at += piece.len();
+    }
+    Ok(())
 }
 
 impl<B: Backend> Stepper<B>
@@ -30,14 +131,75 @@ where
     /// rank's part of each bucket (`parallel::shard::ReduceScatter` with buffers of
     /// `parallel::shard::reduced_lens`).
     /// The optimizer must update this rank's part only (`Optimizer::with_own`).
-    pub fn set_shard(&mut self, sharder: Sharder, reduce_scattered: bool) {
+    /// `params`: this rank keeps only its pieces of the parameters too (`shard =
+    /// "parameters"`, reduce-scattered), and gathers each layer before forward or backward
+    /// reads it; the optimizer must then update the pieces where they are kept
+    /// (`Optimizer::set_pieces_kept`).
+    pub fn set_shard(&mut self, sharder: Sharder, reduce_scattered: bool, params: bool) -> Result<()> {
         assert_eq!(sharder.layout.buckets, self.engine.plan().buckets, "a layout of other buckets");
         assert_eq!(self.opt.own(), Some(&sharder.own()), "an optimizer of other pieces");
-        self.shard = Some(Sharded { sharder, reduce_scattered, host: Vec::new() });
+        assert!(!params || (reduce_scattered && self.opt.pieces_kept()), "sharded parameters need their pieces");
+        let whole = if params { Some(self.params_host()?) } else { None };
+        self.shard = Some(Sharded { sharder, reduce_scattered, host: Vec::new(), window: None });
+        if let Some(whole) = whole {
+            let _a = crate::mem::allocating("this rank's pieces of the parameters and one layer's window");
+            let most = (0..self.model.layers.len()).map(|l| self.model.slot(l).len()).max().unwrap_or(1);
+            let host = if self.be.device_ordinal().is_some() { crate::mem::zeros(most)? } else { Vec::new() };
+            let win = Window { buf: self.be.zeros(most)?, host, at: None, slot: 0..0 };
+            self.shard.as_mut().expect("set above").window = Some(win);
+            self.set_params_host(&whole)?;
+        }
+        Ok(())
+    }
+
+    /// Whether this rank keeps only its pieces of the parameters (`shard = "parameters"`).
+    pub fn params_sharded(&self) -> bool {
+        self.shard.as_ref().is_some_and(|s| s.window.is_some())
+    }
+
+    /// This rank's pieces of `whole` (an arena), end to end (at least one float, so that no
+    /// device buffer is empty).
+    pub(super) fn pieces_of(&self, whole: &[f32]) -> Vec<f32> {
+        let sh = self.shard.as_ref().expect("sharded");
+        let mut v: Vec<f32> = sh.sharder.own().into_iter().flat_map(|(p, _)| whole[p].to_vec()).collect();
+        if v.is_empty() {
+            v.push(0.0);
+        }
+        v
+    }
+
+    /// Collective over the data group (`shard = "parameters"`): the whole arena from every
+    /// rank's pieces, layer by layer, on every rank.
+    pub(super) fn gather_whole(&self) -> Result<Vec<f32>> {
+        let sh = self.shard.as_ref().expect("sharded");
+        let mut whole = crate::mem::zeros(self.model.n_params)?;
+        for l in 0..self.model.layers.len() {
+            let slot = self.model.slot(l);
+            gather_slot(&self.be, &self.params, &sh.sharder, &slot, &mut whole[slot.clone()])?;
+        }
+        Ok(whole)
+    }
+
+    /// The gathers a step's forward and backward would make, made without them: a rank
+    /// without rows in this step (`forward`/`backward`: which half), so that it joins every
+    /// gather the others make (`shard = "parameters"`; nothing otherwise).
+    pub(super) fn fetch_without_rows(&mut self, forward: bool, backward: bool) -> Result<()> {
+        if !self.params_sharded() {
+            return Ok(());
+        }
+        let mut order = if forward { self.model.forward_fetches() } else { Vec::new() };
+        if backward {
+            order.extend(self.model.backward_fetches());
+        }
+        let mut p = step_params(&self.params, &mut self.shard);
+        for l in order {
+            p.fetch(&self.be, &self.model, l)?;
+        }
+        Ok(())
     }
 
     /// The sharded state's layout and collectives, where the state is sharded.
-    pub fn shard(&self) -> Option<&Sharded> {
+    pub fn shard(&self) -> Option<&Sharded<B>> {
         self.shard.as_ref()
     }
 
@@ -63,6 +225,11 @@ where
     /// parameters from the rank that updated it.
     pub(super) fn gather_params(&mut self) -> Result<()> {
         let Some(sh) = &mut self.shard else { return Ok(()) };
+        if let Some(w) = &mut sh.window {
+            // Each layer is gathered before it is next read; the one held is out of date.
+            w.at = None;
+            return Ok(());
+        }
         let t = Instant::now();
         if self.be.device_ordinal().is_none() {
             // Host memory: in place.

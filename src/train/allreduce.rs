@@ -92,7 +92,8 @@ pub(super) fn build<'a, B: Backend>(
     pipe_path(&be, comm, &mut tensor, job)?;
     // Sharded state (one data rank has nothing to divide): the layout over the data group.
     let shard = (d.shard.optimizer() && grid.data > 1).then(|| Sharder::new(data_chan.duplicate(), &plan));
-    let scatter = d.shard == crate::config::Shard::Gradients && shard.is_some();
+    let scatter = d.shard.reduce_scatters() && shard.is_some();
+    let params_sharded = d.shard == crate::config::Shard::Parameters && shard.is_some();
     let reducer = match (path, engine_chan) {
         (_, Some(chan)) if scatter => {
             let layout = &shard.as_ref().expect("scatter is sharded").layout;
@@ -123,12 +124,15 @@ pub(super) fn build<'a, B: Backend>(
     let lr_ranks = sched.global_batch / job.training.rows_per_step();
     let own = shard.as_ref().map(|s| s.own());
     let mut opt = Optimizer::with_own(&be, &job.optimizer, model.tensors(), model.n_params, lr_ranks, own)?;
+    if params_sharded {
+        opt.set_pieces_kept();
+    }
     opt.schedule_mut().set_total_steps((job.training.epochs * sched.steps) as u64);
     // This rank's part of the starting state (restore.rs cut it); rows per rank: the global
     // batch (kept across resumes) over this job's data ranks.
     let mut st = Stepper::new(be, model, &start.params, opt, engine, sched.batch, timeline.clone())?;
     if let Some(sh) = shard {
-        st.set_shard(sh, scatter);
+        st.set_shard(sh, scatter, params_sharded)?;
     }
     st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
     // The stepper holds its own copies now: the starting state's go (a whole model's
@@ -186,6 +190,19 @@ fn log_shard(comm: &Comm, job: &Job, data: usize, scatter: bool) {
         }
         (false, _) => "gradient buckets all-reduced whole",
     };
+    if s == crate::config::Shard::Parameters {
+        let gather = match shard::Path::from_env() {
+            shard::Path::Ring => "a ring",
+            shard::Path::Mpi => "MPI_Allgatherv",
+        };
+        info!(
+            "distribution.shard = \"parameters\": the parameters, the optimizer state and update divided over {data} \
+             data-parallel ranks (each fusion bucket split into one piece per rank); {grads}; each layer gathered from \
+             the ranks' pieces just before forward and backward read it, one layer held at a time ({gather}; \
+             HVTRAIN_SHARD_COLLECTIVES=ring|mpi)"
+        );
+        return;
+    }
     let gather = match shard::Path::from_env() {
         shard::Path::Ring => "a ring",
         shard::Path::Mpi => "MPI_Allgatherv",
@@ -380,6 +397,10 @@ impl AllReduce<'_> {
         if every == 0 || st.step() % every as u64 != 0 {
             return Ok(());
         }
+        if st.params_sharded() {
+            // Each rank holds its own pieces: there are no copies to compare.
+            return Ok(());
+        }
         let _g = self.ctx.watchdog.guard(MAIN, "the parameter consistency check", st.step());
         check_agreement(
             &self.data_chan,
@@ -459,8 +480,9 @@ impl<B: Backend> Mode<B> for AllReduce<'_> {
     }
 
     fn whole_params(&mut self, st: &Stepper<B>) -> Result<Option<Vec<f32>>> {
-        // Assembled from replica 0's shards and stages on rank 0.
-        if self.ctx.grid.d != 0 {
+        // Assembled from replica 0's shards and stages on rank 0; sharded parameters are
+        // first gathered over each data group, which every replica joins.
+        if self.ctx.grid.d != 0 && !st.params_sharded() {
             return Ok(None);
         }
         let _p = liveness::phase("gathering the model's shards and stages for weights.h5");

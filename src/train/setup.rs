@@ -66,7 +66,11 @@ impl Setup {
                 format!(
                     "; shard = \"{}\": the optimizer state{} divided over {} data-parallel ranks",
                     shard.name(),
-                    if shard == crate::config::Shard::Gradients { " and the reduced gradients" } else { "" },
+                    match shard {
+                        crate::config::Shard::Gradients => " and the reduced gradients",
+                        crate::config::Shard::Parameters => ", the reduced gradients and the parameters",
+                        _ => "",
+                    },
                     grid.data
                 )
             } else {
@@ -196,9 +200,14 @@ pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize) -> crate::mem::St
     let part = if shard.optimizer() && data > 1 { n.div_ceil(data) } else { n };
     let (m, v) = crate::optim::state_lens(&job.optimizer, part);
     let mut s = crate::mem::StateBytes::of(n, m + v);
-    if shard == crate::config::Shard::Gradients && data > 1 {
+    if shard.reduce_scatters() && data > 1 {
         // This rank's gradients whole (backward writes them), the reduced ones its part.
         s.grads = 4 * (n + part);
+    }
+    if shard == crate::config::Shard::Parameters && data > 1 {
+        // Its pieces, and the window the largest layer is gathered into.
+        let layer = (0..model.layers.len()).map(|l| model.slot(l).len()).max().unwrap_or(0);
+        s.params = 4 * (part + layer);
     }
     s
 }
