@@ -2,7 +2,7 @@
 # Fashion-MNIST HDF5 files made, Open MPI allowed to run as root, a scratch dir removed on exit
 # (kept, and named, with KEEP_WORK=1: to rerun a report from the raw files).
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-BIN=target/release/hvtrain
+BIN=${HVTRAIN_BIN:-target/release/hvtrain}  # HVTRAIN_BIN: a copy, to rebuild while a bench runs
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -x "$BIN" ] || cargo build --release
 [ -f data/fashion-mnist-train.h5 ] || make data

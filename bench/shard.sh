@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sharded state (distribution.shard, issue #50): for the 784-8192-8192-8192-10 MLP (141 M
 # parameters) with Adam, on 1, 2 and 4 ranks (oversubscribed past 2 on a 2-core machine), each
-# mode of hvtrain (none, optimizer, gradients) and, in the same run, PyTorch's counterparts on
+# mode of hvtrain (none, optimizer, gradients, parameters) and, in the same run, PyTorch's counterparts on
 # the CPU over gloo (DDP, ZeroRedundancyOptimizer, FSDP2 SHARD_GRAD_OP and FULL_SHARD,
 # bench/torch_zero_peer.py): samples/s, this rank's model state as hvtrain logs it, peak RSS
 # per rank.
@@ -24,7 +24,7 @@ $BIN data shard data/fashion-mnist-train.h5 --parts 375 --out "$work/rows" 2> /d
 sed '/^test = /d' jobs/fashion-mnist.toml > "$work/job.toml"
 
 for n in $RANKS; do
-  modes="none optimizer gradients"
+  modes="none optimizer gradients parameters"
   [ "$n" = 1 ] && modes="none"  # one rank has nothing to divide
   for mode in $modes; do
     echo "hvtrain $n rank(s), shard = $mode" >&2
@@ -57,7 +57,7 @@ work, day, lb, la, head, ranks, epochs = sys.argv[1:]
 machine = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True, text=True).stdout.strip()
 mpi = subprocess.run("mpirun --version | head -1", shell=True, capture_output=True, text=True).stdout.strip()
 n_params = 784*8192+8192 + 2*(8192*8192+8192) + 8192*10+10
-L = [f"# Sharded state (ZeRO stages 1 and 2) against PyTorch, {day}", "",
+L = [f"# Sharded state (ZeRO stages 1 to 3) against PyTorch, {day}", "",
      f"- command: `bash bench/shard.sh` (RANKS=\"{ranks}\", EPOCHS={epochs}), hvtrain commit {head}",
      f"- machine: {machine}, {os.cpu_count()} vCPUs, {mpi}; more ranks than cores are **oversubscribed**, so samples/s "
      f"falls with the rank count here for reasons that are not the method's; compare columns within a row group. "
@@ -68,7 +68,7 @@ L = [f"# Sharded state (ZeRO stages 1 and 2) against PyTorch, {day}", "",
      "- samples/s: median of the epochs after the first; state/rank: hvtrain's start-up line (rank 0: params + grads "
      "+ optimizer); peak RSS: the largest over the ranks (hvtrain's `peak memory per rank` line, PyTorch's ru_maxrss, "
      "which includes about 700 MiB of PyTorch itself at 1 rank)", ""]
-PEER = {"none": "ddp", "optimizer": "zero", "gradients": "fsdp-grad"}
+PEER = {"none": "ddp", "optimizer": "zero", "gradients": "fsdp-grad", "parameters": "fsdp-full"}
 NAME = {"ddp": "DDP", "zero": "ZeroRedundancyOptimizer", "fsdp-grad": "FSDP2 SHARD_GRAD_OP", "fsdp-full": "FSDP2 FULL_SHARD"}
 def hv(n, mode):
     p = f"{work}/hv-{n}-{mode}.log"
@@ -95,7 +95,7 @@ for n in ranks.split():
           "|---|---:|---:|---|---:|---|---:|---:|---:|"]
     base = hv(n, "none")
     pbase = pt(n, "ddp")
-    for mode in ["none", "optimizer", "gradients", "fsdp-full"]:
+    for mode in ["none", "optimizer", "gradients", "parameters"]:
         h = hv(n, mode) if mode in PEER else None
         peer = PEER.get(mode, mode)
         p = pt(n, peer)
@@ -105,10 +105,8 @@ for n in ranks.split():
             s = h["state"] or ("?",) * 4
             hcol = (f"{mode} | {h['rate']:,.1f} | {h['rate'] / base['rate']:.2f}× | {s[3]} ({s[0]} + {s[1]} + {s[2]}) | "
                     f"{h['rss']:,.0f}" if base and base["rate"] else f"{mode} | {h['rate']:,.1f} | | | ")
-        elif mode in PEER:
-            hcol = f"{mode} | failed | | | "
         else:
-            hcol = "(stage 3: not yet) | | | | "
+            hcol = f"{mode} | failed | | | "
         if p and "samples_per_sec" in p:
             rel = f"{p['samples_per_sec'] / pbase['samples_per_sec']:.2f}×" if pbase and "samples_per_sec" in pbase else ""
             pcol = f"{NAME[peer]} | {p['samples_per_sec']:,.1f} | {rel} | {max(p['peak_rss_mb']):,.0f}"
