@@ -24,7 +24,11 @@ Model-parallel layouts (D data × T tensor × P pipeline ranks, M micro-batches)
 Sharded state (distribution.shard, `step_time(..., shard=)`): "optimizer" keeps the all-reduce
 and adds an all-gather of every bucket's updated pieces after the step, not overlapped;
 "gradients" reduce-scatters each bucket instead (half an all-reduce's traffic, overlapped as
-the all-reduce is) and adds the same all-gather:
+the all-reduce is) and adds the same all-gather; "parameters" reduce-scatters as "gradients"
+does, gathers no whole model after the step, and instead gathers each layer just before it is
+read, not overlapped (hvtrain waits for it): every layer in forward, then in backward the
+layers from the second-to-last down to the second (the last is still held from forward; the
+first needs no input gradient):
     reduce_scatter(bytes, p) = all_gather(bytes, p) = ceil(log2 p)*alpha + (p-1)/p * bytes / bw
 """
 import argparse, json, math, statistics
@@ -75,14 +79,22 @@ def flops(layers, batch):
 
 def step_time(model, p, alpha, bw, overlap, compute_s=None, shard="none"):
     """(step, communication total, exposed, buckets) in seconds; compute_s overrides the
-    model's; shard: "none", "optimizer" or "gradients" (see the module's doc)."""
+    model's; shard: "none", "optimizer", "gradients" or "parameters" (see the module's doc)."""
     model = dict(model, compute_s=model["compute_s"] if compute_s is None else compute_s)
     layers, batch = model["layers"], model["batch_per_rank"]
     buckets = plan(tensors(layers), model["threshold_bytes"])
-    reduce = half if shard == "gradients" else allreduce
+    reduce = half if shard in ("gradients", "parameters") else allreduce
     comm = [reduce(sum(t[0] for t in b), p, alpha, bw) for b in buckets]
-    # The updated pieces all-gathered after the step, bucket by bucket, nothing to hide them.
-    gather = sum(half(sum(t[0] for t in b), p, alpha, bw) for b in buckets) if shard != "none" else 0.0
+    if shard == "parameters":
+        # Each layer gathered before it is read: forward, then backward's layers n-2 .. 1.
+        n = len(layers) - 1
+        size = [4 * (layers[l] * layers[l + 1] + layers[l + 1]) for l in range(n)]
+        gather = sum(half(size[l], p, alpha, bw) for l in list(range(n)) + list(range(n - 2, 0, -1)))
+    elif shard != "none":
+        # The updated pieces all-gathered after the step, bucket by bucket, nothing to hide them.
+        gather = sum(half(sum(t[0] for t in b), p, alpha, bw) for b in buckets)
+    else:
+        gather = 0.0
     fwd, bwd = flops(layers, batch)
     per_flop = model["compute_s"] / (fwd + sum(bwd))
     # When each layer's backward ends, measured from the end of forward.
@@ -107,14 +119,18 @@ def shard_lines(m, alpha, bw):
     big = [x for x in models(m) if x["name"].startswith("large MLP")][0]
     lines = [f"## Sharded state (distribution.shard): {big['name']}, overlap on (predicted)", "",
              "The all-gather of the updated parameters after each step is exposed; \"gradients\" halves the "
-             "overlapped traffic (reduce-scatter). The optimizer's own time, which sharding divides by the ranks, "
+             "overlapped traffic (reduce-scatter); \"parameters\" gathers each layer before forward and backward "
+             "read it (about twice the parameters' bytes, exposed). The optimizer's own time, which sharding divides by the ranks, "
              "is not in the model.", "",
-             "| ranks | none (ms) | optimizer (ms) | gradients (ms) | optimizer / none | gradients / none |",
-             "|---|---|---|---|---|---|"]
+             "| ranks | none (ms) | optimizer (ms) | gradients (ms) | parameters (ms) | optimizer / none | "
+             "gradients / none | parameters / none |",
+             "|---|---|---|---|---|---|---|---|"]
+    modes = ("none", "optimizer", "gradients", "parameters")
     for p in RANKS:
-        t = {s: step_time(big, p, alpha, bw, True, shard=s)[0] for s in ("none", "optimizer", "gradients")}
+        t = {s: step_time(big, p, alpha, bw, True, shard=s)[0] for s in modes}
         lines.append(f"| {p} | {t['none']*1e3:.2f} | {t['optimizer']*1e3:.2f} | {t['gradients']*1e3:.2f} | "
-                     f"{t['none']/t['optimizer']:.2f}× | {t['none']/t['gradients']:.2f}× |")
+                     f"{t['parameters']*1e3:.2f} | {t['none']/t['optimizer']:.2f}× | {t['none']/t['gradients']:.2f}× | "
+                     f"{t['none']/t['parameters']:.2f}× |")
     return lines + [""]
 
 

@@ -17,7 +17,7 @@
 //!   `slow_checkpoint=SECONDS`: the same, while rank 0 writes the first checkpoint at or after
 //!   step WHEN (only rank 0 writes checkpoints);
 //! - `oom` (an allocation of 64 TiB that cannot return an error: the allocator's out-of-memory
-//!   line, `tests/memory.rs`).
+//!   line, `tests/it/memory.rs`).
 //!
 //! Must not: fire unless `HVTRAIN_INJECT_FAULT` names this rank; know how the job recovers (that
 //! is the callers' and the launcher's).

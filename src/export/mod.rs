@@ -16,7 +16,7 @@
 //! `proto/onnx.proto` (`proto/regen.sh`) and committed: the build needs only the `prost`
 //! runtime, not protoc (see ARCHITECTURE.md).
 //!
-//! Must not: compute with the model (the graph is built from the weights; `tests/export.rs` runs it
+//! Must not: compute with the model (the graph is built from the weights; `tests/it/export.rs` runs it
 //! against `predict`).
 
 #[rustfmt::skip]

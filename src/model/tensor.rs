@@ -186,7 +186,7 @@ mod tests {
 
     /// T threads, each a tensor rank with its shard, summing through shared memory: every
     /// rank's loss and gradients must be the whole model's (its slice of them), so every sum
-    /// forward and backward is where it must be. (The MPI version: tests/model_parallel.rs.)
+    /// forward and backward is where it must be. (The MPI version: tests/it/model_parallel.rs.)
     #[test]
     fn sharded_forward_and_backward_give_the_whole_models_loss_and_gradients() {
         use crate::device::Cpu;

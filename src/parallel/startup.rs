@@ -7,7 +7,7 @@
 //! it before `MPI_Init`. The rank before `MPI_Init` is the launcher's (`launcher_rank`).
 //!
 //! An alarm, not a thread: a thread started before `MPI_Init` changed the process's address
-//! space enough (its stack, a malloc arena) that `tests/memory.rs`'s tight `ulimit -v` margin
+//! space enough (its stack, a malloc arena) that `tests/it/memory.rs`'s tight `ulimit -v` margin
 //! failed inside MPI instead of with hvtrain's out-of-memory line. The signal handler only
 //! calls `write` and `_exit` (async-signal-safe) on a line formatted beforehand.
 //!

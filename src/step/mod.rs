@@ -195,9 +195,22 @@ where
         timeline: Option<Arc<Timeline>>,
     ) -> Result<Stepper<B>> {
         assert_eq!(params.len(), model.n_params, "parameter arena of another model");
+        Stepper::build(be, model, params, opt, engine, batch, timeline)
+    }
+
+    /// `new` with `params` as they are kept: the whole arena, or this rank's pieces of it
+    /// (`shard = "parameters"`, `new_sharded`).
+    fn build(
+        be: B,
+        model: Mlp,
+        params: &[f32],
+        opt: Optimizer<B>,
+        engine: Engine<B::Buf>,
+        batch: usize,
+        timeline: Option<Arc<Timeline>>,
+    ) -> Result<Stepper<B>> {
         let _a = crate::mem::allocating("this rank's parameters and the step's activations and batch buffers");
         let params = be.upload(params)?;
-        assert_eq!(be.len(&params), model.n_params, "the backend's upload changed the length");
         use crate::config::Targets as T;
         let extra = Extra {
             top5: model.head && model.loss.kind.targets() == T::Classes && model.n_outputs() > 5,
@@ -295,8 +308,9 @@ where
     /// With sharded state, collective over the data group first (every data rank calls it;
     /// the ranks other than the group's rank 0 get None).
     pub fn whole_state(&self) -> Result<Option<(Vec<f32>, Vec<f32>, Vec<f32>, u64)>> {
-        // First: with sharded parameters, a collective of the whole data group.
-        let p = self.params_host()?;
+        // First: with sharded parameters, a collective of the whole data group (the whole
+        // model on its rank 0 only).
+        let p = if self.params_sharded() { self.gather_whole_on_root()? } else { Some(self.params_host()?) };
         let (m, v, step) = self.opt.state(&self.be)?;
         let (m, v) = match &self.shard {
             None => (m, v),
@@ -309,12 +323,21 @@ where
                 }
             }
         };
+        let Some(p) = p else { return Ok(None) };
         let p = self.tp.gather(p);
         let (m, v) = (self.tp.gather(m), self.tp.gather(v));
         Ok(p.map(|p| (p, m.unwrap_or_default(), v.unwrap_or_default(), step)))
     }
-    /// Collective over the tensor group: the whole model's parameters on its rank 0.
+    /// Collective over the tensor group: the whole model's parameters on its rank 0. With
+    /// sharded parameters, collective over the data group first (every data rank calls it; the
+    /// ranks other than the group's rank 0 get None).
     pub fn whole_params(&self) -> Result<Option<Vec<f32>>> {
+        if self.params_sharded() {
+            return Ok(match self.gather_whole_on_root()? {
+                Some(p) => self.tp.gather(p),
+                None => None,
+            });
+        }
         Ok(self.tp.gather(self.params_host()?))
     }
     pub fn backend(&self) -> &B {

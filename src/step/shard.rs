@@ -12,9 +12,13 @@ use super::Stepper;
 use crate::device::Backend;
 use crate::error::Result;
 use crate::model::{Held, Mlp, Params};
+use crate::optim::Optimizer;
 use crate::parallel::engine::HostBuf;
 use crate::parallel::shard::{intersect, Sharder};
+use crate::parallel::timeline::Timeline;
+use crate::parallel::Engine;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Sharded state (`distribution.shard`): the layout and its collectives, and whether the
@@ -92,6 +96,16 @@ where
     }
 }
 
+/// This rank's pieces of `whole` (an arena) as `sharder` lays them out, end to end (at least
+/// one float, so that no device buffer is empty).
+fn pieces_of(sharder: &Sharder, whole: &[f32]) -> Vec<f32> {
+    let mut v: Vec<f32> = sharder.own().into_iter().flat_map(|(p, _)| whole[p].to_vec()).collect();
+    if v.is_empty() {
+        v.push(0.0);
+    }
+    v
+}
+
 /// Collective over the data group: arena range `slot` into `out` (its length) from every
 /// rank's pieces, this rank's read from `pieces` (its pieces end to end): bucket by bucket,
 /// the slot's part of a bucket is split over the ranks as the bucket is, in rank order.
@@ -131,25 +145,40 @@ where
     /// rank's part of each bucket (`parallel::shard::ReduceScatter` with buffers of
     /// `parallel::shard::reduced_lens`).
     /// The optimizer must update this rank's part only (`Optimizer::with_own`).
-    /// `params`: this rank keeps only its pieces of the parameters too (`shard =
-    /// "parameters"`, reduce-scattered), and gathers each layer before forward or backward
-    /// reads it; the optimizer must then update the pieces where they are kept
-    /// (`Optimizer::set_pieces_kept`).
-    pub fn set_shard(&mut self, sharder: Sharder, reduce_scattered: bool, params: bool) -> Result<()> {
+    pub fn set_shard(&mut self, sharder: Sharder, reduce_scattered: bool) {
         assert_eq!(sharder.layout.buckets, self.engine.plan().buckets, "a layout of other buckets");
         assert_eq!(self.opt.own(), Some(&sharder.own()), "an optimizer of other pieces");
-        assert!(!params || (reduce_scattered && self.opt.pieces_kept()), "sharded parameters need their pieces");
-        let whole = if params { Some(self.params_host()?) } else { None };
         self.shard = Some(Sharded { sharder, reduce_scattered, host: Vec::new(), window: None });
-        if let Some(whole) = whole {
-            let _a = crate::mem::allocating("this rank's pieces of the parameters and one layer's window");
-            let most = (0..self.model.layers.len()).map(|l| self.model.slot(l).len()).max().unwrap_or(1);
-            let host = if self.be.device_ordinal().is_some() { crate::mem::zeros(most)? } else { Vec::new() };
-            let win = Window { buf: self.be.zeros(most)?, host, at: None, slot: 0..0 };
-            self.shard.as_mut().expect("set above").window = Some(win);
-            self.set_params_host(&whole)?;
-        }
-        Ok(())
+    }
+
+    /// `Stepper::new` for `shard = "parameters"` (with the buckets reduce-scattered): this
+    /// rank keeps only its pieces of `whole`, the starting parameters (never a copy of the
+    /// whole arena), and gathers each layer into a window before forward or backward reads
+    /// it. The optimizer must update the pieces where they are kept
+    /// (`Optimizer::set_pieces_kept`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_sharded(
+        be: B,
+        model: Mlp,
+        whole: &[f32],
+        opt: Optimizer<B>,
+        engine: Engine<B::Buf>,
+        batch: usize,
+        timeline: Option<Arc<Timeline>>,
+        sharder: Sharder,
+    ) -> Result<Stepper<B>> {
+        assert_eq!(whole.len(), model.n_params, "parameter arena of another model");
+        assert!(opt.pieces_kept(), "sharded parameters need an optimizer of their pieces");
+        let pieces = pieces_of(&sharder, whole);
+        let mut st = Stepper::build(be, model, &pieces, opt, engine, batch, timeline)?;
+        drop(pieces);
+        st.set_shard(sharder, true);
+        let _a = crate::mem::allocating("one layer's window of the gathered parameters");
+        let most = (0..st.model.layers.len()).map(|l| st.model.slot(l).len()).max().unwrap_or(1);
+        let host = if st.be.device_ordinal().is_some() { crate::mem::zeros(most)? } else { Vec::new() };
+        let win = Window { buf: st.be.zeros(most)?, host, at: None, slot: 0..0 };
+        st.shard.as_mut().expect("set above").window = Some(win);
+        Ok(st)
     }
 
     /// Whether this rank keeps only its pieces of the parameters (`shard = "parameters"`).
@@ -157,15 +186,9 @@ where
         self.shard.as_ref().is_some_and(|s| s.window.is_some())
     }
 
-    /// This rank's pieces of `whole` (an arena), end to end (at least one float, so that no
-    /// device buffer is empty).
+    /// This rank's pieces of `whole` (an arena), end to end.
     pub(super) fn pieces_of(&self, whole: &[f32]) -> Vec<f32> {
-        let sh = self.shard.as_ref().expect("sharded");
-        let mut v: Vec<f32> = sh.sharder.own().into_iter().flat_map(|(p, _)| whole[p].to_vec()).collect();
-        if v.is_empty() {
-            v.push(0.0);
-        }
-        v
+        pieces_of(&self.shard.as_ref().expect("sharded").sharder, whole)
     }
 
     /// Collective over the data group (`shard = "parameters"`): the whole arena from every
@@ -178,6 +201,27 @@ where
             gather_slot(&self.be, &self.params, &sh.sharder, &slot, &mut whole[slot.clone()])?;
         }
         Ok(whole)
+    }
+
+    /// Collective over the data group (`shard = "parameters"`): the whole arena on data rank 0
+    /// only (checkpoints, weights.h5), None on the others, which hold one layer at a time
+    /// while it is gathered.
+    pub(super) fn gather_whole_on_root(&self) -> Result<Option<Vec<f32>>> {
+        let sh = self.shard.as_ref().expect("sharded");
+        let root = sh.sharder.rank() == 0;
+        let mut whole = if root { crate::mem::zeros(self.model.n_params)? } else { Vec::new() };
+        let mut layer = Vec::new();
+        for l in 0..self.model.layers.len() {
+            let slot = self.model.slot(l);
+            let out = if root {
+                &mut whole[slot.clone()]
+            } else {
+                layer.resize(slot.len(), 0.0);
+                &mut layer[..]
+            };
+            gather_slot(&self.be, &self.params, &sh.sharder, &slot, out)?;
+        }
+        Ok(root.then_some(whole))
     }
 
     /// The gathers a step's forward and backward would make, made without them: a rank

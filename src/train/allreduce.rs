@@ -130,10 +130,18 @@ pub(super) fn build<'a, B: Backend>(
     opt.schedule_mut().set_total_steps((job.training.epochs * sched.steps) as u64);
     // This rank's part of the starting state (restore.rs cut it); rows per rank: the global
     // batch (kept across resumes) over this job's data ranks.
-    let mut st = Stepper::new(be, model, &start.params, opt, engine, sched.batch, timeline.clone())?;
-    if let Some(sh) = shard {
-        st.set_shard(sh, scatter, params_sharded)?;
-    }
+    let mut st = match shard {
+        Some(sh) if params_sharded => {
+            Stepper::new_sharded(be, model, &start.params, opt, engine, sched.batch, timeline.clone(), sh)?
+        }
+        shard => {
+            let mut st = Stepper::new(be, model, &start.params, opt, engine, sched.batch, timeline.clone())?;
+            if let Some(sh) = shard {
+                st.set_shard(sh, scatter);
+            }
+            st
+        }
+    };
     st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
     // The stepper holds its own copies now: the starting state's go (a whole model's
     // parameters and, resumed, its optimizer state, on every rank).

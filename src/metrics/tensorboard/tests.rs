@@ -1,5 +1,5 @@
 //! The board's files read back with the framing's own reader (the real `tensorboard` package
-//! reads them in tests/tensorboard.rs).
+//! reads them in tests/it/tensorboard.rs).
 //!
 //! Must not: need MPI or Python (one process, files in a temporary folder).
 
