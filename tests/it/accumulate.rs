@@ -5,7 +5,7 @@
 //! dropped a micro-batch or counted one twice would not. A checkpoint mid-run resumes to the
 //! uninterrupted run's weights, bit for bit; the parameter-server mode refuses it at start-up.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

@@ -12,7 +12,7 @@
 //!   at every step (the consistency check) and the loss falls;
 //! - tensor splits, compression and parameter servers refuse it at start-up.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

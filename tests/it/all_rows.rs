@@ -9,7 +9,7 @@
 //! and an order-independent digest of (file number, row in file), compared with the digest
 //! of every row of every file.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

@@ -9,7 +9,7 @@
 //! own times (broken on purpose: no all-reduce of the scores), ranks picked different plans
 //! and that check ended the job.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! left waiting in a collective), with one stderr line that names the rank, the file and the
 //! field (dataset name or dotted config key).
 
-mod common;
+use crate::common;
 
 use common::{hvtrain, job, mpirun, mpirun_mpmd, scratch, write_classes, Run};
 use std::path::{Path, PathBuf};
@@ -286,7 +286,7 @@ fn corrupted_hdf5_file() {
 #[test]
 fn x_of_strings_or_compounds() {
     let _g = common::mpi_lock();
-    // Any integer or float type is read (tests/data_types.rs); text and records are not.
+    // Any integer or float type is read (tests/it/data_types.rs); text and records are not.
     let (_, y) = data();
     let s: Vec<hdf5::types::FixedAscii<4>> =
         (0..N * D).map(|_| hdf5::types::FixedAscii::from_ascii(b"0.5").unwrap()).collect();

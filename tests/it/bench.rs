@@ -3,7 +3,7 @@
 //! own, reset before it runs, and the bench checks every element against the sum it computes
 //! itself; a wrong sum aborts the run. Small sizes and several buckets per size.
 
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

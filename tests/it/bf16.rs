@@ -8,7 +8,7 @@
 //! On a CPU without it: the job ends at start-up with an error naming `training.precision`,
 //! AVX512-BF16 and the way out, on every rank, non-zero.
 
-mod common;
+use crate::common;
 use common::*;
 
 const D: usize = 12;

@@ -13,7 +13,7 @@
 //! with the forward-order, overlap-off run. On 2 ranks a sum of two values has one order,
 //! so every run is bit-identical.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! removed when the next run starts, and `weights.h5` and checkpoints are fsynced, renamed
 //! into place and their directory fsynced before they are announced (checked under strace).
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use std::process::Command;

@@ -12,7 +12,7 @@
 //!   error naming the line;
 //! - `predict` writes each row's class name; the ONNX export carries them as metadata.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

@@ -6,7 +6,7 @@
 //! differ from unclipped ones, so the limit really acts; the log and metrics.jsonl report the
 //! global norm per epoch. Clipping by value clamps the reduced gradients, on any split of the model.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

@@ -11,7 +11,7 @@
 //!   before the first step, naming the file, the dataset, the filter's id and name and where to
 //!   get it; the job ends non-zero and writes no weights; `data check` exits 1 and says so.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use std::process::Command;

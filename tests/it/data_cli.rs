@@ -2,7 +2,7 @@
 //! files the tests write, training from the shards with a `{rank}` path under
 //! `mpirun -n 3`, `hvtrain eval` on the saved weights, and the `--help` texts.
 
-mod common;
+use crate::common;
 
 use common::{hvtrain, job, mpirun, scratch, synthetic, write_classes};
 use hdf5::types::{FloatSize, IntSize, TypeDescriptor};

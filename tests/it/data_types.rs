@@ -4,7 +4,7 @@
 //! types. Each run must give exactly the weights of a run on the same numbers stored as
 //! float32 (the conversion happens as rows are read, before anything else sees them).
 
-mod common;
+use crate::common;
 
 use common::{hvtrain, job, mpirun, read_f32, scratch, write_dataset};
 use hdf5::H5Type;

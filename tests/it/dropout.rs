@@ -5,7 +5,7 @@
 //! no-op), and `eval` does not drop (two evaluations agree, and they agree with the loss the
 //! weights give without dropout). Bad rates name `model.dropout`.
 
-mod common;
+use crate::common;
 use common::*;
 
 const G: usize = 8; // global batch: divisible by 1, 2 and 4

@@ -2,7 +2,7 @@
 //! converted with `hvtrain data import-idx`, trained on 2 ranks under mpirun. It must reach
 //! a stated test accuracy, write metrics.jsonl and weights.h5, and `eval` must agree.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

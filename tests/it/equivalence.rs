@@ -3,7 +3,7 @@
 //! fusion threshold small enough for several buckets and large enough for one. This is the
 //! proof that gradient averaging and fusion are right.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

@@ -9,7 +9,7 @@
 //! target/): HVTRAIN_ONNX_PYTHON names its python (default target/onnx-venv/bin/python).
 //! Without it the onnxruntime comparison is skipped, unless HVTRAIN_REQUIRE_ONNX=1.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;

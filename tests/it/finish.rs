@@ -6,7 +6,7 @@
 //! stopped there is named by the others; a rank slow at the end but within the limit ends the
 //! job with 0; the limit's bounds are checked.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::PathBuf;
 use std::time::Duration;

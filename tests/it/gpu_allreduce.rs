@@ -4,7 +4,7 @@
 //! and log no GPU path; a value it does not know is an error naming the key and the values;
 //! HVTRAIN_GPU_ALLREDUCE sets it as the other HVTRAIN_* variables do.
 
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

@@ -9,7 +9,7 @@
 //!   variable does. (Broken on purpose, the leaders' all-reduce left out, each node trains on
 //!   its own gradients: the every-step parameter check ends the job and this test fails.)
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

@@ -12,7 +12,7 @@
 //! - bad input: a missing field names the file, line and column (and `--fill` fills it), a
 //!   text feature, a string label after integer ones, no `--y` (the columns listed).
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! top-5 accuracy counts the rows whose label is among the 5 largest outputs; bad values name
 //! the key or the file, dataset and row.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 

@@ -19,7 +19,7 @@
 //! out inside MPI_Allreduce instead (MPI_ERR_INTERN, no hvtrain line). Now T = 1 is 1.4 P
 //! (about 4 arenas) over the limit, and T = 4's peak about 1.9 P under it.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use std::process::Command;

@@ -13,7 +13,7 @@
 //! results differ from one rank by float rounding only: measured about 1e-7 relative (see the
 //! test output). Pipeline stages without micro-batches compute exactly what one rank does.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //! whatever the pieces (the same bits); MPI's collectives may pick another algorithm for a
 //! smaller message, which on 3 ranks may add in another order (float tolerance).
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

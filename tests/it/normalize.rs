@@ -6,7 +6,7 @@
 //! travel in checkpoints, so a stopped run resumes to the same weights; bad values name the
 //! key or the file.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 

@@ -6,7 +6,7 @@
 //! copies on the CPU and says so; `on` with micro-batches is refused with the key named.
 //! Broken on purpose (the gathered index off by one row) the weights differ.
 
-mod common;
+use crate::common;
 use common::*;
 
 const D: usize = 7;

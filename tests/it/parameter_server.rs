@@ -3,9 +3,9 @@
 //! workers and S = 1, 2 servers gives the weights of all-reduce on W ranks with the same
 //! global batch after 20 steps (SGD with momentum, Adam with L2, AdamW); and a staleness-0 run
 //! resumed from a checkpoint (at an epoch end and mid-epoch) ends bit-identical to one that
-//! never stopped. The asynchronous side is `tests/ps_async.rs`.
+//! never stopped. The asynchronous side is `tests/it/ps_async.rs`.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! (signature, IHDR, IEND, decodes), of a sensible size, and shows curves (not blank);
 //! several runs overlaid in their own colours; a bad metrics file is a clear error.
 
-mod common;
+use crate::common;
 use common::*;
 use std::collections::HashSet;
 use std::path::Path;

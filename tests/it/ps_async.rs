@@ -6,7 +6,7 @@
 //! server or a worker ends the job within 15 s, non-zero, naming the rank; an asynchronous
 //! run checkpoints and resumes.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 

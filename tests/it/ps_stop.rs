@@ -5,7 +5,7 @@
 //! `--resume auto` from it ends, with staleness 0, bit-identical (weights and every epoch's
 //! train_loss) to a run that was never interrupted; and it resumes on 4 workers too.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! leaves the previous one loadable; SIGTERM writes a checkpoint and exits 75; `predict`
 //! works from weights and from checkpoints.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;

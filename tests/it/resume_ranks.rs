@@ -6,7 +6,7 @@
 //! uninterrupted run's to float tolerance and its test accuracy to 0.5 points. A global
 //! batch that does not divide over the new rank count is a clear error.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 

@@ -4,7 +4,7 @@
 //! SIGTERM (as `scancel` does) and resumed ends with the same rates and bit-identical
 //! weights as one that was never stopped; and the schedule keys' errors name the key.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 

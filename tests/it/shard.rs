@@ -8,7 +8,7 @@
 //! written at a signal's stop, holds the whole state (equal to the unsharded run's), and
 //! resumes on another rank count and another mode.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 

@@ -4,7 +4,7 @@
 //! the limit does not fail the job; a killed one ends it at once; and the limit's bounds are
 //! checked.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! `--resume auto` that ends as an uninterrupted sweep does (same trials, same metrics, same
 //! weights), and bad specs refused before anything runs.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -256,7 +256,7 @@ fn failed_trials_are_recorded_and_the_sweep_goes_on() {
 }
 
 /// Start `mpirun -n 2 hvtrain sweep`, wait for `until` in its log, SIGTERM the ranks (as
-/// Slurm's scancel does; see tests/resume.rs for mpirun's own).
+/// Slurm's scancel does; see tests/it/resume.rs for mpirun's own).
 fn stopped_sweep(dir: &Path, until: &str) -> (Option<i32>, String) {
     let job = Background::mpirun(2, &["sweep", "job.toml", "--set", "output.dir=\"b\""], dir, 300);
     job.wait_for(until, 120);
@@ -328,7 +328,7 @@ fn a_stopped_sweep_resumes_and_ends_as_an_uninterrupted_one() {
             |root: &str| layer_tensors(&dir.join(root).join("trials").join(format!("{t:04}")).join("weights.h5"), 2);
         assert_eq!(w("a"), w("b"), "trial {t}: weights differ");
         // TensorBoard's HParams session of every trial, ended, after the resume too
-        // (tests/tensorboard.rs reads them with the plugin itself).
+        // (tests/it/tensorboard.rs reads them with the plugin itself).
         let session = std::fs::read(b.join(format!("trials/{t:04}/tensorboard/events.out.tfevents.session.v2")))
             .unwrap_or_else(|e| panic!("trial {t}: no HParams session file: {e}"));
         let has = |tag: &str| session.windows(tag.len()).any(|w| w == tag.as_bytes());

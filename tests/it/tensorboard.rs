@@ -7,7 +7,7 @@
 //! as text. A sweep's trials in the HParams plugin (its own handlers: the experiment and the
 //! session groups) with sweep.jsonl's values, statuses and metrics. Off, no files.
 
-mod common;
+use crate::common;
 use common::*;
 
 const LAYERS: [usize; 3] = [6, 16, 3];

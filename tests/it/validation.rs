@@ -4,7 +4,7 @@
 //! val_loss; keep_best's weights.h5 evaluates to the best epoch's val_loss while the checkpoint
 //! holds the last epoch; bad values name the key.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::PathBuf;
 

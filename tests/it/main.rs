@@ -1,0 +1,52 @@
+//! Most integration tests, as one test binary (each file a module): one binary to build and
+//! link instead of one per file, which cost CI about 8 minutes of thin-LTO links. The tests
+//! that run long, drive the machine (Slurm, network namespaces, a no-root build) or are run
+//! alone by name (`--test fault_cells`, `--test bundle`) keep a binary of their own in
+//! `tests/`. MPI jobs from every module take `common::mpi_lock`, one process-wide lock, so no
+//! two run at once on a 2-core machine, as before.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod accumulate;
+mod adasum;
+mod all_rows;
+mod autotune;
+mod bad_input;
+mod bench;
+mod bf16;
+mod bucket_order;
+mod checkpoint_files;
+mod class_names;
+mod clipping;
+mod compressed;
+mod data_cli;
+mod data_types;
+mod docs;
+mod dropout;
+mod end_to_end;
+mod equivalence;
+mod export;
+mod finish;
+mod gpu_allreduce;
+mod hierarchical;
+mod import;
+mod layers;
+mod losses;
+mod memory;
+mod model_parallel;
+mod mpi_pieces;
+mod normalize;
+mod on_device;
+mod parameter_server;
+mod plot;
+mod ps_async;
+mod ps_stop;
+mod resume;
+mod resume_ranks;
+mod schedules;
+mod shard;
+mod startup;
+mod sweep;
+mod tensorboard;
+mod validation;
