@@ -74,10 +74,7 @@ demo: data
 # As root (CI), tests/noroot.rs must run, not skip: it proves the build a user without root does.
 NOROOT_REQ := $(shell [ "$$(id -u)" = 0 ] && echo HVTRAIN_REQUIRE_NOROOT=1)
 
-# The prerequisites are made side by side (-j3): the downloads (NVRTC's wheel, the test venv)
-# and mdBook's build overlap the release build, whose last minutes use one core.
-test: test-deps
-	$(MAKE) --no-print-directory -j3 build nvrtc gpu-bundle onnx-venv docs
+test: test-deps build nvrtc gpu-bundle onnx-venv docs
 	LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH HVTRAIN_REQUIRE_NVRTC=1 HVTRAIN_REQUIRE_BUNDLE=1 $(NOROOT_REQ) \
 	  HVTRAIN_REQUIRE_ONNX=1 HVTRAIN_ONNX_PYTHON=$(CURDIR)/$(ONNX_VENV)/bin/python cargo test --release --no-fail-fast
 	@if [ -n "$(NOROOT_REQ)" ]; then \
