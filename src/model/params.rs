@@ -43,6 +43,11 @@ impl Mlp {
         self.layers[l].w.start..self.layers[l].end
     }
 
+    /// The longest layer slot (a window that holds any one layer).
+    pub fn largest_slot(&self) -> usize {
+        (0..self.layers.len()).map(|l| self.slot(l).len()).max().unwrap_or(0)
+    }
+
     /// The layers one step's forward and backward fetch (`Params::fetch`), in order:
     /// `forward_fetches`, then `backward_fetches`. A rank without rows fetches these instead.
     #[cfg(test)]

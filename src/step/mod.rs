@@ -310,7 +310,7 @@ where
     pub fn whole_state(&self) -> Result<Option<(Vec<f32>, Vec<f32>, Vec<f32>, u64)>> {
         // First: with sharded parameters, a collective of the whole data group (the whole
         // model on its rank 0 only).
-        let p = if self.params_sharded() { self.gather_whole_on_root()? } else { Some(self.params_host()?) };
+        let p = if self.params_sharded() { self.gather_whole(false)? } else { Some(self.params_host()?) };
         let (m, v, step) = self.opt.state(&self.be)?;
         let (m, v) = match &self.shard {
             None => (m, v),
@@ -333,7 +333,7 @@ where
     /// ranks other than the group's rank 0 get None).
     pub fn whole_params(&self) -> Result<Option<Vec<f32>>> {
         if self.params_sharded() {
-            return Ok(match self.gather_whole_on_root()? {
+            return Ok(match self.gather_whole(false)? {
                 Some(p) => self.tp.gather(p),
                 None => None,
             });
@@ -363,7 +363,7 @@ where
     /// sharded parameters, collective over the data group (gathered layer by layer).
     pub fn params_host(&self) -> Result<Vec<f32>> {
         if self.params_sharded() {
-            return self.gather_whole();
+            return Ok(self.gather_whole(true)?.expect("gathered everywhere"));
         }
         let mut p = vec![0.0; self.model.n_params];
         self.be.download(&self.params, 0..p.len(), &mut p)?;

@@ -174,7 +174,7 @@ where
         drop(pieces);
         st.set_shard(sharder, true);
         let _a = crate::mem::allocating("one layer's window of the gathered parameters");
-        let most = (0..st.model.layers.len()).map(|l| st.model.slot(l).len()).max().unwrap_or(1);
+        let most = st.model.largest_slot().max(1);
         let host = if st.be.device_ordinal().is_some() { crate::mem::zeros(most)? } else { Vec::new() };
         let win = Window { buf: st.be.zeros(most)?, host, at: None, slot: 0..0 };
         st.shard.as_mut().expect("set above").window = Some(win);
@@ -192,28 +192,17 @@ where
     }
 
     /// Collective over the data group (`shard = "parameters"`): the whole arena from every
-    /// rank's pieces, layer by layer, on every rank.
-    pub(super) fn gather_whole(&self) -> Result<Vec<f32>> {
+    /// rank's pieces, gathered layer by layer, on every rank (`everywhere`: evaluation) or on
+    /// data rank 0 only (checkpoints, weights.h5; None on the others, which hold one layer at
+    /// a time while it is gathered).
+    pub(super) fn gather_whole(&self, everywhere: bool) -> Result<Option<Vec<f32>>> {
         let sh = self.shard.as_ref().expect("sharded");
-        let mut whole = crate::mem::zeros(self.model.n_params)?;
-        for l in 0..self.model.layers.len() {
-            let slot = self.model.slot(l);
-            gather_slot(&self.be, &self.params, &sh.sharder, &slot, &mut whole[slot.clone()])?;
-        }
-        Ok(whole)
-    }
-
-    /// Collective over the data group (`shard = "parameters"`): the whole arena on data rank 0
-    /// only (checkpoints, weights.h5), None on the others, which hold one layer at a time
-    /// while it is gathered.
-    pub(super) fn gather_whole_on_root(&self) -> Result<Option<Vec<f32>>> {
-        let sh = self.shard.as_ref().expect("sharded");
-        let root = sh.sharder.rank() == 0;
-        let mut whole = if root { crate::mem::zeros(self.model.n_params)? } else { Vec::new() };
+        let keep = everywhere || sh.sharder.rank() == 0;
+        let mut whole = if keep { crate::mem::zeros(self.model.n_params)? } else { Vec::new() };
         let mut layer = Vec::new();
         for l in 0..self.model.layers.len() {
             let slot = self.model.slot(l);
-            let out = if root {
+            let out = if keep {
                 &mut whole[slot.clone()]
             } else {
                 layer.resize(slot.len(), 0.0);
@@ -221,7 +210,7 @@ where
             };
             gather_slot(&self.be, &self.params, &sh.sharder, &slot, out)?;
         }
-        Ok(root.then_some(whole))
+        Ok(keep.then_some(whole))
     }
 
     /// The gathers a step's forward and backward would make, made without them: a rank

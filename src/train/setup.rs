@@ -206,8 +206,7 @@ pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize) -> crate::mem::St
     }
     if shard == crate::config::Shard::Parameters && data > 1 {
         // Its pieces, and the window the largest layer is gathered into.
-        let layer = (0..model.layers.len()).map(|l| model.slot(l).len()).max().unwrap_or(0);
-        s.params = 4 * (part + layer);
+        s.params = 4 * (part + model.largest_slot());
     }
     s
 }
