@@ -146,14 +146,18 @@ out = [f"# hvtrain vs PyTorch on the CPU, fp32 and bf16, {today}", "",
        f"- samples/s: each run's median over its epochs after the first; the cell is the median of the {rounds} rounds' "
        "medians, min..max over every steady epoch of every round (the noise); first step from process start, per round",
        f"- load average (1/5/15 min) before the run: {load}; the 2 vCPUs may be shared: compare rows of one run only", ""]
-peak = {}
+peak, peak16 = {}, {}
 for line in open(os.path.join(work, "peak.jsonl")):
     d = json.loads(line)
-    peak[d["threads"]] = max(peak.get(d["threads"], 0), d["gflops"])
+    into = peak16 if d.get("kind") == "bf16" else peak
+    into[d["threads"]] = max(into.get(d["threads"], 0), d["gflops"])
 if peak:
     out += [f"- float32 FMA peak (`bench/fma_peak.c`, registers only, best of 256- and 512-bit): "
-            f"{peak[1]:.1f} GFLOP/s on one core, {peak.get(2, 0):.1f} on two", ""]
+            f"{peak[1]:.1f} GFLOP/s on one core, {peak.get(2, 0):.1f} on two"
+            + (f"; bf16 `vdpbf16ps` peak (float32 lanes' flops): {peak16[1]:.1f} on one core, "
+               f"{peak16.get(2, 0):.1f} on two" if peak16 else ""), ""]
 pct = lambda g, t: f" ({100 * g / peak[t]:.0f} %)" if t in peak else ""
+pct16 = lambda g, t: f" ({100 * g / peak16[t]:.0f} % of bf16's)" if t in peak16 else ""
 out += ["## GEMM rate of hvtrain's CPU backend on the step's shapes, GFLOP/s (% of the FMA peak)", "",
         f"fp32: {j('g-std-fp32-1.json').get('crate', '?')}; fp32-mm: matrixmultiply's (`HVTRAIN_CPU_GEMM=matrixmultiply`: "
         "the same as fp32 on a CPU without AVX-512F)"
@@ -161,7 +165,7 @@ out += ["## GEMM rate of hvtrain's CPU backend on the step's shapes, GFLOP/s (% 
         "| model | precision | one thread, batch 128 | two processes at once, batch 128 (sum) | one process × 2 threads, batch 256 |",
         "|---|---|---|---|---|"]
 for (m, p), (one, two, t2) in gem.items():
-    q = pct if p.startswith("fp32") else (lambda g, t: "")  # bf16's peak is twice float32's
+    q = pct if p.startswith("fp32") else pct16
     out.append(f"| {m} | {p} | {one:.1f}{q(one, 1)} | {two:.1f}{q(two, 2)} | {t2:.1f}{q(t2, 2)} |")
 out += ["", "## Training", "",
         "| model | system | precision | samples/s | × PyTorch (same precision; per round) | min..max | rounds | first step (s) | peak RSS/process (MiB) | test acc | GEMM FLOP rate |",
