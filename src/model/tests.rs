@@ -112,6 +112,39 @@ fn arena_is_in_backward_order_dense_and_every_weight_aligned() {
     assert!(m.pad(&logical[1..]).is_none());
 }
 
+/// Any rank's pieces drawn alone (`init_pieces`: pieces starting and ending inside weights,
+/// biases, across tensors, one value long, empty) are the whole model's values there, and
+/// the whole model is the per-layer streams of draws written out (the reference here, as
+/// `init_params` was before pieces).
+#[test]
+fn pieces_drawn_alone_are_the_whole_models_values() {
+    // Widths whose tensors are padded in the arena (zeros between them).
+    let m = Mlp::new(&[20, 30, 7, 4], Activation::Relu, LossKind::SoftmaxCrossEntropy);
+    assert!(m.layers[1].b.end < m.layers[0].w.start, "no padding to cross");
+    let mut whole = vec![0.0f32; m.n_params];
+    for (l, s) in m.layers.iter().enumerate() {
+        let mut rng = Rng::new(9, 0x1A7E_0000 + l as u64);
+        let limit = (6.0 / (s.inp + s.out) as f64).sqrt();
+        for w in &mut whole[s.w.clone()] {
+            *w = ((rng.uniform() * 2.0 - 1.0) * limit) as f32;
+        }
+    }
+    assert_eq!(m.init_params(9), whole);
+    let n = m.n_params;
+    let cuts: [&[std::ops::Range<usize>]; 6] = [
+        &[0..n],
+        &[3..17, 17..18, 40..41, 200..n - 5],
+        &[m.layers[1].b.clone(), m.layers[0].w.start + 1..m.layers[0].b.end - 1],
+        &[5..5, 100..400, n - 1..n],
+        &[m.layers[2].w.start..m.layers[0].w.start + 3],
+        &[300..310, 10..20, 305..306],
+    ];
+    for pieces in cuts {
+        let want: Vec<f32> = pieces.iter().flat_map(|r| whole[r.clone()].to_vec()).collect();
+        assert_eq!(m.init_pieces(9, pieces.iter().cloned()), want, "{pieces:?}");
+    }
+}
+
 #[test]
 fn init_is_seeded_and_glorot_bounded() {
     let m = Mlp::new(&[20, 30, 4], Activation::Relu, LossKind::SoftmaxCrossEntropy);

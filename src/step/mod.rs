@@ -20,7 +20,7 @@ mod inputs;
 pub use clip::clip_factors;
 mod pipeline;
 mod shard;
-pub use shard::Sharded;
+pub use shard::{pieces_of, Sharded};
 
 use crate::data::loader::Batch;
 use crate::data::norm::Norm;

@@ -96,14 +96,9 @@ where
     }
 }
 
-/// This rank's pieces of `whole` (an arena) as `sharder` lays them out, end to end (at least
-/// one float, so that no device buffer is empty).
-fn pieces_of(sharder: &Sharder, whole: &[f32]) -> Vec<f32> {
-    let mut v: Vec<f32> = sharder.own().into_iter().flat_map(|(p, _)| whole[p].to_vec()).collect();
-    if v.is_empty() {
-        v.push(0.0);
-    }
-    v
+/// This rank's pieces of `whole` (an arena) as `sharder` lays them out, end to end.
+pub fn pieces_of(sharder: &Sharder, whole: &[f32]) -> Vec<f32> {
+    sharder.own().into_iter().flat_map(|(p, _)| whole[p].to_vec()).collect()
 }
 
 /// Collective over the data group: arena range `slot` into `out` (its length) from every
@@ -152,24 +147,27 @@ where
     }
 
     /// `Stepper::new` for `shard = "parameters"` (with the buckets reduce-scattered): this
-    /// rank keeps only its pieces of `whole`, the starting parameters (never a copy of the
-    /// whole arena), and gathers each layer into a window before forward or backward reads
-    /// it. The optimizer must update the pieces where they are kept
-    /// (`Optimizer::set_pieces_kept`).
+    /// rank keeps only `pieces`, its pieces of the starting parameters end to end (`pieces_of`
+    /// a whole arena, or drawn by `Mlp::init_pieces`), and gathers each layer into a window
+    /// before forward or backward reads it. The optimizer must update the pieces where they
+    /// are kept (`Optimizer::set_pieces_kept`).
     #[allow(clippy::too_many_arguments)]
     pub fn new_sharded(
         be: B,
         model: Mlp,
-        whole: &[f32],
+        mut pieces: Vec<f32>,
         opt: Optimizer<B>,
         engine: Engine<B::Buf>,
         batch: usize,
         timeline: Option<Arc<Timeline>>,
         sharder: Sharder,
     ) -> Result<Stepper<B>> {
-        assert_eq!(whole.len(), model.n_params, "parameter arena of another model");
+        let len: usize = sharder.own().iter().map(|(r, _)| r.len()).sum();
+        assert_eq!(pieces.len(), len, "pieces of another layout");
         assert!(opt.pieces_kept(), "sharded parameters need an optimizer of their pieces");
-        let pieces = pieces_of(&sharder, whole);
+        if pieces.is_empty() {
+            pieces.push(0.0); // no zero-length buffers
+        }
         let mut st = Stepper::build(be, model, &pieces, opt, engine, batch, timeline)?;
         drop(pieces);
         st.set_shard(sharder, true);
@@ -186,9 +184,14 @@ where
         self.shard.as_ref().is_some_and(|s| s.window.is_some())
     }
 
-    /// This rank's pieces of `whole` (an arena), end to end.
+    /// This rank's pieces of `whole` (an arena), end to end (at least one float, so that no
+    /// device buffer is empty).
     pub(super) fn pieces_of(&self, whole: &[f32]) -> Vec<f32> {
-        pieces_of(&self.shard.as_ref().expect("sharded").sharder, whole)
+        let mut v = pieces_of(&self.shard.as_ref().expect("sharded").sharder, whole);
+        if v.is_empty() {
+            v.push(0.0);
+        }
+        v
     }
 
     /// Collective over the data group (`shard = "parameters"`): the whole arena from every

@@ -132,7 +132,23 @@ pub(super) fn build<'a, B: Backend>(
     // batch (kept across resumes) over this job's data ranks.
     let mut st = match shard {
         Some(sh) if params_sharded => {
-            Stepper::new_sharded(be, model, &start.params, opt, engine, sched.batch, timeline.clone(), sh)?
+            let _a = crate::mem::allocating("this rank's pieces of the starting parameters");
+            let pieces = if start.params.is_empty() {
+                // A fresh start (restore::draws_own_pieces): this rank's pieces, drawn here.
+                let pieces = model.init_pieces(job.training.seed, sh.own().into_iter().map(|(r, _)| r));
+                if comm.rank == 0 {
+                    info!(
+                        "starting parameters: each data rank drew its own pieces from the seed ({} of the {} on rank 0); \
+                         no rank built the whole model",
+                        pieces.len(),
+                        model.n_params
+                    );
+                }
+                pieces
+            } else {
+                crate::step::pieces_of(&sh, &start.params)
+            };
+            Stepper::new_sharded(be, model, pieces, opt, engine, sched.batch, timeline.clone(), sh)?
         }
         shard => {
             let mut st = Stepper::new(be, model, &start.params, opt, engine, sched.batch, timeline.clone())?;

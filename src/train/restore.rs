@@ -16,8 +16,8 @@ use log::{info, warn};
 use std::path::{Path, PathBuf};
 
 /// The state a run starts from: this rank's part of the model's parameters and optimizer
-/// state (the whole model without model parallelism), and the position, the same on every
-/// rank.
+/// state (the whole model without model parallelism; no parameters where each rank draws
+/// its own pieces, `draws_own_pieces`), and the position, the same on every rank.
 pub(super) struct Start {
     pub params: Vec<f32>,
     pub m: Vec<f32>,
@@ -57,13 +57,29 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     comm.broadcast_u64(&mut has);
     // A fresh start's optimizer state is zeros: nobody sends or holds them (empty).
     let fresh = has[0] == 0;
-    let (params, m, v) = whole_state(comm, job, model, ckpt.as_ref(), fresh)?;
+    // A fresh start of sharded parameters without model parallelism: each rank draws its own
+    // pieces (`allreduce::start`, `Mlp::init_pieces`); nobody builds or sends the whole model.
+    let own_pieces = fresh && draws_own_pieces(job, setup);
+    let (params, m, v) = if own_pieces {
+        (Vec::new(), Vec::new(), Vec::new())
+    } else {
+        whole_state(comm, job, model, ckpt.as_ref(), fresh)?
+    };
     let part = |all: Vec<f32>, len: usize| {
         crate::model::placement::distribute(comm, &setup.grid, &setup.stages, model, all, len)
     };
     let opt = |all: Vec<f32>, len: usize| if fresh { Ok(Vec::new()) } else { part(all, len) };
-    let state = (part(params, model.n_params)?, opt(m, m_len)?, opt(v, v_len)?);
+    let params = if own_pieces { Vec::new() } else { part(params, model.n_params)? };
+    let state = (params, opt(m, m_len)?, opt(v, v_len)?);
     Ok(position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, state))
+}
+
+/// Whether each rank of a fresh start draws its own pieces of the parameters instead of
+/// receiving the whole model from rank 0 (`Start::params` then empty): `shard =
+/// "parameters"` over several data ranks, without tensor or pipeline parallelism (whose
+/// shards are cut from the whole model).
+pub(super) fn draws_own_pieces(job: &Job, setup: &Setup) -> bool {
+    job.distribution.shard == crate::config::Shard::Parameters && setup.grid.data > 1 && setup.grid.replica() == 1
 }
 
 /// Collective: rank 0 prepares output.dir and reads the checkpoint to continue from (None

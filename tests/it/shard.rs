@@ -6,7 +6,8 @@
 //! parameters), several buckets (a layer's slot spans several, and a bucket several layers),
 //! with clipping, with ranks that have no rows in a step; a checkpoint of a sharded run,
 //! written at a signal's stop, holds the whole state (equal to the unsharded run's), and
-//! resumes on another rank count and another mode.
+//! resumes on another rank count and another mode; evaluation, keep_best and histograms
+//! under "parameters" read the gathered model.
 
 use crate::common;
 use common::*;
@@ -73,6 +74,9 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
             let (param_w, log) = run("parameters");
             assert!(log.contains("each layer gathered from the ranks' pieces"), "{log}");
             assert!(log.contains("the reduced gradients and the parameters divided over"), "{log}");
+            // A fresh start: each rank drew its pieces (the same weights as rank 0's whole draw,
+            // which "none" used: the equalities below).
+            assert!(log.contains("each data rank drew its own pieces from the seed"), "{log}");
 
             // MPI's own reduce-scatter and all-gather (HVTRAIN_SHARD_COLLECTIVES=mpi) instead of the ring.
             let sets = with("gradients");
@@ -205,6 +209,62 @@ fn shards_compose_with_model_parallelism_accumulation_and_bf16() {
             } else {
                 assert!(d <= TOL, "{tag}: shard = {mode} differs by {d}");
             }
+        }
+    }
+}
+
+/// The fields of each metrics.jsonl line that evaluation and training decide (not the clock's).
+fn evaluated(out: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let keep = ["epoch", "train_loss", "test_loss", "test_accuracy", "test_top5_accuracy", "val_loss", "val_accuracy"];
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            keep.iter().map(|k| format!("{k}={}", v[*k])).collect::<Vec<_>>().join(" ")
+        })
+        .collect()
+}
+
+/// Evaluation under shard = "parameters" (the whole model gathered on every rank for it: a
+/// test set of 101 rows, so the ranks evaluate different counts, and a validation split) gives
+/// the metrics of "gradients" bit for bit (the same weights), and on 2 ranks those of "none";
+/// keep_best's weights (gathered on rank 0 when an epoch improves) and the TensorBoard
+/// histograms (gathered each epoch) are written from the gathered model.
+#[test]
+fn evaluation_and_best_weights_under_sharded_parameters() {
+    let _g = mpi_lock();
+    for ranks in [2, 3] {
+        let dir = setup(&format!("shard-eval-{ranks}"));
+        let (x, y) = synthetic(101, D, 3, 43);
+        write_classes(&dir.join("t.h5"), &x, D, &y);
+        let b = format!("training.batch_size={}", GLOBAL / ranks);
+        let run = |mode: &str| {
+            let shard = format!("distribution.shard='{mode}'");
+            let base =
+                [b.as_str(), "training.epochs=3", "data.shuffle=false", "optimizer.kind='adam'", "optimizer.lr=0.01"];
+            let sets = [
+                "data.test='t.h5'",
+                "data.validation_split=0.1",
+                "output.keep_best=true",
+                "output.histogram_freq=1",
+                shard.as_str(),
+            ];
+            let (w, log) = train_weights(&dir, mode, ranks, LAYERS.len() - 1, &[], &base, &sets);
+            let best = layer_tensors(&dir.join(mode).join("best-weights.h5"), LAYERS.len() - 1);
+            (w, best, evaluated(&dir.join(mode)), log)
+        };
+        let (gw, gbest, gm, _) = run("gradients");
+        let (pw, pbest, pm, log) = run("parameters");
+        assert!(log.contains("each layer gathered from the ranks' pieces"), "{log}");
+        assert!(pm.iter().all(|l| l.contains("test_loss=0.") || l.contains("test_loss=1.")), "{pm:?}");
+        assert!(pm.iter().all(|l| !l.contains("val_loss=null")), "{pm:?}");
+        assert_eq!(pm, gm, "{ranks} ranks: evaluation under parameters differs from gradients");
+        assert_eq!(max_diff(&pw, &gw), 0.0, "{ranks} ranks: weights differ");
+        assert_eq!(max_diff(&pbest, &gbest), 0.0, "{ranks} ranks: best weights differ");
+        if ranks == 2 {
+            let (nw, _, nm, _) = run("none");
+            assert_eq!(pm, nm, "2 ranks: evaluation under parameters differs from none");
+            assert_eq!(max_diff(&pw, &nw), 0.0);
         }
     }
 }
