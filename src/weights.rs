@@ -35,14 +35,50 @@ use std::path::{Path, PathBuf};
 /// under the final name. `class_names`: the training data's (empty for plain integer labels),
 /// kept as the root attribute `class_names`.
 pub fn save(model: &Mlp, params: &[f32], norm: &Norm, class_names: &[String], path: &Path) -> Result<()> {
-    let tmp = tmp_path(path);
-    {
-        let f = h5::create(&tmp)?;
-        write_layers(&f, &tmp, model, params, norm)?;
-        write_class_names(&f, &tmp, class_names)?;
-        f.flush().map_err(|e| Error::hdf5(&tmp, "flush", e))?;
+    let mut w = Layered::create(model, norm, path)?;
+    for l in 0..model.layers.len() {
+        w.layer(l, &params[model.slot(l)])?;
     }
-    commit(&tmp, path, "rename the finished weights file into place", || {})
+    w.finish(class_names)
+}
+
+/// A weights file written one layer at a time (`save`'s file, the same bytes): what a rank
+/// that never holds the whole model writes (`shard = "parameters"`: each layer gathered in
+/// turn). Under the temporary name until `finish` renames it into place.
+pub struct Layered<'a> {
+    f: hdf5::File,
+    tmp: PathBuf,
+    path: PathBuf,
+    model: &'a Mlp,
+    written: usize,
+}
+
+impl<'a> Layered<'a> {
+    /// The file under its temporary name, with everything but the layers' values.
+    pub fn create(model: &'a Mlp, norm: &Norm, path: &Path) -> Result<Self> {
+        let tmp = tmp_path(path);
+        let f = h5::create(&tmp)?;
+        write_head(&f, &tmp, model, norm)?;
+        Ok(Layered { f, tmp, path: path.to_path_buf(), model, written: 0 })
+    }
+
+    /// Layer `l`'s weight and bias from `slot`, its slot of the arena (`Mlp::slot`); the
+    /// layers in order.
+    pub fn layer(&mut self, l: usize, slot: &[f32]) -> Result<()> {
+        assert_eq!(l, self.written, "layers in order");
+        write_layer(&self.f, &self.tmp, self.model, l, slot)?;
+        self.written += 1;
+        Ok(())
+    }
+
+    /// The class names, then the file flushed and renamed into place (`commit`).
+    pub fn finish(self, class_names: &[String]) -> Result<()> {
+        assert_eq!(self.written, self.model.layers.len(), "every layer written");
+        write_class_names(&self.f, &self.tmp, class_names)?;
+        self.f.flush().map_err(|e| Error::hdf5(&self.tmp, "flush", e))?;
+        drop(self.f);
+        commit(&self.tmp, &self.path, "rename the finished weights file into place", || {})
+    }
 }
 
 /// The temporary name a file is written under before `commit` renames it: `NAME.tmp`.
@@ -55,16 +91,28 @@ pub fn tmp_path(path: &Path) -> PathBuf {
 /// `layers` and `dense{l}/weight` ([in, out]), `dense{l}/bias` of the arena `params`, and the
 /// `normalization` group (when `norm` has one), into an open file (`path` names it in errors).
 pub fn write_layers(f: &hdf5::File, path: &Path, model: &Mlp, params: &[f32], norm: &Norm) -> Result<()> {
+    write_head(f, path, model, norm)?;
+    for l in 0..model.layers.len() {
+        write_layer(f, path, model, l, &params[model.slot(l)])?;
+    }
+    Ok(())
+}
+
+/// The normalization, `layers` and the model's attributes: all but the layers' values.
+fn write_head(f: &hdf5::File, path: &Path, model: &Mlp, norm: &Norm) -> Result<()> {
     write_norm(f, path, norm)?;
     let sizes: Vec<i64> = model.sizes.iter().map(|&s| s as i64).collect();
     h5::write(f, path, "layers", &sizes, &[sizes.len()])?;
-    write_model_attrs(f, path, model, &sizes)?;
-    for (l, s) in model.layers.iter().enumerate() {
-        f.create_group(&format!("dense{l}")).map_err(|e| Error::hdf5(path, "create group", e))?;
-        h5::write(f, path, &format!("dense{l}/weight"), &params[s.w.clone()], &[s.inp, s.out])?;
-        h5::write(f, path, &format!("dense{l}/bias"), &params[s.b.clone()], &[s.out])?;
-    }
-    Ok(())
+    write_model_attrs(f, path, model, &sizes)
+}
+
+/// `dense{l}/weight` and `dense{l}/bias` from `slot`, layer l's slot of the arena.
+fn write_layer(f: &hdf5::File, path: &Path, model: &Mlp, l: usize, slot: &[f32]) -> Result<()> {
+    let s = &model.layers[l];
+    let at = |r: &std::ops::Range<usize>| &slot[r.start - s.w.start..r.end - s.w.start];
+    f.create_group(&format!("dense{l}")).map_err(|e| Error::hdf5(path, "create group", e))?;
+    h5::write(f, path, &format!("dense{l}/weight"), at(&s.w), &[s.inp, s.out])?;
+    h5::write(f, path, &format!("dense{l}/bias"), at(&s.b), &[s.out])
 }
 
 fn write_norm(f: &hdf5::File, path: &Path, norm: &Norm) -> Result<()> {

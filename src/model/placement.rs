@@ -213,6 +213,11 @@ impl TensorGroup {
     /// from every rank's shard arena `mine` (parameters or optimizer state): each stage's
     /// tensor rank 0 assembles the stage, and stage 0's gathers the stages. An empty `mine`
     /// (an optimizer without that state) stays empty.
+    /// Whether this group holds the whole model (no tensor or pipeline parallelism).
+    pub fn is_whole(&self) -> bool {
+        self.chan.is_none() && self.pipe.is_none()
+    }
+
     pub fn gather(&self, mine: Vec<f32>) -> Option<Vec<f32>> {
         let _a = crate::mem::allocating("the whole model on rank 0 (checkpoint, weights.h5)");
         let stage = match &self.chan {

@@ -253,14 +253,50 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         self.job.pause_after_epoch == Some(epoch) && epoch < self.job.training.epochs
     }
 
+    /// Collective over the trainers: the current weights into `path` on rank 0 (where
+    /// `write`; the gathers happen either way), true there. Under `shard = "parameters"`
+    /// without model parallelism each layer is gathered and written in turn
+    /// (`weights::Layered`: no rank holds the whole model); otherwise the whole model is
+    /// assembled on rank 0 (`Mode::whole_params`).
+    fn write_weights(&mut self, path: &Path, write: bool, phase: &'static str) -> Result<bool> {
+        let _p = liveness::phase(phase);
+        let model = &self.st.tensor().full;
+        let mut file = None;
+        let by_layer = self.st.params_by_layer(&mut |l, slot| {
+            if !write {
+                return Ok(());
+            }
+            if file.is_none() {
+                file = Some(weights::Layered::create(model, &self.norm, path)?);
+            }
+            file.as_mut().expect("created above").layer(l, slot)
+        })?;
+        if by_layer {
+            if let Some(f) = file {
+                f.finish(&self.class_names)?;
+                info!(
+                    "{}: gathered and written one layer at a time (shard = \"parameters\": no rank held more than \
+                     {:.1} MiB of the model's {:.1} MiB)",
+                    path.display(),
+                    model.largest_slot() as f64 * 4.0 / 1048576.0,
+                    model.n_params as f64 * 4.0 / 1048576.0
+                );
+            }
+            return Ok(self.comm.rank == 0);
+        }
+        let Some(params) = self.mode.whole_params(&self.st)? else { return Ok(false) };
+        if write {
+            weights::save(model, &params, &self.norm, &self.class_names, path)?;
+        }
+        Ok(true)
+    }
+
     /// The end of a paused run (after its checkpoint): weights.h5 of this epoch, then the
     /// mode's end. A later run with the same job resumes from the checkpoint.
     fn pause(mut self, epoch: usize) -> Result<Outcome> {
         self.loader = None;
-        if let Some(params) = self.mode.whole_params(&self.st)? {
-            let _p = liveness::phase("writing weights.h5");
-            let path = self.out_dir.join("weights.h5");
-            weights::save(&self.st.tensor().full, &params, &self.norm, &self.class_names, &path)?;
+        let path = self.out_dir.join("weights.h5");
+        if self.write_weights(&path, true, "writing weights.h5")? {
             info!(
                 "paused after epoch {epoch}/{} (a sweep's rung): checkpoint and weights.h5 in {}",
                 self.job.training.epochs,
@@ -459,16 +495,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         let v = self.watch.epoch_end(m);
         let (name, rank0) = (self.watch.name.clone(), self.comm.rank == 0);
         if v.improved && self.job.output.keep_best {
-            if let Some(params) = self.mode.whole_params(&self.st)? {
-                let _p = liveness::phase("writing the best weights so far");
-                weights::save(
-                    &self.st.tensor().full,
-                    &params,
-                    &self.norm,
-                    &self.class_names,
-                    &self.out_dir.join(BEST),
-                )?;
-            }
+            self.write_weights(&self.out_dir.join(BEST), true, "writing the best weights so far")?;
         }
         let o = &self.job.optimizer;
         if let Some(lr) = v.value.and_then(|x| self.st.opt_mut().schedule_mut().epoch_end(x)) {
@@ -596,12 +623,12 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             info!("AMX: {ops} tile products (TDPBF16PS) in {gemms} matrix products on this rank");
         }
         super::log_peak_memory(self.mode.trainers());
-        // The whole model, assembled on rank 0.
-        if let Some(params) = self.mode.whole_params(&self.st)? {
-            let _p = liveness::phase("writing weights.h5");
-            let path = self.out_dir.join("weights.h5");
-            let best = self.out_dir.join(BEST);
-            if self.job.output.keep_best && best.exists() {
+        // The model's weights on rank 0 (keep_best: the best epoch's, copied there).
+        let path = self.out_dir.join("weights.h5");
+        let best = self.out_dir.join(BEST);
+        let copy_best = self.comm.rank == 0 && self.job.output.keep_best && best.exists();
+        if self.write_weights(&path, !copy_best, "writing weights.h5")? {
+            if copy_best {
                 // The best epoch's weights, written when it ended; the checkpoints hold the last.
                 let tmp = weights::tmp_path(&path);
                 std::fs::copy(&best, &tmp).map_err(|e| Error::io(&tmp, "copy the best weights", e))?;
@@ -612,8 +639,6 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                     self.watch.name,
                     self.watch.best.value.map(|b| self.watch.shown(b)).unwrap_or(f64::NAN)
                 );
-            } else {
-                weights::save(&self.st.tensor().full, &params, &self.norm, &self.class_names, &path)?;
             }
             super::runlock::done();
             match self.last.as_ref().and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {

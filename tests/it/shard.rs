@@ -77,6 +77,8 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
             // A fresh start: each rank drew its pieces (the same weights as rank 0's whole draw,
             // which "none" used: the equalities below).
             assert!(log.contains("each data rank drew its own pieces from the seed"), "{log}");
+            // weights.h5 (compared below) gathered and written one layer at a time.
+            assert!(log.contains("weights.h5: gathered and written one layer at a time"), "{log}");
 
             // MPI's own reduce-scatter and all-gather (HVTRAIN_SHARD_COLLECTIVES=mpi) instead of the ring.
             let sets = with("gradients");
@@ -256,6 +258,9 @@ fn evaluation_and_best_weights_under_sharded_parameters() {
         let (gw, gbest, gm, _) = run("gradients");
         let (pw, pbest, pm, log) = run("parameters");
         assert!(log.contains("each layer gathered from the ranks' pieces"), "{log}");
+        // The best weights, gathered and written a layer at a time (equal to gradients' file,
+        // written from the whole model: below); weights.h5 is their copy here.
+        assert!(log.contains("best-weights.h5: gathered and written one layer at a time"), "{log}");
         assert!(pm.iter().all(|l| l.contains("test_loss=0.") || l.contains("test_loss=1.")), "{pm:?}");
         assert!(pm.iter().all(|l| !l.contains("val_loss=null")), "{pm:?}");
         assert_eq!(pm, gm, "{ranks} ranks: evaluation under parameters differs from gradients");
