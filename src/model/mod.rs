@@ -218,10 +218,12 @@ impl Mlp {
         self.init_pieces(seed, std::iter::once(0..self.n_params))
     }
 
-    /// `init_params(seed)`'s values at arena ranges `pieces`, end to end, without the whole arena: what a rank of `shard = "parameters"` keeps. Layer
-    /// l's weights are one stream of draws (`Rng::new(seed, 0x1A7E_0000 + l)`, in arena
-    /// order), so a piece's values are its stream's draws at its offsets: the draws before it
-    /// are made and dropped (the whole model's draws on every rank, but one piece's memory).
+    /// `init_params(seed)`'s values at arena ranges `pieces`, end to end, without the whole
+    /// arena: what a rank of `shard = "parameters"` keeps. Layer l's weights are one stream of
+    /// draws (`Rng::new(seed, 0x1A7E_0000 + l)`, in arena order), so a piece's values are its
+    /// stream's draws at its offsets: the draws before it are made and dropped (the whole
+    /// model's draws on every rank, but one piece's memory). Biases and the padding between
+    /// tensors are zeros.
     pub fn init_pieces(&self, seed: u64, pieces: impl IntoIterator<Item = Range<usize>>) -> Vec<f32> {
         assert_eq!(self.tensor.1, 1, "initialize the whole model, then shard it");
         let pieces: Vec<Range<usize>> = pieces.into_iter().collect();
@@ -231,28 +233,19 @@ impl Mlp {
         for piece in pieces {
             let mut at = piece.start;
             while at < piece.end {
-                // The tensor holding `at`: a layer's weight (drawn) or bias (zeros), or the
-                // padding between tensors (zeros).
-                let Some((l, s)) = self.layers.iter().enumerate().find(|(_, s)| s.w.contains(&at) || s.b.contains(&at))
-                else {
+                let Some((l, s)) = self.layers.iter().enumerate().find(|(_, s)| s.w.contains(&at)) else {
+                    // A bias or padding: zeros up to the next weight.
                     let next = self.layers.iter().map(|s| s.w.start).filter(|&w| w > at).min();
                     let end = piece.end.min(next.unwrap_or(piece.end));
                     out.resize(out.len() + (end - at), 0.0);
                     at = end;
                     continue;
                 };
-                if s.b.contains(&at) {
-                    let end = piece.end.min(s.b.end);
-                    out.resize(out.len() + (end - at), 0.0);
-                    at = end;
-                    continue;
-                }
                 let end = piece.end.min(s.w.end);
-                let fresh = || (0, Rng::new(seed, 0x1A7E_0000 + l as u64));
                 if streams[l].as_ref().is_some_and(|(made, _)| *made > at - s.w.start) {
                     streams[l] = None; // a piece before one drawn already: the stream again
                 }
-                let (made, rng) = streams[l].get_or_insert_with(fresh);
+                let (made, rng) = streams[l].get_or_insert_with(|| (0, Rng::new(seed, 0x1A7E_0000 + l as u64)));
                 while *made < at - s.w.start {
                     rng.uniform();
                     *made += 1;

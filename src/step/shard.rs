@@ -101,6 +101,14 @@ pub fn pieces_of(sharder: &Sharder, whole: &[f32]) -> Vec<f32> {
     sharder.own().into_iter().flat_map(|(p, _)| whole[p].to_vec()).collect()
 }
 
+/// `pieces`, or one float where a rank has none: no device buffer is empty.
+fn nonempty(mut pieces: Vec<f32>) -> Vec<f32> {
+    if pieces.is_empty() {
+        pieces.push(0.0);
+    }
+    pieces
+}
+
 /// Collective over the data group: arena range `slot` into `out` (its length) from every
 /// rank's pieces, this rank's read from `pieces` (its pieces end to end): bucket by bucket,
 /// the slot's part of a bucket is split over the ranks as the bucket is, in rank order.
@@ -155,7 +163,7 @@ where
     pub fn new_sharded(
         be: B,
         model: Mlp,
-        mut pieces: Vec<f32>,
+        pieces: Vec<f32>,
         opt: Optimizer<B>,
         engine: Engine<B::Buf>,
         batch: usize,
@@ -165,9 +173,7 @@ where
         let len: usize = sharder.own().iter().map(|(r, _)| r.len()).sum();
         assert_eq!(pieces.len(), len, "pieces of another layout");
         assert!(opt.pieces_kept(), "sharded parameters need an optimizer of their pieces");
-        if pieces.is_empty() {
-            pieces.push(0.0); // no zero-length buffers
-        }
+        let pieces = nonempty(pieces);
         let mut st = Stepper::build(be, model, &pieces, opt, engine, batch, timeline)?;
         drop(pieces);
         st.set_shard(sharder, true);
@@ -187,11 +193,7 @@ where
     /// This rank's pieces of `whole` (an arena), end to end (at least one float, so that no
     /// device buffer is empty).
     pub(super) fn pieces_of(&self, whole: &[f32]) -> Vec<f32> {
-        let mut v = pieces_of(&self.shard.as_ref().expect("sharded").sharder, whole);
-        if v.is_empty() {
-            v.push(0.0);
-        }
-        v
+        nonempty(pieces_of(&self.shard.as_ref().expect("sharded").sharder, whole))
     }
 
     /// Collective over the data group (`shard = "parameters"`): the whole arena from every
