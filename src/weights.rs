@@ -99,7 +99,7 @@ pub fn write_layers(f: &hdf5::File, path: &Path, model: &Mlp, params: &[f32], no
 }
 
 /// The normalization, `layers` and the model's attributes: all but the layers' values.
-fn write_head(f: &hdf5::File, path: &Path, model: &Mlp, norm: &Norm) -> Result<()> {
+pub fn write_head(f: &hdf5::File, path: &Path, model: &Mlp, norm: &Norm) -> Result<()> {
     write_norm(f, path, norm)?;
     let sizes: Vec<i64> = model.sizes.iter().map(|&s| s as i64).collect();
     h5::write(f, path, "layers", &sizes, &[sizes.len()])?;

@@ -23,7 +23,12 @@
 //!   metrics besides the loss (correct predictions, top-5 hits, Σ|e|, Σe² per output: see
 //!   `step::Sums`); empty when read from older formats (the resumed epoch's train metrics then
 //!   start from zero);
-//! - `job_json`: the job configuration (UTF-8 bytes); `checksum`: FNV-1a over all of the above.
+//! - `job_json`: the job configuration (UTF-8 bytes); `checksum`: FNV-1a over all of the above;
+//! - `parts` (format 6, sharded state): the parameters and optimizer state are not in this
+//!   file but in one file per data rank, written by all ranks at once, which this one (the
+//!   index) names: see `parts.rs`. `dense{l}` and `optimizer` are then absent; `load` puts the
+//!   parts together, `load_index` only checks them, and a sharded resume reads each rank's
+//!   pieces from them (`parts::read`).
 //!
 //! Writing is atomic and durable (temporary file, fsync, rename, fsync of the directory:
 //! `weights::commit`): a crash mid-write never damages the newest good checkpoint.
@@ -41,9 +46,11 @@ use crate::model::Mlp;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+pub mod parts;
+
 /// The format written; format 1 (no lineage), 2 (no `global_batch`), 3 (no
-/// `trainer_json`) and 4 (no `train_sums`) are still read.
-pub const FORMAT: i64 = 5;
+/// `trainer_json`), 4 (no `train_sums`) and 5 (never in parts) are still read.
+pub const FORMAT: i64 = 6;
 
 /// Which run wrote a checkpoint, and where that run came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,6 +114,9 @@ pub struct Checkpoint {
     pub lineage: Lineage,
     /// Unix milliseconds; i64::MIN for format 1.
     pub written_at: i64,
+    /// Where the parameters and optimizer state are when written in parts (sharded state):
+    /// `params`, `m` and `v` are then empty until `assemble` reads them.
+    pub parts: Option<parts::Parts>,
 }
 
 impl Checkpoint {
@@ -139,6 +149,10 @@ impl Checkpoint {
         }
         if format >= 5 {
             bytes.extend(self.train_sums.iter().flat_map(|x| x.to_le_bytes()));
+        }
+        if let Some(p) = &self.parts {
+            let words = [p.token, u64::from(p.m), u64::from(p.v)].into_iter().chain(p.checksums.iter().copied());
+            bytes.extend(words.flat_map(|x| x.to_le_bytes()));
         }
         h ^ crate::config::fnv1a(&bytes)
     }
@@ -197,7 +211,16 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
     {
         let f = h5::create(&tmp)?;
         let w = |name: &str, data: &[f32], shape: &[usize]| h5::write(&f, &tmp, name, data, shape);
-        crate::weights::write_layers(&f, &tmp, model, &c.params, &c.norm)?;
+        match &c.parts {
+            None => crate::weights::write_layers(&f, &tmp, model, &c.params, &c.norm)?,
+            Some(p) => {
+                crate::weights::write_head(&f, &tmp, model, &c.norm)?;
+                f.create_group("parts").map_err(|e| Error::hdf5(&tmp, "create group", e))?;
+                h5::write(&f, &tmp, "parts/token", &[p.token], &[1])?;
+                h5::write(&f, &tmp, "parts/checksums", &p.checksums, &[p.checksums.len()])?;
+                h5::write(&f, &tmp, "parts/optimizer", &[i64::from(p.m), i64::from(p.v)], &[2])?;
+            }
+        }
         if !c.m.is_empty() || !c.v.is_empty() {
             f.create_group("optimizer").map_err(|e| Error::hdf5(&tmp, "create group", e))?;
         }
@@ -236,6 +259,10 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
     }
     crate::weights::commit(&tmp, &path, "rename the finished checkpoint into place", before_rename)?;
     prune(dir, c, keep);
+    // The parts of the checkpoints just deleted, and of the one this replaced at this step.
+    for p in parts::orphans(dir) {
+        let _ = std::fs::remove_file(p);
+    }
     Ok(path)
 }
 
@@ -326,10 +353,51 @@ fn damaged(e: Error) -> Error {
     }
 }
 
-/// Load and verify a checkpoint for `model`: shapes, format and checksum. Errors are
-/// `Error::Checkpoint`, whose kind tells damage from another model's file.
+/// Load and verify a checkpoint for `model`: shapes, format and checksum; one written in
+/// parts put together whole. Errors are `Error::Checkpoint`, whose kind tells damage from
+/// another model's file.
 pub fn load(path: &Path, model: &Mlp) -> Result<Checkpoint> {
-    load_inner(path, model).map_err(damaged)
+    let mut c = load_index(path, model)?;
+    assemble(&mut c, model)?;
+    Ok(c)
+}
+
+/// The parameters of a weights file or a checkpoint, for `eval`, `predict` and `export`: a
+/// checkpoint in parts is checked and put together (`load`).
+pub fn params_of(path: &Path, model: &Mlp) -> Result<Vec<f32>> {
+    let in_parts = hdf5::File::open(path).is_ok_and(|f| f.group("parts").is_ok());
+    if in_parts {
+        Ok(load(path, model)?.params)
+    } else {
+        crate::weights::load(model, path)
+    }
+}
+
+/// `load` without putting the parts of a checkpoint in parts together (`params`, `m`, `v`
+/// empty): each part is still read and checked, one at a time.
+pub fn load_index(path: &Path, model: &Mlp) -> Result<Checkpoint> {
+    let c = load_inner(path, model).map_err(damaged)?;
+    if let Some(p) = &c.parts {
+        parts::verify(p, c.step, model).map_err(damaged)?;
+    }
+    Ok(c)
+}
+
+/// The parameters and optimizer state of a checkpoint in parts, whole (nothing to do for
+/// one that holds them itself).
+pub fn assemble(c: &mut Checkpoint, model: &Mlp) -> Result<()> {
+    let Some(p) = &c.parts else { return Ok(()) };
+    let whole = [0..model.n_params];
+    let read = |name: &str, there: bool| -> Result<Vec<f32>> {
+        if there {
+            parts::read(p, c.step, model, name, &whole).map_err(damaged)
+        } else {
+            Ok(Vec::new())
+        }
+    };
+    let (params, m, v) = (read("params", true)?, read("optimizer/m", p.m)?, read("optimizer/v", p.v)?);
+    (c.params, c.m, c.v) = (params, m, v);
+    Ok(())
 }
 
 fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
@@ -350,7 +418,31 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
         return Err(Error::checkpoint(path, "layers", CheckpointKind::OtherModel, format!(
             "the checkpoint is of a model with layers {sizes:?}, this job's model.layers is {want:?}; resume with the job that wrote it")));
     }
-    let params = crate::weights::read_params(&f, path, model)?;
+    let parts = if format >= 6 && f.group("parts").is_ok() {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let has: Vec<i64> = h5::dataset(&f, path, "parts/optimizer")?
+            .read_raw()
+            .map_err(|e| Error::hdf5(path, "read parts/optimizer", e))?;
+        if has.len() != 2 {
+            return Err(Error::data(path, "parts/optimizer", "is not two flags (m, v)"));
+        }
+        let checksums: Vec<u64> = h5::dataset(&f, path, "parts/checksums")?
+            .read_raw()
+            .map_err(|e| Error::hdf5(path, "read parts/checksums", e))?;
+        if checksums.is_empty() {
+            return Err(Error::data(path, "parts/checksums", "is empty"));
+        }
+        Some(parts::Parts {
+            dir: dir.to_path_buf(),
+            token: read1_u64(&f, path, "parts/token")?,
+            checksums,
+            m: has[0] != 0,
+            v: has[1] != 0,
+        })
+    } else {
+        None
+    };
+    let params = if parts.is_some() { Vec::new() } else { crate::weights::read_params(&f, path, model)? };
     let norm = crate::weights::read_norm(&f, path, model)?;
     let opt = |name: &str| -> Result<Vec<f32>> {
         match f.dataset(name) {
@@ -416,6 +508,7 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
         },
         lineage,
         written_at,
+        parts,
     };
     if stored.first() != Some(&c.checksum(model, format)) {
         return Err(Error::data(path, "checksum", "does not match the contents: the file is damaged"));
@@ -426,16 +519,17 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
 /// The live run's newest checkpoint in `dir` that loads and verifies: candidates are tried
 /// most recently written first (format-1 files, which carry no time, by step after them),
 /// damaged ones skipped with a warning. A checkpoint of another model or format is an error.
+/// One in parts is returned as its index (`load_index`: checked, not put together).
 pub fn newest_valid(dir: &Path, model: &Mlp) -> Result<Option<(PathBuf, Checkpoint)>> {
     let mut metas: Vec<Meta> = list(dir).into_iter().map(|(s, p)| meta(s, p)).collect();
     metas.sort_by(|a, b| b.written_at.cmp(&a.written_at).then(b.step.cmp(&a.step)));
     // Unreadable files sort last; say so when one of them has a higher step than the choice.
     let unreadable: Vec<Meta> = metas.iter().filter(|m| m.lineage.is_none()).cloned().collect();
     for m in metas {
-        match load(&m.path, model) {
+        match load_index(&m.path, model) {
             Ok(c) => {
                 for u in unreadable.iter().filter(|u| u.step > c.step) {
-                    if let Err(e) = load(&u.path, model) {
+                    if let Err(e) = load_index(&u.path, model) {
                         log::warn!("skipping checkpoint {}: {e}", u.path.display());
                     }
                 }

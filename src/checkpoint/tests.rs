@@ -34,6 +34,7 @@ fn sample_of(model: &Mlp, step: u64, lineage: Lineage, written_at: i64) -> Check
         },
         lineage,
         written_at,
+        parts: None,
     }
 }
 

@@ -301,7 +301,7 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
         .ok_or_else(|| Error::config(&job.source, "data.test", "is not set; eval needs test data"))?;
     let params = {
         let _p = liveness::phase("loading the weights");
-        weights::load(&model, weights_path)?
+        crate::checkpoint::params_of(weights_path, &model)?
     };
     let norm = weights::load_norm(&model, weights_path)?;
     let shard = {
@@ -360,7 +360,7 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
 /// A single process; no MPI needed.
 pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> Result<usize> {
     let model = Mlp::from_cfg(&job.model);
-    let params = weights::load(&model, weights_path)?;
+    let params = crate::checkpoint::params_of(weights_path, &model)?;
     let norm = weights::load_norm(&model, weights_path)?;
     let f = h5::open(input, "--input")?;
     let xn = &job.data.x_dataset;

@@ -72,7 +72,7 @@ pub fn export(job: &Job, weights_path: &Path, output: &Path, probabilities: bool
     let head = if probabilities { head } else { OutputActivation::Identity };
     let f = h5::open(weights_path, "--weights")?;
     check_attrs(&weights::read_model_attrs(&f, weights_path)?, job, weights_path)?;
-    let params = weights::read_params(&f, weights_path, &model)?;
+    let params = crate::checkpoint::params_of(weights_path, &model)?;
     let norm = weights::read_norm(&f, weights_path, &model)?;
     let class_names = crate::data::classes::read_attr(&f, weights_path, "class_names")?.unwrap_or_default();
     drop(f);

@@ -192,11 +192,19 @@ impl<B: Backend> Optimizer<B> {
     }
 
     /// Restore the whole arena's state (what `state` returned unsharded); sharded, this rank
-    /// keeps its part of it. Empty `m` and `v`: a fresh start, the zeros `new` made stay.
+    /// keeps its part of it, or takes `m` and `v` as they are when they are that part's length
+    /// already (read from a checkpoint in parts). Empty `m` and `v`: a fresh start, the zeros
+    /// `new` made stay.
     pub fn restore(&mut self, be: &B, m: &[f32], v: &[f32], step: u64) -> std::result::Result<(), String> {
         if m.is_empty() && v.is_empty() {
             self.step = step;
             return Ok(());
+        }
+        if let Some(o) = &self.own {
+            let (m_len, v_len) = state_lens(&self.cfg, pieces_len(o));
+            if (m.len(), v.len()) == (m_len, v_len) && pieces_len(o) < self.n_params {
+                return self.restore_own(be, m, v, step);
+            }
         }
         let (m_len, v_len) = state_lens(&self.cfg, self.n_params);
         if m.len() != m_len || v.len() != v_len {
@@ -212,7 +220,12 @@ impl<B: Backend> Optimizer<B> {
             }
         };
         let (m, v) = (&part(m)[..], &part(v)[..]);
-        // Into the buffers `new` made (same lengths, checked above): no second copy.
+        self.restore_own(be, m, v, step)
+    }
+
+    /// This rank's part of m and v (its buffers' lengths), into the buffers `new` made: no
+    /// second copy.
+    fn restore_own(&mut self, be: &B, m: &[f32], v: &[f32], step: u64) -> std::result::Result<(), String> {
         for (buf, h) in [(&mut self.m, m), (&mut self.v, v)] {
             if let Some(b) = buf {
                 be.upload_into(h, b).map_err(|e| e.to_string())?;

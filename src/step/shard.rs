@@ -241,6 +241,33 @@ where
         Ok(true)
     }
 
+    /// This rank's part of the sharded state, for a checkpoint written in parts (no
+    /// collective): its arena ranges (`Sharder::own`), the parameters there end to end (its
+    /// pieces as kept under "parameters", cut from the whole arena otherwise) and the
+    /// optimizer's m and v (empty where it keeps none).
+    #[allow(clippy::type_complexity)]
+    pub fn own_state(&self) -> Result<(Vec<Range<usize>>, Vec<f32>, Vec<f32>, Vec<f32>)> {
+        let sh = self.shard.as_ref().expect("sharded");
+        let ranges: Vec<Range<usize>> = sh.sharder.own().into_iter().map(|(r, _)| r).collect();
+        let n: usize = ranges.iter().map(|r| r.len()).sum();
+        let _a = crate::mem::allocating("this rank's part of the state (a checkpoint in parts)");
+        let mut params = crate::mem::zeros(n)?;
+        if self.params_sharded() {
+            self.be.download(&self.params, 0..n, &mut params)?;
+        } else {
+            let mut at = 0;
+            for r in &ranges {
+                self.be.download(&self.params, r.clone(), &mut params[at..at + r.len()])?;
+                at += r.len();
+            }
+        }
+        let (mut m, mut v, _) = self.opt.state(&self.be)?;
+        for a in [&mut m, &mut v] {
+            a.truncate(n);
+        }
+        Ok((ranges, params, m, v))
+    }
+
     /// The gathers a step's forward and backward would make, made without them: a rank
     /// without rows in this step (`forward`/`backward`: which half), so that it joins every
     /// gather the others make (`shard = "parameters"`; nothing otherwise).

@@ -46,7 +46,7 @@ pub(super) fn build<'a, B: Backend>(
     job: &'a Job,
     setup: Setup,
     sched: Schedule,
-    start: Start,
+    mut start: Start,
     t_process: Instant,
 ) -> Result<(Parts<'a, B>, AllReduce<'a>)> {
     let d = &job.distribution;
@@ -145,6 +145,9 @@ pub(super) fn build<'a, B: Backend>(
                     );
                 }
                 pieces
+            } else if start.pieces {
+                // Read from a checkpoint in parts: this rank's pieces only (restore::own_parts).
+                std::mem::take(&mut start.params)
             } else {
                 crate::step::pieces_of(&sh, &start.params)
             };
@@ -161,7 +164,6 @@ pub(super) fn build<'a, B: Backend>(
     st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
     // The stepper holds its own copies now: the starting state's go (a whole model's
     // parameters and, resumed, its optimizer state, on every rank).
-    let mut start = start;
     (start.params, start.m, start.v) = (Vec::new(), Vec::new(), Vec::new());
     tensor.set_watchdog(watchdog.share());
     st.set_tensor_group(tensor);

@@ -42,6 +42,9 @@ pub(super) struct Start {
     pub from: Option<PathBuf>,
     /// The checkpoint's normalization of the data (none for a fresh run: computed then).
     pub norm: crate::data::norm::Norm,
+    /// `params` are this rank's pieces (`Sharder::own`), read from a checkpoint in parts
+    /// under `shard = "parameters"`, not the whole model; `m` and `v` are then its pieces too.
+    pub pieces: bool,
 }
 
 /// Collective: the state this run starts from: each rank's part of the model's state, and
@@ -49,7 +52,16 @@ pub(super) struct Start {
 pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Resume>) -> Result<Start> {
     let model = &setup.whole;
     let n_data = setup.grid.data;
-    let ckpt = read_checkpoint(comm, job, &setup.out_dir, model, resume, n_data)?;
+    let in_parts = reads_parts(job, setup);
+    let ckpt = read_checkpoint(comm, job, &setup.out_dir, model, resume, n_data, in_parts)?;
+    if let Some((step, parts)) = parts_everywhere(comm, ckpt.as_ref()) {
+        let state = own_parts(job, setup, &parts, step)?;
+        let mut start =
+            position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, (Vec::new(), Vec::new(), Vec::new()));
+        start.pieces = job.distribution.shard == crate::config::Shard::Parameters;
+        (start.params, start.m, start.v) = state;
+        return Ok(start);
+    }
     let _p = crate::parallel::liveness::phase("receiving the starting state from rank 0");
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
     // Only rank 0 holds the whole state; every rank receives its part of it.
@@ -82,8 +94,16 @@ pub(super) fn draws_own_pieces(job: &Job, setup: &Setup) -> bool {
     job.distribution.shard == crate::config::Shard::Parameters && setup.grid.data > 1 && setup.grid.replica() == 1
 }
 
+/// Whether each rank reads its own pieces of a checkpoint written in parts
+/// (`checkpoint::parts`) instead of receiving them from rank 0: sharded state over several
+/// data ranks, without tensor or pipeline parallelism (as the parts are written).
+fn reads_parts(job: &Job, setup: &Setup) -> bool {
+    job.distribution.shard.optimizer() && setup.grid.data > 1 && setup.grid.replica() == 1
+}
+
 /// Collective: rank 0 prepares output.dir and reads the checkpoint to continue from (None
-/// on the other ranks, and for a fresh start).
+/// on the other ranks, and for a fresh start). One written in parts stays its index where
+/// `parts_read_here` (each rank reads its pieces), and is put together on rank 0 otherwise.
 pub(super) fn read_checkpoint(
     comm: &Comm,
     job: &Job,
@@ -91,13 +111,79 @@ pub(super) fn read_checkpoint(
     model: &Mlp,
     resume: Option<&Resume>,
     n_data: usize,
+    parts_read_here: bool,
 ) -> Result<Option<Checkpoint>> {
     let _p = crate::parallel::liveness::phase("preparing output.dir and reading the checkpoint to resume from");
-    if comm.rank == 0 {
-        prepare_output(job, out_dir, model, resume, n_data)
-    } else {
-        Ok(None)
+    if comm.rank != 0 {
+        return Ok(None);
     }
+    let mut c = prepare_output(job, out_dir, model, resume, n_data)?;
+    if let Some(c) = c.as_mut().filter(|c| c.parts.is_some() && !parts_read_here) {
+        let _a = crate::mem::allocating("the checkpoint's parts put together (rank 0)");
+        checkpoint::assemble(c, model)?;
+        info!("the checkpoint's {} parts put together on rank 0", c.parts.as_ref().map_or(0, |p| p.checksums.len()));
+    }
+    Ok(c)
+}
+
+/// Collective: where rank 0's checkpoint keeps its parts (its step, and its index's
+/// `parts`), on every rank; None when it has none (or rank 0 put them together).
+fn parts_everywhere(comm: &Comm, ckpt: Option<&Checkpoint>) -> Option<(u64, checkpoint::parts::Parts)> {
+    let parts = ckpt.and_then(|c| c.parts.as_ref().map(|p| (c.step, p)));
+    let mut words = [0u64; 6];
+    if let Some((step, p)) = parts {
+        words = [1, step, p.token, p.checksums.len() as u64, u64::from(p.m), u64::from(p.v)];
+    }
+    comm.broadcast_u64(&mut words);
+    if words[0] == 0 {
+        return None;
+    }
+    let dir = parts.map(|(_, p)| p.dir.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = comm.all_gather_bytes(if comm.rank == 0 { dir.as_bytes() } else { &[] }).swap_remove(0);
+    let parts = checkpoint::parts::Parts {
+        dir: PathBuf::from(String::from_utf8_lossy(&dir).into_owned()),
+        token: words[2],
+        // Rank 0 checked each part against its checksum; the readers need only the count.
+        checksums: vec![0; words[3] as usize],
+        m: words[4] != 0,
+        v: words[5] != 0,
+    };
+    Some((words[1], parts))
+}
+
+/// This rank's starting state read from a checkpoint in parts (`parts`, at `step`): the
+/// parameters (its pieces under `shard = "parameters"`, the whole arena otherwise) and its
+/// pieces of the optimizer state, each read from whichever parts hold them.
+fn own_parts(
+    job: &Job,
+    setup: &Setup,
+    parts: &checkpoint::parts::Parts,
+    step: u64,
+) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+    let _p = crate::parallel::liveness::phase("reading this rank's pieces of the checkpoint's parts");
+    let model = &setup.whole;
+    let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
+    if parts.m != (m_len > 0) || parts.v != (v_len > 0) {
+        return Err(Error::config(
+            &job.source,
+            "optimizer",
+            "the checkpoint's optimizer state does not fit this optimizer (another optimizer.kind or momentum?)",
+        ));
+    }
+    let layout = crate::parallel::shard::Layout::new(&setup.plan, setup.grid.data);
+    let own: Vec<std::ops::Range<usize>> = layout.own(setup.grid.d).into_iter().map(|(r, _)| r).collect();
+    let whole = [0..model.n_params];
+    let pieces = job.distribution.shard == crate::config::Shard::Parameters;
+    let _a = crate::mem::allocating("this rank's part of the starting state");
+    let read = |name: &str, there: bool, want: &[std::ops::Range<usize>]| -> Result<Vec<f32>> {
+        if there {
+            checkpoint::parts::read(parts, step, model, name, want)
+        } else {
+            Ok(Vec::new())
+        }
+    };
+    let params = read("params", true, if pieces { &own } else { &whole })?;
+    Ok((params, read("optimizer/m", parts.m, &own)?, read("optimizer/v", parts.v, &own)?))
 }
 
 /// Collective: rank 0's whole starting state (parameters, optimizer moments m and v): the
@@ -206,7 +292,22 @@ pub(super) fn position(
     let trainer_json = String::from_utf8(trainer).expect("rank 0 sent UTF-8 (checked when read)");
     let from = ckpt.map(|_| out_dir.join(crate::checkpoint::file_name(step)));
     let norm = broadcast_norm(comm, ckpt.map(|c| &c.norm));
-    Start { params, m, v, step, epoch, step_in_epoch, loss_sums, global_batch, lineage, trainer_json, from, norm }
+    let pieces = false;
+    Start {
+        params,
+        m,
+        v,
+        step,
+        epoch,
+        step_in_epoch,
+        loss_sums,
+        global_batch,
+        lineage,
+        trainer_json,
+        from,
+        norm,
+        pieces,
+    }
 }
 
 /// Rank 0's `norm` (the checkpoint's), on every rank.
@@ -309,7 +410,7 @@ fn find(job: &Job, out_dir: &Path, model: &Mlp, resume: Option<&Resume>) -> Resu
             }
             None
         }
-        Some(Resume::File(p)) => Some((p.clone(), checkpoint::load(p, model)?)),
+        Some(Resume::File(p)) => Some((p.clone(), checkpoint::load_index(p, model)?)),
         Some(Resume::Auto) => {
             let f = checkpoint::newest_valid(out_dir, model)?;
             if f.is_none() {

@@ -75,7 +75,8 @@ impl<'a> Writer<'a> {
 
     /// Write the checkpoint of `state` at step `step_in_epoch` of epoch `epoch_index + 1`,
     /// with every data rank's running sums in the epoch (loss and train metrics) (`exact`: all known, not
-    /// estimated). Returns its path.
+    /// estimated). Returns its path. With `parts` (the parts every data rank wrote), `state`'s
+    /// arrays are empty and this writes the index (`checkpoint::parts`).
     pub fn write(
         &self,
         full: &Mlp,
@@ -84,6 +85,7 @@ impl<'a> Writer<'a> {
         step_in_epoch: usize,
         sums: Vec<Sums>,
         exact: bool,
+        parts: Option<checkpoint::parts::Parts>,
     ) -> Result<PathBuf> {
         let (params, m, v, step) = state;
         let loss_sums = sums.iter().map(|s| s[0]).collect();
@@ -105,6 +107,7 @@ impl<'a> Writer<'a> {
             norm: self.norm.borrow().clone(),
             lineage: self.lineage,
             written_at: checkpoint::now_ms(),
+            parts,
         };
         let t = Instant::now();
         let _p = liveness::phase_at("writing a checkpoint", step);
@@ -112,9 +115,18 @@ impl<'a> Writer<'a> {
             crate::fault::in_checkpoint(&self.fault, self.rank, step)
         })?;
         let secs = t.elapsed().as_secs_f64();
-        let bytes = 4.0 * (c.params.len() + c.m.len() + c.v.len()) as f64;
-        self.rate.set(Some(bytes / secs.max(1e-3)));
-        info!("checkpoint {} written ({:.0} ms)", path.display(), secs * 1e3);
+        if let Some(p) = &c.parts {
+            info!(
+                "checkpoint {} written: its index, naming {} parts ({:.0} ms)",
+                path.display(),
+                p.checksums.len(),
+                secs * 1e3
+            );
+        } else {
+            let bytes = 4.0 * (c.params.len() + c.m.len() + c.v.len()) as f64;
+            self.rate.set(Some(bytes / secs.max(1e-3)));
+            info!("checkpoint {} written ({:.0} ms)", path.display(), secs * 1e3);
+        }
         Ok(path)
     }
 }

@@ -138,7 +138,10 @@ pub(super) fn at_boundary<B: Backend>(
     if flags & STOP != 0 {
         crate::signals::stop_under_way();
         // Tensor group 0 assembles the whole model; its rank 0 (world rank 0) writes.
-        if grid.d == 0 && !written {
+        if in_parts(ctx, st) {
+            let sums = state.known_sums.borrow().clone();
+            write_parts(ctx, st, (epoch_index, step_in_epoch), sums, true)?;
+        } else if grid.d == 0 && !written {
             let sums = state.known_sums.borrow().clone();
             write(ctx, st, (epoch_index, step_in_epoch), sums, true, true)?;
         } else if !written {
@@ -202,9 +205,97 @@ fn write<B: Backend>(
     };
     let Some(state) = whole else { return Ok(None) };
     finite_params(&state.0, st.step())?;
-    let path = ctx.writer.write(&st.tensor().full, state, at.0, at.1, loss_sums, exact)?;
+    let path = ctx.writer.write(&st.tensor().full, state, at.0, at.1, loss_sums, exact, None)?;
     if announce {
         super::runlock::stopped(st.step());
+        crate::signals::stop_checkpoint_written();
+    }
+    Ok(Some(path))
+}
+
+/// Whether checkpoints are written in parts (`checkpoint::parts`): sharded state over the data
+/// ranks, without tensor or pipeline parallelism (whose shards are assembled on rank 0).
+fn in_parts<B: Backend>(ctx: &Ctx, st: &Stepper<B>) -> bool {
+    st.shard().is_some() && ctx.grid.replica() == 1
+}
+
+/// Collective over every rank (the data group): each writes its part of the state at once
+/// (`Stepper::own_state`), then rank 0 the index naming them, with the position of `at` and
+/// the sums, once every part is in place; `stop` as `write`'s. A rank whose parameters are
+/// not all finite writes nothing, and every rank then fails with its name: no index is
+/// written, the earlier checkpoints stay the newest. Returns the index's path on rank 0.
+fn write_parts<B: Backend>(
+    ctx: &Ctx,
+    st: &Stepper<B>,
+    at: (usize, usize),
+    sums: Vec<Sums>,
+    stop: bool,
+) -> Result<Option<PathBuf>> {
+    let (comm, step, w) = (ctx.comm, st.step(), &ctx.writer);
+    let announce = stop && comm.rank == 0;
+    if announce {
+        crate::signals::writing_stop_checkpoint();
+    }
+    let _p = liveness::phase_at("writing this rank's part of a checkpoint", step);
+    let t = Instant::now();
+    let (ranges, params, m, v) = st.own_state()?;
+    let mut token = [checkpoint::parts::fresh_token()];
+    comm.broadcast_u64(&mut token);
+    let model = &st.tensor().full;
+    let bad = params.iter().position(|x| !x.is_finite());
+    let sum = match bad {
+        None => {
+            let piece = checkpoint::parts::Piece { ranges: &ranges, params: &params, m: &m, v: &v };
+            let fault = || crate::fault::in_checkpoint(&w.fault, w.rank, step);
+            checkpoint::parts::write(&w.out_dir, model, (step, token[0]), (comm.rank, comm.size), &piece, fault)?
+        }
+        Some(_) => 0,
+    };
+    // The arena index of the first non-finite parameter, plus one (0: all finite).
+    let global = |i: usize| {
+        let mut at = i;
+        for r in &ranges {
+            if at < r.len() {
+                return r.start + at;
+            }
+            at -= r.len();
+        }
+        unreachable!("i is within the ranges")
+    };
+    let mine = [sum, bad.map_or(0, |i| global(i) as u64 + 1)];
+    let all = comm.all_gather_u64s(&mine);
+    if let Some((r, c)) = all.chunks(2).enumerate().find(|(_, c)| c[1] != 0) {
+        let _ = std::fs::remove_file(w.out_dir.join(checkpoint::parts::name(step, token[0], comm.rank, comm.size)));
+        let i = c[1] - 1;
+        return Err(crate::error::Error::Training(format!(
+            "parameter {i} (rank {r}'s part) is not finite after step {step}: the checkpoint is not written (the earlier \
+             ones are kept); lower optimizer.lr, or clip the gradients (optimizer.global_clipnorm)"
+        )));
+    }
+    let mb = 4.0 * (params.len() + m.len() + v.len()) as f64 / 1e6;
+    log::debug!(
+        "part {} of the step-{step} checkpoint written ({mb:.1} MB, {:.0} ms)",
+        comm.rank,
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    if comm.rank != 0 {
+        return Ok(None);
+    }
+    info!(
+        "checkpoint parts written by all {} ranks at once ({mb:.1} MB on rank 0, {:.0} ms)",
+        comm.size,
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let parts = checkpoint::parts::Parts {
+        dir: w.out_dir.clone(),
+        token: token[0],
+        checksums: all.chunks(2).map(|c| c[0]).collect(),
+        m: !m.is_empty(),
+        v: !v.is_empty(),
+    };
+    let path = w.write(model, (Vec::new(), Vec::new(), Vec::new(), step), at.0, at.1, sums, true, Some(parts))?;
+    if announce {
+        super::runlock::stopped(step);
         crate::signals::stop_checkpoint_written();
     }
     Ok(Some(path))
@@ -258,13 +349,17 @@ pub(super) fn save_checkpoint<B: Backend>(
 ) -> Result<PathBuf> {
     let comm = ctx.comm;
     let path = ctx.writer.out_dir.join(checkpoint::file_name(st.step()));
-    if ctx.grid.d == 0 {
-        let sums = if step_in_epoch == 0 {
+    let sums = || {
+        if step_in_epoch == 0 {
             vec![vec![0.0; st.sums_len()]; ctx.grid.data]
         } else {
             ctx.stop.known_sums.borrow().clone()
-        };
-        write(ctx, st, (epoch_index, step_in_epoch), sums, true, false)?;
+        }
+    };
+    if in_parts(ctx, st) {
+        write_parts(ctx, st, (epoch_index, step_in_epoch), sums(), false)?;
+    } else if ctx.grid.d == 0 {
+        write(ctx, st, (epoch_index, step_in_epoch), sums(), true, false)?;
     } else {
         lend_state_parts(st)?;
     }

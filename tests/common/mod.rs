@@ -223,12 +223,68 @@ pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 }
 
 /// Names of the checkpoint files (`ckpt-step*.h5`) in `dir`, sorted.
+/// The parts of checkpoints written in parts in `dir` (`ckpt-step*.TOKEN.partRofK.h5`), sorted.
+pub fn checkpoint_parts(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("ckpt-step") && n.ends_with(".h5") && n.contains(".part"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// A checkpoint's `params` (the stored order: the layers last to first, each weight [in, out]
+/// then bias), `optimizer/m` or `optimizer/v`, whether the file holds them or names parts; the
+/// parts read as a user would with h5py, from the documented layout (`parts/token`, each
+/// part's `ranges` (start, length) and values), not through hvtrain's reader.
+pub fn ckpt_stored(path: &Path, name: &str, layers: usize) -> Vec<f32> {
+    let f = hdf5::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let Ok(g) = f.group("parts") else {
+        if name != "params" {
+            return read_f32(path, name);
+        }
+        return (0..layers)
+            .rev()
+            .flat_map(|l| [read_f32(path, &format!("dense{l}/weight")), read_f32(path, &format!("dense{l}/bias"))])
+            .flatten()
+            .collect();
+    };
+    let token = g.dataset("token").unwrap().read_raw::<u64>().unwrap()[0];
+    let k = g.dataset("checksums").unwrap().read_raw::<u64>().unwrap().len();
+    let step = f.dataset("step").unwrap().read_raw::<i64>().unwrap()[0];
+    let mut out: Vec<Option<f32>> = Vec::new();
+    for r in 0..k {
+        let part = path.with_file_name(format!("ckpt-step{step:09}.{token:016x}.part{r}of{k}.h5"));
+        let p = hdf5::File::open(&part).unwrap_or_else(|e| panic!("{}: {e}", part.display()));
+        let ranges = p.dataset("ranges").unwrap().read_raw::<i64>().unwrap();
+        let values = p.dataset(name).unwrap().read_raw::<f32>().unwrap();
+        let mut at = 0;
+        for c in ranges.chunks(2) {
+            let (s, n) = (c[0] as usize, c[1] as usize);
+            if out.len() < s + n {
+                out.resize(s + n, None);
+            }
+            for i in 0..n {
+                assert!(out[s + i].is_none(), "position {} in two parts", s + i);
+                out[s + i] = Some(values[at + i]);
+            }
+            at += n;
+        }
+        assert_eq!(at, values.len(), "{}: {name} has values beyond its ranges", part.display());
+    }
+    out.into_iter().enumerate().map(|(i, v)| v.unwrap_or_else(|| panic!("position {i} is in no part"))).collect()
+}
+
 pub fn checkpoints(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("ckpt-step") && n.ends_with(".h5"))
+                .filter(|n| n.starts_with("ckpt-step") && n.ends_with(".h5") && !n.contains(".part"))
                 .collect()
         })
         .unwrap_or_default();

@@ -5,8 +5,8 @@
 //! order of the sums may differ (a reduce-scatter over 3); on parts of uneven length (307
 //! parameters), several buckets (a layer's slot spans several, and a bucket several layers),
 //! with clipping, with ranks that have no rows in a step; a checkpoint of a sharded run,
-//! written at a signal's stop, holds the whole state (equal to the unsharded run's), and
-//! resumes on another rank count and another mode; evaluation, keep_best and histograms
+//! written in parts at a signal's stop, holds the whole state (equal to the unsharded run's),
+//! and resumes on another rank count and another mode; evaluation, keep_best and histograms
 //! under "parameters" read the gathered model.
 
 use crate::common;
@@ -112,9 +112,11 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
     }
 }
 
-/// A stop (SIGTERM at step 40 on rank 0) of a 2-rank "parameters" run writes a checkpoint whose
-/// parameters and optimizer state equal an unsharded run's at the same step bit for bit (every
-/// rank's pieces gathered); it resumes on 3 ranks with shard = "optimizer" and ends where the
+/// A stop (SIGTERM at step 40 on rank 0) of a 2-rank "parameters" run writes a checkpoint in
+/// parts (one per rank, and the index) whose parameters and optimizer state, put together from
+/// the parts' documented layout, equal an unsharded run's at the same step bit for bit; it
+/// resumes on 3 ranks with shard = "parameters" (each rank reading its own pieces), on 3 with
+/// "optimizer", and on 1 rank unsharded (put together on rank 0), each ending where the
 /// unsharded run did.
 #[test]
 fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
@@ -138,11 +140,39 @@ fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
         dir.join(out).join(n.unwrap_or_else(|| panic!("no step-40 checkpoint in {out}: {names:?}")))
     };
     let (a, b) = (ckpt("none"), ckpt("sharded"));
-    for t in ["optimizer/m", "optimizer/v", "dense0/weight", "dense2/bias"] {
-        let (x, y) = (read_f32(&a, t), read_f32(&b, t));
-        assert_eq!(x.len(), y.len(), "{t}");
+    // The unsharded run's checkpoint holds its arrays; the sharded one names a part per rank.
+    assert!(checkpoint_parts(&dir.join("none")).is_empty());
+    let parts = checkpoint_parts(&dir.join("sharded"));
+    assert_eq!(parts.len(), 2, "one part per rank: {parts:?}");
+    assert!(parts.iter().all(|p| p.starts_with("ckpt-step000000040.")), "{parts:?}");
+    for t in ["params", "optimizer/m", "optimizer/v"] {
+        let (x, y) = (ckpt_stored(&a, t, LAYERS.len() - 1), ckpt_stored(&b, t, LAYERS.len() - 1));
+        assert_eq!(x.len(), 307, "{t}");
         assert!(x.iter().any(|&v| v != 0.0), "{t} is all zeros");
         assert_eq!(x, y, "{t} of the sharded stop checkpoint differs from the unsharded one's");
+    }
+    // The parts resume on another count each rank reading its own pieces ("parameters" on
+    // 3), and put together on one rank without shards, from the file named.
+    for (ranks, mode, out) in [(3, "parameters", "p3"), (1, "none", "n1")] {
+        let (b, o, m) = (
+            format!("training.batch_size={}", GLOBAL / 2), // the first start's; the global batch stays
+            format!("output.dir='{out}'"),
+            format!("distribution.shard='{mode}'"),
+        );
+        let named = dir.join("sharded/ckpt-step000000040.h5");
+        let mut a =
+            vec!["train", "job.toml", "--set", &b, "--set", &o, "--set", &m, "--resume", named.to_str().unwrap()];
+        for s in opt.iter().chain(&common[..3]) {
+            a.extend(["--set", s]);
+        }
+        let r = mpirun_env(ranks, &[], &a, &dir, 120);
+        assert!(r.ok(), "the resume on {ranks} rank(s) ({mode}) failed\n{}", r.all());
+        let put_together = r.stderr.contains("parts put together on rank 0");
+        assert_eq!(put_together, ranks == 1, "{}", r.all());
+        let after = layer_tensors(&dir.join(out).join("weights.h5"), LAYERS.len() - 1);
+        let d = max_diff(&whole, &after);
+        eprintln!("stopped at 40 on 2 ranks (parameters), resumed on {ranks} ({mode}): weights differ by {d:e}");
+        assert!(d <= TOL, "the resumed run on {ranks} ({mode}) ends {d} away from the unsharded one");
     }
     // Resume on 3 ranks, the state divided otherwise.
     let mut resume: Vec<&str> = args

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 pub(super) fn start(comm: &Comm, job: &Job, model: &Mlp, workers: usize, resume: Option<&Resume>) -> Result<Start> {
     let out_dir = PathBuf::from(&job.output.dir);
-    let ckpt = read_checkpoint(comm, job, &out_dir, model, resume, workers)?;
+    let ckpt = read_checkpoint(comm, job, &out_dir, model, resume, workers, false)?;
     let _p = crate::parallel::liveness::phase("receiving the starting state from rank 0");
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
     let (mut params, mut m, mut v) = whole_state(comm, job, model, ckpt.as_ref(), false)?;

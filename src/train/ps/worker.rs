@@ -304,7 +304,15 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
             let (m_len, v_len) = crate::optim::state_lens(&self.writer.job.optimizer, self.whole.n_params);
             let (params, m, v) = reducer::snapshot(&self.link, &self.roles, &self.plan, m_len, v_len);
             let sums = if at.step_in_epoch == 0 { vec![vec![0.0; st.sums_len()]; sums.len()] } else { sums };
-            self.writer.write(&self.whole, (params, m, v, st.step()), at.epoch_index, at.step_in_epoch, sums, true)?;
+            self.writer.write(
+                &self.whole,
+                (params, m, v, st.step()),
+                at.epoch_index,
+                at.step_in_epoch,
+                sums,
+                true,
+                None,
+            )?;
         }
         let _p = phase_at("waiting at the barrier for worker 0's checkpoint write", st.step());
         self.workers.all_gather_u64(0);
