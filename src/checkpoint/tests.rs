@@ -214,3 +214,144 @@ fn stale_temporary_files_are_removed() {
     assert!(dir.join("notes.tmp").exists() && dir.join("ckpt-step000000003.h5").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `c` written in parts over `k` ranks, as the training loop writes it: the arena cut into two
+/// "buckets" (the first ends inside the second layer's padding, the second spans layers), each
+/// split over the ranks as `parallel::shard::Layout` splits one (uneven, any piece may hold
+/// padding); every rank's part, then the index. Returns each rank's ranges.
+fn save_in_parts(dir: &Path, model: &Mlp, c: &Checkpoint, k: usize, keep: usize) -> Vec<Vec<std::ops::Range<usize>>> {
+    let cut = model.layers[1].b.end + 3;
+    let buckets = [0..cut, cut..model.n_params];
+    let token = parts::fresh_token();
+    let mut sums = Vec::new();
+    let mut all = Vec::new();
+    for r in 0..k {
+        let ranges: Vec<_> =
+            buckets.iter().map(|b| b.start + b.len() * r / k..b.start + b.len() * (r + 1) / k).collect();
+        let cut_of = |a: &[f32]| -> Vec<f32> { ranges.iter().flat_map(|x| a[x.clone()].to_vec()).collect() };
+        let (p, m, v) = (cut_of(&c.params), cut_of(&c.m), cut_of(&c.v));
+        let piece = parts::Piece { ranges: &ranges, params: &p, m: &m, v: &v };
+        sums.push(parts::write(dir, model, (c.step, token), (r, k), &piece, || {}).unwrap());
+        all.push(ranges);
+    }
+    let p = parts::Parts { dir: dir.to_path_buf(), token, checksums: sums, m: true, v: true };
+    let index = Checkpoint { params: Vec::new(), m: Vec::new(), v: Vec::new(), parts: Some(p), ..c.clone() };
+    save(dir, model, &index, keep, || {}).unwrap();
+    all
+}
+
+fn part_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| parts::parse_name(n).is_some())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A checkpoint in parts loads whole, equal to the one written whole; each part holds only
+/// its runs; any ranges read back from the parts are the arena's values there (padding
+/// zeros), whichever parts hold them; the index has no arrays.
+#[test]
+fn parts_round_trip_on_uneven_pieces() {
+    let dir = scratch("ckpt-parts");
+    let model = model();
+    let c = sample(&model, 10);
+    let ranks = save_in_parts(&dir, &model, &c, 3, 3);
+    assert_eq!(part_files(&dir).len(), 3);
+    let read = load(&dir.join(file_name(10)), &model).unwrap();
+    assert!(read.parts.is_some());
+    assert_eq!(Checkpoint { parts: None, ..read }, c);
+    let index = load_index(&dir.join(file_name(10)), &model).unwrap();
+    assert!(index.params.is_empty() && index.m.is_empty() && index.v.is_empty());
+    let f = hdf5::File::open(dir.join(file_name(10))).unwrap();
+    assert!(f.dataset("dense0/weight").is_err() && f.group("optimizer").is_err());
+    assert_eq!(f.dataset("layers").unwrap().read_raw::<i64>().unwrap(), vec![4, 5, 3]);
+    drop(f);
+    // Each part: its runs of the stored order, without the padding.
+    let stored = model.unpad(&c.params);
+    let mut seen = 0;
+    for (r, own) in ranks.iter().enumerate() {
+        let p = hdf5::File::open(dir.join(parts::name(10, index.parts.as_ref().unwrap().token, r, 3))).unwrap();
+        let runs = p.dataset("ranges").unwrap().read_raw::<i64>().unwrap();
+        let values = p.dataset("params").unwrap().read_raw::<f32>().unwrap();
+        let want: Vec<f32> =
+            runs.chunks(2).flat_map(|x| stored[x[0] as usize..(x[0] + x[1]) as usize].to_vec()).collect();
+        assert_eq!(values, want, "part {r}");
+        seen += values.len();
+        // This rank's own ranges, read back from all three parts.
+        let p = index.parts.as_ref().unwrap();
+        let got = parts::read(p, 10, &model, "optimizer/m", own).unwrap();
+        let want: Vec<f32> = own.iter().flat_map(|x| c.m[x.clone()].to_vec()).collect();
+        assert_eq!(got, want, "rank {r}'s m");
+    }
+    assert_eq!(seen, model.n_logical(), "every parameter in exactly one part");
+    // Ranges cut otherwise than the parts (3 parts read as 2 ranks' pieces of one bucket).
+    let p = index.parts.as_ref().unwrap();
+    for want in
+        [vec![0..model.n_params], vec![5..9, 30..model.n_params - 1], vec![model.layers[1].b.end..model.n_params]]
+    {
+        let got = parts::read(p, 10, &model, "params", &want).unwrap();
+        let exp: Vec<f32> = want.iter().flat_map(|x| c.params[x.clone()].to_vec()).collect();
+        assert_eq!(got, exp, "{want:?}");
+    }
+    // eval / predict / export take it as a weights file.
+    assert_eq!(params_of(&dir.join(file_name(10)), &model).unwrap(), c.params);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A damaged or missing part makes the checkpoint damaged, naming the part: `--resume auto`
+/// takes the one before it. Parts no index names (another write's at the same step, a crash
+/// before the index) are removed at the next save, and keep-K removes the parts of the
+/// checkpoints it deletes.
+#[test]
+fn a_damaged_or_missing_part_is_damage_and_orphans_go() {
+    let dir = scratch("ckpt-parts-damage");
+    let model = model();
+    save_in_parts(&dir, &model, &sample(&model, 10), 2, 5);
+    let ranks = save_in_parts(&dir, &model, &sample(&model, 20), 2, 5);
+    let token = |step| load_index(&dir.join(file_name(step)), &model).unwrap().parts.unwrap().token;
+    let (t10, t20) = (token(10), token(20));
+    // Rank 1's part of step 20 with other values (the same runs, name and token): its
+    // checksum is not the index's.
+    let other = sample(&model, 21);
+    let cut = |a: &[f32]| -> Vec<f32> { ranks[1].iter().flat_map(|x| a[x.clone()].to_vec()).collect() };
+    let (p, m) = (cut(&other.params), cut(&other.m));
+    let piece = parts::Piece { ranges: &ranks[1], params: &p, m: &m, v: &cut(&other.v) };
+    let real = dir.join(parts::name(20, t20, 1, 2));
+    let kept = std::fs::read(&real).unwrap();
+    parts::write(&dir, &model, (20, t20), (1, 2), &piece, || {}).unwrap();
+    let e = load(&dir.join(file_name(20)), &model).unwrap_err();
+    assert!(matches!(e, Error::Checkpoint { kind: CheckpointKind::Damaged, .. }), "{e:?}");
+    assert!(e.to_string().contains(&parts::name(20, t20, 1, 2)), "{e}");
+    assert_eq!(newest_valid(&dir, &model).unwrap().unwrap().1.step, 10);
+    // Missing: the same.
+    std::fs::remove_file(&real).unwrap();
+    let e = load_index(&dir.join(file_name(20)), &model).unwrap_err().to_string();
+    assert!(e.contains("is missing") && e.contains("part 1 of the 2"), "{e}");
+    assert_eq!(newest_valid(&dir, &model).unwrap().unwrap().1.step, 10);
+    std::fs::write(&real, kept).unwrap();
+    assert_eq!(newest_valid(&dir, &model).unwrap().unwrap().1.step, 20);
+    // Orphans: a part of step 20 from another write, parts of step 30 without an index.
+    let stray = [parts::name(20, t20 ^ 1, 0, 2), parts::name(30, 7, 0, 1)];
+    for n in &stray {
+        std::fs::copy(dir.join(parts::name(10, t10, 0, 2)), dir.join(n)).unwrap();
+    }
+    assert_eq!(parts::orphans(&dir).len(), 2);
+    // The next save (keep 2) deletes step 10 and its parts, and the orphans.
+    save_in_parts(&dir, &model, &sample(&model, 40), 2, 2);
+    let steps: Vec<u64> = list(&dir).iter().map(|e| e.0).collect();
+    assert_eq!(steps, vec![40, 20]);
+    let left = part_files(&dir);
+    assert_eq!(left.len(), 4, "{left:?}");
+    assert!(
+        left.iter().all(|n| n.starts_with("ckpt-step000000020.") || n.starts_with("ckpt-step000000040.")),
+        "{left:?}"
+    );
+    assert!(stray.iter().all(|n| !left.contains(n)), "{left:?}");
+    assert_eq!(parts::parse_name(&parts::name(40, 0xabc, 3, 4)), Some((40, 0xabc)));
+    assert_eq!(parts::parse_name(&file_name(40)), None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
