@@ -75,7 +75,9 @@ fn every_path_trains_the_same_in_pieces() {
 }
 
 /// A gathered checkpoint in pieces holds the same optimizer state as in one piece (rank 0
-/// receives each rank's part over several rounds of `MPI_Gatherv`).
+/// receives each rank's part over several rounds of `MPI_Gatherv`): sharded state with tensor
+/// parallelism, whose checkpoints are gathered whole (without it, each rank writes its own
+/// part: `checkpoint::parts`).
 #[test]
 fn a_sharded_checkpoint_gathered_in_pieces_is_whole() {
     let _g = mpi_lock();
@@ -83,9 +85,11 @@ fn a_sharded_checkpoint_gathered_in_pieces_is_whole() {
     let (x, y) = synthetic(ROWS, D, 3, 52);
     write_classes(&dir.join("d.h5"), &x, D, &y);
     job(&dir, &LAYERS, "d.h5", None, "");
-    let sets = ["distribution.shard='optimizer'", "checkpoint.every_steps=20", "checkpoint.keep=5"];
-    train(&dir, "whole", 2, &[], &sets);
-    train(&dir, "pieces", 2, &[PIECE], &sets);
+    let sets =
+        ["distribution.shard='optimizer'", "parallel.tensor=2", "checkpoint.every_steps=20", "checkpoint.keep=5"];
+    train(&dir, "whole", 4, &[], &sets);
+    let (_, log) = train(&dir, "pieces", 4, &[PIECE], &sets);
+    assert!(checkpoint_parts(&dir.join("pieces")).is_empty(), "gathered, not in parts\n{log}");
     let ck = |out: &str| dir.join(out).join("ckpt-step000000020.h5");
     for t in ["optimizer/m", "optimizer/v"] {
         let (a, b) = (read_f32(&ck("whole"), t), read_f32(&ck("pieces"), t));
