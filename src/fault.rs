@@ -14,8 +14,9 @@
 //! - `delay=SECONDS` (sleeps that long before *every* step from WHEN on: a slower worker);
 //! - `diverge` (nudges one parameter, as a bit flip would: the consistency check must catch it);
 //! - `kill_in_checkpoint`, `stop_in_checkpoint`, `hang_in_checkpoint`, `term_in_checkpoint`,
-//!   `slow_checkpoint=SECONDS`: the same, while rank 0 writes the first checkpoint at or after
-//!   step WHEN (only rank 0 writes checkpoints);
+//!   `slow_checkpoint=SECONDS`: the same, while rank RANK writes the first checkpoint at or
+//!   after step WHEN, just before its rename (rank 0 writes a whole checkpoint or the index;
+//!   under sharded state every rank writes its part: `checkpoint::parts`);
 //! - `oom` (an allocation of 64 TiB that cannot return an error: the allocator's out-of-memory
 //!   line, `tests/it/memory.rs`).
 //!

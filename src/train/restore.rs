@@ -388,6 +388,17 @@ pub(super) fn prepare_output(
     if !stale.is_empty() {
         info!("removed {} unfinished file(s) of an interrupted write: {}", stale.len(), stale.join(", "));
     }
+    // Parts that no index names: a write interrupted between the parts and the index.
+    let orphans = checkpoint::parts::orphans(out_dir);
+    if !orphans.is_empty() {
+        let names: Vec<String> = orphans.iter().map(|p| p.display().to_string()).collect();
+        orphans.iter().for_each(|p| drop(std::fs::remove_file(p)));
+        info!(
+            "removed {} checkpoint part(s) that no checkpoint names (a write interrupted before its index): {}",
+            names.len(),
+            names.join(", ")
+        );
+    }
     let Some((path, c)) = found else { return Ok(None) };
     resumable(job, &path, c, world).map(Some)
 }

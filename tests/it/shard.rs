@@ -190,6 +190,54 @@ fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
     assert!(d <= TOL, "the resumed sharded run ends {d} away from the unsharded one");
 }
 
+/// A rank killed while it writes its part of the step-20 checkpoint (2 ranks, "gradients",
+/// a checkpoint every 10 steps): the job ends non-zero, no step-20 index exists, the step-10
+/// checkpoint and its parts are whole; `--resume auto` takes step 10, removes the part
+/// rank 0 had put in place for step 20 (no index names it) and ends with the weights of the
+/// run that was never interrupted, bit for bit.
+#[test]
+fn a_rank_killed_while_writing_its_part_leaves_the_last_checkpoint_whole() {
+    let _g = mpi_lock();
+    let dir = setup("shard-killed-part");
+    let b = format!("training.batch_size={}", GLOBAL / 2);
+    let sets = [
+        b.as_str(),
+        "training.epochs=1",
+        "data.shuffle=false",
+        "optimizer.kind='adam'",
+        "optimizer.lr=0.01",
+        "distribution.shard='gradients'",
+        "checkpoint.every_steps=10",
+        "checkpoint.keep=5",
+    ];
+    let (whole, _) = train_weights(&dir, "straight", 2, LAYERS.len() - 1, &[], &sets, &[]);
+    let mut args = vec!["train", "job.toml", "--set", "output.dir='killed'"];
+    for s in &sets {
+        args.extend(["--set", s]);
+    }
+    let killed = mpirun_env(2, &[("HVTRAIN_INJECT_FAULT", "1:20:kill_in_checkpoint")], &args, &dir, 120);
+    assert!(!killed.ok(), "a rank was killed: the job must fail\n{}", killed.all());
+    let out = dir.join("killed");
+    assert_eq!(checkpoints(&out), ["ckpt-step000000010.h5"], "{}", killed.all());
+    let parts = checkpoint_parts(&out);
+    let of10 = parts.iter().filter(|p| p.starts_with("ckpt-step000000010.")).count();
+    assert_eq!(of10, 2, "{parts:?}");
+    let stray: Vec<&String> = parts.iter().filter(|p| p.starts_with("ckpt-step000000020.")).collect();
+    assert!(stray.len() <= 1, "rank 1 died before its rename: {parts:?}");
+    args.extend(["--resume", "auto"]);
+    let r = mpirun_env(2, &[], &args, &dir, 120);
+    assert!(r.ok(), "the resume failed\n{}", r.all());
+    assert!(r.stderr.contains("resuming from") && r.stderr.contains("ckpt-step000000010.h5"), "{}", r.all());
+    if let Some(s) = stray.first() {
+        assert!(r.stderr.contains("that no checkpoint names") && r.stderr.contains(s.as_str()), "{}", r.all());
+    }
+    let after = checkpoint_parts(&out);
+    assert!(stray.iter().all(|s| !after.contains(s)), "{after:?}");
+    assert_eq!(after.len(), 2 * checkpoints(&out).len(), "two parts per index: {after:?}");
+    let resumed = layer_tensors(&out.join("weights.h5"), LAYERS.len() - 1);
+    assert_eq!(max_diff(&whole, &resumed), 0.0, "the resumed run differs from the straight one");
+}
+
 /// The shards live within each data-parallel group: with tensor or pipeline parallelism (2
 /// data ranks × 2), gradient accumulation, and bf16 products (on the emulated tile unit where
 /// the CPU has no bf16), shard = "gradients" and "parameters" train to the same bits as "none"
