@@ -11,7 +11,7 @@ use crate::device::{Backend, Cpu};
 use crate::error::{Error, Result};
 use crate::fault::At;
 use crate::model::placement::TensorGroup;
-use crate::model::{Held, Mlp, Targets, TensorSum, Whole, Workspace};
+use crate::model::{Held, Mlp, Params, Targets, TensorSum, Whole, Workspace};
 use crate::parallel::liveness;
 use crate::parallel::{check_agreement, Comm};
 use crate::weights;
@@ -198,10 +198,41 @@ fn evaluate_on<B: Backend>(
     shard: &Shard,
     tp: &mut impl TensorSum<B>,
 ) -> Result<Vec<f64>> {
+    let params = be.upload(params)?;
+    evaluate_with(be, model, &mut Held(&params), shard, tp, chunks(shard))
+}
+
+/// The chunks `shard`'s evaluation takes.
+pub fn chunks(shard: &Shard) -> usize {
+    shard.len().div_ceil(CHUNK)
+}
+
+/// This rank's test sums with the parameters as `params` gives them a layer at a time
+/// (`shard = "parameters"`: each layer gathered from the data ranks' pieces as the forward
+/// reads it, so no rank holds the whole model). Collective over the data group: `most` is the
+/// largest `chunks` over its ranks, and a rank whose rows are done fetches the layers of the
+/// chunks it does not have, so that every rank joins every gather.
+pub fn evaluate_gathered<B: Backend>(
+    be: &B,
+    model: &Mlp,
+    params: &mut impl Params<B>,
+    shard: &Shard,
+    most: usize,
+) -> Result<Vec<f64>> {
+    evaluate_with(be, model, params, shard, &mut Whole, most)
+}
+
+fn evaluate_with<B: Backend>(
+    be: &B,
+    model: &Mlp,
+    params: &mut impl Params<B>,
+    shard: &Shard,
+    tp: &mut impl TensorSum<B>,
+    most: usize,
+) -> Result<Vec<f64>> {
     let _p = liveness::phase("evaluating the test data");
     crate::fault::point(At::Eval)?;
     let mut ws = Workspace::new(be, model, CHUNK)?;
-    let params = be.upload(params)?;
     let mut xd = be.zeros(CHUNK * shard.features)?;
     let mut labels = be.labels(CHUNK)?;
     let mut values = be.zeros(CHUNK * model.n_outputs())?;
@@ -214,7 +245,7 @@ fn evaluate_on<B: Backend>(
         let c = CHUNK.min(n - start);
         shard.read_rows(start, c, &mut x)?;
         be.upload_into(&x[..c * shard.features], &mut xd)?;
-        model.forward_tp(be, &mut Held(&params), &xd, c, &mut ws, tp)?;
+        model.forward_tp(be, params, &xd, c, &mut ws, tp)?;
         let t = targets(be, shard, start..start + c, &mut labels, &mut values)?;
         let (l, k) = model.loss(be, t, c, 1.0, &mut ws, false)?;
         sums[0] += l;
@@ -222,6 +253,12 @@ fn evaluate_on<B: Backend>(
         add_outputs(be, model, &ws, shard, start..start + c, &mut out, &mut sums)?;
         start += c;
         liveness::progress();
+    }
+    // The chunks other ranks still have: the same fetches, without rows.
+    for _ in chunks(shard)..most {
+        for l in model.forward_fetches() {
+            params.fetch(be, model, l)?;
+        }
     }
     sums[2] = n as f64;
     Ok(sums)

@@ -149,11 +149,41 @@ impl MetricsLog {
     /// Histograms of each layer's weights and biases of `model` (the whole model's arena
     /// `params`) at `epoch` into the TensorBoard files (`output.histogram_freq`), if any.
     pub fn histograms(&mut self, epoch: usize, model: &crate::model::Mlp, params: &[f32]) -> Result<()> {
-        let Some(b) = self.board.as_mut() else { return Ok(()) };
         let mut tensors: Vec<(String, &[f32])> =
             model.tensors().into_iter().map(|t| (t.name, &params[t.range.start..t.range.start + t.used])).collect();
         tensors.sort_by(|a, b| a.0.cmp(&b.0));
-        b.histograms(epoch, &tensors)
+        let made = tensors.into_iter().map(|(tag, v)| (tag, tensorboard::histogram(v, tensorboard::BUCKETS))).collect();
+        self.histograms_made(epoch, made)
+    }
+
+    /// The histograms of layer `l`'s tensors from `slot`, its slot of the arena (`Mlp::slot`):
+    /// what `histograms` makes of them, a layer at a time (`shard = "parameters"`).
+    pub fn layer_histograms(
+        model: &crate::model::Mlp,
+        l: usize,
+        slot: &[f32],
+    ) -> Vec<(String, tensorboard::proto::HistogramProto)> {
+        let s = model.slot(l);
+        let inside = |t: &crate::model::TensorInfo| t.range.start >= s.start && t.range.end <= s.end;
+        let at = |t: &crate::model::TensorInfo| &slot[t.range.start - s.start..t.range.start - s.start + t.used];
+        model
+            .tensors()
+            .iter()
+            .filter(|t| inside(t))
+            .map(|t| (t.name.clone(), tensorboard::histogram(at(t), tensorboard::BUCKETS)))
+            .collect()
+    }
+
+    /// Histograms made already (`layer_histograms` of every layer), written as `histograms`
+    /// writes them (sorted by name).
+    pub fn histograms_made(
+        &mut self,
+        epoch: usize,
+        mut made: Vec<(String, tensorboard::proto::HistogramProto)>,
+    ) -> Result<()> {
+        let Some(b) = self.board.as_mut() else { return Ok(()) };
+        made.sort_by(|a, b| a.0.cmp(&b.0));
+        b.histograms_made(epoch, made)
     }
 
     pub fn append(&mut self, m: &EpochMetrics) -> Result<()> {
@@ -165,5 +195,36 @@ impl MetricsLog {
             Some(b) => b.epoch(m, crate::sys::peak_rss_mib()),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod histogram_tests {
+    use super::*;
+    use crate::config::{Activation, LossKind};
+
+    /// The histograms made a layer at a time (`shard = "parameters"`) are those of the whole
+    /// arena, tag for tag; a slot of another layer's values makes others.
+    #[test]
+    fn layer_histograms_are_the_whole_models() {
+        let model = crate::model::Mlp::new(&[5, 7, 4, 3], Activation::Relu, LossKind::SoftmaxCrossEntropy);
+        let params = model.init_params(3);
+        let whole: Vec<_> = model
+            .tensors()
+            .into_iter()
+            .map(|t| {
+                (t.name, tensorboard::histogram(&params[t.range.start..t.range.start + t.used], tensorboard::BUCKETS))
+            })
+            .collect();
+        let mut layered: Vec<_> = (0..model.layers.len())
+            .flat_map(|l| MetricsLog::layer_histograms(&model, l, &params[model.slot(l)]))
+            .collect();
+        assert_eq!(layered.len(), whole.len());
+        let mut whole = whole;
+        whole.sort_by(|a, b| a.0.cmp(&b.0));
+        layered.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(layered, whole);
+        let other = MetricsLog::layer_histograms(&model, 1, &params[model.slot(0)][..model.slot(1).len()]);
+        assert_ne!(other, MetricsLog::layer_histograms(&model, 1, &params[model.slot(1)]));
     }
 }

@@ -241,6 +241,26 @@ where
         Ok(true)
     }
 
+    /// With `shard = "parameters"` and no model parallelism: the backend, and the parameters
+    /// as forward reads them in a step, each layer gathered from the data ranks' pieces into
+    /// the window when fetched (collective over the data group; evaluation without the whole
+    /// model). None where the parameters are held whole or model parallelism splits them.
+    pub fn gathered_params(&mut self) -> Option<(&B, impl Params<B> + '_)> {
+        if !self.params_sharded() || !self.tp.is_whole() {
+            return None;
+        }
+        Some((&self.be, step_params(&self.params, &mut self.shard)))
+    }
+
+    /// Collective over the data group (sharded state): the largest `n` over its ranks.
+    pub fn most_over_data_ranks(&self, n: usize) -> usize {
+        let sh = &self.shard.as_ref().expect("sharded").sharder;
+        let mut each = vec![0.0; sh.layout.ranks];
+        each[sh.rank()] = n as f64;
+        sh.sum(&mut each);
+        each.into_iter().fold(0.0, f64::max) as usize
+    }
+
     /// This rank's part of the sharded state, for a checkpoint written in parts (no
     /// collective): its arena ranges (`Sharder::own`), the parameters there end to end (its
     /// pieces as kept under "parameters", cut from the whole arena otherwise) and the

@@ -114,7 +114,7 @@ pub(super) fn build<'a, B: Backend>(
         Some(sh) if scatter => shard::reduced_lens(&sh.layout, sh.rank()),
         _ => plan.buckets.iter().map(|r| r.len()).collect(),
     };
-    log_shard(comm, job, grid.data, scatter);
+    log_shard(comm, job, grid.data, scatter, grid.replica() == 1);
     let alloc = crate::step::bucket_buffers_sized(&be, &plan, &reduced)?;
     let overlap = overlap(comm, job, grid.data, grid.replica());
     let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
@@ -195,7 +195,7 @@ pub(super) fn build<'a, B: Backend>(
 }
 
 /// Rank 0 says how the state is divided (`distribution.shard`), or why it is not.
-fn log_shard(comm: &Comm, job: &Job, data: usize, scatter: bool) {
+fn log_shard(comm: &Comm, job: &Job, data: usize, scatter: bool, no_model_parallelism: bool) {
     let s = job.distribution.shard;
     if comm.rank != 0 || !s.optimizer() {
         return;
@@ -221,11 +221,17 @@ fn log_shard(comm: &Comm, job: &Job, data: usize, scatter: bool) {
             shard::Path::Ring => "a ring",
             shard::Path::Mpi => "MPI_Allgatherv",
         };
+        let eval = if no_model_parallelism {
+            "; evaluation and checkpoints never hold the whole model either (each layer gathered as evaluation reads \
+             it; checkpoints written in parts, every rank its own)"
+        } else {
+            "; evaluation and checkpoints gather the whole model (with tensor or pipeline parallelism)"
+        };
         info!(
             "distribution.shard = \"parameters\": the parameters, the optimizer state and update divided over {data} \
              data-parallel ranks (each fusion bucket split into one piece per rank); {grads}; each layer gathered from \
              the ranks' pieces just before forward and backward read it, one layer held at a time ({gather}; \
-             HVTRAIN_SHARD_COLLECTIVES=ring|mpi)"
+             HVTRAIN_SHARD_COLLECTIVES=ring|mpi){eval}"
         );
         return;
     }

@@ -479,6 +479,19 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         if o.histogram_freq == 0 || !o.tensorboard || epoch % o.histogram_freq != 0 {
             return Ok(());
         }
+        // shard = "parameters": a layer at a time, never the whole model.
+        let model = self.st.model().clone();
+        let mut made = Vec::new();
+        let sink = &mut |l: usize, slot: &[f32]| {
+            made.extend(crate::metrics::MetricsLog::layer_histograms(&model, l, slot));
+            Ok(())
+        };
+        if self.st.params_by_layer(sink)? {
+            if let Some(log) = self.metrics.as_mut() {
+                log.histograms_made(epoch, made)?;
+            }
+            return Ok(());
+        }
         if let Some(params) = self.mode.whole_params(&self.st)? {
             if let Some(log) = self.metrics.as_mut() {
                 log.histograms(epoch, &self.st.tensor().full, &params)?;
@@ -540,6 +553,13 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
     fn evaluate(&mut self, validation: bool) -> Result<Vec<f64>> {
         let shard = if validation { &self.validation } else { &self.test };
         let Some(sh) = shard else { return Ok(Vec::new()) };
+        if self.st.gathered_params().is_some() {
+            // shard = "parameters": each layer gathered as the forward reads it, never the whole model.
+            let most = self.st.most_over_data_ranks(crate::eval::chunks(sh));
+            let model = self.st.model().clone();
+            let (be, mut params) = self.st.gathered_params().expect("checked above");
+            return crate::eval::evaluate_gathered(be, &model, &mut params, sh, most);
+        }
         let (model, params) = (self.st.model().clone(), self.st.params_host()?);
         let (be, group) = self.st.backend_and_tensor();
         evaluate_in_group(be, &model, &params, sh, group)

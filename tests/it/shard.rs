@@ -73,6 +73,7 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
             assert!(log.contains("and the reduced gradients divided over"), "{log}");
             let (param_w, log) = run("parameters");
             assert!(log.contains("each layer gathered from the ranks' pieces"), "{log}");
+            assert!(log.contains("each layer gathered as evaluation reads it"), "{log}");
             assert!(log.contains("the reduced gradients and the parameters divided over"), "{log}");
             // A fresh start: each rank drew its pieces (the same weights as rank 0's whole draw,
             // which "none" used: the equalities below).
@@ -305,9 +306,10 @@ fn evaluated(out: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Evaluation under shard = "parameters" (the whole model gathered on every rank for it: a
-/// test set of 101 rows, so the ranks evaluate different counts, and a validation split) gives
-/// the metrics of "gradients" bit for bit (the same weights), and on 2 ranks those of "none";
+/// Evaluation under shard = "parameters" (each layer gathered as the forward reads it: a test
+/// set of 512·ranks + 1 rows, so one rank evaluates a chunk of 512 more than the others, which
+/// join its gathers without rows, and a validation split) gives the metrics of "gradients" bit
+/// for bit (the same weights), and on 2 ranks those of "none";
 /// keep_best's weights (gathered on rank 0 when an epoch improves) and the TensorBoard
 /// histograms (gathered each epoch) are written from the gathered model.
 #[test]
@@ -315,7 +317,7 @@ fn evaluation_and_best_weights_under_sharded_parameters() {
     let _g = mpi_lock();
     for ranks in [2, 3] {
         let dir = setup(&format!("shard-eval-{ranks}"));
-        let (x, y) = synthetic(101, D, 3, 43);
+        let (x, y) = synthetic(512 * ranks + 1, D, 3, 43);
         write_classes(&dir.join("t.h5"), &x, D, &y);
         let b = format!("training.batch_size={}", GLOBAL / ranks);
         let run = |mode: &str| {
@@ -336,6 +338,7 @@ fn evaluation_and_best_weights_under_sharded_parameters() {
         let (gw, gbest, gm, _) = run("gradients");
         let (pw, pbest, pm, log) = run("parameters");
         assert!(log.contains("each layer gathered from the ranks' pieces"), "{log}");
+        assert!(log.contains("each layer gathered as evaluation reads it"), "{log}");
         // The best weights, gathered and written a layer at a time (equal to gradients' file,
         // written from the whole model: below); weights.h5 is their copy here.
         assert!(log.contains("best-weights.h5: gathered and written one layer at a time"), "{log}");

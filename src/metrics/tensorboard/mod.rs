@@ -150,12 +150,12 @@ impl Board {
     }
 
     /// Histograms of named tensors' values (`output.histogram_freq`: each layer's weights and
-    /// biases) in `train/` at step `epoch`, as Keras' `histogram_freq` writes them; flushed.
-    pub fn histograms(&mut self, epoch: usize, tensors: &[(String, &[f32])]) -> Result<()> {
-        let values = tensors
-            .iter()
-            .map(|(tag, v)| Value { tag: tag.clone(), metadata: None, value: Some(Val::Histo(histogram(v, BUCKETS))) })
-            .collect();
+    /// biases, made by `histogram(v, BUCKETS)`, a layer at a time where no rank holds the whole
+    /// model) in `train/` at step `epoch`, as Keras' `histogram_freq` writes them, in the order
+    /// given; flushed.
+    pub fn histograms_made(&mut self, epoch: usize, made: Vec<(String, HistogramProto)>) -> Result<()> {
+        let values =
+            made.into_iter().map(|(tag, h)| Value { tag, metadata: None, value: Some(Val::Histo(h)) }).collect();
         self.write("train", &summary(epoch as i64, values))?;
         self.flush()
     }
@@ -199,7 +199,7 @@ fn classes_and_regression(
 }
 
 /// Buckets of a histogram (`tf.summary.histogram`'s default).
-const BUCKETS: usize = 30;
+pub const BUCKETS: usize = 30;
 
 /// `v`'s histogram in `n` buckets of equal width from its least to its largest value (one
 /// bucket when they are equal), as TensorFlow 2's `tf.summary.histogram` bins them: bucket i
