@@ -15,7 +15,9 @@ runs beside it, on random rows (the step's cost does not depend on the values). 
   torchrun --nproc_per_node 2 bench/torch_zero_peer.py --mode zero --layers 784,8192,8192,8192,10
 
 Rank 0 prints one line: PEER_RESULT {json} with samples_per_sec (median over the epochs after
-the first; an "epoch" is --steps steps), every epoch's rate, and peak_rss_mb per rank.
+the first; an "epoch" is --steps steps), every epoch's rate, peak_rss_mb per rank, and with
+--checkpoint each save's seconds (torch.distributed.checkpoint, every rank its shards; for
+bench/shard_ckpt.sh, with --test-rows an evaluation after each epoch).
 """
 import argparse
 import json
@@ -30,6 +32,10 @@ ap.add_argument("--global-batch", type=int, default=32)
 ap.add_argument("--epochs", type=int, default=3)
 ap.add_argument("--steps", type=int, default=5, help="steps per epoch")
 ap.add_argument("--threads", type=int, default=1)
+ap.add_argument("--checkpoint", default="", help="after every epoch, save model and optimizer state with "
+                "torch.distributed.checkpoint (each rank its shards) into this folder; the seconds are reported")
+ap.add_argument("--test-rows", type=int, default=0, help="after every epoch, evaluate this many rows per rank "
+                "(512 at a time, no_grad)")
 args = ap.parse_args()
 
 import torch  # noqa: E402
@@ -72,7 +78,7 @@ batch = args.global_batch // world
 x = torch.randn(batch, sizes[0])
 y = torch.randint(0, sizes[-1], (batch,))
 loss_fn = nn.CrossEntropyLoss()
-rates = []
+rates, saves = [], []
 for epoch in range(args.epochs):
     dist.barrier()
     t = time.perf_counter()
@@ -83,6 +89,20 @@ for epoch in range(args.epochs):
         opt.step()
     dist.barrier()
     rates.append(args.steps * args.global_batch / (time.perf_counter() - t))
+    if args.test_rows:
+        with torch.no_grad():
+            for a in range(0, args.test_rows, 512):
+                model(torch.randn(min(512, args.test_rows - a), sizes[0]))
+    if args.checkpoint:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        dist.barrier()
+        t = time.perf_counter()
+        msd, osd = get_state_dict(model, opt)
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=f"{args.checkpoint}/epoch{epoch}")
+        dist.barrier()
+        saves.append(time.perf_counter() - t)
 rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0])
 every = [torch.zeros(1) for _ in range(world)]
 dist.all_gather(every, rss)
@@ -90,6 +110,6 @@ if rank == 0:
     print("PEER_RESULT " + json.dumps({
         "mode": args.mode, "ranks": world, "torch": torch.__version__,
         "samples_per_sec": statistics.median(rates[1:] or rates), "epochs": rates,
-        "peak_rss_mb": [round(float(r), 1) for r in every], "loss": float(loss),
+        "peak_rss_mb": [round(float(r), 1) for r in every], "loss": float(loss), "checkpoint_s": saves,
     }), flush=True)
 dist.destroy_process_group()

@@ -402,6 +402,15 @@ pub fn assemble(c: &mut Checkpoint, model: &Mlp) -> Result<()> {
 
 fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
     let f = h5::open(path, "--resume")?;
+    if f.dataset("ranges").is_ok() && f.dataset("part").is_ok() {
+        let index = read1(&f, path, "step").map_or_else(|_| "ckpt-step…h5".into(), |s| file_name(s as u64));
+        return Err(Error::checkpoint(
+            path,
+            "ranges",
+            CheckpointKind::Format,
+            format!("is one part of a checkpoint written in parts: give its index, {index}, which names every part"),
+        ));
+    }
     let format = read1(&f, path, "format")?;
     if !(1..=FORMAT).contains(&format) {
         return Err(Error::checkpoint(

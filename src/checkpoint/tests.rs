@@ -297,6 +297,10 @@ fn parts_round_trip_on_uneven_pieces() {
         let exp: Vec<f32> = want.iter().flat_map(|x| c.params[x.clone()].to_vec()).collect();
         assert_eq!(got, exp, "{want:?}");
     }
+    // A part given instead of the index is refused, naming the index.
+    let part = dir.join(parts::name(10, index.parts.as_ref().unwrap().token, 1, 3));
+    let e = load(&part, &model).unwrap_err().to_string();
+    assert!(e.contains("one part of a checkpoint") && e.contains(&file_name(10)), "{e}");
     // eval / predict / export take it as a weights file.
     assert_eq!(params_of(&dir.join(file_name(10)), &model).unwrap(), c.params);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -77,6 +77,24 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     } else {
         whole_state(comm, job, model, ckpt.as_ref(), fresh)?
     };
+    if in_parts && !fresh {
+        // A checkpoint written whole, read by rank 0: each rank receives only its pieces of
+        // it (of the parameters too under "parameters"; the others hold them whole).
+        let layout = crate::parallel::shard::Layout::new(&setup.plan, n_data);
+        let pieces = job.distribution.shard == crate::config::Shard::Parameters;
+        let params = if pieces {
+            scatter_pieces(comm, &layout, params, model.n_params)?
+        } else {
+            crate::model::placement::distribute(comm, &setup.grid, &setup.stages, model, params, model.n_params)?
+        };
+        let state = (params, scatter_pieces(comm, &layout, m, m_len)?, scatter_pieces(comm, &layout, v, v_len)?);
+        if comm.rank == 0 {
+            info!("the checkpoint was written whole: rank 0 sent each rank only its pieces of it");
+        }
+        let mut start = position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, state);
+        start.pieces = pieces;
+        return Ok(start);
+    }
     let part = |all: Vec<f32>, len: usize| {
         crate::model::placement::distribute(comm, &setup.grid, &setup.stages, model, all, len)
     };
@@ -92,6 +110,28 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
 /// shards are cut from the whole model).
 pub(super) fn draws_own_pieces(job: &Job, setup: &Setup) -> bool {
     job.distribution.shard == crate::config::Shard::Parameters && setup.grid.data > 1 && setup.grid.replica() == 1
+}
+
+/// Collective over the data group (no model parallelism): each data rank's pieces
+/// (`Layout::own`, end to end) of rank 0's whole arena `all` (`len` long; 0: an optimizer
+/// without that state), sent by rank 0 one rank at a time, so no other rank holds the whole.
+fn scatter_pieces(comm: &Comm, layout: &crate::parallel::shard::Layout, all: Vec<f32>, len: usize) -> Result<Vec<f32>> {
+    const TAG: i32 = 0x5350; // "SP"
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let cut = |r: usize| -> Vec<f32> { layout.own(r).into_iter().flat_map(|(p, _)| all[p].to_vec()).collect() };
+    if comm.rank == 0 {
+        for r in 1..comm.size {
+            comm.isend_f32(r, TAG, cut(r)).wait();
+            crate::parallel::liveness::progress();
+        }
+        return Ok(cut(0));
+    }
+    let _a = crate::mem::allocating("this rank's pieces of the starting state (received from rank 0)");
+    let mut mine = crate::mem::zeros(layout.own(comm.rank).iter().map(|(p, _)| p.len()).sum())?;
+    comm.recv_f32(0, TAG, &mut mine);
+    Ok(mine)
 }
 
 /// Whether each rank reads its own pieces of a checkpoint written in parts
