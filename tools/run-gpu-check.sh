@@ -28,6 +28,9 @@
 #                  (layer outputs in bf16 through cublasLt's bf16 epilogue), and without, same
 #                  warm GPU: samples/s of each; Fashion-MNIST bf16 on one rank with both: test
 #                  accuracy within 0.5 points of phase b's bf16 run (the selftest checks values)
+#   s shard        phase b's GPU run again with distribution.shard = "parameters" and a
+#                  checkpoint in parts every 100 steps: compare_runs.py against phase b's, and
+#                  one part per rank on disk
 #   f faults       2 ranks sharing the GPU: kill -9 of rank 1 after its first epoch (the job
 #                  ends within 15 s; a rank or mpirun names the dead one), and SIGTERM to
 #                  mpirun (exit 75 or the ranks' "stopped by a signal", the stop checkpoint
@@ -292,6 +295,31 @@ PY
   grep -q "FAIL: no host-path line" "$LOGDIR/13-nccl.log" && rc=1
   record "NCCL: auto on a shared GPU, one rank vs host" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 13-nccl.log
   sed 's/^/    /' "$LOGDIR/13-nccl.log"
+fi
+
+# --- s. Sharded state on the GPU: phase b's 2 ranks sharing the GPU with shard = "parameters"
+# (each layer gathered from the ranks' pieces; the host path, as phase b's all-reduce), and a
+# checkpoint in parts every 100 steps: the same training as phase b's GPU run (compare_runs.py
+# against it), its parts on disk, one per rank.
+if ! skipped train && ! skipped shard; then
+  t=$(date +%s)
+  out="$LOGDIR/runs/cuda-shard"; rm -rf "$out"
+  log="$LOGDIR/17-train-cuda-shard.log"
+  args=(train jobs/fashion-mnist.toml --set 'training.device="cuda"' --set "output.dir=\"$out\""
+        --set "training.epochs=$EPOCHS" --set training.log_every=1 --set 'distribution.shard="parameters"'
+        --set checkpoint.every_steps=100 --set checkpoint.keep=2)
+  echo "+ mpirun ${MPIFLAGS[*]} bin/hvtrain ${args[*]}" > "$log"
+  hv timeout -k 5 "$(cap 200)" mpirun "${MPIFLAGS[@]}" -x LD_LIBRARY_PATH "$HV" "${args[@]}" >> "$log" 2>&1
+  rc=$?
+  parts=$(find "$out" -name 'ckpt-step*.part*of2.h5' 2>/dev/null | wc -l)
+  echo "+ exit $rc; checkpoint parts on disk: $parts" >> "$log"
+  ok=1
+  [ $rc = 0 ] && grep -q "done:" "$log" && [ "$parts" -ge 2 ] && ok=0
+  env -u LD_LIBRARY_PATH python3 tools/compare_runs.py --ref-log "$LOGDIR/03-train-cuda.log" --ref-dir "$LOGDIR/runs/cuda" \
+    --log "$log" --dir "$out" --expect-device cuda --markdown "$LOGDIR/compare-shard.md" > "$LOGDIR/18-shard-compare.log" 2>&1 || ok=1
+  record "train cuda, shard = parameters, checkpoints in parts (2 ranks) vs phase b" "$([ $ok = 0 ] && echo pass || echo FAIL)" \
+    $(($(date +%s) - t)) 17-train-cuda-shard.log
+  grep -E "test accuracy|largest|verdict" "$LOGDIR/18-shard-compare.log" | sed 's/^/    /'
 fi
 
 # --- f. Faults with the ranks on the GPU: a rank killed, the launcher stopped.
