@@ -84,77 +84,92 @@ pub fn stored_runs(model: &Mlp, r: &Range<usize>) -> Vec<(Range<usize>, usize)> 
     runs
 }
 
-/// One rank's state for its part: its arena ranges, and the parameters, m and v there, each
-/// end to end (m and v empty where the optimizer keeps none).
+/// The arrays of a part, in the order they are written.
+pub const ARRAYS: [&str; 3] = ["params", "optimizer/m", "optimizer/v"];
+
+/// One rank's state for its part: its arena ranges, and where the values at them come from.
 pub struct Piece<'a> {
     pub ranges: &'a [Range<usize>],
-    pub params: &'a [f32],
-    pub m: &'a [f32],
-    pub v: &'a [f32],
+    /// The values of an array of `ARRAYS` at `ranges`, end to end; None where there are none
+    /// (an optimizer without m or v). Asked once per array, in `ARRAYS`' order, so that a rank
+    /// holds one array of its part at a time.
+    pub values: &'a mut dyn FnMut(&str) -> Result<Option<Vec<f32>>>,
 }
 
-fn part_checksum(runs: &[i64], params: &[f32], m: &[f32], v: &[f32]) -> u64 {
-    let mut h = crate::parallel::checksum(params);
-    for a in [m, v] {
-        h = h.rotate_left(17) ^ crate::parallel::checksum(a);
-    }
+/// The checksum of an absent array.
+const NO_ARRAY: u64 = 0x6e6f_6e65;
+
+/// An array's checksum from its runs' values in order (FNV-1a of each run, chained).
+fn array_checksum<'a>(runs: impl Iterator<Item = &'a [f32]>) -> u64 {
+    runs.fold(0xcbf2_9ce4_8422_2325u64, |h, v| h.rotate_left(5) ^ crate::parallel::checksum(v))
+}
+
+/// A part's checksum: its runs (stored start, length) and each array's checksum.
+fn part_checksum(runs: &[i64], arrays: &[u64]) -> u64 {
     let bytes: Vec<u8> = runs.iter().flat_map(|x| x.to_le_bytes()).collect();
-    h ^ crate::config::fnv1a(&bytes)
+    arrays.iter().fold(crate::config::fnv1a(&bytes), |h, &a| h.rotate_left(17) ^ a)
 }
 
 /// Write part `r` of `k` of the checkpoint at `step` into `dir` (temporary file, fsync, rename:
-/// `weights::commit`; `before_rename` is fault injection). Returns its checksum.
+/// `weights::commit`; `before_rename` is fault injection), each array written run by run from
+/// the values `p` gives, without another copy. Returns its checksum.
 pub fn write(
     dir: &Path,
     model: &Mlp,
     (step, token): (u64, u64),
     (r, k): (usize, usize),
-    p: &Piece,
+    p: &mut Piece,
     before_rename: impl FnOnce(),
 ) -> Result<u64> {
-    let total: usize = p.ranges.iter().map(|r| r.len()).sum();
-    assert_eq!(p.params.len(), total, "the parameters of the ranges");
-    let (mut runs, mut params) = (Vec::new(), Vec::with_capacity(total));
-    let (mut m, mut v) = (Vec::new(), Vec::new());
+    // (where the run is in the piece's values, its length, its stored start)
+    let mut runs: Vec<(usize, usize, usize)> = Vec::new();
     let mut at = 0;
     for range in p.ranges {
         for (ov, stored) in stored_runs(model, range) {
-            runs.extend([stored as i64, ov.len() as i64]);
-            let here = at + ov.start - range.start..at + ov.end - range.start;
-            params.extend_from_slice(&p.params[here.clone()]);
-            if !p.m.is_empty() {
-                m.extend_from_slice(&p.m[here.clone()]);
-            }
-            if !p.v.is_empty() {
-                v.extend_from_slice(&p.v[here]);
-            }
+            runs.push((at + ov.start - range.start, ov.len(), stored));
         }
         at += range.len();
     }
-    let sum = part_checksum(&runs, &params, &m, &v);
+    let flat: Vec<i64> = runs.iter().flat_map(|&(_, n, s)| [s as i64, n as i64]).collect();
+    let total: usize = runs.iter().map(|r| r.1).sum();
     let path = dir.join(name(step, token, r, k));
     let tmp = crate::weights::tmp_path(&path);
+    let mut sums = Vec::new();
     {
         let f = h5::create(&tmp)?;
         for (field, x) in [("format", 1), ("step", step as i64), ("part", r as i64), ("parts", k as i64)] {
             h5::write(&f, &tmp, field, &[x], &[1])?;
         }
         h5::write(&f, &tmp, "token", &[token], &[1])?;
-        h5::write(&f, &tmp, "ranges", &runs, &[runs.len() / 2, 2])?;
-        h5::write(&f, &tmp, "params", &params, &[params.len()])?;
-        if !m.is_empty() || !v.is_empty() {
-            f.create_group("optimizer").map_err(|e| Error::hdf5(&tmp, "create group", e))?;
-        }
-        for (field, a) in [("optimizer/m", &m), ("optimizer/v", &v)] {
-            if !a.is_empty() {
-                h5::write(&f, &tmp, field, a, &[a.len()])?;
+        h5::write(&f, &tmp, "ranges", &flat, &[runs.len(), 2])?;
+        for field in ARRAYS {
+            let Some(values) = (p.values)(field)? else {
+                sums.push(NO_ARRAY);
+                continue;
+            };
+            assert_eq!(values.len(), at, "{field}: the values of the ranges");
+            if field.starts_with("optimizer/") && f.group("optimizer").is_err() {
+                f.create_group("optimizer").map_err(|e| Error::hdf5(&tmp, "create group", e))?;
             }
+            let ds = f
+                .new_dataset::<f32>()
+                .shape([total])
+                .create(field)
+                .map_err(|e| Error::hdf5(&tmp, format!("create dataset {field}"), e))?;
+            let mut d = 0;
+            for &(from, n, _) in &runs {
+                ds.write_slice(&values[from..from + n], d..d + n)
+                    .map_err(|e| Error::hdf5(&tmp, format!("write {field}"), e))?;
+                d += n;
+            }
+            sums.push(array_checksum(runs.iter().map(|&(from, n, _)| &values[from..from + n])));
         }
+        let sum = part_checksum(&flat, &sums);
         h5::write(&f, &tmp, "checksum", &[sum], &[1])?;
         f.flush().map_err(|e| Error::hdf5(&tmp, "flush", e))?;
     }
     crate::weights::commit(&tmp, &path, "rename the finished checkpoint part into place", before_rename)?;
-    Ok(sum)
+    Ok(part_checksum(&flat, &sums))
 }
 
 /// An open part, checked against its index: the file and its runs (stored start, length).
@@ -198,10 +213,11 @@ fn open(parts: &Parts, step: u64, r: usize) -> Result<Open> {
     Ok(Open { f, path, runs })
 }
 
-fn read_all(o: &Open, name: &str) -> Result<Vec<f32>> {
+/// The whole dataset `name` of a part; None when it has none.
+fn read_all(o: &Open, name: &str) -> Result<Option<Vec<f32>>> {
     match o.f.dataset(name) {
-        Ok(ds) => ds.read_raw().map_err(|e| Error::hdf5(&o.path, format!("read {name}"), e)),
-        Err(_) => Ok(Vec::new()),
+        Ok(ds) => ds.read_raw().map(Some).map_err(|e| Error::hdf5(&o.path, format!("read {name}"), e)),
+        Err(_) => Ok(None),
     }
 }
 
@@ -212,16 +228,27 @@ pub fn verify(parts: &Parts, step: u64, model: &Mlp) -> Result<()> {
     let mut all: Vec<(usize, usize, usize)> = Vec::new();
     for (r, &want) in parts.checksums.iter().enumerate() {
         let o = open(parts, step, r)?;
-        let (params, m, v) = (read_all(&o, "params")?, read_all(&o, "optimizer/m")?, read_all(&o, "optimizer/v")?);
         let n: usize = o.runs.iter().map(|r| r.1).sum();
-        for (field, a, there) in [("params", &params, true), ("optimizer/m", &m, parts.m), ("optimizer/v", &v, parts.v)]
-        {
-            if there && a.len() != n {
-                return Err(Error::data(&o.path, field, format!("has {} values for runs of {n}", a.len())));
+        let mut sums = Vec::new();
+        for (field, there) in ARRAYS.into_iter().zip([true, parts.m, parts.v]) {
+            let a = read_all(&o, field)?;
+            match &a {
+                Some(a) if a.len() != n => {
+                    return Err(Error::data(&o.path, field, format!("has {} values for runs of {n}", a.len())))
+                }
+                None if there => return Err(Error::data(&o.path, field, "is missing")),
+                _ => {}
             }
+            sums.push(a.map_or(NO_ARRAY, |a| {
+                let mut at = 0;
+                array_checksum(o.runs.iter().map(|&(_, len)| {
+                    at += len;
+                    &a[at - len..at]
+                }))
+            }));
         }
         let runs: Vec<i64> = o.runs.iter().flat_map(|&(s, n)| [s as i64, n as i64]).collect();
-        if part_checksum(&runs, &params, &m, &v) != want || one::<u64>(&o.f, &o.path, "checksum")? != want {
+        if part_checksum(&runs, &sums) != want || one::<u64>(&o.f, &o.path, "checksum")? != want {
             return Err(Error::data(
                 &o.path,
                 "checksum",

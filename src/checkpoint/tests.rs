@@ -228,16 +228,33 @@ fn save_in_parts(dir: &Path, model: &Mlp, c: &Checkpoint, k: usize, keep: usize)
     for r in 0..k {
         let ranges: Vec<_> =
             buckets.iter().map(|b| b.start + b.len() * r / k..b.start + b.len() * (r + 1) / k).collect();
-        let cut_of = |a: &[f32]| -> Vec<f32> { ranges.iter().flat_map(|x| a[x.clone()].to_vec()).collect() };
-        let (p, m, v) = (cut_of(&c.params), cut_of(&c.m), cut_of(&c.v));
-        let piece = parts::Piece { ranges: &ranges, params: &p, m: &m, v: &v };
-        sums.push(parts::write(dir, model, (c.step, token), (r, k), &piece, || {}).unwrap());
+        sums.push(write_piece(dir, model, (c.step, token), (r, k), &ranges, c));
         all.push(ranges);
     }
-    let p = parts::Parts { dir: dir.to_path_buf(), token, checksums: sums, m: true, v: true };
+    let p = parts::Parts { dir: dir.to_path_buf(), token, checksums: sums, m: !c.m.is_empty(), v: !c.v.is_empty() };
     let index = Checkpoint { params: Vec::new(), m: Vec::new(), v: Vec::new(), parts: Some(p), ..c.clone() };
     save(dir, model, &index, keep, || {}).unwrap();
     all
+}
+
+/// Part `r` of `k` of `c`'s state at `ranges`, as a rank writes it (an array at a time).
+fn write_piece(
+    dir: &Path,
+    model: &Mlp,
+    at: (u64, u64),
+    rk: (usize, usize),
+    ranges: &[std::ops::Range<usize>],
+    c: &Checkpoint,
+) -> u64 {
+    let values = &mut |name: &str| -> Result<Option<Vec<f32>>> {
+        let a = match name {
+            "params" => &c.params,
+            "optimizer/m" => &c.m,
+            _ => &c.v,
+        };
+        Ok((!a.is_empty()).then(|| ranges.iter().flat_map(|x| a[x.clone()].to_vec()).collect()))
+    };
+    parts::write(dir, model, at, rk, &mut parts::Piece { ranges, values }, || {}).unwrap()
 }
 
 fn part_files(dir: &Path) -> Vec<String> {
@@ -297,6 +314,10 @@ fn parts_round_trip_on_uneven_pieces() {
         let exp: Vec<f32> = want.iter().flat_map(|x| c.params[x.clone()].to_vec()).collect();
         assert_eq!(got, exp, "{want:?}");
     }
+    // An optimizer without state (plain SGD): parts without m and v, read back empty.
+    let sgd = Checkpoint { m: Vec::new(), v: Vec::new(), ..sample(&model, 12) };
+    save_in_parts(&dir, &model, &sgd, 2, 3);
+    assert_eq!(Checkpoint { parts: None, ..load(&dir.join(file_name(12)), &model).unwrap() }, sgd);
     // A part given instead of the index is refused, naming the index.
     let part = dir.join(parts::name(10, index.parts.as_ref().unwrap().token, 1, 3));
     let e = load(&part, &model).unwrap_err().to_string();
@@ -321,12 +342,9 @@ fn a_damaged_or_missing_part_is_damage_and_orphans_go() {
     // Rank 1's part of step 20 with other values (the same runs, name and token): its
     // checksum is not the index's.
     let other = sample(&model, 21);
-    let cut = |a: &[f32]| -> Vec<f32> { ranks[1].iter().flat_map(|x| a[x.clone()].to_vec()).collect() };
-    let (p, m) = (cut(&other.params), cut(&other.m));
-    let piece = parts::Piece { ranges: &ranks[1], params: &p, m: &m, v: &cut(&other.v) };
     let real = dir.join(parts::name(20, t20, 1, 2));
     let kept = std::fs::read(&real).unwrap();
-    parts::write(&dir, &model, (20, t20), (1, 2), &piece, || {}).unwrap();
+    write_piece(&dir, &model, (20, t20), (1, 2), &ranks[1], &other);
     let e = load(&dir.join(file_name(20)), &model).unwrap_err();
     assert!(matches!(e, Error::Checkpoint { kind: CheckpointKind::Damaged, .. }), "{e:?}");
     assert!(e.to_string().contains(&parts::name(20, t20, 1, 2)), "{e}");

@@ -180,6 +180,15 @@ impl<B: Backend> Optimizer<B> {
     /// The state a checkpoint needs, in host memory: (first moments / momentum, second
     /// moments, steps taken); empty vectors where the optimizer keeps none. Sharded: this
     /// rank's part (`with_own`).
+    /// One of `state`'s moments, v (or m), alone: None where the optimizer keeps none.
+    pub fn moment(&self, be: &B, v: bool) -> Result<Option<Vec<f32>>> {
+        let n = self.own.as_ref().map_or(self.n_params, |o| pieces_len(o));
+        let Some(b) = (if v { &self.v } else { &self.m }) else { return Ok(None) };
+        let mut out = crate::mem::zeros(n)?;
+        be.download(b, 0..n, &mut out)?;
+        Ok(Some(out))
+    }
+
     pub fn state(&self, be: &B) -> Result<(Vec<f32>, Vec<f32>, u64)> {
         let n = self.own.as_ref().map_or(self.n_params, |o| pieces_len(o));
         let host = |b: &Option<B::Buf>| -> Result<Vec<f32>> {

@@ -261,16 +261,25 @@ where
         each.into_iter().fold(0.0, f64::max) as usize
     }
 
-    /// This rank's part of the sharded state, for a checkpoint written in parts (no
-    /// collective): its arena ranges (`Sharder::own`), the parameters there end to end (its
-    /// pieces as kept under "parameters", cut from the whole arena otherwise) and the
-    /// optimizer's m and v (empty where it keeps none).
-    #[allow(clippy::type_complexity)]
-    pub fn own_state(&self) -> Result<(Vec<Range<usize>>, Vec<f32>, Vec<f32>, Vec<f32>)> {
-        let sh = self.shard.as_ref().expect("sharded");
-        let ranges: Vec<Range<usize>> = sh.sharder.own().into_iter().map(|(r, _)| r).collect();
+    /// This rank's arena ranges of the sharded state (`Sharder::own`), for a checkpoint
+    /// written in parts.
+    pub fn own_ranges(&self) -> Vec<Range<usize>> {
+        self.shard.as_ref().expect("sharded").sharder.own().into_iter().map(|(r, _)| r).collect()
+    }
+
+    /// This rank's values of `name` (`checkpoint::parts::ARRAYS`: "params", "optimizer/m",
+    /// "optimizer/v") at `own_ranges`, end to end, on the host (no collective): its pieces as
+    /// kept under "parameters", read from the whole arena otherwise; None where the optimizer
+    /// keeps no such state. One array at a time, for a checkpoint written in parts.
+    pub fn own_values(&self, name: &str) -> Result<Option<Vec<f32>>> {
+        let ranges = self.own_ranges();
         let n: usize = ranges.iter().map(|r| r.len()).sum();
         let _a = crate::mem::allocating("this rank's part of the state (a checkpoint in parts)");
+        if name != "params" {
+            let mut v = self.opt.moment(&self.be, name == "optimizer/v")?;
+            v.iter_mut().for_each(|v| v.truncate(n));
+            return Ok(v);
+        }
         let mut params = crate::mem::zeros(n)?;
         if self.params_sharded() {
             self.be.download(&self.params, 0..n, &mut params)?;
@@ -281,11 +290,7 @@ where
                 at += r.len();
             }
         }
-        let (mut m, mut v, _) = self.opt.state(&self.be)?;
-        for a in [&mut m, &mut v] {
-            a.truncate(n);
-        }
-        Ok((ranges, params, m, v))
+        Ok(Some(params))
     }
 
     /// The gathers a step's forward and backward would make, made without them: a rank

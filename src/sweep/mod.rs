@@ -512,12 +512,20 @@ fn prune_checkpoints(s: &Sweep, trials: usize, best: Option<usize>) {
     }
     let (mut files, mut bytes) = (0usize, 0u64);
     for i in (0..trials).filter(|&i| keep == KeepCheckpoints::None || Some(i) != best) {
-        for (_, path) in crate::checkpoint::list(&s.trial_dir(i)) {
-            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            match std::fs::remove_file(&path) {
+        let dir = s.trial_dir(i);
+        let mut remove = |path: &std::path::Path| {
+            let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+            match std::fs::remove_file(path) {
                 Ok(()) => (files, bytes) = (files + 1, bytes + size),
                 Err(e) => log::warn!("sweep: could not remove {}: {e}", path.display()),
             }
+        };
+        for (_, path) in crate::checkpoint::list(&dir) {
+            remove(&path);
+        }
+        // Then the parts of checkpoints written in parts (sharded trials), which no index names now.
+        for path in crate::checkpoint::parts::orphans(&dir) {
+            remove(&path);
         }
     }
     if files > 0 {

@@ -238,19 +238,26 @@ fn write_parts<B: Backend>(
     }
     let _p = liveness::phase_at("writing this rank's part of a checkpoint", step);
     let t = Instant::now();
-    let (ranges, params, m, v) = st.own_state()?;
+    let ranges = st.own_ranges();
     let mut token = [checkpoint::parts::fresh_token()];
     comm.broadcast_u64(&mut token);
     let model = &st.tensor().full;
-    let bad = params.iter().position(|x| !x.is_finite());
-    let sum = match bad {
-        None => {
-            let piece = checkpoint::parts::Piece { ranges: &ranges, params: &params, m: &m, v: &v };
-            let fault = || crate::fault::in_checkpoint(&w.fault, w.rank, step);
-            checkpoint::parts::write(&w.out_dir, model, (step, token[0]), (comm.rank, comm.size), &piece, fault)?
+    // The arrays one at a time (`Piece::values`); the first non-finite parameter's position.
+    let (mut bad, mut has, mut floats) = (None, [false; 3], 0);
+    let values = &mut |name: &str| -> Result<Option<Vec<f32>>> {
+        let v = st.own_values(name)?;
+        if let Some(v) = &v {
+            if name == "params" {
+                bad = v.iter().position(|x| !x.is_finite());
+            }
+            floats += v.len();
         }
-        Some(_) => 0,
+        has[checkpoint::parts::ARRAYS.iter().position(|a| *a == name).expect("one of ARRAYS")] = v.is_some();
+        Ok(v)
     };
+    let mut piece = checkpoint::parts::Piece { ranges: &ranges, values };
+    let fault = || crate::fault::in_checkpoint(&w.fault, w.rank, step);
+    let sum = checkpoint::parts::write(&w.out_dir, model, (step, token[0]), (comm.rank, comm.size), &mut piece, fault)?;
     // The arena index of the first non-finite parameter, plus one (0: all finite).
     let global = |i: usize| {
         let mut at = i;
@@ -272,7 +279,7 @@ fn write_parts<B: Backend>(
              ones are kept); lower optimizer.lr, or clip the gradients (optimizer.global_clipnorm)"
         )));
     }
-    let mb = 4.0 * (params.len() + m.len() + v.len()) as f64 / 1e6;
+    let mb = 4.0 * floats as f64 / 1e6;
     log::debug!(
         "part {} of the step-{step} checkpoint written ({mb:.1} MB, {:.0} ms)",
         comm.rank,
@@ -282,7 +289,7 @@ fn write_parts<B: Backend>(
         return Ok(None);
     }
     info!(
-        "checkpoint parts written by all {} ranks at once ({mb:.1} MB on rank 0, {:.0} ms)",
+        "checkpoint parts written by all {} ranks at once ({mb:.1} MB on rank 0, one array at a time, {:.0} ms)",
         comm.size,
         t.elapsed().as_secs_f64() * 1e3
     );
@@ -290,8 +297,8 @@ fn write_parts<B: Backend>(
         dir: w.out_dir.clone(),
         token: token[0],
         checksums: all.chunks(2).map(|c| c[0]).collect(),
-        m: !m.is_empty(),
-        v: !v.is_empty(),
+        m: has[1],
+        v: has[2],
     };
     let path = w.write(model, (Vec::new(), Vec::new(), Vec::new(), step), at.0, at.1, sums, true, Some(parts))?;
     if announce {
