@@ -9,7 +9,8 @@
 # and evaluates "parameters" a layer at a time.
 #   bash bench/shard_ckpt.sh       # EPOCHS=3 (5 steps of global batch 32 each)
 # Needs bench/.venv-torch (bash bench/setup_torch.sh); without it the PyTorch columns say so.
-# Writes bench/results/shard-ckpt-DATE.{md,log}.
+# Writes bench/results/shard-ckpt-DATE.{md,log}. KEEP_WORK=1 keeps the raw files; REPORT_FROM=DIR
+# then remakes the report from them.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 EPOCHS=${EPOCHS:-3}
@@ -20,6 +21,10 @@ TORCH=bench/.venv-torch/bin/python
 day=$(date +%F)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
+# REPORT_FROM=DIR: only the report, from the raw files of an earlier run kept with KEEP_WORK=1.
+if [ -n "${REPORT_FROM:-}" ]; then rm -rf "$work"; trap - EXIT; work=$REPORT_FROM; else
+git rev-parse --short HEAD > "$work/commit"
+cut -d' ' -f1-3 /proc/loadavg > "$work/load"
 # 160 training rows: 5 steps of global batch 32 per epoch; 2,000 test rows (1,000 per rank).
 $BIN data shard data/fashion-mnist-train.h5 --parts 375 --out "$work/rows" 2> /dev/null
 $BIN data shard data/fashion-mnist-test.h5 --parts 5 --out "$work/test" 2> /dev/null
@@ -46,14 +51,16 @@ for mode in ddp fsdp-grad fsdp-full; do
     { echo "PyTorch $mode failed:"; tail -3 "$work/pt-$mode.log"; }
   rm -rf "$work/pt-$mode"
 done
+fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+[ -f "$work/load" ] && load_before=$(cat "$work/load") && [ -n "${REPORT_FROM:-}" ] && load_after="(not kept)"
 
 mkdir -p bench/results
 for f in "$work"/hv-*.log "$work"/pt-*.log; do
   echo "== $(basename "$f" .log)"
   grep -E "model state per rank|checkpoint|peak memory per rank|samples/s \(|PEER_RESULT|rror" "$f" | cut -c1-400
 done > "bench/results/shard-ckpt-$day.log"
-python3 - "$work" "$day" "$load_before" "$load_after" "$(git rev-parse --short HEAD)" "$EPOCHS" <<'PY'
+python3 - "$work" "$day" "$load_before" "$load_after" "$(cat "$work/commit" 2>/dev/null || git rev-parse --short HEAD)" "$EPOCHS" <<'PY'
 import json, os, re, statistics, subprocess, sys
 work, day, lb, la, head, epochs = sys.argv[1:]
 machine = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True, text=True).stdout.strip()
@@ -69,7 +76,8 @@ L = [f"# Sharded state at the epoch's end: evaluation and checkpoints against Py
      "- peak RSS: the largest over the ranks (hvtrain's `peak memory per rank` line; PyTorch's ru_maxrss, which "
      "includes some 700 MiB of PyTorch itself); checkpoint: hvtrain's mean write per checkpoint as logged (whole: "
      "rank 0's write after the gather; in parts: every rank's part, then the index), PyTorch's save between two "
-     "barriers; one run each, so a few per cent of noise", ""]
+     "barriers; one run each, so a few per cent of noise (the checkpoint times vary by 2x between epochs: the page "
+     "cache's writeback)", ""]
 PEER = {"none": "ddp", "gradients": "fsdp-grad", "parameters": "fsdp-full"}
 NAME = {"ddp": "DDP", "fsdp-grad": "FSDP2 SHARD_GRAD_OP", "fsdp-full": "FSDP2 FULL_SHARD"}
 def hv(mode):
@@ -77,7 +85,7 @@ def hv(mode):
     log = open(p).read()
     mm = re.search(r"RSS \[([^\]]*)\]", log)
     whole_ms = [float(x) for x in re.findall(r"checkpoint \S+ written \((\d+) ms\)", log)]
-    parts_ms = [float(x) for x in re.findall(r"checkpoint parts written by all \d+ ranks at once \([0-9.]+ MB on rank 0, (\d+) ms\)", log)]
+    parts_ms = [float(x) for x in re.findall(r"checkpoint parts written by all \d+ ranks at once \([0-9.]+ MB on rank 0, (?:one array at a time, )?(\d+) ms\)", log)]
     index_ms = [float(x) for x in re.findall(r"naming \d+ parts \((\d+) ms\)", log)]
     ms = whole_ms or [a + b for a, b in zip(parts_ms, index_ms)]
     eps = [int(a) / float(b) for a, b in re.findall(r"\| (\d+) samples, [0-9.]+ samples/s \(([0-9.]+) s\)", log)]
