@@ -57,6 +57,11 @@ impl Layout {
             .collect()
     }
 
+    /// Rank `r`'s pieces of `whole` (an arena), end to end (`own`'s order).
+    pub fn cut(&self, r: usize, whole: &[f32]) -> Vec<f32> {
+        self.own(r).into_iter().flat_map(|(p, _)| whole[p].iter().copied()).collect()
+    }
+
     /// The whole arena's state from every rank's (its pieces end to end, `own`'s order).
     pub fn assemble(&self, parts: &[Vec<f32>], n: usize) -> Vec<f32> {
         let mut all = vec![0.0; n];

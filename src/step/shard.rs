@@ -98,7 +98,7 @@ where
 
 /// This rank's pieces of `whole` (an arena) as `sharder` lays them out, end to end.
 pub fn pieces_of(sharder: &Sharder, whole: &[f32]) -> Vec<f32> {
-    sharder.own().into_iter().flat_map(|(p, _)| whole[p].to_vec()).collect()
+    sharder.layout.cut(sharder.rank(), whole)
 }
 
 /// `pieces`, or one float where a rank has none: no device buffer is empty.

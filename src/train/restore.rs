@@ -54,7 +54,8 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     let n_data = setup.grid.data;
     let in_parts = reads_parts(job, setup);
     let ckpt = read_checkpoint(comm, job, &setup.out_dir, model, resume, n_data, in_parts)?;
-    if let Some((step, parts)) = parts_everywhere(comm, ckpt.as_ref()) {
+    // Only a run that reads parts asks where they are (otherwise rank 0 put them together).
+    if let Some((step, parts)) = in_parts.then(|| parts_everywhere(comm, ckpt.as_ref())).flatten() {
         let state = own_parts(job, setup, &parts, step)?;
         let mut start =
             position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, (Vec::new(), Vec::new(), Vec::new()));
@@ -120,7 +121,7 @@ fn scatter_pieces(comm: &Comm, layout: &crate::parallel::shard::Layout, all: Vec
     if len == 0 {
         return Ok(Vec::new());
     }
-    let cut = |r: usize| -> Vec<f32> { layout.own(r).into_iter().flat_map(|(p, _)| all[p].to_vec()).collect() };
+    let cut = |r: usize| layout.cut(r, &all);
     if comm.rank == 0 {
         for r in 1..comm.size {
             comm.isend_f32(r, TAG, cut(r)).wait();
@@ -167,7 +168,8 @@ pub(super) fn read_checkpoint(
 }
 
 /// Collective: where rank 0's checkpoint keeps its parts (its step, and its index's
-/// `parts`), on every rank; None when it has none (or rank 0 put them together).
+/// `parts`), on every rank; None when it has none. Only for a run that reads parts
+/// (`reads_parts`: the same on every rank).
 fn parts_everywhere(comm: &Comm, ckpt: Option<&Checkpoint>) -> Option<(u64, checkpoint::parts::Parts)> {
     let parts = ckpt.and_then(|c| c.parts.as_ref().map(|p| (c.step, p)));
     let mut words = [0u64; 6];

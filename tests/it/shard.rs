@@ -153,26 +153,43 @@ fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
         assert_eq!(x, y, "{t} of the sharded stop checkpoint differs from the unsharded one's");
     }
     // The parts resume on another count each rank reading its own pieces ("parameters" on
-    // 3), and put together on one rank without shards, from the file named; the unsharded
-    // run's checkpoint (whole) resumes sharded, rank 0 sending each rank only its pieces.
-    for (from, ranks, mode, out) in
-        [("sharded", 3, "parameters", "p3"), ("sharded", 1, "none", "n1"), ("none", 3, "parameters", "w3")]
-    {
+    // 3), and put together on rank 0 without shards (1 rank) or with tensor parallelism (2 data
+    // ranks × 2), from the file named; the unsharded run's checkpoint (whole) resumes sharded,
+    // rank 0 sending each rank only its pieces.
+    for (from, ranks, mode, out, tensor) in [
+        ("sharded", 3, "parameters", "p3", 1),
+        ("sharded", 1, "none", "n1", 1),
+        ("sharded", 4, "parameters", "t4", 2),
+        ("none", 3, "parameters", "w3", 1),
+    ] {
+        let t = format!("parallel.tensor={tensor}");
         let (b, o, m) = (
             format!("training.batch_size={}", GLOBAL / 2), // the first start's; the global batch stays
             format!("output.dir='{out}'"),
             format!("distribution.shard='{mode}'"),
         );
         let named = dir.join(from).join("ckpt-step000000040.h5");
-        let mut a =
-            vec!["train", "job.toml", "--set", &b, "--set", &o, "--set", &m, "--resume", named.to_str().unwrap()];
+        let mut a = vec![
+            "train",
+            "job.toml",
+            "--set",
+            &b,
+            "--set",
+            &o,
+            "--set",
+            &m,
+            "--set",
+            &t,
+            "--resume",
+            named.to_str().unwrap(),
+        ];
         for s in opt.iter().chain(&common[..3]) {
             a.extend(["--set", s]);
         }
         let r = mpirun_env(ranks, &[], &a, &dir, 120);
         assert!(r.ok(), "the resume on {ranks} rank(s) ({mode}) failed\n{}", r.all());
         let put_together = r.stderr.contains("parts put together on rank 0");
-        assert_eq!(put_together, from == "sharded" && ranks == 1, "{}", r.all());
+        assert_eq!(put_together, from == "sharded" && (ranks == 1 || tensor > 1), "{}", r.all());
         let scattered = r.stderr.contains("rank 0 sent each rank only its pieces of it");
         assert_eq!(scattered, from == "none", "{}", r.all());
         let after = layer_tensors(&dir.join(out).join("weights.h5"), LAYERS.len() - 1);
