@@ -149,10 +149,8 @@ impl MetricsLog {
     /// Histograms of each layer's weights and biases of `model` (the whole model's arena
     /// `params`) at `epoch` into the TensorBoard files (`output.histogram_freq`), if any.
     pub fn histograms(&mut self, epoch: usize, model: &crate::model::Mlp, params: &[f32]) -> Result<()> {
-        let mut tensors: Vec<(String, &[f32])> =
-            model.tensors().into_iter().map(|t| (t.name, &params[t.range.start..t.range.start + t.used])).collect();
-        tensors.sort_by(|a, b| a.0.cmp(&b.0));
-        let made = tensors.into_iter().map(|(tag, v)| (tag, tensorboard::histogram(v, tensorboard::BUCKETS))).collect();
+        let made =
+            (0..model.layers.len()).flat_map(|l| Self::layer_histograms(model, l, &params[model.slot(l)])).collect();
         self.histograms_made(epoch, made)
     }
 
