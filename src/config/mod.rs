@@ -131,7 +131,6 @@ impl Job {
         self.validate_monitor(origin)?;
         self.validate_parallel(origin)?;
         self.validate_ps(origin)?;
-        self.validate_shard_optimizer(origin)?;
         if let Some(s) = &self.sweep {
             s.validate(origin, self)?;
         }

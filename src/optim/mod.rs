@@ -13,7 +13,9 @@ use crate::device::{AdamHyper, Backend, Segment, SgdHyper};
 use crate::error::Result;
 use crate::model::TensorInfo;
 
+mod own;
 pub mod schedule;
+pub use own::TensorGrad;
 pub use schedule::{Best, LrSchedule, Plateau};
 
 /// The lengths of the state (m, v) that `cfg` keeps for `n_params` parameters.
@@ -36,7 +38,7 @@ pub struct Optimizer<B: Backend> {
     /// Adam's second moments.
     v: Option<B::Buf>,
     /// LAMB's per-tensor update direction r before its ratio is known (the largest tensor's
-    /// length).
+    /// length; sharded, the length of this rank's pieces, all of them at once).
     scratch: Option<B::Buf>,
     n_params: usize,
     step: u64,
@@ -69,8 +71,7 @@ impl<B: Backend> Optimizer<B> {
 
     /// `new` for a rank that updates only the arena's pieces `own` (sharded state,
     /// `distribution.shard`), keeping the state of those alone: m and v hold them end to end,
-    /// each at its given place. SGD (with or without momentum), Adam and AdamW: their updates
-    /// are element-wise.
+    /// each at its given place (`own.rs`).
     pub fn with_own(
         be: &B,
         cfg: &OptimizerCfg,
@@ -81,10 +82,6 @@ impl<B: Backend> Optimizer<B> {
     ) -> Result<Self> {
         if let Some(o) = &own {
             assert!(o.iter().all(|(p, _)| p.end <= n_params), "a piece beyond the arena");
-            assert!(
-                !matches!(cfg.kind, OptimizerKind::Lars | OptimizerKind::Lamb),
-                "LARS and LAMB need whole tensors' norms (the job file check refuses them with shards)"
-            );
         }
         let base_lr = if cfg.scale_lr_by_world_size { cfg.lr * world_size as f64 } else { cfg.lr };
         let (m_len, v_len) = state_lens(cfg, own.as_ref().map_or(n_params, |o| pieces_len(o)));
@@ -95,7 +92,10 @@ impl<B: Backend> Optimizer<B> {
             m: if m_len > 0 { Some(be.zeros(m_len)?) } else { None },
             v: if v_len > 0 { Some(be.zeros(v_len)?) } else { None },
             scratch: match cfg.kind {
-                OptimizerKind::Lamb => Some(be.zeros(tensors.iter().map(|t| t.range.len()).max().unwrap_or(0))?),
+                OptimizerKind::Lamb => Some(be.zeros(match &own {
+                    Some(o) => pieces_len(o),
+                    None => tensors.iter().map(|t| t.range.len()).max().unwrap_or(0),
+                })?),
                 _ => None,
             },
             tensors,
@@ -340,54 +340,6 @@ impl<B: Backend> Optimizer<B> {
         Ok(())
     }
 
-    /// `apply` on a rank that updates only the pieces `own`: each tensor's overlap with each
-    /// piece, the state at the overlap's place. `grads` holds the arena range starting at
-    /// `offset` (a whole bucket, or this rank's piece of it when reduce-scattered).
-    #[allow(clippy::too_many_arguments)]
-    fn apply_own(
-        &mut self,
-        be: &B,
-        params: &mut B::Buf,
-        grads: &B::Buf,
-        offset: usize,
-        grad_scale: f32,
-        which: &[usize],
-        own: &Pieces,
-    ) -> Result<()> {
-        let (lr, c) = (self.lr_now, &self.cfg);
-        let tensors = &self.tensors;
-        let overlaps: Vec<_> = which
-            .iter()
-            .flat_map(|&ti| {
-                own.iter().map(move |(piece, at)| {
-                    (ti, crate::parallel::shard::intersect(&tensors[ti].range, piece), piece.start, *at)
-                })
-            })
-            .filter(|(_, r, _, _)| !r.is_empty())
-            .collect();
-        for (ti, r, piece_start, at) in overlaps {
-            let t = &self.tensors[ti];
-            assert!(r.start >= offset && r.end - offset <= be.len(grads), "gradients {offset}.. lack {r:?}");
-            let g = be.view(grads, r.start - offset..r.end - offset);
-            let s = at + r.start - piece_start..at + r.end - piece_start;
-            let p = be.view_mut(params, if self.pieces_kept { s.clone() } else { r });
-            let wd = if t.is_weight { c.weight_decay as f32 } else { 0.0 };
-            match c.kind {
-                OptimizerKind::Sgd => {
-                    let h = self.sgd_hyper(lr, grad_scale, wd);
-                    be.sgd(p, g, self.m.as_mut().map(|m| be.view_mut(m, s)), &h)?
-                }
-                OptimizerKind::Adam | OptimizerKind::Adamw => {
-                    let h = self.adam_hyper_decayed(lr, grad_scale, wd);
-                    let (m, v) = (self.m.as_mut().expect("adam keeps m"), self.v.as_mut().expect("adam keeps v"));
-                    be.adam(p, g, be.view_mut(m, s.clone()), be.view_mut(v, s), &h)?
-                }
-                OptimizerKind::Lars | OptimizerKind::Lamb => unreachable!("refused by with_own"),
-            }
-        }
-        Ok(())
-    }
-
     /// SGD's hyperparameters (momentum, Nesterov from the config) with weight decay `wd`.
     fn sgd_hyper(&self, lr: f32, grad_scale: f32, wd: f32) -> SgdHyper {
         let c = &self.cfg;
@@ -455,21 +407,30 @@ fn lars_hyper<B: Backend>(
     offset: usize,
     is_weight: bool,
 ) -> Result<SgdHyper> {
+    let (mut w, mut g) = (0.0, 0.0);
+    if is_weight {
+        w = be.sum_squares(params, r.clone())?.sqrt();
+        g = be.sum_squares(grads, r.start - offset..r.end - offset)?.sqrt() * f64::from(grad_scale);
+    }
+    Ok(lars_scaled(c, lr, grad_scale, w, g, is_weight))
+}
+
+/// `lars_hyper` from the tensor's norms: `w` of the weights, `g` of the gradient times
+/// `grad_scale` (unused for a bias).
+fn lars_scaled(c: &OptimizerCfg, lr: f32, grad_scale: f32, w: f64, g: f64, is_weight: bool) -> SgdHyper {
     let mut scaled = f64::from(lr);
     let mut wd = 0.0;
     if is_weight {
         wd = c.weight_decay;
-        let w = be.sum_squares(params, r.clone())?.sqrt();
-        let g = be.sum_squares(grads, r.start - offset..r.end - offset)?.sqrt() * f64::from(grad_scale);
         scaled *= lars_trust(c.trust_coefficient, w, g, wd);
     }
-    Ok(SgdHyper {
+    SgdHyper {
         lr: 1.0,
         grad_scale: (f64::from(grad_scale) * scaled) as f32,
         weight_decay: (wd * scaled) as f32,
         momentum: c.momentum as f32,
         nesterov: c.nesterov,
-    })
+    }
 }
 
 /// LAMB's update of one tensor, from the backend's Adam and SGD kernels (no kernel of its
@@ -490,21 +451,50 @@ fn lamb<B: Backend>(
     h: &AdamHyper,
 ) -> Result<()> {
     let len = r.len();
-    be.fill_zero(be.view_mut(s, 0..len))?;
-    be.adam(be.view_mut(s, 0..len), g, m, v, &AdamHyper { lr: -1.0, l2: 0.0, decay: 0.0, ..*h })?;
-    let plain =
-        |lr: f32, grad_scale: f32| SgdHyper { lr, grad_scale, weight_decay: 0.0, momentum: 0.0, nesterov: false };
+    let wd = if is_weight { wd } else { 0.0 };
+    lamb_direction(be, s, 0..len, be.view(params, r.clone()), g, m, v, wd, h)?;
     let mut ratio = 1.0;
     if is_weight {
-        if wd != 0.0 {
-            // s − 1 · (w · −wd) = s + wd · w.
-            be.sgd(be.view_mut(s, 0..len), be.view(params, r.clone()), None, &plain(1.0, -wd))?;
-        }
-        let w_norm = be.sum_squares(params, r.clone())?.sqrt();
-        let r_norm = be.sum_squares(s, 0..len)?.sqrt();
-        ratio = if w_norm > 0.0 && r_norm > 0.0 { w_norm / r_norm } else { 1.0 };
+        ratio = lamb_ratio(be.sum_squares(params, r.clone())?.sqrt(), be.sum_squares(s, 0..len)?.sqrt());
     }
     be.sgd(be.view_mut(params, r), be.view(s, 0..len), None, &plain((f64::from(h.lr) * ratio) as f32, 1.0))
+}
+
+/// LAMB's first half on one range `dr` of `d`: Adam with lr −1 on it, zeroed, updates m and v and
+/// leaves it m̂ / (√v̂ + eps); SGD then adds `wd` · w (0 for a bias).
+#[allow(clippy::too_many_arguments)]
+fn lamb_direction<B: Backend>(
+    be: &B,
+    d: &mut B::Buf,
+    dr: std::ops::Range<usize>,
+    w: B::View<'_>,
+    g: B::View<'_>,
+    m: B::ViewMut<'_>,
+    v: B::ViewMut<'_>,
+    wd: f32,
+    h: &AdamHyper,
+) -> Result<()> {
+    be.fill_zero(be.view_mut(d, dr.clone()))?;
+    be.adam(be.view_mut(d, dr.clone()), g, m, v, &AdamHyper { lr: -1.0, l2: 0.0, decay: 0.0, ..*h })?;
+    if wd != 0.0 {
+        // d − 1 · (w · −wd) = d + wd · w.
+        be.sgd(be.view_mut(d, dr), w, None, &plain(1.0, -wd))?;
+    }
+    Ok(())
+}
+
+/// LAMB's trust ratio ‖w‖ / ‖r‖ from the two norms (1 where either is 0).
+fn lamb_ratio(w_norm: f64, r_norm: f64) -> f64 {
+    if w_norm > 0.0 && r_norm > 0.0 {
+        w_norm / r_norm
+    } else {
+        1.0
+    }
+}
+
+/// SGD's hyperparameters for a plain step −lr · grad_scale · g (no momentum, no decay).
+fn plain(lr: f32, grad_scale: f32) -> SgdHyper {
+    SgdHyper { lr, grad_scale, weight_decay: 0.0, momentum: 0.0, nesterov: false }
 }
 
 /// LARS's trust ratio from the weight and gradient norms (1 where either is 0).

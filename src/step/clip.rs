@@ -13,7 +13,8 @@ use super::Stepper;
 use crate::device::Backend;
 use crate::error::{Error, Result};
 use crate::metrics::GradNorm;
-use crate::parallel::engine::HostBuf;
+use crate::optim::TensorGrad;
+use crate::parallel::engine::{Bucket, HostBuf};
 use std::time::Instant;
 
 /// The factor each tensor's gradient is scaled by, from the tensors' sums of squares `sq` (of
@@ -36,11 +37,11 @@ impl<B: Backend> Stepper<B>
 where
     B::Buf: HostBuf,
 {
-    /// `apply_buckets` with gradient clipping: every bucket back first (the norm needs all of
-    /// them), each tensor's sum of squares, the factors, then the optimizer on each tensor
-    /// with its factor folded into the gradient scale.
+    /// `apply_buckets` when the update needs every bucket back first: gradient clipping (the
+    /// norm needs all of them: each tensor's sum of squares, the factors, then the optimizer
+    /// on each tensor with its factor folded into the gradient scale), and LARS or LAMB on
+    /// sharded state (each tensor's norms summed over the data group, `optim/own.rs`).
     pub(super) fn apply_clipped(&mut self) -> Result<()> {
-        let be = &self.be;
         self.opt.begin_step();
         let scale = self.engine.grad_scale();
         let t = Instant::now();
@@ -51,15 +52,55 @@ where
             }
             back.push(bucket);
         }
-        self.span("wait for every bucket (clipping)", t);
+        self.span("wait for every bucket", t);
         let t = Instant::now();
+        let factors =
+            if self.opt.cfg().clips() { self.clip(&mut back, scale)? } else { vec![1.0; self.opt.tensor_count()] };
+        if self.opt.own().is_some() && self.opt.layerwise() {
+            let factors = &factors;
+            let grads: Vec<TensorGrad<'_, B::Buf>> = back
+                .iter()
+                .flat_map(|b| {
+                    let offset = self.reduced_offset(b.index);
+                    self.engine.plan().members[b.index].iter().map(move |&ti| TensorGrad {
+                        tensor: ti,
+                        buf: &b.reduced,
+                        offset,
+                        scale: scale * factors[ti],
+                    })
+                })
+                .collect();
+            let mut sums = self.opt.layerwise_sums(&self.be, &self.params, &grads)?;
+            self.shard.as_ref().expect("sharded state").sharder.sum(&mut sums);
+            self.opt.apply_layerwise(&self.be, &mut self.params, &grads, &sums)?;
+            drop(grads);
+            for bucket in back {
+                self.engine.give_back(bucket);
+            }
+        } else {
+            for bucket in back {
+                let offset = self.reduced_offset(bucket.index);
+                for &ti in &self.engine.plan().members[bucket.index] {
+                    self.opt.apply(&self.be, &mut self.params, &bucket.reduced, offset, scale * factors[ti], &[ti])?;
+                }
+                self.engine.give_back(bucket);
+            }
+        }
+        self.span("clip and optimizer", t);
+        self.gather_params()
+    }
+
+    /// Clipping of the reduced buckets `back`: each tensor's factor (folded into the gradient
+    /// scale by the caller), values clamped in place; the norm noted for the log.
+    fn clip(&mut self, back: &mut [Bucket<B::Buf>], scale: f32) -> Result<Vec<f32>> {
+        let be = &self.be;
         let ranges: Vec<std::ops::Range<usize>> = (0..self.opt.tensor_count()).map(|ti| self.opt.range(ti)).collect();
         let c = self.opt.cfg();
         let mut sq = vec![0.0f64; ranges.len()];
         // Reduce-scattered, each rank holds its piece of each bucket: the pieces' sums, then
         // summed over the data group.
         let parts = self.shard.as_ref().is_some_and(|s| s.reduce_scattered);
-        for b in &back {
+        for b in back.iter() {
             let offset = self.reduced_offset(b.index);
             for &ti in &self.engine.plan().members[b.index] {
                 let r = self.reduced_part(b.index, &ranges[ti]);
@@ -81,7 +122,7 @@ where
             )));
         }
         if let Some(v) = c.clipvalue {
-            for b in &mut back {
+            for b in back.iter_mut() {
                 let offset = self.reduced_offset(b.index);
                 let held: Vec<(std::ops::Range<usize>, f32)> = self.engine.plan().members[b.index]
                     .iter()
@@ -101,15 +142,7 @@ where
             }
         }
         self.grad_norm.add(norm, clipped);
-        for bucket in back {
-            let offset = self.reduced_offset(bucket.index);
-            for &ti in &self.engine.plan().members[bucket.index] {
-                self.opt.apply(be, &mut self.params, &bucket.reduced, offset, scale * factors[ti], &[ti])?;
-            }
-            self.engine.give_back(bucket);
-        }
-        self.span("clip and optimizer", t);
-        self.gather_params()
+        Ok(factors)
     }
 
     /// The global gradient norm since the last call (None without clipping).

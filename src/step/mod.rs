@@ -513,7 +513,8 @@ where
 
     /// The optimizer on each bucket as it comes back reduced.
     fn apply_buckets(&mut self) -> Result<()> {
-        if self.opt.cfg().clips() {
+        // Clipping, and LARS or LAMB on sharded state, need every bucket back first.
+        if self.opt.cfg().clips() || (self.opt.own().is_some() && self.opt.layerwise()) {
             return self.apply_clipped();
         }
         let be = &self.be;

@@ -7,7 +7,8 @@
 //! with clipping, with ranks that have no rows in a step; a checkpoint of a sharded run,
 //! written in parts at a signal's stop, holds the whole state (equal to the unsharded run's),
 //! and resumes on another rank count and another mode; evaluation, keep_best and histograms
-//! under "parameters" read the gathered model.
+//! under "parameters" read the gathered model; LARS and LAMB, whose ratios need whole tensors'
+//! norms, train as unsharded in every mode.
 
 use crate::common;
 use common::*;
@@ -108,6 +109,52 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
                 assert_eq!(d_grad, 0.0, "{tag}: a reduce-scatter over 2 ranks adds the same two numbers");
             } else {
                 assert!(d_grad <= TOL, "{tag} on {ranks} ranks: shard = gradients differs by {d_grad}");
+            }
+        }
+    }
+}
+
+/// LARS and LAMB scale each weight tensor by its whole norms, which no rank of a sharded run
+/// holds: the ranks' sums over their pieces are added over the data group. Each mode on 2, 3
+/// and 4 ranks (pieces that cut the weight tensors unevenly) ends where shard = "none" does, to
+/// the tolerance of another summation order; LARS also with a global norm clip. Learning rates
+/// large enough that a ratio from one rank's part of a tensor would move the weights elsewhere.
+#[test]
+fn lars_and_lamb_train_as_unsharded() {
+    let _g = mpi_lock();
+    let optimizers: [(&str, &[&str]); 2] = [
+        (
+            "lars",
+            &[
+                "optimizer.kind='lars'",
+                "optimizer.lr=0.5",
+                "optimizer.trust_coefficient=0.02",
+                "optimizer.momentum=0.9",
+                "optimizer.weight_decay=0.001",
+                "optimizer.global_clipnorm=0.5",
+            ],
+        ),
+        ("lamb", &["optimizer.kind='lamb'", "optimizer.lr=0.02", "optimizer.weight_decay=0.01"]),
+    ];
+    for ranks in [2, 3, 4] {
+        for (tag, opt) in optimizers {
+            let dir = setup(&format!("shard-{tag}-{ranks}"));
+            let run = |mode: &str| {
+                let sets: Vec<String> =
+                    opt.iter().map(|s| s.to_string()).chain([format!("distribution.shard='{mode}'")]).collect();
+                let sets: Vec<&str> = sets.iter().map(|s| s.as_str()).collect();
+                train(&dir, mode, ranks, &[], &sets).0
+            };
+            let reference = run("none");
+            // The starting weights: a step of 1e-20 leaves them as drawn.
+            let start = train(&dir, "start", 1, &[], &["optimizer.kind='sgd'", "optimizer.lr=1e-20"]).0;
+            let moved = max_diff(&reference, &start);
+            assert!(moved > 0.05, "{tag}: the weights hardly moved ({moved})");
+            let modes: &[&str] = if ranks == 4 { &["parameters"] } else { &["optimizer", "gradients", "parameters"] };
+            for mode in modes {
+                let d = max_diff(&reference, &run(mode));
+                eprintln!("{tag} on {ranks} ranks, shard = {mode}: differs by {d:e} (moved {moved})");
+                assert!(d <= TOL, "{tag} on {ranks} ranks: shard = {mode} differs from none by {d}");
             }
         }
     }
