@@ -123,9 +123,9 @@ impl Checkpoint {
     /// Over the arenas as stored (without the arena's padding, `Mlp::unpad`), so that it
     /// does not change with the padding.
     fn checksum(&self, model: &Mlp, format: i64) -> u64 {
-        let mut h = crate::parallel::checksum(&stored(model, &self.params));
+        let mut h = stored_checksum(model, &self.params);
         for part in [&self.m, &self.v] {
-            h = h.rotate_left(17) ^ crate::parallel::checksum(&stored(model, part));
+            h = h.rotate_left(17) ^ stored_checksum(model, part);
         }
         let mut ints = vec![self.step, self.epoch as u64, self.step_in_epoch as u64, self.world_size as u64];
         if format >= 2 {
@@ -193,14 +193,38 @@ pub fn remove_stale_tmp(dir: &Path) -> Vec<String> {
     gone
 }
 
-/// An arena of `model`'s layout as a checkpoint stores it: without the padding (another
-/// length, as read from a file that did not fit, stays as it is).
-fn stored(model: &Mlp, a: &[f32]) -> Vec<f32> {
+/// The runs of `a` that make up what a checkpoint stores of it: an arena of `model`'s layout
+/// without the padding (`Mlp::stored_runs`); another length, as read from a file that did not
+/// fit, as it is.
+fn stored_runs<'a>(model: &'a Mlp, a: &'a [f32]) -> Box<dyn Iterator<Item = &'a [f32]> + 'a> {
     if a.len() == model.n_params {
-        model.unpad(a)
+        Box::new(model.stored_runs().map(move |r| &a[r]))
     } else {
-        a.to_vec()
+        Box::new(std::iter::once(a))
     }
+}
+
+/// `parallel::checksum` of `a` as stored (`stored_runs`), without a copy.
+fn stored_checksum(model: &Mlp, a: &[f32]) -> u64 {
+    let mut c = crate::parallel::Checksum::new();
+    stored_runs(model, a).for_each(|r| c.add(r));
+    c.finish()
+}
+
+/// Dataset `name` of `f`: `a` as stored (`stored_runs`), written run by run, without a copy.
+fn write_stored(f: &hdf5::File, path: &Path, name: &str, model: &Mlp, a: &[f32]) -> Result<()> {
+    let total: usize = stored_runs(model, a).map(|r| r.len()).sum();
+    let ds = f
+        .new_dataset::<f32>()
+        .shape([total])
+        .create(name)
+        .map_err(|e| Error::hdf5(path, format!("create dataset {name}"), e))?;
+    let mut at = 0;
+    for r in stored_runs(model, a) {
+        ds.write_slice(r, at..at + r.len()).map_err(|e| Error::hdf5(path, format!("write {name}"), e))?;
+        at += r.len();
+    }
+    Ok(())
 }
 
 /// Write `c` atomically into `dir`, then delete all but the newest `keep` checkpoints of its
@@ -210,7 +234,6 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
     let tmp = crate::weights::tmp_path(&path);
     {
         let f = h5::create(&tmp)?;
-        let w = |name: &str, data: &[f32], shape: &[usize]| h5::write(&f, &tmp, name, data, shape);
         match &c.parts {
             None => crate::weights::write_layers(&f, &tmp, model, &c.params, &c.norm)?,
             Some(p) => {
@@ -225,12 +248,10 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
             f.create_group("optimizer").map_err(|e| Error::hdf5(&tmp, "create group", e))?;
         }
         if !c.m.is_empty() {
-            let m = stored(model, &c.m);
-            w("optimizer/m", &m, &[m.len()])?;
+            write_stored(&f, &tmp, "optimizer/m", model, &c.m)?;
         }
         if !c.v.is_empty() {
-            let v = stored(model, &c.v);
-            w("optimizer/v", &v, &[v.len()])?;
+            write_stored(&f, &tmp, "optimizer/v", model, &c.v)?;
         }
         let l = &c.lineage;
         for (name, v) in [

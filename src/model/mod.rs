@@ -181,17 +181,25 @@ impl Mlp {
 
     /// An arena (parameters or optimizer state of this arena's layout) without its padding:
     /// each layer's weight and bias back to back, last layer first, as checkpoints store
-    /// optimizer state. An empty vector stays empty.
+    /// optimizer state (checkpoints write `stored_runs` one at a time; tests compare with this).
+    /// An empty vector stays empty.
+    #[cfg(test)]
     pub fn unpad(&self, arena: &[f32]) -> Vec<f32> {
         if arena.is_empty() {
             return Vec::new();
         }
         assert_eq!(arena.len(), self.n_params, "an arena of another model");
         let mut out = Vec::with_capacity(self.n_logical());
-        for s in self.layers.iter().rev() {
-            out.extend_from_slice(&arena[s.w.start..s.b.end]);
+        for r in self.stored_runs() {
+            out.extend_from_slice(&arena[r]);
         }
         out
+    }
+
+    /// The arena ranges that make up the stored (unpadded) order, in that order: `unpad` is
+    /// their values end to end.
+    pub fn stored_runs(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        self.layers.iter().rev().map(|s| s.w.start..s.b.end)
     }
 
     /// The inverse of `unpad`: a padded arena (zero padding) from `logical`; None when its

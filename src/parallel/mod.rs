@@ -45,10 +45,89 @@ pub fn check_agreement(comm: &Channel, what: &str, value: u64) -> Result<()> {
 /// A cheap fingerprint of a parameter vector: FNV-1a over 64-bit words of the f32 bits.
 /// Equal parameters give equal checksums; any bit that differs almost surely shows.
 pub fn checksum(params: &[f32]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for pair in params.chunks(2) {
-        let w = pair[0].to_bits() as u64 | (pair.get(1).map_or(0, |v| v.to_bits()) as u64) << 32;
-        h = (h ^ w).wrapping_mul(0x0000_0100_0000_01b3);
+    let mut c = Checksum::new();
+    c.add(params);
+    c.finish()
+}
+
+/// `checksum` of a vector given in pieces (a checkpoint's arrays run by run, never put
+/// together): the value of the pieces end to end.
+pub struct Checksum {
+    h: u64,
+    /// The last piece's odd element, waiting for its partner.
+    odd: Option<u32>,
+}
+
+impl Default for Checksum {
+    fn default() -> Self {
+        Checksum::new()
     }
-    h
+}
+
+impl Checksum {
+    pub fn new() -> Checksum {
+        Checksum { h: 0xcbf2_9ce4_8422_2325, odd: None }
+    }
+
+    fn mix(&mut self, lo: u32, hi: u32) {
+        self.h = (self.h ^ (u64::from(lo) | u64::from(hi) << 32)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+
+    /// The next elements.
+    pub fn add(&mut self, mut v: &[f32]) {
+        if let Some(lo) = self.odd.take() {
+            let Some((first, rest)) = v.split_first() else {
+                self.odd = Some(lo);
+                return;
+            };
+            self.mix(lo, first.to_bits());
+            v = rest;
+        }
+        let pairs = v.chunks_exact(2);
+        self.odd = pairs.remainder().first().map(|x| x.to_bits());
+        for p in pairs {
+            self.mix(p[0].to_bits(), p[1].to_bits());
+        }
+    }
+
+    /// The checksum; an odd last element is paired with 0.
+    pub fn finish(mut self) -> u64 {
+        if let Some(lo) = self.odd.take() {
+            self.mix(lo, 0);
+        }
+        self.h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{checksum, Checksum};
+
+    /// A vector's checksum given in pieces, cut anywhere (odd and empty pieces too), is the
+    /// whole vector's; another value or order is not.
+    #[test]
+    fn checksum_in_pieces_equals_the_whole() {
+        let v: Vec<f32> = (0..23).map(|i| (i as f32 * 0.37).sin()).collect();
+        let whole = checksum(&v);
+        for cuts in [vec![], vec![1], vec![2, 2, 3], vec![0, 5, 5, 11, 22], vec![1, 2, 3, 4, 5, 6, 7]] {
+            let mut c = Checksum::new();
+            let mut at = 0;
+            for &e in &cuts {
+                c.add(&v[at..e]);
+                at = e;
+            }
+            c.add(&v[at..]);
+            assert_eq!(c.finish(), whole, "cut at {cuts:?}");
+        }
+        // FNV-1a over (lo, hi) word pairs, an odd last element paired with 0: written out.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for p in v.chunks(2) {
+            let w = u64::from(p[0].to_bits()) | u64::from(p.get(1).map_or(0, |x| x.to_bits())) << 32;
+            h = (h ^ w).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        assert_eq!(whole, h);
+        let mut w = v.clone();
+        w.swap(3, 4);
+        assert_ne!(checksum(&w), whole);
+    }
 }
