@@ -192,14 +192,20 @@ pub(super) struct Data {
 }
 
 /// What this rank's model state costs: its parameters, two gradient buffers per bucket, and the
-/// optimizer's state, in host or device memory; with `distribution.shard` over `data` ranks,
+/// optimizer's state (with LAMB's scratch), in host or device memory; with `distribution.shard` over `data` ranks,
 /// the optimizer state (and with "gradients" the reduced buckets) of the largest part.
 pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize) -> crate::mem::StateBytes {
     let n = model.n_params;
     let shard = job.distribution.shard;
     let part = if shard.optimizer() && data > 1 { n.div_ceil(data) } else { n };
     let (m, v) = crate::optim::state_lens(&job.optimizer, part);
-    let mut s = crate::mem::StateBytes::of(n, m + v);
+    // LAMB's scratch for r: the largest tensor's length, or sharded its pieces' (all at once).
+    let scratch = match job.optimizer.kind {
+        crate::config::OptimizerKind::Lamb if part < n => part,
+        crate::config::OptimizerKind::Lamb => model.tensors().iter().map(|t| t.range.len()).max().unwrap_or(0),
+        _ => 0,
+    };
+    let mut s = crate::mem::StateBytes::of(n, m + v + scratch);
     if shard.reduce_scatters() && data > 1 {
         // This rank's gradients whole (backward writes them), the reduced ones its part.
         s.grads = 4 * (n + part);
