@@ -101,8 +101,8 @@ impl<B: Backend> Optimizer<B> {
 
     /// Sharded LARS or LAMB, first half (after `begin_step`): for every tensor of the
     /// optimizer, this rank's parts of the two squared norms its ratio needs, [2 ti] and
-    /// [2 ti + 1] (LARS: ‖w‖² and ‖g × scale‖²; LAMB: ‖w‖² and ‖r‖², with r = m̂ / (√v̂ + eps)
-    /// + wd · w written to the scratch buffer and m, v updated); zeros for biases and for
+    /// [2 ti + 1] (LARS: ‖w‖² and ‖g × scale‖²; LAMB: ‖w‖² and ‖r‖², with
+    /// r = m̂ / (√v̂ + eps) + wd · w written to the scratch buffer and m, v updated); zeros for biases and for
     /// tensors this rank holds none of.
     pub fn layerwise_sums(&mut self, be: &B, params: &B::Buf, grads: &[TensorGrad<'_, B::Buf>]) -> Result<Vec<f64>> {
         let own = self.own.clone().expect("layerwise_sums on an unsharded optimizer");
