@@ -408,10 +408,10 @@ pub fn load_index(path: &Path, model: &Mlp) -> Result<Checkpoint> {
 /// one that holds them itself).
 pub fn assemble(c: &mut Checkpoint, model: &Mlp) -> Result<()> {
     let Some(p) = &c.parts else { return Ok(()) };
-    let whole = [0..model.n_params];
+    let (whole, map) = ([0..model.n_params], parts::StoredMap::whole(model));
     let read = |name: &str, there: bool| -> Result<Vec<f32>> {
         if there {
-            parts::read(p, c.step, model, name, &whole).map_err(damaged)
+            parts::read(p, c.step, &map, name, &whole).map_err(damaged)
         } else {
             Ok(Vec::new())
         }

@@ -1,6 +1,7 @@
-//! Checkpoints written in parts (sharded state, `distribution.shard`): every data rank writes
-//! its own pieces of the parameters and optimizer state into a file of its own, all ranks at
-//! once, and rank 0 then writes the index, `ckpt-step{S}.h5`, which holds everything else a
+//! Checkpoints written in parts (sharded state, `distribution.shard`): every rank writes its
+//! own pieces of the parameters and optimizer state into a file of its own, all ranks at once
+//! (with tensor or pipeline parallelism too: each rank's pieces of its shard of its stage,
+//! mapped into the whole model's order by `StoredMap`), and rank 0 then writes the index, `ckpt-step{S}.h5`, which holds everything else a
 //! checkpoint holds and, in its group `parts`, what binds the parts to it: `token` (a fresh
 //! random number of this write, in every part's name), `checksums` (one per part, in rank
 //! order) and `optimizer` (whether m and v are there). The index is renamed into place last,
@@ -17,7 +18,8 @@
 //!
 //! The parts together hold every position exactly once, in any split: a reader takes the runs
 //! it wants from whichever parts hold them (`read`), so a checkpoint written on k ranks resumes
-//! on any number, sharded or not.
+//! on any number, sharded or not, with or without model parallelism. A tensor shard's column
+//! slice of a weight is one run per input row.
 //!
 //! Must not: decide which pieces a rank holds (the sharder's layout does) or call MPI.
 
@@ -68,20 +70,77 @@ pub fn fresh_token() -> u64 {
     super::fresh_run_id()
 }
 
-/// The runs of arena range `r` that hold parameters (each layer's padding left out), each
-/// with where it starts in the stored order.
-pub fn stored_runs(model: &Mlp, r: &Range<usize>) -> Vec<(Range<usize>, usize)> {
-    let mut at = 0;
-    let mut runs = Vec::new();
-    for s in model.layers.iter().rev() {
-        let span = s.w.start..s.b.end;
-        let ov = crate::parallel::shard::intersect(r, &span);
-        if !ov.is_empty() {
-            runs.push((ov.clone(), at + ov.start - span.start));
+/// Where a rank's arena positions sit in the stored order: runs (arena range, stored start),
+/// sorted by arena start, not overlapping. The arena's padding is in none, and neither is,
+/// for a rank that writes a tensor-parallel shard, what another rank of its group writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredMap {
+    runs: Vec<(Range<usize>, usize)>,
+}
+
+impl StoredMap {
+    /// The whole model's arena: each layer's weight and bias, the layers last to first.
+    pub fn whole(model: &Mlp) -> StoredMap {
+        let mut at = 0;
+        let mut runs: Vec<(Range<usize>, usize)> = Vec::new();
+        for s in model.layers.iter().rev() {
+            runs.push((s.w.start..s.b.end, at));
+            at += s.b.end - s.w.start;
         }
-        at += span.len();
+        runs.sort_by_key(|r| r.0.start);
+        StoredMap { runs }
     }
-    runs
+
+    /// A model-parallel rank's arena: `local`, its tensor shard of the whole stage `stage`
+    /// (of itself without tensor parallelism), whose arena starts at `offset` in the whole
+    /// model `full`'s. `all`: every value the rank holds (what it reads); otherwise (what it
+    /// writes) the values every rank of its tensor group holds alike (a row-parallel bias, an
+    /// unpaired last layer) only on tensor rank 0, so that the parts hold each value once.
+    pub fn shard(full: &Mlp, stage: &Mlp, offset: usize, local: &Mlp, all: bool) -> StoredMap {
+        let whole = StoredMap::whole(full);
+        let skip_shared = !all && local.tensor.0 != 0;
+        let mut runs = Vec::new();
+        for (l, w, shared) in crate::model::tensor::runs_in_whole(local, stage) {
+            if shared && skip_shared {
+                continue;
+            }
+            let w = w.start + offset..w.end + offset;
+            for (from, n, stored) in whole.runs_of(std::slice::from_ref(&w)).0 {
+                runs.push((l.start + from..l.start + from + n, stored));
+            }
+        }
+        runs.sort_by_key(|r| r.0.start);
+        // Runs that continue each other in both orders (a weight and its bias) as one.
+        let mut merged: Vec<(Range<usize>, usize)> = Vec::with_capacity(runs.len());
+        for (a, s) in runs {
+            match merged.last_mut() {
+                Some((b, t)) if b.end == a.start && *t + b.len() == s => b.end = a.end,
+                _ => merged.push((a, s)),
+            }
+        }
+        StoredMap { runs: merged }
+    }
+
+    /// The stored runs of arena `ranges` (values end to end in that order): (where a run is in
+    /// the values, its length, its stored start) in the ranges' order, and the values' length.
+    pub fn runs_of(&self, ranges: &[Range<usize>]) -> (Vec<(usize, usize, usize)>, usize) {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for r in ranges {
+            let first = self.runs.partition_point(|(a, _)| a.end <= r.start);
+            for (a, stored) in &self.runs[first..] {
+                if a.start >= r.end {
+                    break;
+                }
+                let ov = crate::parallel::shard::intersect(r, a);
+                if !ov.is_empty() {
+                    out.push((at + ov.start - r.start, ov.len(), stored + ov.start - a.start));
+                }
+            }
+            at += r.len();
+        }
+        (out, at)
+    }
 }
 
 /// The arrays of a part, in the order they are written.
@@ -111,25 +170,19 @@ fn part_checksum(runs: &[i64], arrays: &[u64]) -> u64 {
 }
 
 /// Write part `r` of `k` of the checkpoint at `step` into `dir` (temporary file, fsync, rename:
-/// `weights::commit`; `before_rename` is fault injection), each array written run by run from
-/// the values `p` gives, without another copy. Returns its checksum.
+/// `weights::commit`; `before_rename` is fault injection): the stored runs (`map`) of the
+/// rank's ranges, each array written run by run from the values `p` gives, without another
+/// copy. Returns its checksum.
 pub fn write(
     dir: &Path,
-    model: &Mlp,
+    map: &StoredMap,
     (step, token): (u64, u64),
     (r, k): (usize, usize),
     p: &mut Piece,
     before_rename: impl FnOnce(),
 ) -> Result<u64> {
     // (where the run is in the piece's values, its length, its stored start)
-    let mut runs: Vec<(usize, usize, usize)> = Vec::new();
-    let mut at = 0;
-    for range in p.ranges {
-        for (ov, stored) in stored_runs(model, range) {
-            runs.push((at + ov.start - range.start, ov.len(), stored));
-        }
-        at += range.len();
-    }
+    let (runs, at) = map.runs_of(p.ranges);
     let flat: Vec<i64> = runs.iter().flat_map(|&(_, n, s)| [s as i64, n as i64]).collect();
     let total: usize = runs.iter().map(|r| r.1).sum();
     let path = dir.join(name(step, token, r, k));
@@ -281,25 +334,26 @@ pub fn verify(parts: &Parts, step: u64, model: &Mlp) -> Result<()> {
 }
 
 /// The values of `name` ("params", "optimizer/m", "optimizer/v") at arena ranges `want` of
-/// `model`, end to end (the padding zeros), read from whichever parts hold them, a slice at a
-/// time: a rank's own pieces without the rest, or with `[0..n_params]` the whole arena.
-pub fn read(parts: &Parts, step: u64, model: &Mlp, name: &str, want: &[Range<usize>]) -> Result<Vec<f32>> {
-    let mut targets = Vec::new(); // (stored range, where it goes in the output)
-    let mut at = 0;
-    for w in want {
-        for (ov, stored) in stored_runs(model, w) {
-            targets.push((stored..stored + ov.len(), at + ov.start - w.start));
-        }
-        at += w.len();
-    }
+/// the arena `map` describes, end to end (the padding zeros), read from whichever parts hold
+/// them, a slice at a time: a rank's own pieces without the rest, or with `[0..n_params]` its
+/// whole arena.
+pub fn read(parts: &Parts, step: u64, map: &StoredMap, name: &str, want: &[Range<usize>]) -> Result<Vec<f32>> {
+    // (stored start, length, where it goes in the output), by stored start
+    let (runs, at) = map.runs_of(want);
+    let mut targets: Vec<(usize, usize, usize)> = runs.into_iter().map(|(to, n, s)| (s, n, to)).collect();
+    targets.sort_unstable();
     let mut out = crate::mem::zeros(at)?;
     for r in 0..parts.checksums.len() {
         let o = open(parts, step, r)?;
         let ds = h5::dataset(&o.f, &o.path, name)?;
         let mut d = 0;
         for &(s, n) in &o.runs {
-            for (t, to) in &targets {
-                let ov = crate::parallel::shard::intersect(&(s..s + n), t);
+            let first = targets.partition_point(|&(ts, tn, _)| ts + tn <= s);
+            for &(ts, tn, to) in &targets[first..] {
+                if ts >= s + n {
+                    break;
+                }
+                let ov = crate::parallel::shard::intersect(&(s..s + n), &(ts..ts + tn));
                 if ov.is_empty() {
                     continue;
                 }
@@ -307,7 +361,7 @@ pub fn read(parts: &Parts, step: u64, model: &Mlp, name: &str, want: &[Range<usi
                 let v = ds
                     .read_slice_1d::<f32, _>(from)
                     .map_err(|e| Error::hdf5(&o.path, format!("read part of {name}"), e))?;
-                let dst = to + ov.start - t.start;
+                let dst = to + ov.start - ts;
                 out[dst..dst + ov.len()].copy_from_slice(v.as_slice().expect("1-D is contiguous"));
             }
             d += n;

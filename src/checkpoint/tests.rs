@@ -254,7 +254,7 @@ fn write_piece(
         };
         Ok((!a.is_empty()).then(|| ranges.iter().flat_map(|x| a[x.clone()].to_vec()).collect()))
     };
-    parts::write(dir, model, at, rk, &mut parts::Piece { ranges, values }, || {}).unwrap()
+    parts::write(dir, &parts::StoredMap::whole(model), at, rk, &mut parts::Piece { ranges, values }, || {}).unwrap()
 }
 
 fn part_files(dir: &Path) -> Vec<String> {
@@ -300,7 +300,7 @@ fn parts_round_trip_on_uneven_pieces() {
         seen += values.len();
         // This rank's own ranges, read back from all three parts.
         let p = index.parts.as_ref().unwrap();
-        let got = parts::read(p, 10, &model, "optimizer/m", own).unwrap();
+        let got = parts::read(p, 10, &parts::StoredMap::whole(&model), "optimizer/m", own).unwrap();
         let want: Vec<f32> = own.iter().flat_map(|x| c.m[x.clone()].to_vec()).collect();
         assert_eq!(got, want, "rank {r}'s m");
     }
@@ -310,7 +310,7 @@ fn parts_round_trip_on_uneven_pieces() {
     for want in
         [vec![0..model.n_params], vec![5..9, 30..model.n_params - 1], vec![model.layers[1].b.end..model.n_params]]
     {
-        let got = parts::read(p, 10, &model, "params", &want).unwrap();
+        let got = parts::read(p, 10, &parts::StoredMap::whole(&model), "params", &want).unwrap();
         let exp: Vec<f32> = want.iter().flat_map(|x| c.params[x.clone()].to_vec()).collect();
         assert_eq!(got, exp, "{want:?}");
     }
@@ -376,4 +376,45 @@ fn a_damaged_or_missing_part_is_damage_and_orphans_go() {
     assert_eq!(parts::parse_name(&parts::name(40, 0xabc, 3, 4)), Some((40, 0xabc)));
     assert_eq!(parts::parse_name(&file_name(40)), None);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Every rank's writer map (its tensor shard of its pipeline stage) puts each of its values
+/// where the whole model stores it, and the ranks' maps together hold each stored position
+/// exactly once (the values every tensor rank holds only on tensor rank 0); a reader's map
+/// covers every value its arena holds. Values are their stored position + 1, so a wrong
+/// offset, a wrong column or a value written twice shows.
+#[test]
+fn stored_maps_of_model_parallel_ranks_partition_the_stored_order() {
+    use crate::model::{pipeline, placement};
+    for sizes in [vec![6, 10, 8, 7, 3], vec![5, 9, 4, 6, 2, 3], vec![4, 7, 3]] {
+        let full = Mlp::new(&sizes, Activation::Tanh, LossKind::SoftmaxCrossEntropy);
+        let all = full.pad(&(1..=full.n_logical()).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+        assert_eq!(parts::StoredMap::shard(&full, &full, 0, &full, false), parts::StoredMap::whole(&full));
+        for p_n in 1..sizes.len() {
+            let stages = pipeline::stages(&sizes, p_n).unwrap();
+            for ts in 1..=3 {
+                let mut seen = vec![0usize; full.n_logical()];
+                for layers in &stages {
+                    let stage = Mlp::stage(&sizes, full.act, full.loss, layers.clone());
+                    let offset = pipeline::arena_range(&sizes, layers).start;
+                    for t in 0..ts {
+                        let local = stage.shard(t, ts);
+                        let arena = placement::cut(&full, layers.clone(), t, ts, &all);
+                        let whole = [0..local.n_params];
+                        let (runs, n) = parts::StoredMap::shard(&full, &stage, offset, &local, false).runs_of(&whole);
+                        assert_eq!(n, local.n_params);
+                        for (from, len, stored) in runs {
+                            let want: Vec<f32> = (stored + 1..=stored + len).map(|v| v as f32).collect();
+                            assert_eq!(arena[from..from + len], want[..], "{sizes:?} P={p_n} T={ts} t={t}");
+                            seen[stored..stored + len].iter_mut().for_each(|s| *s += 1);
+                        }
+                        let (runs, _) = parts::StoredMap::shard(&full, &stage, offset, &local, true).runs_of(&whole);
+                        let covered: usize = runs.iter().map(|r| r.1).sum();
+                        assert_eq!(covered, arena.iter().filter(|&&v| v != 0.0).count(), "{sizes:?} P={p_n} T={ts}");
+                    }
+                }
+                assert!(seen.iter().all(|&s| s == 1), "{sizes:?} P={p_n} T={ts}: {seen:?}");
+            }
+        }
+    }
 }

@@ -35,6 +35,38 @@ pub fn cut(full: &Mlp, layers: Range<usize>, t: usize, ts: usize, all: &[f32]) -
     tensor::scatter(&whole_stage.shard(t, ts), &whole_stage, stage)
 }
 
+/// The whole model `full`'s starting parameters (`Mlp::init_params(seed)`) at ranges `ranges`
+/// of the arena of `local`, a tensor shard of the whole stage `stage` (itself without tensor
+/// parallelism) whose arena starts at `offset` in `full`'s: end to end, the padding zeros,
+/// without the whole model. Each range's runs are mapped to the whole arena and drawn there
+/// (`Mlp::init_pieces`), so a rank of `shard = "parameters"` under model parallelism draws
+/// only its pieces, the same values as the whole model cut (`cut`).
+pub fn init_local(full: &Mlp, stage: &Mlp, offset: usize, local: &Mlp, seed: u64, ranges: &[Range<usize>]) -> Vec<f32> {
+    let mut runs = tensor::runs_in_whole(local, stage);
+    runs.sort_by_key(|r| r.0.start);
+    // (where it goes in the output, its whole-arena range)
+    let mut targets: Vec<(usize, Range<usize>)> = Vec::new();
+    let mut at = 0;
+    for r in ranges {
+        for (l, w, _) in &runs {
+            let ov = crate::parallel::shard::intersect(r, l);
+            if !ov.is_empty() {
+                let from = offset + w.start + ov.start - l.start;
+                targets.push((at + ov.start - r.start, from..from + ov.len()));
+            }
+        }
+        at += r.len();
+    }
+    let values = full.init_pieces(seed, targets.iter().map(|t| t.1.clone()));
+    let mut out = vec![0.0; at];
+    let mut k = 0;
+    for (to, w) in targets {
+        out[to..to + w.len()].copy_from_slice(&values[k..k + w.len()]);
+        k += w.len();
+    }
+    out
+}
+
 /// Collective over the world: every rank's part of rank 0's whole arena `all` (ignored on the
 /// other ranks). Without model parallelism every rank holds the whole (a broadcast);
 /// otherwise rank 0 cuts and sends each rank its part in turn, so no other rank ever holds
@@ -204,6 +236,12 @@ impl TensorGroup {
         total[0]
     }
 
+    /// The whole model's starting parameters at ranges `local` of this rank's arena
+    /// (`init_local`), without the whole model.
+    pub fn init_local(&self, seed: u64, local: &[Range<usize>]) -> Vec<f32> {
+        init_local(&self.full, &self.stage, self.arena.start, &self.local_model(), seed, local)
+    }
+
     /// This rank's shard of its stage.
     pub fn local_model(&self) -> Mlp {
         self.stage.shard(self.index, self.size)
@@ -305,6 +343,36 @@ mod tests {
                 }
             }
             assert!(cut(&full, 0..2, 0, 2, &[]).is_empty());
+        }
+    }
+
+    /// A rank's starting pieces drawn without the whole model (`init_local`) are the whole
+    /// model's starting parameters cut (`cut`), on every tensor rank and stage, for ranges
+    /// that cut layers anywhere.
+    #[test]
+    fn init_local_draws_what_the_whole_model_cut_holds() {
+        use crate::config::{Activation, LossKind};
+        for sizes in [vec![6, 10, 8, 7, 3], vec![5, 9, 4, 6, 2, 3]] {
+            let full = Mlp::new(&sizes, Activation::Tanh, LossKind::SoftmaxCrossEntropy);
+            let all = full.init_params(7);
+            for p_n in [1, 2, 3] {
+                let stages = pipeline::stages(&sizes, p_n).unwrap();
+                for ts in [1, 2, 3] {
+                    for (p, layers) in stages.iter().enumerate() {
+                        let stage = Mlp::stage(&sizes, full.act, full.loss, layers.clone());
+                        let offset = pipeline::arena_range(&sizes, layers).start;
+                        for t in 0..ts {
+                            let cut = cut(&full, layers.clone(), t, ts, &all);
+                            let n = cut.len();
+                            for ranges in [vec![0..n], vec![1..n / 3, n / 2..n - 1], vec![n / 4..n / 4 + 5]] {
+                                let want: Vec<f32> = ranges.iter().flat_map(|r| cut[r.clone()].to_vec()).collect();
+                                let got = init_local(&full, &stage, offset, &stage.shard(t, ts), 7, &ranges);
+                                assert_eq!(got, want, "{sizes:?} P={p_n} p={p} T={ts} t={t} {ranges:?}");
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -108,6 +108,13 @@ fn pieces(local: &Mlp, whole: &Mlp) -> Vec<Piece> {
     v
 }
 
+/// Where shard `local`'s arena sits in `whole`'s (the whole stage it is a shard of): runs
+/// (local range, whole range, held by every tensor rank alike), in local order; the arena's
+/// padding in neither. A checkpoint written in parts maps a rank's pieces through them.
+pub fn runs_in_whole(local: &Mlp, whole: &Mlp) -> Vec<(Range<usize>, Range<usize>, bool)> {
+    pieces(local, whole).into_iter().map(|p| (p.local, p.whole, p.shared)).collect()
+}
+
 /// Shard `local`'s part of a whole arena `all` (parameters, momentum or Adam moments).
 pub fn scatter(local: &Mlp, whole: &Mlp, all: &[f32]) -> Vec<f32> {
     assert_eq!(all.len(), whole.n_params, "a whole arena of another model");

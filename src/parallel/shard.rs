@@ -63,6 +63,7 @@ impl Layout {
     }
 
     /// The whole arena's state from every rank's (its pieces end to end, `own`'s order).
+    #[cfg(test)]
     pub fn assemble(&self, parts: &[Vec<f32>], n: usize) -> Vec<f32> {
         let mut all = vec![0.0; n];
         for (r, part) in parts.iter().enumerate() {
@@ -207,13 +208,6 @@ impl Sharder {
     /// squares over its pieces of the tensors).
     pub fn sum(&self, v: &mut [f64]) {
         self.chan.all_reduce_sum_f64(v);
-    }
-
-    /// Collective over the data group: the whole arena's state (`n` long) on data rank 0 from
-    /// every rank's pieces (`mine`, empty where the optimizer keeps none); None on the others.
-    pub fn gather_state(&self, mine: &[f32], n: usize) -> Option<Vec<f32>> {
-        let parts = self.chan.gather_f32s(mine)?;
-        Some(if mine.is_empty() { Vec::new() } else { self.layout.assemble(&parts, n) })
     }
 }
 

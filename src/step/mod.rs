@@ -303,27 +303,14 @@ where
         (&self.be, &mut self.tp)
     }
     /// Collective over the tensor group: the whole model's parameters, optimizer state (m, v)
-    /// and step on the group's rank 0 (None on the others), for checkpoints.
+    /// and step on the group's rank 0 (None on the others), for a whole checkpoint. Never with
+    /// sharded state: its checkpoints are written in parts, each rank its own
+    /// (`own_ranges`, `own_values`).
     #[allow(clippy::type_complexity)]
-    /// With sharded state, collective over the data group first (every data rank calls it;
-    /// the ranks other than the group's rank 0 get None).
     pub fn whole_state(&self) -> Result<Option<(Vec<f32>, Vec<f32>, Vec<f32>, u64)>> {
-        // First: with sharded parameters, a collective of the whole data group (the whole
-        // model on its rank 0 only).
-        let p = if self.params_sharded() { self.gather_whole(false)? } else { Some(self.params_host()?) };
+        assert!(self.shard.is_none(), "sharded state is checkpointed in parts");
+        let p = self.params_host()?;
         let (m, v, step) = self.opt.state(&self.be)?;
-        let (m, v) = match &self.shard {
-            None => (m, v),
-            Some(sh) => {
-                let n = self.model.n_params;
-                let (m, v) = (sh.sharder.gather_state(&m, n), sh.sharder.gather_state(&v, n));
-                match (m, v) {
-                    (Some(m), Some(v)) => (m, v),
-                    _ => return Ok(None),
-                }
-            }
-        };
-        let Some(p) = p else { return Ok(None) };
         let p = self.tp.gather(p);
         let (m, v) = (self.tp.gather(m), self.tp.gather(v));
         Ok(p.map(|p| (p, m.unwrap_or_default(), v.unwrap_or_default(), step)))

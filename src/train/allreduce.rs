@@ -135,7 +135,8 @@ pub(super) fn build<'a, B: Backend>(
             let _a = crate::mem::allocating("this rank's pieces of the starting parameters");
             let pieces = if start.params.is_empty() {
                 // A fresh start (restore::draws_own_pieces): this rank's pieces, drawn here.
-                let pieces = model.init_pieces(job.training.seed, sh.own().into_iter().map(|(r, _)| r));
+                let own: Vec<std::ops::Range<usize>> = sh.own().into_iter().map(|(r, _)| r).collect();
+                let pieces = tensor.init_local(job.training.seed, &own);
                 if comm.rank == 0 {
                     info!(
                         "starting parameters: each data rank drew its own pieces from the seed ({} of the {} on rank 0); \

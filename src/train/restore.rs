@@ -57,6 +57,12 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     // Only a run that reads parts asks where they are (otherwise rank 0 put them together).
     if let Some((step, parts)) = in_parts.then(|| parts_everywhere(comm, ckpt.as_ref())).flatten() {
         let state = own_parts(job, setup, &parts, step)?;
+        if comm.rank == 0 {
+            info!(
+                "each rank read its own pieces of the checkpoint's {} parts (none put the whole state together)",
+                parts.checksums.len()
+            );
+        }
         let mut start =
             position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, (Vec::new(), Vec::new(), Vec::new()));
         start.pieces = job.distribution.shard == crate::config::Shard::Parameters;
@@ -78,9 +84,11 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     } else {
         whole_state(comm, job, model, ckpt.as_ref(), fresh)?
     };
-    if in_parts && !fresh {
+    if in_parts && !fresh && setup.grid.replica() == 1 {
         // A checkpoint written whole, read by rank 0: each rank receives only its pieces of
-        // it (of the parameters too under "parameters"; the others hold them whole).
+        // it (of the parameters too under "parameters"; the others hold them whole). With
+        // model parallelism each rank receives its shard (`distribute`, below) and keeps its
+        // pieces of it.
         let layout = crate::parallel::shard::Layout::new(&setup.plan, n_data);
         let pieces = job.distribution.shard == crate::config::Shard::Parameters;
         let params = if pieces {
@@ -106,11 +114,11 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
 }
 
 /// Whether each rank of a fresh start draws its own pieces of the parameters instead of
-/// receiving the whole model from rank 0 (`Start::params` then empty): `shard =
-/// "parameters"` over several data ranks, without tensor or pipeline parallelism (whose
-/// shards are cut from the whole model).
+/// receiving its part of the whole model from rank 0 (`Start::params` then empty): `shard =
+/// "parameters"` over several data ranks, with or without tensor and pipeline parallelism
+/// (`TensorGroup::init_local`).
 pub(super) fn draws_own_pieces(job: &Job, setup: &Setup) -> bool {
-    job.distribution.shard == crate::config::Shard::Parameters && setup.grid.data > 1 && setup.grid.replica() == 1
+    job.distribution.shard == crate::config::Shard::Parameters && setup.grid.data > 1
 }
 
 /// Collective over the data group (no model parallelism): each data rank's pieces
@@ -137,9 +145,9 @@ fn scatter_pieces(comm: &Comm, layout: &crate::parallel::shard::Layout, all: Vec
 
 /// Whether each rank reads its own pieces of a checkpoint written in parts
 /// (`checkpoint::parts`) instead of receiving them from rank 0: sharded state over several
-/// data ranks, without tensor or pipeline parallelism (as the parts are written).
+/// data ranks (as the parts are written), with or without model parallelism.
 fn reads_parts(job: &Job, setup: &Setup) -> bool {
-    job.distribution.shard.optimizer() && setup.grid.data > 1 && setup.grid.replica() == 1
+    job.distribution.shard.optimizer() && setup.grid.data > 1
 }
 
 /// Collective: rank 0 prepares output.dir and reads the checkpoint to continue from (None
@@ -194,8 +202,9 @@ fn parts_everywhere(comm: &Comm, ckpt: Option<&Checkpoint>) -> Option<(u64, chec
 }
 
 /// This rank's starting state read from a checkpoint in parts (`parts`, at `step`): the
-/// parameters (its pieces under `shard = "parameters"`, the whole arena otherwise) and its
-/// pieces of the optimizer state, each read from whichever parts hold them.
+/// parameters (its pieces under `shard = "parameters"`, its whole arena otherwise: the whole
+/// model, or with model parallelism its shard of its stage) and its pieces of the optimizer
+/// state, each read from whichever parts hold them.
 fn own_parts(
     job: &Job,
     setup: &Setup,
@@ -214,12 +223,18 @@ fn own_parts(
     }
     let layout = crate::parallel::shard::Layout::new(&setup.plan, setup.grid.data);
     let own: Vec<std::ops::Range<usize>> = layout.own(setup.grid.d).into_iter().map(|(r, _)| r).collect();
-    let whole = [0..model.n_params];
+    let tg = &setup.tensor;
+    let map = if tg.is_whole() {
+        checkpoint::parts::StoredMap::whole(model)
+    } else {
+        checkpoint::parts::StoredMap::shard(model, &tg.stage, tg.arena.start, &setup.model, true)
+    };
+    let whole = [0..setup.model.n_params];
     let pieces = job.distribution.shard == crate::config::Shard::Parameters;
     let _a = crate::mem::allocating("this rank's part of the starting state");
     let read = |name: &str, there: bool, want: &[std::ops::Range<usize>]| -> Result<Vec<f32>> {
         if there {
-            checkpoint::parts::read(parts, step, model, name, want)
+            checkpoint::parts::read(parts, step, &map, name, want)
         } else {
             Ok(Vec::new())
         }

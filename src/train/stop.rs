@@ -138,14 +138,12 @@ pub(super) fn at_boundary<B: Backend>(
     if flags & STOP != 0 {
         crate::signals::stop_under_way();
         // Tensor group 0 assembles the whole model; its rank 0 (world rank 0) writes.
-        if in_parts(ctx, st) {
+        if in_parts(st) {
             let sums = state.known_sums.borrow().clone();
             write_parts(ctx, st, (epoch_index, step_in_epoch), sums, true)?;
         } else if grid.d == 0 && !written {
             let sums = state.known_sums.borrow().clone();
             write(ctx, st, (epoch_index, step_in_epoch), sums, true, true)?;
-        } else if !written {
-            lend_state_parts(st)?;
         }
         let _p = liveness::phase_at("waiting at the barrier for rank 0's stop checkpoint", st.step());
         comm.barrier(); // no deadline: heartbeats tell a slow write from a dead rank
@@ -214,14 +212,27 @@ fn write<B: Backend>(
 }
 
 /// Whether checkpoints are written in parts (`checkpoint::parts`): sharded state over the data
-/// ranks, without tensor or pipeline parallelism (whose shards are assembled on rank 0).
-fn in_parts<B: Backend>(ctx: &Ctx, st: &Stepper<B>) -> bool {
-    st.shard().is_some() && ctx.grid.replica() == 1
+/// ranks, with or without tensor and pipeline parallelism.
+fn in_parts<B: Backend>(st: &Stepper<B>) -> bool {
+    st.shard().is_some()
 }
 
-/// Collective over every rank (the data group): each writes its part of the state at once
-/// (`Stepper::own_state`), then rank 0 the index naming them, with the position of `at` and
-/// the sums, once every part is in place; `stop` as `write`'s. A rank whose parameters are
+/// Where this rank's arena sits in the checkpoint's stored order, for the part it writes:
+/// the whole model's arena, or its tensor shard of its pipeline stage (the values its tensor
+/// group holds alike written by the group's rank 0 only).
+fn writes_map<B: Backend>(st: &Stepper<B>) -> checkpoint::parts::StoredMap {
+    let tg = st.tensor();
+    if tg.is_whole() {
+        checkpoint::parts::StoredMap::whole(&tg.full)
+    } else {
+        checkpoint::parts::StoredMap::shard(&tg.full, &tg.stage, tg.arena.start, &tg.local_model(), false)
+    }
+}
+
+/// Collective over every rank (the world): each writes its part of the state at once
+/// (`Stepper::own_state`; with model parallelism its pieces of its shard), then rank 0 the
+/// index naming them, with the position of `at` and the sums, once every part is in place;
+/// `stop` as `write`'s. No rank gathers more than its own part. A rank whose parameters are
 /// not all finite writes nothing, and every rank then fails with its name: no index is
 /// written, the earlier checkpoints stay the newest. Returns the index's path on rank 0.
 fn write_parts<B: Backend>(
@@ -257,7 +268,8 @@ fn write_parts<B: Backend>(
     };
     let mut piece = checkpoint::parts::Piece { ranges: &ranges, values };
     let fault = || crate::fault::in_checkpoint(&w.fault, w.rank, step);
-    let sum = checkpoint::parts::write(&w.out_dir, model, (step, token[0]), (comm.rank, comm.size), &mut piece, fault)?;
+    let map = writes_map(st);
+    let sum = checkpoint::parts::write(&w.out_dir, &map, (step, token[0]), (comm.rank, comm.size), &mut piece, fault)?;
     // The arena index of the first non-finite parameter, plus one (0: all finite).
     let global = |i: usize| {
         let mut at = i;
@@ -308,17 +320,6 @@ fn write_parts<B: Backend>(
     Ok(Some(path))
 }
 
-/// On a data rank other than 0, with the optimizer state sharded: its part of the state, for
-/// data rank 0's `whole_state` (collective over the data group; nothing without shards).
-fn lend_state_parts<B: Backend>(st: &Stepper<B>) -> Result<()> {
-    if st.shard().is_some() {
-        let _p = liveness::phase_at("sending this rank's part of the optimizer state for a checkpoint", st.step());
-        let none = st.whole_state()?;
-        debug_assert!(none.is_none(), "only data rank 0 assembles the state");
-    }
-    Ok(())
-}
-
 /// A checkpoint of parameters that are not all finite is never written (the ones before it
 /// stay the newest): gradients that overflowed, or, on a GPU, the update of the step whose
 /// loss turned out non-finite once it was read (`Backend::softmax_xent_later`), exchanged with
@@ -363,12 +364,10 @@ pub(super) fn save_checkpoint<B: Backend>(
             ctx.stop.known_sums.borrow().clone()
         }
     };
-    if in_parts(ctx, st) {
+    if in_parts(st) {
         write_parts(ctx, st, (epoch_index, step_in_epoch), sums(), false)?;
     } else if ctx.grid.d == 0 {
         write(ctx, st, (epoch_index, step_in_epoch), sums(), true, false)?;
-    } else {
-        lend_state_parts(st)?;
     }
     let _p = liveness::phase_at("waiting at the barrier for rank 0's checkpoint write", st.step());
     comm.barrier();

@@ -200,8 +200,8 @@ fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
         assert_eq!(x, y, "{t} of the sharded stop checkpoint differs from the unsharded one's");
     }
     // The parts resume on another count each rank reading its own pieces ("parameters" on
-    // 3), and put together on rank 0 without shards (1 rank) or with tensor parallelism (2 data
-    // ranks × 2), from the file named; the unsharded run's checkpoint (whole) resumes sharded,
+    // 3, and with tensor parallelism on 2 data ranks × 2), and put together on rank 0 without
+    // shards (1 rank), from the file named; the unsharded run's checkpoint (whole) resumes sharded,
     // rank 0 sending each rank only its pieces.
     for (from, ranks, mode, out, tensor) in [
         ("sharded", 3, "parameters", "p3", 1),
@@ -236,7 +236,9 @@ fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
         let r = mpirun_env(ranks, &[], &a, &dir, 120);
         assert!(r.ok(), "the resume on {ranks} rank(s) ({mode}) failed\n{}", r.all());
         let put_together = r.stderr.contains("parts put together on rank 0");
-        assert_eq!(put_together, from == "sharded" && (ranks == 1 || tensor > 1), "{}", r.all());
+        assert_eq!(put_together, from == "sharded" && ranks == 1, "{}", r.all());
+        let read_own = r.stderr.contains("each rank read its own pieces of the checkpoint's 2 parts");
+        assert_eq!(read_own, from == "sharded" && ranks > 1, "{}", r.all());
         let scattered = r.stderr.contains("rank 0 sent each rank only its pieces of it");
         assert_eq!(scattered, from == "none", "{}", r.all());
         let after = layer_tensors(&dir.join(out).join("weights.h5"), LAYERS.len() - 1);
@@ -360,6 +362,84 @@ fn shards_compose_with_model_parallelism_accumulation_and_bf16() {
                 assert!(d <= TOL, "{tag}: shard = {mode} differs by {d}");
             }
         }
+    }
+}
+
+/// With tensor or pipeline parallelism (2 data ranks × 2) a fresh start of "parameters" draws
+/// each rank's pieces of its shard from the seed, and the shards' checkpoints are written
+/// in parts by every rank (4 parts: each rank's pieces of its tensor shard or stage, mapped
+/// into the whole model's stored order; a row-parallel bias and the unpaired last layer, which
+/// both tensor ranks hold, written once), equal bit for bit to the whole checkpoint the same
+/// layout writes unsharded; they resume on another layout (tensor parts on pipeline stages,
+/// stage parts on tensor shards, each rank reading its own pieces) and on 1 rank (put
+/// together), ending where the uninterrupted run did.
+#[test]
+fn model_parallel_shards_write_parts_on_every_rank_and_resume_on_other_layouts() {
+    let _g = mpi_lock();
+    let dir = setup("shard-mp-parts");
+    let b = format!("training.batch_size={}", GLOBAL / 2);
+    let base = [
+        b.as_str(),
+        "training.epochs=2",
+        "data.shuffle=false",
+        "optimizer.kind='adam'",
+        "optimizer.lr=0.01",
+        "checkpoint.every_steps=30",
+        "checkpoint.keep=5",
+    ];
+    let tensor: &[&str] = &["parallel.tensor=2"];
+    let pipeline: &[&str] = &["parallel.pipeline=2", "parallel.micro_batches=2"];
+    let mut finals = Vec::new();
+    for (tag, layout, mode) in [("tensor", tensor, "parameters"), ("pipeline", pipeline, "gradients")] {
+        let run = |out: &str, mode: &str| {
+            let shard = format!("distribution.shard='{mode}'");
+            let sets: Vec<&str> = layout.iter().copied().chain([shard.as_str()]).collect();
+            train_weights(&dir, out, 4, LAYERS.len() - 1, &[], &base, &sets)
+        };
+        let whole_out = format!("{tag}-none");
+        let (whole, _) = run(&whole_out, "none");
+        let (sharded, log) = run(tag, mode);
+        assert_eq!(max_diff(&whole, &sharded), 0.0, "{tag}: shard = {mode} changed the training");
+        assert!(log.contains("checkpoint parts written by all 4 ranks at once"), "{tag}: {log}");
+        // A fresh start of "parameters": each rank drew its pieces of its shard (the same
+        // weights, as the equal training above says), nobody cut them from a whole model.
+        let drew = log.contains("each data rank drew its own pieces from the seed");
+        assert_eq!(drew, mode == "parameters", "{tag}: {log}");
+        assert!(checkpoint_parts(&dir.join(&whole_out)).is_empty(), "{tag}");
+        let parts = checkpoint_parts(&dir.join(tag));
+        let of30: Vec<&String> = parts.iter().filter(|p| p.starts_with("ckpt-step000000030.")).collect();
+        assert_eq!(of30.len(), 4, "{tag}: one part per rank: {parts:?}");
+        let at30 = |out: &str| dir.join(out).join("ckpt-step000000030.h5");
+        for t in ["params", "optimizer/m", "optimizer/v"] {
+            let (x, y) = (ckpt_stored(&at30(&whole_out), t, LAYERS.len() - 1), ckpt_stored(&at30(tag), t, 3));
+            assert_eq!(x.len(), 307, "{tag} {t}");
+            assert!(x.iter().all(|v| v.is_finite()) && x.iter().any(|&v| v != 0.0), "{tag} {t}");
+            assert_eq!(x, y, "{tag}: {t} of the checkpoint in parts differs from the whole one");
+        }
+        finals.push(whole);
+    }
+    // Each checkpoint in parts resumed on the other layout, and on 1 rank unsharded.
+    for (from, ranks, layout, mode, out) in [
+        ("tensor", 4, pipeline, "optimizer", "t-on-p"),
+        ("pipeline", 4, tensor, "parameters", "p-on-t"),
+        ("tensor", 1, &[][..], "none", "t-on-1"),
+    ] {
+        let named = dir.join(from).join("ckpt-step000000030.h5");
+        let (o, m) = (format!("output.dir='{out}'"), format!("distribution.shard='{mode}'"));
+        let mut a = vec!["train", "job.toml", "--set", &o, "--set", &m, "--resume", named.to_str().unwrap()];
+        for s in base.iter().chain(layout) {
+            a.extend(["--set", s]);
+        }
+        let r = mpirun_env(ranks, &[], &a, &dir, 120);
+        assert!(r.ok(), "{from} resumed as {out} failed\n{}", r.all());
+        let read_own = r.stderr.contains("each rank read its own pieces of the checkpoint's 4 parts");
+        assert_eq!(read_own, ranks > 1, "{}", r.all());
+        assert_eq!(r.stderr.contains("parts put together on rank 0"), ranks == 1, "{}", r.all());
+        let after = layer_tensors(&dir.join(out).join("weights.h5"), LAYERS.len() - 1);
+        let want = &finals[usize::from(from == "pipeline")];
+        let d = max_diff(want, &after);
+        eprintln!("{from} parts at step 30 resumed as {out}: weights differ by {d:e}");
+        assert!(d <= TOL, "{from} resumed as {out} ends {d} away from the uninterrupted run");
     }
 }
 
