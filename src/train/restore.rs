@@ -79,7 +79,10 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     // A fresh start of sharded parameters without model parallelism: each rank draws its own
     // pieces (`allreduce::start`, `Mlp::init_pieces`); nobody builds or sends the whole model.
     let own_pieces = fresh && draws_own_pieces(job, setup);
-    let (params, m, v) = if own_pieces {
+    // A fresh start under tensor or pipeline parallelism: each rank draws its shard of its
+    // stage (`TensorGroup::init_local`); nobody builds or sends the whole model.
+    let own_shard = fresh && !own_pieces && setup.grid.replica() > 1;
+    let (params, m, v) = if own_pieces || own_shard {
         (Vec::new(), Vec::new(), Vec::new())
     } else {
         whole_state(comm, job, model, ckpt.as_ref(), fresh)?
@@ -108,7 +111,22 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
         crate::model::placement::distribute(comm, &setup.grid, &setup.stages, model, all, len)
     };
     let opt = |all: Vec<f32>, len: usize| if fresh { Ok(Vec::new()) } else { part(all, len) };
-    let params = if own_pieces { Vec::new() } else { part(params, model.n_params)? };
+    let params = if own_pieces {
+        Vec::new()
+    } else if own_shard {
+        let _a = crate::mem::allocating("this rank's shard of the starting parameters");
+        let mine = setup.tensor.init_local(job.training.seed, &[0..setup.model.n_params]);
+        if comm.rank == 0 {
+            info!(
+                "starting parameters: each rank drew its shard of its stage from the seed ({} on rank 0); no rank built \
+                 the whole model",
+                mine.len()
+            );
+        }
+        mine
+    } else {
+        part(params, model.n_params)?
+    };
     let state = (params, opt(m, m_len)?, opt(v, v_len)?);
     Ok(position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, state))
 }

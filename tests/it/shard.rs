@@ -401,10 +401,12 @@ fn model_parallel_shards_write_parts_on_every_rank_and_resume_on_other_layouts()
         let (sharded, log) = run(tag, mode);
         assert_eq!(max_diff(&whole, &sharded), 0.0, "{tag}: shard = {mode} changed the training");
         assert!(log.contains("checkpoint parts written by all 4 ranks at once"), "{tag}: {log}");
-        // A fresh start of "parameters": each rank drew its pieces of its shard (the same
-        // weights, as the equal training above says), nobody cut them from a whole model.
-        let drew = log.contains("each data rank drew its own pieces from the seed");
-        assert_eq!(drew, mode == "parameters", "{tag}: {log}");
+        // A fresh start: each rank drew its pieces of its shard ("parameters") or its whole
+        // shard (the same weights, as the equal training above says), nobody cut them from a
+        // whole model.
+        let pieces = log.contains("each data rank drew its own pieces from the seed");
+        let shard = log.contains("each rank drew its shard of its stage from the seed");
+        assert_eq!((pieces, shard), (mode == "parameters", mode != "parameters"), "{tag}: {log}");
         assert!(checkpoint_parts(&dir.join(&whole_out)).is_empty(), "{tag}");
         let parts = checkpoint_parts(&dir.join(tag));
         let of30: Vec<&String> = parts.iter().filter(|p| p.starts_with("ckpt-step000000030.")).collect();
