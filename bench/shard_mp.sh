@@ -7,7 +7,7 @@
 # rank), samples/s. With BEFORE_BIN (a binary of an earlier commit) the same runs with it
 # beside each, in the same run: what the change did.
 #   bash bench/shard_mp.sh                      # EPOCHS=3 (5 steps of global batch 32 each)
-#   BEFORE_BIN=/path/to/old/hvtrain bash bench/shard_mp.sh
+#   BEFORE_BIN=/path/to/old/hvtrain BEFORE_COMMIT=abc1234 bash bench/shard_mp.sh
 # No peer runs here: PyTorch's 2-D (tensor × FSDP) mesh is not set up in bench/ (see
 # bench/shard_ckpt.sh for FSDP2 against hvtrain's shards without model parallelism).
 # Writes bench/results/shard-mp-DATE.{md,log}.
@@ -20,8 +20,9 @@ N=4
 day=$(date +%F)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 git rev-parse --short HEAD > "$work/commit"
-before_commit=""
-if [ -n "${BEFORE_BIN:-}" ]; then
+# BEFORE_COMMIT names the commit BEFORE_BIN was built from (default: the git work tree it is in).
+before_commit=${BEFORE_COMMIT:-}
+if [ -n "${BEFORE_BIN:-}" ] && [ -z "$before_commit" ]; then
   before_commit=$(cd "$(dirname "$BEFORE_BIN")" && git rev-parse --short HEAD 2> /dev/null || echo "?")
 fi
 # 160 training rows: 5 steps of global batch 32 per epoch; 2,000 test rows.
@@ -91,7 +92,7 @@ def hv(tag):
     rss = [float(x) for x in mm.group(1).split(", ")] if mm else []
     return {"rss0": rss[0] if rss else None, "rss_rest": max(rss[1:]) if len(rss) > 1 else None,
             "ckpt_ms": statistics.mean(ms) if ms else None, "parts": bool(parts_ms),
-            "drew": "drew its own pieces" in log,
+            "drew": "pieces" if "drew its own pieces" in log else "shard" if "drew its shard" in log else None,
             "rate": statistics.median(eps[1:] or eps) if eps else None,
             "failed": None if mm else (log.strip().splitlines() or ["?"])[-1][:120]}
 L += ["| layout | shard | hvtrain | rank 0 peak RSS MiB | other ranks' max MiB | checkpoint ms | written as | starting parameters | samples/s |",
@@ -108,7 +109,7 @@ for layout in ["tensor", "pipeline"]:
                 L.append(f"| {layout} | {mode} | {name} | failed: {h['failed']} | | | | | |")
             else:
                 how = "parts (every rank its own) + index" if h["parts"] else "one file, gathered on rank 0"
-                init = "each rank drew its pieces" if h["drew"] else "built on rank 0, sent"
+                init = {"pieces": "each rank drew its pieces", "shard": "each rank drew its shard"}.get(h["drew"], "built on rank 0, sent")
                 L.append(f"| {layout} | {mode} | {name} | {h['rss0']:,.0f} | {h['rss_rest']:,.0f} | {h['ckpt_ms']:,.0f} | "
                          f"{how} | {init} | {h['rate']:,.1f} |")
             rows[f"{layout}-{mode}-{which}"] = h

@@ -51,18 +51,6 @@ impl Job {
             Ok(s) => s,
             Err(m) => return bad("parallel.pipeline", format!("parallel.pipeline = {}: {m}", p.pipeline)),
         };
-        let o = &self.optimizer;
-        if matches!(o.kind, super::OptimizerKind::Lars | super::OptimizerKind::Lamb) && p.tensor > 1 {
-            let kind = if o.kind == super::OptimizerKind::Lars { "lars" } else { "lamb" };
-            return bad(
-                "optimizer.kind",
-                format!(
-                    "\"{kind}\" with parallel.tensor = {}: its trust ratio needs each weight's whole norm, and a \
-                     tensor rank holds a shard; use tensor = 1 (pipeline stages hold whole tensors)",
-                    p.tensor
-                ),
-            );
-        }
         if self.distribution.reduction == super::Reduction::Adasum && p.tensor > 1 {
             return bad(
                 "distribution.reduction",

@@ -219,16 +219,7 @@ impl TensorGroup {
     /// group; a tensor every tensor rank holds whole, a replicated bias, counted once); returns
     /// the whole model's sum over every tensor of every stage (gradient clipping's norms).
     pub fn whole_sums_of_squares(&self, sq: &mut [f64]) -> f64 {
-        if let Some(chan) = &self.chan {
-            let (local, stage) = (self.local_model().tensors(), self.stage.tensors());
-            for ((s, l), w) in sq.iter_mut().zip(&local).zip(&stage) {
-                if l.used == w.used && self.index != 0 {
-                    *s = 0.0; // replicated: tensor rank 0's counts
-                }
-            }
-            let _g = self.watchdog.as_ref().map(|w| w.guard(MAIN, "the tensor group's gradient-norm sum", self.step));
-            chan.all_reduce_sum_f64(sq);
-        }
+        self.whole_tensor_sums(sq, 1);
         let mut total = [sq.iter().sum::<f64>()];
         if let Some(pipe) = &self.pipe {
             pipe.sum_over_stages(&mut total);
@@ -240,6 +231,29 @@ impl TensorGroup {
     /// (`init_local`), without the whole model.
     pub fn init_local(&self, seed: u64, local: &[Range<usize>]) -> Vec<f32> {
         init_local(&self.full, &self.stage, self.arena.start, &self.local_model(), seed, local)
+    }
+
+    /// Collective over the tensor group (nothing without one): `sq`, `per` sums of squares for
+    /// each of this rank's tensors in turn, become the whole tensors' (summed over the group's
+    /// shards; a tensor every rank holds whole, a replicated bias, counted once).
+    fn whole_tensor_sums(&self, sq: &mut [f64], per: usize) {
+        let Some(chan) = &self.chan else { return };
+        let (local, stage) = (self.local_model().tensors(), self.stage.tensors());
+        assert_eq!(sq.len(), per * local.len(), "sums of another model's tensors");
+        for ((s, l), w) in sq.chunks_mut(per).zip(&local).zip(&stage) {
+            if l.used == w.used && self.index != 0 {
+                s.fill(0.0); // replicated: tensor rank 0's counts
+            }
+        }
+        let _g = self.watchdog.as_ref().map(|w| w.guard(MAIN, "the tensor group's norm sums", self.step));
+        chan.all_reduce_sum_f64(sq);
+    }
+
+    /// Collective over the tensor group: LARS's and LAMB's two squared norms of each tensor
+    /// ([2 ti], [2 ti + 1], `Optimizer::layerwise_sums`), each tensor's whole (no sum over
+    /// pipeline stages: each stage's tensors are its own).
+    pub fn whole_tensor_pair_sums(&self, sums: &mut [f64]) {
+        self.whole_tensor_sums(sums, 2);
     }
 
     /// This rank's shard of its stage.

@@ -40,7 +40,8 @@ where
     /// `apply_buckets` when the update needs every bucket back first: gradient clipping (the
     /// norm needs all of them: each tensor's sum of squares, the factors, then the optimizer
     /// on each tensor with its factor folded into the gradient scale), and LARS or LAMB on
-    /// sharded state (each tensor's norms summed over the data group, `optim/own.rs`).
+    /// sharded state or tensor shards (each tensor's norms summed over the data group's
+    /// pieces and the tensor group's shards, `optim/own.rs`).
     pub(super) fn apply_clipped(&mut self) -> Result<()> {
         self.opt.begin_step();
         let scale = self.engine.grad_scale();
@@ -71,7 +72,10 @@ where
                 })
                 .collect();
             let mut sums = self.opt.layerwise_sums(&self.be, &self.params, &grads)?;
-            self.shard.as_ref().expect("sharded state").sharder.sum(&mut sums);
+            if let Some(sh) = &self.shard {
+                sh.sharder.sum(&mut sums); // the data group's pieces
+            }
+            self.tp.whole_tensor_pair_sums(&mut sums); // the tensor group's shards
             self.opt.apply_layerwise(&self.be, &mut self.params, &grads, &sums)?;
             drop(grads);
             for bucket in back {

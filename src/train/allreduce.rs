@@ -122,7 +122,14 @@ pub(super) fn build<'a, B: Backend>(
     // scale_lr_by_world_size: × (global batch / batch_size), the data-parallel degree the run
     // started with: a resume on another count keeps the global batch, so the lr too.
     let lr_ranks = sched.global_batch / job.training.rows_per_step();
-    let own = shard.as_ref().map(|s| s.own());
+    // LARS and LAMB on tensor shards need whole tensors' norms (summed over the tensor group,
+    // `step/clip.rs`): their two-halved step, with the whole arena as this rank's one piece.
+    let layerwise =
+        matches!(job.optimizer.kind, crate::config::OptimizerKind::Lars | crate::config::OptimizerKind::Lamb);
+    let own = shard
+        .as_ref()
+        .map(|s| s.own())
+        .or_else(|| (layerwise && grid.tensor > 1).then(|| vec![(0..model.n_params, 0)]));
     let mut opt = Optimizer::with_own(&be, &job.optimizer, model.tensors(), model.n_params, lr_ranks, own)?;
     if params_sharded {
         opt.set_pieces_kept();

@@ -199,9 +199,10 @@ pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize) -> crate::mem::St
     let shard = job.distribution.shard;
     let part = if shard.optimizer() && data > 1 { n.div_ceil(data) } else { n };
     let (m, v) = crate::optim::state_lens(&job.optimizer, part);
-    // LAMB's scratch for r: the largest tensor's length, or sharded its pieces' (all at once).
+    // LAMB's scratch for r: the largest tensor's length, or sharded (or with tensor shards,
+    // whose norms wait for the whole step's) its pieces' (all at once).
     let scratch = match job.optimizer.kind {
-        crate::config::OptimizerKind::Lamb if part < n => part,
+        crate::config::OptimizerKind::Lamb if part < n || job.parallel.tensor > 1 => part,
         crate::config::OptimizerKind::Lamb => model.tensors().iter().map(|t| t.range.len()).max().unwrap_or(0),
         _ => 0,
     };

@@ -160,6 +160,49 @@ fn lars_and_lamb_train_as_unsharded() {
     }
 }
 
+/// LARS and LAMB with tensor parallelism: a tensor rank holds a slice of each weight, so each
+/// ratio's norms are summed over the tensor group (a row-parallel bias and the unpaired last
+/// layer, which every tensor rank holds, once). On 2 ranks (tensor = 2) and on 4 (2 data ranks
+/// × 2, unsharded and shard = "gradients") the run ends where the same job without tensor
+/// parallelism does, to the tolerance of the tensor sums' order.
+#[test]
+fn lars_and_lamb_with_tensor_parallelism_train_as_whole_tensors() {
+    let _g = mpi_lock();
+    let optimizers: [(&str, &[&str]); 2] = [
+        (
+            "lars",
+            &[
+                "optimizer.kind='lars'",
+                "optimizer.lr=0.5",
+                "optimizer.trust_coefficient=0.02",
+                "optimizer.momentum=0.9",
+                "optimizer.weight_decay=0.001",
+            ],
+        ),
+        ("lamb", &["optimizer.kind='lamb'", "optimizer.lr=0.02", "optimizer.weight_decay=0.01"]),
+    ];
+    for (tag, opt) in optimizers {
+        let dir = setup(&format!("tensor-{tag}"));
+        // The same global batch on every layout: GLOBAL over the data ranks.
+        let run = |out: &str, ranks: usize, data: usize, sets: &[&str]| {
+            let b = format!("training.batch_size={}", GLOBAL / data);
+            let base = [b.as_str(), "training.epochs=2", "data.shuffle=false", "model.activation=tanh"];
+            let sets: Vec<&str> = opt.iter().copied().chain(sets.iter().copied()).collect();
+            train_weights(&dir, out, ranks, LAYERS.len() - 1, &[], &base, &sets).0
+        };
+        let reference = run("whole", 2, 2, &[]);
+        for (out, ranks, data, sets) in [
+            ("t2", 2, 1, &["parallel.tensor=2"][..]),
+            ("t2d2", 4, 2, &["parallel.tensor=2"][..]),
+            ("t2d2-gradients", 4, 2, &["parallel.tensor=2", "distribution.shard='gradients'"][..]),
+        ] {
+            let d = max_diff(&reference, &run(out, ranks, data, sets));
+            eprintln!("{tag} {out}: differs by {d:e} from tensor = 1");
+            assert!(d <= TOL, "{tag} {out}: {d} away from the run without tensor parallelism");
+        }
+    }
+}
+
 /// A stop (SIGTERM at step 40 on rank 0) of a 2-rank "parameters" run writes a checkpoint in
 /// parts (one per rank, and the index) whose parameters and optimizer state, put together from
 /// the parts' documented layout, equal an unsharded run's at the same step bit for bit; it
