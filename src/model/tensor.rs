@@ -142,6 +142,29 @@ pub fn assemble(whole: &Mlp, parts: &[Vec<f32>]) -> Vec<f32> {
     all
 }
 
+/// Layer `l`'s slot of the whole stage `whole` (`Mlp::slot`: weight, bias, padding zeros)
+/// from every tensor rank's slot of that layer (`parts[t]`, its shard's `slot(l)`): what
+/// `assemble` gives for one layer, so that the whole model can be put together a layer at a
+/// time. Values every rank holds are taken from rank 0.
+pub fn assemble_layer(whole: &Mlp, l: usize, parts: &[Vec<f32>]) -> Vec<f32> {
+    let ts = parts.len();
+    let ws = whole.slot(l);
+    let mut out = vec![0.0; ws.len()];
+    for (t, part) in parts.iter().enumerate() {
+        let local = whole.shard(t, ts);
+        let ls = local.slot(l);
+        assert_eq!(part.len(), ls.len(), "tensor rank {t}'s slot of layer {l} has another length");
+        for p in pieces(&local, whole) {
+            let inside = !p.local.is_empty() && p.local.start >= ls.start && p.local.end <= ls.end;
+            if inside && (t == 0 || !p.shared) {
+                out[p.whole.start - ws.start..p.whole.end - ws.start]
+                    .copy_from_slice(&part[p.local.start - ls.start..p.local.end - ls.start]);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +201,13 @@ mod tests {
                     })
                     .collect();
                 assert_eq!(assemble(&whole, &parts), all, "{sizes:?} over {ts}");
+                // A layer at a time: the same slots.
+                for l in 0..whole.layers.len() {
+                    let slots: Vec<Vec<f32>> = (0..ts)
+                        .map(|t| parts[t][Mlp::with_tensor(&sizes, whole.act, whole.loss, t, ts).slot(l)].to_vec())
+                        .collect();
+                    assert_eq!(assemble_layer(&whole, l, &slots), all[whole.slot(l)], "{sizes:?} over {ts}, layer {l}");
+                }
                 // Split tensors partition the whole: every value sits in exactly one shard,
                 // or in every shard when shared.
                 let mut seen = vec![0usize; whole.n_logical() + 1];

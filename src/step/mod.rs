@@ -17,6 +17,7 @@
 mod clip;
 mod graph;
 mod inputs;
+mod layers;
 pub use clip::clip_factors;
 mod pipeline;
 mod shard;

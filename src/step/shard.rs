@@ -112,7 +112,7 @@ fn nonempty(mut pieces: Vec<f32>) -> Vec<f32> {
 /// Collective over the data group: arena range `slot` into `out` (its length) from every
 /// rank's pieces, this rank's read from `pieces` (its pieces end to end): bucket by bucket,
 /// the slot's part of a bucket is split over the ranks as the bucket is, in rank order.
-fn gather_slot<B: Backend>(
+pub(super) fn gather_slot<B: Backend>(
     be: &B,
     pieces: &B::Buf,
     sharder: &Sharder,
@@ -216,29 +216,6 @@ where
             gather_slot(&self.be, &self.params, &sh.sharder, &slot, out)?;
         }
         Ok(keep.then_some(whole))
-    }
-
-    /// Collective over the data group (`shard = "parameters"` without tensor or pipeline
-    /// parallelism): each layer's slot gathered in turn and handed to `sink(l, slot)` on data
-    /// rank 0 only, so that no rank holds more than one layer of the model (weights.h5).
-    /// False, and nothing done, where the parameters are whole here or model parallelism
-    /// splits them (then `whole_params`).
-    pub fn params_by_layer(&self, sink: &mut dyn FnMut(usize, &[f32]) -> Result<()>) -> Result<bool> {
-        if !self.params_sharded() || !self.tp.is_whole() {
-            return Ok(false);
-        }
-        let sh = self.shard.as_ref().expect("sharded");
-        let _a = crate::mem::allocating("one layer of the model, gathered (weights.h5)");
-        let mut layer = Vec::new();
-        for l in 0..self.model.layers.len() {
-            let slot = self.model.slot(l);
-            layer.resize(slot.len(), 0.0);
-            gather_slot(&self.be, &self.params, &sh.sharder, &slot, &mut layer)?;
-            if sh.sharder.rank() == 0 {
-                sink(l, &layer)?;
-            }
-        }
-        Ok(true)
     }
 
     /// With `shard = "parameters"` and no model parallelism: the backend, and the parameters

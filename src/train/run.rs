@@ -255,15 +255,15 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
     }
 
     /// Collective over the trainers: the current weights into `path` on rank 0 (where
-    /// `write`; the gathers happen either way), true there. Under `shard = "parameters"`
-    /// without model parallelism each layer is gathered and written in turn
-    /// (`weights::Layered`: no rank holds the whole model); otherwise the whole model is
-    /// assembled on rank 0 (`Mode::whole_params`).
+    /// `write`; the gathers happen either way), true there. Where no rank holds the whole
+    /// model (`shard = "parameters"`, tensor or pipeline parallelism) each layer is gathered
+    /// and written in turn (`weights::Layered`, `Stepper::params_by_layer`); otherwise rank 0
+    /// holds it already (`Mode::whole_params`).
     fn write_weights(&mut self, path: &Path, write: bool, phase: &'static str) -> Result<bool> {
         let _p = liveness::phase(phase);
         let model = &self.st.tensor().full;
         let mut file = None;
-        let by_layer = self.st.params_by_layer(&mut |l, slot| {
+        let by_layer = self.st.params_by_layer(self.data_rank, &mut |l, slot| {
             if !write {
                 return Ok(());
             }
@@ -276,8 +276,8 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             if let Some(f) = file {
                 f.finish(&self.class_names)?;
                 info!(
-                    "{}: gathered and written one layer at a time (shard = \"parameters\": no rank held more than \
-                     {:.1} MiB of the model's {:.1} MiB)",
+                    "{}: gathered and written one layer at a time (no rank held more than {:.1} MiB of the model's \
+                     {:.1} MiB)",
                     path.display(),
                     model.largest_slot() as f64 * 4.0 / 1048576.0,
                     model.n_params as f64 * 4.0 / 1048576.0

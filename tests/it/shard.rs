@@ -429,6 +429,8 @@ fn model_parallel_shards_write_parts_on_every_rank_and_resume_on_other_layouts()
         "optimizer.lr=0.01",
         "checkpoint.every_steps=30",
         "checkpoint.keep=5",
+        // The TensorBoard histograms each epoch: the model a layer at a time, as weights.h5.
+        "output.histogram_freq=1",
     ];
     let tensor: &[&str] = &["parallel.tensor=2"];
     let pipeline: &[&str] = &["parallel.pipeline=2", "parallel.micro_batches=2"];
@@ -444,6 +446,8 @@ fn model_parallel_shards_write_parts_on_every_rank_and_resume_on_other_layouts()
         let (sharded, log) = run(tag, mode);
         assert_eq!(max_diff(&whole, &sharded), 0.0, "{tag}: shard = {mode} changed the training");
         assert!(log.contains("checkpoint parts written by all 4 ranks at once"), "{tag}: {log}");
+        // weights.h5 a layer at a time in every mode: no rank holds the whole model.
+        assert!(log.contains("weights.h5: gathered and written one layer at a time"), "{tag}: {log}");
         // A fresh start: each rank drew its pieces of its shard ("parameters") or its whole
         // shard (the same weights, as the equal training above says), nobody cut them from a
         // whole model.

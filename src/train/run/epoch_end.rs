@@ -109,14 +109,15 @@ impl<B: Backend, M: Mode<B>> Run<'_, B, M> {
         if o.histogram_freq == 0 || !o.tensorboard || epoch % o.histogram_freq != 0 {
             return Ok(());
         }
-        // shard = "parameters": a layer at a time, never the whole model.
-        let model = self.st.model().clone();
+        // Where no rank holds the whole model (shard = "parameters", tensor or pipeline
+        // parallelism): a layer at a time, never the whole model on any rank.
+        let model = self.st.tensor().full.clone();
         let mut made = Vec::new();
         let sink = &mut |l: usize, slot: &[f32]| {
             made.extend(crate::metrics::MetricsLog::layer_histograms(&model, l, slot));
             Ok(())
         };
-        if self.st.params_by_layer(sink)? {
+        if self.st.params_by_layer(self.data_rank, sink)? {
             if let Some(log) = self.metrics.as_mut() {
                 log.histograms_made(epoch, made)?;
             }
