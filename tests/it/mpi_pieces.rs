@@ -2,10 +2,10 @@
 //! travel in pieces. With `HVTRAIN_MPI_PIECE=5` every buffer of this small model crosses the
 //! piece many times over, so each path that sends floats is run in pieces under a real
 //! `mpirun` and must train to the weights of the same run in one piece per call: the
-//! all-reduce, the reduce-scatter and all-gather of sharded state (and the state gathered for
-//! a checkpoint), the fp16 ring's exchanges, Adasum's fold and pair exchanges, the hierarchical
-//! reduce and broadcast, the starting state sent to tensor ranks and the tensor group's sums
-//! and gathers, the pipeline's messages. Our own rings and folds add in the same order
+//! all-reduce, the reduce-scatter and all-gather of sharded state, the fp16 ring's exchanges,
+//! Adasum's fold and pair exchanges, the hierarchical reduce and broadcast, the tensor group's
+//! sums and gathers (a checkpoint's, and weights.h5's a layer at a time), the pipeline's
+//! messages. Our own rings and folds add in the same order
 //! whatever the pieces (the same bits); MPI's collectives may pick another algorithm for a
 //! smaller message, which on 3 ranks may add in another order (float tolerance).
 
@@ -75,18 +75,17 @@ fn every_path_trains_the_same_in_pieces() {
 }
 
 /// A gathered checkpoint in pieces holds the same optimizer state as in one piece (rank 0
-/// receives each rank's part over several rounds of `MPI_Gatherv`): sharded state with tensor
-/// parallelism, whose checkpoints are gathered whole (without it, each rank writes its own
-/// part: `checkpoint::parts`).
+/// receives each tensor rank's part over several rounds of `MPI_Gatherv`): tensor parallelism
+/// without sharded state, whose checkpoints are gathered whole (sharded, each rank writes its
+/// own part: `checkpoint::parts`); weights.h5, each layer's slices gathered the same way, too.
 #[test]
-fn a_sharded_checkpoint_gathered_in_pieces_is_whole() {
+fn a_tensor_parallel_checkpoint_gathered_in_pieces_is_whole() {
     let _g = mpi_lock();
     let dir = scratch("pieces-checkpoint");
     let (x, y) = synthetic(ROWS, D, 3, 52);
     write_classes(&dir.join("d.h5"), &x, D, &y);
     job(&dir, &LAYERS, "d.h5", None, "");
-    let sets =
-        ["distribution.shard='optimizer'", "parallel.tensor=2", "checkpoint.every_steps=20", "checkpoint.keep=5"];
+    let sets = ["distribution.shard='none'", "parallel.tensor=2", "checkpoint.every_steps=20", "checkpoint.keep=5"];
     train(&dir, "whole", 4, &[], &sets);
     let (_, log) = train(&dir, "pieces", 4, &[PIECE], &sets);
     assert!(checkpoint_parts(&dir.join("pieces")).is_empty(), "gathered, not in parts\n{log}");
@@ -96,4 +95,6 @@ fn a_sharded_checkpoint_gathered_in_pieces_is_whole() {
         assert!(a.iter().any(|&v| v != 0.0), "{t} is all zeros");
         assert_eq!(a, b, "{t} gathered in pieces differs");
     }
+    let w = |out: &str| layer_tensors(&dir.join(out).join("weights.h5"), LAYERS.len() - 1);
+    assert_eq!(max_diff(&w("whole"), &w("pieces")), 0.0, "weights.h5 gathered in pieces differs");
 }

@@ -114,6 +114,17 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
     }
 }
 
+/// LARS (momentum, decay) and LAMB (decay) at learning rates large enough that a ratio from
+/// one rank's part of a tensor would move the weights elsewhere.
+const LARS: &[&str] = &[
+    "optimizer.kind='lars'",
+    "optimizer.lr=0.5",
+    "optimizer.trust_coefficient=0.02",
+    "optimizer.momentum=0.9",
+    "optimizer.weight_decay=0.001",
+];
+const LAMB: &[&str] = &["optimizer.kind='lamb'", "optimizer.lr=0.02", "optimizer.weight_decay=0.01"];
+
 /// LARS and LAMB scale each weight tensor by its whole norms, which no rank of a sharded run
 /// holds: the ranks' sums over their pieces are added over the data group. Each mode on 2, 3
 /// and 4 ranks (pieces that cut the weight tensors unevenly) ends where shard = "none" does, to
@@ -122,20 +133,8 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
 #[test]
 fn lars_and_lamb_train_as_unsharded() {
     let _g = mpi_lock();
-    let optimizers: [(&str, &[&str]); 2] = [
-        (
-            "lars",
-            &[
-                "optimizer.kind='lars'",
-                "optimizer.lr=0.5",
-                "optimizer.trust_coefficient=0.02",
-                "optimizer.momentum=0.9",
-                "optimizer.weight_decay=0.001",
-                "optimizer.global_clipnorm=0.5",
-            ],
-        ),
-        ("lamb", &["optimizer.kind='lamb'", "optimizer.lr=0.02", "optimizer.weight_decay=0.01"]),
-    ];
+    let lars_clipped: Vec<&str> = LARS.iter().copied().chain(["optimizer.global_clipnorm=0.5"]).collect();
+    let optimizers: [(&str, &[&str]); 2] = [("lars", &lars_clipped), ("lamb", LAMB)];
     for ranks in [2, 3, 4] {
         for (tag, opt) in optimizers {
             let dir = setup(&format!("shard-{tag}-{ranks}"));
@@ -168,20 +167,7 @@ fn lars_and_lamb_train_as_unsharded() {
 #[test]
 fn lars_and_lamb_with_tensor_parallelism_train_as_whole_tensors() {
     let _g = mpi_lock();
-    let optimizers: [(&str, &[&str]); 2] = [
-        (
-            "lars",
-            &[
-                "optimizer.kind='lars'",
-                "optimizer.lr=0.5",
-                "optimizer.trust_coefficient=0.02",
-                "optimizer.momentum=0.9",
-                "optimizer.weight_decay=0.001",
-            ],
-        ),
-        ("lamb", &["optimizer.kind='lamb'", "optimizer.lr=0.02", "optimizer.weight_decay=0.01"]),
-    ];
-    for (tag, opt) in optimizers {
+    for (tag, opt) in [("lars", LARS), ("lamb", LAMB)] {
         let dir = setup(&format!("tensor-{tag}"));
         // The same global batch on every layout: GLOBAL over the data ranks.
         let run = |out: &str, ranks: usize, data: usize, sets: &[&str]| {
