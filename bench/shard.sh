@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sharded state (distribution.shard, issue #50): for the 784-8192-8192-8192-10 MLP (141 M
 # parameters) with Adam, on 1, 2 and 4 ranks (oversubscribed past 2 on a 2-core machine), each
-# mode of hvtrain (none, optimizer, gradients, parameters) and, in the same run, PyTorch's counterparts on
+# mode of hvtrain (none, optimizer, gradients, parameters with and without prefetch) and, in the same run, PyTorch's counterparts on
 # the CPU over gloo (DDP, ZeroRedundancyOptimizer, FSDP2 SHARD_GRAD_OP and FULL_SHARD,
 # bench/torch_zero_peer.py): samples/s, this rank's model state as hvtrain logs it, peak RSS
 # per rank.
@@ -24,14 +24,19 @@ $BIN data shard data/fashion-mnist-train.h5 --parts 375 --out "$work/rows" 2> /d
 sed '/^test = /d' jobs/fashion-mnist.toml > "$work/job.toml"
 
 for n in $RANKS; do
-  modes="none optimizer gradients parameters"
+  # parameters-noprefetch: shard = "parameters" with distribution.prefetch = false (each layer
+  # gathered when used, none ahead on the gather thread).
+  modes="none optimizer gradients parameters parameters-noprefetch"
   [ "$n" = 1 ] && modes="none"  # one rank has nothing to divide
   for mode in $modes; do
+    prefetch=true
+    [ "$mode" = parameters-noprefetch ] && prefetch=false
     echo "hvtrain $n rank(s), shard = $mode" >&2
     mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -n "$n" $BIN train "$work/job.toml" \
       --set model.layers="[$LAYERS]" --set training.epochs="$EPOCHS" --set training.batch_size=$((GLOBAL / n)) \
       --set data.train="\"$work/rows/fashion-mnist-train-0.h5\"" --set optimizer.kind="'adam'" \
-      --set optimizer.lr=0.0001 --set optimizer.momentum=0.0 --set distribution.shard="'$mode'" \
+      --set optimizer.lr=0.0001 --set optimizer.momentum=0.0 --set distribution.shard="'${mode%-noprefetch}'" \
+      --set distribution.prefetch=$prefetch \
       --set checkpoint.every_minutes=0 --set output.tensorboard=false --set output.dir="\"$work/out-$n-$mode\"" \
       > "$work/hv-$n-$mode.log" 2>&1 || { echo "hvtrain $n $mode failed:"; tail -5 "$work/hv-$n-$mode.log"; }
   done
@@ -49,7 +54,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 mkdir -p bench/results
 for f in "$work"/hv-*.log "$work"/pt-*.log; do
   echo "== $(basename "$f" .log)"
-  grep -E "model state per rank|distribution.shard|peak memory per rank|samples/s \(|PEER_RESULT|rror" "$f" | cut -c1-400
+  grep -E "model state per rank|distribution.shard|peak memory per rank|samples/s \(|layer gathers|PEER_RESULT|rror" "$f" | cut -c1-400
 done > "bench/results/shard-$day.log"
 python3 - "$work" "$day" "$load_before" "$load_after" "$(git rev-parse --short HEAD)" "$RANKS" "$EPOCHS" <<'PY'
 import json, os, re, statistics, subprocess, sys
@@ -68,7 +73,8 @@ L = [f"# Sharded state (ZeRO stages 1 to 3) against PyTorch, {day}", "",
      "- samples/s: median of the epochs after the first; state/rank: hvtrain's start-up line (rank 0: params + grads "
      "+ optimizer); peak RSS: the largest over the ranks (hvtrain's `peak memory per rank` line, PyTorch's ru_maxrss, "
      "which includes about 700 MiB of PyTorch itself at 1 rank)", ""]
-PEER = {"none": "ddp", "optimizer": "zero", "gradients": "fsdp-grad", "parameters": "fsdp-full"}
+PEER = {"none": "ddp", "optimizer": "zero", "gradients": "fsdp-grad", "parameters": "fsdp-full",
+        "parameters-noprefetch": None}
 NAME = {"ddp": "DDP", "zero": "ZeroRedundancyOptimizer", "fsdp-grad": "FSDP2 SHARD_GRAD_OP", "fsdp-full": "FSDP2 FULL_SHARD"}
 def hv(n, mode):
     p = f"{work}/hv-{n}-{mode}.log"
@@ -78,9 +84,11 @@ def hv(n, mode):
     eps = [int(a) / float(b) for a, b in re.findall(r"\| (\d+) samples, [0-9.]+ samples/s \(([0-9.]+) s\)", log)]
     st = re.search(r"params ([0-9.]+) MiB, grads ([0-9.]+) MiB, optimizer ([0-9.]+) MiB \(([0-9.]+) MiB in all\)", log)
     mm = re.search(r"RSS \[([^\]]*)\]", log)
+    g = re.search(r"rank 0\] layer gathers \(shard = \"parameters\"\): (.*)", log)
     return {"rate": statistics.median(eps[1:] or eps) if eps else None,
             "state": st.groups() if st else None,
-            "rss": max(float(x) for x in mm.group(1).split(", ")) if mm else None}
+            "rss": max(float(x) for x in mm.group(1).split(", ")) if mm else None,
+            "gathers": g.group(1) if g else None}
 def pt(n, mode):
     p = f"{work}/pt-{n}-{mode}.log"
     if not os.path.exists(p):
@@ -95,16 +103,17 @@ for n in ranks.split():
           "|---|---:|---:|---|---:|---|---:|---:|---:|"]
     base = hv(n, "none")
     pbase = pt(n, "ddp")
-    for mode in ["none", "optimizer", "gradients", "parameters"]:
+    for mode in ["none", "optimizer", "gradients", "parameters", "parameters-noprefetch"]:
         h = hv(n, mode) if mode in PEER else None
         peer = PEER.get(mode, mode)
-        p = pt(n, peer)
+        p = pt(n, peer) if peer else None
         if h is None and p is None:
             continue
         if h and h["rate"]:
             s = h["state"] or ("?",) * 4
-            hcol = (f"{mode} | {h['rate']:,.1f} | {h['rate'] / base['rate']:.2f}× | {s[3]} ({s[0]} + {s[1]} + {s[2]}) | "
-                    f"{h['rss']:,.0f}" if base and base["rate"] else f"{mode} | {h['rate']:,.1f} | | | ")
+            label = "parameters, prefetch off" if mode == "parameters-noprefetch" else mode
+            hcol = (f"{label} | {h['rate']:,.1f} | {h['rate'] / base['rate']:.2f}× | {s[3]} ({s[0]} + {s[1]} + {s[2]}) | "
+                    f"{h['rss']:,.0f}" if base and base["rate"] else f"{label} | {h['rate']:,.1f} | | | ")
         else:
             hcol = f"{mode} | failed | | | "
         if p and "samples_per_sec" in p:
@@ -116,6 +125,11 @@ for n in ranks.split():
             pcol = " | | | "
         L.append(f"| {hcol} | {pcol} |")
         rows[f"{n}-{mode}"] = {"hvtrain": h, "torch": p}
+    L.append("")
+    for mode in ["parameters", "parameters-noprefetch"]:
+        h = hv(n, mode)
+        if h and h["gathers"]:
+            L.append(f"- {mode}, rank 0's layer gathers: {h['gathers']}")
     L.append("")
 torch_v = next((r["torch"]["torch"] for r in rows.values() if r["torch"] and "torch" in r["torch"]), "not run")
 L += [f"PyTorch {torch_v} (gloo). Raw lines: `bench/results/shard-{day}.log`.", ""]

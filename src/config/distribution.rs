@@ -101,6 +101,12 @@ pub struct DistributionCfg {
     /// part of the parameters: each layer is gathered just before it is used).
     #[serde(default)]
     pub shard: Shard,
+    /// With `shard = "parameters"`: gather the step's next layer on a thread of its own while
+    /// this one computes (FSDP's forward and backward prefetch), at the cost of a second
+    /// layer's window; needs MPI_THREAD_MULTIPLE and host memory (on a GPU, or without it,
+    /// each layer is gathered when used). Environment: HVTRAIN_PREFETCH (0/1).
+    #[serde(default = "super::yes")]
+    pub prefetch: bool,
 }
 
 /// `distribution.shard`: ZeRO stage 1 (`optimizer`, FSDP has none), 2 (`gradients`,
@@ -237,6 +243,7 @@ impl Default for DistributionCfg {
             servers: 1,
             staleness: 0,
             shard: Shard::None,
+            prefetch: true,
         }
     }
 }

@@ -15,6 +15,7 @@ const ENV_KEYS: &[(&str, &str, Unit)] = &[
     ("HVTRAIN_FIRST_BUCKET", "distribution.first_bucket_mb", Unit::BytesToMib(limits::FUSION_MB)),
     ("HVTRAIN_BUCKET_ORDER", "distribution.bucket_order", Unit::Word),
     ("HVTRAIN_OVERLAP", "distribution.overlap", Unit::Bool),
+    ("HVTRAIN_PREFETCH", "distribution.prefetch", Unit::Bool),
     ("HVTRAIN_COMPRESSION", "distribution.compression", Unit::Word),
     ("HVTRAIN_HIERARCHICAL_ALLREDUCE", "distribution.hierarchical", Unit::Bool),
     ("HVTRAIN_GPU_ALLREDUCE", "distribution.gpu_allreduce", Unit::Word),

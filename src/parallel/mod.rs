@@ -1,5 +1,6 @@
 //! Parallel execution across ranks: the MPI communicator (`comm`, the only MPI caller), the fusion plan
 //! (`fusion`), the communication engine that reduces buckets on its own thread (`engine`),
+//! the layer gathers' own thread (`gather`, sharded parameters' prefetch),
 //! compressed rings (`compress`), the rank grid and tensor groups (`grid`), the heartbeats that tell a slow rank from a gone one and end
 //! stalled jobs (`liveness`), the phases the waits record (`watchdog`, a deadline only without
 //! heartbeats) and the Chrome-trace timeline (`timeline`).
@@ -12,6 +13,7 @@ pub mod compress;
 pub mod engine;
 pub mod finish;
 pub mod fusion;
+pub mod gather;
 pub mod grid;
 pub mod liveness;
 pub mod pipe;

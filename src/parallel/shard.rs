@@ -182,6 +182,17 @@ impl Sharder {
         self.chan.rank
     }
 
+    /// Collective over the data group: another communicator of it (`MPI_Comm_dup`), for a
+    /// thread of its own (`gather::Gatherer`).
+    pub fn duplicate_channel(&self) -> Channel {
+        self.chan.duplicate()
+    }
+
+    /// How the pieces travel.
+    pub fn path(&self) -> Path {
+        self.path
+    }
+
     /// Collective over the data group: every rank's updated pieces of `params` (the whole
     /// arena, host memory) from the rank that updated them, bucket by bucket.
     pub fn gather_params(&self, params: &mut [f32]) {

@@ -11,6 +11,8 @@ use std::time::Instant;
 
 pub const MAIN_TID: u32 = 1;
 pub const COMM_TID: u32 = 2;
+/// The layer gathers of `shard = "parameters"` with prefetch (`gather.rs`).
+pub const GATHER_TID: u32 = 3;
 
 #[derive(Clone, Debug)]
 struct Event {
@@ -51,6 +53,7 @@ impl Timeline {
             serde_json::json!({"ph": "M", "name": "process_sort_index", "pid": rank, "args": {"sort_index": rank}}),
             serde_json::json!({"ph": "M", "name": "thread_name", "pid": rank, "tid": MAIN_TID, "args": {"name": "main (compute)"}}),
             serde_json::json!({"ph": "M", "name": "thread_name", "pid": rank, "tid": COMM_TID, "args": {"name": "communication"}}),
+            serde_json::json!({"ph": "M", "name": "thread_name", "pid": rank, "tid": GATHER_TID, "args": {"name": "layer gathers"}}),
         ];
         for e in self.events.lock().unwrap().iter() {
             v.push(serde_json::json!({

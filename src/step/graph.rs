@@ -163,7 +163,7 @@ where
             0 => Targets::Classes(&self.labels),
             n => Targets::Values(be.view(&self.values, 0..n)),
         };
-        let mut params = super::shard::step_params(&self.params, &mut self.shard);
+        let mut params = super::shard::step_params(&self.params, &mut self.shard, self.step);
         self.model.forward_tp(be, &mut params, &self.xs[key.xi], b, &mut self.ws, &mut self.tp)?;
         // On a GPU the loss's sums are read after backward and the optimizer are queued, so
         // that the GPU does not idle while the host waits for them (`Backend::*_later`).
@@ -179,7 +179,7 @@ where
             accumulate: false,
             announce,
         };
-        let mut params = super::shard::step_params(&self.params, &mut self.shard);
+        let mut params = super::shard::step_params(&self.params, &mut self.shard, self.step);
         self.model.backward_tp(be, &mut params, &self.xs[key.xi], b, &mut self.ws, &mut sink, &mut self.tp)?;
         Ok(now)
     }

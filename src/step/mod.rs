@@ -434,6 +434,8 @@ where
         assert!(batch.rows <= self.batch && batch.rows <= global_rows && global_rows > 0, "bad step row counts");
         self.step += 1;
         self.span(if batch.rows == 0 { "data wait (no rows left)" } else { "data wait" }, waited_since);
+        // Sharded parameters: the layers this step fetches, for the gathers to run ahead.
+        self.plan_step_fetches();
         if batch.rows > 0 && (self.tp.pipe.is_some() || self.micro > 1) {
             return self.run_pipelined(batch, global_rows);
         }

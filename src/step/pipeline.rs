@@ -165,7 +165,7 @@ where
             accumulate: true,
             announce,
         };
-        let mut params = super::shard::step_params(&self.params, &mut self.shard);
+        let mut params = super::shard::step_params(&self.params, &mut self.shard, self.step);
         self.model.backward_tp(&self.be, &mut params, &self.mx[w], r, &mut self.mws[w], &mut sink, &mut self.tp)?;
         if let Some(p) = self.tp.pipe.as_mut().filter(|p| !p.is_first()) {
             if !send_device(&self.be, p, self.mws[w].input_grad_buf(), r * inp, Dir::Backward)? {
@@ -202,7 +202,7 @@ where
             None => be.upload_into(&batch.x[r.start * inp..r.end * inp], &mut self.mx[w])?,
         }
         self.mws[w].set_rows(be, &batch.ids[r.clone()], self.step)?;
-        let mut params = super::shard::step_params(&self.params, &mut self.shard);
+        let mut params = super::shard::step_params(&self.params, &mut self.shard, self.step);
         self.model.forward_tp(be, &mut params, &self.mx[w], n, &mut self.mws[w], &mut self.tp)?;
         if !head {
             let p = self.tp.pipe.as_mut().expect("a stage before the last");

@@ -11,12 +11,15 @@
 use super::Stepper;
 use crate::device::Backend;
 use crate::error::Result;
+use crate::model::pipeline::{one_f_one_b, Op};
 use crate::model::{Held, Mlp, Params};
 use crate::optim::Optimizer;
 use crate::parallel::engine::HostBuf;
+use crate::parallel::gather::Gatherer;
 use crate::parallel::shard::{intersect, Sharder};
 use crate::parallel::timeline::Timeline;
 use crate::parallel::Engine;
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,29 +35,110 @@ pub struct Sharded<B: Backend> {
     window: Option<Window<B>>,
 }
 
-/// One layer's parameters gathered from every rank's pieces (`shard = "parameters"`).
+/// The layers gathered from every rank's pieces (`shard = "parameters"`): one buffer, or two
+/// with prefetch, where the next layer of the step's plan is gathered on the gather thread
+/// (`parallel::gather`) while the layer fetched last computes.
 pub(super) struct Window<B: Backend> {
-    /// The largest layer slot's length.
-    buf: B::Buf,
-    /// Host staging for the gather when `buf` is on a GPU.
+    /// Each the largest layer slot's length; None while on the gather thread.
+    bufs: Vec<Option<B::Buf>>,
+    /// The layer each buffer holds and that layer's slot in the arena, until the parameters
+    /// change (None: none).
+    held: Vec<Option<(usize, Range<usize>)>>,
+    /// The buffer of the layer fetched last.
+    cur: usize,
+    /// Host staging for the gather when the buffers are on a GPU (gathered when fetched there).
     host: Vec<f32>,
-    /// The layer `buf` holds, until the parameters change (None: none).
-    at: Option<usize>,
-    /// That layer's slot in the arena.
-    slot: Range<usize>,
+    /// Prefetch: the gather thread (None: each layer gathered when fetched, on the main
+    /// thread), the layer in flight on it (in the buffer that is not `cur`), and the fetches
+    /// the step will make next, in order (`plan`; the same on every rank).
+    ahead: Option<Gatherer<B::Buf>>,
+    flying: Option<usize>,
+    plan: VecDeque<usize>,
+    /// What the fetches found (`GatherCounts`).
+    counts: GatherCounts,
+}
+
+/// What the layer fetches of `shard = "parameters"` found, since the start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GatherCounts {
+    /// Fetches of a layer other than the one fetched last (each needs the layer gathered).
+    pub fetched: u64,
+    /// Of those: gathered ahead, while the layer before computed.
+    pub ahead: u64,
+    /// Of those: still held in the second window (gathered before, the parameters unchanged).
+    pub held: u64,
+    /// Gathers made ahead for a fetch that did not come (the next fetch was another layer).
+    pub wasted: u64,
+}
+
+impl<B: Backend> Window<B> {
+    /// The fetches to come, in order (replacing any left), for the prefetch to run ahead of.
+    pub(super) fn plan(&mut self, order: impl IntoIterator<Item = usize>) {
+        self.plan.clear();
+        self.plan.extend(order);
+    }
+
+    /// The parameters changed: nothing held is current (a gather in flight is waited for, as
+    /// every rank started it, and dropped).
+    fn invalidate(&mut self) {
+        if let (Some(_), Some(g)) = (self.flying.take(), self.ahead.as_mut()) {
+            let o = 1 - self.cur;
+            self.bufs[o] = Some(g.wait());
+            self.counts.wasted += 1;
+        }
+        self.held.iter_mut().for_each(|h| *h = None);
+        self.plan.clear();
+    }
+
+    /// The layer fetched last, if current.
+    fn current(&self) -> Option<usize> {
+        self.held[self.cur].as_ref().map(|(l, _)| *l)
+    }
+
+    /// Layer `l` fetched: its plan entry taken (a fetch the plan did not foresee ends the plan).
+    fn advance(&mut self, l: usize) {
+        if self.plan.front() == Some(&l) {
+            self.plan.pop_front();
+        } else {
+            self.plan.clear();
+        }
+    }
+
+    /// Start gathering the plan's next layer other than the current one into the other
+    /// buffer, unless it is there or a gather is in flight.
+    fn prefetch(&mut self, be: &B, model: &Mlp, pieces: &B::Buf, sharder: &Sharder, step: u64) -> Result<()> {
+        let (Some(g), None) = (self.ahead.as_mut(), self.flying) else { return Ok(()) };
+        let now = self.held[self.cur].as_ref().map(|(l, _)| *l);
+        let Some(&next) = self.plan.iter().find(|&&x| Some(x) != now) else { return Ok(()) };
+        let o = 1 - self.cur;
+        if self.held[o].as_ref().is_some_and(|(l, _)| *l == next) {
+            return Ok(());
+        }
+        let slot = model.slot(next);
+        let mut buf = self.bufs[o].take().expect("the other buffer is home");
+        let segments = own_part(be, pieces, sharder, &slot, &mut buf.host_mut()[..slot.len()])?;
+        g.start_gather(buf, segments, format!("all-gather layer {next} (ahead)"), step);
+        self.held[o] = None;
+        self.flying = Some(next);
+        Ok(())
+    }
 }
 
 /// The parameters of a step as forward and backward read them: the whole arena, or this
 /// rank's pieces with a layer gathered at a time.
 pub(super) enum StepParams<'a, B: Backend> {
     Held(Held<'a, B>),
-    Gathered { pieces: &'a B::Buf, sharder: &'a Sharder, win: &'a mut Window<B> },
+    Gathered { pieces: &'a B::Buf, sharder: &'a Sharder, win: &'a mut Window<B>, step: u64 },
 }
 
 /// `params` (a stepper's) as a `model::Params`, gathered where `shard` says so.
-pub(super) fn step_params<'a, B: Backend>(params: &'a B::Buf, shard: &'a mut Option<Sharded<B>>) -> StepParams<'a, B> {
+pub(super) fn step_params<'a, B: Backend>(
+    params: &'a B::Buf,
+    shard: &'a mut Option<Sharded<B>>,
+    step: u64,
+) -> StepParams<'a, B> {
     match shard {
-        Some(Sharded { sharder, window: Some(win), .. }) => StepParams::Gathered { pieces: params, sharder, win },
+        Some(Sharded { sharder, window: Some(win), .. }) => StepParams::Gathered { pieces: params, sharder, win, step },
         _ => StepParams::Held(Held(params)),
     }
 }
@@ -64,33 +148,64 @@ where
     B::Buf: HostBuf,
 {
     fn fetch(&mut self, be: &B, model: &Mlp, l: usize) -> Result<()> {
-        let StepParams::Gathered { pieces, sharder, win } = self else { return Ok(()) };
-        if win.at == Some(l) {
-            return Ok(());
+        let StepParams::Gathered { pieces, sharder, win, step } = self else { return Ok(()) };
+        if win.current() != Some(l) {
+            win.counts.fetched += 1;
+            let slot = model.slot(l);
+            if win.ahead.is_none() {
+                win.held[0] = None;
+                let buf = win.bufs[0].as_mut().expect("one buffer, never away");
+                let on_host = be.device_ordinal().is_none();
+                let host: &mut [f32] =
+                    if on_host { &mut buf.host_mut()[..slot.len()] } else { &mut win.host[..slot.len()] };
+                gather_slot(be, pieces, sharder, &slot, host)?;
+                if !on_host {
+                    be.upload_into(&win.host[..slot.len()], buf)?;
+                }
+                win.held[0] = Some((l, slot));
+            } else {
+                let o = 1 - win.cur;
+                let g = win.ahead.as_mut().expect("checked above");
+                let flew = win.flying.take();
+                if let Some(x) = flew {
+                    win.bufs[o] = Some(g.wait());
+                    win.held[o] = Some((x, model.slot(x)));
+                }
+                if win.held[o].as_ref().is_some_and(|(h, _)| *h == l) {
+                    if flew == Some(l) {
+                        win.counts.ahead += 1;
+                    } else {
+                        win.counts.held += 1;
+                    }
+                } else {
+                    win.counts.wasted += u64::from(flew.is_some());
+                    // Not gathered ahead: gathered now, on the thread all the same, whose
+                    // communicator keeps every rank's gathers in one order.
+                    let mut buf = win.bufs[o].take().expect("the other buffer is home");
+                    let segments = own_part(be, pieces, sharder, &slot, &mut buf.host_mut()[..slot.len()])?;
+                    g.start_gather(buf, segments, format!("all-gather layer {l}"), *step);
+                    win.bufs[o] = Some(g.wait());
+                    win.held[o] = Some((l, slot));
+                }
+                win.cur = o;
+            }
         }
-        win.at = None;
-        let slot = model.slot(l);
-        let on_host = be.device_ordinal().is_none();
-        let host: &mut [f32] =
-            if on_host { &mut win.buf.host_mut()[..slot.len()] } else { &mut win.host[..slot.len()] };
-        gather_slot(be, pieces, sharder, &slot, host)?;
-        if !on_host {
-            be.upload_into(&win.host[..slot.len()], &mut win.buf)?;
-        }
-        (win.at, win.slot) = (Some(l), slot);
-        Ok(())
+        win.advance(l);
+        win.prefetch(be, model, pieces, sharder, *step)
     }
 
     fn view(&self, be: &B, r: Range<usize>) -> B::View<'_> {
         match self {
             StepParams::Held(h) => h.view(be, r),
             StepParams::Gathered { win, .. } => {
-                let s = &win.slot;
+                let held = win.held[win.cur].as_ref();
+                let s = held.map_or(0..0, |(_, s)| s.clone());
                 assert!(
-                    win.at.is_some() && s.start <= r.start && r.end <= s.end,
+                    held.is_some() && s.start <= r.start && r.end <= s.end,
                     "{r:?} read outside the layer gathered last"
                 );
-                be.view(&win.buf, r.start - s.start..r.end - s.start)
+                let buf = win.bufs[win.cur].as_ref().expect("the current buffer is home");
+                be.view(buf, r.start - s.start..r.end - s.start)
             }
         }
     }
@@ -119,7 +234,24 @@ pub(super) fn gather_slot<B: Backend>(
     slot: &Range<usize>,
     out: &mut [f32],
 ) -> Result<()> {
+    for (seg, counts) in own_part(be, pieces, sharder, slot, out)? {
+        sharder.all_gather(&mut out[seg], &counts);
+    }
+    Ok(())
+}
+
+/// This rank's part of arena range `slot` into `out` (its length), read from `pieces` (its
+/// pieces end to end); returns the segments of `out` to all-gather, each with its parts'
+/// lengths in rank order (one segment per bucket the slot overlaps).
+fn own_part<B: Backend>(
+    be: &B,
+    pieces: &B::Buf,
+    sharder: &Sharder,
+    slot: &Range<usize>,
+    out: &mut [f32],
+) -> Result<Vec<(Range<usize>, Vec<usize>)>> {
     let (lay, me) = (&sharder.layout, sharder.rank());
+    let mut segments = Vec::new();
     let mut at = 0; // where this rank's piece of bucket b starts in `pieces`
     for (b, bucket) in lay.buckets.iter().enumerate() {
         let piece = lay.piece(b, me);
@@ -131,11 +263,11 @@ pub(super) fn gather_slot<B: Backend>(
                 let from = at + mine.start - piece.start..at + mine.end - piece.start;
                 be.download(pieces, from, &mut out[mine.start - slot.start..mine.end - slot.start])?;
             }
-            sharder.all_gather(&mut out[seg.start - slot.start..seg.end - slot.start], &counts);
+            segments.push((seg.start - slot.start..seg.end - slot.start, counts));
         }
         at += piece.len();
     }
-    Ok(())
+    Ok(segments)
 }
 
 impl<B: Backend> Stepper<B>
@@ -159,6 +291,8 @@ where
     /// a whole arena, or drawn by `Mlp::init_pieces`), and gathers each layer into a window
     /// before forward or backward reads it. The optimizer must update the pieces where they
     /// are kept (`Optimizer::set_pieces_kept`).
+    /// `prefetch`: gather the next layer of the step on a thread of its own (collective over
+    /// the data group, which must agree; host memory only) while this one computes.
     #[allow(clippy::too_many_arguments)]
     pub fn new_sharded(
         be: B,
@@ -169,18 +303,36 @@ where
         batch: usize,
         timeline: Option<Arc<Timeline>>,
         sharder: Sharder,
+        prefetch: bool,
     ) -> Result<Stepper<B>> {
         let len: usize = sharder.own().iter().map(|(r, _)| r.len()).sum();
         assert_eq!(pieces.len(), len, "pieces of another layout");
         assert!(opt.pieces_kept(), "sharded parameters need an optimizer of their pieces");
+        assert!(!prefetch || be.device_ordinal().is_none(), "the layers are prefetched into host memory only");
         let pieces = nonempty(pieces);
-        let mut st = Stepper::build(be, model, &pieces, opt, engine, batch, timeline)?;
+        let mut st = Stepper::build(be, model, &pieces, opt, engine, batch, timeline.clone())?;
         drop(pieces);
+        let ahead = prefetch.then(|| Gatherer::start(sharder.duplicate_channel(), sharder.path(), timeline));
         st.set_shard(sharder, true);
-        let _a = crate::mem::allocating("one layer's window of the gathered parameters");
         let most = st.model.largest_slot().max(1);
+        let n = if prefetch { 2 } else { 1 };
+        let _a = crate::mem::allocating(if prefetch {
+            "two layers' windows of the gathered parameters (one prefetched)"
+        } else {
+            "one layer's window of the gathered parameters"
+        });
         let host = if st.be.device_ordinal().is_some() { crate::mem::zeros(most)? } else { Vec::new() };
-        let win = Window { buf: st.be.zeros(most)?, host, at: None, slot: 0..0 };
+        let bufs = (0..n).map(|_| st.be.zeros(most).map(Some)).collect::<Result<Vec<_>>>()?;
+        let win = Window {
+            bufs,
+            held: vec![None; n],
+            cur: 0,
+            host,
+            ahead,
+            flying: None,
+            plan: VecDeque::new(),
+            counts: GatherCounts::default(),
+        };
         st.shard.as_mut().expect("set above").window = Some(win);
         Ok(st)
     }
@@ -222,11 +374,40 @@ where
     /// as forward reads them in a step, each layer gathered from the data ranks' pieces into
     /// the window when fetched (collective over the data group; evaluation without the whole
     /// model). None where the parameters are held whole or model parallelism splits them.
-    pub fn gathered_params(&mut self) -> Option<(&B, impl Params<B> + '_)> {
+    /// `plan`: the layers the caller will fetch, in order (the same on every rank), for the
+    /// prefetch to run ahead of.
+    pub fn gathered_params(&mut self, plan: &[usize]) -> Option<(&B, impl Params<B> + '_)> {
         if !self.params_sharded() || !self.tp.is_whole() {
             return None;
         }
-        Some((&self.be, step_params(&self.params, &mut self.shard)))
+        if let Some(w) = self.shard.as_mut().and_then(|s| s.window.as_mut()) {
+            w.plan(plan.iter().copied());
+        }
+        Some((&self.be, step_params(&self.params, &mut self.shard, self.step)))
+    }
+
+    /// With `shard = "parameters"`: what the layer fetches found since the start, and the time
+    /// the main thread waited for the gather thread. None otherwise.
+    pub fn gather_counts(&self) -> Option<(GatherCounts, std::time::Duration)> {
+        let w = self.shard.as_ref()?.window.as_ref()?;
+        Some((w.counts, w.ahead.as_ref().map_or(std::time::Duration::ZERO, |g| g.waited)))
+    }
+
+    /// The fetches of one training step, in order (`Params::fetch`): forward then backward, or
+    /// each micro-batch's half in the pipeline schedule's order; for the prefetch.
+    pub(super) fn plan_step_fetches(&mut self) {
+        let Some(w) = self.shard.as_mut().and_then(|s| s.window.as_mut()) else { return };
+        let (fw, bw) = (self.model.forward_fetches(), self.model.backward_fetches());
+        if self.tp.pipe.is_none() && self.micro == 1 {
+            w.plan(fw.into_iter().chain(bw));
+            return;
+        }
+        let (stage, stages) = self.tp.pipe.as_ref().map_or((0, 1), |p| (p.stage, p.stages));
+        let order = one_f_one_b(stage, stages, self.micro).into_iter().flat_map(|op| match op {
+            Op::Forward(_) => fw.clone(),
+            Op::Backward(_) => bw.clone(),
+        });
+        w.plan(order);
     }
 
     /// Collective over the data group (sharded state): the largest `n` over its ranks.
@@ -281,7 +462,7 @@ where
         if backward {
             order.extend(self.model.backward_fetches());
         }
-        let mut p = step_params(&self.params, &mut self.shard);
+        let mut p = step_params(&self.params, &mut self.shard, self.step);
         for l in order {
             p.fetch(&self.be, &self.model, l)?;
         }
@@ -316,8 +497,8 @@ where
     pub(super) fn gather_params(&mut self) -> Result<()> {
         let Some(sh) = &mut self.shard else { return Ok(()) };
         if let Some(w) = &mut sh.window {
-            // Each layer is gathered before it is next read; the one held is out of date.
-            w.at = None;
+            // Each layer is gathered before it is next read; those held are out of date.
+            w.invalidate();
             return Ok(());
         }
         let t = Instant::now();

@@ -114,9 +114,13 @@ pub(super) fn build<'a, B: Backend>(
         Some(sh) if scatter => shard::reduced_lens(&sh.layout, sh.rank()),
         _ => plan.buckets.iter().map(|r| r.len()).collect(),
     };
-    log_shard(comm, job, grid.data, scatter, grid.replica() == 1);
+    // Layer gathers ahead of their use on a thread of their own: beside the main thread's and
+    // the communication thread's MPI calls (MPI_THREAD_MULTIPLE), into host memory.
+    let multiple = comm.threading == mpi::Threading::Multiple;
+    let prefetch = params_sharded && d.prefetch && multiple && be.device_ordinal().is_none();
+    log_shard(comm, job, grid.data, scatter, prefetch, grid.replica() == 1);
     let alloc = crate::step::bucket_buffers_sized(&be, &plan, &reduced)?;
-    let overlap = overlap(comm, job, grid.data, grid.replica());
+    let overlap = overlap(comm, job, grid.data, grid.replica() > 1 || params_sharded);
     let engine = Engine::new(reducer, plan, overlap, timeline.clone(), Some(watchdog.share()), alloc);
     drop(p);
     // scale_lr_by_world_size: × (global batch / batch_size), the data-parallel degree the run
@@ -159,7 +163,7 @@ pub(super) fn build<'a, B: Backend>(
             } else {
                 crate::step::pieces_of(&sh, &start.params)
             };
-            Stepper::new_sharded(be, model, pieces, opt, engine, sched.batch, timeline.clone(), sh)?
+            Stepper::new_sharded(be, model, pieces, opt, engine, sched.batch, timeline.clone(), sh, prefetch)?
         }
         shard => {
             let mut st = Stepper::new(be, model, &start.params, opt, engine, sched.batch, timeline.clone())?;
@@ -203,7 +207,7 @@ pub(super) fn build<'a, B: Backend>(
 }
 
 /// Rank 0 says how the state is divided (`distribution.shard`), or why it is not.
-fn log_shard(comm: &Comm, job: &Job, data: usize, scatter: bool, no_model_parallelism: bool) {
+fn log_shard(comm: &Comm, job: &Job, data: usize, scatter: bool, prefetch: bool, no_model_parallelism: bool) {
     let s = job.distribution.shard;
     if comm.rank != 0 || !s.optimizer() {
         return;
@@ -233,12 +237,23 @@ fn log_shard(comm: &Comm, job: &Job, data: usize, scatter: bool, no_model_parall
             "; evaluation and checkpoints never hold the whole model either (each layer gathered as evaluation reads \
              it; checkpoints written in parts, every rank its own)"
         } else {
-            "; evaluation and checkpoints gather the whole model (with tensor or pipeline parallelism)"
+            "; checkpoints written in parts, every rank its own; evaluation gathers each rank's tensor shard or \
+             pipeline stage whole"
+        };
+        let ahead = if prefetch {
+            "the step's next layer gathered on a thread of its own while this one computes, two layers held at a \
+             time"
+        } else if !job.distribution.prefetch {
+            "one layer held at a time (distribution.prefetch = false)"
+        } else if comm.threading != mpi::Threading::Multiple {
+            "one layer held at a time (no prefetch: MPI granted no MPI_THREAD_MULTIPLE)"
+        } else {
+            "one layer held at a time (no prefetch on a GPU)"
         };
         info!(
             "distribution.shard = \"parameters\": the parameters, the optimizer state and update divided over {data} \
              data-parallel ranks (each fusion bucket split into one piece per rank); {grads}; each layer gathered from \
-             the ranks' pieces just before forward and backward read it, one layer held at a time ({gather}; \
+             the ranks' pieces before forward and backward read it, {ahead} ({gather}; \
              HVTRAIN_SHARD_COLLECTIVES=ring|mpi){eval}"
         );
         return;
@@ -404,17 +419,18 @@ fn my_facts<B: Backend>(be: &B, comm: &Comm, wanted: bool) -> gpu_path::Facts {
 }
 
 /// Whether buckets are reduced on a communication thread during backward. One data-parallel
-/// rank has nothing to overlap. Under tensor or pipeline parallelism the main thread's
-/// activation all-reduces and messages run beside the communication thread's, which needs
+/// rank has nothing to overlap. Where the main thread makes MPI calls during backward
+/// (`main_calls_mpi`: tensor or pipeline parallelism's activation sums and messages, sharded
+/// parameters' layer gathers), they run beside the communication thread's, which needs
 /// MPI_THREAD_MULTIPLE.
-fn overlap(comm: &Comm, job: &Job, data: usize, replica: usize) -> bool {
+fn overlap(comm: &Comm, job: &Job, data: usize, main_calls_mpi: bool) -> bool {
     let asked = job.distribution.overlap && data > 1;
     let multiple = comm.threading == mpi::Threading::Multiple;
-    let on = asked && (replica == 1 || multiple);
+    let on = asked && (!main_calls_mpi || multiple);
     if comm.rank == 0 && asked && !on {
         info!(
-            "overlap off: under tensor or pipeline parallelism the main thread's MPI calls would run beside the \
-             communication thread's, and MPI granted {:?}, not MPI_THREAD_MULTIPLE",
+            "overlap off: under tensor or pipeline parallelism, or with shard = \"parameters\", the main thread's MPI \
+             calls would run beside the communication thread's, and MPI granted {:?}, not MPI_THREAD_MULTIPLE",
             comm.threading
         );
     }

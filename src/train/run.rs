@@ -408,6 +408,20 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             // The proof that the tiles ran (tests and the bench read it).
             info!("AMX: {ops} tile products (TDPBF16PS) in {gemms} matrix products on this rank");
         }
+        if let Some((c, waited)) = self.st.gather_counts() {
+            // Every rank's: a pipeline stage's layers and waits are its own.
+            info!(
+                "layer gathers (shard = \"parameters\"): {} layers fetched: {} gathered ahead while the layer before \
+                 computed, {} still held in the second window, {} gathered when fetched ({} gathered ahead and not \
+                 used); the main thread waited {:.3} s for the gather thread",
+                c.fetched,
+                c.ahead,
+                c.held,
+                c.fetched - c.ahead - c.held,
+                c.wasted,
+                waited.as_secs_f64()
+            );
+        }
         super::log_peak_memory(self.mode.trainers());
         // The model's weights on rank 0 (keep_best: the best epoch's, copied there).
         let path = self.out_dir.join("weights.h5");

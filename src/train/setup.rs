@@ -58,7 +58,10 @@ impl Setup {
             tensor.set_pipeline(PipeLink::new(pipe_chan), &stages);
         }
         let model = tensor.local_model();
-        let state = state_bytes(job, &model, grid.data);
+        // Sharded parameters' prefetch holds a second layer (allreduce.rs: where MPI grants
+        // MPI_THREAD_MULTIPLE; on a GPU, which gathers without it, one layer less than counted).
+        let windows = if job.distribution.prefetch && comm.threading == mpi::Threading::Multiple { 2 } else { 1 };
+        let state = state_bytes(job, &model, grid.data, windows);
         crate::mem::set_state(state, grid.tensor * job.parallel.pipeline);
         if comm.rank == 0 {
             let shard = job.distribution.shard;
@@ -193,8 +196,9 @@ pub(super) struct Data {
 
 /// What this rank's model state costs: its parameters, two gradient buffers per bucket, and the
 /// optimizer's state (with LAMB's scratch), in host or device memory; with `distribution.shard` over `data` ranks,
-/// the optimizer state (and with "gradients" the reduced buckets) of the largest part.
-pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize) -> crate::mem::StateBytes {
+/// the optimizer state (and with "gradients" the reduced buckets) of the largest part, and with
+/// "parameters" the `windows` layers gathered at a time.
+pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize, windows: usize) -> crate::mem::StateBytes {
     let n = model.n_params;
     let shard = job.distribution.shard;
     let part = if shard.optimizer() && data > 1 { n.div_ceil(data) } else { n };
@@ -212,8 +216,8 @@ pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize) -> crate::mem::St
         s.grads = 4 * (n + part);
     }
     if shard == crate::config::Shard::Parameters && data > 1 {
-        // Its pieces, and the window the largest layer is gathered into.
-        s.params = 4 * (part + model.largest_slot());
+        // Its pieces, and the windows the largest layer is gathered into.
+        s.params = 4 * (part + windows * model.largest_slot());
     }
     s
 }

@@ -81,6 +81,34 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
             assert!(log.contains("each data rank drew its own pieces from the seed"), "{log}");
             // weights.h5 (compared below) gathered and written one layer at a time.
             assert!(log.contains("weights.h5: gathered and written one layer at a time"), "{log}");
+            // The step's next layer gathered ahead on the gather thread (all but each step's and
+            // each evaluation's first; backward's second layer still held from forward); the
+            // same fetches and the same bits without it, every layer then gathered when fetched.
+            assert!(log.contains("gathered on a thread of its own while this one computes"), "{log}");
+            let [fetched, ahead, held, wasted] = gathers(&log);
+            assert!(ahead > 0 && held > 0, "{tag} on {ranks} ranks: nothing gathered ahead: {log}");
+            assert!(2 * (ahead + held) >= fetched && wasted == 0, "{tag} on {ranks} ranks: {log}");
+            let sets = with("parameters");
+            let sets: Vec<&str> = sets.iter().map(|s| s.as_str()).chain(["distribution.prefetch=false"]).collect();
+            let (plain_w, log) = train(&dir, "parameters-plain", ranks, &[], &sets);
+            assert!(log.contains("one layer held at a time (distribution.prefetch = false)"), "{log}");
+            assert_eq!(
+                gathers(&log),
+                [fetched, 0, 0, 0],
+                "{tag} on {ranks} ranks: the same fetches, all gathered then"
+            );
+            assert_eq!(max_diff(&plain_w, &param_w), 0.0, "{tag} on {ranks} ranks: prefetch changed the training");
+            if ranks == 2 {
+                // An MPI without MPI_THREAD_MULTIPLE: no gather thread, and no communication
+                // thread either (the main thread's gathers would run beside its calls).
+                let sets = with("parameters");
+                let sets: Vec<&str> = sets.iter().map(|s| s.as_str()).collect();
+                let env = [("HVTRAIN_MPI_THREADS", "serialized")];
+                let (serial_w, log) = train(&dir, "parameters-serialized", ranks, &env, &sets);
+                assert!(log.contains("no prefetch: MPI granted no MPI_THREAD_MULTIPLE"), "{log}");
+                assert!(log.contains("overlap off") && log.contains("shard = \"parameters\""), "{log}");
+                assert_eq!(max_diff(&serial_w, &param_w), 0.0, "{tag}: serialized MPI changed the training");
+            }
 
             // MPI's own reduce-scatter and all-gather (HVTRAIN_SHARD_COLLECTIVES=mpi) instead of the ring.
             let sets = with("gradients");
@@ -112,6 +140,26 @@ fn each_mode_trains_as_unsharded_on_two_and_three_ranks() {
             }
         }
     }
+}
+
+/// The log's layer gathers (shard = "parameters"), every rank's: layers fetched, gathered
+/// ahead, still held in the second window, gathered ahead and not used.
+fn gathers_all(log: &str) -> Vec<[u64; 4]> {
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("layer gathers (shard")).collect();
+    assert!(!lines.is_empty(), "no gathers line: {log}");
+    let count = |line: &str, what: &str| -> u64 {
+        let head = line.split(what).next().unwrap_or_else(|| panic!("no {what:?} in {line}"));
+        head.rsplit(|c: char| !c.is_ascii_digit()).find(|w| !w.is_empty()).and_then(|w| w.parse().ok()).expect(what)
+    };
+    let what = [" layers fetched", " gathered ahead while", " still held", " gathered ahead and not used"];
+    lines.into_iter().map(|l| what.map(|w| count(l, w))).collect()
+}
+
+/// `gathers_all` of a run whose ranks all fetch alike (one pipeline stage): the one count.
+fn gathers(log: &str) -> [u64; 4] {
+    let all = gathers_all(log);
+    assert!(all.iter().all(|c| *c == all[0]), "ranks fetched differently: {all:?}");
+    all[0]
 }
 
 /// LARS (momentum, decay) and LAMB (decay) at learning rates large enough that a ratio from
@@ -385,6 +433,13 @@ fn shards_compose_with_model_parallelism_accumulation_and_bf16() {
             assert!(log.contains(&format!("divided over {data} data-parallel ranks")), "{tag}: {log}");
             let d = max_diff(&none, &sharded);
             eprintln!("{tag}: shard = {mode} differs by {d:e}");
+            if mode == "parameters" {
+                // The plan foresaw every fetch (micro-batches, pipeline schedule, ranks without
+                // rows): layers gathered ahead, none of them for nothing.
+                let all = gathers_all(&log);
+                eprintln!("{tag}: each rank's layers fetched, gathered ahead, held, not used: {all:?}");
+                assert!(all.iter().any(|c| c[1] > 0) && all.iter().all(|c| c[3] == 0), "{tag}: {log}");
+            }
             if data == 2 {
                 assert_eq!(d, 0.0, "{tag}: shard = {mode} changed the training");
             } else {

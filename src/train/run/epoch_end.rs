@@ -184,11 +184,13 @@ impl<B: Backend, M: Mode<B>> Run<'_, B, M> {
     fn evaluate(&mut self, validation: bool) -> Result<Vec<f64>> {
         let shard = if validation { &self.validation } else { &self.test };
         let Some(sh) = shard else { return Ok(Vec::new()) };
-        if self.st.gathered_params().is_some() {
+        if self.st.gathered_params(&[]).is_some() {
             // shard = "parameters": each layer gathered as the forward reads it, never the whole model.
             let most = self.st.most_over_data_ranks(crate::eval::chunks(sh));
             let model = self.st.model().clone();
-            let (be, mut params) = self.st.gathered_params().expect("checked above");
+            // Every chunk's forward fetches, for the gathers to run ahead.
+            let plan: Vec<usize> = (0..most).flat_map(|_| model.forward_fetches()).collect();
+            let (be, mut params) = self.st.gathered_params(&plan).expect("checked above");
             return crate::eval::evaluate_gathered(be, &model, &mut params, sh, most);
         }
         let (model, params) = (self.st.model().clone(), self.st.params_host()?);
