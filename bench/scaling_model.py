@@ -26,9 +26,14 @@ and adds an all-gather of every bucket's updated pieces after the step, not over
 "gradients" reduce-scatters each bucket instead (half an all-reduce's traffic, overlapped as
 the all-reduce is) and adds the same all-gather; "parameters" reduce-scatters as "gradients"
 does, gathers no whole model after the step, and instead gathers each layer just before it is
-read, not overlapped (hvtrain waits for it): every layer in forward, then in backward the
-layers from the second-to-last down to the second (the last is still held from forward; the
-first needs no input gradient):
+read: every layer in forward, then in backward the layers from the second-to-last down to the
+second (the last is still held from forward; the first needs no input gradient). Without
+prefetch (`distribution.prefetch = false`) every gather is exposed. With it (the default,
+`prefetch=True`) the next layer's gather runs on its own thread while the current layer
+computes, one at a time: only the first layer's gather, and whatever part of a gather outlasts
+the layer computed beside it, is exposed; backward's second-to-last layer is still held in the
+second window (no gather). The gathers' share of the links with the backward's reduce-scatter
+is not modelled.
     reduce_scatter(bytes, p) = all_gather(bytes, p) = ceil(log2 p)*alpha + (p-1)/p * bytes / bw
 """
 import argparse, json, math, statistics
@@ -77,9 +82,31 @@ def flops(layers, batch):
     return fwd, bwd
 
 
-def step_time(model, p, alpha, bw, overlap, compute_s=None, shard="none"):
+def exposed_gathers(gathers, computes):
+    """The main thread's wait for a sequence of layer gathers with prefetch: fetch k needs
+    gather k (None: held, no gather), then computes computes[k]; gather k+1 starts on the
+    gather thread when fetch k has its layer (one gather at a time)."""
+    t, waited, thread_free = 0.0, 0.0, 0.0
+    ready = None  # when the gather started ahead for the next fetch is done
+    for k, g in enumerate(gathers):
+        if g is not None:
+            done = ready if ready is not None else max(t, thread_free) + g
+            waited += max(0.0, done - t)
+            t = max(t, done)
+            thread_free = t
+        ready = None
+        nxt = next((x for x in gathers[k + 1:] if x is not None), None)
+        if nxt is not None and gathers[k + 1] is not None:
+            ready = max(t, thread_free) + nxt
+            thread_free = ready
+        t += computes[k]
+    return waited
+
+
+def step_time(model, p, alpha, bw, overlap, compute_s=None, shard="none", prefetch=True):
     """(step, communication total, exposed, buckets) in seconds; compute_s overrides the
-    model's; shard: "none", "optimizer", "gradients" or "parameters" (see the module's doc)."""
+    model's; shard: "none", "optimizer", "gradients" or "parameters" (see the module's doc);
+    prefetch: "parameters"' gathers ahead on their own thread."""
     model = dict(model, compute_s=model["compute_s"] if compute_s is None else compute_s)
     layers, batch = model["layers"], model["batch_per_rank"]
     buckets = plan(tensors(layers), model["threshold_bytes"])
@@ -89,7 +116,9 @@ def step_time(model, p, alpha, bw, overlap, compute_s=None, shard="none"):
         # Each layer gathered before it is read: forward, then backward's layers n-2 .. 1.
         n = len(layers) - 1
         size = [4 * (layers[l] * layers[l + 1] + layers[l + 1]) for l in range(n)]
-        gather = sum(half(size[l], p, alpha, bw) for l in list(range(n)) + list(range(n - 2, 0, -1)))
+        order = list(range(n)) + list(range(n - 2, 0, -1))
+        gather_all = sum(half(size[l], p, alpha, bw) for l in order)
+        gather = gather_all
     elif shard != "none":
         # The updated pieces all-gathered after the step, bucket by bucket, nothing to hide them.
         gather = sum(half(sum(t[0] for t in b), p, alpha, bw) for b in buckets)
@@ -103,6 +132,15 @@ def step_time(model, p, alpha, bw, overlap, compute_s=None, shard="none"):
         t += bwd[l] * per_flop
         done[l] = t
     backward_end = t
+    if shard == "parameters" and prefetch:
+        # Forward: layer l's gather, then its product; backward (from the last layer down):
+        # the last layer held from forward, the second-to-last held in the second window.
+        fw = [(half(size[l], p, alpha, bw), 2 * layers[l] * layers[l + 1] * batch * per_flop) for l in range(n)]
+        bw_seq = [(None if l >= n - 2 else half(size[l], p, alpha, bw), bwd[l] * per_flop)
+                  for l in range(n - 1, 0, -1)]
+        seq = fw + bw_seq
+        gather = exposed_gathers([g for g, _ in seq], [c for _, c in seq])
+        gather_all = sum(g for g, _ in seq if g is not None)
     if overlap:
         end = 0.0
         for b, c in zip(buckets, comm):
@@ -111,7 +149,8 @@ def step_time(model, p, alpha, bw, overlap, compute_s=None, shard="none"):
         exposed = max(0.0, end - backward_end)
     else:
         exposed = sum(comm)
-    return model["compute_s"] + exposed + gather, sum(comm) + gather, exposed + gather, len(buckets)
+    total = sum(comm) + (gather_all if shard == "parameters" else gather)
+    return model["compute_s"] + exposed + gather, total, exposed + gather, len(buckets)
 
 
 def shard_lines(m, alpha, bw):
@@ -120,17 +159,19 @@ def shard_lines(m, alpha, bw):
     lines = [f"## Sharded state (distribution.shard): {big['name']}, overlap on (predicted)", "",
              "The all-gather of the updated parameters after each step is exposed; \"gradients\" halves the "
              "overlapped traffic (reduce-scatter); \"parameters\" gathers each layer before forward and backward "
-             "read it (about twice the parameters' bytes, exposed). The optimizer's own time, which sharding divides by the ranks, "
-             "is not in the model.", "",
-             "| ranks | none (ms) | optimizer (ms) | gradients (ms) | parameters (ms) | optimizer / none | "
-             "gradients / none | parameters / none |",
-             "|---|---|---|---|---|---|---|---|"]
+             "read it (about twice the parameters' bytes): with prefetch (the default) the next layer's gather runs "
+             "beside this layer's product and only what outlasts it is exposed; without, all of it. The optimizer's "
+             "own time, which sharding divides by the ranks, is not in the model.", "",
+             "| ranks | none (ms) | optimizer (ms) | gradients (ms) | parameters (ms) | parameters, no prefetch (ms) | "
+             "optimizer / none | gradients / none | parameters / none | no prefetch / none |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     modes = ("none", "optimizer", "gradients", "parameters")
     for p in RANKS:
         t = {s: step_time(big, p, alpha, bw, True, shard=s)[0] for s in modes}
+        t["plain"] = step_time(big, p, alpha, bw, True, shard="parameters", prefetch=False)[0]
         lines.append(f"| {p} | {t['none']*1e3:.2f} | {t['optimizer']*1e3:.2f} | {t['gradients']*1e3:.2f} | "
-                     f"{t['parameters']*1e3:.2f} | {t['none']/t['optimizer']:.2f}× | {t['none']/t['gradients']:.2f}× | "
-                     f"{t['none']/t['parameters']:.2f}× |")
+                     f"{t['parameters']*1e3:.2f} | {t['plain']*1e3:.2f} | {t['none']/t['optimizer']:.2f}× | "
+                     f"{t['none']/t['gradients']:.2f}× | {t['none']/t['parameters']:.2f}× | {t['none']/t['plain']:.2f}× |")
     return lines + [""]
 
 
