@@ -387,10 +387,10 @@ where
     }
 
     /// With `shard = "parameters"`: what the layer fetches found since the start, and the time
-    /// the main thread waited for the gather thread. None otherwise.
-    pub fn gather_counts(&self) -> Option<(GatherCounts, std::time::Duration)> {
+    /// the main thread waited for the gather thread (None without one). None otherwise.
+    pub fn gather_counts(&self) -> Option<(GatherCounts, Option<std::time::Duration>)> {
         let w = self.shard.as_ref()?.window.as_ref()?;
-        Some((w.counts, w.ahead.as_ref().map_or(std::time::Duration::ZERO, |g| g.waited)))
+        Some((w.counts, w.ahead.as_ref().map(|g| g.waited)))
     }
 
     /// The fetches of one training step, in order (`Params::fetch`): forward then backward, or
@@ -419,10 +419,13 @@ where
         each.into_iter().fold(0.0, f64::max) as usize
     }
 
-    /// This rank's arena ranges of the sharded state (`Sharder::own`), for a checkpoint
-    /// written in parts.
+    /// This rank's arena ranges of the sharded state (`Sharder::own`; without sharded state
+    /// its whole arena), for a checkpoint written in parts.
     pub fn own_ranges(&self) -> Vec<Range<usize>> {
-        self.shard.as_ref().expect("sharded").sharder.own().into_iter().map(|(r, _)| r).collect()
+        match &self.shard {
+            Some(s) => s.sharder.own().into_iter().map(|(r, _)| r).collect(),
+            None => vec![0..self.model.n_params],
+        }
     }
 
     /// This rank's values of `name` (`checkpoint::parts::ARRAYS`: "params", "optimizer/m",

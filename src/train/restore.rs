@@ -65,7 +65,7 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
         }
         let mut start =
             position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, (Vec::new(), Vec::new(), Vec::new()));
-        start.pieces = job.distribution.shard == crate::config::Shard::Parameters;
+        start.pieces = sharded(job, setup) && job.distribution.shard == crate::config::Shard::Parameters;
         (start.params, start.m, start.v) = state;
         return Ok(start);
     }
@@ -163,8 +163,14 @@ fn scatter_pieces(comm: &Comm, layout: &crate::parallel::shard::Layout, all: Vec
 
 /// Whether each rank reads its own pieces of a checkpoint written in parts
 /// (`checkpoint::parts`) instead of receiving them from rank 0: sharded state over several
-/// data ranks (as the parts are written), with or without model parallelism.
+/// data ranks, or tensor and pipeline parallelism (each rank its shard of its stage), as the
+/// parts are written.
 fn reads_parts(job: &Job, setup: &Setup) -> bool {
+    sharded(job, setup) || setup.grid.replica() > 1
+}
+
+/// Whether the state is sharded over the data ranks (`distribution.shard` on several).
+fn sharded(job: &Job, setup: &Setup) -> bool {
     job.distribution.shard.optimizer() && setup.grid.data > 1
 }
 
@@ -222,7 +228,7 @@ fn parts_everywhere(comm: &Comm, ckpt: Option<&Checkpoint>) -> Option<(u64, chec
 /// This rank's starting state read from a checkpoint in parts (`parts`, at `step`): the
 /// parameters (its pieces under `shard = "parameters"`, its whole arena otherwise: the whole
 /// model, or with model parallelism its shard of its stage) and its pieces of the optimizer
-/// state, each read from whichever parts hold them.
+/// state (without sharded state its whole arena's), each read from whichever parts hold them.
 fn own_parts(
     job: &Job,
     setup: &Setup,
@@ -240,7 +246,11 @@ fn own_parts(
         ));
     }
     let layout = crate::parallel::shard::Layout::new(&setup.plan, setup.grid.data);
-    let own: Vec<std::ops::Range<usize>> = layout.own(setup.grid.d).into_iter().map(|(r, _)| r).collect();
+    let own: Vec<std::ops::Range<usize>> = if sharded(job, setup) {
+        layout.own(setup.grid.d).into_iter().map(|(r, _)| r).collect()
+    } else {
+        vec![0..setup.model.n_params]
+    };
     let tg = &setup.tensor;
     let map = if tg.is_whole() {
         checkpoint::parts::StoredMap::whole(model)
@@ -248,7 +258,7 @@ fn own_parts(
         checkpoint::parts::StoredMap::shard(model, &tg.stage, tg.arena.start, &setup.model, true)
     };
     let whole = [0..setup.model.n_params];
-    let pieces = job.distribution.shard == crate::config::Shard::Parameters;
+    let pieces = sharded(job, setup) && job.distribution.shard == crate::config::Shard::Parameters;
     let _a = crate::mem::allocating("this rank's part of the starting state");
     let read = |name: &str, there: bool, want: &[std::ops::Range<usize>]| -> Result<Vec<f32>> {
         if there {

@@ -413,13 +413,16 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             info!(
                 "layer gathers (shard = \"parameters\"): {} layers fetched: {} gathered ahead while the layer before \
                  computed, {} still held in the second window, {} gathered when fetched ({} gathered ahead and not \
-                 used); the main thread waited {:.3} s for the gather thread",
+                 used); {}",
                 c.fetched,
                 c.ahead,
                 c.held,
                 c.fetched - c.ahead - c.held,
                 c.wasted,
-                waited.as_secs_f64()
+                match waited {
+                    Some(w) => format!("the main thread waited {:.3} s for the gather thread", w.as_secs_f64()),
+                    None => "no gather thread (each layer gathered by the main thread when fetched)".to_string(),
+                }
             );
         }
         super::log_peak_memory(self.mode.trainers());

@@ -138,7 +138,7 @@ pub(super) fn at_boundary<B: Backend>(
     if flags & STOP != 0 {
         crate::signals::stop_under_way();
         // Tensor group 0 assembles the whole model; its rank 0 (world rank 0) writes.
-        if in_parts(st) {
+        if in_parts(ctx, st) {
             let sums = state.known_sums.borrow().clone();
             write_parts(ctx, st, (epoch_index, step_in_epoch), sums, true)?;
         } else if grid.d == 0 && !written {
@@ -212,9 +212,11 @@ fn write<B: Backend>(
 }
 
 /// Whether checkpoints are written in parts (`checkpoint::parts`): sharded state over the data
-/// ranks, with or without tensor and pipeline parallelism.
-fn in_parts<B: Backend>(st: &Stepper<B>) -> bool {
-    st.shard().is_some()
+/// ranks, with or without tensor and pipeline parallelism, or tensor and pipeline parallelism
+/// without it (replica 0's ranks write, each its shard of its stage: no rank gathers the whole
+/// model).
+fn in_parts<B: Backend>(ctx: &Ctx, st: &Stepper<B>) -> bool {
+    st.shard().is_some() || ctx.grid.replica() > 1
 }
 
 /// Where this rank's arena sits in the checkpoint's stored order, for the part it writes:
@@ -230,11 +232,12 @@ fn writes_map<B: Backend>(st: &Stepper<B>) -> checkpoint::parts::StoredMap {
 }
 
 /// Collective over every rank (the world): each writes its part of the state at once
-/// (`Stepper::own_state`; with model parallelism its pieces of its shard), then rank 0 the
-/// index naming them, with the position of `at` and the sums, once every part is in place;
-/// `stop` as `write`'s. No rank gathers more than its own part. A rank whose parameters are
-/// not all finite writes nothing, and every rank then fails with its name: no index is
-/// written, the earlier checkpoints stay the newest. Returns the index's path on rank 0.
+/// (`Stepper::own_values`; with model parallelism its pieces of its shard; without sharded
+/// state only replica 0's ranks, world ranks 0 to T·P − 1, each its whole shard of its stage),
+/// then rank 0 the index naming them, with the position of `at` and the sums, once every part
+/// is in place; `stop` as `write`'s. No rank gathers more than its own part. A rank whose
+/// parameters are not all finite writes nothing, and every rank then fails with its name: no
+/// index is written, the earlier checkpoints stay the newest. Returns the index's path on rank 0.
 fn write_parts<B: Backend>(
     ctx: &Ctx,
     st: &Stepper<B>,
@@ -250,6 +253,9 @@ fn write_parts<B: Backend>(
     let _p = liveness::phase_at("writing this rank's part of a checkpoint", step);
     let t = Instant::now();
     let ranges = st.own_ranges();
+    // Sharded state: every rank's pieces; otherwise replica 0's ranks, the first T·P.
+    let (part, parts) = if st.shard().is_some() { (comm.rank, comm.size) } else { (comm.rank, ctx.grid.replica()) };
+    let writes = part < parts;
     let mut token = [checkpoint::parts::fresh_token()];
     comm.broadcast_u64(&mut token);
     let model = &st.tensor().full;
@@ -269,7 +275,11 @@ fn write_parts<B: Backend>(
     let mut piece = checkpoint::parts::Piece { ranges: &ranges, values };
     let fault = || crate::fault::in_checkpoint(&w.fault, w.rank, step);
     let map = writes_map(st);
-    let sum = checkpoint::parts::write(&w.out_dir, &map, (step, token[0]), (comm.rank, comm.size), &mut piece, fault)?;
+    let sum = if writes {
+        checkpoint::parts::write(&w.out_dir, &map, (step, token[0]), (part, parts), &mut piece, fault)?
+    } else {
+        0
+    };
     // The arena index of the first non-finite parameter, plus one (0: all finite).
     let global = |i: usize| {
         let mut at = i;
@@ -282,9 +292,12 @@ fn write_parts<B: Backend>(
         unreachable!("i is within the ranges")
     };
     let mine = [sum, bad.map_or(0, |i| global(i) as u64 + 1)];
-    let all = comm.all_gather_u64s(&mine);
+    let mut all = comm.all_gather_u64s(&mine);
+    all.truncate(2 * parts);
     if let Some((r, c)) = all.chunks(2).enumerate().find(|(_, c)| c[1] != 0) {
-        let _ = std::fs::remove_file(w.out_dir.join(checkpoint::parts::name(step, token[0], comm.rank, comm.size)));
+        if writes {
+            let _ = std::fs::remove_file(w.out_dir.join(checkpoint::parts::name(step, token[0], part, parts)));
+        }
         let i = c[1] - 1;
         return Err(crate::error::Error::Training(format!(
             "parameter {i} (rank {r}'s part) is not finite after step {step}: the checkpoint is not written (the earlier \
@@ -301,8 +314,8 @@ fn write_parts<B: Backend>(
         return Ok(None);
     }
     info!(
-        "checkpoint parts written by all {} ranks at once ({mb:.1} MB on rank 0, one array at a time, {:.0} ms)",
-        comm.size,
+        "checkpoint parts written by {} ranks at once ({mb:.1} MB on rank 0, one array at a time, {:.0} ms)",
+        parts,
         t.elapsed().as_secs_f64() * 1e3
     );
     let parts = checkpoint::parts::Parts {
@@ -364,7 +377,7 @@ pub(super) fn save_checkpoint<B: Backend>(
             ctx.stop.known_sums.borrow().clone()
         }
     };
-    if in_parts(st) {
+    if in_parts(ctx, st) {
         write_parts(ctx, st, (epoch_index, step_in_epoch), sums(), false)?;
     } else if ctx.grid.d == 0 {
         write(ctx, st, (epoch_index, step_in_epoch), sums(), true, false)?;
