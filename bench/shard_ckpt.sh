@@ -85,7 +85,7 @@ def hv(mode):
     log = open(p).read()
     mm = re.search(r"RSS \[([^\]]*)\]", log)
     whole_ms = [float(x) for x in re.findall(r"checkpoint \S+ written \((\d+) ms\)", log)]
-    parts_ms = [float(x) for x in re.findall(r"checkpoint parts written by all \d+ ranks at once \([0-9.]+ MB on rank 0, (?:one array at a time, )?(\d+) ms\)", log)]
+    parts_ms = [float(x) for x in re.findall(r"checkpoint parts written by (?:all )?\d+ ranks at once \([0-9.]+ MB on rank 0, (?:one array at a time, )?(\d+) ms\)", log)]
     index_ms = [float(x) for x in re.findall(r"naming \d+ parts \((\d+) ms\)", log)]
     ms = whole_ms or [a + b for a, b in zip(parts_ms, index_ms)]
     eps = [int(a) / float(b) for a, b in re.findall(r"\| (\d+) samples, [0-9.]+ samples/s \(([0-9.]+) s\)", log)]

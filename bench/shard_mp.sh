@@ -85,13 +85,15 @@ def hv(tag):
     log = open(p).read()
     mm = re.search(r"RSS \[([^\]]*)\]", log)
     whole_ms = [float(x) for x in re.findall(r"checkpoint \S+ written \((\d+) ms\)", log)]
-    parts_ms = [float(x) for x in re.findall(r"checkpoint parts written by all \d+ ranks at once \([0-9.]+ MB on rank 0, (?:one array at a time, )?(\d+) ms\)", log)]
+    parts_ms = [float(x) for x in re.findall(r"checkpoint parts written by (?:all )?\d+ ranks at once \([0-9.]+ MB on rank 0, (?:one array at a time, )?(\d+) ms\)", log)]
     index_ms = [float(x) for x in re.findall(r"naming \d+ parts \((\d+) ms\)", log)]
     ms = whole_ms or [a + b for a, b in zip(parts_ms, index_ms)]
+    writers = re.search(r"checkpoint parts written by (?:all )?(\d+) ranks", log)
     eps = [int(a) / float(b) for a, b in re.findall(r"\| (\d+) samples, [0-9.]+ samples/s \(([0-9.]+) s\)", log)]
     rss = [float(x) for x in mm.group(1).split(", ")] if mm else []
     return {"rss0": rss[0] if rss else None, "rss_rest": max(rss[1:]) if len(rss) > 1 else None,
             "ckpt_ms": statistics.mean(ms) if ms else None, "parts": bool(parts_ms),
+            "writers": int(writers.group(1)) if writers else None,
             "drew": "pieces" if "drew its own pieces" in log else "shard" if "drew its shard" in log else None,
             "rate": statistics.median(eps[1:] or eps) if eps else None,
             "failed": None if mm else (log.strip().splitlines() or ["?"])[-1][:120]}
@@ -108,9 +110,10 @@ for layout in ["tensor", "pipeline"]:
             if h["failed"]:
                 L.append(f"| {layout} | {mode} | {name} | failed: {h['failed']} | | | | | |")
             else:
-                how = "parts (every rank its own) + index" if h["parts"] else "one file, gathered on rank 0"
+                how = f"{h['writers']} parts (a rank each) + index" if h["parts"] else "one file, gathered on rank 0"
                 init = {"pieces": "each rank drew its pieces", "shard": "each rank drew its shard"}.get(h["drew"], "built on rank 0, sent")
-                L.append(f"| {layout} | {mode} | {name} | {h['rss0']:,.0f} | {h['rss_rest']:,.0f} | {h['ckpt_ms']:,.0f} | "
+                ck = f"{h['ckpt_ms']:,.0f}" if h["ckpt_ms"] is not None else "?"
+                L.append(f"| {layout} | {mode} | {name} | {h['rss0']:,.0f} | {h['rss_rest']:,.0f} | {ck} | "
                          f"{how} | {init} | {h['rate']:,.1f} |")
             rows[f"{layout}-{mode}-{which}"] = h
 L += ["", f"Raw lines: `bench/results/shard-mp-{day}.log`.", ""]

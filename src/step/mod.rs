@@ -434,8 +434,17 @@ where
         assert!(batch.rows <= self.batch && batch.rows <= global_rows && global_rows > 0, "bad step row counts");
         self.step += 1;
         self.span(if batch.rows == 0 { "data wait (no rows left)" } else { "data wait" }, waited_since);
-        // Sharded parameters: the layers this step fetches, for the gathers to run ahead.
+        // Sharded parameters: the layers this step fetches, for the gathers to run ahead; the
+        // main thread's time in them is exposed communication.
         self.plan_step_fetches();
+        let gathers_before = self.gathers_waited();
+        let sums = self.run_planned(batch, global_rows);
+        self.engine.exposed += self.gathers_waited() - gathers_before;
+        sums
+    }
+
+    /// `run` after the step's counter, data wait and fetch plan.
+    fn run_planned(&mut self, batch: &Batch, global_rows: usize) -> Result<Sums> {
         if batch.rows > 0 && (self.tp.pipe.is_some() || self.micro > 1) {
             return self.run_pipelined(batch, global_rows);
         }

@@ -56,6 +56,9 @@ pub(super) struct Window<B: Backend> {
     plan: VecDeque<usize>,
     /// What the fetches found (`GatherCounts`).
     counts: GatherCounts,
+    /// The main thread's time in fetches that needed a gather (gathering, or waiting for the
+    /// gather thread): exposed communication.
+    waited: std::time::Duration,
 }
 
 /// What the layer fetches of `shard = "parameters"` found, since the start.
@@ -150,6 +153,7 @@ where
     fn fetch(&mut self, be: &B, model: &Mlp, l: usize) -> Result<()> {
         let StepParams::Gathered { pieces, sharder, win, step } = self else { return Ok(()) };
         if win.current() != Some(l) {
+            let t = Instant::now();
             win.counts.fetched += 1;
             let slot = model.slot(l);
             if win.ahead.is_none() {
@@ -189,6 +193,7 @@ where
                 }
                 win.cur = o;
             }
+            win.waited += t.elapsed();
         }
         win.advance(l);
         win.prefetch(be, model, pieces, sharder, *step)
@@ -332,6 +337,7 @@ where
             flying: None,
             plan: VecDeque::new(),
             counts: GatherCounts::default(),
+            waited: std::time::Duration::ZERO,
         };
         st.shard.as_mut().expect("set above").window = Some(win);
         Ok(st)
@@ -384,6 +390,12 @@ where
             w.plan(plan.iter().copied());
         }
         Some((&self.be, step_params(&self.params, &mut self.shard, self.step)))
+    }
+
+    /// With `shard = "parameters"`: the main thread's time in layer gathers since the start
+    /// (gathering, or waiting for the gather thread); zero otherwise.
+    pub(super) fn gathers_waited(&self) -> std::time::Duration {
+        self.shard.as_ref().and_then(|s| s.window.as_ref()).map_or(std::time::Duration::ZERO, |w| w.waited)
     }
 
     /// With `shard = "parameters"`: what the layer fetches found since the start, and the time
