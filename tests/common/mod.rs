@@ -222,7 +222,6 @@ pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// Names of the checkpoint files (`ckpt-step*.h5`) in `dir`, sorted.
 /// The parts of checkpoints written in parts in `dir` (`ckpt-step*.TOKEN.partRofK.h5`), sorted.
 pub fn checkpoint_parts(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -279,6 +278,7 @@ pub fn ckpt_stored(path: &Path, name: &str, layers: usize) -> Vec<f32> {
     out.into_iter().enumerate().map(|(i, v)| v.unwrap_or_else(|| panic!("position {i} is in no part"))).collect()
 }
 
+/// Names of the checkpoint files (`ckpt-step*.h5`, indexes of parts included) in `dir`, sorted.
 pub fn checkpoints(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
