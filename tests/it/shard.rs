@@ -599,3 +599,36 @@ fn evaluation_and_best_weights_under_sharded_parameters() {
         }
     }
 }
+
+/// The timeline shows the prefetch at work: on every rank of a 2-rank "parameters" run, a
+/// "layer gathers" thread whose spans gather layers ahead ("all-gather layer L (ahead)"), some
+/// of them running while the main thread's forward computes (the spans overlap in time).
+#[test]
+fn the_timeline_shows_layers_gathered_ahead_beside_the_forward() {
+    let _g = mpi_lock();
+    let dir = setup("shard-timeline");
+    let sets = ["distribution.shard='parameters'", "output.timeline='trace.json'"];
+    train(&dir, "out", 2, &[], &sets);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("trace.json")).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    for rank in 0..2 {
+        let named = events.iter().any(|e| e["pid"] == rank && e["ph"] == "M" && e["args"]["name"] == "layer gathers");
+        assert!(named, "rank {rank}: no layer-gathers thread");
+        let span =
+            |e: &serde_json::Value| (e["ts"].as_f64().unwrap(), e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap());
+        let of = |tid: u64, name: &str| -> Vec<(f64, f64)> {
+            let at = |e: &&serde_json::Value| e["pid"] == rank && e["ph"] == "X" && e["tid"] == tid;
+            events.iter().filter(at).filter(|e| e["name"].as_str().unwrap().contains(name)).map(span).collect()
+        };
+        let ahead = of(3, "(ahead)");
+        let forward = of(1, "forward + loss");
+        assert!(
+            !ahead.is_empty() && !forward.is_empty(),
+            "rank {rank}: {} ahead, {} forward",
+            ahead.len(),
+            forward.len()
+        );
+        let beside = ahead.iter().filter(|a| forward.iter().any(|f| a.0 < f.1 && f.0 < a.1)).count();
+        assert!(beside > 0, "rank {rank}: no layer gathered ahead while the forward ran ({} ahead)", ahead.len());
+    }
+}
