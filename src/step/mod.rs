@@ -303,18 +303,14 @@ where
     pub fn backend_and_tensor(&mut self) -> (&B, &mut TensorGroup) {
         (&self.be, &mut self.tp)
     }
-    /// Collective over the tensor group: the whole model's parameters, optimizer state (m, v)
-    /// and step on the group's rank 0 (None on the others), for a whole checkpoint. Never with
-    /// sharded state: its checkpoints are written in parts, each rank its own
-    /// (`own_ranges`, `own_values`).
+    /// The whole model's parameters, optimizer state (m, v) and step, for a whole checkpoint:
+    /// only without sharded state and without tensor or pipeline parallelism, whose
+    /// checkpoints are written in parts, each rank its own (`own_ranges`, `own_values`).
     #[allow(clippy::type_complexity)]
-    pub fn whole_state(&self) -> Result<Option<(Vec<f32>, Vec<f32>, Vec<f32>, u64)>> {
-        assert!(self.shard.is_none(), "sharded state is checkpointed in parts");
-        let p = self.params_host()?;
+    pub fn whole_state(&self) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>, u64)> {
+        assert!(self.shard.is_none() && self.tp.is_whole(), "this state is checkpointed in parts");
         let (m, v, step) = self.opt.state(&self.be)?;
-        let p = self.tp.gather(p);
-        let (m, v) = (self.tp.gather(m), self.tp.gather(v));
-        Ok(p.map(|p| (p, m.unwrap_or_default(), v.unwrap_or_default(), step)))
+        Ok((self.params_host()?, m, v, step))
     }
     /// Collective over the tensor group: the whole model's parameters on its rank 0. With
     /// sharded parameters, collective over the data group first (every data rank calls it; the

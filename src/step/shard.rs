@@ -376,6 +376,12 @@ where
         Ok(keep.then_some(whole))
     }
 
+    /// Whether forward reads the parameters a layer at a time, gathered from the data ranks'
+    /// pieces (`shard = "parameters"` without model parallelism): `gathered_params` is Some.
+    pub fn reads_layers_gathered(&self) -> bool {
+        self.params_sharded() && self.tp.is_whole()
+    }
+
     /// With `shard = "parameters"` and no model parallelism: the backend, and the parameters
     /// as forward reads them in a step, each layer gathered from the data ranks' pieces into
     /// the window when fetched (collective over the data group; evaluation without the whole
@@ -383,7 +389,7 @@ where
     /// `plan`: the layers the caller will fetch, in order (the same on every rank), for the
     /// prefetch to run ahead of.
     pub fn gathered_params(&mut self, plan: &[usize]) -> Option<(&B, impl Params<B> + '_)> {
-        if !self.params_sharded() || !self.tp.is_whole() {
+        if !self.reads_layers_gathered() {
             return None;
         }
         if let Some(w) = self.shard.as_mut().and_then(|s| s.window.as_mut()) {

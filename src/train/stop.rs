@@ -137,7 +137,7 @@ pub(super) fn at_boundary<B: Backend>(
     );
     if flags & STOP != 0 {
         crate::signals::stop_under_way();
-        // Tensor group 0 assembles the whole model; its rank 0 (world rank 0) writes.
+        // In parts, every writer its own; otherwise rank 0 (the only data rank 0) the whole.
         if in_parts(ctx, st) {
             let sums = state.known_sums.borrow().clone();
             write_parts(ctx, st, (epoch_index, step_in_epoch), sums, true)?;
@@ -181,10 +181,10 @@ fn write_first<B: Backend>(ctx: &Ctx, st: &Stepper<B>) -> bool {
     secs < ctx.job.distribution.watchdog_seconds / 3.0
 }
 
-/// Tensor group 0 (collective over it): assemble the whole model's state after step
-/// `st.step` on rank 0, which writes the checkpoint of position `at` (epoch index, step in
-/// the epoch). A `stop` checkpoint makes signals that arrive meanwhile wait for the rename.
-/// Returns its path on rank 0.
+/// Rank 0 (no collective; neither sharded state nor model parallelism, `in_parts` false):
+/// the whole model's state after step `st.step` into the checkpoint of position `at` (epoch
+/// index, step in the epoch). A `stop` checkpoint makes signals that arrive meanwhile wait for
+/// the rename.
 fn write<B: Backend>(
     ctx: &Ctx,
     st: &Stepper<B>,
@@ -192,23 +192,19 @@ fn write<B: Backend>(
     loss_sums: Vec<Sums>,
     exact: bool,
     stop: bool,
-) -> Result<Option<PathBuf>> {
+) -> Result<()> {
     let announce = stop && ctx.comm.rank == 0;
     if announce {
         crate::signals::writing_stop_checkpoint();
     }
-    let whole = {
-        let _p = liveness::phase_at("gathering the tensor shards for a checkpoint", st.step());
-        st.whole_state()?
-    };
-    let Some(state) = whole else { return Ok(None) };
+    let state = st.whole_state()?;
     finite_params(&state.0, st.step())?;
-    let path = ctx.writer.write(&st.tensor().full, state, at.0, at.1, loss_sums, exact, None)?;
+    ctx.writer.write(&st.tensor().full, state, at.0, at.1, loss_sums, exact, None)?;
     if announce {
         super::runlock::stopped(st.step());
         crate::signals::stop_checkpoint_written();
     }
-    Ok(Some(path))
+    Ok(())
 }
 
 /// Whether checkpoints are written in parts (`checkpoint::parts`): sharded state over the data
@@ -254,7 +250,7 @@ fn write_parts<B: Backend>(
     let t = Instant::now();
     let ranges = st.own_ranges();
     // Sharded state: every rank's pieces; otherwise replica 0's ranks, the first T·P.
-    let (part, parts) = if st.shard().is_some() { (comm.rank, comm.size) } else { (comm.rank, ctx.grid.replica()) };
+    let (part, parts) = (comm.rank, if st.shard().is_some() { comm.size } else { ctx.grid.replica() });
     let writes = part < parts;
     let mut token = [checkpoint::parts::fresh_token()];
     comm.broadcast_u64(&mut token);

@@ -184,7 +184,7 @@ impl<B: Backend, M: Mode<B>> Run<'_, B, M> {
     fn evaluate(&mut self, validation: bool) -> Result<Vec<f64>> {
         let shard = if validation { &self.validation } else { &self.test };
         let Some(sh) = shard else { return Ok(Vec::new()) };
-        if self.st.gathered_params(&[]).is_some() {
+        if self.st.reads_layers_gathered() {
             // shard = "parameters": each layer gathered as the forward reads it, never the whole model.
             let most = self.st.most_over_data_ranks(crate::eval::chunks(sh));
             let model = self.st.model().clone();
