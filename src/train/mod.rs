@@ -67,12 +67,13 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>)
     if job.distribution.strategy == crate::config::Strategy::ParameterServer {
         return ps::train(comm, job, t_process, resume.as_ref());
     }
-    let mut setup = setup::Setup::new(comm, job)?;
+    // The device first: the state line of `Setup::new` counts what this rank's backend holds.
+    let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
+    let mut setup = setup::Setup::new(comm, job, kind)?;
     let start = restore::restore(comm, job, &setup, resume.as_ref())?;
     let others = [setup.test_shard.as_mut(), setup.val_shard.as_mut()];
     normalize::normalize(comm, job, &start.norm, &mut setup.train_shard, others)?;
     let schedule = setup::schedule(comm, job, &setup, start.global_batch)?;
-    let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
     crate::device::check_cpu_threads(kind, job.training.threads);
     crate::device::with_backend(kind, job.training.precision, Train { comm, job, setup, schedule, start, t_process })
 }

@@ -41,7 +41,8 @@ pub(super) struct Setup {
 }
 
 impl Setup {
-    pub fn new(comm: &Comm, job: &Job) -> Result<Setup> {
+    /// `kind`: this rank's backend (`device::select`), for what its state line counts.
+    pub fn new(comm: &Comm, job: &Job, kind: crate::device::Kind) -> Result<Setup> {
         let whole = start(comm, job)?;
         let grid = grid::grid(comm, job)?;
         let stages = pipeline::stages(&whole.sizes, grid.pipeline)
@@ -59,8 +60,10 @@ impl Setup {
         }
         let model = tensor.local_model();
         // Sharded parameters' prefetch holds a second layer (allreduce.rs: where MPI grants
-        // MPI_THREAD_MULTIPLE; on a GPU, which gathers without it, one layer less than counted).
-        let windows = if job.distribution.prefetch && comm.threading == mpi::Threading::Multiple { 2 } else { 1 };
+        // MPI_THREAD_MULTIPLE, on the CPU; a GPU gathers a layer when it is used).
+        let on_host = kind == crate::device::Kind::Cpu;
+        let windows =
+            usize::from(job.distribution.prefetch && comm.threading == mpi::Threading::Multiple && on_host) + 1;
         let state = state_bytes(job, &model, grid.data, windows);
         crate::mem::set_state(state, grid.tensor * job.parallel.pipeline);
         if comm.rank == 0 {

@@ -8,7 +8,8 @@
 //! written in parts at a signal's stop, holds the whole state (equal to the unsharded run's),
 //! and resumes on another rank count and another mode; evaluation, keep_best and histograms
 //! under "parameters" read the gathered model; LARS and LAMB, whose ratios need whole tensors'
-//! norms, train as unsharded in every mode.
+//! norms, train as unsharded in every mode; the main thread's wait in layer gathers counts as
+//! exposed communication.
 
 use crate::common;
 use common::*;
@@ -630,5 +631,30 @@ fn the_timeline_shows_layers_gathered_ahead_beside_the_forward() {
         );
         let beside = ahead.iter().filter(|a| forward.iter().any(|f| a.0 < f.1 && f.0 < a.1)).count();
         assert!(beside > 0, "rank {rank}: no layer gathered ahead while the forward ran ({} ahead)", ahead.len());
+    }
+}
+
+/// The main thread's time in layer gathers is exposed communication: with rank 1 slowed before
+/// every step, rank 0 waits for it in its first gather of each step (the gather thread cannot
+/// finish without rank 1's pieces), and that wait is what the epoch's exposed communication
+/// per step (metrics.jsonl) shows; with prefetch off too (gathered on the main thread).
+#[test]
+fn a_slow_rank_shows_as_exposed_layer_gathers() {
+    let _g = mpi_lock();
+    let dir = setup("shard-exposed");
+    let env = [("HVTRAIN_INJECT_FAULT", "1:1:delay=0.05")];
+    for prefetch in ["true", "false"] {
+        let out = format!("out-{prefetch}");
+        let p = format!("distribution.prefetch={prefetch}");
+        train(&dir, &out, 2, &env, &["distribution.shard='parameters'", &p]);
+        let text = std::fs::read_to_string(dir.join(&out).join("metrics.jsonl")).unwrap();
+        let exposed: Vec<f64> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter_map(|v| v["exposed_comm_ms_per_step"].as_f64())
+            .collect();
+        assert_eq!(exposed.len(), 2, "prefetch {prefetch}: one figure per epoch\n{text}");
+        // 50 ms of rank 1's delay a step, less the little rank 0 computes meanwhile.
+        assert!(exposed.iter().all(|&e| e > 30.0), "prefetch {prefetch}: exposed ms/step {exposed:?}");
     }
 }
