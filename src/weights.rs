@@ -281,21 +281,31 @@ pub fn load(model: &Mlp, path: &Path) -> Result<Vec<f32>> {
 pub fn read_params(f: &hdf5::File, path: &Path, model: &Mlp) -> Result<Vec<f32>> {
     let mut params = vec![0.0f32; model.n_params];
     for (l, s) in model.layers.iter().enumerate() {
-        for (name, range, shape) in [("weight", s.w.clone(), vec![s.inp, s.out]), ("bias", s.b.clone(), vec![s.out])] {
-            let field = format!("dense{l}/{name}");
-            let ds = h5::dataset(f, path, &field)?;
-            if ds.shape() != shape {
-                return Err(Error::data(
-                    path,
-                    &field,
-                    format!("has shape {:?}, the model (model.layers = {:?}) needs {shape:?}", ds.shape(), model.sizes),
-                ));
-            }
-            let v: Vec<f32> = ds.read_raw().map_err(|e| Error::hdf5(path, format!("read {field}"), e))?;
+        for (name, range) in [("weight", s.w.clone()), ("bias", s.b.clone())] {
+            let v: Vec<f32> = layer_dataset(f, path, model, l, name)?
+                .read_raw()
+                .map_err(|e| Error::hdf5(path, format!("read dense{l}/{name}"), e))?;
             params[range].copy_from_slice(&v);
         }
     }
     Ok(params)
+}
+
+/// Dataset `dense{l}/{name}` ("weight" or "bias") of an open file, its shape checked against
+/// `model`'s layer l.
+pub fn layer_dataset(f: &hdf5::File, path: &Path, model: &Mlp, l: usize, name: &str) -> Result<hdf5::Dataset> {
+    let s = &model.layers[l];
+    let shape = if name == "weight" { vec![s.inp, s.out] } else { vec![s.out] };
+    let field = format!("dense{l}/{name}");
+    let ds = h5::dataset(f, path, &field)?;
+    if ds.shape() != shape {
+        return Err(Error::data(
+            path,
+            &field,
+            format!("has shape {:?}, the model (model.layers = {:?}) needs {shape:?}", ds.shape(), model.sizes),
+        ));
+    }
+    Ok(ds)
 }
 
 #[cfg(test)]

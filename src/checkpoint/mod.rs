@@ -28,7 +28,9 @@
 //!   file but in one file per data rank, written by all ranks at once, which this one (the
 //!   index) names: see `parts.rs`. `dense{l}` and `optimizer` are then absent; `load` puts the
 //!   parts together, `load_index` only checks them, and a sharded resume reads each rank's
-//!   pieces from them (`parts::read`).
+//!   pieces from them (`parts::read`). A whole checkpoint resumed sharded or under model
+//!   parallelism is checked without holding its arrays and read in pieces the same way
+//!   (`whole.rs`).
 //!
 //! Writing is atomic and durable (temporary file, fsync, rename, fsync of the directory:
 //! `weights::commit`): a crash mid-write never damages the newest good checkpoint.
@@ -47,6 +49,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 pub mod parts;
+pub mod whole;
 
 /// The format written; format 1 (no lineage), 2 (no `global_batch`), 3 (no
 /// `trainer_json`), 4 (no `train_sums`) and 5 (never in parts) are still read.
@@ -117,15 +120,50 @@ pub struct Checkpoint {
     /// Where the parameters and optimizer state are when written in parts (sharded state):
     /// `params`, `m` and `v` are then empty until `assemble` reads them.
     pub parts: Option<parts::Parts>,
+    /// A whole checkpoint read without its arrays (`load_index_by` with `keep_whole` false):
+    /// checked, and left in the file for each rank to read its own pieces of (`read_stored`);
+    /// `params`, `m` and `v` are then empty.
+    pub unread: Option<whole::Unread>,
+}
+
+/// Where the arrays of a checkpoint that does not hold them are: its parts, or its own file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Parts(parts::Parts),
+    Whole(whole::Unread),
+}
+
+/// The values of `name` ("params", "optimizer/m", "optimizer/v") at arena ranges `want` of the
+/// arena `map` describes, from `src` (of the checkpoint at `step` of `model`, the whole model),
+/// a slice at a time: a rank's own pieces without the rest.
+pub fn read_stored(
+    src: &Source,
+    step: u64,
+    model: &Mlp,
+    map: &parts::StoredMap,
+    name: &str,
+    want: &[std::ops::Range<usize>],
+) -> Result<Vec<f32>> {
+    match src {
+        Source::Parts(p) => parts::read(p, step, map, name, want),
+        Source::Whole(u) => whole::read(u, model, map, name, want),
+    }
 }
 
 impl Checkpoint {
     /// Over the arenas as stored (without the arena's padding, `Mlp::unpad`), so that it
     /// does not change with the padding.
     fn checksum(&self, model: &Mlp, format: i64) -> u64 {
-        let mut h = stored_checksum(model, &self.params);
-        for part in [&self.m, &self.v] {
-            h = h.rotate_left(17) ^ stored_checksum(model, part);
+        let arrays = [&self.params, &self.m, &self.v].map(|a| stored_checksum(model, a));
+        self.checksum_of(arrays, format)
+    }
+
+    /// `checksum` with the checksums of params, m and v given (`stored_checksum`, or streamed
+    /// from a file: `whole::checksums`).
+    fn checksum_of(&self, arrays: [u64; 3], format: i64) -> u64 {
+        let mut h = arrays[0];
+        for a in &arrays[1..] {
+            h = h.rotate_left(17) ^ a;
         }
         let mut ints = vec![self.step, self.epoch as u64, self.step_in_epoch as u64, self.world_size as u64];
         if format >= 2 {
@@ -397,9 +435,21 @@ pub fn params_of(path: &Path, model: &Mlp) -> Result<Vec<f32>> {
 /// `load` without putting the parts of a checkpoint in parts together (`params`, `m`, `v`
 /// empty): each part is still read and checked, one at a time.
 pub fn load_index(path: &Path, model: &Mlp) -> Result<Checkpoint> {
-    let c = load_inner(path, model).map_err(damaged)?;
+    load_index_by(path, model, true, &mut parts::verify)
+}
+
+/// `load_index`, with a whole checkpoint's arrays kept in memory or not (`keep_whole`; not:
+/// their checksum streamed, `Checkpoint::unread`), and the parts of one in parts checked by
+/// `verify_parts` (`parts::verify`, or the same spread over the ranks of a job).
+pub fn load_index_by(
+    path: &Path,
+    model: &Mlp,
+    keep_whole: bool,
+    verify_parts: &mut dyn FnMut(&parts::Parts, u64, &Mlp) -> Result<()>,
+) -> Result<Checkpoint> {
+    let c = load_inner(path, model, keep_whole).map_err(damaged)?;
     if let Some(p) = &c.parts {
-        parts::verify(p, c.step, model).map_err(damaged)?;
+        verify_parts(p, c.step, model).map_err(damaged)?;
     }
     Ok(c)
 }
@@ -421,7 +471,7 @@ pub fn assemble(c: &mut Checkpoint, model: &Mlp) -> Result<()> {
     Ok(())
 }
 
-fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
+fn load_inner(path: &Path, model: &Mlp, keep_whole: bool) -> Result<Checkpoint> {
     let f = h5::open(path, "--resume")?;
     if f.dataset("ranges").is_ok() && f.dataset("part").is_ok() {
         let index = read1(&f, path, "step").map_or_else(|_| "ckpt-step…h5".into(), |s| file_name(s as u64));
@@ -472,12 +522,20 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
     } else {
         None
     };
-    let params = if parts.is_some() { Vec::new() } else { crate::weights::read_params(&f, path, model)? };
+    // A whole checkpoint not kept: its arrays' checksums streamed, the arrays left in the file.
+    let (unread, streamed) = if parts.is_none() && !keep_whole {
+        let (sums, m, v) = whole::checksums(&f, path, model)?;
+        (Some(whole::Unread { path: path.to_path_buf(), m, v }), Some(sums))
+    } else {
+        (None, None)
+    };
+    let kept = parts.is_none() && unread.is_none();
+    let params = if kept { crate::weights::read_params(&f, path, model)? } else { Vec::new() };
     let norm = crate::weights::read_norm(&f, path, model)?;
     let opt = |name: &str| -> Result<Vec<f32>> {
         match f.dataset(name) {
-            Ok(ds) => ds.read_raw().map_err(|e| Error::hdf5(path, format!("read {name}"), e)),
-            Err(_) => Ok(Vec::new()),
+            Ok(ds) if kept => ds.read_raw().map_err(|e| Error::hdf5(path, format!("read {name}"), e)),
+            _ => Ok(Vec::new()),
         }
     };
     // Stored without the arena's padding; a length that fits no arena of this model stays as
@@ -539,8 +597,13 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
         lineage,
         written_at,
         parts,
+        unread,
     };
-    if stored.first() != Some(&c.checksum(model, format)) {
+    let sum = match streamed {
+        Some(arrays) => c.checksum_of(arrays, format),
+        None => c.checksum(model, format),
+    };
+    if stored.first() != Some(&sum) {
         return Err(Error::data(path, "checksum", "does not match the contents: the file is damaged"));
     }
     Ok(c)
@@ -550,16 +613,28 @@ fn load_inner(path: &Path, model: &Mlp) -> Result<Checkpoint> {
 /// most recently written first (format-1 files, which carry no time, by step after them),
 /// damaged ones skipped with a warning. A checkpoint of another model or format is an error.
 /// One in parts is returned as its index (`load_index`: checked, not put together).
+#[cfg(test)]
 pub fn newest_valid(dir: &Path, model: &Mlp) -> Result<Option<(PathBuf, Checkpoint)>> {
+    newest_valid_by(dir, model, true, &mut parts::verify)
+}
+
+/// `newest_valid`, each candidate loaded by `load_index_by` with `keep_whole` and
+/// `verify_parts`.
+pub fn newest_valid_by(
+    dir: &Path,
+    model: &Mlp,
+    keep_whole: bool,
+    verify_parts: &mut dyn FnMut(&parts::Parts, u64, &Mlp) -> Result<()>,
+) -> Result<Option<(PathBuf, Checkpoint)>> {
     let mut metas: Vec<Meta> = list(dir).into_iter().map(|(s, p)| meta(s, p)).collect();
     metas.sort_by(|a, b| b.written_at.cmp(&a.written_at).then(b.step.cmp(&a.step)));
     // Unreadable files sort last; say so when one of them has a higher step than the choice.
     let unreadable: Vec<Meta> = metas.iter().filter(|m| m.lineage.is_none()).cloned().collect();
     for m in metas {
-        match load_index(&m.path, model) {
+        match load_index_by(&m.path, model, keep_whole, verify_parts) {
             Ok(c) => {
                 for u in unreadable.iter().filter(|u| u.step > c.step) {
-                    if let Err(e) = load_index(&u.path, model) {
+                    if let Err(e) = load_index_by(&u.path, model, keep_whole, verify_parts) {
                         log::warn!("skipping checkpoint {}: {e}", u.path.display());
                     }
                 }

@@ -35,6 +35,7 @@ fn sample_of(model: &Mlp, step: u64, lineage: Lineage, written_at: i64) -> Check
         lineage,
         written_at,
         parts: None,
+        unread: None,
     }
 }
 
@@ -417,4 +418,53 @@ fn stored_maps_of_model_parallel_ranks_partition_the_stored_order() {
             }
         }
     }
+}
+
+/// A whole checkpoint checked without its arrays (`keep_whole` false): the streamed checksum
+/// accepts the file and refuses it with one value changed; its arrays stay unread, with the
+/// lengths of m and v; any arena ranges read from it (`read_stored`, cutting the 2-D weights
+/// mid-row, the padding zeros) are the arena's values, as from parts; a tensor-parallel
+/// shard's map reads its columns.
+#[test]
+fn a_whole_checkpoint_is_checked_streamed_and_read_in_pieces() {
+    let dir = scratch("ckpt-whole");
+    let model = Mlp::new(&[7, 9, 5, 3], Activation::Tanh, LossKind::SoftmaxCrossEntropy);
+    let c = sample(&model, 10);
+    let path = save(&dir, &model, &c, 3, || {}).unwrap();
+    let verify = &mut parts::verify;
+    let index = load_index_by(&path, &model, false, verify).unwrap();
+    assert!(index.params.is_empty() && index.m.is_empty() && index.v.is_empty());
+    let u = index.unread.clone().expect("left in the file");
+    assert_eq!((u.m, u.v), (model.n_logical(), model.n_logical()));
+    assert!(u.fits(&model, true, true) && !u.fits(&model, true, false));
+    assert_eq!(Checkpoint { unread: None, params: c.params.clone(), m: c.m.clone(), v: c.v.clone(), ..index }, c);
+    let src = Source::Whole(u);
+    let map = parts::StoredMap::whole(&model);
+    let mid = model.layers[1].w.start + 4; // inside row 0 of layer 1's 9 x 5 weight
+    for want in [
+        vec![0..model.n_params],
+        vec![mid..mid + 13, model.layers[2].w.start + 1..model.n_params],
+        vec![3..4, model.layers[0].b.clone(), model.layers[2].b.start - 2..model.layers[2].b.end],
+    ] {
+        for (name, a) in [("params", &c.params), ("optimizer/m", &c.m), ("optimizer/v", &c.v)] {
+            let got = read_stored(&src, 10, &model, &map, name, &want).unwrap();
+            let exp: Vec<f32> = want.iter().flat_map(|x| a[x.clone()].to_vec()).collect();
+            assert_eq!(got, exp, "{name} at {want:?}");
+        }
+    }
+    // A tensor-parallel shard (rank 1 of 2: column slices, whole biases) reads its shard.
+    let local = model.shard(1, 2);
+    let shard_map = parts::StoredMap::shard(&model, &model, 0, &local, true);
+    let got = read_stored(&src, 10, &model, &shard_map, "params", &[0..local.n_params]).unwrap();
+    assert_eq!(got, crate::model::tensor::scatter(&local, &model, &c.params));
+    // One value changed: the streamed checksum refuses it as damage.
+    let f = hdf5::File::open_rw(&path).unwrap();
+    let ds = f.dataset("optimizer/v").unwrap();
+    let mut v: Vec<f32> = ds.read_raw().unwrap();
+    v[model.n_logical() - 1] += 1.0;
+    ds.write_raw(&v).unwrap();
+    drop((ds, f));
+    let e = load_index_by(&path, &model, false, verify).unwrap_err();
+    assert!(matches!(e, Error::Checkpoint { kind: CheckpointKind::Damaged, .. }), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

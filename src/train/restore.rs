@@ -42,8 +42,9 @@ pub(super) struct Start {
     pub from: Option<PathBuf>,
     /// The checkpoint's normalization of the data (none for a fresh run: computed then).
     pub norm: crate::data::norm::Norm,
-    /// `params` are this rank's pieces (`Sharder::own`), read from a checkpoint in parts
-    /// under `shard = "parameters"`, not the whole model; `m` and `v` are then its pieces too.
+    /// `params` are this rank's pieces (`Sharder::own`), read from a checkpoint (its parts or
+    /// its whole file) under `shard = "parameters"`, not the whole model; `m` and `v` are then
+    /// its pieces too.
     pub pieces: bool,
 }
 
@@ -54,14 +55,22 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     let n_data = setup.grid.data;
     let in_parts = reads_parts(job, setup);
     let ckpt = read_checkpoint(comm, job, &setup.out_dir, model, resume, n_data, in_parts)?;
-    // Only a run that reads parts asks where they are (otherwise rank 0 put them together).
-    if let Some((step, parts)) = in_parts.then(|| parts_everywhere(comm, ckpt.as_ref())).flatten() {
-        let state = own_parts(job, setup, &parts, step)?;
+    // Only a run that reads parts asks where they are (otherwise rank 0 put them together), or
+    // where the whole checkpoint is that rank 0 checked without holding it.
+    if let Some((step, src)) = in_parts.then(|| source_everywhere(comm, ckpt.as_ref())).flatten() {
+        let state = own_parts(job, setup, &src, step)?;
         if comm.rank == 0 {
-            info!(
-                "each rank read its own pieces of the checkpoint's {} parts (none put the whole state together)",
-                parts.checksums.len()
-            );
+            match &src {
+                checkpoint::Source::Parts(p) => info!(
+                    "each rank read its own pieces of the checkpoint's {} parts (none put the whole state together)",
+                    p.checksums.len()
+                ),
+                checkpoint::Source::Whole(u) => info!(
+                    "each rank read its own pieces of the whole checkpoint {} (rank 0 checked it a layer at a time; none \
+                     put the whole state together)",
+                    u.path.display()
+                ),
+            }
         }
         let mut start =
             position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, (Vec::new(), Vec::new(), Vec::new()));
@@ -87,26 +96,6 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     } else {
         whole_state(comm, job, model, ckpt.as_ref(), fresh)?
     };
-    if in_parts && !fresh && setup.grid.replica() == 1 {
-        // A checkpoint written whole, read by rank 0: each rank receives only its pieces of
-        // it (of the parameters too under "parameters"; the others hold them whole). With
-        // model parallelism each rank receives its shard (`distribute`, below) and keeps its
-        // pieces of it.
-        let layout = crate::parallel::shard::Layout::new(&setup.plan, n_data);
-        let pieces = job.distribution.shard == crate::config::Shard::Parameters;
-        let params = if pieces {
-            scatter_pieces(comm, &layout, params, model.n_params)?
-        } else {
-            crate::model::placement::distribute(comm, &setup.grid, &setup.stages, model, params, model.n_params)?
-        };
-        let state = (params, scatter_pieces(comm, &layout, m, m_len)?, scatter_pieces(comm, &layout, v, v_len)?);
-        if comm.rank == 0 {
-            info!("the checkpoint was written whole: rank 0 sent each rank only its pieces of it");
-        }
-        let mut start = position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, state);
-        start.pieces = pieces;
-        return Ok(start);
-    }
     let part = |all: Vec<f32>, len: usize| {
         crate::model::placement::distribute(comm, &setup.grid, &setup.stages, model, all, len)
     };
@@ -139,32 +128,10 @@ pub(super) fn draws_own_pieces(job: &Job, setup: &Setup) -> bool {
     job.distribution.shard == crate::config::Shard::Parameters && setup.grid.data > 1
 }
 
-/// Collective over the data group (no model parallelism): each data rank's pieces
-/// (`Layout::own`, end to end) of rank 0's whole arena `all` (`len` long; 0: an optimizer
-/// without that state), sent by rank 0 one rank at a time, so no other rank holds the whole.
-fn scatter_pieces(comm: &Comm, layout: &crate::parallel::shard::Layout, all: Vec<f32>, len: usize) -> Result<Vec<f32>> {
-    const TAG: i32 = 0x5350; // "SP"
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    let cut = |r: usize| layout.cut(r, &all);
-    if comm.rank == 0 {
-        for r in 1..comm.size {
-            comm.isend_f32(r, TAG, cut(r)).wait();
-            crate::parallel::liveness::progress();
-        }
-        return Ok(cut(0));
-    }
-    let _a = crate::mem::allocating("this rank's pieces of the starting state (received from rank 0)");
-    let mut mine = crate::mem::zeros(layout.own(comm.rank).iter().map(|(p, _)| p.len()).sum())?;
-    comm.recv_f32(0, TAG, &mut mine);
-    Ok(mine)
-}
-
-/// Whether each rank reads its own pieces of a checkpoint written in parts
-/// (`checkpoint::parts`) instead of receiving them from rank 0: sharded state over several
-/// data ranks, or tensor and pipeline parallelism (each rank its shard of its stage), as the
-/// parts are written.
+/// Whether each rank reads its own pieces of the checkpoint (from its parts,
+/// `checkpoint::parts`, or from a whole one, `checkpoint::whole`) instead of receiving them
+/// from rank 0: sharded state over several data ranks, or tensor and pipeline parallelism (each
+/// rank its shard of its stage), as the parts are written.
 fn reads_parts(job: &Job, setup: &Setup) -> bool {
     sharded(job, setup) || setup.grid.replica() > 1
 }
@@ -175,8 +142,9 @@ fn sharded(job: &Job, setup: &Setup) -> bool {
 }
 
 /// Collective: rank 0 prepares output.dir and reads the checkpoint to continue from (None
-/// on the other ranks, and for a fresh start). One written in parts stays its index where
-/// `parts_read_here` (each rank reads its pieces), and is put together on rank 0 otherwise.
+/// on the other ranks, and for a fresh start). Where `parts_read_here` (each rank reads its
+/// pieces) one written in parts stays its index, and a whole one is checked and left in its
+/// file (`Checkpoint::unread`); otherwise the parts are put together on rank 0.
 pub(super) fn read_checkpoint(
     comm: &Comm,
     job: &Job,
@@ -190,7 +158,7 @@ pub(super) fn read_checkpoint(
     if comm.rank != 0 {
         return Ok(None);
     }
-    let mut c = prepare_output(job, out_dir, model, resume, n_data)?;
+    let mut c = prepare_output(job, out_dir, model, resume, n_data, !parts_read_here)?;
     if let Some(c) = c.as_mut().filter(|c| c.parts.is_some() && !parts_read_here) {
         let _a = crate::mem::allocating("the checkpoint's parts put together (rank 0)");
         checkpoint::assemble(c, model)?;
@@ -199,46 +167,69 @@ pub(super) fn read_checkpoint(
     Ok(c)
 }
 
-/// Collective: where rank 0's checkpoint keeps its parts (its step, and its index's
-/// `parts`), on every rank; None when it has none. Only for a run that reads parts
-/// (`reads_parts`: the same on every rank).
-fn parts_everywhere(comm: &Comm, ckpt: Option<&Checkpoint>) -> Option<(u64, checkpoint::parts::Parts)> {
-    let parts = ckpt.and_then(|c| c.parts.as_ref().map(|p| (c.step, p)));
+/// Collective: where rank 0's checkpoint keeps its arrays (its step, and its parts or its
+/// own file: `Checkpoint::source`), on every rank; None when it holds them (or there is none).
+/// Only for a run that reads parts (`reads_parts`: the same on every rank).
+fn source_everywhere(comm: &Comm, ckpt: Option<&Checkpoint>) -> Option<(u64, checkpoint::Source)> {
+    use checkpoint::Source;
+    let src = ckpt.and_then(|c| {
+        let s = match (&c.parts, &c.unread) {
+            (Some(p), _) => Source::Parts(p.clone()),
+            (None, Some(u)) => Source::Whole(u.clone()),
+            (None, None) => return None,
+        };
+        Some((c.step, s))
+    });
+    // kind (0 none, 1 parts, 2 whole), step, token, parts, m, v (whole: their lengths)
     let mut words = [0u64; 6];
-    if let Some((step, p)) = parts {
-        words = [1, step, p.token, p.checksums.len() as u64, u64::from(p.m), u64::from(p.v)];
+    let mut path = String::new();
+    match &src {
+        Some((step, Source::Parts(p))) => {
+            words = [1, *step, p.token, p.checksums.len() as u64, u64::from(p.m), u64::from(p.v)];
+            path = p.dir.to_string_lossy().into_owned();
+        }
+        Some((step, Source::Whole(u))) => {
+            words = [2, *step, 0, 0, u.m as u64, u.v as u64];
+            path = u.path.to_string_lossy().into_owned();
+        }
+        None => {}
     }
     comm.broadcast_u64(&mut words);
     if words[0] == 0 {
         return None;
     }
-    let dir = parts.map(|(_, p)| p.dir.to_string_lossy().into_owned()).unwrap_or_default();
-    let dir = comm.all_gather_bytes(if comm.rank == 0 { dir.as_bytes() } else { &[] }).swap_remove(0);
-    let parts = checkpoint::parts::Parts {
-        dir: PathBuf::from(String::from_utf8_lossy(&dir).into_owned()),
-        token: words[2],
-        // Rank 0 checked each part against its checksum; the readers need only the count.
-        checksums: vec![0; words[3] as usize],
-        m: words[4] != 0,
-        v: words[5] != 0,
+    let path = comm.all_gather_bytes(if comm.rank == 0 { path.as_bytes() } else { &[] }).swap_remove(0);
+    let path = PathBuf::from(String::from_utf8_lossy(&path).into_owned());
+    let src = if words[0] == 1 {
+        Source::Parts(checkpoint::parts::Parts {
+            dir: path,
+            token: words[2],
+            // Rank 0 checked each part against its checksum; the readers need only the count.
+            checksums: vec![0; words[3] as usize],
+            m: words[4] != 0,
+            v: words[5] != 0,
+        })
+    } else {
+        Source::Whole(checkpoint::whole::Unread { path, m: words[4] as usize, v: words[5] as usize })
     };
-    Some((words[1], parts))
+    Some((words[1], src))
 }
 
-/// This rank's starting state read from a checkpoint in parts (`parts`, at `step`): the
-/// parameters (its pieces under `shard = "parameters"`, its whole arena otherwise: the whole
-/// model, or with model parallelism its shard of its stage) and its pieces of the optimizer
-/// state (without sharded state its whole arena's), each read from whichever parts hold them.
-fn own_parts(
-    job: &Job,
-    setup: &Setup,
-    parts: &checkpoint::parts::Parts,
-    step: u64,
-) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
-    let _p = crate::parallel::liveness::phase("reading this rank's pieces of the checkpoint's parts");
+/// This rank's starting state read from a checkpoint's parts or its whole file (`src`, at
+/// `step`): the parameters (its pieces under `shard = "parameters"`, its whole arena
+/// otherwise: the whole model, or with model parallelism its shard of its stage) and its
+/// pieces of the optimizer state (without sharded state its whole arena's), each read from
+/// wherever they are stored.
+fn own_parts(job: &Job, setup: &Setup, src: &checkpoint::Source, step: u64) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+    let _p = crate::parallel::liveness::phase("reading this rank's pieces of the checkpoint");
     let model = &setup.whole;
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
-    if parts.m != (m_len > 0) || parts.v != (v_len > 0) {
+    let (has_m, has_v) = (m_len > 0, v_len > 0);
+    let fits = match src {
+        checkpoint::Source::Parts(p) => p.m == has_m && p.v == has_v,
+        checkpoint::Source::Whole(u) => u.fits(model, has_m, has_v),
+    };
+    if !fits {
         return Err(Error::config(
             &job.source,
             "optimizer",
@@ -262,13 +253,13 @@ fn own_parts(
     let _a = crate::mem::allocating("this rank's part of the starting state");
     let read = |name: &str, there: bool, want: &[std::ops::Range<usize>]| -> Result<Vec<f32>> {
         if there {
-            checkpoint::parts::read(parts, step, &map, name, want)
+            checkpoint::read_stored(src, step, model, &map, name, want)
         } else {
             Ok(Vec::new())
         }
     };
     let params = read("params", true, if pieces { &own } else { &whole })?;
-    Ok((params, read("optimizer/m", parts.m, &own)?, read("optimizer/v", parts.v, &own)?))
+    Ok((params, read("optimizer/m", has_m, &own)?, read("optimizer/v", has_v, &own)?))
 }
 
 /// Collective: rank 0's whole starting state (parameters, optimizer moments m and v): the
@@ -461,13 +452,14 @@ pub(super) fn prepare_output(
     model: &Mlp,
     resume: Option<&Resume>,
     world: usize,
+    keep_whole: bool,
 ) -> Result<Option<Checkpoint>> {
     std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, "create output.dir", e))?;
     let probe = out_dir.join(".hvtrain-write-test");
     std::fs::write(&probe, b"").map_err(|e| Error::io(out_dir, "write into output.dir", e))?;
     let _ = std::fs::remove_file(&probe);
     super::runlock::take(out_dir)?;
-    let found = find(job, out_dir, model, resume)?;
+    let found = find(job, out_dir, model, resume, keep_whole)?;
     // What a crash mid-write left behind: never a valid file, and never picked up.
     let stale = checkpoint::remove_stale_tmp(out_dir);
     if !stale.is_empty() {
@@ -489,8 +481,15 @@ pub(super) fn prepare_output(
 }
 
 /// The checkpoint `resume` names (None: a fresh start, refused when output.dir already holds
-/// checkpoints of an earlier run).
-fn find(job: &Job, out_dir: &Path, model: &Mlp, resume: Option<&Resume>) -> Result<Option<(PathBuf, Checkpoint)>> {
+/// checkpoints of an earlier run); a whole one's arrays kept in memory where `keep_whole`.
+fn find(
+    job: &Job,
+    out_dir: &Path,
+    model: &Mlp,
+    resume: Option<&Resume>,
+    keep_whole: bool,
+) -> Result<Option<(PathBuf, Checkpoint)>> {
+    let verify = &mut checkpoint::parts::verify;
     Ok(match resume {
         None => {
             if let Some((_, p)) = checkpoint::list(out_dir).first() {
@@ -506,9 +505,9 @@ fn find(job: &Job, out_dir: &Path, model: &Mlp, resume: Option<&Resume>) -> Resu
             }
             None
         }
-        Some(Resume::File(p)) => Some((p.clone(), checkpoint::load_index(p, model)?)),
+        Some(Resume::File(p)) => Some((p.clone(), checkpoint::load_index_by(p, model, keep_whole, verify)?)),
         Some(Resume::Auto) => {
-            let f = checkpoint::newest_valid(out_dir, model)?;
+            let f = checkpoint::newest_valid_by(out_dir, model, keep_whole, verify)?;
             if f.is_none() {
                 info!("--resume auto: no checkpoint in {}; starting from the beginning", out_dir.display());
             }

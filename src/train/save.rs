@@ -108,6 +108,7 @@ impl<'a> Writer<'a> {
             lineage: self.lineage,
             written_at: checkpoint::now_ms(),
             parts,
+            unread: None,
         };
         let t = Instant::now();
         let _p = liveness::phase_at("writing a checkpoint", step);

@@ -242,8 +242,9 @@ fn lars_and_lamb_with_tensor_parallelism_train_as_whole_tensors() {
 /// parts (one per rank, and the index) whose parameters and optimizer state, put together from
 /// the parts' documented layout, equal an unsharded run's at the same step bit for bit; it
 /// resumes on 3 ranks with shard = "parameters" (each rank reading its own pieces), on 3 with
-/// "optimizer", and on 1 rank unsharded (put together on rank 0), each ending where the
-/// unsharded run did.
+/// "optimizer", and on 1 rank unsharded (put together on rank 0), and the unsharded run's whole
+/// checkpoint resumes sharded and tensor-parallel (each rank reading its pieces of the file),
+/// each ending where the unsharded run did.
 #[test]
 fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
     let _g = mpi_lock();
@@ -280,12 +281,14 @@ fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
     // The parts resume on another count each rank reading its own pieces ("parameters" on
     // 3, and with tensor parallelism on 2 data ranks × 2), and put together on rank 0 without
     // shards (1 rank), from the file named; the unsharded run's checkpoint (whole) resumes sharded,
-    // rank 0 sending each rank only its pieces.
+    // and with tensor parallelism, each rank reading its own pieces of the whole file (rank 0
+    // checks it without holding it).
     for (from, ranks, mode, out, tensor) in [
         ("sharded", 3, "parameters", "p3", 1),
         ("sharded", 1, "none", "n1", 1),
         ("sharded", 4, "parameters", "t4", 2),
         ("none", 3, "parameters", "w3", 1),
+        ("none", 4, "optimizer", "wt4", 2),
     ] {
         let t = format!("parallel.tensor={tensor}");
         let (b, o, m) = (
@@ -317,8 +320,8 @@ fn a_sharded_stop_checkpoint_holds_the_whole_state_and_resumes_elsewhere() {
         assert_eq!(put_together, from == "sharded" && ranks == 1, "{}", r.all());
         let read_own = r.stderr.contains("each rank read its own pieces of the checkpoint's 2 parts");
         assert_eq!(read_own, from == "sharded" && ranks > 1, "{}", r.all());
-        let scattered = r.stderr.contains("rank 0 sent each rank only its pieces of it");
-        assert_eq!(scattered, from == "none", "{}", r.all());
+        let whole_read = r.stderr.contains("each rank read its own pieces of the whole checkpoint");
+        assert_eq!(whole_read, from == "none", "{}", r.all());
         let after = layer_tensors(&dir.join(out).join("weights.h5"), LAYERS.len() - 1);
         let d = max_diff(&whole, &after);
         eprintln!("stopped at 40 on 2 ranks ({from}), resumed on {ranks} ({mode}): weights differ by {d:e}");
