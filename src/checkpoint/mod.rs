@@ -401,7 +401,7 @@ fn read1_u64(f: &hdf5::File, path: &Path, name: &str) -> Result<u64> {
 }
 
 /// Any error while reading a checkpoint that is not already typed means damage.
-fn damaged(e: Error) -> Error {
+pub fn damaged(e: Error) -> Error {
     match e {
         Error::Data { file, field, msg } => Error::checkpoint(file, field, CheckpointKind::Damaged, msg),
         Error::Hdf5 { file, what, source } => {

@@ -274,42 +274,53 @@ fn read_all(o: &Open, name: &str) -> Result<Option<Vec<f32>>> {
     }
 }
 
-/// Every part of `parts` checked against its index (name, step, token, checksum, its datasets'
-/// lengths), and the parts together holding each position of `model`'s stored order exactly
-/// once; one part in memory at a time.
+/// Every part of `parts` checked against its index (`verify_part`), and the parts together
+/// holding each position of `model`'s stored order exactly once (`check_coverage`); one part
+/// in memory at a time.
 pub fn verify(parts: &Parts, step: u64, model: &Mlp) -> Result<()> {
-    let mut all: Vec<(usize, usize, usize)> = Vec::new();
-    for (r, &want) in parts.checksums.iter().enumerate() {
-        let o = open(parts, step, r)?;
-        let n: usize = o.runs.iter().map(|r| r.1).sum();
-        let mut sums = Vec::new();
-        for (field, there) in ARRAYS.into_iter().zip([true, parts.m, parts.v]) {
-            let a = read_all(&o, field)?;
-            match &a {
-                Some(a) if a.len() != n => {
-                    return Err(Error::data(&o.path, field, format!("has {} values for runs of {n}", a.len())))
-                }
-                None if there => return Err(Error::data(&o.path, field, "is missing")),
-                _ => {}
-            }
-            sums.push(a.map_or(NO_ARRAY, |a| {
-                let mut at = 0;
-                array_checksum(o.runs.iter().map(|&(_, len)| {
-                    at += len;
-                    &a[at - len..at]
-                }))
-            }));
-        }
-        let runs: Vec<i64> = o.runs.iter().flat_map(|&(s, n)| [s as i64, n as i64]).collect();
-        if part_checksum(&runs, &sums) != want || one::<u64>(&o.f, &o.path, "checksum")? != want {
-            return Err(Error::data(
-                &o.path,
-                "checksum",
-                "does not match the contents or the index: the part is damaged",
-            ));
-        }
-        all.extend(o.runs.iter().map(|&(s, n)| (s, n, r)));
+    let mut runs = Vec::with_capacity(parts.checksums.len());
+    for r in 0..parts.checksums.len() {
+        runs.push(verify_part(parts, step, r)?);
     }
+    check_coverage(parts, step, model, &runs)
+}
+
+/// Part `r` of `parts` checked against its index (name, step, token, checksum, its datasets'
+/// lengths): its runs of the stored order, (start, length) each.
+pub fn verify_part(parts: &Parts, step: u64, r: usize) -> Result<Vec<(usize, usize)>> {
+    let want = parts.checksums[r];
+    let o = open(parts, step, r)?;
+    let n: usize = o.runs.iter().map(|r| r.1).sum();
+    let mut sums = Vec::new();
+    for (field, there) in ARRAYS.into_iter().zip([true, parts.m, parts.v]) {
+        let a = read_all(&o, field)?;
+        match &a {
+            Some(a) if a.len() != n => {
+                return Err(Error::data(&o.path, field, format!("has {} values for runs of {n}", a.len())))
+            }
+            None if there => return Err(Error::data(&o.path, field, "is missing")),
+            _ => {}
+        }
+        sums.push(a.map_or(NO_ARRAY, |a| {
+            let mut at = 0;
+            array_checksum(o.runs.iter().map(|&(_, len)| {
+                at += len;
+                &a[at - len..at]
+            }))
+        }));
+    }
+    let runs: Vec<i64> = o.runs.iter().flat_map(|&(s, n)| [s as i64, n as i64]).collect();
+    if part_checksum(&runs, &sums) != want || one::<u64>(&o.f, &o.path, "checksum")? != want {
+        return Err(Error::data(&o.path, "checksum", "does not match the contents or the index: the part is damaged"));
+    }
+    Ok(o.runs)
+}
+
+/// Whether the parts' runs (`runs[r]`: part r's, from `verify_part`) hold each position of
+/// `model`'s stored order exactly once.
+pub fn check_coverage(parts: &Parts, step: u64, model: &Mlp, runs: &[Vec<(usize, usize)>]) -> Result<()> {
+    let mut all: Vec<(usize, usize, usize)> =
+        runs.iter().enumerate().flat_map(|(r, v)| v.iter().map(move |&(s, n)| (s, n, r))).collect();
     all.sort_unstable();
     let mut at = 0;
     for (s, n, r) in all {

@@ -29,6 +29,7 @@ mod save;
 mod setup;
 mod stop;
 mod trainer;
+mod verify;
 mod watch;
 
 use crate::config::Job;

@@ -156,9 +156,16 @@ pub(super) fn read_checkpoint(
 ) -> Result<Option<Checkpoint>> {
     let _p = crate::parallel::liveness::phase("preparing output.dir and reading the checkpoint to resume from");
     if comm.rank != 0 {
+        // Rank 0 may send candidates in parts to check a share of their parts.
+        super::verify::serve(comm);
         return Ok(None);
     }
-    let mut c = prepare_output(job, out_dir, model, resume, n_data, !parts_read_here)?;
+    let mut lead = super::verify::Lead::new(comm);
+    let found = prepare_output(job, out_dir, model, resume, n_data, !parts_read_here, &mut |p, step, m| {
+        lead.verify(p, step, m)
+    });
+    lead.finish();
+    let mut c = found?;
     if let Some(c) = c.as_mut().filter(|c| c.parts.is_some() && !parts_read_here) {
         let _a = crate::mem::allocating("the checkpoint's parts put together (rank 0)");
         checkpoint::assemble(c, model)?;
@@ -442,7 +449,8 @@ fn lineage_notes(out_dir: &Path, l: Lineage, from: Option<&Checkpoint>) {
 }
 
 /// Rank 0, before training: create output.dir, refuse to overwrite an earlier run's
-/// checkpoints, and find the checkpoint to resume from. `world` is this job's data-parallel
+/// checkpoints, and find the checkpoint to resume from (a whole one's arrays kept in memory
+/// where `keep_whole`; the parts of one in parts checked by `verify_parts`). `world` is this job's data-parallel
 /// degree (the ranks when parallel.tensor = 1); a checkpoint's `world_size` records its
 /// writer's. Any degree resumes: the data order does not depend on it, and the global batch
 /// stays the checkpoint's (`setup::schedule` checks that it divides).
@@ -453,13 +461,14 @@ pub(super) fn prepare_output(
     resume: Option<&Resume>,
     world: usize,
     keep_whole: bool,
+    verify_parts: &mut dyn FnMut(&checkpoint::parts::Parts, u64, &Mlp) -> Result<()>,
 ) -> Result<Option<Checkpoint>> {
     std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, "create output.dir", e))?;
     let probe = out_dir.join(".hvtrain-write-test");
     std::fs::write(&probe, b"").map_err(|e| Error::io(out_dir, "write into output.dir", e))?;
     let _ = std::fs::remove_file(&probe);
     super::runlock::take(out_dir)?;
-    let found = find(job, out_dir, model, resume, keep_whole)?;
+    let found = find(job, out_dir, model, resume, keep_whole, verify_parts)?;
     // What a crash mid-write left behind: never a valid file, and never picked up.
     let stale = checkpoint::remove_stale_tmp(out_dir);
     if !stale.is_empty() {
@@ -488,8 +497,8 @@ fn find(
     model: &Mlp,
     resume: Option<&Resume>,
     keep_whole: bool,
+    verify: &mut dyn FnMut(&checkpoint::parts::Parts, u64, &Mlp) -> Result<()>,
 ) -> Result<Option<(PathBuf, Checkpoint)>> {
-    let verify = &mut checkpoint::parts::verify;
     Ok(match resume {
         None => {
             if let Some((_, p)) = checkpoint::list(out_dir).first() {

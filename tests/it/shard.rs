@@ -661,3 +661,46 @@ fn a_slow_rank_shows_as_exposed_layer_gathers() {
         assert!(exposed.iter().all(|&e| e > 30.0), "prefetch {prefetch}: exposed ms/step {exposed:?}");
     }
 }
+
+/// The parts of each candidate checkpoint are checked on every rank at once: with one value of
+/// part 1 of the newest checkpoint changed (a part rank 1 checks), `--resume auto` on 3 ranks
+/// skips that checkpoint naming the damaged part and resumes from the one before, after the
+/// parts were checked on 2 ranks at once (3 ranks, 2 parts: rank 2 has none to check).
+#[test]
+fn parts_are_checked_on_every_rank_and_a_damaged_one_falls_back() {
+    let _g = mpi_lock();
+    let dir = setup("shard-verify");
+    let sets = [
+        "training.batch_size=6",
+        "training.epochs=1",
+        "data.shuffle=false",
+        "distribution.shard='gradients'",
+        "checkpoint.every_steps=10",
+        "checkpoint.keep=5",
+    ];
+    train_weights(&dir, "out", 2, LAYERS.len() - 1, &[], &sets, &[]);
+    let out = dir.join("out");
+    let part =
+        checkpoint_parts(&out).into_iter().find(|p| p.starts_with("ckpt-step000000030.") && p.contains("part1of2"));
+    let part = out.join(part.expect("part 1 of the step-30 checkpoint"));
+    {
+        let f = hdf5::File::open_rw(&part).unwrap();
+        let ds = f.dataset("params").unwrap();
+        let mut v: Vec<f32> = ds.read_raw().unwrap();
+        v[0] += 1.0;
+        ds.write_raw(&v).unwrap();
+    }
+    let mut args = vec!["train", "job.toml", "--set", "output.dir='out'", "--set", "training.epochs=2"];
+    for s in &sets[..1].iter().chain(&sets[2..]).copied().collect::<Vec<_>>() {
+        args.extend(["--set", s]);
+    }
+    args.extend(["--resume", "auto"]);
+    let r = mpirun_env(3, &[], &args, &dir, 120);
+    assert!(r.ok(), "the resume failed\n{}", r.all());
+    let name = part.file_name().unwrap().to_str().unwrap();
+    let skipped =
+        r.stderr.lines().any(|l| l.contains("skipping checkpoint") && l.contains(name) && l.contains("damaged"));
+    assert!(skipped, "no warning naming {name}\n{}", r.all());
+    assert!(r.stderr.contains("resuming from") && r.stderr.contains("ckpt-step000000020.h5"), "{}", r.all());
+    assert!(r.stderr.contains("checked the checkpoint's 2 parts on 2 ranks at once"), "{}", r.all());
+}

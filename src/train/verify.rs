@@ -1,0 +1,119 @@
+//! A checkpoint's parts checked on every rank at once (collective): while rank 0 looks for the
+//! checkpoint to resume (`restore::prepare_output`), it sends each candidate written in parts
+//! to every rank (`Lead::verify`), rank r reads and checksums parts r, r + N, … of it
+//! (`parts::verify_part`), and rank 0 gathers the answers and checks that together the parts
+//! hold every position once (`parts::check_coverage`). A damaged part is then an error on rank
+//! 0 naming that part, as when rank 0 read every part itself, so `--resume auto` still falls
+//! back to an older checkpoint; the parts are read N at a time instead of one.
+//!
+//! Must not: choose the checkpoint (rank 0's `checkpoint::newest_valid_by` does), or leave a
+//! rank waiting: rank 0 ends the exchange with `Lead::finish` whatever it found.
+
+use crate::checkpoint::parts::{self, Parts};
+use crate::error::{CheckpointKind, Error, Result};
+use crate::model::Mlp;
+use crate::parallel::Comm;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// What a rank found of one part it checked.
+#[derive(Serialize, Deserialize)]
+enum Answer {
+    /// Part `.0` is whole: its runs of the stored order.
+    Runs(usize, Vec<(usize, usize)>),
+    /// Part `part` is damaged: the error's file, field and message.
+    Damaged { part: usize, file: PathBuf, field: String, msg: String },
+}
+
+/// Rank 0's side: each candidate's parts checked on every rank.
+pub(super) struct Lead<'a> {
+    comm: &'a Comm,
+}
+
+impl<'a> Lead<'a> {
+    /// Rank 0 only; the others `serve` meanwhile.
+    pub fn new(comm: &'a Comm) -> Lead<'a> {
+        assert_eq!(comm.rank, 0, "rank 0 leads the check of a checkpoint's parts");
+        Lead { comm }
+    }
+
+    /// Collective with the other ranks' `serve`: `parts` (of the checkpoint at `step` of
+    /// `model`) checked, a share on each rank; the damaged part of lowest number's error.
+    pub fn verify(&mut self, p: &Parts, step: u64, model: &Mlp) -> Result<()> {
+        let t = std::time::Instant::now();
+        let k = p.checksums.len();
+        let mut words = [1, step, p.token, k as u64, u64::from(p.m), u64::from(p.v)];
+        self.comm.broadcast_u64(&mut words);
+        let mut sums = p.checksums.clone();
+        self.comm.broadcast_u64(&mut sums);
+        self.comm.all_gather_bytes(p.dir.to_string_lossy().as_bytes());
+        let answers = self.comm.all_gather_bytes(&share(self.comm, p, step));
+        let mut runs: Vec<Option<Vec<(usize, usize)>>> = vec![None; k];
+        let mut damaged: Option<(usize, Error)> = None;
+        for a in answers.iter().flat_map(|b| serde_json::from_slice::<Vec<Answer>>(b).expect("a rank's answers")) {
+            match a {
+                Answer::Runs(r, v) => runs[r] = Some(v),
+                Answer::Damaged { part, file, field, msg } => {
+                    if damaged.as_ref().is_none_or(|(r, _)| part < *r) {
+                        damaged = Some((part, Error::checkpoint(file, field, CheckpointKind::Damaged, msg)));
+                    }
+                }
+            }
+        }
+        if let Some((_, e)) = damaged {
+            return Err(e);
+        }
+        let runs: Vec<Vec<(usize, usize)>> = runs.into_iter().map(|r| r.expect("every part answered")).collect();
+        parts::check_coverage(p, step, model, &runs)?;
+        if self.comm.size > 1 {
+            log::info!(
+                "checked the checkpoint's {k} parts on {} ranks at once in {:.2} s",
+                self.comm.size.min(k),
+                t.elapsed().as_secs_f64()
+            );
+        }
+        Ok(())
+    }
+
+    /// Tells the other ranks that rank 0 has chosen (they return from `serve`).
+    pub fn finish(self) {
+        let mut words = [0u64; 6];
+        self.comm.broadcast_u64(&mut words);
+    }
+}
+
+/// Every rank but 0, while rank 0 chooses the checkpoint: check its share of each candidate's
+/// parts that rank 0 sends, until rank 0 says it is done (`Lead::finish`).
+pub(super) fn serve(comm: &Comm) {
+    loop {
+        let mut words = [0u64; 6];
+        comm.broadcast_u64(&mut words);
+        if words[0] == 0 {
+            return;
+        }
+        let mut checksums = vec![0u64; words[3] as usize];
+        comm.broadcast_u64(&mut checksums);
+        let dir = comm.all_gather_bytes(&[]).swap_remove(0);
+        let p = Parts {
+            dir: PathBuf::from(String::from_utf8_lossy(&dir).into_owned()),
+            token: words[2],
+            checksums,
+            m: words[4] != 0,
+            v: words[5] != 0,
+        };
+        comm.all_gather_bytes(&share(comm, &p, words[1]));
+    }
+}
+
+/// This rank's answers for its parts of `p` (r, r + N, …), as JSON.
+fn share(comm: &Comm, p: &Parts, step: u64) -> Vec<u8> {
+    let answers: Vec<Answer> = (comm.rank..p.checksums.len())
+        .step_by(comm.size)
+        .map(|r| match parts::verify_part(p, step, r).map_err(crate::checkpoint::damaged) {
+            Ok(runs) => Answer::Runs(r, runs),
+            Err(Error::Checkpoint { file, field, msg, .. }) => Answer::Damaged { part: r, file, field, msg },
+            Err(e) => Answer::Damaged { part: r, file: p.path(step, r), field: "(file)".into(), msg: e.to_string() },
+        })
+        .collect();
+    serde_json::to_vec(&answers).expect("answers serialize")
+}
