@@ -17,7 +17,9 @@ runs beside it, on random rows (the step's cost does not depend on the values). 
 Rank 0 prints one line: PEER_RESULT {json} with samples_per_sec (median over the epochs after
 the first; an "epoch" is --steps steps), every epoch's rate, peak_rss_mb per rank, and with
 --checkpoint each save's seconds (torch.distributed.checkpoint, every rank its shards; for
-bench/shard_ckpt.sh, with --test-rows an evaluation after each epoch).
+bench/shard_ckpt.sh, with --test-rows an evaluation after each epoch); with --resume DIR the
+seconds to load a checkpoint saved so into the model and optimizer before training
+(bench/shard_resume.sh), and the peak RSS after the load.
 """
 import argparse
 import json
@@ -36,6 +38,8 @@ ap.add_argument("--checkpoint", default="", help="after every epoch, save model 
                 "torch.distributed.checkpoint (each rank its shards) into this folder; the seconds are reported")
 ap.add_argument("--test-rows", type=int, default=0, help="after every epoch, evaluate this many rows per rank "
                 "(512 at a time, no_grad)")
+ap.add_argument("--resume", default="", help="before training, load model and optimizer state saved by --checkpoint "
+                "(a folder such as CKPT/epoch0) with torch.distributed.checkpoint, timed")
 args = ap.parse_args()
 
 import torch  # noqa: E402
@@ -79,6 +83,23 @@ x = torch.randn(batch, sizes[0])
 y = torch.randint(0, sizes[-1], (batch,))
 loss_fn = nn.CrossEntropyLoss()
 rates, saves = [], []
+resume_s, resume_rss = None, None
+if args.resume:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    dist.barrier()
+    t = time.perf_counter()
+    msd, osd = get_state_dict(model, opt)
+    dcp.load({"model": msd, "optim": osd}, checkpoint_id=args.resume)
+    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+    del msd, osd
+    dist.barrier()
+    resume_s = time.perf_counter() - t
+    r = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0])
+    each = [torch.zeros(1) for _ in range(world)]
+    dist.all_gather(each, r)
+    resume_rss = [round(float(v), 1) for v in each]
 for epoch in range(args.epochs):
     dist.barrier()
     t = time.perf_counter()
@@ -111,5 +132,6 @@ if rank == 0:
         "mode": args.mode, "ranks": world, "torch": torch.__version__,
         "samples_per_sec": statistics.median(rates[1:] or rates), "epochs": rates,
         "peak_rss_mb": [round(float(r), 1) for r in every], "loss": float(loss), "checkpoint_s": saves,
+        "resume_s": resume_s, "resume_peak_rss_mb": resume_rss,
     }), flush=True)
 dist.destroy_process_group()
