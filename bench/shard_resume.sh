@@ -79,9 +79,9 @@ def hv(name):
     rss = re.search(r"RSS \[([^\]]*)\]", log)
     first = re.search(r"first step done ([0-9.]+) s after process start", log)
     st = [l for l in lines if "model state per rank" in l]
-    en = [l for l in lines if "engine:" in l]
-    how = next((m.group(0) for l in lines for m in [re.search(
-        r"(each rank read its own pieces[^(]*|the checkpoint was written whole: rank 0 sent each rank only its pieces of it|checked the checkpoint's \d+ parts on \d+ ranks at once in [0-9.]+ s)", l)] if m), "?")
+    en = [l for l in lines if "] run id " in l]
+    how = "; ".join(m.group(0).strip() for l in lines for m in [re.search(
+        r"(each rank read its own pieces[^(/]*|the checkpoint was written whole: rank 0 sent each rank only its pieces of it|checked the checkpoint's \d+ parts on \d+ ranks at once in [0-9.]+ s)", l)] if m) or "?"
     checked = re.search(r"checked the checkpoint's (\d+) parts on (\d+) ranks at once in ([0-9.]+) s", log)
     return {"rss": [float(x) for x in rss.group(1).split(", ")] if rss else None,
             "first_step_s": float(first.group(1)) if first else None,
@@ -100,7 +100,7 @@ L = [f"# Resuming sharded state: whole checkpoints read in pieces, parts checked
      "for the last 2 steps; the files in the page cache (written just before)",
      "- peak RSS per rank: the resumed run's whole life (restore and 2 steps), hvtrain's `peak memory per rank` line; "
      "first step: rank 0's `first step done … after process start`; restore: from the `model state per rank` line to "
-     "the `engine:` line (reading and checking the checkpoint, the pieces to every rank). One run each: a few per cent "
+     "the `run id` line (reading and checking the checkpoint, the pieces to every rank). One run each: a few per cent "
      "of noise, more for the sub-second figures", "",
      "| build | checkpoint resumed | peak RSS rank 0 MiB | peak RSS rank 1 MiB | restore s | first step s | how |",
      "|---|---|---:|---:|---:|---:|---|"]
@@ -116,15 +116,17 @@ for b in (["base", "new"] if base else ["new"]):
             continue
         L.append(f"| {label} | {what} | {h['rss'][0]:,.0f} | {h['rss'][1]:,.0f} | {h['restore_s']:.2f} | "
                  f"{h['first_step_s']:.2f} | {h['how']} |")
-L += ["", "| PyTorch | checkpoint resumed | peak RSS rank 0 MiB (after the load) | rank 1 | load s |", "|---|---|---:|---:|---:|"]
+L += ["", "| PyTorch | checkpoint resumed | peak RSS rank 0 MiB after the load | rank 1 | rank 0 after 2 steps | rank 1 | load s |",
+      "|---|---|---:|---:|---:|---:|---:|"]
 for mode, name in [("ddp", "DDP"), ("fsdp-full", "FSDP2 FULL_SHARD")]:
     p = pt(mode)
     rows[f"torch-{mode}"] = p
     if p.get("resume_s") is None:
-        L.append(f"| {name} | failed: {' '.join(p.get('failed', []))[:100]} | | | |")
+        L.append(f"| {name} | failed: {' '.join(p.get('failed', []))[:100]} | | | | | |")
         continue
-    r = p["resume_peak_rss_mb"]
-    L.append(f"| {name} | torch.distributed.checkpoint save of the same state | {r[0]:,.0f} | {r[1]:,.0f} | {p['resume_s']:.2f} |")
+    r, e = p["resume_peak_rss_mb"], p["peak_rss_mb"]
+    L.append(f"| {name} | torch.distributed.checkpoint save of the same state | {r[0]:,.0f} | {r[1]:,.0f} | {e[0]:,.0f} | "
+             f"{e[1]:,.0f} | {p['resume_s']:.2f} |")
 torch_v = next((r["torch"] for k, r in rows.items() if k.startswith("torch") and "torch" in r), "not run")
 L += ["", f"PyTorch {torch_v} (gloo), whose RSS includes some 700 MiB of PyTorch itself. Raw lines: "
       f"`bench/results/shard-resume-{day}.log`.", ""]
