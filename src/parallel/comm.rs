@@ -14,7 +14,8 @@
 //! which it only ever makes non-blocking calls (`MPI_Isend`, `MPI_Irecv`, `MPI_Ibarrier`,
 //! polled with `MPI_Test`), so it never waits on another rank.
 //!
-//! Must not: be bypassed: no other module calls MPI (its child `comm/p2p.rs` is part of it).
+//! Must not: be bypassed: no other module calls MPI (its children `comm/p2p.rs`, `comm/vote.rs`,
+//! `comm/sends.rs` and `comm/beacon.rs` are part of it).
 
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
@@ -26,9 +27,13 @@ use mpi::Threading;
 
 // Point-to-point messages with tags, for the parameter servers (the same rule: only this
 // module and its child call MPI).
+mod beacon;
 mod p2p;
+mod sends;
 mod vote;
+pub use beacon::{Beacon, Pending, BEAT_WORDS};
 pub use p2p::Link;
+pub use sends::Outgoing;
 pub use vote::Vote;
 
 /// The most elements one MPI call carries: 2^31 − 1 (MPI's counts are `int`s), or fewer with
@@ -453,8 +458,7 @@ impl Comm {
     /// worth having when MPI granted MPI_THREAD_MULTIPLE: the liveness thread calls MPI while
     /// the other threads are inside MPI too.
     pub fn beacon(&self) -> Beacon {
-        let comm = self.world.comm.duplicate();
-        Beacon { rank: comm.rank() as usize, size: comm.size() as usize, comm }
+        Beacon::new(self.world.comm.duplicate())
     }
 
     /// End every rank of the job with `code` (of the whole job, also from a `group`'s
@@ -477,85 +481,9 @@ impl std::ops::Deref for Comm {
 }
 
 impl Channel {
-    /// Start sending `buf` to rank `to` with `tag` (`MPI_Isend`); the buffer travels with the
-    /// request until `Outgoing::wait` hands it back.
-    /// Past one piece, several sends of the one buffer (`recv_f32` receives them in order).
-    pub fn isend_f32(&self, to: usize, tag: i32, buf: Vec<f32>) -> Outgoing {
-        let mut o = Outgoing { reqs: Vec::new(), buf: Some(buf) };
-        let b = o.buf.as_ref().expect("just set");
-        // Always at least one message, an empty one for an empty buffer (as one send was).
-        let ws: Vec<std::ops::Range<usize>> =
-            if b.is_empty() { vec![0..0] } else { windows(b.len(), piece()).collect() };
-        for w in ws {
-            let ptr = b[w.clone()].as_ptr();
-            // SAFETY: the buffer is heap memory owned by `o`, which neither moves nor frees it
-            // while the requests are active (`wait` completes them first; `Drop` leaks it
-            // otherwise); the communicator outlives the requests (both belong to the main
-            // thread's step).
-            unsafe {
-                let mut r = ffi::RSMPI_REQUEST_NULL;
-                ffi::MPI_Isend(
-                    ptr as *mut std::ffi::c_void,
-                    count(w.len()),
-                    f32::equivalent_datatype().as_raw(),
-                    to as i32,
-                    tag,
-                    self.comm.as_raw(),
-                    &mut r,
-                );
-                o.reqs.push(r);
-            }
-        }
-        o
-    }
-
-    /// Receive exactly `buf.len()` floats from rank `from` with `tag` (blocking; messages
-    /// from one rank with one tag arrive in the order they were sent; past one piece, as the
-    /// pieces `send_f32` and `isend_f32` send).
-    pub fn recv_f32(&self, from: usize, tag: i32, buf: &mut [f32]) {
-        if buf.is_empty() {
-            self.comm.process_at_rank(from as i32).receive_into_with_tag(buf, tag);
-            return;
-        }
-        for b in buf.chunks_mut(piece()) {
-            self.comm.process_at_rank(from as i32).receive_into_with_tag(b, tag);
-        }
-    }
-
     /// Overwrite `buf` on every rank with rank `root`'s.
     pub fn broadcast_f64_from(&self, root: usize, buf: &mut [f64]) {
         self.comm.process_at_rank(root as i32).broadcast_into(buf);
-    }
-}
-
-/// A non-blocking send in flight (one request per piece) and the buffer it reads.
-pub struct Outgoing {
-    reqs: Vec<ffi::MPI_Request>,
-    buf: Option<Vec<f32>>,
-}
-
-impl Outgoing {
-    /// Wait for the send to complete (`MPI_Wait`) and take the buffer back.
-    pub fn wait(mut self) -> Vec<f32> {
-        for r in &mut self.reqs {
-            // SAFETY: `r` is our active request (or null after completion, which MPI_Wait accepts).
-            unsafe { ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE) };
-        }
-        self.buf.take().expect("waited once")
-    }
-}
-
-impl Drop for Outgoing {
-    /// A send never waited for (an error ends the step): let MPI finish it on its own and
-    /// leak the buffer it may still read.
-    fn drop(&mut self) {
-        if let Some(buf) = self.buf.take() {
-            for r in &mut self.reqs {
-                // SAFETY: `r` is our active request; freeing it lets the send complete unobserved.
-                unsafe { ffi::MPI_Request_free(r) };
-            }
-            std::mem::forget(buf);
-        }
     }
 }
 
@@ -591,139 +519,6 @@ fn offsets(counts: &[i32]) -> Vec<i32> {
             Some(d)
         })
         .collect()
-}
-
-/// Words in one heartbeat (see `liveness.rs` for their meaning).
-pub const BEAT_WORDS: usize = 20;
-const BEAT_TAG: i32 = 0x4842; // "HB"
-const END_TAG: i32 = 0x4845; // "HE"
-
-/// Non-blocking point-to-point and barrier on a private communicator, for the liveness
-/// thread. Every call returns at once; a `Pending` is polled with `test`.
-pub struct Beacon {
-    comm: SimpleCommunicator,
-    pub rank: usize,
-    pub size: usize,
-}
-
-// SAFETY: MPI_THREAD_MULTIPLE was granted (the caller checks `Comm::threading`), and only the
-// liveness thread uses this communicator after it is created.
-unsafe impl Send for Beacon {}
-
-/// One outstanding non-blocking operation and the buffer it reads or fills (boxed, so it
-/// does not move while MPI holds its address).
-pub struct Pending {
-    req: ffi::MPI_Request,
-    buf: Box<[u64; BEAT_WORDS]>,
-    kind: PendingKind,
-    done: bool,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum PendingKind {
-    Send,
-    Recv,
-    Barrier,
-}
-
-// SAFETY: a request handle may be completed from any thread under MPI_THREAD_MULTIPLE; the
-// buffer moves with it.
-unsafe impl Send for Pending {}
-
-impl Beacon {
-    fn request(&self, kind: PendingKind, buf: Box<[u64; BEAT_WORDS]>, peer: usize, tag: i32) -> Pending {
-        // SAFETY: RSMPI_REQUEST_NULL is a valid initial value; every call below writes `req`.
-        let mut p = Pending { req: unsafe { ffi::RSMPI_REQUEST_NULL }, buf, kind, done: false };
-        let ty = u64::equivalent_datatype().as_raw();
-        let comm = self.comm.as_raw();
-        let n = BEAT_WORDS as i32;
-        // SAFETY: the buffer is heap-allocated and owned by `p`, which is not dropped while the
-        // request is active (see `Drop`); the communicator is valid until `self` is dropped.
-        unsafe {
-            match kind {
-                PendingKind::Send => {
-                    ffi::MPI_Isend(p.buf.as_ptr().cast(), n, ty, peer as i32, tag, comm, &mut p.req);
-                }
-                PendingKind::Recv => {
-                    ffi::MPI_Irecv(p.buf.as_mut_ptr().cast(), n, ty, peer as i32, tag, comm, &mut p.req);
-                }
-                PendingKind::Barrier => {
-                    ffi::MPI_Ibarrier(comm, &mut p.req);
-                }
-            }
-        }
-        p
-    }
-
-    /// Start sending heartbeat `msg` to `to`.
-    pub fn isend(&self, to: usize, msg: &[u64; BEAT_WORDS]) -> Pending {
-        self.request(PendingKind::Send, Box::new(*msg), to, BEAT_TAG)
-    }
-
-    /// Start receiving one heartbeat from `from`.
-    pub fn irecv(&self, from: usize) -> Pending {
-        self.request(PendingKind::Recv, Box::new([0; BEAT_WORDS]), from, BEAT_TAG)
-    }
-
-    /// Start sending a message of the final handshake (`finish.rs`) to `to`. Its own tag: a
-    /// heartbeat receive still posted when the heartbeats end must never take one.
-    pub fn isend_end(&self, to: usize, msg: &[u64; BEAT_WORDS]) -> Pending {
-        self.request(PendingKind::Send, Box::new(*msg), to, END_TAG)
-    }
-
-    /// Start receiving one message of the final handshake from `from`.
-    pub fn irecv_end(&self, from: usize) -> Pending {
-        self.request(PendingKind::Recv, Box::new([0; BEAT_WORDS]), from, END_TAG)
-    }
-
-    /// Start a barrier over every rank (it completes once all have started it).
-    pub fn ibarrier(&self) -> Pending {
-        self.request(PendingKind::Barrier, Box::new([0; BEAT_WORDS]), 0, BEAT_TAG)
-    }
-}
-
-impl Pending {
-    /// Whether the operation has completed (MPI_Test; never waits). Stays true once true.
-    pub fn test(&mut self) -> bool {
-        if !self.done {
-            let mut flag: std::ffi::c_int = 0;
-            // SAFETY: `req` is an active request of ours (or already null, which MPI_Test accepts).
-            unsafe { ffi::MPI_Test(&mut self.req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
-            self.done = flag != 0;
-        }
-        self.done
-    }
-
-    /// The received words (meaningful once a receive has completed).
-    pub fn message(&self) -> &[u64; BEAT_WORDS] {
-        &self.buf
-    }
-}
-
-impl Drop for Pending {
-    /// An operation still active is let go without waiting on the peer: a receive is cancelled
-    /// (and completes at once locally); a send or barrier request is left to MPI and its
-    /// buffer leaked (a few hundred bytes, only at the end or when abandoning a stopped peer).
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        // SAFETY: `req` is an active request of ours.
-        unsafe {
-            match self.kind {
-                PendingKind::Recv => {
-                    ffi::MPI_Cancel(&mut self.req);
-                    ffi::MPI_Wait(&mut self.req, ffi::RSMPI_STATUS_IGNORE);
-                }
-                PendingKind::Send => {
-                    ffi::MPI_Request_free(&mut self.req);
-                    std::mem::forget(std::mem::replace(&mut self.buf, Box::new([0; BEAT_WORDS])));
-                }
-                // Freeing a non-blocking collective's request is not allowed: leave it.
-                PendingKind::Barrier => {}
-            }
-        }
-    }
 }
 
 /// Abort the whole MPI job from a context that holds no `Comm` (the panic hook, the
