@@ -8,3 +8,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -f data/fashion-mnist-train.h5 ] || make data
 work=$(mktemp -d)
 if [ -n "${KEEP_WORK:-}" ]; then echo "scratch: $work (kept)" >&2; else trap 'rm -rf "$work"' EXIT; fi
+# raw_lines OUT PATTERN LOG...: each log's lines matching the extended regex PATTERN (cut to 400
+# characters) under a "== NAME" heading, into OUT: a record's raw lines beside its report.
+raw_lines() {
+  local out=$1 pat=$2 f; shift 2
+  for f in "$@"; do
+    echo "== $(basename "$f" .log)"
+    grep -E "$pat" "$f" | cut -c1-400 || true
+  done > "$out"
+}

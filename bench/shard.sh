@@ -52,10 +52,7 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 mkdir -p bench/results
-for f in "$work"/hv-*.log "$work"/pt-*.log; do
-  echo "== $(basename "$f" .log)"
-  grep -E "model state per rank|distribution.shard|peak memory per rank|samples/s \(|layer gathers|PEER_RESULT|rror" "$f" | cut -c1-400
-done > "bench/results/shard-$day.log"
+raw_lines "bench/results/shard-$day.log" "model state per rank|distribution.shard|peak memory per rank|samples/s \(|layer gathers|PEER_RESULT|rror" "$work"/hv-*.log "$work"/pt-*.log
 python3 - "$work" "$day" "$load_before" "$load_after" "$(git rev-parse --short HEAD)" "$RANKS" "$EPOCHS" <<'PY'
 import json, os, re, statistics, subprocess, sys
 work, day, lb, la, head, ranks, epochs = sys.argv[1:]

@@ -56,10 +56,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 [ -f "$work/load" ] && load_before=$(cat "$work/load") && [ -n "${REPORT_FROM:-}" ] && load_after="(not kept)"
 
 mkdir -p bench/results
-for f in "$work"/hv-*.log "$work"/pt-*.log; do
-  echo "== $(basename "$f" .log)"
-  grep -E "model state per rank|checkpoint|peak memory per rank|samples/s \(|PEER_RESULT|rror" "$f" | cut -c1-400
-done > "bench/results/shard-ckpt-$day.log"
+raw_lines "bench/results/shard-ckpt-$day.log" "model state per rank|checkpoint|peak memory per rank|samples/s \(|PEER_RESULT|rror" "$work"/hv-*.log "$work"/pt-*.log
 python3 - "$work" "$day" "$load_before" "$load_after" "$(cat "$work/commit" 2>/dev/null || git rev-parse --short HEAD)" "$EPOCHS" <<'PY'
 import json, os, re, statistics, subprocess, sys
 work, day, lb, la, head, epochs = sys.argv[1:]

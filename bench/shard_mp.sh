@@ -56,10 +56,7 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 mkdir -p bench/results
-for f in "$work"/hv-*.log; do
-  echo "== $(basename "$f" .log)"
-  grep -E "model state per rank|starting parameters|checkpoint|each rank read|peak memory per rank|samples/s \(|rror" "$f" | cut -c1-400
-done > "bench/results/shard-mp-$day.log"
+raw_lines "bench/results/shard-mp-$day.log" "model state per rank|starting parameters|checkpoint|each rank read|peak memory per rank|samples/s \(|rror" "$work"/hv-*.log
 python3 - "$work" "$day" "$load_before" "$load_after" "$(cat "$work/commit")" "$EPOCHS" "$before_commit" <<'PY'
 import json, os, re, statistics, subprocess, sys
 work, day, lb, la, head, epochs, before = sys.argv[1:]

@@ -61,10 +61,7 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 mkdir -p bench/results
-for f in "$work"/write-*.log "$work"/resume-*.log "$work"/pt-*.log; do
-  echo "== $(basename "$f" .log)"
-  grep -E "model state per rank|engine:|resuming|checked|pieces|put together|first step done|peak memory per rank|PEER_RESULT|rror" "$f" | cut -c1-400
-done > "bench/results/shard-resume-$day.log"
+raw_lines "bench/results/shard-resume-$day.log" "model state per rank|engine:|resuming|checked|pieces|put together|first step done|peak memory per rank|PEER_RESULT|rror" "$work"/write-*.log "$work"/resume-*.log "$work"/pt-*.log
 python3 - "$work" "$day" "$load_before" "$load_after" "$(cat "$work/commit")" "${BASE_BIN:-}" <<'PY'
 import datetime, json, os, re, subprocess, sys
 work, day, lb, la, head, base = sys.argv[1:]
