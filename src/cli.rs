@@ -111,6 +111,9 @@ binary_cross_entropy), as `hvtrain predict` writes them. Opset 17.\n\
     /// Prepare data: convert IDX to HDF5, split a file into per-rank shards.
     #[command(subcommand)]
     Data(DataCommand),
+    /// Check checkpoints before a resume: a file, or every checkpoint of an output directory.
+    #[command(subcommand)]
+    Checkpoint(CheckpointCommand),
     /// Check a node's backend: every backend operation, gradient checks and one training
     /// step against the CPU reference, and fp16/bf16 packing bit for bit. Exit 0 when all pass.
     #[command(
@@ -201,6 +204,20 @@ pub struct JobArgs {
     /// Override a job key: --set training.epochs=3 (value in TOML syntax; bare words are strings). Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CheckpointCommand {
+    /// Check a checkpoint as `--resume` does (format, model, checksum, and every part of one
+    /// written in parts) and describe it: its step, how many data-parallel ranks wrote it,
+    /// whole or in parts, its optimizer state, its run and when. Given an output directory:
+    /// every checkpoint in it, and the one `--resume auto` would continue from. Exit 0 when
+    /// every one is usable, 1 when one is damaged or none is found.
+    #[command(after_help = "Examples:\n  hvtrain checkpoint check runs/fashion-mnist\n  \
+hvtrain checkpoint check runs/fashion-mnist/ckpt-step000000470.h5\n\n\
+One process, no mpirun: on a login node before resubmitting a job. Reads one layer (or one\n\
+part) at a time, so it needs little memory for any model.")]
+    Check { path: PathBuf },
 }
 
 #[derive(Subcommand, Debug)]

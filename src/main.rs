@@ -32,7 +32,7 @@ mod train;
 mod weights;
 
 use clap::Parser;
-use cli::{BenchCommand, Cli, Command, DataCommand};
+use cli::{BenchCommand, CheckpointCommand, Cli, Command, DataCommand};
 use std::io::Write;
 use std::time::Instant;
 
@@ -70,6 +70,14 @@ fn main() {
             }
         },
         Command::Data(cmd) => finish(run_data(cmd)),
+        Command::Checkpoint(CheckpointCommand::Check { path }) => match checkpoint::inspect::check(&path) {
+            Ok(true) => 0,
+            Ok(false) => 1,
+            Err(e) => {
+                sys::say(format!("hvtrain: error: {e}"));
+                1
+            }
+        },
         Command::Predict { job, weights, input, output } => finish(
             config::Job::load_with_env(&job.job, &job.set)
                 .and_then(|(j, _)| eval::predict(&j, &weights, &input, &output))

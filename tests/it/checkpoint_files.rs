@@ -173,3 +173,69 @@ fn resume_auto_follows_the_live_branch() {
         c.all()
     );
 }
+
+/// `hvtrain checkpoint check`: on an output directory every checkpoint is checked and
+/// described, and the one `--resume auto` takes named (the newest); with the newest truncated
+/// it is named not usable, the exit code is 1 and the one before is the choice; a checkpoint
+/// in parts (2 ranks, sharded) is checked part by part, and a changed value in one part makes
+/// it not usable, naming that part.
+#[test]
+fn checkpoint_check_describes_and_verifies_checkpoints() {
+    let _g = mpi_lock();
+    let dir = setup("files-check");
+    let run = hvtrain(&["train", "job.toml", "--set", "optimizer.kind='adam'"], &dir, 60);
+    assert!(run.ok(), "{}", run.all());
+    let check = |what: &str| hvtrain(&["checkpoint", "check", what], &dir, 60);
+    let r = check("out");
+    assert!(r.ok(), "{}", r.all());
+    let ok_lines = r.stdout.lines().filter(|l| l.contains(": ok: step ")).count();
+    assert_eq!(ok_lines, checkpoints(&dir.join("out")).len(), "{}", r.all());
+    assert!(r.stdout.contains("whole, optimizer state m and v"), "{}", r.all());
+    assert!(r.stdout.contains("--resume auto would continue from out/ckpt-step000000008.h5 (step 8)"), "{}", r.all());
+    truncate_half(&dir.join("out/ckpt-step000000008.h5"));
+    let r = check("out");
+    assert_eq!(r.code, Some(1), "{}", r.all());
+    assert!(r.stdout.contains("out/ckpt-step000000008.h5: NOT USABLE"), "{}", r.all());
+    assert!(r.stdout.contains("--resume auto would continue from out/ckpt-step000000004.h5 (step 4)"), "{}", r.all());
+    // In parts.
+    let args = [
+        "train",
+        "job.toml",
+        "--set",
+        "output.dir='parts'",
+        "--set",
+        "training.batch_size=2",
+        "--set",
+        "distribution.shard='gradients'",
+        "--set",
+        "optimizer.kind='adam'",
+    ];
+    let run = mpirun_env(2, &[], &args, &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    let r = check("parts/ckpt-step000000008.h5");
+    assert!(r.ok() && r.stdout.contains("in 2 parts, each checked"), "{}", r.all());
+    let part = checkpoint_parts(&dir.join("parts"))
+        .into_iter()
+        .find(|p| p.starts_with("ckpt-step000000008.") && p.contains("part1of2"));
+    let part = dir.join("parts").join(part.expect("part 1 of step 8"));
+    {
+        let f = hdf5::File::open_rw(&part).unwrap();
+        let ds = f.dataset("optimizer/m").unwrap();
+        let mut v: Vec<f32> = ds.read_raw().unwrap();
+        v[0] += 1.0;
+        ds.write_raw(&v).unwrap();
+    }
+    let r = check("parts/ckpt-step000000008.h5");
+    assert_eq!(r.code, Some(1), "{}", r.all());
+    assert!(
+        r.stdout.contains("NOT USABLE") && r.stdout.contains(part.file_name().unwrap().to_str().unwrap()),
+        "{}",
+        r.all()
+    );
+}
+
+fn truncate_half(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(path, bytes).unwrap();
+}
