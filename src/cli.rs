@@ -208,8 +208,10 @@ pub struct JobArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum CheckpointCommand {
-    /// Check a checkpoint as `--resume` does (format, model, checksum, and every part of one
-    /// written in parts) and describe it: its step, how many data-parallel ranks wrote it,
+    /// Check a checkpoint, or every one of an output directory, as `--resume` does.
+    ///
+    /// Checks the format, the model, the checksum and every part of one written in parts, and
+    /// describes each: its step, how many data-parallel ranks wrote it,
     /// whole or in parts, its optimizer state, its run and when. Given an output directory:
     /// every checkpoint in it, and the one `--resume auto` would continue from. Exit 0 when
     /// every one is usable, 1 when one is damaged or none is found.
