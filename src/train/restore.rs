@@ -1,6 +1,8 @@
 //! Where a run starts (collective): rank 0 prepares output.dir and finds the checkpoint to
-//! continue from; every rank then receives the same parameters, optimizer state, position
-//! and running losses from rank 0.
+//! continue from (the parts of one written in parts checked on every rank: `verify.rs`); every
+//! rank then has its part of the parameters and optimizer state (read by itself from the
+//! checkpoint's parts or whole file where the state is sharded or the model split, else sent
+//! by rank 0, or drawn from the seed), and the same position and running losses as rank 0.
 //!
 //! Must not: overwrite or delete a good checkpoint.
 
