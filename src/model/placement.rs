@@ -1,6 +1,6 @@
 //! Which part of the model each rank of the grid holds, and the model-parallel side as the
-//! model and the step use it. `cut` and `distribute` give every rank its part of rank 0's
-//! whole starting state; `TensorGroup` is the tensor communicator's sums in forward and
+//! model and the step use it. `cut` (tests only) is the part of a whole arena a rank holds, the
+//! reference that `init_local` and the checkpoint maps are tested against; `TensorGroup` is the tensor communicator's sums in forward and
 //! backward (through the backend's download/upload, so any backend works), the pipeline link
 //! to the neighbouring stages, and the whole model assembled from the shards and stages
 //! (checkpoints, weights.h5). The grid's arithmetic is `parallel::grid`'s; MPI calls go
@@ -11,8 +11,7 @@
 use super::{pipeline, tensor, Mlp, TensorSum};
 use crate::device::Backend;
 use crate::error::Result;
-use crate::parallel::comm::{Channel, Comm};
-use crate::parallel::grid::Grid;
+use crate::parallel::comm::Channel;
 use crate::parallel::liveness;
 use crate::parallel::pipe::PipeLink;
 use crate::parallel::watchdog::{SharedWatchdog, MAIN};
@@ -22,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The part of the whole model `full`'s arena `all` (parameters or optimizer state; empty
 /// stays empty) that tensor rank `t` of `ts` holds in the stage of layers `layers`.
+#[cfg(test)]
 pub fn cut(full: &Mlp, layers: Range<usize>, t: usize, ts: usize, all: &[f32]) -> Vec<f32> {
     if all.is_empty() {
         return Vec::new();
@@ -65,52 +65,6 @@ pub fn init_local(full: &Mlp, stage: &Mlp, offset: usize, local: &Mlp, seed: u64
         k += w.len();
     }
     out
-}
-
-/// Collective over the world: every rank's part of rank 0's whole arena `all` (ignored on the
-/// other ranks). Without model parallelism every rank holds the whole (a broadcast);
-/// otherwise rank 0 cuts and sends each rank its part in turn, so no other rank ever holds
-/// the whole model. `len` is the whole arena's length (0: an optimizer without that state).
-pub fn distribute(
-    comm: &Comm,
-    g: &Grid,
-    stages: &[Range<usize>],
-    full: &Mlp,
-    all: Vec<f32>,
-    len: usize,
-) -> Result<Vec<f32>> {
-    const TAG: i32 = 0x5354; // "ST"
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    let _a = crate::mem::allocating("this rank's part of the starting state (received from rank 0)");
-    if g.replica() == 1 {
-        let mut all = if comm.rank == 0 { all } else { crate::mem::zeros(len)? };
-        comm.broadcast_f32(&mut all);
-        return Ok(all);
-    }
-    let part = |r: usize| {
-        let at = Grid::new(g.world, r, g.tensor, g.pipeline).expect("the job's own grid");
-        (at.t, stages[at.p].clone())
-    };
-    if comm.rank == 0 {
-        for r in 1..g.world {
-            let (t, layers) = part(r);
-            comm.isend_f32(r, TAG, cut(full, layers, t, g.tensor, &all)).wait();
-            liveness::progress();
-        }
-        let (t, layers) = part(0);
-        return Ok(cut(full, layers, t, g.tensor, &all));
-    }
-    let (t, layers) = part(comm.rank);
-    let n = if g.tensor == 1 {
-        pipeline::arena_range(&full.sizes, &layers).len()
-    } else {
-        Mlp::stage(&full.sizes, full.act, full.loss, layers).shard(t, g.tensor).n_params
-    };
-    let mut mine = crate::mem::zeros(n)?;
-    comm.recv_f32(0, TAG, &mut mine);
-    Ok(mine)
 }
 
 /// Time in the tensor-parallel all-reduces (`TensorGroup::sum`: the download, the
@@ -333,7 +287,7 @@ impl<B: Backend> TensorSum<B> for TensorGroup {
 mod tests {
     use super::*;
 
-    /// What `distribute` sends each rank (`cut`) is what `TensorGroup::gather` puts back
+    /// Each rank's part of a whole arena (`cut`) is what `TensorGroup::gather` puts back
     /// together: tensor shards assembled per stage, stages concatenated last first.
     #[test]
     fn cut_parts_reassemble_to_the_whole_arena() {

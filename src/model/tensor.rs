@@ -115,7 +115,9 @@ pub fn runs_in_whole(local: &Mlp, whole: &Mlp) -> Vec<(Range<usize>, Range<usize
     pieces(local, whole).into_iter().map(|p| (p.local, p.whole, p.shared)).collect()
 }
 
-/// Shard `local`'s part of a whole arena `all` (parameters, momentum or Adam moments).
+/// Shard `local`'s part of a whole arena `all` (parameters, momentum or Adam moments): the
+/// reference the checkpoint maps and `placement::init_local` are tested against.
+#[cfg(test)]
 pub fn scatter(local: &Mlp, whole: &Mlp, all: &[f32]) -> Vec<f32> {
     assert_eq!(all.len(), whole.n_params, "a whole arena of another model");
     let mut out = vec![0.0; local.n_params];

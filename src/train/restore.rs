@@ -98,8 +98,17 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     } else {
         whole_state(comm, job, model, ckpt.as_ref(), fresh)?
     };
-    let part = |all: Vec<f32>, len: usize| {
-        crate::model::placement::distribute(comm, &setup.grid, &setup.stages, model, all, len)
+    // Rank 0's whole state, on every rank: model parallelism never comes here (it reads its
+    // parts, `reads_parts`, or draws its shard), so every rank holds the whole.
+    let part = |all: Vec<f32>, len: usize| -> Result<Vec<f32>> {
+        assert_eq!(setup.grid.replica(), 1, "model parallelism reads its part of the checkpoint");
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let _a = crate::mem::allocating("the starting state (received from rank 0)");
+        let mut all = if comm.rank == 0 { all } else { crate::mem::zeros(len)? };
+        comm.broadcast_f32(&mut all);
+        Ok(all)
     };
     let opt = |all: Vec<f32>, len: usize| if fresh { Ok(Vec::new()) } else { part(all, len) };
     let params = if own_pieces {

@@ -25,8 +25,6 @@ pub(super) struct Setup {
     pub model: Mlp,
     /// The whole model (what checkpoints and weights.h5 hold).
     pub whole: Mlp,
-    /// The layers of each pipeline stage.
-    pub stages: Vec<std::ops::Range<usize>>,
     pub grid: Grid,
     /// The tensor group (main thread), and this rank's data group: one communicator for the
     /// main thread's checks, and a duplicate for the engine (None when D = 1).
@@ -97,7 +95,6 @@ impl Setup {
         Ok(Setup {
             model,
             whole,
-            stages,
             grid,
             tensor,
             data_chan,
