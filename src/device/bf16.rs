@@ -75,18 +75,103 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     }
     let Gemm { m, k, n, ta, tb, alpha, beta } = g;
     let (av, bv) = (View::op(a, m, k, ta), View::op(b, k, n, tb));
-    // Threads take column ranges of C (whole NR strips: each packs its own B columns and
-    // the same A), or row ranges where C is narrower than a strip per thread (`Split`).
+    // Threads take column ranges of C (whole NR strips: each packs its own B columns), or row
+    // ranges where C is narrower than a strip per thread (`Split`).
     let split = Split::of(m, k, n);
     let c = CPtr(c.as_mut_ptr());
-    super::pool::run(split.parts, &|i| {
-        let (rows, cols) = split.block(i, m, n);
-        // SAFETY: supported(); the parts write disjoint blocks of C, which `check` sized.
-        unsafe { block(av, bv, k, n, rows, cols, &c, alpha, beta) }
-    });
+    let product = |shared: Option<&SharedA>| {
+        super::pool::run(split.parts, &|i| {
+            let (rows, cols) = split.block(i, m, n);
+            // SAFETY: supported(); the parts write disjoint blocks of C, which `check` sized.
+            unsafe { block(av, bv, k, n, rows, cols, &c, alpha, beta, shared) }
+        })
+    };
+    if !(split.by_cols && split.parts > 1 && m * k <= SHARE_A_MAX) {
+        return product(None);
+    }
+    // Column ranges: every part reads all of A. Packed once, each part packing its share of
+    // A's blocks, instead of by every part (on 2 threads at batch 256 the small model's
+    // pack_a was 9 % of the step, half of it the same work done twice).
+    SHARED_A.with(|s| {
+        let buf = &mut *s.borrow_mut();
+        let blocks = SharedA::blocks(m, k);
+        buf.resize(blocks.last().map_or(0, |b| b.at + b.len), 0);
+        let out = &UPtr(buf.as_mut_ptr()); // the closure shares the wrapper (Sync), not the pointer
+        super::pool::run(split.parts, &|i| {
+            PACKED.with(|p| {
+                let row = &mut p.borrow_mut().2;
+                row.resize(32 * KC.div_ceil(2), 0);
+                for b in blocks.iter().skip(i).step_by(split.parts) {
+                    // SAFETY: each block is packed by one part, into its own range of `buf`
+                    // (sized above); nothing reads `buf` until every part has returned.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add(b.at), b.len) };
+                    // SAFETY: supported().
+                    unsafe { pack_a(av, b.ic, b.mc, b.pc, b.kc, dst, row) };
+                }
+            })
+        });
+        product(Some(&SharedA { buf, blocks, per_k: m.div_ceil(MC) }))
+    })
 }
 
-/// C[rows, cols] of the product (C's rows `n` apart), on this thread.
+/// The most elements of A packed once for every part (`SharedA`): 8 Mi floats, 16 MiB
+/// packed, a batch of 8192 rows of 1024 features; a larger A is packed by each part.
+const SHARE_A_MAX: usize = 8 << 20;
+
+thread_local! {
+    /// The calling thread's packed A (`SharedA`), kept between calls.
+    static SHARED_A: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `buf`'s base pointer, shared by the parts that pack disjoint blocks into it.
+struct UPtr(*mut u32);
+// SAFETY: the parts write disjoint ranges, and the caller waits for all before reading.
+unsafe impl Sync for UPtr {}
+
+/// A packed once, every (KC × MC) block as `pack_a` lays it out, k-block by k-block.
+struct SharedA<'a> {
+    buf: &'a [u32],
+    blocks: Vec<ABlock>,
+    /// Row blocks per k-block.
+    per_k: usize,
+}
+
+/// One block of A: rows ic..ic+mc, columns pc..pc+kc, packed at buf[at..at + len].
+struct ABlock {
+    ic: usize,
+    mc: usize,
+    pc: usize,
+    kc: usize,
+    at: usize,
+    len: usize,
+}
+
+impl SharedA<'_> {
+    /// A's blocks for an m × k A, in the order `block` reads them.
+    fn blocks(m: usize, k: usize) -> Vec<ABlock> {
+        let mut at = 0;
+        let mut v = Vec::new();
+        for pc in (0..k).step_by(KC) {
+            for ic in (0..m).step_by(MC) {
+                let (mc, kc) = (MC.min(m - ic), KC.min(k - pc));
+                let len = mc.div_ceil(MR) * MR * kc.div_ceil(2);
+                v.push(ABlock { ic, mc, pc, kc, at, len });
+                at += len;
+            }
+        }
+        v
+    }
+
+    /// The packed block of rows from `ic`, columns from `pc`.
+    fn at(&self, ic: usize, pc: usize) -> &[u32] {
+        let b = &self.blocks[pc / KC * self.per_k + ic / MC];
+        debug_assert_eq!((b.ic, b.pc), (ic, pc));
+        &self.buf[b.at..b.at + b.len]
+    }
+}
+
+/// C[rows, cols] of the product (C's rows `n` apart), on this thread; A's blocks from
+/// `shared` where it was packed once for every part, else packed here.
 #[allow(clippy::too_many_arguments)]
 unsafe fn block(
     av: View,
@@ -98,6 +183,7 @@ unsafe fn block(
     c: &CPtr,
     alpha: f32,
     beta: f32,
+    shared: Option<&SharedA>,
 ) {
     PACKED.with(|p| {
         let (pa, pb, row) = &mut *p.borrow_mut();
@@ -115,7 +201,13 @@ unsafe fn block(
                 pack_b(bv, pc, kc, jc, nc, pb, row);
                 for ic in rows.clone().step_by(MC) {
                     let mc = MC.min(rows.end - ic);
-                    pack_a(av, ic, mc, pc, kc, pa, row);
+                    let pa: &[u32] = match shared {
+                        Some(s) => s.at(ic, pc),
+                        None => {
+                            pack_a(av, ic, mc, pc, kc, pa, row);
+                            pa
+                        }
+                    };
                     for js in 0..nc.div_ceil(NR) {
                         let bs = &pb[js * NR * kp..(js + 1) * NR * kp];
                         let (j0, w) = (jc + js * NR, NR.min(nc - js * NR));

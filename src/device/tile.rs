@@ -282,10 +282,11 @@ pub mod check {
     /// Threads split C's columns (or its rows, where C is narrower than a strip per thread);
     /// each element is summed by the same code in the same order, so 1 and 3 threads give the
     /// same bits (and the product is right). Shapes: square-ish, a narrow last layer (n 10),
-    /// one whose transposed B is cheaper to pack than dY and dX to transpose, and one whose
-    /// weights outweigh them (sgemm's Cᵀ route).
+    /// one whose transposed B is cheaper to pack than dY and dX to transpose, one whose
+    /// weights outweigh them (sgemm's Cᵀ route), and one of several row and k blocks, whose A
+    /// the parts pack once between them (bf16's `SharedA`).
     pub fn same_bits_on_threads(gemm: GemmFn, operand: fn(f32) -> f32) {
-        for (m, k, n) in [(37, 300, 200), (600, 200, 10), (300, 100, 60), (8, 1000, 600)] {
+        for (m, k, n) in [(37, 300, 200), (600, 200, 10), (300, 100, 60), (8, 1000, 600), (300, 1100, 200)] {
             for (ta, tb) in [(Trans::N, Trans::N), (Trans::T, Trans::N), (Trans::N, Trans::T)] {
                 let g = Gemm { m, k, n, ta, tb, alpha: 1.0, beta: 0.5 };
                 let (a, b, c0) = (data(m * k, 7), data(k * n, 8), data(m * n, 9));
