@@ -37,7 +37,7 @@ pub fn check(path: &Path) -> Result<bool> {
         }
     }
     if path.is_dir() {
-        match good.iter().max_by_key(|g| (g.0, g.1)) {
+        match good.iter().max_by_key(|g| super::lineage::preference(g.0, g.1)) {
             Some((_, step, f)) => println!("--resume auto would continue from {} (step {step})", f.display()),
             None => println!("--resume auto would start from the beginning: no usable checkpoint"),
         }

@@ -84,6 +84,13 @@ pub fn newest_valid(dir: &Path, model: &Mlp) -> Result<Option<(PathBuf, Checkpoi
     newest_valid_by(dir, model, true, &mut parts::verify)
 }
 
+/// How `--resume auto` ranks usable checkpoints, highest first: the most recently written
+/// (the run that stopped last), then the higher step (`hvtrain checkpoint check` names the
+/// same choice).
+pub(super) fn preference(written_at: i64, step: u64) -> (i64, u64) {
+    (written_at, step)
+}
+
 /// `newest_valid`, each candidate loaded by `load_index_by` with `keep_whole` and
 /// `verify_parts`.
 pub fn newest_valid_by(
@@ -93,7 +100,7 @@ pub fn newest_valid_by(
     verify_parts: &mut dyn FnMut(&parts::Parts, u64, &Mlp) -> Result<()>,
 ) -> Result<Option<(PathBuf, Checkpoint)>> {
     let mut metas: Vec<Meta> = list(dir).into_iter().map(|(s, p)| meta(s, p)).collect();
-    metas.sort_by(|a, b| b.written_at.cmp(&a.written_at).then(b.step.cmp(&a.step)));
+    metas.sort_by_key(|m| std::cmp::Reverse(preference(m.written_at, m.step)));
     // Unreadable files sort last; say so when one of them has a higher step than the choice.
     let unreadable: Vec<Meta> = metas.iter().filter(|m| m.lineage.is_none()).cloned().collect();
     for m in metas {

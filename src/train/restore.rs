@@ -198,39 +198,8 @@ fn source_everywhere(comm: &Comm, ckpt: Option<&Checkpoint>) -> Option<(u64, che
         };
         Some((c.step, s))
     });
-    // kind (0 none, 1 parts, 2 whole), step, token, parts, m, v (whole: their lengths)
-    let mut words = [0u64; 6];
-    let mut path = String::new();
-    match &src {
-        Some((step, Source::Parts(p))) => {
-            words = [1, *step, p.token, p.checksums.len() as u64, u64::from(p.m), u64::from(p.v)];
-            path = p.dir.to_string_lossy().into_owned();
-        }
-        Some((step, Source::Whole(u))) => {
-            words = [2, *step, 0, 0, u.m as u64, u.v as u64];
-            path = u.path.to_string_lossy().into_owned();
-        }
-        None => {}
-    }
-    comm.broadcast_u64(&mut words);
-    if words[0] == 0 {
-        return None;
-    }
-    let path = comm.all_gather_bytes(if comm.rank == 0 { path.as_bytes() } else { &[] }).swap_remove(0);
-    let path = PathBuf::from(String::from_utf8_lossy(&path).into_owned());
-    let src = if words[0] == 1 {
-        Source::Parts(checkpoint::parts::Parts {
-            dir: path,
-            token: words[2],
-            // Rank 0 checked each part against its checksum; the readers need only the count.
-            checksums: vec![0; words[3] as usize],
-            m: words[4] != 0,
-            v: words[5] != 0,
-        })
-    } else {
-        Source::Whole(checkpoint::whole::Unread { path, m: words[4] as usize, v: words[5] as usize })
-    };
-    Some((words[1], src))
+    // Rank 0 checked each part against its checksum; the readers need only the count.
+    super::verify::broadcast_source(comm, src.as_ref().map(|(step, s)| (*step, s)), false)
 }
 
 /// This rank's starting state read from a checkpoint's parts or its whole file (`src`, at

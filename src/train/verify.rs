@@ -10,6 +10,8 @@
 //! rank waiting: rank 0 ends the exchange with `Lead::finish` whatever it found.
 
 use crate::checkpoint::parts::{self, Parts};
+use crate::checkpoint::whole::Unread;
+use crate::checkpoint::Source;
 use crate::error::{CheckpointKind, Error, Result};
 use crate::model::Mlp;
 use crate::parallel::Comm;
@@ -42,11 +44,7 @@ impl<'a> Lead<'a> {
     pub fn verify(&mut self, p: &Parts, step: u64, model: &Mlp) -> Result<()> {
         let t = std::time::Instant::now();
         let k = p.checksums.len();
-        let mut words = [1, step, p.token, k as u64, u64::from(p.m), u64::from(p.v)];
-        self.comm.broadcast_u64(&mut words);
-        let mut sums = p.checksums.clone();
-        self.comm.broadcast_u64(&mut sums);
-        self.comm.all_gather_bytes(p.dir.to_string_lossy().as_bytes());
+        broadcast_source(self.comm, Some((step, &Source::Parts(p.clone()))), true);
         let answers = self.comm.all_gather_bytes(&share(self.comm, p, step));
         let mut runs: Vec<Option<Vec<(usize, usize)>>> = vec![None; k];
         let mut damaged: Option<(usize, Error)> = None;
@@ -77,32 +75,59 @@ impl<'a> Lead<'a> {
 
     /// Tells the other ranks that rank 0 has chosen (they return from `serve`).
     pub fn finish(self) {
-        let mut words = [0u64; 6];
-        self.comm.broadcast_u64(&mut words);
+        broadcast_source(self.comm, None, true);
     }
 }
 
 /// Every rank but 0, while rank 0 chooses the checkpoint: check its share of each candidate's
 /// parts that rank 0 sends, until rank 0 says it is done (`Lead::finish`).
 pub(super) fn serve(comm: &Comm) {
-    loop {
-        let mut words = [0u64; 6];
-        comm.broadcast_u64(&mut words);
-        if words[0] == 0 {
-            return;
-        }
-        let mut checksums = vec![0u64; words[3] as usize];
-        comm.broadcast_u64(&mut checksums);
-        let dir = comm.all_gather_bytes(&[]).swap_remove(0);
-        let p = Parts {
-            dir: PathBuf::from(String::from_utf8_lossy(&dir).into_owned()),
-            token: words[2],
-            checksums,
-            m: words[4] != 0,
-            v: words[5] != 0,
-        };
-        comm.all_gather_bytes(&share(comm, &p, words[1]));
+    while let Some((step, src)) = broadcast_source(comm, None, true) {
+        let Source::Parts(p) = src else { unreachable!("rank 0 sends parts to check") };
+        comm.all_gather_bytes(&share(comm, &p, step));
     }
+}
+
+/// Collective: rank 0's checkpoint source (`src`, at its step; the other ranks' is ignored) on
+/// every rank, None where rank 0 has none. Six words (kind: 0 none, 1 parts, 2 whole; step;
+/// the parts' token and count, or 0 and 0; m and v: whether the parts hold them, or the whole
+/// file's lengths), the parts' checksums when `checksums` (else zeros: the readers need only
+/// their count), and the folder or file. Every rank passes the same `checksums`.
+pub(super) fn broadcast_source(comm: &Comm, src: Option<(u64, &Source)>, checksums: bool) -> Option<(u64, Source)> {
+    let mut words = [0u64; 6];
+    let mut path = String::new();
+    let mut sums = Vec::new();
+    match src.filter(|_| comm.rank == 0) {
+        Some((step, Source::Parts(p))) => {
+            words = [1, step, p.token, p.checksums.len() as u64, u64::from(p.m), u64::from(p.v)];
+            path = p.dir.to_string_lossy().into_owned();
+            sums = p.checksums.clone();
+        }
+        Some((step, Source::Whole(u))) => {
+            words = [2, step, 0, 0, u.m as u64, u.v as u64];
+            path = u.path.to_string_lossy().into_owned();
+        }
+        None => {}
+    }
+    comm.broadcast_u64(&mut words);
+    if words[0] == 0 {
+        return None;
+    }
+    sums.resize(words[3] as usize, 0);
+    if checksums && words[0] == 1 {
+        comm.broadcast_u64(&mut sums);
+    }
+    let path = comm.all_gather_bytes(if comm.rank == 0 { path.as_bytes() } else { &[] }).swap_remove(0);
+    let path = PathBuf::from(String::from_utf8_lossy(&path).into_owned());
+    Some((
+        words[1],
+        match words[0] {
+            1 => {
+                Source::Parts(Parts { dir: path, token: words[2], checksums: sums, m: words[4] != 0, v: words[5] != 0 })
+            }
+            _ => Source::Whole(Unread { path, m: words[4] as usize, v: words[5] as usize }),
+        },
+    ))
 }
 
 /// This rank's answers for its parts of `p` (r, r + N, …), as JSON.
