@@ -213,7 +213,7 @@ struct Limits {
 /// `training.threads`, which must be in place before MPI_Init starts threads.
 fn limits(job: &str, sets: &[String]) -> Limits {
     let j = config::Job::load_with_env(job, sets).map(|(j, _)| j).ok();
-    device::set_cpu_threads(j.as_ref().map_or(1, |j| j.training.threads));
+    device::set_job_threads(j.as_ref().map_or(config::Threads::Fixed(1), |j| j.training.threads));
     let d = j.map(|j| j.distribution).unwrap_or_default();
     Limits { startup: Some(d.startup_seconds), finish: d.finish_seconds }
 }

@@ -95,6 +95,19 @@ unsafe fn libc_sysconf_clk_tck() -> i64 {
     }
 }
 
+/// The CPUs online on this node (`sysconf(_SC_NPROCESSORS_ONLN)`), whatever this process's
+/// affinity mask allows; at least 1.
+pub fn online_cpus() -> usize {
+    const SC_NPROCESSORS_ONLN: i32 = 84; // Linux
+                                         // SAFETY: sysconf has no preconditions.
+    let n = unsafe { sysconf(SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as usize
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+}
+
 /// Peak resident set size (VmHWM) in MiB.
 pub fn peak_rss_mib() -> Option<f64> {
     status_mib("VmHWM:")

@@ -36,7 +36,7 @@ pub use optimizer::{OptimizerCfg, OptimizerKind, Schedule};
 pub use output::OutputCfg;
 pub use parallel::ParallelCfg;
 pub use sweep::{Goal, KeepCheckpoints, Range, RungRule, Sampler, SchedulerKind, SweepCfg, LAYER_KEYS};
-pub use training::{DeviceChoice, Precision, TrainingCfg};
+pub use training::{DeviceChoice, Precision, Threads, TrainingCfg};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

@@ -23,6 +23,22 @@ fn minimal_job_gets_defaults() {
     assert_eq!(j.distribution.fusion_threshold_mb, 64.0);
 }
 
+/// `training.threads`: "auto" by default, a number, or "auto" written out; a word that is
+/// neither, 0 or a negative count is an error naming the field and both forms.
+#[test]
+fn threads_are_auto_or_a_count() {
+    use crate::config::Threads;
+    assert_eq!(Job::parse("job", MIN, &[]).unwrap().training.threads, Threads::Auto);
+    let t = |v: &str| Job::parse("job", MIN, &[format!("training.threads={v}")]).unwrap().training.threads;
+    assert_eq!(t("4"), Threads::Fixed(4));
+    assert_eq!(t("\"auto\""), Threads::Auto);
+    for bad in ["\"many\"", "0", "-2", "65"] {
+        assert_eq!(field_of(Job::parse("job", MIN, &[format!("training.threads={bad}")])), "training.threads", "{bad}");
+    }
+    let (_, msg) = msg_of(Job::parse("job", MIN, &["training.threads=\"many\"".into()]));
+    assert!(msg.contains("\"auto\"") && msg.contains("thread count"), "{msg}");
+}
+
 #[test]
 fn unknown_key_is_an_error_naming_it() {
     let f = field_of(Job::parse("job", &format!("{MIN}[training]\nepochz = 3\n"), &[]));

@@ -16,6 +16,51 @@ pub enum DeviceChoice {
     Cuda,
 }
 
+/// `training.threads`: "auto" or a count. Written in the job file as a number or the string
+/// "auto"; anything else is an error naming both forms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Threads {
+    #[default]
+    Auto,
+    Fixed(usize),
+}
+
+impl Serialize for Threads {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Threads::Auto => s.serialize_str("auto"),
+            Threads::Fixed(n) => s.serialize_u64(*n as u64),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Threads {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Threads, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Threads;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a thread count (1 to 64) or \"auto\" (the cores the launcher gave this rank)")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Threads, E> {
+                Ok(Threads::Fixed(v as usize))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<Threads, E> {
+                u64::try_from(v)
+                    .map(|v| Threads::Fixed(v as usize))
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Threads, E> {
+                match v {
+                    "auto" => Ok(Threads::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// The dense layers' matrix products: exact float32 (SGEMM); TF32 tensor cores on a GPU
 /// (inputs rounded to 10 mantissa bits, sums in float32; the CPU computes float32 for it); or
 /// bf16 mixed precision (operands rounded to bfloat16, sums, master weights, gradients and
@@ -52,10 +97,11 @@ pub struct TrainingCfg {
     /// (bf16 operands, float32 sums and state).
     #[serde(default)]
     pub precision: Precision,
-    /// Threads of one rank's matrix products on the CPU (1: N ranks of one thread, the
-    /// default; 2 on a node of 2 cores: one rank that uses both; float32 uses at most 4).
-    #[serde(default = "super::one")]
-    pub threads: usize,
+    /// Threads of one rank's CPU work (matrix products, element-wise passes, the optimizer):
+    /// "auto" (the default: the cores the launcher gave this rank, `device::cpu_threads`) or a
+    /// number (1: N ranks of one thread; 2 on a node of 2 cores: one rank that uses both).
+    #[serde(default)]
+    pub threads: Threads,
     /// Log a progress line every this many steps (0: only per epoch).
     #[serde(default)]
     pub log_every: usize,
@@ -110,7 +156,7 @@ impl Default for TrainingCfg {
             seed: 0,
             device: default_device(),
             precision: Precision::Fp32,
-            threads: super::one(),
+            threads: Threads::Auto,
             log_every: 0,
             progress_seconds: default_progress(),
             early_stopping: None,
@@ -129,7 +175,9 @@ impl TrainingCfg {
         count(origin, "training.batch_size", self.batch_size as u64, limits::BATCH_SIZE)?;
         count(origin, "training.accumulate", self.accumulate as u64, limits::ACCUMULATE)?;
         count(origin, "training.log_every", self.log_every as u64, limits::LOG_EVERY)?;
-        count(origin, "training.threads", self.threads as u64, limits::THREADS)?;
+        if let Threads::Fixed(n) = self.threads {
+            count(origin, "training.threads", n as u64, limits::THREADS)?;
+        }
         // (training.seed needs no bound: every u64 is a seed.)
         if let Some(e) = &self.early_stopping {
             count(origin, "training.early_stopping.patience", e.patience as u64, limits::PATIENCE)?;

@@ -70,6 +70,46 @@ pub fn set_cpu_threads(n: usize) {
     pool::set_threads(n);
 }
 
+/// The threads `set_cpu_threads` set (what every CPU product of this process uses).
+pub fn cpu_thread_count() -> usize {
+    pool::threads()
+}
+
+/// The threads `training.threads` gives this rank, and the reason, for the start-up line.
+/// Called before MPI_Init (the launcher's environment says how many ranks share the node).
+pub fn cpu_threads(t: crate::config::Threads) -> (usize, String) {
+    match t {
+        crate::config::Threads::Fixed(n) => (n, format!("training.threads = {n}")),
+        crate::config::Threads::Auto => {
+            auto_threads(&|k| std::env::var(k).ok(), usable_cpus(), crate::sys::online_cpus())
+        }
+    }
+}
+
+/// `training.threads = "auto"`: OMP_NUM_THREADS where it is set (the usual word for a rank's
+/// threads on HPC systems, also what PyTorch reads); else the CPUs this rank's affinity mask
+/// allows (`cpus`: what `srun --cpus-per-task` or `mpirun --map-by slot:PE=N` gave it), at
+/// most the node's `online` CPUs over the ranks the launcher started on this node (Open MPI's
+/// OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's MPI_LOCALNRANKS, PMIx's PMIX_LOCAL_SIZE), so that
+/// ranks left unbound (`mpirun --bind-to none`) do not each take every core; at most 64.
+pub fn auto_threads(env: &dyn Fn(&str) -> Option<String>, cpus: usize, online: usize) -> (usize, String) {
+    const MOST: usize = 64;
+    let number = |k: &str| env(k).and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n >= 1);
+    if let Some(n) = number("OMP_NUM_THREADS") {
+        return (n.min(MOST), format!("training.threads = \"auto\": OMP_NUM_THREADS = {n}"));
+    }
+    let local = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMIX_LOCAL_SIZE"].iter().find_map(|k| number(k));
+    let share = online / local.unwrap_or(1).max(1);
+    let n = cpus.min(share).clamp(1, MOST);
+    let why = match local {
+        Some(l) if share < cpus => format!(
+            "training.threads = \"auto\": {online} CPUs on this node over its {l} ranks (this rank may run on {cpus})"
+        ),
+        _ => format!("training.threads = \"auto\": the {cpus} CPU(s) this rank may run on"),
+    };
+    (n, why)
+}
+
 /// The CPUs this process may run on: its affinity mask (`sched_getaffinity`, which `mpirun`
 /// and `srun` set per rank) and cgroup quota, as `available_parallelism` reads them.
 pub fn usable_cpus() -> usize {
@@ -100,6 +140,25 @@ pub fn check_cpu_threads(kind: Kind, threads: usize) {
     }
 }
 
+/// Why `set_job_threads` chose its count (for `log_cpu_threads`).
+static THREADS_WHY: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// `set_cpu_threads` with the count `training.threads` gives this rank (`cpu_threads`),
+/// keeping the reason for the start-up line.
+pub fn set_job_threads(t: crate::config::Threads) {
+    let (n, why) = cpu_threads(t);
+    set_cpu_threads(n);
+    *THREADS_WHY.lock().unwrap_or_else(|e| e.into_inner()) = why;
+}
+
+/// Rank 0's start-up line on the CPU: the threads each rank runs, and why (`set_job_threads`).
+pub fn log_cpu_threads(kind: Kind, rank: usize) {
+    if kind == Kind::Cpu && rank == 0 {
+        let why = THREADS_WHY.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        log::info!("CPU threads: {} on rank 0 ({why})", pool::threads());
+    }
+}
+
 /// Run `f` with the backend `kind` names (opened here: on a GPU, context, cuBLAS, kernels).
 pub fn with_backend<T>(kind: Kind, precision: crate::config::Precision, f: impl WithBackend<T>) -> Result<T> {
     match kind {
@@ -121,6 +180,38 @@ mod tests {
         assert_eq!(got, vec![0, 1, 0, 1, 0]);
         assert_eq!(super::gpu_for(3, 8), 3);
         assert_eq!(super::gpu_for(3, 0), 0);
+    }
+
+    /// "auto": OMP_NUM_THREADS first; else the affinity mask's CPUs, at most the node's CPUs
+    /// over the launcher's ranks on it (unbound ranks share the node), never 0, at most 64.
+    #[test]
+    fn auto_threads_take_the_ranks_share_of_the_node() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        let auto = |pairs: &'static [(&'static str, &'static str)], cpus, online| {
+            super::auto_threads(&env(pairs), cpus, online)
+        };
+        // One process, no launcher: every CPU it may run on.
+        assert_eq!(auto(&[], 2, 2).0, 2);
+        // Bound by the launcher (srun --cpus-per-task=4, mpirun's default one core).
+        assert_eq!(auto(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "16")], 4, 64).0, 4);
+        assert_eq!(auto(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "2")], 1, 2).0, 1);
+        // Unbound (mpirun --bind-to none): the node shared over its ranks, and why.
+        let (n, why) = auto(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "8")], 64, 64);
+        assert_eq!(n, 8);
+        assert!(why.contains("64 CPUs on this node over its 8 ranks"), "{why}");
+        assert_eq!(auto(&[("MPI_LOCALNRANKS", "4")], 8, 8).0, 2, "MPICH's word");
+        assert_eq!(auto(&[("PMIX_LOCAL_SIZE", "3")], 2, 2).0, 1, "more ranks than CPUs: 1, not 0");
+        // OMP_NUM_THREADS is the user's word, over the rest; nonsense in it is not.
+        let (n, why) = auto(&[("OMP_NUM_THREADS", "3"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "2")], 2, 2);
+        assert_eq!(n, 3);
+        assert!(why.contains("OMP_NUM_THREADS = 3"), "{why}");
+        assert_eq!(auto(&[("OMP_NUM_THREADS", "0")], 2, 2).0, 2);
+        assert_eq!(auto(&[("OMP_NUM_THREADS", "x"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "x")], 6, 6).0, 6);
+        assert_eq!(auto(&[], 256, 256).0, 64, "at most 64");
+        // A number is the number.
+        assert_eq!(super::cpu_threads(crate::config::Threads::Fixed(3)).0, 3);
     }
 
     #[test]

@@ -75,7 +75,8 @@ pub fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<Resume>)
     let others = [setup.test_shard.as_mut(), setup.val_shard.as_mut()];
     normalize::normalize(comm, job, &start.norm, &mut setup.train_shard, others)?;
     let schedule = setup::schedule(comm, job, &setup, start.global_batch)?;
-    crate::device::check_cpu_threads(kind, job.training.threads);
+    crate::device::check_cpu_threads(kind, crate::device::cpu_thread_count());
+    crate::device::log_cpu_threads(kind, comm.rank);
     crate::device::with_backend(kind, job.training.precision, Train { comm, job, setup, schedule, start, t_process })
 }
 

@@ -58,3 +58,27 @@ fn the_limit_is_checked_and_the_environment_overrides_it() {
     let r = hvtrain(&["train", "job.toml"], &dir, 30);
     assert!(r.ok(), "{}", r.all());
 }
+
+/// `training.threads = "auto"` (the default): a run without a launcher takes every CPU it may
+/// run on, two ranks that `mpirun --bind-to none` leaves unbound share the node's CPUs, and
+/// OMP_NUM_THREADS, where set, is taken as said; the start-up line says which and why.
+#[test]
+fn auto_threads_are_the_cpus_the_launch_gave_each_rank() {
+    let dir = setup("auto_threads");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()).min(64);
+    let line = |r: &Run| r.stderr.lines().find(|l| l.contains("CPU threads:")).map(str::to_string).unwrap_or_default();
+    let one = hvtrain(&["train", "job.toml"], &dir, 120);
+    assert!(one.ok(), "{}", one.all());
+    assert!(line(&one).contains(&format!("CPU threads: {cpus} on rank 0")), "{}", line(&one));
+    assert!(line(&one).contains(&format!("the {cpus} CPU(s) this rank may run on")), "{}", line(&one));
+    let two = mpirun(2, &["train", "job.toml"], &dir, 120);
+    assert!(two.ok(), "{}", two.all());
+    assert!(line(&two).contains(&format!("CPU threads: {} on rank 0", (cpus / 2).max(1))), "{}", line(&two));
+    let omp = mpirun_env(2, &[("OMP_NUM_THREADS", "3")], &["train", "job.toml"], &dir, 120);
+    assert!(omp.ok(), "{}", omp.all());
+    assert!(
+        line(&omp).contains("CPU threads: 3 on rank 0") && line(&omp).contains("OMP_NUM_THREADS = 3"),
+        "{}",
+        line(&omp)
+    );
+}

@@ -79,7 +79,8 @@ pub(super) fn train(comm: &Comm, job: &Job, t_process: Instant, resume: Option<&
         return Ok(if stopped { Outcome::Preempted } else { Outcome::Completed });
     }
     let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
-    crate::device::check_cpu_threads(kind, job.training.threads);
+    crate::device::check_cpu_threads(kind, crate::device::cpu_thread_count());
+    crate::device::log_cpu_threads(kind, comm.rank);
     let wk = worker::Worker { comm, job, workers, link, roles, plan, whole, start, t_process };
     crate::device::with_backend(kind, job.training.precision, wk)
 }
