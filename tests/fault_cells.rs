@@ -196,7 +196,7 @@ fn matrix(m: Mode, faults: &[Fault]) {
     for &phase in m.phases {
         for &fault in faults {
             let name = format!("{phase:?}:{fault:?}");
-            if !only.as_ref().is_some_and(|o| !o.split(',').any(|c| c == name)) {
+            if only.as_ref().is_none_or(|o| o.split(',').any(|c| c == name)) {
                 todo.push((phase, fault));
             }
         }
@@ -372,6 +372,7 @@ fn twice(dir: &Path, script: &Path, out: &str, slow: bool, second: Option<i32>) 
     while !log.lock().unwrap().contains("first step done") {
         if t.elapsed() > Duration::from_secs(60) || child.try_wait().unwrap().is_some() {
             let _ = child.kill();
+            let _ = child.wait();
             return Err(format!("the job did not start\n{}", log.lock().unwrap()));
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -381,6 +382,7 @@ fn twice(dir: &Path, script: &Path, out: &str, slow: bool, second: Option<i32>) 
     let ranks = mpirun.first().map(|&m| children(m)).unwrap_or_default();
     if mpirun.len() != 1 || ranks.len() != 2 {
         let _ = child.kill();
+        let _ = child.wait();
         return Err(format!("expected one mpirun under the batch shell and two ranks under it: {mpirun:?} {ranks:?}"));
     }
     std::thread::sleep(Duration::from_millis(200));

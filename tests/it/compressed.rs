@@ -147,7 +147,7 @@ fn hdf5plugin_filters_by_plugin_path_and_by_virtual_env() {
             log.contains("loads from hdf5plugin.PLUGIN_PATH of the python3 on PATH") && log.contains(&plugins),
             "{file}: where the plugin came from is not logged\n{log}"
         );
-        assert_eq!(max_diff(&w, &plain) < 1e-3, true, "{file} through the python3 on PATH");
+        assert!(max_diff(&w, &plain) < 1e-3, "{file} through the python3 on PATH");
         let c = check(&dir, &file, &on_path);
         assert!(
             c.ok() && c.stdout.contains("(available)") && c.stdout.contains("hdf5plugin.PLUGIN_PATH of"),
