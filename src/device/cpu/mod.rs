@@ -220,10 +220,7 @@ impl Backend for Cpu {
     fn bias_act(&self, out: &mut [f32], bias: &[f32], act: Activation, keep_z: Option<&mut [f32]>) -> Result<()> {
         let rows = out.len() / bias.len().max(1);
         let c = rows.div_ceil(super::pool::parts(out.len())).max(1) * bias.len().max(1);
-        let zs: Vec<Option<&mut [f32]>> = match keep_z {
-            Some(z) => z.chunks_mut(c).map(Some).collect(),
-            None => out.chunks(c).map(|_| None).collect(),
-        };
+        let zs = beside(keep_z.map(|z| z.chunks_mut(c)), out.len().div_ceil(c));
         let parts: Vec<_> = out.chunks_mut(c).zip(zs).collect();
         super::pool::each(parts, &|(out, mut z)| {
             bias_act_forward(out, bias, act, z.as_deref_mut());
@@ -238,10 +235,7 @@ impl Backend for Cpu {
     }
     fn act_backward(&self, d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Activation) -> Result<()> {
         let c = d.len().div_ceil(super::pool::parts(d.len())).max(1);
-        let zs: Vec<Option<&[f32]>> = match z {
-            Some(z) => z.chunks(c).map(Some).collect(),
-            None => d.chunks(c).map(|_| None).collect(),
-        };
+        let zs = beside(z.map(|z| z.chunks(c)), d.len().div_ceil(c));
         let parts: Vec<_> = d.chunks_mut(c).zip(a.chunks(c)).zip(zs).collect();
         super::pool::each(parts, &|((d, a), z)| act_backward_inplace(d, a, z, act));
         Ok(())
@@ -306,10 +300,7 @@ impl Backend for Cpu {
     // and is bound by memory, which two cores fetch faster than one).
     fn sgd(&self, p: &mut [f32], g: &[f32], m: Option<&mut [f32]>, h: &SgdHyper) -> Result<()> {
         let c = p.len().div_ceil(super::pool::parts(p.len())).max(1);
-        let ms: Vec<Option<&mut [f32]>> = match m {
-            Some(m) => m.chunks_mut(c).map(Some).collect(),
-            None => p.chunks(c).map(|_| None).collect(),
-        };
+        let ms = beside(m.map(|m| m.chunks_mut(c)), p.len().div_ceil(c));
         let parts: Vec<_> = p.chunks_mut(c).zip(g.chunks(c)).zip(ms).collect();
         super::pool::each(parts, &|((p, g), m)| sgd(p, g, m, h));
         Ok(())
@@ -319,6 +310,15 @@ impl Backend for Cpu {
         let parts: Vec<_> = p.chunks_mut(c).zip(g.chunks(c)).zip(m.chunks_mut(c)).zip(v.chunks_mut(c)).collect();
         super::pool::each(parts, &|(((p, g), m), v)| adam(p, g, m, v, h));
         Ok(())
+    }
+}
+
+/// The parts of an optional slice beside a slice cut into `parts` parts: each part of it
+/// where it is given, else `parts` Nones (a kept pre-activation, a momentum buffer).
+fn beside<S>(chunks: Option<impl Iterator<Item = S>>, parts: usize) -> Vec<Option<S>> {
+    match chunks {
+        Some(it) => it.map(Some).collect(),
+        None => (0..parts).map(|_| None).collect(),
     }
 }
 
