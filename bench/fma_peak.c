@@ -114,8 +114,13 @@ static float run512(void) {
 // AVX512-BF16's vdpbf16ps: per float32 lane, two bf16 products added to the sum (4 flops per
 // lane per instruction, as GEMM rates count them). The ceiling of the bf16 products.
 __attribute__((target("avx512f,avx512bf16"))) static float runbf16(void) {
-    __m512 a0 = _mm512_set1_ps(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-    __m512 a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+    // Twelve different starting sums: started equal, the twelve chains are the same
+    // computation and the compiler keeps one (GCC -O2 did), and the loop timed one
+    // instruction's latency per 12 counted: twice the true peak on a Zen 4.
+    __m512 a0 = _mm512_set1_ps(0 * 1e-3f), a1 = _mm512_set1_ps(1 * 1e-3f), a2 = _mm512_set1_ps(2 * 1e-3f);
+    __m512 a3 = _mm512_set1_ps(3 * 1e-3f), a4 = _mm512_set1_ps(4 * 1e-3f), a5 = _mm512_set1_ps(5 * 1e-3f);
+    __m512 a6 = _mm512_set1_ps(6 * 1e-3f), a7 = _mm512_set1_ps(7 * 1e-3f), a8 = _mm512_set1_ps(8 * 1e-3f);
+    __m512 a9 = _mm512_set1_ps(9 * 1e-3f), a10 = _mm512_set1_ps(10 * 1e-3f), a11 = _mm512_set1_ps(11 * 1e-3f);
     const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3f7f3f7f), c = (__m512bh)_mm512_set1_epi32(0x33d633d6);
     for (long n = 0; n < ITERS; n++) {
         a0 = _mm512_dpbf16_ps(a0, b, c);
