@@ -86,12 +86,16 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
             unsafe { block(av, bv, k, n, rows, cols, &c, alpha, beta, shared) }
         })
     };
-    if !(split.by_cols && split.parts > 1 && m * k <= SHARE_A_MAX) {
+    // A would be packed more than once: by every part where parts take column ranges, and by
+    // one part for each of its NC-column blocks (one thread on a layer wider than NC).
+    let repacked = split.by_cols && (split.parts > 1 || n > NC);
+    if !(repacked && m * k <= SHARE_A_MAX) {
         return product(None);
     }
-    // Column ranges: every part reads all of A. Packed once, each part packing its share of
-    // A's blocks, instead of by every part (on 2 threads at batch 256 the small model's
-    // pack_a was 9 % of the step, half of it the same work done twice).
+    // Packed once, each part packing its share of A's blocks, instead of by every part and
+    // every column block (on 2 threads at batch 256 the small model's pack_a was 9 % of the
+    // step, half of it the same work done twice; on one thread a 2048-wide layer's products
+    // packed A twice, 4 % of the wide model's bf16 products on a Zen 4).
     SHARED_A.with(|s| {
         let buf = &mut *s.borrow_mut();
         let blocks = SharedA::blocks(m, k);
@@ -474,6 +478,28 @@ mod tests {
             return;
         }
         check::same_bits_on_threads(gemm, round);
+    }
+
+    /// One thread on a product wider than NC packs A once for its column blocks
+    /// (`SharedA`): two row blocks, two k-blocks, two column blocks with edges, each operand
+    /// layout, within summation error of the rounded operands' exact product.
+    #[test]
+    fn one_thread_reads_a_packed_once_over_column_blocks() {
+        if !supported() {
+            return;
+        }
+        let (m, k, n) = (140, 530, 1060);
+        assert!(m > MC && k > KC && n > NC);
+        for (ta, tb) in [(Trans::N, Trans::N), (Trans::T, Trans::N), (Trans::N, Trans::T)] {
+            let g = Gemm { m, k, n, ta, tb, alpha: 1.0, beta: 0.5 };
+            let (a, b, c0) = (data(m * k, 11), data(k * n, 12), data(m * n, 13));
+            let mut c = c0.clone();
+            gemm(g, &a, &b, &mut c);
+            let (want, scale) = reference_of(g, &a, &b, &c0, round);
+            for (idx, (&got, (&w, &s))) in c.iter().zip(want.iter().zip(&scale)).enumerate() {
+                assert!((got as f64 - w).abs() / s < 4e-6 * (k as f64).sqrt(), "{g:?} at {idx}: {got} vs {w}");
+            }
+        }
     }
 
     /// bf16 differs from the exact float32 product by the operands' rounding, no more:
