@@ -47,8 +47,10 @@ done
 for p in 1 2 4; do
   for fusion in 64 0; do
     dir="$work/run-$p-$fusion"
+    # One thread a rank on every count (the scaling model's unit: one core a rank); "auto"
+    # would give the one-rank run every core and the ratios a different base.
     $MPIRUN -n $p $BIN train jobs/fashion-mnist.toml --set training.epochs=$EPOCHS --set training.batch_size=128 \
-      --set distribution.fusion_threshold_mb=$fusion --set output.dir="\"$dir\"" 2> "$dir.log"
+      --set training.threads=1 --set distribution.fusion_threshold_mb=$fusion --set output.dir="\"$dir\"" 2> "$dir.log"
   done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -32,11 +32,13 @@ for n in $RANKS; do
     prefetch=true
     [ "$mode" = parameters-noprefetch ] && prefetch=false
     echo "hvtrain $n rank(s), shard = $mode" >&2
+    # One thread a rank, as each PyTorch process below (torch_zero_peer.py --threads 1):
+    # "auto" would give the one-rank run both cores.
     mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -n "$n" $BIN train "$work/job.toml" \
       --set model.layers="[$LAYERS]" --set training.epochs="$EPOCHS" --set training.batch_size=$((GLOBAL / n)) \
       --set data.train="\"$work/rows/fashion-mnist-train-0.h5\"" --set optimizer.kind="'adam'" \
       --set optimizer.lr=0.0001 --set optimizer.momentum=0.0 --set distribution.shard="'${mode%-noprefetch}'" \
-      --set distribution.prefetch=$prefetch \
+      --set distribution.prefetch=$prefetch --set training.threads=1 \
       --set checkpoint.every_minutes=0 --set output.tensorboard=false --set output.dir="\"$work/out-$n-$mode\"" \
       > "$work/hv-$n-$mode.log" 2>&1 || { echo "hvtrain $n $mode failed:"; tail -5 "$work/hv-$n-$mode.log"; }
   done
