@@ -177,7 +177,7 @@ fn assert_stop_checkpoint_soft(out: &Path, log: &str, spe: u64) -> Result<u64, S
 /// and hangs in its own teardown until the harness kills it ("exit None"). Seen once at
 /// `init:stop` with all three ranks' start-up lines printed, i.e. no hvtrain process left.
 /// Nothing a rank does can end a launcher that hangs after the ranks are gone, so such a cell
-/// runs once more; a cell whose ranks do hang fails both times.
+/// runs again (at most twice more); a cell whose ranks do hang fails every time.
 fn launcher_hung_in_teardown(failure: &str) -> bool {
     failure.contains(": exit None after") && failure.contains("PMIX ERROR: UNREACHABLE")
 }
@@ -221,8 +221,14 @@ fn matrix(m: Mode, faults: &[Fault]) {
                         _ => (Some(alone.read().unwrap_or_else(|e| e.into_inner())), None),
                     };
                     let mut result = cell(&dir, m, phase, fault);
-                    if result.as_ref().is_err_and(|e| launcher_hung_in_teardown(e)) {
-                        eprintln!("{phase:?}:{fault:?}: mpirun itself hung after its ranks ended (PMIx UNREACHABLE); run again once");
+                    // Up to twice more: a clean-clone CI run (2026-11-29, b6c4d41) failed a cell
+                    // on this launcher hang after its one rerun, under the load of two other
+                    // cells; alone, the same cell passed 28 times in a row.
+                    for _ in 0..2 {
+                        if !result.as_ref().is_err_and(|e| launcher_hung_in_teardown(e)) {
+                            break;
+                        }
+                        eprintln!("{phase:?}:{fault:?}: mpirun itself hung after its ranks ended (PMIx UNREACHABLE); run again");
                         result = cell(&dir, m, phase, fault);
                     }
                     if let Err(e) = result {
