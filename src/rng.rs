@@ -45,7 +45,7 @@ impl Rng {
 
     /// Uniform integer in [0, n) (Lemire's method without the rejection step; bias < 2^-32 for our n).
     pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() >> 32) * n as u64 >> 32) as usize
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
     }
 
     /// Fisher-Yates shuffle.

@@ -35,7 +35,7 @@ fn time_it(comm: &Comm, budget_s: f64, mut f: impl FnMut()) -> f64 {
     let t = Instant::now();
     f();
     let one = t.elapsed().as_secs_f64();
-    let mut iters = [((budget_s / one.max(1e-7)) as f64).clamp(3.0, 2000.0)];
+    let mut iters = [(budget_s / one.max(1e-7)).clamp(3.0, 2000.0)];
     comm.broadcast_f64(&mut iters);
     let iters = iters[0] as usize;
     comm.barrier();

@@ -217,7 +217,7 @@ pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
             Some((step, e.path()))
         })
         .collect();
-    v.sort_by(|a, b| b.0.cmp(&a.0));
+    v.sort_by_key(|e| std::cmp::Reverse(e.0));
     v
 }
 
@@ -489,7 +489,7 @@ fn load_inner(path: &Path, model: &Mlp, keep_whole: bool) -> Result<Checkpoint> 
     let train_sums: Vec<f64> = if format >= 5 {
         let t: Vec<f64> =
             h5::dataset(&f, path, "train_sums")?.read_raw().map_err(|e| Error::hdf5(path, "read train_sums", e))?;
-        if t.len() % loss_sums.len().max(1) != 0 {
+        if !t.len().is_multiple_of(loss_sums.len().max(1)) {
             return Err(Error::data(
                 path,
                 "train_sums",

@@ -259,7 +259,7 @@ fn open(parts: &Parts, step: u64, r: usize) -> Result<Open> {
     }
     let ds = h5::dataset(&f, &path, "ranges")?;
     let flat: Vec<i64> = ds.read_raw().map_err(|e| Error::hdf5(&path, "read ranges", e))?;
-    if ds.ndim() != 2 || flat.len() % 2 != 0 || flat.iter().any(|&x| x < 0) {
+    if ds.ndim() != 2 || !flat.len().is_multiple_of(2) || flat.iter().any(|&x| x < 0) {
         return Err(Error::data(&path, "ranges", "is not [n, 2] of (start, length) ≥ 0"));
     }
     let runs = flat.chunks(2).map(|c| (c[0] as usize, c[1] as usize)).collect();

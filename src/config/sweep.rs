@@ -375,16 +375,14 @@ impl SweepCfg {
                 format!("is {}, which model.loss = \"{}\" does not produce", self.metric, job.model.loss.name()),
             );
         }
-        if self.scheduler != SchedulerKind::None {
-            if self.min_epochs == 0 || self.min_epochs > job.training.epochs {
-                return e(
-                    "min_epochs",
-                    format!(
-                        "is {}; the first rung must be at least 1 and at most training.epochs ({})",
-                        self.min_epochs, job.training.epochs
-                    ),
-                );
-            }
+        if self.scheduler != SchedulerKind::None && (self.min_epochs == 0 || self.min_epochs > job.training.epochs) {
+            return e(
+                "min_epochs",
+                format!(
+                    "is {}; the first rung must be at least 1 and at most training.epochs ({})",
+                    self.min_epochs, job.training.epochs
+                ),
+            );
         }
         Ok(())
     }

@@ -59,7 +59,7 @@ fn fused<B: Backend>(be: &B, p0: &[f32], g: &[f32], m0: &[f32], v0: &[f32]) {
     use crate::device::Segment;
     let n = p0.len();
     let segs = [(0..7, true), (7..9, false), (9..n, true)].map(|(range, decayed)| Segment { range, decayed });
-    let wd_at = |i: usize| if i < 7 || i >= 9 { 0.01 } else { 0.0 };
+    let wd_at = |i: usize| if !(7..9).contains(&i) { 0.01 } else { 0.0 };
     let h = SgdHyper { lr: 0.1, grad_scale: 0.5, weight_decay: 0.01, momentum: 0.9, nesterov: false };
     let (mut wp, mut wm) = (Vec::new(), Vec::new());
     for i in 0..n {

@@ -42,7 +42,10 @@ pub struct Schedule {
 impl Schedule {
     /// `global_batch` must be a multiple of `ranks` (checked by the caller, with a message).
     pub fn new(rows: usize, global_batch: usize, ranks: usize, drop_last: bool) -> Schedule {
-        assert!(global_batch > 0 && ranks > 0 && global_batch % ranks == 0, "{global_batch} over {ranks} ranks");
+        assert!(
+            global_batch > 0 && ranks > 0 && global_batch.is_multiple_of(ranks),
+            "{global_batch} over {ranks} ranks"
+        );
         let steps = if drop_last { rows / global_batch } else { rows.div_ceil(global_batch) };
         Schedule { rows, global_batch, ranks, batch: global_batch / ranks, drop_last, steps }
     }

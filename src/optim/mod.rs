@@ -84,7 +84,7 @@ impl<B: Backend> Optimizer<B> {
             assert!(o.iter().all(|(p, _)| p.end <= n_params), "a piece beyond the arena");
         }
         let base_lr = if cfg.scale_lr_by_world_size { cfg.lr * world_size as f64 } else { cfg.lr };
-        let (m_len, v_len) = state_lens(cfg, own.as_ref().map_or(n_params, |o| pieces_len(o)));
+        let (m_len, v_len) = state_lens(cfg, own.as_ref().map_or(n_params, pieces_len));
         let _a = crate::mem::allocating("the optimizer state (momentum or Adam's moments)");
         Ok(Optimizer {
             cfg: cfg.clone(),
@@ -182,7 +182,7 @@ impl<B: Backend> Optimizer<B> {
     /// rank's part (`with_own`).
     /// One of `state`'s moments, v (or m), alone: None where the optimizer keeps none.
     pub fn moment(&self, be: &B, v: bool) -> Result<Option<Vec<f32>>> {
-        let n = self.own.as_ref().map_or(self.n_params, |o| pieces_len(o));
+        let n = self.own.as_ref().map_or(self.n_params, pieces_len);
         let Some(b) = (if v { &self.v } else { &self.m }) else { return Ok(None) };
         let mut out = crate::mem::zeros(n)?;
         be.download(b, 0..n, &mut out)?;
@@ -190,7 +190,7 @@ impl<B: Backend> Optimizer<B> {
     }
 
     pub fn state(&self, be: &B) -> Result<(Vec<f32>, Vec<f32>, u64)> {
-        let n = self.own.as_ref().map_or(self.n_params, |o| pieces_len(o));
+        let n = self.own.as_ref().map_or(self.n_params, pieces_len);
         let host = |b: &Option<B::Buf>| -> Result<Vec<f32>> {
             let Some(b) = b else { return Ok(Vec::new()) };
             let mut v = vec![0.0; n];

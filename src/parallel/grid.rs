@@ -40,7 +40,7 @@ impl Grid {
     /// Err names what does not fit.
     pub fn new(world: usize, rank: usize, tensor: usize, pipeline: usize) -> std::result::Result<Grid, String> {
         let tp = tensor * pipeline;
-        if world % tp != 0 {
+        if !world.is_multiple_of(tp) {
             return Err(format!(
                 "parallel.tensor = {tensor} × parallel.pipeline = {pipeline} = {tp} does not divide the job's {world} \
                  rank(s); the data-parallel degree is ranks / (tensor × pipeline), so start a multiple of {tp} ranks \

@@ -351,10 +351,11 @@ fn run(b: &Beacon, host: String, finishing: &AtomicBool) {
         }
         if me == 0 && moved(&peers, &mut progress_seen) {
             moved_at = now;
-        } else if me == 0 && all_heard(&peers, now, silence_s) {
-            if now.saturating_duration_since(moved_at).as_secs_f64() > stall_s {
-                stalled(&host, &peers, now.saturating_duration_since(moved_at), stall_s);
-            }
+        } else if me == 0
+            && all_heard(&peers, now, silence_s)
+            && now.saturating_duration_since(moved_at).as_secs_f64() > stall_s
+        {
+            stalled(&host, &peers, now.saturating_duration_since(moved_at), stall_s);
         }
         std::thread::sleep(POLL);
     }

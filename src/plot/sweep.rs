@@ -162,7 +162,10 @@ where
                         cats.push(s);
                     }
                 }
-                let at = |v: &serde_json::Value| cats.iter().position(|c| *c == v.to_string()).unwrap_or(0) as f64;
+                let at = |v: &serde_json::Value| {
+                    let v = v.to_string();
+                    cats.iter().position(|c| *c == v).unwrap_or(0) as f64
+                };
                 let mut c = ChartBuilder::on(area)
                     .caption(key, ("sans-serif", 17))
                     .margin(10)

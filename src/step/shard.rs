@@ -156,42 +156,44 @@ where
             let t = Instant::now();
             win.counts.fetched += 1;
             let slot = model.slot(l);
-            if win.ahead.is_none() {
-                win.held[0] = None;
-                let buf = win.bufs[0].as_mut().expect("one buffer, never away");
-                let on_host = be.device_ordinal().is_none();
-                let host: &mut [f32] =
-                    if on_host { &mut buf.host_mut()[..slot.len()] } else { &mut win.host[..slot.len()] };
-                gather_slot(be, pieces, sharder, &slot, host)?;
-                if !on_host {
-                    be.upload_into(&win.host[..slot.len()], buf)?;
-                }
-                win.held[0] = Some((l, slot));
-            } else {
-                let o = 1 - win.cur;
-                let g = win.ahead.as_mut().expect("checked above");
-                let flew = win.flying.take();
-                if let Some(x) = flew {
-                    win.bufs[o] = Some(g.wait());
-                    win.held[o] = Some((x, model.slot(x)));
-                }
-                if win.held[o].as_ref().is_some_and(|(h, _)| *h == l) {
-                    if flew == Some(l) {
-                        win.counts.ahead += 1;
-                    } else {
-                        win.counts.held += 1;
+            match win.ahead.as_mut() {
+                None => {
+                    win.held[0] = None;
+                    let buf = win.bufs[0].as_mut().expect("one buffer, never away");
+                    let on_host = be.device_ordinal().is_none();
+                    let host: &mut [f32] =
+                        if on_host { &mut buf.host_mut()[..slot.len()] } else { &mut win.host[..slot.len()] };
+                    gather_slot(be, pieces, sharder, &slot, host)?;
+                    if !on_host {
+                        be.upload_into(&win.host[..slot.len()], buf)?;
                     }
-                } else {
-                    win.counts.wasted += u64::from(flew.is_some());
-                    // Not gathered ahead: gathered now, on the thread all the same, whose
-                    // communicator keeps every rank's gathers in one order.
-                    let mut buf = win.bufs[o].take().expect("the other buffer is home");
-                    let segments = own_part(be, pieces, sharder, &slot, &mut buf.host_mut()[..slot.len()])?;
-                    g.start_gather(buf, segments, format!("all-gather layer {l}"), *step);
-                    win.bufs[o] = Some(g.wait());
-                    win.held[o] = Some((l, slot));
+                    win.held[0] = Some((l, slot));
                 }
-                win.cur = o;
+                Some(g) => {
+                    let o = 1 - win.cur;
+                    let flew = win.flying.take();
+                    if let Some(x) = flew {
+                        win.bufs[o] = Some(g.wait());
+                        win.held[o] = Some((x, model.slot(x)));
+                    }
+                    if win.held[o].as_ref().is_some_and(|(h, _)| *h == l) {
+                        if flew == Some(l) {
+                            win.counts.ahead += 1;
+                        } else {
+                            win.counts.held += 1;
+                        }
+                    } else {
+                        win.counts.wasted += u64::from(flew.is_some());
+                        // Not gathered ahead: gathered now, on the thread all the same, whose
+                        // communicator keeps every rank's gathers in one order.
+                        let mut buf = win.bufs[o].take().expect("the other buffer is home");
+                        let segments = own_part(be, pieces, sharder, &slot, &mut buf.host_mut()[..slot.len()])?;
+                        g.start_gather(buf, segments, format!("all-gather layer {l}"), *step);
+                        win.bufs[o] = Some(g.wait());
+                        win.held[o] = Some((l, slot));
+                    }
+                    win.cur = o;
+                }
             }
             win.waited += t.elapsed();
         }

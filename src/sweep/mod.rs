@@ -109,8 +109,9 @@ pub fn sweep(comm: &Comm, job_path: &str, sets: &[String], t_process: Instant, r
         ));
     };
     let rpt = cfg.ranks_per_trial;
-    if comm.size % rpt != 0 {
-        let divisors: Vec<String> = (1..=comm.size).filter(|d| comm.size % d == 0).map(|d| d.to_string()).collect();
+    if !comm.size.is_multiple_of(rpt) {
+        let divisors: Vec<String> =
+            (1..=comm.size).filter(|d| comm.size.is_multiple_of(*d)).map(|d| d.to_string()).collect();
         return Err(Error::config(
             job_path,
             "sweep.ranks_per_trial",

@@ -450,7 +450,7 @@ impl AllReduce<'_> {
     /// Every `check_every` steps: the copies of this rank's part agree (within the data group).
     fn check<B: Backend>(&self, st: &Stepper<B>) -> Result<()> {
         let every = self.ctx.job.distribution.check_every;
-        if every == 0 || st.step() % every as u64 != 0 {
+        if every == 0 || !st.step().is_multiple_of(every as u64) {
             return Ok(());
         }
         if st.params_sharded() {

@@ -152,8 +152,8 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
 fn shared_gpu(all: &[Facts]) -> Option<String> {
     for (i, a) in all.iter().enumerate() {
         for (j, b) in all.iter().enumerate().skip(i + 1) {
-            if a.host == b.host && a.gpu.is_some() && a.gpu == b.gpu {
-                return Some(format!("ranks {i} and {j} on {} share GPU {}", a.host, a.gpu.unwrap()));
+            if let Some(gpu) = a.gpu.filter(|_| a.host == b.host && a.gpu == b.gpu) {
+                return Some(format!("ranks {i} and {j} on {} share GPU {gpu}", a.host));
             }
         }
     }

@@ -354,7 +354,9 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
     fn board_steps(&mut self, first: usize, i: usize, t0: Instant, loss_sum: f64) -> Result<()> {
         let every = self.job.output.tensorboard_every_steps as u64;
         let step = self.st.step();
-        let Some(log) = self.metrics.as_mut().filter(|_| every > 0 && step % every == 0) else { return Ok(()) };
+        let Some(log) = self.metrics.as_mut().filter(|_| every > 0 && step.is_multiple_of(every)) else {
+            return Ok(());
+        };
         let rate = self.sched.global_rows_in(first, i + 1) as f64 / t0.elapsed().as_secs_f64();
         let loss = loss_sum / self.sched.rows_before(0, i + 1).max(1) as f64;
         log.steps(step, loss, rate, self.st.opt().lr())
@@ -364,7 +366,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
     fn progress(&mut self, epoch: usize, first: usize, i: usize, t0: Instant, loss_sum: f64) {
         let (job, steps) = (self.job, self.sched.steps);
         let every = job.training.log_every;
-        let by_steps = every > 0 && (i + 1) % every == 0;
+        let by_steps = every > 0 && (i + 1).is_multiple_of(every);
         let ps = job.training.progress_seconds;
         let by_time = ps > 0.0 && self.last_progress.elapsed().as_secs_f64() >= ps;
         if self.comm.rank != 0 || !(by_steps || by_time) {

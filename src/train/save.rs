@@ -77,6 +77,7 @@ impl<'a> Writer<'a> {
     /// with every data rank's running sums in the epoch (loss and train metrics) (`exact`: all known, not
     /// estimated). Returns its path. With `parts` (the parts every data rank wrote), `state`'s
     /// arrays are empty and this writes the index (`checkpoint::parts`).
+    #[allow(clippy::too_many_arguments)]
     pub fn write(
         &self,
         full: &Mlp,

@@ -227,8 +227,9 @@ pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize, windows: usize) -
 /// `training.batch_size` when it does not divide over them or (drop_last) leaves no full step.
 pub(super) fn schedule(comm: &Comm, job: &Job, setup: &Setup, global: usize) -> Result<Schedule> {
     let (ranks, n, b) = (setup.grid.data, setup.train_shard.len(), job.training.rows_per_step());
-    if global % ranks != 0 {
-        let fits: Vec<String> = (1..=global.min(4096)).filter(|m| global % m == 0).map(|m| m.to_string()).collect();
+    if !global.is_multiple_of(ranks) {
+        let fits: Vec<String> =
+            (1..=global.min(4096)).filter(|m| global.is_multiple_of(*m)).map(|m| m.to_string()).collect();
         return Err(Error::config(
             &job.source,
             "training.batch_size",

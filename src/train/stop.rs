@@ -158,7 +158,7 @@ pub(super) fn at_boundary<B: Backend>(
         return Ok(Boundary::Stopped);
     }
     let every = ctx.job.checkpoint.every_steps;
-    let step_due = every > 0 && st.step() % every == 0;
+    let step_due = every > 0 && st.step().is_multiple_of(every);
     Ok(if flags & CHECKPOINT != 0 || step_due { Boundary::Checkpoint } else { Boundary::Continue })
 }
 

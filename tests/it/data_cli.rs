@@ -46,6 +46,7 @@ fn read_i32(path: &Path, name: &str) -> Vec<i32> {
 }
 
 /// Import `n` images of rows×cols and check what lands in the .h5.
+#[allow(clippy::too_many_arguments)]
 fn check_import(
     dir: &Path,
     images: &str,

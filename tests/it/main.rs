@@ -5,6 +5,9 @@
 //! `tests/`. MPI jobs from every module take `common::mpi_lock`, one process-wide lock, so no
 //! two run at once on a 2-core machine, as before.
 
+// Clippy: tuple types of a few parts read better in place than behind an alias.
+#![allow(clippy::type_complexity)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

@@ -148,9 +148,9 @@ fn sklearn_python() -> Option<PathBuf> {
 fn r2(pred: &[f32], y: &[f32], k: usize) -> f64 {
     let (mean, var) = reference(y, k);
     let mut total = 0.0;
-    for j in 0..k {
+    for (j, v) in var.iter().enumerate().take(k) {
         let ss: f64 = pred.iter().zip(y).skip(j).step_by(k).map(|(&p, &t)| (p as f64 - t as f64).powi(2)).sum();
-        total += 1.0 - ss / (var[j] * (y.len() / k) as f64);
+        total += 1.0 - ss / (v * (y.len() / k) as f64);
     }
     let _ = mean;
     total / k as f64

@@ -22,14 +22,13 @@ fn staleness_maxima(log: &str) -> Vec<u64> {
 
 /// Per-worker samples/s of the last epoch line: "per-worker samples/s: worker 0 N, worker 1 M;".
 fn worker_rates(log: &str) -> Vec<f64> {
-    let line = log.lines().filter(|l| l.contains("per-worker samples/s: ")).next_back().expect("an epoch line");
+    let line = log.lines().rfind(|l| l.contains("per-worker samples/s: ")).expect("an epoch line");
     let part = line.split("per-worker samples/s: ").nth(1).unwrap().split(';').next().unwrap();
     part.split(", ").map(|w| w.rsplit(' ').next().unwrap().parse().unwrap()).collect()
 }
 
 fn last_accuracy(log: &str) -> f64 {
-    let line =
-        log.lines().filter(|l| l.contains("test_accuracy ")).next_back().expect("an epoch line with test accuracy");
+    let line = log.lines().rfind(|l| l.contains("test_accuracy ")).expect("an epoch line with test accuracy");
     line.split("test_accuracy ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
 }
 

@@ -405,6 +405,9 @@ fn from_npz(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     let xr = ax.by_name("x.npy").map_err(|e| Error::data(input, "x", e.to_string()))?;
     let yr = ay.by_name("y.npy").map_err(|e| Error::data(input, "y", e.to_string()))?;
     let (xn, yn) = (format!("{}:x", input.display()), format!("{}:y", input.display()));
+    // Bound first: the readers borrow the archives, which a tail expression's temporaries
+    // would outlive.
+    #[allow(clippy::let_and_return)]
     let s = stream(npy::Npy::open(xr, &xn)?, npy::Npy::open(yr, &yn)?, out, o);
     s
 }

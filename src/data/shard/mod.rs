@@ -88,7 +88,7 @@ pub fn files(template: &str, key: &str) -> Result<Vec<(usize, PathBuf)>> {
     let found = (0..).take_while(|&i| path(i).exists()).count();
     if found == 0 {
         return Err(Error::data(
-            &path(0),
+            path(0),
             key,
             format!("no such file: `{template}` matches no file ({} does not exist)", path(0).display()),
         ));

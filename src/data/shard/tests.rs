@@ -85,7 +85,7 @@ fn every_integer_and_float_type_reads_as_float32() {
     check::<u16>(&(0..N * D).map(|i| (i * 4099) as u16).collect::<Vec<_>>(), |c| Some(c as u16), 1.0 / 65535.0, -0.5);
     check::<i16>(&(0..N * D).map(|i| s(i) as i16 * 3000).collect::<Vec<_>>(), |c| Some(c as i16), 0.001, 2.0);
     check::<u32>(&(0..N * D).map(|i| i as u32 * 238_609_294).collect::<Vec<_>>(), |c| Some(c as u32), 1.0, 0.0);
-    check::<i32>(&(0..N * D).map(|i| s(i) as i32 * 100_003).collect::<Vec<_>>(), |c| Some(c), 1e-5, 0.0);
+    check::<i32>(&(0..N * D).map(|i| s(i) as i32 * 100_003).collect::<Vec<_>>(), Some, 1e-5, 0.0);
     // Beyond 2^24 (float32's exact integers) and 2^53 (float64's): rounded as `as` does.
     check::<u64>(
         &(0..N * D).map(|i| u64::MAX - i as u64 * 1_000_000_007).collect::<Vec<_>>(),
@@ -106,7 +106,7 @@ fn every_integer_and_float_type_reads_as_float32() {
 fn float16_reads_as_float32() {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/float16.h5");
     let mut want: Vec<f32> = (0..32).map(|i| i as f32 / 8.0 - 2.0).collect();
-    want[1] = 0.0999755859375; // float16's nearest to 0.1
+    want[1] = 0.099_975_586; // float16's nearest to 0.1 (0.0999755859375 exactly)
     want[31] = 65504.0;
     let expect = Expect { inputs: 4, outputs: 3, loss: LossKind::SoftmaxCrossEntropy };
     let read = |extra: &str| {

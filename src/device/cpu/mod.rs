@@ -331,7 +331,7 @@ mod tests {
     #[test]
     fn wide_optimizer_builds_give_the_scalar_bits() {
         let n = 1000 + 13;
-        let f = |s: f32| (0..n).map(move |i| ((i as f32 * 0.731 + s).sin() * 0.3) as f32).collect::<Vec<_>>();
+        let f = |s: f32| (0..n).map(move |i| (i as f32 * 0.731 + s).sin() * 0.3).collect::<Vec<_>>();
         let (p0, g, m0, v0) = (f(1.0), f(2.0), f(3.0), f(4.0).iter().map(|x| x * x).collect::<Vec<_>>());
         for nesterov in [false, true] {
             let h = SgdHyper { lr: 0.05, grad_scale: 0.5, weight_decay: 1e-3, momentum: 0.9, nesterov };

@@ -46,7 +46,7 @@ pub struct Cuda {
     /// Bumped whenever scratch memory above is replaced (a captured graph names the old).
     pub(super) scratch_gen: std::cell::Cell<u64>,
     /// The dense layers' forward through cublasLt with epilogues (`dense.rs`); None: cuBLAS
-    /// + hv_bias_act (bf16 products without bf16 outputs, whose calls `bf16_dense.rs` makes; or
+    /// and hv_bias_act (bf16 products without bf16 outputs, whose calls `bf16_dense.rs` makes; or
     /// cublasLt off or failing its start-up check).
     pub(super) lt: Option<super::lt::Lt>,
     /// Keep bf16 copies of what the bf16 products read (`precision = "bf16"` and

@@ -108,7 +108,7 @@ mod tests {
     fn grids_cover_every_item_and_stay_capped() {
         for n in [0usize, 1, 255, 256, 257, 1 << 20, 1 << 30] {
             let (g, b) = grid_1d(n);
-            assert!(g >= 1 && g <= MAX_GRID && b == BLOCK);
+            assert!((1..=MAX_GRID).contains(&g) && b == BLOCK);
             // With a grid-stride loop, coverage needs only g·b ≥ 1; below the cap the grid
             // covers n in one pass.
             if n <= (MAX_GRID * BLOCK) as usize {

@@ -159,7 +159,7 @@ fn plain_product(g: Gemm) -> Result<(), &'static str> {
 /// The aux leading dimension an epilogue needs for a D of leading dimension `ldc`.
 fn aux_ld(e: Epilogue, ldc: usize) -> Result<Option<usize>, &'static str> {
     Ok(match e {
-        Epilogue::GeluAuxBias | Epilogue::DgeluBgrad if ldc % 8 != 0 => {
+        Epilogue::GeluAuxBias | Epilogue::DgeluBgrad if !ldc.is_multiple_of(8) => {
             return Err("the GELU aux matrix's leading dimension (the layer's width) is not a multiple of 8")
         }
         Epilogue::GeluAuxBias | Epilogue::DgeluBgrad => Some(ldc),

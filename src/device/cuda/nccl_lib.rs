@@ -216,7 +216,7 @@ mod tests {
             .status()
             .unwrap();
         assert!(ok.success());
-        let found = candidates_in(&[lib.clone()]);
+        let found = candidates_in(std::slice::from_ref(&lib));
         let want = so.display().to_string();
         assert!(found.contains(&want), "{found:?}");
         assert!(found.iter().position(|c| c == "libnccl.so.2") < found.iter().position(|c| *c == want));

@@ -157,7 +157,7 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
 /// `rows` training rows; an error naming `training.batch_size` when no full step is left
 /// (drop_last) or the global batch does not divide over the workers. Worker 0 logs the plan.
 fn schedule(job: &Job, rows: usize, rank: usize, n: usize, global: usize, backend: String) -> Result<Schedule> {
-    if global % n != 0 {
+    if !global.is_multiple_of(n) {
         return Err(Error::config(
             &job.source,
             "training.batch_size",
@@ -248,7 +248,7 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
             )));
         }
         let ck = self.writer.job.checkpoint.every_steps;
-        let periodic = ck > 0 && st.step() % ck == 0;
+        let periodic = ck > 0 && st.step().is_multiple_of(ck);
         let signalled = crate::signals::stop_requested() || reducer::server_signalled();
         let mut stop = std::mem::take(&mut self.stop_at_next_step);
         match self.vote_delay {

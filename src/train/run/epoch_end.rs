@@ -106,7 +106,7 @@ impl<B: Backend, M: Mode<B>> Run<'_, B, M> {
     /// files. Collective over the trainers (the whole model is gathered), as keep_best's.
     fn histograms(&mut self, epoch: usize) -> Result<()> {
         let o = &self.job.output;
-        if o.histogram_freq == 0 || !o.tensorboard || epoch % o.histogram_freq != 0 {
+        if o.histogram_freq == 0 || !o.tensorboard || !epoch.is_multiple_of(o.histogram_freq) {
             return Ok(());
         }
         // Where no rank holds the whole model (shard = "parameters", tensor or pipeline
