@@ -3,7 +3,7 @@
 #               784-512-512-10 on 2 ranks with mpirun (CPU), then plots the curves.
 #   make test   installs what is needed and runs every test, multi-rank ones under mpirun.
 #   make docs   builds the user documentation (docs/, an mdBook) into target/book/index.html.
-# Other targets: deps, build, data, bench, nvrtc, onnx-venv, clean.
+# Other targets: deps, build, data, bench, lint, nvrtc, onnx-venv, clean.
 
 APT_PKGS := libopenmpi-dev openmpi-bin libhdf5-dev libclang-dev pkg-config g++ dataset-fashion-mnist \
             hdf5-filter-plugin hdf5-filter-plugin-blosc-serial hdf5-filter-plugin-zfp-serial
@@ -19,7 +19,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN   := mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
 
-.PHONY: deps test-deps install build data demo test check-mpich bench nvrtc onnx-venv clean gpu-bundle docs
+.PHONY: deps test-deps install build data demo test check-mpich bench lint nvrtc onnx-venv clean gpu-bundle docs
 
 # NVRTC (CUDA's run-time compiler) from PyPI, unpacked: `make test` compiles every GPU kernel
 # with it, without a GPU or a CUDA install (src/device/cuda/nvrtc.rs). Pinned: 12.x still
@@ -136,6 +136,11 @@ $(ONNX_STAMP):
 	python3 -m venv $(ONNX_VENV)
 	$(ONNX_VENV)/bin/pip install --quiet --disable-pip-version-check --only-binary=:all: $(ONNX_PIP)
 	touch $@
+
+# Clippy on every target, warnings as errors (clean on Rust 1.95). Not part of `make test`:
+# a newer toolchain's new lints must not fail a run whose code did not change.
+lint: deps
+	cargo clippy --release --all-targets -- -D warnings
 
 clean:
 	cargo clean
