@@ -86,40 +86,36 @@ pub fn gemm(g: Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
             unsafe { block(av, bv, k, n, rows, cols, &c, alpha, beta, shared) }
         })
     };
-    // A would be packed more than once: by every part where parts take column ranges, and by
-    // one part for each of its NC-column blocks (one thread on a layer wider than NC).
-    let repacked = split.by_cols && (split.parts > 1 || n > NC);
-    if !(repacked && m * k <= SHARE_A_MAX) {
+    // One thread on a layer wider than NC would pack A once for each NC-column block: packed
+    // once instead (`SharedA`). Not between threads: packed once by all of them, each part
+    // then reading the others' blocks, it lost on a Zen 4 in some periods of a run and was
+    // even in others (the VM's two vCPUs placed near or apart, presumably), where packing per
+    // part never lost: 2 threads, batch 256, GFLOP/s per product, per part → shared, in a bad
+    // period: the small model's forward 359-389 → 275-307, its dW 334-373 → 205-225, dX
+    // 383-396 → 297-313; the wide model's dW1 364-383 → 290-327. A Zen 5 had put sharing at
+    // +2-3 % on the step.
+    let share = split.parts == 1 && split.by_cols && n > NC && m * k <= SHARE_A_MAX;
+    if !share {
         return product(None);
     }
-    // Packed once, each part packing its share of A's blocks, instead of by every part and
-    // every column block (on 2 threads at batch 256 the small model's pack_a was 9 % of the
-    // step, half of it the same work done twice; on one thread a 2048-wide layer's products
-    // packed A twice, 4 % of the wide model's bf16 products on a Zen 4).
     SHARED_A.with(|s| {
         let buf = &mut *s.borrow_mut();
         let blocks = SharedA::blocks(m, k);
         buf.resize(blocks.last().map_or(0, |b| b.at + b.len), 0);
-        let out = &UPtr(buf.as_mut_ptr()); // the closure shares the wrapper (Sync), not the pointer
-        super::pool::run(split.parts, &|i| {
-            PACKED.with(|p| {
-                let row = &mut p.borrow_mut().2;
-                row.resize(32 * KC.div_ceil(2), 0);
-                for b in blocks.iter().skip(i).step_by(split.parts) {
-                    // SAFETY: each block is packed by one part, into its own range of `buf`
-                    // (sized above); nothing reads `buf` until every part has returned.
-                    let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add(b.at), b.len) };
-                    // SAFETY: supported().
-                    unsafe { pack_a(av, b.ic, b.mc, b.pc, b.kc, dst, row) };
-                }
-            })
+        PACKED.with(|p| {
+            let row = &mut p.borrow_mut().2;
+            row.resize(32 * KC.div_ceil(2), 0);
+            for b in &blocks {
+                // SAFETY: supported().
+                unsafe { pack_a(av, b.ic, b.mc, b.pc, b.kc, &mut buf[b.at..b.at + b.len], row) };
+            }
         });
         product(Some(&SharedA { buf, blocks, per_k: m.div_ceil(MC) }))
     })
 }
 
-/// The most elements of A packed once for every part (`SharedA`): 8 Mi floats, 16 MiB
-/// packed, a batch of 8192 rows of 1024 features; a larger A is packed by each part.
+/// The most elements of A packed once (`SharedA`): 8 Mi floats, 16 MiB packed, a batch of
+/// 8192 rows of 1024 features; a larger A is packed block by block as it is used.
 const SHARE_A_MAX: usize = 8 << 20;
 
 thread_local! {
@@ -127,12 +123,8 @@ thread_local! {
     static SHARED_A: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `buf`'s base pointer, shared by the parts that pack disjoint blocks into it.
-struct UPtr(*mut u32);
-// SAFETY: the parts write disjoint ranges, and the caller waits for all before reading.
-unsafe impl Sync for UPtr {}
-
-/// A packed once, every (KC × MC) block as `pack_a` lays it out, k-block by k-block.
+/// A packed once for every NC-column block of one thread's product, every (KC × MC) block
+/// as `pack_a` lays it out, k-block by k-block.
 struct SharedA<'a> {
     buf: &'a [u32],
     blocks: Vec<ABlock>,
@@ -175,7 +167,7 @@ impl SharedA<'_> {
 }
 
 /// C[rows, cols] of the product (C's rows `n` apart), on this thread; A's blocks from
-/// `shared` where it was packed once for every part, else packed here.
+/// `shared` where it was packed once for the whole product, else packed here.
 #[allow(clippy::too_many_arguments)]
 unsafe fn block(
     av: View,
