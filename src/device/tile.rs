@@ -257,25 +257,27 @@ pub mod check {
             for ta in [Trans::N, Trans::T] {
                 for tb in [Trans::N, Trans::T] {
                     for (alpha, beta) in [(1.0, 0.0), (0.5, 1.0), (-2.0, 0.25)] {
-                        let g = Gemm { m, k, n, ta, tb, alpha, beta };
-                        let (a, b) = (data(m * k, 1), data(k * n, 2));
-                        let c0 = data(m * n, 3);
-                        let mut c = c0.clone();
-                        if beta == 0.0 {
-                            c.fill(f32::NAN); // beta 0 must not read C
-                        }
-                        gemm(g, &a, &b, &mut c);
-                        let (want, scale) = reference_of(g, &a, &b, &c0, operand);
-                        for (idx, (&got, (&w, &s))) in c.iter().zip(want.iter().zip(&scale)).enumerate() {
-                            let err = (got as f64 - w).abs() / s;
-                            assert!(
-                                err < 1e-6 * (k as f64).sqrt().max(1.0) * 4.0,
-                                "{g:?} at {idx}: {got} vs {w} (scale {s})"
-                            );
-                        }
+                        exact(gemm, Gemm { m, k, n, ta, tb, alpha, beta }, operand);
                     }
                 }
             }
+        }
+    }
+
+    /// One product against the exact product of the operands as `operand` sees them, within
+    /// float32 summation error (beta 0 must not read C: C starts as NaN then).
+    pub fn exact(gemm: GemmFn, g: Gemm, operand: fn(f32) -> f32) {
+        let (a, b) = (data(g.m * g.k, 1), data(g.k * g.n, 2));
+        let c0 = data(g.m * g.n, 3);
+        let mut c = c0.clone();
+        if g.beta == 0.0 {
+            c.fill(f32::NAN);
+        }
+        gemm(g, &a, &b, &mut c);
+        let (want, scale) = reference_of(g, &a, &b, &c0, operand);
+        for (idx, (&got, (&w, &s))) in c.iter().zip(want.iter().zip(&scale)).enumerate() {
+            let err = (got as f64 - w).abs() / s;
+            assert!(err < 1e-6 * (g.k as f64).sqrt().max(1.0) * 4.0, "{g:?} at {idx}: {got} vs {w} (scale {s})");
         }
     }
 
