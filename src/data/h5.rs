@@ -178,12 +178,13 @@ pub(crate) use with_elem;
 pub trait Num: hdf5::H5Type + Copy + std::fmt::Display {
     fn to_f32(self) -> f32;
     fn to_f64(self) -> f64;
-    /// For integer types, the exact value (floats are truncated; labels are never float).
-    fn to_i128(self) -> i128;
+    /// The whole number this value is: an integer type's exact value; a float's value if it
+    /// is finite and whole (saturated past i128's range), else None.
+    fn whole(self) -> Option<i128>;
 }
 
 macro_rules! impl_num {
-    ($($t:ty),*) => {$(
+    ($whole:expr; $($t:ty),*) => {$(
         impl Num for $t {
             #[inline(always)]
             fn to_f32(self) -> f32 {
@@ -194,13 +195,15 @@ macro_rules! impl_num {
                 self as f64
             }
             #[inline(always)]
-            fn to_i128(self) -> i128 {
-                self as i128
+            fn whole(self) -> Option<i128> {
+                #[allow(clippy::redundant_closure_call)]
+                ($whole)(self)
             }
         }
     )*};
 }
-impl_num!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+impl_num!(|v| Some(v as i128); u8, i8, u16, i16, u32, i32, u64, i64);
+impl_num!(|v: Self| (v.is_finite() && v.fract() == 0.0).then_some(v as i128); f32, f64);
 
 /// The element type of dataset `name`, if it is a number type hvtrain reads (any integer,
 /// float16, float32 or float64, whatever its byte order); otherwise an error naming the type found and `need`

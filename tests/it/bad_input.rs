@@ -311,7 +311,11 @@ fn x_of_strings_or_compounds() {
     let (x, _) = data();
     let dir = setup_xy("bad_y_string", &x, &[N, D], &s[..N], &[N]);
     let run = train2(&dir, &[]);
-    let line = assert_fails(&run, None, &["d.h5", ": y:", "1-D integer class labels", "of string (len 4)"]);
+    let line = assert_fails(
+        &run,
+        None,
+        &["d.h5", ": y:", "element type string (len 4) is not supported", "class labels must be numbers"],
+    );
     show("y strings", &line);
 }
 
@@ -332,7 +336,11 @@ fn y_of_rank_two_for_classification() {
     let y2: Vec<i32> = y.iter().flat_map(|&c| [c, 0]).collect();
     let dir = setup_xy("bad_y_2d", &x, &[N, D], &y2, &[N, 2]);
     let run = train2(&dir, &[]);
-    let line = assert_fails(&run, None, &["d.h5", ": y:", "1-D integer class labels", "[40, 2]"]);
+    let line = assert_fails(
+        &run,
+        None,
+        &["d.h5", ": y:", "needs class labels [samples] or [samples, 1]", "[samples, 3] (one-hot", "[40, 2]"],
+    );
     show("y 2-D", &line);
 }
 

@@ -1,6 +1,7 @@
 //! One file of a shard, opened and checked against what the model expects: `x` a 2-D array
-//! of numbers with the model's input width, `y` one row per sample, class labels integers in
-//! range or regression targets numeric and finite; the labels of the shard's rows read whole.
+//! of numbers with the model's input width, `y` one row per sample, class labels in range (indices
+//! [N] or [N, 1] stored as integers, whole-number floats or bool, or one-hot rows [N, k]) or
+//! regression targets numeric and finite; the labels of the shard's rows read whole.
 //! Must not read `x` (that is `read.rs`'s, by rows, when the loader asks).
 
 use super::Part;
@@ -118,45 +119,36 @@ impl OpenFile {
         let k = want.outputs;
         let labels = match want.loss {
             LossKind::SoftmaxCrossEntropy => {
-                let y_kind = h5::kind(&y, &path, yn)?;
-                if ys.len() != 1 || y_kind != "int" {
-                    return Err(Error::data(
-                        &path,
-                        yn,
-                        format!(
-                            "softmax_cross_entropy needs 1-D integer class labels, found shape {ys:?} of {}",
-                            type_name(&y)
-                        ),
-                    ));
-                }
-                let need = "class labels must be integers (int8 to uint64)";
                 let remap = match relation {
                     Relation::AsStored => None,
                     Relation::Remap(t) => Some(t.as_slice()),
                 };
-                let v = with_elem!(h5::elem(&y, &path, yn, need)?, T => read_labels::<T>(&y, &path, yn, rows.clone(), k, remap))?;
-                Labels::Classes(v)
+                Labels::Classes(class_labels(&y, &path, yn, rows.clone(), k, remap)?)
             }
             loss => {
                 let name = loss.name();
                 let width = if ys.len() == 1 { 1 } else { ys[1] };
-                let y_kind = h5::kind(&y, &path, yn)?;
+                let bits = is_bool(&y);
+                let y_kind = if bits { "bool" } else { h5::kind(&y, &path, yn)? };
                 if ys.len() > 2 || width != k || y_kind == "other" {
                     return Err(Error::data(
-                    &path,
-                    yn,
-                    format!(
-                        "{name} needs numeric targets [samples, {k}] (the model's output width; floats or integers), found shape {ys:?} of {}",
-                        type_name(&y)
-                    ),
-                ));
+                        &path,
+                        yn,
+                        format!(
+                            "{name} needs numeric targets [samples, {k}] (the model's output width; floats, \
+                             integers or bool), found shape {ys:?} of {}",
+                            type_name(&y)
+                        ),
+                    ));
                 }
-                let v: Vec<f32> = if ys.len() == 1 {
-                    y.read_slice_1d::<f32, _>(rows.clone()).map(|a| a.to_vec())
+                let read = |e| Error::hdf5(&path, format!("read {yn}"), e);
+                // bool (multi-label targets as numpy keeps them) as 0 and 1: HDF5 converts no
+                // enum to float.
+                let v: Vec<f32> = if bits {
+                    read_flat::<bool>(&y, rows.clone()).map_err(read)?.into_iter().map(f32::from).collect()
                 } else {
-                    y.read_slice_2d::<f32, _>((rows.clone(), ..)).map(|a| a.iter().copied().collect())
-                }
-                .map_err(|e| Error::hdf5(&path, format!("read {yn}"), e))?;
+                    read_flat::<f32>(&y, rows.clone()).map_err(read)?
+                };
                 if let Some(i) = v.iter().position(|t| !t.is_finite()) {
                     return Err(Error::data(
                         &path,
@@ -192,9 +184,43 @@ fn type_name(ds: &hdf5::Dataset) -> String {
     ds.dtype().and_then(|t| t.to_descriptor()).map(|d| d.to_string()).unwrap_or_else(|_| "an unknown type".into())
 }
 
-/// Class labels `rows` of `y`, stored as `T`, as i32: through `remap` (the file's class c is
-/// `remap[c]`, see `classes::relate`) when given, then checked to be in 0..k.
-fn read_labels<T: Num>(
+/// How a classifier's `y` holds the classes: an index per row ([samples] or [samples, 1],
+/// a column vector as Keras takes them), or one-hot rows ([samples, classes]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    Index,
+    OneHot,
+}
+
+/// The layout of labels of shape `ys` for a model of `k` classes, if they have one.
+fn layout(ys: &[usize], k: usize) -> Option<Layout> {
+    match ys {
+        [_] | [_, 1] => Some(Layout::Index),
+        [_, w] if *w == k => Some(Layout::OneHot),
+        _ => None,
+    }
+}
+
+/// Rows `rows` of a 1-D or 2-D dataset, row-major.
+fn read_flat<T: hdf5::H5Type + Copy>(y: &hdf5::Dataset, rows: Range<usize>) -> hdf5::Result<Vec<T>> {
+    if y.ndim() == 1 {
+        y.read_slice_1d::<T, _>(rows).map(|a| a.to_vec())
+    } else {
+        y.read_slice_2d::<T, _>((rows, ..)).map(|a| a.iter().copied().collect())
+    }
+}
+
+/// Whether `y`'s elements are HDF5's bool (an enum of FALSE and TRUE, as h5py and numpy
+/// store `bool`).
+fn is_bool(y: &hdf5::Dataset) -> bool {
+    matches!(y.dtype().and_then(|t| t.to_descriptor()), Ok(hdf5::types::TypeDescriptor::Boolean))
+}
+
+/// A classifier's labels, rows `rows` of `y`, as class numbers in 0..k: stored as indices
+/// (any integer type, floats holding whole numbers, or bool) or one-hot rows (any number
+/// type or bool), mapped through `remap` (the file's class c is `remap[c]`, see
+/// `classes::relate`) when given.
+fn class_labels(
     y: &hdf5::Dataset,
     path: &Path,
     yn: &str,
@@ -202,12 +228,45 @@ fn read_labels<T: Num>(
     k: usize,
     remap: Option<&[i32]>,
 ) -> Result<Vec<i32>> {
-    let raw = y.read_slice_1d::<T, _>(rows.clone()).map_err(|e| Error::hdf5(path, format!("read {yn}"), e))?;
-    let mut v = Vec::with_capacity(raw.len());
-    for (i, &c) in raw.iter().enumerate() {
-        let mut c = c.to_i128();
-        if let Some(t) = remap {
-            if c < 0 || c >= t.len() as i128 {
+    let ys = y.shape();
+    let Some(layout) = layout(&ys, k) else {
+        return Err(Error::data(
+            path,
+            yn,
+            format!(
+                "softmax_cross_entropy needs class labels [samples] or [samples, 1] (class indices) or \
+                 [samples, {k}] (one-hot, the model's {k} classes), found shape {ys:?} of {}",
+                type_name(y)
+            ),
+        ));
+    };
+    let read = |e| Error::hdf5(path, format!("read {yn}"), e);
+    if is_bool(y) {
+        let v = read_flat::<bool>(y, rows.clone()).map_err(read)?;
+        return classes_of(v.iter().map(|&b| u8::from(b)), layout, path, yn, &rows, k, remap);
+    }
+    let need = "class labels must be numbers: integers (int8 to uint64), floats holding whole numbers, or bool";
+    with_elem!(h5::elem(y, path, yn, need)?, T => {
+        let v = read_flat::<T>(y, rows.clone()).map_err(read)?;
+        classes_of(v.iter().copied(), layout, path, yn, &rows, k, remap)
+    })
+}
+
+/// Class numbers from stored values in `layout`, range-checked (after `remap`); errors name
+/// the row and the stored value.
+fn classes_of<S: Num>(
+    v: impl ExactSizeIterator<Item = S>,
+    layout: Layout,
+    path: &Path,
+    yn: &str,
+    rows: &Range<usize>,
+    k: usize,
+    remap: Option<&[i32]>,
+) -> Result<Vec<i32>> {
+    let mut out = Vec::with_capacity(rows.len());
+    let mut push = |i: usize, c: i128| -> Result<()> {
+        let c = match remap {
+            Some(t) if c < 0 || c >= t.len() as i128 => {
                 return Err(Error::data(
                     path,
                     yn,
@@ -218,10 +277,11 @@ fn read_labels<T: Num>(
                         t.len(),
                         t.len().saturating_sub(1)
                     ),
-                ));
+                ))
             }
-            c = t[c as usize] as i128;
-        }
+            Some(t) => t[c as usize] as i128,
+            None => c,
+        };
         if c < 0 || c >= k as i128 {
             return Err(Error::data(
                 path,
@@ -233,7 +293,68 @@ fn read_labels<T: Num>(
                 ),
             ));
         }
-        v.push(c as i32);
+        out.push(c as i32);
+        Ok(())
+    };
+    match layout {
+        Layout::Index => {
+            for (i, s) in v.enumerate() {
+                let c = s.whole().ok_or_else(|| {
+                    Error::data(
+                        path,
+                        yn,
+                        format!(
+                            "label {s} at row {} is not a whole number: class labels are class indices 0..{} \
+                             (integers, or floats holding whole numbers)",
+                            rows.start + i,
+                            k - 1
+                        ),
+                    )
+                })?;
+                push(i, c)?;
+            }
+        }
+        Layout::OneHot => {
+            let v: Vec<S> = v.collect();
+            for (i, row) in v.chunks(k).enumerate() {
+                let mut one = None;
+                for (j, &s) in row.iter().enumerate() {
+                    let f = s.to_f64();
+                    let bit = (f == 0.0 || f == 1.0).then_some(f == 1.0);
+                    match bit {
+                        Some(false) => {}
+                        Some(true) if one.is_none() => one = Some(j),
+                        bit => {
+                            let what = match bit {
+                                Some(_) => "a second 1".to_string(),
+                                None => format!("{s}"),
+                            };
+                            return Err(Error::data(
+                                path,
+                                yn,
+                                format!(
+                                    "row {} is not one-hot: {what} at column {j}; [samples, {k}] class labels \
+                                     hold a single 1 per row (the class) and zeros (probabilities are not taken)",
+                                    rows.start + i
+                                ),
+                            ));
+                        }
+                    }
+                }
+                let Some(c) = one else {
+                    return Err(Error::data(
+                        path,
+                        yn,
+                        format!(
+                            "row {} is not one-hot: no 1 in its {k} columns; [samples, {k}] class labels hold \
+                             a single 1 per row (the class) and zeros",
+                            rows.start + i
+                        ),
+                    ));
+                };
+                push(i, c as i128)?;
+            }
+        }
     }
-    Ok(v)
+    Ok(out)
 }

@@ -239,3 +239,67 @@ fn strings_and_compounds_are_refused_naming_file_and_dataset() {
     assert!(e.contains("d.h5: y: must be a 2-D array [samples, features], found shape [6] of int32"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Class labels as Keras and numpy users store them: a column vector [N, 1], floats holding
+/// whole numbers, bool, and one-hot rows [N, k] of any number type or bool, each read as the
+/// same classes; a fraction, NaN, a row with no 1 or two, probabilities and a width that is
+/// neither 1 nor k are errors naming the row or the shape.
+#[test]
+fn class_labels_as_column_vectors_whole_floats_bool_and_one_hot() {
+    let d = dir("labelforms");
+    let p = d.join("d.h5");
+    let f = hdf5::File::create(&p).unwrap();
+    write(&f, "x", &[0.5f32; N * D], &[N, D]);
+    let c: Vec<i32> = (0..N as i32).map(|i| (i * 2) % 3).collect();
+    let one_hot = |c: &[i32]| -> Vec<f32> { c.iter().flat_map(|&c| (0..3).map(move |j| f32::from(j == c))).collect() };
+    write(&f, "col", &c, &[N, 1]);
+    write(&f, "f64", &c.iter().map(|&c| f64::from(c)).collect::<Vec<_>>(), &[N]);
+    write(&f, "f32col", &c.iter().map(|&c| c as f32).collect::<Vec<_>>(), &[N, 1]);
+    write(&f, "oh", &one_hot(&c), &[N, 3]);
+    write(&f, "oh_u8", &one_hot(&c).iter().map(|&v| v as u8).collect::<Vec<_>>(), &[N, 3]);
+    write(&f, "oh_bool", &one_hot(&c).iter().map(|&v| v == 1.0).collect::<Vec<_>>(), &[N, 3]);
+    let b: Vec<bool> = (0..N).map(|i| i % 2 == 1).collect();
+    write(&f, "bool", &b, &[N]);
+    let mut frac: Vec<f64> = c.iter().map(|&c| f64::from(c)).collect();
+    frac[4] = 1.5;
+    write(&f, "frac", &frac, &[N]);
+    frac[4] = f64::NAN;
+    write(&f, "nan", &frac, &[N]);
+    let mut soft = one_hot(&c);
+    soft[3 * 3..3 * 3 + 3].copy_from_slice(&[0.2, 0.7, 0.1]);
+    write(&f, "soft", &soft, &[N, 3]);
+    let mut none = one_hot(&c);
+    none[2 * 3..2 * 3 + 3].fill(0.0);
+    write(&f, "none", &none, &[N, 3]);
+    let mut two = one_hot(&c);
+    two[5 * 3..5 * 3 + 3].copy_from_slice(&[1.0, 0.0, 1.0]);
+    write(&f, "two", &two, &[N, 3]);
+    write(&f, "wide", &[0i32; N * 2], &[N, 2]);
+    drop(f);
+    let read = |y: &str| rows(&cfg(&p, &format!("y_dataset = {y:?}")), &p, classes(3));
+    for y in ["col", "f64", "f32col", "oh", "oh_u8", "oh_bool"] {
+        let (_, labels) = read(y).unwrap_or_else(|e| panic!("{y}: {e}"));
+        assert!(matches!(&labels, Labels::Classes(v) if *v == c), "{y}: {labels:?}");
+    }
+    let (_, labels) = read("bool").unwrap();
+    assert!(matches!(&labels, Labels::Classes(v) if *v == [0, 1, 0, 1, 0, 1]), "{labels:?}");
+    let err = |y: &str| read(y).err().unwrap_or_else(|| panic!("{y} was taken")).to_string();
+    let e = err("frac");
+    assert!(e.contains("frac: label 1.5 at row 4 is not a whole number"), "{e}");
+    let e = err("nan");
+    assert!(e.contains("nan: label NaN at row 4 is not a whole number"), "{e}");
+    let e = err("soft");
+    assert!(e.contains("soft: row 3 is not one-hot: 0.2 at column 0"), "{e}");
+    let e = err("none");
+    assert!(e.contains("none: row 2 is not one-hot: no 1 in its 3 columns"), "{e}");
+    let e = err("two");
+    assert!(e.contains("two: row 5 is not one-hot: a second 1 at column 2"), "{e}");
+    let e = err("wide");
+    assert!(e.contains("wide: softmax_cross_entropy needs class labels [samples] or [samples, 1] (class indices) or [samples, 3] (one-hot"), "{e}");
+    assert!(e.contains("found shape [6, 2] of int32"), "{e}");
+    // Multi-label targets as numpy keeps them: bool, read as 0 and 1.
+    let bce = Expect { inputs: D, outputs: 3, loss: LossKind::BinaryCrossEntropy };
+    let (_, labels) = rows(&cfg(&p, "y_dataset = \"oh_bool\""), &p, bce).unwrap();
+    assert!(matches!(&labels, Labels::Bits(v, 3) if *v == one_hot(&c)), "{labels:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
