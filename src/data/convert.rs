@@ -100,8 +100,12 @@ pub fn shard(
     let x = h5::dataset(&f, input, x_name)?;
     let y = h5::dataset(&f, input, y_name)?;
     let (xs, ys) = (x.shape(), y.shape());
-    if xs.len() != 2 {
-        return Err(Error::data(input, x_name, format!("must be 2-D, found shape {xs:?}")));
+    if h5::features(&xs).is_none() {
+        return Err(Error::data(
+            input,
+            x_name,
+            format!("must be [samples, features] (or [samples, d1, ...]), found shape {xs:?}"),
+        ));
     }
     let n = xs[0];
     if ys.first() != Some(&n) {
@@ -126,7 +130,7 @@ pub fn shard(
     Ok(written)
 }
 
-/// Copy rows `rows` of the 1-D or 2-D dataset `name` (shape `shape`, stored as `T`) from
+/// Copy rows `rows` of the dataset `name` (any rank) (shape `shape`, stored as `T`) from
 /// `input` into a dataset of the same name and type in `out`.
 fn copy_rows<T: Num>(
     ds: &hdf5::Dataset,
@@ -140,10 +144,6 @@ fn copy_rows<T: Num>(
     let read = |e| Error::hdf5(input, format!("read {name}"), e);
     let mut part_shape = shape.to_vec();
     part_shape[0] = rows.len();
-    let v: Vec<T> = if shape.len() == 1 {
-        ds.read_slice_1d::<T, _>(rows).map_err(read)?.to_vec()
-    } else {
-        ds.read_slice_2d::<T, _>((rows, ..)).map_err(read)?.iter().copied().collect()
-    };
+    let v: Vec<T> = h5::read_rows(ds, rows).map_err(read)?;
     h5::write(out, out_path, name, &v, &part_shape)
 }

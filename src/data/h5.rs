@@ -236,6 +236,35 @@ pub fn elem(ds: &hdf5::Dataset, path: &Path, name: &str, need: &str) -> Result<E
     })
 }
 
+/// Rows `rows` of dataset `ds` whatever its rank: every element of those rows (all of their
+/// trailing dimensions), in row-major order.
+pub fn read_rows<T: hdf5::H5Type + Copy>(ds: &hdf5::Dataset, rows: std::ops::Range<usize>) -> hdf5::Result<Vec<T>> {
+    use hdf5::{Hyperslab, SliceOrIndex};
+    let mut dims = vec![SliceOrIndex::from(rows)];
+    dims.extend((1..ds.ndim()).map(|_| SliceOrIndex::from(..)));
+    let a = ds.read_slice::<T, _, ndarray::IxDyn>(Hyperslab::from(dims))?;
+    Ok(match a.into_raw_vec_and_offset() {
+        (v, None | Some(0)) => v,
+        (v, Some(o)) => v[o..].to_vec(),
+    })
+}
+
+/// The features per sample of an `x` of shape `shape` ([samples, features], or [samples,
+/// d1, d2, ...] read flattened, as Keras' `Flatten` reads images), or None below 2-D.
+pub fn features(shape: &[usize]) -> Option<usize> {
+    (shape.len() >= 2).then(|| shape[1..].iter().product())
+}
+
+/// `shape`'s features as a person checks them: `784`, or `28 × 28 = 784`.
+pub fn features_text(shape: &[usize]) -> String {
+    let d: usize = shape[1..].iter().product();
+    if shape.len() == 2 {
+        d.to_string()
+    } else {
+        format!("{} = {d}", shape[1..].iter().map(|v| v.to_string()).collect::<Vec<_>>().join(" × "))
+    }
+}
+
 /// Create (or truncate) an HDF5 file for writing.
 pub fn create(path: &Path) -> Result<hdf5::File> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -404,18 +404,19 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> R
     let x = h5::dataset(&f, input, xn)?;
     let shape = x.shape();
     let need = format!(
-        "x must be [N, {}] (model.layers[0]) of integers (int8 to uint64) or floats (float16, float32, float64)",
+        "x must be [N, {}] (model.layers[0]; or [N, d1, d2, ...] of as many values, read flattened) of integers \
+         (int8 to uint64) or floats (float16, float32, float64)",
         model.n_inputs()
     );
     let elem = h5::elem(&x, input, xn, &need)?;
-    if shape.len() != 2 || shape[1] != model.n_inputs() {
+    if h5::features(&shape) != Some(model.n_inputs()) {
         return Err(Error::data(input, xn, format!("found shape {shape:?}; {need}")));
     }
     // As training reads it: converted to float32, data.x_scale and data.x_offset applied, then
     // the normalization that training learned (from the weights file).
-    let affine = crate::data::shard::affine_of(&job.data, &norm, shape[1]);
-    let mut rows = vec![0.0f32; CHUNK * shape[1]];
-    let (n, d, k) = (shape[0], shape[1], model.n_outputs());
+    let (n, d, k) = (shape[0], model.n_inputs(), model.n_outputs());
+    let affine = crate::data::shard::affine_of(&job.data, &norm, d);
+    let mut rows = vec![0.0f32; CHUNK * d];
     let be = Cpu;
     let mut ws = Workspace::new(&be, &model, CHUNK)?;
     let params = be.upload(&params)?;

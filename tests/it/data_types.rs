@@ -162,3 +162,48 @@ fn predict_converts_and_scales_like_training() {
     assert_eq!(from_u8.len(), N * 3);
     assert_eq!(from_u8, from_f32, "predict on uint8 with x_scale must equal predict on the scaled float32 values");
 }
+
+/// Data as Keras users keep it: x as images [N, h, w] (read flattened, row-major, as
+/// `Flatten` reads them) and labels as a column vector of floats [N, 1] or one-hot rows
+/// [N, classes]; training gives exactly the weights of x [N, D] float32 with int32 labels,
+/// and `predict` on the images the outputs of `predict` on the flat rows.
+#[test]
+fn images_and_one_hot_or_column_labels_train_as_flat_rows_and_indices() {
+    let _g = common::mpi_lock();
+    let want = weights("forms_ref", stored("x", "y", |v| (v as f64 * 0.01) as f32, |c| c as i32), &[], LAYERS);
+    let scale = "data.x_scale=0.01";
+    let forms = |shape: &'static [usize], one_hot: bool| {
+        move |f: &hdf5::File| {
+            let (x, y) = numbers();
+            write_dataset(f, "x", &x, shape);
+            if one_hot {
+                let oh: Vec<f32> = y.iter().flat_map(|&c| (0..3).map(move |j| f32::from(j == c))).collect();
+                write_dataset(f, "y", &oh, &[N, 3]);
+            } else {
+                write_dataset(f, "y", &y.iter().map(|&c| f64::from(c)).collect::<Vec<_>>(), &[N, 1]);
+            }
+        }
+    };
+    let cases = [
+        ("x [N, 5, 1] uint8, y float64 [N, 1]", weights("forms_col", forms(&[N, D, 1], false), &[scale], LAYERS)),
+        ("x [N, 1, 5] uint8, y one-hot [N, 3]", weights("forms_onehot", forms(&[N, 1, D], true), &[scale], LAYERS)),
+    ];
+    for (what, w) in cases {
+        assert_eq!(w, want, "{what}: the weights differ from the flat float32 run's");
+    }
+    let dir = scratch("forms_predict");
+    forms(&[N, D, 1], false)(&hdf5::File::create(dir.join("img.h5")).unwrap());
+    stored("x", "y", |v| v, |c| c)(&hdf5::File::create(dir.join("flat.h5")).unwrap());
+    job(&dir, LAYERS, "flat.h5", None, "");
+    let run = mpirun(2, &["train", "job.toml", "--set", scale], &dir, 60);
+    assert!(run.ok(), "{}", run.all());
+    let predict = |input: &str, output: &str| {
+        let args = ["predict", "job.toml", "--weights", "out/weights.h5", "--input", input, "--output", output];
+        let run = hvtrain(&[&args[..], &["--set", scale]].concat(), &dir, 60);
+        assert!(run.ok(), "{}", run.all());
+        read_f32(&dir.join(output), "outputs")
+    };
+    let (img, flat) = (predict("img.h5", "pi.h5"), predict("flat.h5", "pf.h5"));
+    assert_eq!(img.len(), N * 3);
+    assert_eq!(img, flat, "predict on [N, 5, 1] must equal predict on [N, 5]");
+}

@@ -1,5 +1,6 @@
-//! One file of a shard, opened and checked against what the model expects: `x` a 2-D array
-//! of numbers with the model's input width, `y` one row per sample, class labels in range (indices
+//! One file of a shard, opened and checked against what the model expects: `x` an array
+//! [samples, features] (or [samples, d1, d2, ...], read flattened) of numbers with the model's
+//! input width, `y` one row per sample, class labels in range (indices
 //! [N] or [N, 1] stored as integers, whole-number floats or bool, or one-hot rows [N, k]) or
 //! regression targets numeric and finite; the labels of the shard's rows read whole.
 //! Must not read `x` (that is `read.rs`'s, by rows, when the loader asks).
@@ -63,23 +64,33 @@ pub(super) fn open_file(cfg: &DataCfg, key: &str, path: &Path, want: Expect) -> 
     let y = h5::dataset(&file, &path, yn)?;
 
     let xs = x.shape();
-    let need =
-        "x must be a 2-D array [samples, features] of integers (int8 to uint64) or floats (float16, float32, float64)";
+    let need = "x must be an array [samples, features] (or [samples, d1, d2, ...], read flattened) of integers \
+                (int8 to uint64) or floats (float16, float32, float64)";
     let elem = h5::elem(&x, &path, xn, need)?;
-    if xs.len() != 2 {
+    let Some(d) = h5::features(&xs) else {
         return Err(Error::data(
             &path,
             xn,
-            format!("must be a 2-D array [samples, features], found shape {xs:?} of {}", elem.name()),
+            format!(
+                "must be a 2-D array [samples, features] (or [samples, d1, d2, ...]), found shape {xs:?} of {}",
+                elem.name()
+            ),
         ));
-    }
-    let (n, d) = (xs[0], xs[1]);
+    };
+    let n = xs[0];
     if d != want.inputs {
         return Err(Error::data(
             &path,
             xn,
-            format!("has {d} features per sample but the model's input width (model.layers[0]) is {}", want.inputs),
+            format!(
+                "has {} features per sample but the model's input width (model.layers[0]) is {}",
+                h5::features_text(&xs),
+                want.inputs
+            ),
         ));
+    }
+    if xs.len() > 2 && crate::sys::rank().unwrap_or(0) == 0 {
+        log::info!("{}: {xn} {xs:?} is read as [{n}, {d}] (each sample's values in row-major order)", path.display());
     }
     let ys = y.shape();
     if ys.first() != Some(&n) {
@@ -145,9 +156,9 @@ impl OpenFile {
                 // bool (multi-label targets as numpy keeps them) as 0 and 1: HDF5 converts no
                 // enum to float.
                 let v: Vec<f32> = if bits {
-                    read_flat::<bool>(&y, rows.clone()).map_err(read)?.into_iter().map(f32::from).collect()
+                    h5::read_rows::<bool>(&y, rows.clone()).map_err(read)?.into_iter().map(f32::from).collect()
                 } else {
-                    read_flat::<f32>(&y, rows.clone()).map_err(read)?
+                    h5::read_rows::<f32>(&y, rows.clone()).map_err(read)?
                 };
                 if let Some(i) = v.iter().position(|t| !t.is_finite()) {
                     return Err(Error::data(
@@ -201,15 +212,6 @@ fn layout(ys: &[usize], k: usize) -> Option<Layout> {
     }
 }
 
-/// Rows `rows` of a 1-D or 2-D dataset, row-major.
-fn read_flat<T: hdf5::H5Type + Copy>(y: &hdf5::Dataset, rows: Range<usize>) -> hdf5::Result<Vec<T>> {
-    if y.ndim() == 1 {
-        y.read_slice_1d::<T, _>(rows).map(|a| a.to_vec())
-    } else {
-        y.read_slice_2d::<T, _>((rows, ..)).map(|a| a.iter().copied().collect())
-    }
-}
-
 /// Whether `y`'s elements are HDF5's bool (an enum of FALSE and TRUE, as h5py and numpy
 /// store `bool`).
 fn is_bool(y: &hdf5::Dataset) -> bool {
@@ -242,12 +244,12 @@ fn class_labels(
     };
     let read = |e| Error::hdf5(path, format!("read {yn}"), e);
     if is_bool(y) {
-        let v = read_flat::<bool>(y, rows.clone()).map_err(read)?;
+        let v = h5::read_rows::<bool>(y, rows.clone()).map_err(read)?;
         return classes_of(v.iter().map(|&b| u8::from(b)), layout, path, yn, &rows, k, remap);
     }
     let need = "class labels must be numbers: integers (int8 to uint64), floats holding whole numbers, or bool";
     with_elem!(h5::elem(y, path, yn, need)?, T => {
-        let v = read_flat::<T>(y, rows.clone()).map_err(read)?;
+        let v = h5::read_rows::<T>(y, rows.clone()).map_err(read)?;
         classes_of(v.iter().copied(), layout, path, yn, &rows, k, remap)
     })
 }

@@ -74,11 +74,10 @@ pub fn read_x<T: Num>(
     affine: &Affine,
     out: &mut [f32],
 ) -> Result<()> {
-    let arr = x
-        .read_slice_2d::<T, _>((a..a + n, ..))
+    // [samples, features], or [samples, d1, d2, ...] whose rows are read flattened.
+    let src = crate::data::h5::read_rows::<T>(x, a..a + n)
         .map_err(|e| Error::hdf5(path, format!("read {} rows {}..{}", x_name, a, a + n), e))?;
-    let src = arr.as_slice().expect("hdf5 returns standard-layout arrays");
-    let out = &mut out[..src.len()];
+    let (src, out) = (&src[..], &mut out[..src.len()]);
     match affine.per_feature() {
         None => out.iter_mut().zip(src).for_each(|(o, &v)| *o = v.to_f32()),
         Some(per) => {

@@ -230,13 +230,13 @@ fn strings_and_compounds_are_refused_naming_file_and_dataset() {
     write(&f, "ys", &s[..N], &[N]);
     drop(f);
     let e = rows(&cfg(&p, "x_dataset = \"s\""), &p, classes(2)).err().unwrap().to_string();
-    assert!(e.contains("d.h5: s: element type string (len 4) is not supported; x must be a 2-D array"), "{e}");
+    assert!(e.contains("d.h5: s: element type string (len 4) is not supported; x must be an array [samples, features]"), "{e}");
     let e = rows(&cfg(&p, "x_dataset = \"c\""), &p, classes(2)).err().unwrap().to_string();
     assert!(e.contains("d.h5: c: element type compound (2 fields) is not supported"), "{e}");
     let e = rows(&cfg(&p, "x_dataset = \"c\"\ny_dataset = \"ys\""), &p, classes(2)).err().unwrap().to_string();
     assert!(e.contains("d.h5: c: element type compound"), "{e}");
     let e = rows(&cfg(&p, "y_dataset = \"ys\"\nx_dataset = \"y\""), &p, classes(2)).err().unwrap().to_string();
-    assert!(e.contains("d.h5: y: must be a 2-D array [samples, features], found shape [6] of int32"), "{e}");
+    assert!(e.contains("d.h5: y: must be a 2-D array [samples, features] (or [samples, d1, d2, ...]), found shape [6] of int32"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -301,5 +301,38 @@ fn class_labels_as_column_vectors_whole_floats_bool_and_one_hot() {
     let bce = Expect { inputs: D, outputs: 3, loss: LossKind::BinaryCrossEntropy };
     let (_, labels) = rows(&cfg(&p, "y_dataset = \"oh_bool\""), &p, bce).unwrap();
     assert!(matches!(&labels, Labels::Bits(v, 3) if *v == one_hot(&c)), "{labels:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// x stored [N, 3, 2] is read as [N, 6] rows in row-major order; a model of another width is
+/// told the dimensions and their product.
+#[test]
+fn x_of_three_dimensions_is_read_flattened() {
+    let d = dir("xnd");
+    let p = d.join("d.h5");
+    let f = hdf5::File::create(&p).unwrap();
+    let x: Vec<u16> = (0..N * 6).map(|i| i as u16).collect();
+    write(&f, "x", &x, &[N, 3, 2]);
+    write(&f, "y", &[1i32; N], &[N]);
+    drop(f);
+    let want = Expect { inputs: 6, outputs: 2, loss: LossKind::SoftmaxCrossEntropy };
+    let s = Shard::open(
+        &cfg(&p, ""),
+        "data.train",
+        &p.display().to_string(),
+        0,
+        1,
+        want,
+        &crate::data::classes::Reference::Unknown,
+    )
+    .unwrap();
+    let mut out = vec![0.0; 2 * 6];
+    s.read_rows(3, 2, &mut out).unwrap();
+    assert_eq!(out, (18..30).map(|v| v as f32).collect::<Vec<_>>());
+    let e = rows(&cfg(&p, ""), &p, classes(2)).err().unwrap().to_string();
+    assert!(
+        e.contains("x: has 3 × 2 = 6 features per sample but the model's input width (model.layers[0]) is 3"),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
