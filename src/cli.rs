@@ -108,7 +108,8 @@ binary_cross_entropy), as `hvtrain predict` writes them. Opset 17.\n\
         #[arg(long, alias = "softmax")]
         probabilities: bool,
     },
-    /// Prepare data: convert IDX to HDF5, split a file into per-rank shards.
+    /// Prepare data: import CSV/TSV, NumPy or Parquet into HDF5, check a file, split one into
+    /// per-rank shards, convert IDX (MNIST) files.
     #[command(subcommand)]
     Data(DataCommand),
     /// Check checkpoints before a resume: a file, or every checkpoint of an output directory.
