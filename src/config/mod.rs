@@ -18,6 +18,7 @@ mod checkpoint;
 mod data;
 mod distribution;
 mod env;
+mod hint;
 pub mod limits;
 mod model;
 mod optimizer;
@@ -98,7 +99,8 @@ impl Job {
             if let Some(key) = field.strip_prefix("sweep.space.") {
                 field = format!("sweep.space.\"{key}\"");
             }
-            Error::config(origin, field, one_line(&e.into_inner().to_string()))
+            let msg = hint::with_hint(&field, &one_line(&e.into_inner().to_string()));
+            Error::config(origin, field, msg)
         })?;
         job.validate(origin)?;
         job.source = origin.to_string();

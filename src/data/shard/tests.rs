@@ -230,13 +230,21 @@ fn strings_and_compounds_are_refused_naming_file_and_dataset() {
     write(&f, "ys", &s[..N], &[N]);
     drop(f);
     let e = rows(&cfg(&p, "x_dataset = \"s\""), &p, classes(2)).err().unwrap().to_string();
-    assert!(e.contains("d.h5: s: element type string (len 4) is not supported; x must be an array [samples, features]"), "{e}");
+    assert!(
+        e.contains("d.h5: s: element type string (len 4) is not supported; x must be an array [samples, features]"),
+        "{e}"
+    );
     let e = rows(&cfg(&p, "x_dataset = \"c\""), &p, classes(2)).err().unwrap().to_string();
     assert!(e.contains("d.h5: c: element type compound (2 fields) is not supported"), "{e}");
     let e = rows(&cfg(&p, "x_dataset = \"c\"\ny_dataset = \"ys\""), &p, classes(2)).err().unwrap().to_string();
     assert!(e.contains("d.h5: c: element type compound"), "{e}");
     let e = rows(&cfg(&p, "y_dataset = \"ys\"\nx_dataset = \"y\""), &p, classes(2)).err().unwrap().to_string();
-    assert!(e.contains("d.h5: y: must be a 2-D array [samples, features] (or [samples, d1, d2, ...]), found shape [6] of int32"), "{e}");
+    assert!(
+        e.contains(
+            "d.h5: y: must be a 2-D array [samples, features] (or [samples, d1, d2, ...]), found shape [6] of int32"
+        ),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
