@@ -50,7 +50,13 @@ pub fn check_file(path: &Path) -> Result<bool> {
                 .join(", ")
         };
         all_ok &= steps.iter().all(|s| s.available);
-        println!("  {name}: shape {:?}, {dtype}, {chunks}, filters: {fs}", ds.shape());
+        let shape = ds.shape();
+        // What a model's input width must be for this as x (images are read flattened).
+        let flat = match shape.len() {
+            3.. => format!(" (as x: {} features per sample, read flattened)", h5::features_text(&shape)),
+            _ => String::new(),
+        };
+        println!("  {name}: shape {shape:?}{flat}, {dtype}, {chunks}, filters: {fs}");
     })?;
     for id in missing {
         println!("filter {id} ({}): {}", filters::name(id), filters::how_to_get(id));

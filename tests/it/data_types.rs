@@ -166,7 +166,8 @@ fn predict_converts_and_scales_like_training() {
 /// Data as Keras users keep it: x as images [N, h, w] (read flattened, row-major, as
 /// `Flatten` reads them) and labels as a column vector of floats [N, 1] or one-hot rows
 /// [N, classes]; training gives exactly the weights of x [N, D] float32 with int32 labels,
-/// and `predict` on the images the outputs of `predict` on the flat rows.
+/// and `predict` on the images the outputs of `predict` on the flat rows; `data check` says
+/// the input width such a file needs.
 #[test]
 fn images_and_one_hot_or_column_labels_train_as_flat_rows_and_indices() {
     let _g = common::mpi_lock();
@@ -203,6 +204,10 @@ fn images_and_one_hot_or_column_labels_train_as_flat_rows_and_indices() {
         assert!(run.ok(), "{}", run.all());
         read_f32(&dir.join(output), "outputs")
     };
+    let check = hvtrain(&["data", "check", "img.h5"], &dir, 60);
+    assert!(check.ok(), "{}", check.all());
+    let says = format!("/x: shape [{N}, {D}, 1] (as x: {D} × 1 = {D} features per sample, read flattened)");
+    assert!(check.stdout.contains(&says), "data check must say the width a model needs: {}", check.all());
     let (img, flat) = (predict("img.h5", "pi.h5"), predict("flat.h5", "pf.h5"));
     assert_eq!(img.len(), N * 3);
     assert_eq!(img, flat, "predict on [N, 5, 1] must equal predict on [N, 5]");
