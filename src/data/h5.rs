@@ -69,7 +69,7 @@ fn open_dataset(file: &hdf5::File, path: &Path, name: &str) -> Result<hdf5::Data
     })
 }
 
-/// The element type class of a dataset: "float", "int" or something else (named).
+/// The element type class of a dataset: "float", "int", "bool" or something else ("other").
 pub fn kind(ds: &hdf5::Dataset, path: &Path, name: &str) -> Result<&'static str> {
     let d = ds
         .dtype()
@@ -78,6 +78,8 @@ pub fn kind(ds: &hdf5::Dataset, path: &Path, name: &str) -> Result<&'static str>
     Ok(match d {
         TypeDescriptor::Float(_) => "float",
         TypeDescriptor::Integer(_) | TypeDescriptor::Unsigned(_) => "int",
+        // An enum of FALSE and TRUE: numpy's and h5py's bool.
+        TypeDescriptor::Boolean => "bool",
         _ => "other",
     })
 }
@@ -257,7 +259,7 @@ pub fn features(shape: &[usize]) -> Option<usize> {
 
 /// `shape`'s features as a person checks them: `784`, or `28 × 28 = 784`.
 pub fn features_text(shape: &[usize]) -> String {
-    let d: usize = shape[1..].iter().product();
+    let d = features(shape).unwrap_or(0);
     if shape.len() == 2 {
         d.to_string()
     } else {

@@ -139,8 +139,8 @@ impl OpenFile {
             loss => {
                 let name = loss.name();
                 let width = if ys.len() == 1 { 1 } else { ys[1] };
-                let bits = is_bool(&y);
-                let y_kind = if bits { "bool" } else { h5::kind(&y, &path, yn)? };
+                let y_kind = h5::kind(&y, &path, yn)?;
+                let bits = y_kind == "bool";
                 if ys.len() > 2 || width != k || y_kind == "other" {
                     return Err(Error::data(
                         &path,
@@ -212,12 +212,6 @@ fn layout(ys: &[usize], k: usize) -> Option<Layout> {
     }
 }
 
-/// Whether `y`'s elements are HDF5's bool (an enum of FALSE and TRUE, as h5py and numpy
-/// store `bool`).
-fn is_bool(y: &hdf5::Dataset) -> bool {
-    matches!(y.dtype().and_then(|t| t.to_descriptor()), Ok(hdf5::types::TypeDescriptor::Boolean))
-}
-
 /// A classifier's labels, rows `rows` of `y`, as class numbers in 0..k: stored as indices
 /// (any integer type, floats holding whole numbers, or bool) or one-hot rows (any number
 /// type or bool), mapped through `remap` (the file's class c is `remap[c]`, see
@@ -243,7 +237,8 @@ fn class_labels(
         ));
     };
     let read = |e| Error::hdf5(path, format!("read {yn}"), e);
-    if is_bool(y) {
+    // Not `?`: a float16 has no descriptor, and `elem` below reads it.
+    if h5::kind(y, path, yn).ok() == Some("bool") {
         let v = h5::read_rows::<bool>(y, rows.clone()).map_err(read)?;
         return classes_of(v.iter().map(|&b| u8::from(b)), layout, path, yn, &rows, k, remap);
     }
@@ -322,26 +317,23 @@ fn classes_of<S: Num>(
                 let mut one = None;
                 for (j, &s) in row.iter().enumerate() {
                     let f = s.to_f64();
-                    let bit = (f == 0.0 || f == 1.0).then_some(f == 1.0);
-                    match bit {
-                        Some(false) => {}
-                        Some(true) if one.is_none() => one = Some(j),
-                        bit => {
-                            let what = match bit {
-                                Some(_) => "a second 1".to_string(),
-                                None => format!("{s}"),
-                            };
-                            return Err(Error::data(
-                                path,
-                                yn,
-                                format!(
-                                    "row {} is not one-hot: {what} at column {j}; [samples, {k}] class labels \
-                                     hold a single 1 per row (the class) and zeros (probabilities are not taken)",
-                                    rows.start + i
-                                ),
-                            ));
-                        }
+                    if f == 0.0 {
+                        continue;
                     }
+                    if f == 1.0 && one.is_none() {
+                        one = Some(j);
+                        continue;
+                    }
+                    let what = if f == 1.0 { "a second 1".to_string() } else { s.to_string() };
+                    return Err(Error::data(
+                        path,
+                        yn,
+                        format!(
+                            "row {} is not one-hot: {what} at column {j}; [samples, {k}] class labels \
+                             hold a single 1 per row (the class) and zeros (probabilities are not taken)",
+                            rows.start + i
+                        ),
+                    ));
                 }
                 let Some(c) = one else {
                     return Err(Error::data(
