@@ -139,7 +139,11 @@ impl OpenFile {
             loss => {
                 let name = loss.name();
                 let width = if ys.len() == 1 { 1 } else { ys[1] };
-                let y_kind = h5::kind(&y, &path, yn)?;
+                // A float16 has no descriptor for `kind`; `elem` knows it, and HDF5 converts it.
+                let y_kind = match h5::kind(&y, &path, yn) {
+                    Err(_) if h5::elem(&y, &path, yn, "").ok() == Some(Elem::F16) => "float",
+                    k => k?,
+                };
                 let bits = y_kind == "bool";
                 if ys.len() > 2 || width != k || y_kind == "other" {
                     return Err(Error::data(

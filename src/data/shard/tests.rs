@@ -129,6 +129,19 @@ fn float16_reads_as_float32() {
     assert!(matches!(y, Labels::Classes(v) if v == [0, 1, 2, 0, 1, 2, 0, 1]));
     let (x, _) = read("x_scale = 0.5\nx_offset = 1.0");
     assert_eq!(x, want.iter().map(|&v| (v as f64 * 0.5 + 1.0) as f32).collect::<Vec<_>>());
+    // float16 regression targets (the same dataset as y): read as float32 too.
+    let mse = Expect { inputs: 4, outputs: 4, loss: LossKind::Mse };
+    let s = Shard::open(
+        &cfg(&p, "y_dataset = \"x\""),
+        "data.train",
+        p.to_str().unwrap(),
+        0,
+        1,
+        mse,
+        &crate::data::classes::Reference::Unknown,
+    )
+    .unwrap_or_else(|e| panic!("float16 targets: {e}"));
+    assert!(matches!(&s.labels, Labels::Values(v, 4) if *v == want), "{:?}", s.labels);
 }
 
 #[test]
