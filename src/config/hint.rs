@@ -19,6 +19,8 @@ const ELSEWHERE: &[(&str, &str)] = &[
     ("seed", "training.seed"),
     ("activation", "model.activation"),
     ("loss", "model.loss"),
+    ("class_weight", "model.class_weights"),
+    ("class_weights", "model.class_weights"),
     ("layers", "model.layers"),
     ("units", "model.layers"),
     ("hidden_layers", "model.layers"),

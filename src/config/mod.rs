@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 mod checkpoint;
+mod class_weights;
 mod data;
 mod distribution;
 mod env;
@@ -28,6 +29,7 @@ mod sweep;
 mod training;
 
 pub use checkpoint::CheckpointCfg;
+pub use class_weights::ClassWeights;
 pub use data::{DataCfg, Normalize, NormalizeY, OnDevice};
 pub use distribution::{roles, BucketOrder, Compression, DistributionCfg, GpuAllreduce, Reduction, Shard, Strategy};
 use env::env_overrides;

@@ -5,6 +5,7 @@
 
 use super::abbreviate;
 use super::limits;
+use super::ClassWeights;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -117,6 +118,10 @@ pub struct ModelCfg {
     /// (0 = none). Training only; off in eval, predict and ONNX.
     #[serde(default)]
     pub dropout: Dropout,
+    /// Each class's factor on its rows' loss in training (Keras' `class_weight`): a list, a
+    /// table by class number or name, or "balanced". None: every class 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_weights: Option<ClassWeights>,
 }
 
 /// `model.dropout`: a rate, or a list of one rate per hidden layer.
@@ -222,6 +227,11 @@ impl ModelCfg {
                 "model.huber_delta",
                 format!("is {}; Huber's δ must be a positive number (1.0 is Keras' default)", self.huber_delta),
             ));
+        }
+        if let Some(w) = &self.class_weights {
+            let classes = *self.layers.last().expect("checked above");
+            w.check(classes, self.loss == LossKind::SoftmaxCrossEntropy)
+                .map_err(|m| Error::config(origin, "model.class_weights", m))?;
         }
         Ok(())
     }

@@ -12,27 +12,42 @@ pub(super) fn losses<B: Backend>(be: &B) {
     let logits: Vec<f32> = random(b * k, 5).iter().map(|v| v * 8.0).collect();
     let labels: Vec<i32> = (0..b as i32).map(|i| (i * 3) % k as i32).collect();
     let scale = 1.0 / b as f32;
-    let (mut loss, mut correct, mut grad) = (0.0f64, 0usize, vec![0.0f64; b * k]);
-    for r in 0..b {
-        let row: Vec<f64> = logits[r * k..(r + 1) * k].iter().map(|&v| v as f64).collect();
-        let max = row.iter().cloned().fold(f64::MIN, f64::max);
-        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
-        loss += sum.ln() - (row[labels[r] as usize] - max);
-        let arg = (0..k).fold(0, |best, j| if row[j] > row[best] { j } else { best });
-        correct += (arg == labels[r] as usize) as usize;
-        for j in 0..k {
-            let p = (row[j] - max).exp() / sum;
-            grad[r * k + j] = scale as f64 * (p - (j == labels[r] as usize) as u8 as f64);
+    // Without class weights, and with one per class (0 leaves a class out).
+    let weights: Vec<f32> = (0..k).map(|c| [1.5, 0.0, 0.25, 3.0][c % 4]).collect();
+    let ld = be.upload(&logits).unwrap();
+    let wd = be.upload(&weights).unwrap();
+    let mut d = be.zeros(b * k).unwrap();
+    let mut plain = Vec::new();
+    for cw in [None, Some(&weights)] {
+        let (mut loss, mut correct, mut grad) = (0.0f64, 0usize, vec![0.0f64; b * k]);
+        for r in 0..b {
+            let row: Vec<f64> = logits[r * k..(r + 1) * k].iter().map(|&v| v as f64).collect();
+            let max = row.iter().cloned().fold(f64::MIN, f64::max);
+            let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
+            let y = labels[r] as usize;
+            let w = cw.map_or(1.0, |w| w[y] as f64);
+            loss += w * (sum.ln() - (row[y] - max));
+            let arg = (0..k).fold(0, |best, j| if row[j] > row[best] { j } else { best });
+            correct += (arg == y) as usize;
+            for j in 0..k {
+                let p = (row[j] - max).exp() / sum;
+                grad[r * k + j] = w * scale as f64 * (p - (j == y) as u8 as f64);
+            }
+        }
+        let mut lab = be.labels(b).unwrap();
+        be.upload_labels(&labels, &mut lab).unwrap();
+        let wv = cw.map(|_| be.view(&wd, 0..k));
+        let (l, c) =
+            be.softmax_xent(be.view(&ld, 0..b * k), &lab, wv, k, scale, Some(be.view_mut(&mut d, 0..b * k))).unwrap();
+        let what = if cw.is_some() { "softmax_xent with class weights" } else { "softmax_xent" };
+        assert!((l - loss).abs() < 1e-4 * loss.abs().max(1.0), "{what}: loss {l} vs {loss}");
+        assert_eq!(c, correct, "{what}: correct predictions");
+        close(&host(be, &d, b * k), &grad, 1e-5, &format!("{what}: gradient"));
+        if cw.is_none() {
+            plain = grad;
         }
     }
-    let ld = be.upload(&logits).unwrap();
-    let mut lab = be.labels(b).unwrap();
-    be.upload_labels(&labels, &mut lab).unwrap();
-    let mut d = be.zeros(b * k).unwrap();
-    let (l, c) = be.softmax_xent(be.view(&ld, 0..b * k), &lab, k, scale, Some(be.view_mut(&mut d, 0..b * k))).unwrap();
-    assert!((l - loss).abs() < 1e-4 * loss.abs().max(1.0), "softmax_xent loss {l} vs {loss}");
-    assert_eq!(c, correct, "softmax_xent correct predictions");
-    close(&host(be, &d, b * k), &grad, 1e-5, "softmax_xent gradient");
+    let grad = plain;
 
     let target = random(b * k, 6);
     let bits: Vec<f32> = random(b * k, 7).iter().map(|&t| if t > 0.0 { 1.0 } else { 0.0 }).collect();

@@ -493,11 +493,12 @@ mod tests {
             &self,
             l: &[f32],
             y: &Vec<i32>,
+            w: Option<&[f32]>,
             k: usize,
             s: f32,
             d: Option<&mut [f32]>,
         ) -> crate::error::Result<(f64, usize)> {
-            Cpu.softmax_xent(l, y, k, s, d)
+            Cpu.softmax_xent(l, y, w, k, s, d)
         }
         fn pointwise_loss(
             &self,

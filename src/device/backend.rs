@@ -339,11 +339,14 @@ pub trait Backend: Send {
 
     // ---- losses ----
     /// Softmax cross-entropy of `logits` [b, k] against `labels[..b]`: (Σ losses, correct
-    /// argmax predictions); the gradient × `grad_scale` into `d` when given.
+    /// argmax predictions); the gradient × `grad_scale` into `d` when given. With class
+    /// `weights` [k], each row's loss and gradient are × the weight of its label (Keras'
+    /// `class_weight`; the correct count is not weighted).
     fn softmax_xent(
         &self,
         logits: Self::View<'_>,
         labels: &Self::Labels,
+        weights: Option<Self::View<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<Self::ViewMut<'_>>,
@@ -367,11 +370,12 @@ pub trait Backend: Send {
         &self,
         logits: Self::View<'_>,
         labels: &Self::Labels,
+        weights: Option<Self::View<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<Self::ViewMut<'_>>,
     ) -> Result<Option<(f64, usize)>> {
-        self.softmax_xent(logits, labels, k, grad_scale, d).map(Some)
+        self.softmax_xent(logits, labels, weights, k, grad_scale, d).map(Some)
     }
     /// `pointwise_loss`, as `softmax_xent_later`.
     fn pointwise_loss_later(

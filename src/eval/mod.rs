@@ -275,7 +275,8 @@ fn targets<'a, B: Backend>(
     Ok(match &shard.labels {
         Labels::Classes(v) => {
             be.upload_labels(&v[rows], labels)?;
-            Targets::Classes(labels)
+            // Evaluation's loss is not weighted by class (as Keras' `class_weight`).
+            Targets::Classes(labels, None)
         }
         Labels::Values(v, k) | Labels::Bits(v, k) => {
             be.upload_into(&v[rows.start * k..rows.end * k], values)?;

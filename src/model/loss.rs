@@ -10,8 +10,9 @@ use crate::error::{Error, Result};
 
 /// The training targets of a batch, on the device.
 pub enum Targets<'a, B: Backend + 'a> {
-    /// Class labels, one per sample (the first b of the buffer).
-    Classes(&'a B::Labels),
+    /// Class labels, one per sample (the first b of the buffer), and the classes' weights
+    /// [classes] when `model.class_weights` weighs them (training only, as Keras' `class_weight`).
+    Classes(&'a B::Labels, Option<B::View<'a>>),
     /// Regression or 0/1 multi-label targets, [b, outputs].
     Values(B::View<'a>),
 }
@@ -46,8 +47,8 @@ pub fn compute_maybe_later<B: Backend>(
         LossKind::BinaryCrossEntropy => Some(Pointwise::BinaryXent),
     };
     match (f, targets) {
-        (None, Targets::Classes(y)) if later => be.softmax_xent_later(out, y, k, grad_scale, d),
-        (None, Targets::Classes(y)) => be.softmax_xent(out, y, k, grad_scale, d).map(Some),
+        (None, Targets::Classes(y, w)) if later => be.softmax_xent_later(out, y, w, k, grad_scale, d),
+        (None, Targets::Classes(y, w)) => be.softmax_xent(out, y, w, k, grad_scale, d).map(Some),
         (Some(f), Targets::Values(t)) if later => be.pointwise_loss_later(f, out, t, k, grad_scale, d),
         (Some(f), Targets::Values(t)) => be.pointwise_loss(f, out, t, k, grad_scale, d).map(Some),
         (_, _) => Err(Error::Training(format!(

@@ -172,3 +172,50 @@ fn steps_agree_is_zero_for_the_same_products_and_sees_a_precision_change() {
     eprintln!("bf16 against float32 products: {rel:.1e} norm-wise");
     assert!(rel > 1e-3, "bf16 against float32 products: {rel:.1e}");
 }
+
+/// `model.class_weights` through the model: a batch whose rows weigh w (class weights 2, 0
+/// and 3) gives the loss and gradients of a batch holding each row w times, unweighted.
+#[test]
+fn class_weights_weigh_each_row_as_that_many_copies() {
+    struct Arena<'a>(&'a mut Vec<f32>, Vec<Range<usize>>);
+    impl GradSink<Cpu> for Arena<'_> {
+        fn slot(&mut self, t: usize) -> &mut [f32] {
+            &mut self.0[self.1[t].clone()]
+        }
+        fn ready(&mut self, _t: usize) {}
+    }
+    let m = Mlp::new(&[5, 7, 3], Activation::Tanh, LossKind::SoftmaxCrossEntropy);
+    let p = m.init_params(4);
+    // (loss sum, gradients) of rows `x` with `labels`, each row's gradient × 1/4.
+    let run = |x: &[f32], labels: &[i32], weights: Option<&[f32]>| {
+        let b = labels.len();
+        let mut ws = Workspace::new(&Cpu, &m, b).unwrap();
+        m.forward(&Cpu, &p, &x.to_vec(), b, &mut ws).unwrap();
+        let labels = labels.to_vec();
+        let (loss, _) = m.loss(&Cpu, Targets::Classes(&labels, weights), b, 0.25, &mut ws, true).unwrap();
+        let mut g = vec![0.0; m.n_params];
+        let ranges = m.tensors().into_iter().map(|t| t.range).collect();
+        m.backward(&Cpu, &p, &x.to_vec(), b, &mut ws, &mut Arena(&mut g, ranges)).unwrap();
+        (loss, g)
+    };
+    let x: Vec<f32> = (0..4 * 5).map(|i| ((i * 37 % 11) as f32 - 5.0) / 5.0).collect();
+    let labels = [0, 2, 1, 2];
+    let weights = [2.0f32, 0.0, 3.0];
+    let (loss, g) = run(&x, &labels, Some(&weights));
+    let (mut xs, mut ls) = (Vec::new(), Vec::new());
+    for (r, &y) in labels.iter().enumerate() {
+        for _ in 0..weights[y as usize] as usize {
+            xs.extend_from_slice(&x[r * 5..(r + 1) * 5]);
+            ls.push(y);
+        }
+    }
+    let (want_loss, want) = run(&xs, &ls, None);
+    assert!((loss - want_loss).abs() < 1e-5 * want_loss, "weighted loss {loss} vs copies {want_loss}");
+    for (i, (a, b)) in g.iter().zip(&want).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "param {i}: weighted {a} vs copies {b}");
+    }
+    let (_, plain) = run(&x, &labels, None);
+    assert!(g.iter().zip(&plain).any(|(a, b)| (a - b).abs() > 1e-3), "the weights changed nothing");
+    // Weights of 1 change no bit.
+    assert_eq!(run(&x, &labels, Some(&[1.0; 3])).1, plain);
+}

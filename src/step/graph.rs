@@ -160,7 +160,10 @@ where
     pub(super) fn segment(&mut self, key: &GraphKey, announce: bool, since: Instant) -> Result<Option<(f64, usize)>> {
         let (be, b) = (&self.be, key.rows);
         let targets = match key.values {
-            0 => Targets::Classes(&self.labels),
+            0 => Targets::Classes(
+                &self.labels,
+                self.class_weights.as_ref().map(|w| be.view(w, 0..self.model.n_outputs())),
+            ),
             n => Targets::Values(be.view(&self.values, 0..n)),
         };
         let mut params = super::shard::step_params(&self.params, &mut self.shard, self.step);

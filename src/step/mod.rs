@@ -141,6 +141,8 @@ where
     /// The step whose batch `prefetch` already copied in, and that batch's rows and first id.
     prefetched: Option<(u64, usize, u32)>,
     labels: B::Labels,
+    /// `model.class_weights`, one per class (`set_class_weights`); None: every class 1.
+    class_weights: Option<B::Buf>,
     values: B::Buf,
     timeline: Option<Arc<Timeline>>,
     /// Tensor names in arena order, for the timeline's backward spans.
@@ -225,6 +227,7 @@ where
             xs: [be.input(batch * model.n_inputs())?, be.input(batch * model.n_inputs())?],
             prefetched: None,
             labels: be.labels(batch)?,
+            class_weights: None,
             values: be.zeros(batch * model.n_outputs())?,
             names: model.tensors().into_iter().map(|t| t.name).collect(),
             tp: TensorGroup::new(None, model.clone()),
@@ -294,6 +297,13 @@ where
     pub fn set_dropout(&mut self, rates: &[f32], seed: u64) -> Result<()> {
         self.ws.enable_dropout(&self.be, rates, seed)?;
         self.dropout = (rates.to_vec(), seed);
+        Ok(())
+    }
+    /// Weigh each class's rows' loss (`model.class_weights`, one weight per output; Keras'
+    /// `class_weight`): the training loss and its gradient, not evaluation's.
+    pub fn set_class_weights(&mut self, weights: &[f32]) -> Result<()> {
+        assert_eq!(weights.len(), self.model.n_outputs(), "one weight per class");
+        self.class_weights = Some(self.be.upload(weights)?);
         Ok(())
     }
     pub fn tensor(&self) -> &TensorGroup {

@@ -218,7 +218,7 @@ where
             Targets::Values(be.view(&self.values, 0..n * outp))
         } else {
             be.upload_labels(&batch.classes[r.clone()], &mut self.labels)?;
-            Targets::Classes(&self.labels)
+            Targets::Classes(&self.labels, self.class_weights.as_ref().map(|w| be.view(w, 0..outp)))
         };
         let (loss, correct) = self.model.loss(be, targets, n, 1.0 / global_rows as f32, &mut self.mws[w], true)?;
         let (classes, values) = if batch.classes.is_empty() {

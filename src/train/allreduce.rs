@@ -182,6 +182,11 @@ pub(super) fn build<'a, B: Backend>(
     // Gradient accumulation: each of the step's micro-batches split as parallel.micro_batches says.
     st.set_micro_batches(job.parallel.micro_batches * job.training.accumulate)?;
     st.set_dropout(&job.model.dropout_rates(), job.training.seed)?;
+    if let Some(w) = super::setup::class_weights(job, &train_shard, comm.rank == 0)? {
+        if st.model().head {
+            st.set_class_weights(&w)?;
+        }
+    }
     let writer = Writer::new(job, start.lineage, sched.global_batch, grid.data, comm.rank)?;
     writer.set_norm(train_shard.norm().clone());
     st.set_norm(train_shard.norm());

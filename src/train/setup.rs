@@ -186,6 +186,47 @@ pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize) -> Resu
     Ok(Data { train, test, validation })
 }
 
+/// `model.class_weights` resolved against the training rows (`train`: every training row's
+/// label, the same on every rank): one weight per class, or None when the job weighs none.
+/// `log`: rank 0 says what they are.
+pub(super) fn class_weights(job: &Job, train: &Shard, log: bool) -> Result<Option<Vec<f32>>> {
+    let Some(cw) = &job.model.class_weights else { return Ok(None) };
+    let crate::data::shard::Labels::Classes(labels) = &train.labels else {
+        unreachable!("model.class_weights is refused for losses without classes")
+    };
+    let mut counts = vec![0u64; train.outputs];
+    for &y in labels {
+        counts[y as usize] += 1;
+    }
+    let w =
+        cw.resolve(&counts, &train.class_names).map_err(|m| Error::config(&job.source, "model.class_weights", m))?;
+    if log {
+        let name = |c: usize| train.class_names.get(c).map_or(String::new(), |n| format!(" ({n})"));
+        let shown: Vec<String> = (0..w.len().min(12))
+            .map(|c| format!("{c}{}: {} ({} rows)", name(c), fmt_weight(w[c]), counts[c]))
+            .collect();
+        let more = if w.len() > 12 { format!(", … ({} classes)", w.len()) } else { String::new() };
+        let how = match cw {
+            crate::config::ClassWeights::Balanced => {
+                format!("\"balanced\": rows / (classes × the class's rows) over {} training rows; ", labels.len())
+            }
+            _ => String::new(),
+        };
+        info!(
+            "class weights: {}{more} ({how}the training loss and its gradient are weighted, evaluation's loss is not)",
+            shown.join(", ")
+        );
+    }
+    Ok(Some(w.iter().map(|&v| v as f32).collect()))
+}
+
+/// A weight as the log shows it: 4 significant digits.
+fn fmt_weight(w: f64) -> String {
+    let s = format!("{w:.4}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_string()
+}
+
 /// The shards a training rank opens: all training rows, and its slices of the test and
 /// validation data.
 pub(super) struct Data {

@@ -21,6 +21,7 @@ mod bf16;
 mod bucket_order;
 mod checkpoint_files;
 mod class_names;
+mod class_weights;
 mod clipping;
 mod compressed;
 mod data_cli;

@@ -9,10 +9,13 @@ use crate::device::backend::Pointwise;
 
 /// Softmax cross-entropy over `logits` [b, k] with integer `labels`.
 /// Writes d(mean loss)/d(logits) scaled by `grad_scale` (usually 1/b) into `dlogits`,
-/// and returns (sum of per-sample losses, number of correct argmax predictions).
+/// and returns (sum of per-sample losses, number of correct argmax predictions). With class
+/// `weights` [k], row r's loss and gradient are × `weights[labels[r]]` (in f32, as the kernel:
+/// a weight of 1 changes no bit).
 pub fn softmax_xent(
     logits: &[f32],
     labels: &[i32],
+    weights: Option<&[f32]>,
     k: usize,
     grad_scale: f32,
     dlogits: Option<&mut [f32]>,
@@ -34,13 +37,15 @@ pub fn softmax_xent(
         }
         let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
         let log_sum = sum.ln();
-        loss += (log_sum - (row[y] - max)) as f64;
+        let w = weights.map_or(1.0, |w| w[y]);
+        loss += (w * (log_sum - (row[y] - max))) as f64;
         if let Some(d) = dl.as_deref_mut() {
             let drow = &mut d[r * k..(r + 1) * k];
             let inv = 1.0 / sum;
+            let scale = grad_scale * w;
             for (j, (g, &v)) in drow.iter_mut().zip(row).enumerate() {
                 let p = (v - max).exp() * inv;
-                *g = grad_scale * (p - if j == y { 1.0 } else { 0.0 });
+                *g = scale * (p - if j == y { 1.0 } else { 0.0 });
             }
         }
     }

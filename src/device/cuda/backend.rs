@@ -406,11 +406,12 @@ impl Backend for Cuda {
         &self,
         logits: DView<'_>,
         labels: &CudaSlice<i32>,
+        weights: Option<DView<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
     ) -> Result<(f64, usize)> {
-        let rows = self.launch_softmax_xent(logits, labels, k, grad_scale, d)?;
+        let rows = self.launch_softmax_xent(logits, labels, weights, k, grad_scale, d)?;
         self.read_rows_sums(rows)
     }
 
@@ -418,11 +419,12 @@ impl Backend for Cuda {
         &self,
         logits: DView<'_>,
         labels: &CudaSlice<i32>,
+        weights: Option<DView<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
     ) -> Result<Option<(f64, usize)>> {
-        let rows = self.launch_softmax_xent(logits, labels, k, grad_scale, d)?;
+        let rows = self.launch_softmax_xent(logits, labels, weights, k, grad_scale, d)?;
         self.pending.set(Some(rows));
         Ok(None)
     }

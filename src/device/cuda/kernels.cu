@@ -109,9 +109,11 @@ extern "C" __global__ void hv_act_backward(float* d, const float* a, const float
 
 // Softmax cross-entropy, one thread per row of logits [rows, k]: row_loss[r] = the row's
 // loss, row_correct[r] = 1 when the (first) argmax is the label; the gradient × grad_scale
-// into d (may be null). A label outside [0, k) gives a NaN loss (the step reports it).
-extern "C" __global__ void hv_softmax_xent(const float* logits, const int* labels, long long rows, int k,
-                                           float grad_scale, float* d, float* row_loss, int* row_correct) {
+// into d (may be null). With class weights cw [k] (may be null: all 1) the row's loss and
+// gradient are × cw[label] (device/cpu/loss.rs `softmax_xent`). A label outside [0, k) gives a
+// NaN loss (the step reports it).
+extern "C" __global__ void hv_softmax_xent(const float* logits, const int* labels, const float* cw, long long rows,
+                                           int k, float grad_scale, float* d, float* row_loss, int* row_correct) {
     HV_GRID_STRIDE(r, rows) {
         const float* row = logits + r * k;
         const int y = labels[r];
@@ -130,14 +132,16 @@ extern "C" __global__ void hv_softmax_xent(const float* logits, const int* label
             row_correct[r] = 0;
             continue;
         }
-        row_loss[r] = logf(sum) - (row[y] - mx);
+        const float w = cw ? cw[y] : 1.0f;
+        row_loss[r] = w * (logf(sum) - (row[y] - mx));
         row_correct[r] = amax == y ? 1 : 0;
         if (d) {
             const float inv = 1.0f / sum;
+            const float scale = grad_scale * w;
             float* drow = d + r * k;
             for (int j = 0; j < k; ++j) {
                 const float p = expf(row[j] - mx) * inv;
-                drow[j] = grad_scale * (p - (j == y ? 1.0f : 0.0f));
+                drow[j] = scale * (p - (j == y ? 1.0f : 0.0f));
             }
         }
     }

@@ -31,6 +31,7 @@ impl Cuda {
         &self,
         logits: DView<'_>,
         labels: &CudaSlice<i32>,
+        weights: Option<DView<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
@@ -44,17 +45,27 @@ impl Cuda {
         let (loss, correct) = scratch.as_mut().expect("grown above");
         {
             let lv = logits.cu();
+            let wv = weights.map(|w| {
+                assert_eq!(w.len, k, "one class weight per output");
+                w.cu()
+            });
             let (rows64, k32) = (rows as i64, k as i32);
             let mut dv = d.map(DViewMut::cu);
             let mut l = self.stream.launch_builder(&self.k.softmax_xent);
-            l.arg(&lv).arg(labels).arg(&rows64).arg(&k32).arg(&grad_scale);
+            l.arg(&lv).arg(labels);
+            match wv.as_ref() {
+                Some(wv) => l.arg(wv),
+                None => l.arg(&NULL),
+            };
+            l.arg(&rows64).arg(&k32).arg(&grad_scale);
             match dv.as_mut() {
                 Some(dv) => l.arg(dv),
                 None => l.arg(&NULL),
             };
             l.arg(&mut *loss).arg(&mut *correct);
-            // SAFETY: hv_softmax_xent(const float*, const int*, long long, int, float, float*,
-            // float*, int*) over `rows` rows; labels and scratch hold at least `rows`.
+            // SAFETY: hv_softmax_xent(const float*, const int*, const float*, long long, int, float,
+            // float*, float*, int*) over `rows` rows; labels and scratch hold at least `rows`, the
+            // class weights (or null) k.
             unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_softmax_xent"))?;
         }
         Ok(rows)

@@ -66,9 +66,9 @@ void hvshim_hv_act_backward(u32 g, u32 b, float* d, const float* a, const float*
     launch(g, b, hv_act_backward, d, a, z, n, act, low);
 }
 
-void hvshim_hv_softmax_xent(u32 g, u32 b, const float* logits, const int* labels, i64 rows, int k, float grad_scale,
-                            float* d, float* row_loss, int* row_correct) {
-    launch(g, b, hv_softmax_xent, logits, labels, rows, k, grad_scale, d, row_loss, row_correct);
+void hvshim_hv_softmax_xent(u32 g, u32 b, const float* logits, const int* labels, const float* cw, i64 rows, int k,
+                            float grad_scale, float* d, float* row_loss, int* row_correct) {
+    launch(g, b, hv_softmax_xent, logits, labels, cw, rows, k, grad_scale, d, row_loss, row_correct);
 }
 
 void hvshim_hv_pointwise_loss(u32 g, u32 b, const float* pred, const float* target, i64 rows, int k, int mode,

@@ -116,6 +116,9 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
     let mut st = Stepper::new(be, w.whole.clone(), &w.start.params, opt, engine, sched.batch, None)?;
     st.restore(&[], &[], w.start.step).map_err(Error::Training)?;
     st.set_dropout(&job.model.dropout_rates(), job.training.seed)?;
+    if let Some(w) = super::super::setup::class_weights(job, &train, rank == 0)? {
+        st.set_class_weights(&w)?;
+    }
     let writer = Writer::new(job, w.start.lineage, sched.global_batch, n, rank)?;
     writer.set_norm(train.norm().clone());
     st.set_norm(train.norm());

@@ -1,5 +1,5 @@
 //! The loss and dropout kernels through the shim (see `mod.rs` for the method and the
-//! tolerances): softmax cross-entropy (and a label out of range), the element-wise losses
+//! tolerances): softmax cross-entropy with and without class weights (and a label out of range), the element-wise losses
 //! (squared, absolute, Huber, binary cross-entropy: per-row losses within (k + 2)·4·ε_f32,
 //! correct counts exact, gradients within 4 ulps), and dropout bit for bit.
 //!
@@ -16,46 +16,52 @@ fn softmax_xent_matches_cpu() {
             let logits = random(&mut rng, rows * k, 6.0);
             let labels: Vec<i32> = (0..rows).map(|_| rng.below(k) as i32).collect();
             let gs = 1.0 / rows as f32;
-            let mut want_d = vec![0.0; rows * k];
-            let (want_sum, want_correct) = cpu::softmax_xent(&logits, &labels, k, gs, Some(&mut want_d));
-            // Per-row losses and hits from the CPU, one row at a time.
-            let per_row: Vec<(f64, usize)> =
-                (0..rows).map(|r| cpu::softmax_xent(&logits[r * k..][..k], &labels[r..][..1], k, gs, None)).collect();
-            for with_d in [false, true] {
-                for (g, b) in grids(rows) {
-                    let what = format!("softmax_xent {rows}x{k} d={with_d} grid {g}x{b}");
-                    let mut d = with_d.then(|| guarded(vec![0.0; rows * k]));
-                    let mut loss = guarded(vec![0.0; rows]);
-                    let mut correct = vec![-1i32; rows + GUARD];
-                    // SAFETY: logits and d hold rows·k elements, labels, loss and correct rows.
-                    unsafe {
-                        let dp = ptr_or_null(&mut d);
-                        hvshim_hv_softmax_xent(
-                            g,
-                            b,
-                            logits.as_ptr(),
-                            labels.as_ptr(),
-                            rows as i64,
-                            k as i32,
-                            gs,
-                            dp,
-                            loss.as_mut_ptr(),
-                            correct.as_mut_ptr(),
-                        );
-                    }
-                    let loss = body(&what, &loss);
-                    assert!(correct[rows..].iter().all(|&c| c == -1), "{what}: row_correct written past the end");
-                    for (r, &(l, c)) in per_row.iter().enumerate() {
-                        assert_close(&format!("{what} loss row {r}"), &[loss[r]], &[l as f32]);
-                        assert_eq!(correct[r], c as i32, "{what}: correct, row {r}");
-                    }
-                    let sum: f64 = loss.iter().map(|&l| l as f64).sum();
-                    let hits: i32 = correct[..rows].iter().sum();
-                    let tol = ULPS as f64 * f32::EPSILON as f64 * want_sum.max(1.0);
-                    assert!((sum - want_sum).abs() <= tol, "{what}: loss sum {sum:e} vs cpu {want_sum:e}");
-                    assert_eq!(hits as usize, want_correct, "{what}: correct count");
-                    if let Some(d) = &d {
-                        assert_close(&format!("{what} d"), body(&what, d), &want_d);
+            // Class weights: none, and one per class from 0 to 3 (`model.class_weights`).
+            let weights: Vec<f32> = (0..k).map(|c| (c % 4) as f32 * 0.75 + (c % 3) as f32 * 0.125).collect();
+            for cw in [None, Some(&weights[..])] {
+                let mut want_d = vec![0.0; rows * k];
+                let (want_sum, want_correct) = cpu::softmax_xent(&logits, &labels, cw, k, gs, Some(&mut want_d));
+                // Per-row losses and hits from the CPU, one row at a time.
+                let per_row: Vec<(f64, usize)> = (0..rows)
+                    .map(|r| cpu::softmax_xent(&logits[r * k..][..k], &labels[r..][..1], cw, k, gs, None))
+                    .collect();
+                for with_d in [false, true] {
+                    for (g, b) in grids(rows) {
+                        let what = format!("softmax_xent {rows}x{k} weights={} d={with_d} grid {g}x{b}", cw.is_some());
+                        let mut d = with_d.then(|| guarded(vec![0.0; rows * k]));
+                        let mut loss = guarded(vec![0.0; rows]);
+                        let mut correct = vec![-1i32; rows + GUARD];
+                        // SAFETY: logits and d hold rows·k elements, labels, loss and correct rows.
+                        unsafe {
+                            let dp = ptr_or_null(&mut d);
+                            hvshim_hv_softmax_xent(
+                                g,
+                                b,
+                                logits.as_ptr(),
+                                labels.as_ptr(),
+                                cw.map_or(std::ptr::null(), |w| w.as_ptr()),
+                                rows as i64,
+                                k as i32,
+                                gs,
+                                dp,
+                                loss.as_mut_ptr(),
+                                correct.as_mut_ptr(),
+                            );
+                        }
+                        let loss = body(&what, &loss);
+                        assert!(correct[rows..].iter().all(|&c| c == -1), "{what}: row_correct written past the end");
+                        for (r, &(l, c)) in per_row.iter().enumerate() {
+                            assert_close(&format!("{what} loss row {r}"), &[loss[r]], &[l as f32]);
+                            assert_eq!(correct[r], c as i32, "{what}: correct, row {r}");
+                        }
+                        let sum: f64 = loss.iter().map(|&l| l as f64).sum();
+                        let hits: i32 = correct[..rows].iter().sum();
+                        let tol = ULPS as f64 * f32::EPSILON as f64 * want_sum.max(1.0);
+                        assert!((sum - want_sum).abs() <= tol, "{what}: loss sum {sum:e} vs cpu {want_sum:e}");
+                        assert_eq!(hits as usize, want_correct, "{what}: correct count");
+                        if let Some(d) = &d {
+                            assert_close(&format!("{what} d"), body(&what, d), &want_d);
+                        }
                     }
                 }
             }
@@ -75,6 +81,7 @@ fn softmax_xent_with_a_label_out_of_range_is_nan() {
             32,
             logits.as_ptr(),
             labels.as_ptr(),
+            std::ptr::null(),
             3,
             3,
             1.0,

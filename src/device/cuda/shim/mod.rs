@@ -66,6 +66,7 @@ extern "C" {
         b: u32,
         logits: *const f32,
         labels: *const i32,
+        cw: *const f32,
         rows: i64,
         k: i32,
         grad_scale: f32,
