@@ -1,9 +1,9 @@
 //! `model.class_weights` (Keras' `class_weight`) under a real `mpirun -n 2` on real HDF5 files
 //! with imbalanced classes (40, 15 and 5 rows): weights of 2 on every class are plain SGD's
 //! step of twice the learning rate, bit for bit (on the all-reduce path, a 2-stage pipeline
-//! whose last stage holds the loss, and parameter servers); `"balanced"` is scikit-learn's
-//! formula, a table by class number or name is the list it stands for; and a bad value stops
-//! the job naming the key.
+//! whose last stage holds the loss, a tensor split, accumulation, and parameter servers);
+//! `"balanced"` is scikit-learn's formula, a table by class number or name is the list it
+//! stands for; and a bad value stops the job naming the key.
 
 use crate::common;
 use common::*;
@@ -70,11 +70,13 @@ fn uniform_weights_are_a_larger_step_and_balanced_tables_and_lists_agree() {
 }
 
 #[test]
-fn the_stage_with_the_loss_and_the_parameter_server_workers_weigh_too() {
+fn every_mode_weighs_pipeline_tensor_accumulation_and_parameter_servers() {
     let _g = common::mpi_lock();
     let dir = setup("class_weights_modes");
     for (mode, sets) in [
         ("pipeline", &["parallel.pipeline=2"][..]),
+        ("tensor", &["parallel.tensor=2"][..]),
+        ("accumulate", &["training.accumulate=2"][..]),
         ("ps", &["distribution.strategy=\"parameter_server\"", "distribution.servers=1", "training.batch_size=8"][..]),
     ] {
         let (plain, _) = run(&dir, &format!("{mode}_plain"), sets);
