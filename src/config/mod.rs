@@ -168,6 +168,16 @@ impl Job {
                 format!("watches {m}, and the run has no validation data; set data.validation (a file) or data.validation_split (a fraction of the training rows), or monitor train_loss"),
             ));
         }
+        if (m == "val_balanced_accuracy" || m == "val_macro_f1") && self.model.loss.targets() != Targets::Classes {
+            return Err(Error::config(
+                origin,
+                field,
+                format!(
+                    "watches {m}, a classifier's per-class metric, which model.loss = \"{}\" does not have; monitor val_loss",
+                    self.model.loss.name()
+                ),
+            ));
+        }
         if m == "val_accuracy" && self.model.loss.targets() == Targets::Regression {
             return Err(Error::config(
                 origin,

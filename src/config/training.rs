@@ -135,7 +135,7 @@ fn default_patience() -> usize {
 }
 
 /// The metrics a run can monitor (early stopping, plateau, keep_best).
-pub const MONITORS: [&str; 3] = ["train_loss", "val_loss", "val_accuracy"];
+pub const MONITORS: [&str; 5] = ["train_loss", "val_loss", "val_accuracy", "val_balanced_accuracy", "val_macro_f1"];
 
 fn default_batch() -> usize {
     32

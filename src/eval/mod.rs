@@ -18,21 +18,29 @@ use crate::weights;
 use log::{info, warn};
 use std::path::Path;
 
+use crate::metrics::classes::{self as per_class, PerClass, PER_CLASS};
 use crate::metrics::regression::{self, Regression};
 
 const CHUNK: usize = 512;
 
 /// The length of an evaluation's sums: loss, correct predictions (rows for classes, elements
 /// for multi-label), rows, then for more than 5 classes the rows whose label is among the 5
-/// largest outputs, for regression targets `regression::PER_OUTPUT` sums per output. From the
+/// largest outputs and for up to `classes::MAX_CLASSES` classes `classes::PER_CLASS` counts
+/// per class, for regression targets `regression::PER_OUTPUT` sums per output. From the
 /// shard's targets (the whole model's outputs), not a pipeline stage's model: every rank's
 /// sums have the same length.
 pub fn sums_len(shard: &Shard) -> usize {
     3 + match &shard.labels {
         Labels::Values(_, k) => regression::PER_OUTPUT * k,
-        Labels::Classes(_) if has_top5(shard) => 1,
-        Labels::Classes(_) | Labels::Bits(..) => 0,
+        Labels::Classes(_) => has_top5(shard) as usize + per_class_at(shard).map_or(0, |_| PER_CLASS * shard.outputs),
+        Labels::Bits(..) => 0,
     }
+}
+
+/// Where a classifier's per-class counts start in its sums (None: not kept, too many classes).
+fn per_class_at(shard: &Shard) -> Option<usize> {
+    (matches!(shard.labels, Labels::Classes(_)) && shard.outputs <= per_class::MAX_CLASSES)
+        .then(|| 3 + has_top5(shard) as usize)
 }
 
 /// Whether the shard's classes are more than 5 (top-5 accuracy is then a metric).
@@ -53,9 +61,14 @@ fn add_outputs<B: Backend>(
 ) -> Result<()> {
     let (c, k) = (rows.len(), shard.outputs);
     match &shard.labels {
-        Labels::Classes(y) if has_top5(shard) => {
+        Labels::Classes(y) if has_top5(shard) || per_class_at(shard).is_some() => {
             ws.output_host(be, model, c, &mut out[..c * k])?;
-            sums[3] += crate::model::loss::top5_hits(&out[..c * k], &y[rows], k) as f64;
+            if has_top5(shard) {
+                sums[3] += crate::model::loss::top5_hits(&out[..c * k], &y[rows.clone()], k) as f64;
+            }
+            if let Some(at) = per_class_at(shard) {
+                per_class::add(&mut sums[at..], &out[..c * k], &y[rows], k);
+            }
         }
         Labels::Values(v, _) => {
             ws.output_host(be, model, c, &mut out[..c * k])?;
@@ -292,6 +305,8 @@ pub struct EvalResult {
     pub accuracy: Option<f64>,
     pub top5: Option<f64>,
     pub regression: Option<Regression>,
+    /// A classifier's per-class figures (up to `classes::MAX_CLASSES` classes).
+    pub classes: Option<PerClass>,
 }
 
 /// The metrics from sums (`sums_len` of them) added over every rank.
@@ -309,7 +324,8 @@ pub fn eval_result(sums: &[f64], shard: &Shard) -> EvalResult {
         Labels::Values(_, k) if sums.len() > 3 => Some(regression::finish(&sums[3..], sums[2], *k)),
         _ => None,
     };
-    EvalResult { loss: sums[0] / sums[2], accuracy, top5, regression }
+    let classes = per_class_at(shard).map(|at| per_class::finish(&sums[at..], shard.outputs));
+    EvalResult { loss: sums[0] / sums[2], accuracy, top5, regression, classes }
 }
 
 /// What a classifier's class numbers mean for `eval`: the weights' `class_names`, else the
@@ -375,9 +391,31 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
             ),
             (None, None) => info!("eval {}: test_loss {loss:.6}", weights_path.display()),
         }
+        if let Some(c) = &r.classes {
+            for line in per_class::report(c, &shard.class_names, "test") {
+                info!("{line}");
+            }
+        }
         let mut j = serde_json::json!({"weights": weights_path.display().to_string(), "test_loss": loss, "test_accuracy": acc, "ranks": comm.size});
         if let Some(t) = r.top5 {
             j["test_top5_accuracy"] = t.into();
+        }
+        if let Some(c) = &r.classes {
+            j["test_balanced_accuracy"] = c.balanced_accuracy.into();
+            j["test_macro_f1"] = c.macro_f1.into();
+            let rows: Vec<serde_json::Value> = c
+                .classes
+                .iter()
+                .enumerate()
+                .map(|(i, k)| {
+                    let mut o = serde_json::json!({"class": i, "recall": k.recall, "precision": k.precision, "f1": k.f1, "rows": k.rows, "predicted": k.predicted});
+                    if let Some(n) = shard.class_names.get(i) {
+                        o["name"] = n.as_str().into();
+                    }
+                    o
+                })
+                .collect();
+            j["test_per_class"] = rows.into();
         }
         if let Some(g) = &r.regression {
             j["test_mae"] = g.mae.into();

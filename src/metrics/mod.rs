@@ -3,6 +3,7 @@
 //!
 //! Must not: compute metrics (the training loop does) or write on any rank but 0.
 
+pub mod classes;
 pub mod regression;
 pub mod tensorboard;
 
@@ -45,6 +46,17 @@ pub struct EpochMetrics {
     pub val_accuracy: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub val_top5_accuracy: Option<f64>,
+    /// A classifier's mean recall over its classes (scikit-learn's `balanced_accuracy_score`)
+    /// and mean F1 (`f1_score(average="macro")`) on the test and validation data
+    /// (`metrics/classes.rs`): what an imbalanced problem is judged by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_balanced_accuracy: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_macro_f1: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_balanced_accuracy: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_macro_f1: Option<f64>,
     /// Regression, in the targets' units: means over the outputs, and per output (K ≤ 16).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_mae: Option<f64>,

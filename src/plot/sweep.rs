@@ -55,7 +55,7 @@ pub fn plot_sweep(dir: &Path, output: Option<&Path>) -> Result<PathBuf> {
     if trials.is_empty() {
         return Err(Error::data(&path, "line 1", "no trials recorded yet"));
     }
-    let maximize = metric.ends_with("accuracy") || metric.ends_with("r2");
+    let maximize = metric.ends_with("accuracy") || metric.ends_with("r2") || metric.ends_with("f1");
     // Best first; trials without a metric last.
     trials.sort_by(|a, b| match (a.metric, b.metric) {
         (Some(x), Some(y)) if maximize => y.total_cmp(&x),

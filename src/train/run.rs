@@ -91,6 +91,9 @@ pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
     start_sums: Sums,
     t_process: Instant,
     last: Option<EpochMetrics>,
+    /// The last evaluation's per-class figures, of the test data (else the validation data),
+    /// for the report at the end.
+    last_classes: Option<(crate::metrics::classes::PerClass, &'static str)>,
     last_progress: Instant,
     /// The data's normalization, for weights.h5.
     norm: crate::data::norm::Norm,
@@ -175,6 +178,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             start_sums: start.loss_sums[p.data_rank].clone(),
             t_process: p.t_process,
             last: None,
+            last_classes: None,
             last_progress: Instant::now(),
             norm,
             class_names,
@@ -446,6 +450,11 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 );
             }
             super::runlock::done();
+            if let Some((c, what)) = &self.last_classes {
+                for line in crate::metrics::classes::report(c, &self.class_names, what) {
+                    info!("{line}");
+                }
+            }
             match self.last.as_ref().and_then(|m| m.test_accuracy.map(|a| (a, m.epoch))) {
                 Some((a, e)) => info!("done: test accuracy {a:.4} after {e} epochs; weights in {}", path.display()),
                 None => info!(

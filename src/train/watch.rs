@@ -36,7 +36,7 @@ impl Watch {
         let name = job.monitor().to_string();
         let e = job.training.early_stopping.as_ref();
         Watch {
-            negate: name.ends_with("accuracy"),
+            negate: name.ends_with("accuracy") || name.ends_with("f1"),
             name,
             min_delta: e.map_or(0.0, |e| e.min_delta),
             patience: e.map(|e| e.patience as u64),
@@ -50,6 +50,8 @@ impl Watch {
             "train_loss" => Some(m.train_loss),
             "val_loss" => m.val_loss,
             "val_accuracy" => m.val_accuracy,
+            "val_balanced_accuracy" => m.val_balanced_accuracy,
+            "val_macro_f1" => m.val_macro_f1,
             _ => None,
         }?;
         v.is_finite().then_some(if self.negate { -v } else { v })
@@ -97,6 +99,10 @@ mod tests {
             test_accuracy: None,
             test_top5_accuracy: None,
             val_top5_accuracy: None,
+            test_balanced_accuracy: None,
+            test_macro_f1: None,
+            val_balanced_accuracy: None,
+            val_macro_f1: None,
             val_loss: Some(val_loss),
             val_accuracy: Some(1.0 - val_loss),
             test_mae: None,

@@ -117,3 +117,77 @@ fn bad_class_weights_stop_the_job_naming_the_key() {
     );
     assert!(!r.ok() && r.stderr.contains("only model.loss = \"softmax_cross_entropy\" has classes"), "{}", r.all());
 }
+
+/// The per-class figures of the test data (`metrics.jsonl`'s balanced accuracy and macro F1,
+/// the report at the end, `hvtrain eval`'s JSON) are those of `hvtrain predict`'s classes
+/// against the labels, computed here; `val_balanced_accuracy` can be monitored.
+#[test]
+fn per_class_metrics_are_those_of_the_predictions() {
+    let _g = common::mpi_lock();
+    let dir = setup("class_weights_report");
+    job(&dir, LAYERS, "d.h5", Some("d.h5"), "[optimizer]\nkind = \"sgd\"\nlr = 0.1\n");
+    let sets = [
+        "data.validation_split=0.2",
+        "training.epochs=3",
+        "model.class_weights=\"balanced\"",
+        "training.early_stopping={ monitor = \"val_balanced_accuracy\", patience = 5 }",
+    ];
+    let (_, log) = run(&dir, "out", &sets);
+    let p = hvtrain(
+        &["predict", "job.toml", "--weights", "out/weights.h5", "--input", "d.h5", "--output", "p.h5"],
+        &dir,
+        60,
+    );
+    assert!(p.ok(), "{}", p.all());
+    let pred: Vec<i32> = hdf5::File::open(dir.join("p.h5")).unwrap().dataset("classes").unwrap().read_raw().unwrap();
+    let y: Vec<i32> = hdf5::File::open(dir.join("d.h5")).unwrap().dataset("y").unwrap().read_raw().unwrap();
+    let (mut recall, mut f1) = (Vec::new(), Vec::new());
+    for c in 0..3 {
+        let right = pred.iter().zip(&y).filter(|(&p, &t)| p == c && t == c).count() as f64;
+        let rows = y.iter().filter(|&&t| t == c).count() as f64;
+        let predicted = pred.iter().filter(|&&p| p == c).count() as f64;
+        recall.push(right / rows);
+        if rows + predicted > 0.0 {
+            f1.push(2.0 * right / (rows + predicted));
+        }
+    }
+    let balanced = recall.iter().sum::<f64>() / 3.0;
+    let macro_f1 = f1.iter().sum::<f64>() / f1.len() as f64;
+    let last = metrics(&dir).pop().unwrap();
+    let close = |a: f64, b: f64, what: &str| assert!((a - b).abs() < 1e-12, "{what}: {a} vs {b} from predict");
+    close(last["test_balanced_accuracy"].as_f64().unwrap(), balanced, "test_balanced_accuracy");
+    close(last["test_macro_f1"].as_f64().unwrap(), macro_f1, "test_macro_f1");
+    assert!(last["val_balanced_accuracy"].as_f64().is_some(), "{last}");
+    let end = format!("balanced accuracy (mean recall) {balanced:.4}, macro F1 {macro_f1:.4}");
+    assert!(log.contains(&end) && log.contains("per class on the test data: rarest  0."), "{log}");
+    let e = mpirun(2, &["eval", "job.toml", "--weights", "out/weights.h5"], &dir, 60);
+    assert!(e.ok(), "{}", e.all());
+    let j: serde_json::Value = serde_json::from_str(e.stdout.lines().last().unwrap()).unwrap();
+    close(j["test_balanced_accuracy"].as_f64().unwrap(), balanced, "eval's test_balanced_accuracy");
+    assert_eq!(j["test_per_class"][2]["name"], "rarest", "{j}");
+    close(j["test_per_class"][2]["recall"].as_f64().unwrap(), recall[2], "eval's recall of class 2");
+    // A regression has no classes to watch.
+    let r = mpirun(
+        2,
+        &["train", "job.toml", "--set", "model.loss=\"mse\"", "--set", "model.class_weights=[1.0, 1.0, 1.0]"],
+        &dir,
+        60,
+    );
+    assert!(!r.ok(), "{}", r.all());
+    let r = mpirun(
+        2,
+        &[
+            "train",
+            "job.toml",
+            "--set",
+            "model.loss=\"mse\"",
+            "--set",
+            "data.validation_split=0.2",
+            "--set",
+            "training.early_stopping={ monitor = \"val_macro_f1\" }",
+        ],
+        &dir,
+        60,
+    );
+    assert!(!r.ok() && r.stderr.contains("watches val_macro_f1, a classifier's per-class metric"), "{}", r.all());
+}

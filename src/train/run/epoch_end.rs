@@ -60,6 +60,8 @@ impl<B: Backend, M: Mode<B>> Run<'_, B, M> {
         let train = self.train_metrics(&totals[1..t]);
         let reg = |r: &Option<EvalResult>| r.as_ref().and_then(|r| r.regression.clone());
         let (test_reg, val_reg) = (reg(&test), reg(&val));
+        let classes = |r: &Option<EvalResult>| r.as_ref().and_then(|r| r.classes.clone());
+        self.last_classes = classes(&test).map(|c| (c, "test")).or_else(|| classes(&val).map(|c| (c, "validation")));
         let m = EpochMetrics {
             epoch,
             train_loss: totals[0] / totals[1],
@@ -75,6 +77,10 @@ impl<B: Backend, M: Mode<B>> Run<'_, B, M> {
             val_loss: val.as_ref().map(|r| r.loss),
             val_accuracy: val.as_ref().and_then(|r| r.accuracy),
             val_top5_accuracy: val.as_ref().and_then(|r| r.top5),
+            test_balanced_accuracy: classes(&test).map(|c| c.balanced_accuracy),
+            test_macro_f1: classes(&test).map(|c| c.macro_f1),
+            val_balanced_accuracy: classes(&val).map(|c| c.balanced_accuracy),
+            val_macro_f1: classes(&val).map(|c| c.macro_f1),
             test_mae: test_reg.as_ref().map(|r| r.mae),
             test_rmse: test_reg.as_ref().map(|r| r.rmse),
             test_r2: test_reg.as_ref().map(|r| r.r2),
