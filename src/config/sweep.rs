@@ -375,7 +375,10 @@ impl SweepCfg {
         }
         let targets = job.model.loss.targets();
         let regression_metric = ["_mae", "_rmse", "_r2"].iter().any(|s| self.metric.ends_with(s));
-        if regression_metric != (targets == Targets::Regression) && !self.metric.ends_with("_loss") {
+        let per_class = self.metric.ends_with("_balanced_accuracy") || self.metric.ends_with("_macro_f1");
+        if (regression_metric != (targets == Targets::Regression) && !self.metric.ends_with("_loss"))
+            || (per_class && targets != Targets::Classes)
+        {
             return e(
                 "metric",
                 format!("is {}, which model.loss = \"{}\" does not produce", self.metric, job.model.loss.name()),
