@@ -5,7 +5,7 @@
 //!
 //! Must not: read the checkpoint (`restore.rs` does).
 
-use crate::config::Job;
+use crate::config::{limits, Job};
 use crate::data::loader::Schedule;
 use crate::data::shard::{Shard, Within};
 use crate::error::{Error, Result};
@@ -216,6 +216,14 @@ pub(super) fn class_weights(job: &Job, train: &Shard, log: bool) -> Result<Optio
             "class weights: {}{more} ({how}the training loss and its gradient are weighted, evaluation's loss is not)",
             shown.join(", ")
         );
+        let (rows, window) = (labels.len(), job.data.shuffle_window);
+        if job.data.shuffle && window < rows && rows as f64 <= limits::SHUFFLE_WINDOW.hi {
+            info!(
+                "class weights: data.shuffle_window = {window} shuffles {window} of the {rows} training rows together; \
+                 weighted steps trained better with the whole file in one window (docs/training.md, \
+                 bench/results/class-weights-2026-11-29.md): --set data.shuffle_window={rows}"
+            );
+        }
     }
     Ok(Some(w.iter().map(|&v| v as f32).collect()))
 }

@@ -120,7 +120,8 @@ fn bad_class_weights_stop_the_job_naming_the_key() {
 
 /// The per-class figures of the test data (`metrics.jsonl`'s balanced accuracy and macro F1,
 /// the report at the end, `hvtrain eval`'s JSON) are those of `hvtrain predict`'s classes
-/// against the labels, computed here; `val_balanced_accuracy` can be monitored.
+/// against the labels, computed here; `val_balanced_accuracy` can be monitored; a shuffle window
+/// smaller than the training rows gets the advice to widen it.
 #[test]
 fn per_class_metrics_are_those_of_the_predictions() {
     let _g = common::mpi_lock();
@@ -128,6 +129,8 @@ fn per_class_metrics_are_those_of_the_predictions() {
     job(&dir, LAYERS, "d.h5", Some("d.h5"), "[optimizer]\nkind = \"sgd\"\nlr = 0.1\n");
     let sets = [
         "data.validation_split=0.2",
+        "data.shuffle_block=8",
+        "data.shuffle_window=16",
         "training.epochs=3",
         "model.class_weights=\"balanced\"",
         "training.early_stopping={ monitor = \"val_balanced_accuracy\", patience = 5 }",
@@ -160,6 +163,9 @@ fn per_class_metrics_are_those_of_the_predictions() {
     assert!(last["val_balanced_accuracy"].as_f64().is_some(), "{last}");
     let end = format!("balanced accuracy (mean recall) {balanced:.4}, macro F1 {macro_f1:.4}");
     assert!(log.contains(&end) && log.contains("per class on the test data: rarest  0."), "{log}");
+    // The window hint: 16 of the 48 training rows shuffled together.
+    assert!(log.contains("data.shuffle_window = 16 shuffles 16 of the 48 training rows together"), "{log}");
+    assert!(log.contains("--set data.shuffle_window=48"), "{log}");
     let e = mpirun(2, &["eval", "job.toml", "--weights", "out/weights.h5"], &dir, 60);
     assert!(e.ok(), "{}", e.all());
     let j: serde_json::Value = serde_json::from_str(e.stdout.lines().last().unwrap()).unwrap();
