@@ -228,11 +228,14 @@ pub(super) fn class_weights(job: &Job, train: &Shard, log: bool) -> Result<Optio
     Ok(Some(w.iter().map(|&v| v as f32).collect()))
 }
 
-/// A weight as the log shows it: 4 significant digits.
+/// A weight as the log shows it: 4 decimals without trailing zeros (2, 0.525, 1.3333), or 4
+/// significant digits below 0.001 (1.000e-5), so that no weight but 0 shows as 0.
 fn fmt_weight(w: f64) -> String {
+    if w != 0.0 && w.abs() < 1e-3 {
+        return format!("{w:.3e}");
+    }
     let s = format!("{w:.4}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    s.to_string()
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// The shards a training rank opens: all training rows, and its slices of the test and
@@ -384,4 +387,13 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
         job.checkpoint.every_minutes,
         job.checkpoint.keep
     );
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn weights_show_without_trailing_zeros_and_small_ones_not_as_zero() {
+        let shown: Vec<String> = [2.0, 0.525, 4.0 / 3.0, 0.0, 1e-5].iter().map(|&w| super::fmt_weight(w)).collect();
+        assert_eq!(shown, ["2", "0.525", "1.3333", "0", "1.000e-5"]);
+    }
 }
