@@ -60,8 +60,11 @@ impl<B: Backend, M: Mode<B>> Run<'_, B, M> {
         let train = self.train_metrics(&totals[1..t]);
         let reg = |r: &Option<EvalResult>| r.as_ref().and_then(|r| r.regression.clone());
         let (test_reg, val_reg) = (reg(&test), reg(&val));
-        let classes = |r: &Option<EvalResult>| r.as_ref().and_then(|r| r.classes.clone());
-        self.last_classes = classes(&test).map(|c| (c, "test")).or_else(|| classes(&val).map(|c| (c, "validation")));
+        fn classes(r: &Option<EvalResult>) -> Option<&crate::metrics::classes::PerClass> {
+            r.as_ref().and_then(|r| r.classes.as_ref())
+        }
+        self.last_classes =
+            classes(&test).map(|c| (c.clone(), "test")).or_else(|| classes(&val).map(|c| (c.clone(), "validation")));
         let m = EpochMetrics {
             epoch,
             train_loss: totals[0] / totals[1],
