@@ -16,7 +16,7 @@ use crate::device::bf16::round;
 
 /// A dense layer of a backend storing bf16 outputs: every activation (GELU with and without
 /// its kept pre-activation), widths that are and are not multiples of 8, operands at offsets
-/// inside larger buffers, against round(act(round(x) · round(W) + b)) in float64. Every
+/// inside larger buffers, against round(act(round(x) · round(W) + round(b))) in float64. Every
 /// output (and GELU's kept pre-activation) must be a bf16 value, within one bf16 step of the
 /// reference (a float32 sum in another order, or another tanh, may flip a rounding).
 pub(super) fn layer<B: Backend>(be: &B) {
@@ -25,7 +25,9 @@ pub(super) fn layer<B: Backend>(be: &B) {
     let acts: Vec<_> = acts.collect();
     for (seed, &(b, i, o)) in LAYERS.iter().enumerate() {
         for off in [0usize, 3] {
-            let (x, w, bias, z) = layer_inputs(seed, off, (b, i, o), |v| round(v) as f64);
+            let (x, w, bias, mut z) = layer_inputs(seed, off, (b, i, o), |v| round(v) as f64);
+            // bf16 outputs add the bias rounded to bf16 (as cuBLAS's bf16 epilogue reads it).
+            z.iter_mut().enumerate().for_each(|(e, z)| *z += f64::from(round(bias[e % o])) - f64::from(bias[e % o]));
             let (xd, wd, bd) = (be.upload(&x).unwrap(), be.upload(&w).unwrap(), be.upload(&bias).unwrap());
             for &(act, keep) in &acts {
                 let mut out = be.upload(&vec![f32::NAN; b * o]).unwrap();

@@ -92,6 +92,32 @@ impl Cpu {
     pub fn emulating_graphs(self, e: GraphEmulation) -> Cpu {
         Cpu { graphs: e, ..self }
     }
+
+    /// `bias_act` with `bias` as given (already rounded where bf16 outputs round it).
+    /// Element-wise, so with training.threads > 1 the pool's threads take whole rows each
+    /// (the same bits): on the main thread alone they left the other thread idle (on 2
+    /// threads, bias_act and act_backward were 4 % of a bf16 step of the small model).
+    fn bias_act_as_given(&self, out: &mut [f32], bias: &[f32], act: Activation, keep_z: Option<&mut [f32]>) {
+        let rows = out.len() / bias.len().max(1);
+        let c = rows.div_ceil(super::pool::parts(out.len())).max(1) * bias.len().max(1);
+        let zs = beside(keep_z.map(|z| z.chunks_mut(c)), out.len().div_ceil(c));
+        let parts: Vec<_> = out.chunks_mut(c).zip(zs).collect();
+        super::pool::each(parts, &|(out, mut z)| {
+            bias_act_forward(out, bias, act, z.as_deref_mut());
+            if self.outputs {
+                // Computed in float32, stored in bf16 (as an epilogue writing bf16 does).
+                for v in out.iter_mut().chain(z.into_iter().flatten()) {
+                    *v = super::bf16::round(*v);
+                }
+            }
+        });
+    }
+}
+
+/// The bias as bf16 layer outputs add it: rounded to bf16 (cuBLAS's bf16 epilogue reads the
+/// bias in D's type, and autocast rounds it too), so every backend's bf16 outputs agree.
+fn bf16_bias(bias: &[f32]) -> Vec<f32> {
+    bias.iter().map(|&b| super::bf16::round(b)).collect()
 }
 
 impl Backend for Cpu {
@@ -197,40 +223,37 @@ impl Backend for Cpu {
         act: Activation,
         keep_z: Option<&mut [f32]>,
     ) -> Result<()> {
+        let rounded;
+        let bias = match self.outputs {
+            true => {
+                rounded = bf16_bias(bias);
+                &rounded[..]
+            }
+            false => bias,
+        };
         match self.kernel.unit().filter(|_| self.bf16 && g.alpha == 1.0 && g.beta == 0.0 && bias.len() == g.n) {
             Some(unit) => {
                 // Each block's rows as `bias_act` would treat them (element-wise, so a part of
                 // a row is treated as the whole row would be).
                 let row = |o: &mut [f32], b: &[f32], z: Option<&mut [f32]>| {
-                    let _ = self.bias_act(o, b, act, z);
+                    self.bias_act_as_given(o, b, act, z);
                 };
                 let post = super::amx::Post { bias, keep_z, row: &row };
                 super::amx::gemm_post(unit, g, x, w, &mut out[..n], post);
             }
             None => {
                 self.gemm(g, x, w, &mut out[..n])?;
-                self.bias_act(&mut out[..n], bias, act, keep_z)?;
+                self.bias_act_as_given(&mut out[..n], bias, act, keep_z);
             }
         }
         Ok(())
     }
-    // Element-wise, so with training.threads > 1 the pool's threads take whole rows each
-    // (the same bits): on the main thread alone they left the other thread idle (on 2
-    // threads, bias_act and act_backward were 4 % of a bf16 step of the small model).
+    /// With bf16 outputs the bias is rounded to bf16 before it is added (`bf16_bias`).
     fn bias_act(&self, out: &mut [f32], bias: &[f32], act: Activation, keep_z: Option<&mut [f32]>) -> Result<()> {
-        let rows = out.len() / bias.len().max(1);
-        let c = rows.div_ceil(super::pool::parts(out.len())).max(1) * bias.len().max(1);
-        let zs = beside(keep_z.map(|z| z.chunks_mut(c)), out.len().div_ceil(c));
-        let parts: Vec<_> = out.chunks_mut(c).zip(zs).collect();
-        super::pool::each(parts, &|(out, mut z)| {
-            bias_act_forward(out, bias, act, z.as_deref_mut());
-            if self.outputs {
-                // Computed in float32, stored in bf16 (as an epilogue writing bf16 does).
-                for v in out.iter_mut().chain(z.into_iter().flatten()) {
-                    *v = super::bf16::round(*v);
-                }
-            }
-        });
+        match self.outputs {
+            true => self.bias_act_as_given(out, &bf16_bias(bias), act, keep_z),
+            false => self.bias_act_as_given(out, bias, act, keep_z),
+        }
         Ok(())
     }
     fn act_backward(&self, d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Activation) -> Result<()> {
@@ -415,16 +438,19 @@ mod tests {
     }
 
     /// HVTRAIN_BF16_OUTPUTS's reference: the layer's output and GELU's kept pre-activation are
-    /// the float32 results rounded to bf16 (to nearest even), element for element; off, the
-    /// float32 results themselves.
+    /// the float32 results (from the bias rounded to bf16) rounded to bf16 (to nearest even),
+    /// element for element; off, the float32 results themselves.
     #[test]
     fn bf16_outputs_store_the_float32_results_rounded() {
         let (rows, cols) = (3, 7);
         let z0: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.731).sin() * 3.3).collect();
         let bias: Vec<f32> = (0..cols).map(|i| i as f32 * 0.0123 - 0.04).collect();
+        // The bias is added rounded to bf16, as cuBLAS's bf16 epilogue reads it.
+        let rounded = bf16_bias(&bias);
+        assert!(rounded.iter().zip(&bias).filter(|(r, b)| r != b).count() >= cols - 1, "a bias bf16 rounds");
         for act in [Activation::Relu, Activation::Gelu, Activation::Tanh, Activation::Identity] {
             let (mut want, mut want_z) = (z0.clone(), vec![0.0; z0.len()]);
-            bias_act_forward(&mut want, &bias, act, Some(&mut want_z));
+            bias_act_forward(&mut want, &rounded, act, Some(&mut want_z));
             let (mut out, mut z) = (z0.clone(), vec![0.0; z0.len()]);
             let be = Cpu { bf16: true, outputs: true, ..Cpu };
             be.bias_act(&mut out, &bias, act, Some(&mut z)).unwrap();
@@ -434,6 +460,8 @@ mod tests {
             assert!(out.iter().zip(&want).any(|(o, w)| o != w), "{act:?}: nothing was rounded");
             let (mut out, mut z) = (z0.clone(), vec![0.0; z0.len()]);
             Cpu { bf16: true, outputs: false, ..Cpu }.bias_act(&mut out, &bias, act, Some(&mut z)).unwrap();
+            let (mut want, mut want_z) = (z0.clone(), vec![0.0; z0.len()]);
+            bias_act_forward(&mut want, &bias, act, Some(&mut want_z));
             assert_eq!((out, z), (want, want_z), "{act:?}: without outputs, float32");
         }
     }
@@ -450,7 +478,8 @@ mod tests {
             let be = Cpu { bf16: outputs, outputs, ..Cpu };
             for act in [Activation::Identity, Activation::Relu, Activation::Tanh, Activation::Gelu] {
                 let (mut want, mut want_z) = (z0.clone(), vec![0.0; z0.len()]);
-                bias_act_forward(&mut want, &bias, act, Some(&mut want_z));
+                let b = if outputs { bf16_bias(&bias) } else { bias.clone() };
+                bias_act_forward(&mut want, &b, act, Some(&mut want_z));
                 if outputs {
                     want.iter_mut().chain(&mut want_z).for_each(|x| *x = super::super::bf16::round(*x));
                 }

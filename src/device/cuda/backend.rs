@@ -38,9 +38,9 @@ pub struct Cuda {
     ones: RefCell<Option<CudaSlice<f32>>>,
     /// Per-row loss and correct-prediction scratch for the loss kernels, grown on demand.
     pub(super) rows: RefCell<Option<(CudaSlice<f32>, CudaSlice<i32>)>>,
-    /// bf16 products: scratch for the two operands rounded to bf16 and a bf16 layer output
-    /// (`bf16_dense.rs`), grown on demand (None: float32 products).
-    pub(super) bf16: Option<RefCell<[Option<CudaSlice<u16>>; 3]>>,
+    /// bf16 products: scratch for the two operands rounded to bf16, a bf16 layer output and
+    /// its bias in bf16 (`bf16_dense.rs`), grown on demand (None: float32 products).
+    pub(super) bf16: Option<RefCell<[Option<CudaSlice<u16>>; 4]>>,
     /// Rows of the loss whose sums `*_later` left in the row scratch (`pending_loss_sums`).
     pub(super) pending: std::cell::Cell<Option<usize>>,
     /// Bumped whenever scratch memory above is replaced (a captured graph names the old).
@@ -98,7 +98,7 @@ impl Cuda {
                 Precision::Bf16 => "bf16 tensor cores (cublasGemmEx, float32 sums)",
             }
         );
-        let bf16 = (precision == Precision::Bf16).then(|| RefCell::new([None, None, None]));
+        let bf16 = (precision == Precision::Bf16).then(|| RefCell::new([None, None, None, None]));
         let mut cuda = Cuda {
             ctx,
             stream,

@@ -4,8 +4,10 @@
 //!
 //! Where `lt_map::forward_call_bf16` has a call (identity, ReLU, GELU without its kept
 //! pre-activation) and cublasLt an algorithm for it, a layer is one cublasLt call on the bf16
-//! operands (kept copies, or rounded into scratch by `bf16_operands`) with the float32 bias and
-//! the activation in its epilogue, writing a bf16 D (the output's kept copy, or scratch); then
+//! operands (kept copies, or rounded into scratch by `bf16_operands`) with the bias and the
+//! activation in its epilogue, writing a bf16 D (the output's kept copy, or scratch); the
+//! bias is read in bf16 (cuBLAS 13.1 takes no float32 bias with a bf16 D), so every path rounds
+//! it (`hv_bias_act` with `BIAS_BF16`, the CPU reference's `bias_act`), as autocast does; then
 //! `hv_unpack_bf16` widens D into the float32 output, so float32 holds the rounded values and
 //! everything after reads what the CPU reference reads. Per output element that is 2 bytes
 //! written by the product and 6 by the widening, against 14 for the separate path (float32
@@ -108,8 +110,11 @@ impl Cuda {
         let cell = self.bf16.as_ref().expect("bf16 outputs belong to a bf16 backend");
         let mut scratch = cell.borrow_mut();
         self.bf16_operands([&x, &w], &mut scratch[..2])?;
-        let [s0, s1, s2] = &mut *scratch;
-        let (xb, wb) = (bf16_operand(&x, s0), bf16_operand(&w, s1));
+        // The bias in bf16 too: cuBLAS's bf16 epilogue reads it in D's type (`hv_bias_act`
+        // rounds it the same way where the layer takes the separate kernels).
+        self.bf16_operands([&bias], &mut scratch[3..])?;
+        let [s0, s1, s2, s3] = &mut *scratch;
+        let (xb, wb, bb) = (bf16_operand(&x, s0), bf16_operand(&w, s1), bf16_operand(&bias, s3));
         // D: the output's bf16 copy where this backend keeps copies, else scratch.
         let (mut o, mut low) = self.with_low(self.view_mut(out, 0..n))?;
         let mut d_scratch: CudaViewMut<'_, u16>;
@@ -121,17 +126,16 @@ impl Cuda {
             }
         };
         let s = &self.stream;
-        let bv = bias.cu();
         let (xp, _g1) = xb.device_ptr(s);
         let (wp, _g2) = wb.device_ptr(s);
-        let (bp, _g3) = bv.device_ptr(s);
+        let (bp, _g3) = bb.device_ptr(s);
         let (dp, _g4) = d.device_ptr_mut(s);
         let call = forward_call_bf16(g, act, false, [xp, wp, dp]).map_err(|e| Error::Cuda(e.into()))?;
         if lt.prepare(&call).is_err() {
             return Ok(false);
         }
         // SAFETY: the bf16 operands hold x [m, k] and W [k, n] (checked by the caller; the
-        // scratch holds at least that), D n elements, the bias the layer's width in float32;
+        // scratch holds at least that), D n elements, the bias the layer's width in bf16;
         // all live until the guards drop, after the call is queued on this stream.
         unsafe { lt.run(&call, [wp, xp, dp], bp, None, s) }
             .map_err(|e| Error::Cuda(format!("cublasLt bf16 dense layer {}x{}x{}: {e}", g.m, g.k, g.n)))?;

@@ -72,7 +72,11 @@ impl Cuda {
     /// Each of `ops` in bf16: from its buffer's copy where current on the whole operand (nothing
     /// to do), else rounded by `hv_pack_bf16` into the scratch slot of the same index (grown on
     /// demand); counted for the log (`operands`). `bf16_operand` then gives the bits to read.
-    pub(super) fn bf16_operands(&self, ops: [&DView<'_>; 2], scratch: &mut [Option<CudaSlice<u16>>]) -> Result<()> {
+    pub(super) fn bf16_operands<const N: usize>(
+        &self,
+        ops: [&DView<'_>; N],
+        scratch: &mut [Option<CudaSlice<u16>>],
+    ) -> Result<()> {
         let mut counts = self.operands.get();
         for (slot, v) in scratch.iter_mut().zip(ops) {
             if v.low.is_some() {

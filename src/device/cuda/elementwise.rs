@@ -7,7 +7,7 @@
 
 use super::backend::{Cuda, NULL};
 use super::buf::{drv, DView, DViewMut, LowOut};
-use super::launch::{act_code, config_1d};
+use super::launch::{act_code, config_1d, BIAS_BF16};
 use crate::config::Activation;
 use crate::device::{AdamHyper, SgdHyper};
 use crate::error::Result;
@@ -40,7 +40,9 @@ impl Cuda {
         if out.len == 0 {
             return Ok(());
         }
-        let (rows, cols32, code) = ((out.len / cols) as i64, cols as i32, act_code(act));
+        // bf16 outputs: the bias rounded to bf16 too, as the cublasLt layer (`bf16_dense.rs`) adds it.
+        let code = act_code(act) | if self.outputs { BIAS_BF16 } else { 0 };
+        let (rows, cols32) = ((out.len / cols) as i64, cols as i32);
         let n = out.len;
         let bias = bias.cu();
         let (mut o, mut low) = self.with_low(out)?;

@@ -21,6 +21,9 @@
 #define HV_RELU 1
 #define HV_TANH 2
 #define HV_GELU 3
+// Or'ed into hv_bias_act's act: the bias rounded to bf16 first (bf16 layer outputs, as
+// cuBLAS's bf16 epilogue reads it; launch.rs BIAS_BF16).
+#define HV_BIAS_BF16 16
 
 // NVRTC compiles without system headers, so no INFINITY or NAN from <math.h>.
 #define HV_NEG_INF __uint_as_float(0xff800000u)
@@ -78,11 +81,14 @@ extern "C" __global__ void hv_gather_rows(float* dst, const float* src, const in
 }
 
 // out[r, j] = act(out[r, j] + bias[j]) over [rows, cols]; the pre-activation to keep_z
-// (may be null).
+// (may be null). With HV_BIAS_BF16 in act, bias[j] rounded to bf16 first.
 extern "C" __global__ void hv_bias_act(float* out, const float* bias, float* keep_z, long long rows, int cols,
                                        int act, unsigned short* low) {
+    const bool bias_bf16 = (act & HV_BIAS_BF16) != 0;
+    act &= ~HV_BIAS_BF16;
     HV_GRID_STRIDE(i, rows * cols) {
-        const float z = out[i] + bias[i % cols];
+        const float b = bias[i % cols];
+        const float z = out[i] + (bias_bf16 ? hv_bf16_to_f32(hv_f32_to_bf16(b)) : b);
         if (keep_z) keep_z[i] = z;
         const float a = hv_act(z, act);
         out[i] = a;

@@ -90,6 +90,10 @@ pub fn config_1d(n: usize) -> cudarc::driver::LaunchConfig {
 }
 
 /// The activation codes `kernels.cu` uses.
+/// Or'ed into `act_code` for `hv_bias_act`: the bias rounded to bf16 before it is added (bf16
+/// layer outputs: cuBLAS's bf16 epilogue reads the bias in bf16, and every path agrees).
+pub const BIAS_BF16: i32 = 16;
+
 pub fn act_code(act: crate::config::Activation) -> i32 {
     use crate::config::Activation::*;
     match act {

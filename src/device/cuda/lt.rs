@@ -10,7 +10,7 @@
 //! `HVTRAIN_CUBLASLT=0`, leaves the separate kernels, with the reason in the log.
 //!
 //! With bf16 layer outputs (`bf16_dense.rs`) the same calls run on bf16 operands writing a
-//! bf16 D, the bias and sums float32 (`LtCall::bf16`).
+//! bf16 D from a bf16 bias, the sums float32 (`LtCall::bf16`).
 //!
 //! Must not: decide which layers it takes (`lt_map` does).
 
@@ -180,8 +180,9 @@ impl Lt {
             set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSB, &op(c.transb))?;
             set_desc(desc, A::CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue)?;
             if call.bf16 {
-                // The bias stays float32 (cublasLt would read it as D's type otherwise).
-                set_desc(desc, A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32t)?;
+                // The bias in bf16, D's type: cuBLAS 13.1 answers CUBLAS_STATUS_INVALID_VALUE for
+                // a float32 bias with a bf16 D (tools/cublaslt_probe.py, H200, 2026-11-29).
+                set_desc(desc, A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &mat)?;
             }
             if let Some(ld) = call.aux_ld {
                 set_desc(desc, A::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &(ld as i64))?;

@@ -110,8 +110,8 @@ pub fn forward_call(
 /// `forward_call` for bf16 layer outputs (`HVTRAIN_BF16_OUTPUTS=1` with `precision = "bf16"`):
 /// A and B are the bf16 operands (cuBLAS's A our W's bf16 bits, its B x's), D the output's
 /// bf16 bits, laid out as the float32 matrices they stand for (the same leading dimensions);
-/// the bias stays float32 and the epilogue computes in float32 before D is rounded, which is
-/// what the CPU reference stores (`Cpu::with_outputs`). `addrs`: those bf16 buffers' device
+/// the bias is read in bf16 (D's type: `lt.rs`) and the epilogue computes in float32 before D
+/// is rounded, which is what the CPU reference stores (`Cpu::with_outputs`). `addrs`: those bf16 buffers' device
 /// addresses. GELU with its kept pre-activation, and tanh, stay on the separate kernels.
 pub fn forward_call_bf16(g: Gemm, act: Activation, keep_z: bool, addrs: [u64; 3]) -> Result<LtCall, &'static str> {
     if keep_z {
@@ -313,9 +313,9 @@ mod tests {
 
     /// bf16 layer outputs: the call reads bf16 operands and writes a bf16 D, with the float32
     /// call's shape and epilogue; its semantics (products of the rounded operands summed in
-    /// float32, float32 bias and activation, then D rounded) are what the CPU reference with
-    /// bf16 outputs stores (on a CPU with AVX512-BF16; elsewhere against float32 products of
-    /// the rounded operands), within one bf16 step where the float32 sums' order flips a
+    /// float32, the bias rounded to bf16, bias and activation in float32, then D rounded) are
+    /// what the CPU reference with bf16 outputs stores (on a CPU with AVX512-BF16; elsewhere
+    /// against float32 products of the rounded operands), within one bf16 step where the float32 sums' order flips a
     /// rounding; and every value is a bf16 value.
     #[test]
     fn bf16_output_epilogues_give_the_cpu_reference() {
@@ -332,7 +332,8 @@ mod tests {
                 assert_eq!(LtCall { bf16: false, ..call }, f32_call, "the float32 call's shape, bf16 types");
                 let (xr, wr): (Vec<f32>, Vec<f32>) =
                     (x.iter().map(|&v| round(v)).collect(), w.iter().map(|&v| round(v)).collect());
-                let (d, _, _) = forward_ref(&call, &wr, &xr, &bias);
+                let br: Vec<f32> = bias.iter().map(|&v| round(v)).collect();
+                let (d, _, _) = forward_ref(&call, &wr, &xr, &br);
                 let d: Vec<f32> = d.iter().map(|&v| round(v)).collect();
                 let mut want = vec![0.0; b * o];
                 match &cpu_bf16 {
@@ -342,7 +343,7 @@ mod tests {
                     }
                     None => {
                         Cpu.gemm(g, &xr, &wr, &mut want).unwrap();
-                        Cpu.bias_act(&mut want, &bias, act, None).unwrap();
+                        Cpu.bias_act(&mut want, &br, act, None).unwrap();
                         want.iter_mut().for_each(|v| *v = round(*v));
                     }
                 }

@@ -30,7 +30,7 @@ mod fused;
 mod losses;
 mod packing;
 
-use super::launch::{act_code, grid_1d};
+use super::launch::{act_code, grid_1d, BIAS_BF16};
 use crate::config::Activation;
 use crate::device::cpu;
 use crate::device::{AdamHyper, SgdHyper};
@@ -247,15 +247,20 @@ fn bias_act_matches_cpu() {
         for cols in COLS {
             let x = random(&mut rng, rows * cols, 3.0);
             let bias = random(&mut rng, cols, 1.0);
-            for act in ACTS {
+            // BIAS_BF16 (bf16 outputs): the bias rounded to bf16 before it is added.
+            let rounded: Vec<f32> = bias.iter().map(|&b| crate::device::bf16::round(b)).collect();
+            for (act, bias_bf16) in ACTS.into_iter().flat_map(|a| [(a, false), (a, true)]) {
                 for keep in [false, true] {
                     let mut want = x.clone();
                     let mut want_z = vec![0.0; rows * cols];
-                    cpu::bias_act_forward(&mut want, &bias, act, keep.then_some(&mut want_z[..]));
+                    let b = if bias_bf16 { &rounded } else { &bias };
+                    cpu::bias_act_forward(&mut want, b, act, keep.then_some(&mut want_z[..]));
                     for (k, (g, b)) in grids(rows * cols).into_iter().enumerate() {
                         let mut low = low_copy(k % 2 == 1, rows * cols);
-                        let what =
-                            format!("bias_act {rows}x{cols} {act:?} keep_z={keep} low={} grid {g}x{b}", low.is_some());
+                        let what = format!(
+                            "bias_act {rows}x{cols} {act:?} keep_z={keep} bias_bf16={bias_bf16} low={} grid {g}x{b}",
+                            low.is_some()
+                        );
                         let mut out = guarded(x.clone());
                         let mut z = keep.then(|| guarded(vec![0.0; rows * cols]));
                         // SAFETY: out and z hold rows·cols elements, bias cols.
@@ -269,7 +274,7 @@ fn bias_act_matches_cpu() {
                                 zp,
                                 rows as i64,
                                 cols as i32,
-                                act_code(act),
+                                act_code(act) | if bias_bf16 { BIAS_BF16 } else { 0 },
                                 low_ptr(&mut low),
                             );
                         }
