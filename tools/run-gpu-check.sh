@@ -378,7 +378,7 @@ fi
 
 # --- c2. bf16 copies and bf16 outputs (opt-in until this passes): speed against rounding every
 # operand, accuracy.
-if ! skipped bench && ! skipped copies && [ "$(left)" -gt 120 ]; then
+if ! skipped copies && [ "$(left)" -gt 120 ]; then
   t=$(date +%s)
   {
     L=784,4096,4096,4096,10
@@ -407,7 +407,10 @@ sys.exit(0 if b and c else 2)
 PY
     [ "${EPOCHS:-3}" -gt 0 ] && [ -s data/fashion-mnist-train.h5 ] || exit 0
     out="$LOGDIR/runs/cuda-bf16-copies"; rm -rf "$out"
-    HVTRAIN_BF16_COPIES=1 HVTRAIN_BF16_OUTPUTS=1 RUST_LOG=info hv timeout -k 5 "$(cap 120)" mpirun -n 1 --bind-to none \
+    # 2 ranks sharing the GPU as phase b's bf16 run, the same seed and batches: the runs differ
+    # only by the bf16 outputs (the copies change no bit). (One rank against phase b's two
+    # differed by 0.59 points on 2026-11-29: another batch order, not the outputs.)
+    HVTRAIN_BF16_COPIES=1 HVTRAIN_BF16_OUTPUTS=1 RUST_LOG=info hv timeout -k 5 "$(cap 120)" mpirun "${MPIFLAGS[@]}" \
       -x LD_LIBRARY_PATH -x HVTRAIN_BF16_COPIES -x HVTRAIN_BF16_OUTPUTS -x RUST_LOG "$HV" train jobs/fashion-mnist.toml --set 'training.device="cuda"' \
       --set "output.dir=\"$out\"" --set "training.epochs=$EPOCHS" --set 'training.precision="bf16"' 2>&1 | grep -E "dense layers|bf16 products|epoch|done:"
     env -u LD_LIBRARY_PATH python3 - "$LOGDIR/runs/cuda-bf16" "$out" <<'PY'
@@ -420,7 +423,7 @@ def acc(d):
     except (OSError, ValueError):
         return None
 a, b = acc(sys.argv[1]), acc(sys.argv[2])
-print(f"test accuracy: bf16 (2 ranks, phase b) {a} %, bf16 with copies and bf16 outputs (1 rank) {b} %")
+print(f"test accuracy: bf16 (2 ranks, phase b) {a} %, bf16 with copies and bf16 outputs (2 ranks) {b} %")
 if a is None or b is None: sys.exit(2)
 print(f"|diff| {abs(a - b):.2f} points (tolerance 0.5)")
 sys.exit(0 if abs(a - b) <= 0.5 else 1)

@@ -52,7 +52,10 @@ fn one_bf16_step(got: &[f32], want: &[f64], what: &str) {
     for (e, (&g, &w)) in got.iter().zip(want).enumerate() {
         let w = round(w as f32);
         assert!(g.to_bits() & 0xffff == 0, "{what}[{e}]: {g} is not a bf16 value");
-        assert!((g - w).abs() <= 2f32.powi(-8) * w.abs() + 1e-6, "{what}[{e}]: got {g}, want {w}");
+        // One bf16 step is 2^-7 of the value's binade, between 2^-8 and 2^-7 of |w|: 2^-8 was
+        // half a step near a binade's bottom (the H200 flipped a GELU output by one whole step,
+        // -0.16602 for -0.16699, 2026-11-29: cuBLAS's GELU is not ours to the last bit).
+        assert!((g - w).abs() <= 2f32.powi(-7) * w.abs() + 1e-6, "{what}[{e}]: got {g}, want {w}");
     }
 }
 
