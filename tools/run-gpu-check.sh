@@ -447,8 +447,9 @@ if skipped bench; then record bench skipped 0 -; else
   base="$HV" base_env="HVTRAIN_CUBLASLT_BACKWARD=1"
   [ -x "$B/bin/hvtrain-base" ] && base="$B/bin/hvtrain-base" base_env=""
   # BENCH_ENV: settings for this build's timed runs only (e.g. the bf16 opt-ins), with
-  # HV_BASE_ENV turning them off for the "before" column.
-  env ${BENCH_ENV:-} HV_BASE=$base HV_BASE_ENV=${HV_BASE_ENV:-$base_env} DEADLINE=$((DEADLINE - ${PROFILE_SECS:-0})) bash bench/gpu.sh "$LOGDIR" > "$LOGDIR/06-bench.log" 2>&1
+  # HV_BASE_ENV turning them off for the "before" column. (Quoted: unquoted, on 2026-11-29 a
+  # two-word HV_BASE_ENV split and its second word turned bf16 outputs off in both columns.)
+  env ${BENCH_ENV:-} HV_BASE="$base" HV_BASE_ENV="${HV_BASE_ENV:-$base_env}" DEADLINE=$((DEADLINE - ${PROFILE_SECS:-0})) bash bench/gpu.sh "$LOGDIR" > "$LOGDIR/06-bench.log" 2>&1
   rc=$?
   record "bench (hvtrain vs torch)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 06-bench.log
   grep -E "^Targets met" "$LOGDIR/gpu-bench.md" 2>/dev/null | sed 's/^/    /'

@@ -280,7 +280,7 @@ fn log_shard(comm: &Comm, job: &Job, data: usize, scatter: bool, prefetch: bool,
 fn gpu_path<B: Backend>(be: &B, comm: &Comm, data_chan: &Channel, job: &Job, data: usize) -> Result<Path> {
     let d = &job.distribution;
     let gpu = be.device_ordinal();
-    let nccl_in_auto = nccl_in_auto();
+    let nccl_in_auto = nccl_in_auto_for_buckets();
     // NCCL is looked for only where it could be used (looking may ask the python3 on PATH).
     let wanted = match d.gpu_allreduce {
         crate::config::GpuAllreduce::Nccl => true,
@@ -310,9 +310,15 @@ fn gpu_path<B: Backend>(be: &B, comm: &Comm, data_chan: &Channel, job: &Job, dat
     Ok(path)
 }
 
-/// Whether `auto` may take NCCL: opt-in until a GPU run has passed the NCCL path
-/// (HVTRAIN_NCCL_AUTO=1; see gpu_path::Job::nccl_in_auto).
-fn nccl_in_auto() -> bool {
+/// Whether `auto` may take NCCL for gradient buckets: yes (the GPU check's phase b3 passed on
+/// an H200, 2026-11-29) unless HVTRAIN_NCCL_AUTO=0 (see gpu_path::Job::nccl_in_auto).
+fn nccl_in_auto_for_buckets() -> bool {
+    !std::env::var("HVTRAIN_NCCL_AUTO").is_ok_and(|v| v == "0")
+}
+
+/// Whether `auto` may take NCCL for tensor-parallel sums and pipeline messages: opt-in
+/// (HVTRAIN_NCCL_AUTO=1) until a run on two or more GPUs (the check's phase m) has passed them.
+fn nccl_in_auto_for_groups() -> bool {
     std::env::var("HVTRAIN_NCCL_AUTO").is_ok_and(|v| v == "1")
 }
 
@@ -331,7 +337,7 @@ fn emulate_device<B: Backend>(be: &B) -> bool {
 fn group_path<B: Backend>(be: &B, comm: &Comm, chan: &Channel, job: &Job, what: &str) -> Result<(Path, String)> {
     use crate::config::{Compression, GpuAllreduce, Reduction};
     let d = &job.distribution;
-    let nccl_in_auto = nccl_in_auto();
+    let nccl_in_auto = nccl_in_auto_for_groups();
     let wanted = d.gpu_allreduce == GpuAllreduce::Nccl || (d.gpu_allreduce == GpuAllreduce::Auto && nccl_in_auto);
     let all = gpu_path::gather(chan, &my_facts(be, comm, wanted));
     let asked = gpu_path::Job {

@@ -4,8 +4,9 @@
 //! (host, GPU, whether NCCL loads, whether MPI is CUDA-aware) and decides the same way from
 //! them (`choose`, a pure function); rank 0 logs the choice and why.
 //!
-//! `auto` takes NCCL (once allowed to: `Job::nccl_in_auto`; it is opt-in until a GPU run has
-//! passed the NCCL path) when the gradients are on GPUs, there is more than one data-parallel
+//! `auto` takes NCCL (where allowed to: `Job::nccl_in_auto`; on for gradient buckets since the
+//! H200 run of 2026-11-29 passed them, opt-in for tensor and pipeline exchanges until a run on
+//! two or more GPUs has) when the gradients are on GPUs, there is more than one data-parallel
 //! rank, no two ranks of a node share a GPU (NCCL refuses that) and NCCL loads on every rank;
 //! else the host path, saying which condition failed. With `hierarchical = true` NCCL sums in
 //! each node and MPI among the nodes. `nccl` and `mpi` asked where they cannot
@@ -42,9 +43,9 @@ pub struct Facts {
 /// What every rank's facts say, and the job's keys the choice depends on.
 pub struct Job {
     pub asked: GpuAllreduce,
-    /// Whether `auto` may take NCCL. Not until a GPU run has passed the NCCL path (the GPU
-    /// check's phases b3 and m): GPU code that has never run on a GPU stays opt-in
-    /// (`gpu_allreduce = "nccl"`, or HVTRAIN_NCCL_AUTO=1 to let `auto` take it).
+    /// Whether `auto` may take NCCL: for gradient buckets unless HVTRAIN_NCCL_AUTO=0 (the GPU
+    /// check's phase b3 passed on an H200, 2026-11-29); for tensor and pipeline exchanges only
+    /// with HVTRAIN_NCCL_AUTO=1 until phase m (two or more GPUs) has passed them.
     pub nccl_in_auto: bool,
     pub data_ranks: usize,
     pub compression: Compression,
@@ -118,8 +119,9 @@ pub fn choose(job: &Job, all: &[Facts]) -> Result<(Path, String), String> {
         }
         GpuAllreduce::Auto => {
             let why_not = if !job.nccl_in_auto {
-                "the NCCL path has not run on a GPU yet, so auto leaves it off; set \
-                 distribution.gpu_allreduce = \"nccl\" (or HVTRAIN_NCCL_AUTO=1) to use it"
+                "auto leaves NCCL off here (HVTRAIN_NCCL_AUTO=0; for tensor and pipeline exchanges \
+                 until a run on two or more GPUs has passed them); set distribution.gpu_allreduce = \
+                 \"nccl\" (or HVTRAIN_NCCL_AUTO=1) to use it"
                     .to_string()
             } else if let Some(s) = shared {
                 format!("{s} (NCCL refuses two ranks on one GPU)")
@@ -185,14 +187,15 @@ mod tests {
         }
     }
 
-    /// Until a GPU run has passed it, `auto` does not take NCCL (it says how to).
+    /// Where NCCL is not allowed in `auto` (HVTRAIN_NCCL_AUTO=0, or model-parallel exchanges
+    /// before a multi-GPU run), `auto` does not take it (it says how to).
     #[test]
-    fn auto_leaves_nccl_off_until_it_has_run_on_a_gpu() {
+    fn auto_leaves_nccl_off_where_not_allowed() {
         let eight: Vec<Facts> = (0..8).map(|g| gpu("n1", g)).collect();
         let j = Job { nccl_in_auto: false, ..job(GpuAllreduce::Auto, 8) };
         let (p, why) = choose(&j, &eight).unwrap();
         assert_eq!(p, Path::Host);
-        assert!(why.contains("has not run on a GPU yet") && why.contains("HVTRAIN_NCCL_AUTO=1"), "{why}");
+        assert!(why.contains("HVTRAIN_NCCL_AUTO=0") && why.contains("HVTRAIN_NCCL_AUTO=1"), "{why}");
         let j = Job { nccl_in_auto: false, ..job(GpuAllreduce::Nccl, 8) };
         assert_eq!(choose(&j, &eight).unwrap().0, Path::Nccl, "asked for, it is used");
         // Not NCCL, but every rank's MPI says it is CUDA-aware: device pointers to it.
