@@ -413,7 +413,10 @@ PY
     HVTRAIN_BF16_COPIES=1 HVTRAIN_BF16_OUTPUTS=1 RUST_LOG=info hv timeout -k 5 "$(cap 120)" mpirun "${MPIFLAGS[@]}" \
       -x LD_LIBRARY_PATH -x HVTRAIN_BF16_COPIES -x HVTRAIN_BF16_OUTPUTS -x RUST_LOG "$HV" train jobs/fashion-mnist.toml --set 'training.device="cuda"' \
       --set "output.dir=\"$out\"" --set "training.epochs=$EPOCHS" --set 'training.precision="bf16"' 2>&1 | grep -E "dense layers|bf16 products|epoch|done:"
-    env -u LD_LIBRARY_PATH python3 - "$LOGDIR/runs/cuda-bf16" "$out" <<'PY'
+    # Against phase b's float32 run (the target: bf16 within 0.5 points of fp32 after 8
+    # epochs). Against phase b's bf16 run the outputs' own rounding moved 8 epochs by 0.53
+    # points upwards on 2026-11-29: two bf16 trajectories, not a loss.
+    env -u LD_LIBRARY_PATH python3 - "$LOGDIR/runs/cuda" "$out" <<'PY'
 import json, sys, os
 def acc(d):
     try:
@@ -423,7 +426,7 @@ def acc(d):
     except (OSError, ValueError):
         return None
 a, b = acc(sys.argv[1]), acc(sys.argv[2])
-print(f"test accuracy: bf16 (2 ranks, phase b) {a} %, bf16 with copies and bf16 outputs (2 ranks) {b} %")
+print(f"test accuracy: fp32 (2 ranks, phase b) {a} %, bf16 with copies and bf16 outputs (2 ranks) {b} %")
 if a is None or b is None: sys.exit(2)
 print(f"|diff| {abs(a - b):.2f} points (tolerance 0.5)")
 sys.exit(0 if abs(a - b) <= 0.5 else 1)
