@@ -191,16 +191,26 @@ impl Lt {
         let pref = lt::create_matmul_pref().map_err(err("cublasLtMatmulPreferenceCreate"))?;
         use sys::cublasLtMatmulPreferenceAttributes_t as P;
         let ws = self.workspace.len();
-        let prefs: [(P, u64); 5] = [
+        // A bf16 D: split-K partial sums only in float32 (no reduction scheme but
+        // COMPUTE_TYPE), never in D's bf16 (INPLACE, OUTPUT_TYPE). On an H200 (2026-11-29) an
+        // identity layer 33x65x24 came out 5 bf16 steps off where the sum cancels: a bf16
+        // intermediate, the start-up check's second layer now looks for it.
+        let reduction = if call.bf16 {
+            sys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u64
+        } else {
+            sys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_MASK as u64
+        };
+        let prefs: [(P, u64); 6] = [
             (P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws as u64),
             (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, u64::from(call.align[0])),
             (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, u64::from(call.align[1])),
             (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, u64::from(call.align[2])),
             (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, u64::from(call.align[2])),
+            (P::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reduction),
         ];
         let chosen = (|| {
             for (i, (attr, v)) in prefs.iter().enumerate() {
-                // The workspace size is a uint64_t, the alignments uint32_t.
+                // The workspace size is a uint64_t, the alignments and the mask uint32_t.
                 // SAFETY: a fresh preference; the value has the attribute's documented type.
                 let r = unsafe {
                     if i == 0 {
