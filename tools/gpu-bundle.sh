@@ -14,7 +14,8 @@
 #                              variables in env.sh point here: Debian's PMIx has absolute dirs)
 #   data/                      Fashion-MNIST IDX .gz files (converted on the GPU machine)
 #   jobs/fashion-mnist.toml    the job, paths relative to the bundle root
-#   bench/gpu.sh, bench/gpu_scaling.sh, bench/torch_peer.py, tools/compare_runs.py, run-gpu-check.sh, env.sh
+#   bench/gpu.sh, bench/gpu_scaling.sh, bench/torch_peer.py, tools/compare_runs.py, tools/cublaslt_probe.py,
+#   tools/gpu_wire_seeds.sh, run-gpu-check.sh, env.sh
 #   hwloc-plugins/             empty on purpose (HWLOC_PLUGINS_PATH: none of the host's)
 #   MANIFEST.txt               what is in it: sizes, checksums, source commit, glibc needed
 set -euo pipefail
@@ -111,6 +112,9 @@ sed -e 's|^# Paths are relative to the directory the job is started from.|# GPU 
 grep -q '^train = "data/fashion-mnist-train.h5"' "$OUT/jobs/fashion-mnist.toml" || die "jobs/fashion-mnist.toml changed its data paths; adapt tools/gpu-bundle.sh"
 cp bench/torch_peer.py bench/gpu.sh bench/gpu_profile.sh bench/gpu_scaling.sh "$OUT/bench/"
 cp tools/compare_runs.py "$OUT/tools/"
+# Diagnostics of the 2026-11-29 H200 run, for rerunning there: which cublasLt bf16-output calls
+# cuBLAS accepts (python3 + torch), and the bf16 wire's accuracy against its seed noise.
+cp tools/cublaslt_probe.py tools/gpu_wire_seeds.sh "$OUT/tools/"
 cp tools/run-gpu-check.sh "$OUT/run-gpu-check.sh"
 cat > "$OUT/env.sh" <<'EOF'
 # Source this (bash) to use the bundle's hvtrain and Open MPI by hand:  . ./env.sh
