@@ -93,6 +93,14 @@ impl Cpu {
         Cpu { graphs: e, ..self }
     }
 
+    /// The bias as this backend adds it: rounded to bf16 with bf16 outputs, else as given.
+    fn bias_as_added<'a>(&self, bias: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
+        match self.outputs {
+            true => std::borrow::Cow::Owned(bf16_bias(bias)),
+            false => std::borrow::Cow::Borrowed(bias),
+        }
+    }
+
     /// `bias_act` with `bias` as given (already rounded where bf16 outputs round it).
     /// Element-wise, so with training.threads > 1 the pool's threads take whole rows each
     /// (the same bits): on the main thread alone they left the other thread idle (on 2
@@ -223,14 +231,7 @@ impl Backend for Cpu {
         act: Activation,
         keep_z: Option<&mut [f32]>,
     ) -> Result<()> {
-        let rounded;
-        let bias = match self.outputs {
-            true => {
-                rounded = bf16_bias(bias);
-                &rounded[..]
-            }
-            false => bias,
-        };
+        let bias = &*self.bias_as_added(bias);
         match self.kernel.unit().filter(|_| self.bf16 && g.alpha == 1.0 && g.beta == 0.0 && bias.len() == g.n) {
             Some(unit) => {
                 // Each block's rows as `bias_act` would treat them (element-wise, so a part of
@@ -250,10 +251,7 @@ impl Backend for Cpu {
     }
     /// With bf16 outputs the bias is rounded to bf16 before it is added (`bf16_bias`).
     fn bias_act(&self, out: &mut [f32], bias: &[f32], act: Activation, keep_z: Option<&mut [f32]>) -> Result<()> {
-        match self.outputs {
-            true => self.bias_act_as_given(out, &bf16_bias(bias), act, keep_z),
-            false => self.bias_act_as_given(out, bias, act, keep_z),
-        }
+        self.bias_act_as_given(out, &self.bias_as_added(bias), act, keep_z);
         Ok(())
     }
     fn act_backward(&self, d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Activation) -> Result<()> {

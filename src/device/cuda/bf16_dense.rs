@@ -199,12 +199,7 @@ impl Cuda {
 
     /// The start-up check's second layer: 33 × 65 · 65 × 24, inputs in thousandths in [-1, 1].
     fn cancelling_layer(&self) -> std::result::Result<(Gemm, [DevBuf; 3]), String> {
-        let (b, i, o) = (33usize, 65usize, 24usize);
-        let val = |k: usize, seed: usize| ((k * 7919 + seed * 104_729) % 2001) as f32 / 1000.0 - 1.0;
-        let up = |n: usize, seed: usize| self.upload(&(0..n).map(|k| val(k, seed)).collect::<Vec<_>>());
-        let bufs = [up(b * i, 1), up(i * o, 2), up(o, 3)];
-        let [x, w, bias] = bufs.map(|r| r.map_err(|e| e.to_string()));
-        Ok((Gemm::new(b, i, o, crate::device::Trans::N, crate::device::Trans::N), [x?, w?, bias?]))
+        self.check_layer_of((33, 65, 24), |k, seed| ((k * 7919 + seed * 104_729) % 2001) as f32 / 1000.0 - 1.0)
     }
 }
 

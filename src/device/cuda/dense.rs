@@ -214,8 +214,16 @@ impl Cuda {
     /// 5 × 24 · 24 × 16, and x, W and the bias on the GPU, multiples of 1/8 below 1 (exact in
     /// TF32 and bf16, and every sum exact in float32).
     pub(super) fn check_layer(&self) -> std::result::Result<(Gemm, [DevBuf; 3]), String> {
-        let (b, i, o) = (5usize, 24usize, 16usize);
-        let val = |k: usize, seed: usize| ((k * 7 + seed * 13) % 15) as f32 / 8.0 - 0.875;
+        self.check_layer_of((5, 24, 16), |k, seed| ((k * 7 + seed * 13) % 15) as f32 / 8.0 - 0.875)
+    }
+
+    /// A start-up check's layer of `(b, i, o)`: x, W and the bias filled by `val(k, seed)`
+    /// (seeds 1, 2, 3), uploaded.
+    pub(super) fn check_layer_of(
+        &self,
+        (b, i, o): (usize, usize, usize),
+        val: impl Fn(usize, usize) -> f32,
+    ) -> std::result::Result<(Gemm, [DevBuf; 3]), String> {
         let up = |n: usize, seed: usize| self.upload(&(0..n).map(|k| val(k, seed)).collect::<Vec<_>>());
         let bufs = [up(b * i, 1), up(i * o, 2), up(o, 3)];
         let [x, w, bias] = bufs.map(|r| r.map_err(|e| e.to_string()));
