@@ -4,7 +4,8 @@
 //!
 //! The file also says how to rebuild the network, as attributes of its root group (since
 //! 0.1 with ONNX export; older files lack them): `layers` (int64 widths, input first),
-//! `activation` (relu, tanh, gelu: tanh approximation, identity; after every layer but the
+//! `activation` (relu, tanh, gelu: tanh approximation, silu, sigmoid, softplus, elu, selu,
+//! leaky_relu, identity: `config::Activation::name`; after every layer but the
 //! last), `final_activation` ("identity": the last layer's outputs are logits or regression
 //! values), `loss` (softmax_cross_entropy, mse) and `weight_layout` ("[in, out]": y = x·W + b).
 //!

@@ -34,7 +34,9 @@ pub use data::{DataCfg, Normalize, NormalizeY, OnDevice};
 pub use distribution::{roles, BucketOrder, Compression, DistributionCfg, GpuAllreduce, Reduction, Shard, Strategy};
 use env::env_overrides;
 pub use limits::{num, Span};
-pub use model::{Activation, Loss, LossKind, ModelCfg, OutputActivation, Targets};
+pub use model::{
+    Activation, Loss, LossKind, ModelCfg, OutputActivation, Targets, LEAKY_RELU_SLOPE, SELU_ALPHA, SELU_LAMBDA,
+};
 pub use optimizer::{OptimizerCfg, OptimizerKind, Schedule};
 pub use output::OutputCfg;
 pub use parallel::ParallelCfg;

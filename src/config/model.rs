@@ -16,6 +16,64 @@ pub enum Activation {
     Tanh,
     Gelu,
     Identity,
+    /// z·sigmoid(z) (Keras' `silu`, also named `swish`; PyTorch's `SiLU`).
+    #[serde(alias = "swish")]
+    Silu,
+    Sigmoid,
+    /// log(1 + e^z).
+    Softplus,
+    /// z for z > 0, e^z − 1 below (α = 1, as Keras' and PyTorch's default).
+    Elu,
+    /// λ·elu(z) with α = 1.6732632, λ = 1.0507010 (Klambauer et al.; Keras and PyTorch).
+    Selu,
+    /// z for z > 0, 0.2·z below: Keras' `activation="leaky_relu"` and `tf.nn.leaky_relu`
+    /// (PyTorch's `LeakyReLU()` defaults to 0.01).
+    LeakyRelu,
+}
+
+/// Leaky ReLU's slope below zero (Keras' and TensorFlow's default).
+pub const LEAKY_RELU_SLOPE: f32 = 0.2;
+/// SELU's α and λ as float32 (Keras' constants rounded; ONNX's `Selu` defaults are these bits).
+pub const SELU_ALPHA: f32 = 1.673_263_2;
+pub const SELU_LAMBDA: f32 = 1.050_701;
+
+impl Activation {
+    /// Every activation, for tests and checks that cover them all.
+    pub const ALL: [Activation; 10] = [
+        Activation::Identity,
+        Activation::Relu,
+        Activation::Tanh,
+        Activation::Gelu,
+        Activation::Silu,
+        Activation::Sigmoid,
+        Activation::Softplus,
+        Activation::Elu,
+        Activation::Selu,
+        Activation::LeakyRelu,
+    ];
+
+    /// Whether backward reads the pre-activation z, which forward then keeps: all but relu,
+    /// tanh and identity (relu's and tanh's derivatives come from the output; the others' from
+    /// z, which dropout leaves alone where it scales the output).
+    pub fn needs_z(self) -> bool {
+        !matches!(self, Activation::Relu | Activation::Tanh | Activation::Identity)
+    }
+
+    /// The job file's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Relu => "relu",
+            Activation::Tanh => "tanh",
+            Activation::Gelu => "gelu",
+            Activation::Identity => "identity",
+            Activation::Silu => "silu",
+            Activation::Sigmoid => "sigmoid",
+            Activation::Softplus => "softplus",
+            Activation::Elu => "elu",
+            Activation::Selu => "selu",
+            Activation::LeakyRelu => "leaky_relu",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]

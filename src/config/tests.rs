@@ -53,7 +53,7 @@ fn set_overrides_and_typos() {
     assert_eq!(field_of(Job::parse("job", MIN, &["optimizer.lr=0".into()])), "optimizer.lr");
     assert_eq!(field_of(Job::parse("job", MIN, &["optimizer.lr=-1".into()])), "optimizer.lr");
     assert_eq!(field_of(Job::parse("job", MIN, &["training.batch_size=0".into()])), "training.batch_size");
-    assert_eq!(field_of(Job::parse("job", MIN, &["model.activation=swish".into()])), "model.activation");
+    assert_eq!(field_of(Job::parse("job", MIN, &["model.activation=mish".into()])), "model.activation");
     assert_eq!(field_of(Job::parse("job", MIN, &["model.layers=[4, 0, 3]".into()])), "model.layers");
     assert!(field_of(Job::parse("job", MIN, &["model.depth=3".into()])).contains("model"));
 }

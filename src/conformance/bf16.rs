@@ -20,8 +20,8 @@ use crate::device::bf16::round;
 /// output (and GELU's kept pre-activation) must be a bf16 value, within one bf16 step of the
 /// reference (a float32 sum in another order, or another tanh, may flip a rounding).
 pub(super) fn layer<B: Backend>(be: &B) {
-    let acts = [(Activation::Identity, false), (Activation::Relu, false), (Activation::Tanh, false)];
-    let acts = acts.into_iter().chain([(Activation::Gelu, false), (Activation::Gelu, true)]);
+    let acts =
+        Activation::ALL.into_iter().map(|a| (a, false)).chain([(Activation::Gelu, true), (Activation::Silu, true)]);
     let acts: Vec<_> = acts.collect();
     for (seed, &(b, i, o)) in LAYERS.iter().enumerate() {
         for off in [0usize, 3] {

@@ -9,13 +9,13 @@
 //!
 //! Must not: use a backend's own code as the reference.
 
-use super::act_ref;
 use super::check::{close, host, random};
+use super::{act_deriv_ref, act_ref};
 use crate::config::Activation;
 use crate::device::backend::{Backend, Gemm, Trans};
 
 pub(super) fn dense<B: Backend>(be: &B) {
-    let acts = [Activation::Identity, Activation::Relu, Activation::Tanh, Activation::Gelu];
+    let acts = Activation::ALL;
     for (seed, &(b, i, o)) in LAYERS.iter().enumerate() {
         for off in [0usize, 3] {
             let (x, w, bias, z) = layer_inputs(seed, off, (b, i, o), |v| v as f64);
@@ -23,13 +23,13 @@ pub(super) fn dense<B: Backend>(be: &B) {
             for act in acts {
                 let mut out = be.upload(&vec![f32::NAN; b * o]).unwrap();
                 let mut keep = be.zeros(b * o).unwrap();
-                let keep_z = (act == Activation::Gelu).then(|| be.view_mut(&mut keep, 0..b * o));
+                let keep_z = act.needs_z().then(|| be.view_mut(&mut keep, 0..b * o));
                 let (xv, wv) = (be.view(&xd, off..off + b * i), be.view(&wd, off..off + i * o));
                 let g = Gemm::new(b, i, o, Trans::N, Trans::N);
                 be.dense(g, xv, wv, &mut out, b * o, be.view(&bd, 0..o), act, keep_z).unwrap();
                 let what = format!("dense {b}x{i}x{o} at offset {off}, {act:?}");
                 close(&host(be, &out, b * o), &z.iter().map(|&z| act_ref(act, z)).collect::<Vec<_>>(), 1e-5, &what);
-                if act == Activation::Gelu {
+                if act.needs_z() {
                     close(&host(be, &keep, b * o), &z, 1e-5, &format!("{what}: the kept pre-activation"));
                 }
                 input_grad(be, &out, &keep, &z, b, o, act, &what);
@@ -77,12 +77,7 @@ fn input_grad<B: Backend>(
 ) {
     let k = 6;
     let (g, w1, bias0) = (random(b * k, 7), random(o * k, 8), random(o, 9));
-    let dact = |z: f64| match act {
-        Activation::Identity => 1.0,
-        Activation::Relu => f64::from(u8::from(z > 0.0)),
-        Activation::Tanh => 1.0 - z.tanh() * z.tanh(),
-        Activation::Gelu => crate::device::cpu::gelu_grad(z as f32) as f64,
-    };
+    let dact = |z: f64| act_deriv_ref(act, z);
     let want: Vec<f64> = (0..b * o)
         .map(|e| {
             let (r, c) = (e / o, e % o);
@@ -98,7 +93,7 @@ fn input_grad<B: Backend>(
     for beta in [0.0f32, 1.0] {
         let mut bg = be.upload(&slot0).unwrap();
         let mut d = be.zeros(b * o).unwrap();
-        let zv = (act == Activation::Gelu).then(|| be.view(keep, 0..b * o));
+        let zv = act.needs_z().then(|| be.view(keep, 0..b * o));
         let gm = Gemm::new(b, k, o, Trans::N, Trans::T);
         let (gv, wv, av) = (be.view(&gd, 0..b * k), be.view(&wd, 0..o * k), be.view(a, 0..b * o));
         be.input_grad(gm, gv, wv, &mut d, av, zv, act, beta, be.view_mut(&mut bg, 0..pad)).unwrap();

@@ -61,39 +61,81 @@ fn gemm_of<B: Backend>(be: &B, operand: fn(f32) -> f64, label: &str) {
 }
 
 fn act_ref(act: Activation, z: f64) -> f64 {
+    let (alpha, lambda) = (1.6732632423543772, 1.0507009873554805);
     match act {
         Activation::Identity => z,
         Activation::Relu => z.max(0.0),
         Activation::Tanh => z.tanh(),
         Activation::Gelu => gelu(z as f32) as f64,
+        Activation::Silu => z / (1.0 + (-z).exp()),
+        Activation::Sigmoid => 1.0 / (1.0 + (-z).exp()),
+        Activation::Softplus => (1.0 + z.exp()).ln(),
+        Activation::Elu => {
+            if z > 0.0 {
+                z
+            } else {
+                z.exp() - 1.0
+            }
+        }
+        Activation::Selu => lambda * if z > 0.0 { z } else { alpha * (z.exp() - 1.0) },
+        Activation::LeakyRelu => {
+            if z > 0.0 {
+                z
+            } else {
+                0.2 * z
+            }
+        }
+    }
+}
+
+/// act'(z) in float64 (GELU's as the CPU's float32 formula: the tanh approximation's own).
+fn act_deriv_ref(act: Activation, z: f64) -> f64 {
+    let s = 1.0 / (1.0 + (-z).exp());
+    match act {
+        Activation::Identity => 1.0,
+        Activation::Relu => f64::from(u8::from(z > 0.0)),
+        Activation::Tanh => 1.0 - z.tanh().powi(2),
+        Activation::Gelu => gelu_grad(z as f32) as f64,
+        Activation::Silu => s + z * s * (1.0 - s),
+        Activation::Sigmoid => s * (1.0 - s),
+        Activation::Softplus => s,
+        Activation::Elu => {
+            if z > 0.0 {
+                1.0
+            } else {
+                z.exp()
+            }
+        }
+        Activation::Selu => 1.0507009873554805 * if z > 0.0 { 1.0 } else { 1.6732632423543772 * z.exp() },
+        Activation::LeakyRelu => {
+            if z > 0.0 {
+                1.0
+            } else {
+                0.2
+            }
+        }
     }
 }
 
 fn elementwise<B: Backend>(be: &B) {
-    for act in [Activation::Identity, Activation::Relu, Activation::Tanh, Activation::Gelu] {
+    for act in Activation::ALL {
         for &(rows, cols) in &[(1usize, 1usize), (7, 13), (33, 5)] {
             let (x, bias, d) = (random(rows * cols, 1), random(cols, 2), random(rows * cols, 3));
             let z: Vec<f64> = (0..rows * cols).map(|i| x[i] as f64 + bias[i % cols] as f64).collect();
             let mut out = be.upload(&x).unwrap();
             let mut keep = be.zeros(rows * cols).unwrap();
             let bd = be.upload(&bias).unwrap();
-            let keep_z = (act == Activation::Gelu).then(|| be.view_mut(&mut keep, 0..rows * cols));
+            let keep_z = act.needs_z().then(|| be.view_mut(&mut keep, 0..rows * cols));
             be.bias_act(be.view_mut(&mut out, 0..rows * cols), be.view(&bd, 0..cols), act, keep_z).unwrap();
             let a = host(be, &out, rows * cols);
             close(&a, &z.iter().map(|&z| act_ref(act, z)).collect::<Vec<_>>(), 1e-6, &format!("bias_act {act:?}"));
-            if act == Activation::Gelu {
+            if act.needs_z() {
                 close(&host(be, &keep, rows * cols), &z, 1e-6, "bias_act keeps z");
             }
             // Backward: d * act'(z).
-            let deriv = |i: usize| match act {
-                Activation::Identity => 1.0,
-                Activation::Relu => (z[i] > 0.0) as u8 as f64,
-                Activation::Tanh => 1.0 - z[i].tanh().powi(2),
-                Activation::Gelu => gelu_grad(z[i] as f32) as f64,
-            };
-            let want: Vec<f64> = (0..rows * cols).map(|i| d[i] as f64 * deriv(i)).collect();
+            let want: Vec<f64> = (0..rows * cols).map(|i| d[i] as f64 * act_deriv_ref(act, z[i])).collect();
             let mut dd = be.upload(&d).unwrap();
-            let zin = (act == Activation::Gelu).then(|| be.view(&keep, 0..rows * cols));
+            let zin = act.needs_z().then(|| be.view(&keep, 0..rows * cols));
             be.act_backward(be.view_mut(&mut dd, 0..rows * cols), be.view(&out, 0..rows * cols), zin, act).unwrap();
             close(&host(be, &dd, rows * cols), &want, 1e-5, &format!("act_backward {act:?}"));
         }
@@ -206,6 +248,8 @@ fn model<B: Backend>(be: &B, tol: f64) {
         (Activation::Tanh, LossKind::Mse),
         (Activation::Tanh, LossKind::Huber),
         (Activation::Relu, LossKind::BinaryCrossEntropy),
+        (Activation::Silu, LossKind::Mse),
+        (Activation::LeakyRelu, LossKind::SoftmaxCrossEntropy),
     ] {
         gradcheck::check(be, act, loss);
         gradcheck::step_matches_cpu(be, act, loss, tol, tol);

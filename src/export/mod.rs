@@ -23,7 +23,7 @@
 #[allow(clippy::all, clippy::pedantic, dead_code, missing_docs)]
 mod onnx;
 
-use crate::config::{Activation, Job, OutputActivation};
+use crate::config::{Activation, Job, OutputActivation, LEAKY_RELU_SLOPE, SELU_ALPHA, SELU_LAMBDA};
 use crate::data::h5;
 use crate::error::{Error, Result};
 use crate::weights;
@@ -322,6 +322,27 @@ impl Graph {
                 self.node("Tanh", &format!("{p}/tanh"), &[z], &format!("{p}/tanh"), vec![]);
                 format!("{p}/tanh")
             }
+            Activation::Sigmoid | Activation::Softplus | Activation::Elu | Activation::Selu | Activation::LeakyRelu => {
+                // One standard operator each (opset 6 or older), with hvtrain's constants.
+                let (op, attrs): (&str, Vec<(&str, f32)>) = match act {
+                    Activation::Sigmoid => ("Sigmoid", vec![]),
+                    Activation::Softplus => ("Softplus", vec![]),
+                    Activation::Elu => ("Elu", vec![("alpha", 1.0)]),
+                    Activation::Selu => ("Selu", vec![("alpha", SELU_ALPHA), ("gamma", SELU_LAMBDA)]),
+                    _ => ("LeakyRelu", vec![("alpha", LEAKY_RELU_SLOPE)]),
+                };
+                let attrs = attrs.into_iter().map(|(n, v)| float_attr(n, v)).collect();
+                let out = format!("{p}/{}", act.name());
+                self.node(op, &out, &[z], &out, attrs);
+                out
+            }
+            Activation::Silu => {
+                // z · sigmoid(z) (opset 17 has no SiLU/Swish operator).
+                let (s, out) = (format!("{p}/silu/sigmoid"), format!("{p}/silu"));
+                self.node("Sigmoid", &s, &[z], &s, vec![]);
+                self.node("Mul", &out, &[z, &s], &out, vec![]);
+                out
+            }
             Activation::Gelu => {
                 // 0.5·z·(1 + tanh(√(2/π)·(z + 0.044715·z³))), in device::cpu::gelu's order.
                 if !self.inits.iter().any(|t| t.name.as_deref() == Some("gelu/c")) {
@@ -354,6 +375,16 @@ impl Graph {
                 t("out")
             }
         }
+    }
+}
+
+/// A float attribute of a node (Elu's, Selu's and LeakyRelu's constants).
+fn float_attr(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Float as i32),
+        f: Some(v),
+        ..Default::default()
     }
 }
 

@@ -124,8 +124,10 @@ pub fn check_with_dropout<B: Backend>(be: &B, act: Activation, loss: impl Into<L
     be.upload_labels(&d.labels, &mut ld).unwrap();
     let vd = be.upload(&values_for(&m, &d)).unwrap();
     let t = targets_of(be, &m, &ld, &vd, d.values.len());
-    // Kinks (ReLU, the absolute error) need a step that does not cross them.
-    let h = if act == Activation::Relu || loss.kind == crate::config::LossKind::Mae { 1e-3 } else { 1e-2 };
+    // Kinks (ReLU, leaky ReLU, SELU's slope jump at 0, the absolute error) need a step that does
+    // not cross them.
+    let kink = matches!(act, Activation::Relu | Activation::LeakyRelu | Activation::Selu);
+    let h = if kink || loss.kind == crate::config::LossKind::Mae { 1e-3 } else { 1e-2 };
     let mut worst = 0.0f64;
     for i in 0..m.n_params {
         let orig = p[i];

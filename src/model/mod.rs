@@ -311,7 +311,7 @@ impl Mlp {
             let w = params.view(be, s.w.clone());
             let g = Gemm::new(b, s.inp, s.out, Trans::N, Trans::N);
             let act = if l + 1 == n && self.head { Activation::Identity } else { self.act };
-            let keep_z = if act == Activation::Gelu { Some(be.view_mut(&mut ws.z[l], 0..b * s.out)) } else { None };
+            let keep_z = if act.needs_z() { Some(be.view_mut(&mut ws.z[l], 0..b * s.out)) } else { None };
             let bias = params.view(be, s.b.clone());
             if s.split == Split::Row {
                 // The partial products are summed over the tensor group before the bias.
@@ -458,7 +458,7 @@ impl Mlp {
         if !self.head {
             let s = &self.layers[n - 1];
             self.dropout_backward(be, drop, n - 1, b, dz, &mut a[n - 1])?;
-            let zin = if self.act == Activation::Gelu { Some(be.view(&z[n - 1], 0..b * s.out)) } else { None };
+            let zin = if self.act.needs_z() { Some(be.view(&z[n - 1], 0..b * s.out)) } else { None };
             be.act_backward(be.view_mut(dz, 0..b * s.out), be.view(&a[n - 1], 0..b * s.out), zin, self.act)?;
         }
         let beta = if grads.accumulate() { 1.0 } else { 0.0 };
@@ -487,7 +487,7 @@ impl Mlp {
                 params.fetch(be, self, l)?;
                 let w = params.view(be, s.w.clone());
                 let gi = Gemm::new(b, s.out, s.inp, Trans::N, Trans::T);
-                let zin = if self.act == Activation::Gelu { Some(be.view(&z[l - 1], 0..b * s.inp)) } else { None };
+                let zin = if self.act.needs_z() { Some(be.view(&z[l - 1], 0..b * s.inp)) } else { None };
                 if s.split != Split::Column && self.mask(drop, l - 1).is_none() {
                     // Nothing between the product and the activation's backward: one call, with
                     // the layer before's bias gradient (its turn then skips it).

@@ -269,7 +269,7 @@ mod tests {
             (loss, g)
         }
         for sizes in [vec![5, 7, 6, 4, 3], vec![5, 7, 6, 3]] {
-            for act in [Activation::Tanh, Activation::Gelu, Activation::Relu] {
+            for act in [Activation::Tanh, Activation::Gelu, Activation::Relu, Activation::Silu, Activation::LeakyRelu] {
                 let whole = Mlp::new(&sizes, act, LossKind::SoftmaxCrossEntropy);
                 let p = whole.init_params(3);
                 let (loss, g) = step(&whole, &p, &mut Whole);

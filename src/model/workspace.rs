@@ -1,17 +1,16 @@
 //! `Workspace`: the scratch buffers of one batch size that forward and backward use
-//! (activations per layer, pre-activations for gelu, the two gradient buffers backward
-//! ping-pongs between, a pipeline stage's input gradient), grown on demand, and dropout's
-//! state for the step's rows.
+//! (activations per layer, pre-activations where the activation's backward reads them
+//! (`Activation::needs_z`), the two gradient buffers backward ping-pongs between, a pipeline
+//! stage's input gradient), grown on demand, and dropout's state for the step's rows.
 //!
 //! Must not: compute (the layers' arithmetic is `Mlp`'s).
 
 use super::Mlp;
-use crate::config::Activation;
 use crate::device::Backend;
 use crate::error::Result;
 
-/// Scratch buffers for one batch size: activations per layer, pre-activations (gelu only),
-/// two gradient buffers that backward ping-pongs between, and (a pipeline stage after the
+/// Scratch buffers for one batch size: activations per layer, pre-activations (where
+/// `act.needs_z()`), two gradient buffers that backward ping-pongs between, and (a pipeline stage after the
 /// first) the gradient of the stage's input.
 pub struct Workspace<B: Backend> {
     cap: usize,
@@ -70,7 +69,7 @@ impl<B: Backend> Workspace<B> {
         if b <= self.cap && self.a.len() == m.layers.len() {
             return Ok(());
         }
-        let keep_z = m.act == Activation::Gelu;
+        let keep_z = m.act.needs_z();
         self.a = m.layers.iter().map(|s| be.zeros(b * s.out)).collect::<Result<_>>()?;
         self.z = m.layers.iter().map(|s| be.zeros(if keep_z { b * s.out } else { 0 })).collect::<Result<_>>()?;
         self.d = vec![be.zeros(b * m.max_width())?, be.zeros(b * m.max_width())?];

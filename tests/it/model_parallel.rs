@@ -119,10 +119,10 @@ fn train_env(dir: &Path, l: L, layers: &[usize], sets: &[&str], env: &[(&str, &s
 const SGD: &str =
     "[optimizer]\nkind = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n[distribution]\nfusion_threshold_mb = 0.0002\n";
 
-fn run_layout(tag: &str, l: L, layers: &[usize], extra: &str) -> Trained {
+fn run_layout(tag: &str, l: L, layers: &[usize], extra: &str, sets: &[&str]) -> Trained {
     let L(d, t, p, m) = l;
     let dir = prepare(&format!("mp-{tag}-{d}x{t}x{p}m{m}"), d, layers, extra);
-    train(&dir, l, layers, &[]).unwrap_or_else(|r| panic!("{tag}: {l:?} failed\n{}", r.all()))
+    train(&dir, l, layers, sets).unwrap_or_else(|r| panic!("{tag}: {l:?} failed\n{}", r.all()))
 }
 
 /// max |a - b| / max |a| over every element of every tensor.
@@ -141,11 +141,16 @@ fn rel_losses(a: &[f64], b: &[f64]) -> f64 {
 const TOL: f64 = 1e-5;
 
 fn check_layouts(tag: &str, layers: &[usize], extra: &str, layouts: &[L]) {
-    let reference = run_layout(tag, L(1, 1, 1, 1), layers, extra);
+    check_layouts_with(tag, layers, extra, layouts, &[]);
+}
+
+/// `check_layouts` with `--set` overrides for every run (after the default tanh).
+fn check_layouts_with(tag: &str, layers: &[usize], extra: &str, layouts: &[L], sets: &[&str]) {
+    let reference = run_layout(tag, L(1, 1, 1, 1), layers, extra, sets);
     assert_eq!(reference.losses.len(), STEPS, "one loss line per step\n{}", reference.log);
     for &l in layouts {
         let L(d, t, p, m) = l;
-        let got = run_layout(tag, l, layers, extra);
+        let got = run_layout(tag, l, layers, extra, sets);
         let grid = format!("data {d} × pipeline {p} × tensor {t}");
         assert!(l.ranks() == 1 || got.log.contains(&grid), "no grid line\n{}", got.log);
         let (lw, ll) = (rel_weights(&reference.weights, &got.weights), rel_losses(&reference.losses, &got.losses));
@@ -243,6 +248,17 @@ fn pipeline_layouts_match_one_rank() {
             L(1, 1, 1, 4),
         ],
     );
+}
+
+/// The activations whose backward reads the kept pre-activation (SiLU here, as GELU, softplus,
+/// ELU, ...) across a pipeline stage boundary (the stage's last layer's backward before the
+/// head's gradient arrives) and tensor splits (column shards keep their part of z), with
+/// dropout between the layers.
+#[test]
+fn activations_of_the_pre_activation_match_one_rank() {
+    let _g = mpi_lock();
+    let sets = ["model.activation=\"silu\"", "model.dropout=0.1"];
+    check_layouts_with("silu", &DEEP, SGD, &[L(1, 2, 2, 1), L(2, 1, 2, 4), L(1, 2, 1, 1)], &sets);
 }
 
 #[test]

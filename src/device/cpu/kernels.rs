@@ -6,11 +6,13 @@
 //! Must not: reorder or fuse the arithmetic of the plain formulas (the GPU kernels and the
 //! conformance tests hold to these bits).
 
-use crate::config::Activation;
+use super::loss::sigmoid;
+use crate::config::{Activation, LEAKY_RELU_SLOPE, SELU_ALPHA, SELU_LAMBDA};
 use crate::device::backend::{mask_bits, AdamHyper, Mask, SgdHyper};
 
 /// out[r, :] = act(z[r, :]) where z = out + bias is formed in place: `out` holds x·W on entry.
-/// When `keep_z` is given, the pre-activation z is stored there (needed by backward for gelu/tanh).
+/// When `keep_z` is given, the pre-activation z is stored there (backward's input where
+/// `act.needs_z()`).
 pub fn bias_act_forward(out: &mut [f32], bias: &[f32], act: Activation, mut keep_z: Option<&mut [f32]>) {
     let n = bias.len();
     for (r, row) in out.chunks_exact_mut(n).enumerate() {
@@ -30,6 +32,79 @@ pub fn act_forward_inplace(v: &mut [f32], act: Activation) {
         Activation::Relu => v.iter_mut().for_each(|x| *x = x.max(0.0)),
         Activation::Tanh => v.iter_mut().for_each(|x| *x = x.tanh()),
         Activation::Gelu => v.iter_mut().for_each(|x| *x = gelu(*x)),
+        Activation::Silu => v.iter_mut().for_each(|x| *x = silu(*x)),
+        Activation::Sigmoid => v.iter_mut().for_each(|x| *x = sigmoid(*x)),
+        Activation::Softplus => v.iter_mut().for_each(|x| *x = softplus(*x)),
+        Activation::Elu => v.iter_mut().for_each(|x| *x = elu(*x)),
+        Activation::Selu => v.iter_mut().for_each(|x| *x = selu(*x)),
+        Activation::LeakyRelu => v.iter_mut().for_each(|x| *x = leaky_relu(*x)),
+    }
+}
+
+// The activations beyond relu, tanh and gelu, each with its derivative in z, in the order of
+// operations kernels.cu's hv_act and hv_act_grad follow (the GPU's and CPU's agree to rounding).
+
+pub fn silu(x: f32) -> f32 {
+    x * sigmoid(x)
+}
+
+/// silu'(z) = s·(1 + z·(1 − s)), s = sigmoid(z).
+pub fn silu_grad(x: f32) -> f32 {
+    let s = sigmoid(x);
+    s * (1.0 + x * (1.0 - s))
+}
+
+/// log(1 + e^z) as max(z, 0) + log1p(e^−|z|): no overflow for large z, exact near 0.
+pub fn softplus(x: f32) -> f32 {
+    x.max(0.0) + (-x.abs()).exp().ln_1p()
+}
+
+pub fn elu(x: f32) -> f32 {
+    if x > 0.0 {
+        x
+    } else {
+        x.exp_m1()
+    }
+}
+
+pub fn selu(x: f32) -> f32 {
+    SELU_LAMBDA * if x > 0.0 { x } else { SELU_ALPHA * x.exp_m1() }
+}
+
+pub fn leaky_relu(x: f32) -> f32 {
+    if x > 0.0 {
+        x
+    } else {
+        LEAKY_RELU_SLOPE * x
+    }
+}
+
+/// The derivative at z of the activations whose backward reads z (`Activation::needs_z`).
+pub fn act_grad_z(act: Activation, x: f32) -> f32 {
+    match act {
+        Activation::Gelu => gelu_grad(x),
+        Activation::Silu => silu_grad(x),
+        Activation::Sigmoid => {
+            let s = sigmoid(x);
+            s * (1.0 - s)
+        }
+        Activation::Softplus => sigmoid(x),
+        Activation::Elu => {
+            if x > 0.0 {
+                1.0
+            } else {
+                x.exp()
+            }
+        }
+        Activation::Selu => SELU_LAMBDA * if x > 0.0 { 1.0 } else { SELU_ALPHA * x.exp() },
+        Activation::LeakyRelu => {
+            if x > 0.0 {
+                1.0
+            } else {
+                LEAKY_RELU_SLOPE
+            }
+        }
+        Activation::Identity | Activation::Relu | Activation::Tanh => unreachable!("{act:?} reads a, not z"),
     }
 }
 
@@ -49,7 +124,7 @@ pub fn gelu_grad(x: f32) -> f32 {
 }
 
 /// d[i] *= act'(z[i]), given the pre-activation `z` and the activation's output `a`.
-/// relu and tanh use `a` (cheaper); gelu needs `z`.
+/// relu and tanh use `a` (cheaper); the others (`act.needs_z()`) need `z`.
 pub fn act_backward_inplace(d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Activation) {
     match act {
         Activation::Identity => {}
@@ -60,6 +135,10 @@ pub fn act_backward_inplace(d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Ac
         Activation::Gelu => {
             let z = z.expect("gelu backward needs the pre-activation");
             d.iter_mut().zip(z).for_each(|(g, &x)| *g *= gelu_grad(x))
+        }
+        _ => {
+            let z = z.unwrap_or_else(|| panic!("{act:?} backward needs the pre-activation"));
+            d.iter_mut().zip(z).for_each(|(g, &x)| *g *= act_grad_z(act, x))
         }
     }
 }

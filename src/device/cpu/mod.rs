@@ -25,6 +25,8 @@ pub use kernels::act_forward_inplace;
 pub use kernels::{
     act_backward_inplace, bias_act_forward, column_sums, dropout, gather_rows, gelu, gelu_grad, softmax_rows,
 };
+#[cfg(test)]
+pub use kernels::{act_grad_z, softplus};
 pub(crate) use kernels::{adam, sgd};
 pub use loss::{pointwise_loss, sigmoid, softmax_xent};
 
@@ -446,7 +448,7 @@ mod tests {
         // The bias is added rounded to bf16, as cuBLAS's bf16 epilogue reads it.
         let rounded = bf16_bias(&bias);
         assert!(rounded.iter().zip(&bias).filter(|(r, b)| r != b).count() >= cols - 1, "a bias bf16 rounds");
-        for act in [Activation::Relu, Activation::Gelu, Activation::Tanh, Activation::Identity] {
+        for act in Activation::ALL {
             let (mut want, mut want_z) = (z0.clone(), vec![0.0; z0.len()]);
             bias_act_forward(&mut want, &rounded, act, Some(&mut want_z));
             let (mut out, mut z) = (z0.clone(), vec![0.0; z0.len()]);
@@ -474,7 +476,7 @@ mod tests {
         let (z0, bias, d0) = (v(rows * cols, 1.0), v(cols, 2.0), v(rows * cols, 3.0));
         for outputs in [false, true] {
             let be = Cpu { bf16: outputs, outputs, ..Cpu };
-            for act in [Activation::Identity, Activation::Relu, Activation::Tanh, Activation::Gelu] {
+            for act in Activation::ALL {
                 let (mut want, mut want_z) = (z0.clone(), vec![0.0; z0.len()]);
                 let b = if outputs { bf16_bias(&bias) } else { bias.clone() };
                 bias_act_forward(&mut want, &b, act, Some(&mut want_z));
@@ -510,7 +512,7 @@ mod tests {
         let (x, w, bias) = (v(m * k, 1.0), v(k * n, 2.0), v(n, 3.0));
         for outputs in [false, true] {
             let be = Cpu { bf16: true, kernel: Bf16Kernel::Emulated, outputs, ..Cpu };
-            for act in [Activation::Identity, Activation::Relu, Activation::Tanh, Activation::Gelu] {
+            for act in Activation::ALL {
                 let (mut want, mut want_z) = (vec![0.0; m * n], vec![0.0; m * n]);
                 be.gemm(g, &x, &w, &mut want).unwrap();
                 be.bias_act(&mut want, &bias, act, Some(&mut want_z)).unwrap();

@@ -10,7 +10,8 @@
 // that would need a block (the loss sums) write one value per row, which the host adds.
 // Numbers follow src/device/cpu/ operation by operation, so the two agree to rounding.
 //
-// Activations: 0 identity, 1 relu, 2 tanh, 3 gelu (tanh approximation). Pointers documented
+// Activations: 0 identity, 1 relu, 2 tanh, 3 gelu (tanh approximation), 4 silu, 5 sigmoid,
+// 6 softplus, 7 elu, 8 selu, 9 leaky_relu (slope 0.2) (launch.rs act_code). Pointers documented
 // "may be null" are passed as 0 when absent.
 
 #define HV_GRID_STRIDE(i, n) \
@@ -21,6 +22,16 @@
 #define HV_RELU 1
 #define HV_TANH 2
 #define HV_GELU 3
+#define HV_SILU 4
+#define HV_SIGMOID 5
+#define HV_SOFTPLUS 6
+#define HV_ELU 7
+#define HV_SELU 8
+#define HV_LEAKY_RELU 9
+// config/model.rs LEAKY_RELU_SLOPE, SELU_ALPHA, SELU_LAMBDA.
+#define HV_LEAKY_SLOPE 0.2f
+#define HV_SELU_ALPHA 1.6732632f
+#define HV_SELU_LAMBDA 1.050701f
 // Or'ed into hv_bias_act's act: the bias rounded to bf16 first (bf16 layer outputs, as
 // cuBLAS's bf16 epilogue reads it; launch.rs BIAS_BF16).
 #define HV_BIAS_BF16 16
@@ -41,12 +52,46 @@ __device__ __forceinline__ float hv_gelu_grad(float x) {
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
 
+// As device/cpu/loss.rs sigmoid: e^x / (1 + e^x) below 0, so neither side overflows.
+__device__ __forceinline__ float hv_sigmoid(float x) {
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    const float e = expf(x);
+    return e / (1.0f + e);
+}
+
 __device__ __forceinline__ float hv_act(float x, int act) {
     switch (act) {
     case HV_RELU: return fmaxf(x, 0.0f);
     case HV_TANH: return tanhf(x);
     case HV_GELU: return hv_gelu(x);
+    case HV_SILU: return x * hv_sigmoid(x);
+    case HV_SIGMOID: return hv_sigmoid(x);
+    case HV_SOFTPLUS: return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));
+    case HV_ELU: return x > 0.0f ? x : expm1f(x);
+    case HV_SELU: return HV_SELU_LAMBDA * (x > 0.0f ? x : HV_SELU_ALPHA * expm1f(x));
+    case HV_LEAKY_RELU: return x > 0.0f ? x : HV_LEAKY_SLOPE * x;
     default: return x;
+    }
+}
+
+// act'(z) for the activations whose backward reads the pre-activation (all but identity,
+// relu and tanh), in device/cpu/kernels.rs act_grad_z's order.
+__device__ __forceinline__ float hv_act_grad_z(float x, int act) {
+    switch (act) {
+    case HV_GELU: return hv_gelu_grad(x);
+    case HV_SILU: {
+        const float s = hv_sigmoid(x);
+        return s * (1.0f + x * (1.0f - s));
+    }
+    case HV_SIGMOID: {
+        const float s = hv_sigmoid(x);
+        return s * (1.0f - s);
+    }
+    case HV_SOFTPLUS: return hv_sigmoid(x);
+    case HV_ELU: return x > 0.0f ? 1.0f : expf(x);
+    case HV_SELU: return HV_SELU_LAMBDA * (x > 0.0f ? 1.0f : HV_SELU_ALPHA * expf(x));
+    case HV_LEAKY_RELU: return x > 0.0f ? 1.0f : HV_LEAKY_SLOPE;
+    default: return 1.0f;
     }
 }
 
@@ -96,8 +141,8 @@ extern "C" __global__ void hv_bias_act(float* out, const float* bias, float* kee
     }
 }
 
-// d[i] *= act'(.), from the activation's output a (relu, tanh) or its input z (gelu; z may
-// be null for the others).
+// d[i] *= act'(.), from the activation's output a (relu, tanh) or its input z (the others; z
+// may be null for identity, relu and tanh).
 extern "C" __global__ void hv_act_backward(float* d, const float* a, const float* z, long long n, int act,
                                            unsigned short* low) {
     HV_GRID_STRIDE(i, n) {
@@ -106,8 +151,8 @@ extern "C" __global__ void hv_act_backward(float* d, const float* a, const float
             if (a[i] <= 0.0f) d[i] = 0.0f;
             break;
         case HV_TANH: d[i] *= 1.0f - a[i] * a[i]; break;
-        case HV_GELU: d[i] *= hv_gelu_grad(z[i]); break;
-        default: break;
+        case HV_IDENTITY: break;
+        default: d[i] *= hv_act_grad_z(z[i], act); break;
         }
         HV_LOW(low, i, d[i]);
     }

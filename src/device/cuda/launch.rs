@@ -101,6 +101,12 @@ pub fn act_code(act: crate::config::Activation) -> i32 {
         Relu => 1,
         Tanh => 2,
         Gelu => 3,
+        Silu => 4,
+        Sigmoid => 5,
+        Softplus => 6,
+        Elu => 7,
+        Selu => 8,
+        LeakyRelu => 9,
     }
 }
 

@@ -99,6 +99,7 @@ pub fn forward_call(
         (Activation::Gelu, false) => Epilogue::GeluBias,
         (Activation::Gelu, true) => Epilogue::GeluAuxBias,
         (Activation::Tanh, _) => return Err("cublasLt has no tanh epilogue"),
+        _ => return Err("cublasLt has no epilogue for this activation"),
     };
     let c = cublas_args(g.m, g.k, g.n, g.ta, g.tb);
     let aux_ld = aux_ld(epilogue, c.ldc)?;
@@ -138,7 +139,7 @@ pub fn input_grad_call(g: Gemm, act: Activation, addrs: [u64; 3]) -> Result<LtCa
     let epilogue = match act {
         Activation::Relu => Epilogue::DreluBgrad,
         Activation::Gelu => Epilogue::DgeluBgrad,
-        Activation::Identity | Activation::Tanh => return Err("cublasLt has no backward epilogue for it"),
+        _ => return Err("cublasLt has no backward epilogue for it"),
     };
     let c = cublas_args(g.m, g.k, g.n, g.ta, g.tb);
     let aux_ld = aux_ld(epilogue, c.ldc)?;

@@ -141,7 +141,7 @@ extern "C" {
     fn hvshim_hv_round_bf16(g: u32, b: u32, x: *mut f32, n: i64);
 }
 
-const ACTS: [Activation; 4] = [Activation::Identity, Activation::Relu, Activation::Tanh, Activation::Gelu];
+const ACTS: [Activation; 10] = Activation::ALL;
 /// Rows (or element counts) and columns, odd ones included.
 const ROWS: [usize; 5] = [1, 3, 17, 129, 1000];
 const COLS: [usize; 5] = [1, 3, 10, 17, 129];
@@ -299,8 +299,8 @@ fn act_backward_matches_cpu() {
         for act in ACTS {
             let mut a = z.clone();
             cpu::act_forward_inplace(&mut a, act);
-            // gelu needs z; the others must work with z absent (null) or present.
-            let with_z: &[bool] = if act == Activation::Gelu { &[true] } else { &[false, true] };
+            // gelu, silu, ... need z; the others must work with z absent (null) or present.
+            let with_z: &[bool] = if act.needs_z() { &[true] } else { &[false, true] };
             for &pass_z in with_z {
                 let mut want = d.clone();
                 cpu::act_backward_inplace(&mut want, &a, pass_z.then_some(&z[..]), act);
