@@ -367,6 +367,9 @@ also written to --json FILE. The PyTorch peer on the same shapes: bench/torch_pe
         batch: usize,
         #[arg(long, value_enum, default_value = "fp32")]
         precision: PrecisionArg,
+        /// The hidden layers' activation (model.activation's names).
+        #[arg(long, default_value = "relu", value_parser = parse_activation)]
+        activation: crate::config::Activation,
         /// Timed steps (after --warmup untimed ones).
         #[arg(long, default_value_t = 50)]
         steps: usize,
@@ -477,3 +480,12 @@ pub enum ClassOrderArg {
 
 #[cfg(test)]
 mod docs_tests;
+
+/// `--activation`: model.activation's names (and `swish` for silu).
+fn parse_activation(s: &str) -> Result<crate::config::Activation, String> {
+    use crate::config::Activation;
+    let all = Activation::ALL;
+    all.into_iter()
+        .find(|a| a.name() == s || (s == "swish" && *a == Activation::Silu))
+        .ok_or_else(|| format!("one of {}", all.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ")))
+}

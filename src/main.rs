@@ -132,11 +132,31 @@ fn main() {
                 bench::pieces::run(comm, elements).map(|()| 0)
             })
         }
-        Command::Bench(BenchCommand::Step { device, layers, batch, precision, steps, warmup, threads, data, json }) => {
+        Command::Bench(BenchCommand::Step {
+            device,
+            layers,
+            batch,
+            precision,
+            activation,
+            steps,
+            warmup,
+            threads,
+            data,
+            json,
+        }) => {
             device::set_cpu_threads(threads);
             device::check_cpu_threads(device::Kind::Cpu, threads);
             let resident = data == cli::DataArg::Device;
-            finish(bench_step(device, layers, batch, precision, steps, warmup, resident, json))
+            let b = bench::step::StepBench {
+                layers,
+                batch,
+                steps,
+                warmup,
+                precision: precision.precision(),
+                activation,
+                resident,
+            };
+            finish(bench_step(device, b, json))
         }
         Command::Selftest { device } => selftest(device),
         Command::Plot { runs, output } => {
@@ -302,22 +322,16 @@ fn with_mpi(limits: Limits, f: impl FnOnce(&parallel::Comm) -> error::Result<i32
 #[allow(clippy::too_many_arguments)]
 fn bench_step(
     device: cli::DeviceArg,
-    layers: Vec<usize>,
-    batch: usize,
-    precision: cli::PrecisionArg,
-    steps: usize,
-    warmup: usize,
-    resident: bool,
+    b: bench::step::StepBench,
     json: Option<std::path::PathBuf>,
 ) -> error::Result<()> {
-    if layers.len() < 2 || layers.contains(&0) || batch == 0 || steps == 0 {
+    if b.layers.len() < 2 || b.layers.contains(&0) || b.batch == 0 || b.steps == 0 {
         return Err(error::Error::Device(
             "bench step: --layers needs two or more sizes > 0, --batch and --steps > 0".into(),
         ));
     }
     let (kind, how) = device::select(device.choice(), 0)?;
     log::info!("bench step on {how}");
-    let b = bench::step::StepBench { layers, batch, steps, warmup, precision: precision.precision(), resident };
     let out = device::with_backend(kind, b.precision, &b)?;
     println!("{out}");
     if let Some(p) = json {

@@ -26,6 +26,8 @@ pub struct StepBench {
     pub steps: usize,
     pub warmup: usize,
     pub precision: Precision,
+    /// The hidden layers' activation.
+    pub activation: Activation,
     /// The data set (8 batches) kept in device memory and each batch gathered there by index
     /// (`Stepper::set_resident`), else each batch copied from host memory.
     pub resident: bool,
@@ -57,7 +59,7 @@ pub fn step_flops(layers: &[usize], batch: usize) -> f64 {
 impl WithBackend<serde_json::Value> for &StepBench {
     fn run<B: Backend>(self, be: B) -> Result<serde_json::Value> {
         let (layers, b) = (&self.layers, self.batch);
-        let model = Mlp::new(layers, Activation::Relu, LossKind::SoftmaxCrossEntropy);
+        let model = Mlp::new(layers, self.activation, LossKind::SoftmaxCrossEntropy);
         let params = model.init_params(1);
         let lens: Vec<usize> = model.tensors().iter().map(|t| t.range.len()).collect();
         let plan = FusionPlan::new(&lens, 64 << 20);
@@ -117,6 +119,7 @@ impl WithBackend<serde_json::Value> for &StepBench {
         let step_tflops = flops * self.steps as f64 / secs / 1e12;
         Ok(serde_json::json!({
             "device": name, "layers": layers, "batch": b, "precision": format!("{:?}", self.precision).to_lowercase(),
+            "activation": self.activation.name(),
             "steps": self.steps, "seconds": secs, "data": if self.resident { "device" } else { "host" },
             "samples_per_s": (b * self.steps) as f64 / secs,
             "step_ms": secs * 1e3 / self.steps as f64,

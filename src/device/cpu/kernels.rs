@@ -1,14 +1,46 @@
 //! The CPU reference's element-wise kernels on row-major `f32` slices: bias and activation
-//! (forward and backward), column sums, row gathers, dropout's mask, softmax, and the SGD and
-//! Adam updates (built for AVX-512 and AVX2 where the CPU has them, `widest!`, with the plain
-//! formulas' bits).
+//! (forward and backward; exp, tanh and sigmoid from `vmath`, vectorizable), column sums, row
+//! gathers, dropout's mask, softmax, and the SGD and Adam updates (the activations' and
+//! optimizers' loops built for AVX-512 and AVX2 where the CPU has them, `widest!`, with the
+//! plain formulas' bits).
 //!
 //! Must not: reorder or fuse the arithmetic of the plain formulas (the GPU kernels and the
-//! conformance tests hold to these bits).
+//! conformance tests hold to these bits), or call libm in a loop that should vectorize.
 
-use super::loss::sigmoid;
+use super::vmath::{exp, sigmoid, tanh};
 use crate::config::{Activation, LEAKY_RELU_SLOPE, SELU_ALPHA, SELU_LAMBDA};
 use crate::device::backend::{mask_bits, AdamHyper, Mask, SgdHyper};
+
+/// Runs `$body` compiled for AVX-512F where the CPU has it, else for AVX2, else for the
+/// baseline (SSE2): the same scalar code, which LLVM vectorizes 16, 8 or 4 lanes wide. No
+/// fast-math: Rust never contracts a·b + c into an FMA, so every width gives the same bits.
+/// The optimizer's passes are memory-bound streams, but SSE2's 4 lanes left them
+/// instruction-bound (SGD with momentum: 10 % of a bf16 step on a Zen 5, 2 threads).
+macro_rules! widest {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
+        $(#[$doc])*
+        pub fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                unsafe fn w512($($arg: $ty),*) { body($($arg),*) }
+                #[target_feature(enable = "avx2")]
+                unsafe fn w256($($arg: $ty),*) { body($($arg),*) }
+                if is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F.
+                    return unsafe { w512($($arg),*) };
+                }
+                if is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU has AVX2.
+                    return unsafe { w256($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
 
 /// out[r, :] = act(z[r, :]) where z = out + bias is formed in place: `out` holds x·W on entry.
 /// When `keep_z` is given, the pre-activation z is stored there (backward's input where
@@ -26,11 +58,14 @@ pub fn bias_act_forward(out: &mut [f32], bias: &[f32], act: Activation, mut keep
     }
 }
 
-pub fn act_forward_inplace(v: &mut [f32], act: Activation) {
+widest! {
+/// v = act(v). The transcendental ones through `vmath` (vectorized; ELU's and SELU's expm1
+/// and softplus's log1p are libm's, one element at a time).
+fn act_forward_inplace(v: &mut [f32], act: Activation) {
     match act {
         Activation::Identity => {}
         Activation::Relu => v.iter_mut().for_each(|x| *x = x.max(0.0)),
-        Activation::Tanh => v.iter_mut().for_each(|x| *x = x.tanh()),
+        Activation::Tanh => v.iter_mut().for_each(|x| *x = tanh(*x)),
         Activation::Gelu => v.iter_mut().for_each(|x| *x = gelu(*x)),
         Activation::Silu => v.iter_mut().for_each(|x| *x = silu(*x)),
         Activation::Sigmoid => v.iter_mut().for_each(|x| *x = sigmoid(*x)),
@@ -40,25 +75,30 @@ pub fn act_forward_inplace(v: &mut [f32], act: Activation) {
         Activation::LeakyRelu => v.iter_mut().for_each(|x| *x = leaky_relu(*x)),
     }
 }
+}
 
 // The activations beyond relu, tanh and gelu, each with its derivative in z, in the order of
 // operations kernels.cu's hv_act and hv_act_grad follow (the GPU's and CPU's agree to rounding).
 
+#[inline(always)]
 pub fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
 
 /// silu'(z) = s·(1 + z·(1 − s)), s = sigmoid(z).
+#[inline(always)]
 pub fn silu_grad(x: f32) -> f32 {
     let s = sigmoid(x);
     s * (1.0 + x * (1.0 - s))
 }
 
 /// log(1 + e^z) as max(z, 0) + log1p(e^−|z|): no overflow for large z, exact near 0.
+#[inline(always)]
 pub fn softplus(x: f32) -> f32 {
     x.max(0.0) + (-x.abs()).exp().ln_1p()
 }
 
+#[inline(always)]
 pub fn elu(x: f32) -> f32 {
     if x > 0.0 {
         x
@@ -67,10 +107,12 @@ pub fn elu(x: f32) -> f32 {
     }
 }
 
+#[inline(always)]
 pub fn selu(x: f32) -> f32 {
     SELU_LAMBDA * if x > 0.0 { x } else { SELU_ALPHA * x.exp_m1() }
 }
 
+#[inline(always)]
 pub fn leaky_relu(x: f32) -> f32 {
     if x > 0.0 {
         x
@@ -80,6 +122,7 @@ pub fn leaky_relu(x: f32) -> f32 {
 }
 
 /// The derivative at z of the activations whose backward reads z (`Activation::needs_z`).
+#[inline(always)]
 pub fn act_grad_z(act: Activation, x: f32) -> f32 {
     match act {
         Activation::Gelu => gelu_grad(x),
@@ -93,10 +136,10 @@ pub fn act_grad_z(act: Activation, x: f32) -> f32 {
             if x > 0.0 {
                 1.0
             } else {
-                x.exp()
+                exp(x)
             }
         }
-        Activation::Selu => SELU_LAMBDA * if x > 0.0 { 1.0 } else { SELU_ALPHA * x.exp() },
+        Activation::Selu => SELU_LAMBDA * if x > 0.0 { 1.0 } else { SELU_ALPHA * exp(x) },
         Activation::LeakyRelu => {
             if x > 0.0 {
                 1.0
@@ -112,35 +155,46 @@ const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_C: f32 = 0.044_715;
 
 /// GELU, tanh approximation (as in GPT-2 and `jax.nn.gelu(approximate=True)`).
+#[inline(always)]
 pub fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + GELU_C * x * x * x)).tanh())
+    0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)))
 }
 
+#[inline(always)]
 pub fn gelu_grad(x: f32) -> f32 {
     let u = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
-    let t = u.tanh();
+    let t = tanh(u);
     let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * x * x);
     0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
 }
 
+/// d[i] *= f(z[i]) (the activations whose backward reads z), each call its own loop with `f`
+/// inlined into it.
+#[inline(always)]
+fn times(d: &mut [f32], z: Option<&[f32]>, act: Activation, f: impl Fn(f32) -> f32) {
+    let z = z.unwrap_or_else(|| panic!("{act:?} backward needs the pre-activation"));
+    d.iter_mut().zip(z).for_each(|(g, &x)| *g *= f(x))
+}
+
+widest! {
 /// d[i] *= act'(z[i]), given the pre-activation `z` and the activation's output `a`.
 /// relu and tanh use `a` (cheaper); the others (`act.needs_z()`) need `z`.
-pub fn act_backward_inplace(d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Activation) {
+fn act_backward_inplace(d: &mut [f32], a: &[f32], z: Option<&[f32]>, act: Activation) {
     match act {
         Activation::Identity => {}
         // A select, not a branch: the compiler vectorizes it, where `if y <= 0.0 { *g = 0.0 }`
         // stayed a scalar loop that mispredicted on every other unit (7.5 % of a step).
         Activation::Relu => d.iter_mut().zip(a).for_each(|(g, &y)| *g = if y <= 0.0 { 0.0 } else { *g }),
         Activation::Tanh => d.iter_mut().zip(a).for_each(|(g, &y)| *g *= 1.0 - y * y),
-        Activation::Gelu => {
-            let z = z.expect("gelu backward needs the pre-activation");
-            d.iter_mut().zip(z).for_each(|(g, &x)| *g *= gelu_grad(x))
-        }
-        _ => {
-            let z = z.unwrap_or_else(|| panic!("{act:?} backward needs the pre-activation"));
-            d.iter_mut().zip(z).for_each(|(g, &x)| *g *= act_grad_z(act, x))
-        }
+        Activation::Gelu => times(d, z, act, gelu_grad),
+        Activation::Silu => times(d, z, act, |x| act_grad_z(Activation::Silu, x)),
+        Activation::Sigmoid => times(d, z, act, |x| act_grad_z(Activation::Sigmoid, x)),
+        Activation::Softplus => times(d, z, act, |x| act_grad_z(Activation::Softplus, x)),
+        Activation::Elu => times(d, z, act, |x| act_grad_z(Activation::Elu, x)),
+        Activation::Selu => times(d, z, act, |x| act_grad_z(Activation::Selu, x)),
+        Activation::LeakyRelu => times(d, z, act, |x| act_grad_z(Activation::LeakyRelu, x)),
     }
+}
 }
 
 /// out[j] = beta · out[j] + sum over rows r of m[r, j]  (the bias gradient; beta 1 accumulates).
@@ -188,37 +242,6 @@ pub fn softmax_rows(v: &mut [f32], k: usize) {
         let sum: f32 = row.iter().sum();
         row.iter_mut().for_each(|x| *x /= sum);
     }
-}
-
-/// Runs `$body` compiled for AVX-512F where the CPU has it, else for AVX2, else for the
-/// baseline (SSE2): the same scalar code, which LLVM vectorizes 16, 8 or 4 lanes wide. No
-/// fast-math: Rust never contracts a·b + c into an FMA, so every width gives the same bits.
-/// The optimizer's passes are memory-bound streams, but SSE2's 4 lanes left them
-/// instruction-bound (SGD with momentum: 10 % of a bf16 step on a Zen 5, 2 threads).
-macro_rules! widest {
-    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
-        $(#[$doc])*
-        pub fn $name($($arg: $ty),*) {
-            #[inline(always)]
-            fn body($($arg: $ty),*) $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                unsafe fn w512($($arg: $ty),*) { body($($arg),*) }
-                #[target_feature(enable = "avx2")]
-                unsafe fn w256($($arg: $ty),*) { body($($arg),*) }
-                if is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has AVX-512F.
-                    return unsafe { w512($($arg),*) };
-                }
-                if is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU has AVX2.
-                    return unsafe { w256($($arg),*) };
-                }
-            }
-            body($($arg),*)
-        }
-    };
 }
 
 widest! {

@@ -16,6 +16,7 @@ pub mod bf16_kernel;
 mod fp32;
 mod kernels;
 mod loss;
+pub mod vmath;
 pub use bf16_kernel::Bf16Kernel;
 #[cfg(test)]
 use fp32::mm_gemm;
