@@ -1,5 +1,5 @@
 //! The CPU reference's element-wise kernels on row-major `f32` slices: bias and activation
-//! (forward and backward; exp, tanh and sigmoid from `vmath`, vectorizable), column sums, row
+//! (forward and backward; exp, expm1, log1p, tanh and sigmoid from `vmath`, vectorizable), column sums, row
 //! gathers, dropout's mask, softmax, and the SGD and Adam updates (the activations' and
 //! optimizers' loops built for AVX-512 and AVX2 where the CPU has them, `widest!`, with the
 //! plain formulas' bits).
@@ -7,7 +7,7 @@
 //! Must not: reorder or fuse the arithmetic of the plain formulas (the GPU kernels and the
 //! conformance tests hold to these bits), or call libm in a loop that should vectorize.
 
-use super::vmath::{exp, sigmoid, tanh};
+use super::vmath::{exp, expm1_neg, ln1p_unit, sigmoid, tanh};
 use crate::config::{Activation, LEAKY_RELU_SLOPE, SELU_ALPHA, SELU_LAMBDA};
 use crate::device::backend::{mask_bits, AdamHyper, Mask, SgdHyper};
 
@@ -59,8 +59,7 @@ pub fn bias_act_forward(out: &mut [f32], bias: &[f32], act: Activation, mut keep
 }
 
 widest! {
-/// v = act(v). The transcendental ones through `vmath` (vectorized; ELU's and SELU's expm1
-/// and softplus's log1p are libm's, one element at a time).
+/// v = act(v). The transcendental ones through `vmath` (vectorized).
 fn act_forward_inplace(v: &mut [f32], act: Activation) {
     match act {
         Activation::Identity => {}
@@ -95,7 +94,7 @@ pub fn silu_grad(x: f32) -> f32 {
 /// log(1 + e^z) as max(z, 0) + log1p(e^−|z|): no overflow for large z, exact near 0.
 #[inline(always)]
 pub fn softplus(x: f32) -> f32 {
-    x.max(0.0) + (-x.abs()).exp().ln_1p()
+    x.max(0.0) + ln1p_unit(exp(-x.abs()))
 }
 
 #[inline(always)]
@@ -103,13 +102,13 @@ pub fn elu(x: f32) -> f32 {
     if x > 0.0 {
         x
     } else {
-        x.exp_m1()
+        expm1_neg(x)
     }
 }
 
 #[inline(always)]
 pub fn selu(x: f32) -> f32 {
-    SELU_LAMBDA * if x > 0.0 { x } else { SELU_ALPHA * x.exp_m1() }
+    SELU_LAMBDA * if x > 0.0 { x } else { SELU_ALPHA * expm1_neg(x) }
 }
 
 #[inline(always)]

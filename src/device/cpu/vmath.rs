@@ -1,4 +1,5 @@
-//! exp, tanh and the logistic sigmoid in float32 for the activations' element-wise passes,
+//! exp, expm1, log1p, tanh and the logistic sigmoid in float32 for the activations'
+//! element-wise passes,
 //! written so the compiler vectorizes the loops they sit in: no calls, no branches (both
 //! sides computed, one selected), plain multiplies and adds (Rust never fuses them), so every
 //! CPU and every vector width gives the same bits. libm's `expf`/`tanhf` are calls, one
@@ -62,6 +63,51 @@ pub fn tanh(x: f32) -> f32 {
     } else {
         big
     }
+}
+
+/// e^x − 1 for x ≤ 0 (ELU's and SELU's negative side): a degree-8 Taylor polynomial above
+/// −0.5, where e^x − 1 would lose the low bits to cancellation, e^x − 1 below. NaN stays NaN.
+#[inline(always)]
+pub fn expm1_neg(x: f32) -> f32 {
+    let mut p = 1.0 / 40_320.0_f32;
+    for c in [1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5] {
+        p = p * x + c;
+    }
+    let small = (p * x) * x + x;
+    let big = exp(x) - 1.0;
+    if x > -0.5 {
+        small
+    } else {
+        big
+    }
+}
+
+/// ln(1 + e) for e in [0, 1] (softplus's log1p(e^−|z|)): 1 + e rounded to u, ln u by Cephes'
+/// `logf` (u, or u/2 above √2, less 1, in a degree-9 polynomial), plus the rounding's
+/// correction (e − (u − 1)) / u.
+#[inline(always)]
+pub fn ln1p_unit(e: f32) -> f32 {
+    let u = 1.0 + e;
+    let fix = (e - (u - 1.0)) / u;
+    let high = u > std::f32::consts::SQRT_2;
+    let k = if high { 1.0 } else { 0.0 };
+    let x = if high { u * 0.5 } else { u } - 1.0;
+    let z = x * x;
+    let mut y = 7.037_683_6e-2_f32;
+    for c in [
+        -1.151_461_e-1,
+        1.167_699_9e-1,
+        -1.242_014_1e-1,
+        1.424_932_3e-1,
+        -1.666_805_8e-1,
+        2.000_071_5e-1,
+        -2.499_999_4e-1,
+        3.333_333_1e-1,
+    ] {
+        y = y * x + c;
+    }
+    let y = y * x * z + k * LN2_LO - 0.5 * z;
+    x + y + k * LN2_HI + fix
 }
 
 /// The logistic sigmoid 1 / (1 + e^−x), as e^x / (1 + e^x) below 0 so that neither side
@@ -133,7 +179,22 @@ mod tests {
     }
 
     #[test]
+    fn expm1_of_negatives_within_one_and_a_half_ulps() {
+        let (w, at) = worst_ulps(expm1_neg, f64::exp_m1, -87.0, 0.0);
+        assert!(w <= 1.5, "expm1: {w} ulps at {at}");
+    }
+
+    #[test]
+    fn ln1p_of_the_unit_interval_within_one_and_a_half_ulps() {
+        let (w, at) = worst_ulps(ln1p_unit, f64::ln_1p, 0.0, 1.0);
+        assert!(w <= 1.5, "ln1p: {w} ulps at {at}");
+    }
+
+    #[test]
     fn special_values() {
+        assert!(expm1_neg(f32::NAN).is_nan() && ln1p_unit(f32::NAN).is_nan());
+        assert_eq!((expm1_neg(0.0), expm1_neg(f32::NEG_INFINITY)), (0.0, -1.0));
+        assert_eq!((ln1p_unit(0.0), ln1p_unit(1.0)), (0.0, std::f32::consts::LN_2));
         assert!(exp(f32::NAN).is_nan() && tanh(f32::NAN).is_nan() && sigmoid(f32::NAN).is_nan());
         assert_eq!(tanh(-0.0).to_bits(), (-0.0f32).to_bits());
         assert_eq!((tanh(f32::INFINITY), tanh(f32::NEG_INFINITY)), (1.0, -1.0));
