@@ -155,7 +155,7 @@ fn bad_config_values() {
     let cases: &[(&str, &[&str])] = &[
         ("optimizer.lr=0", &["job.toml", "optimizer.lr", "must be greater than 0 and at most 1e30, got 0"]),
         ("training.batch_size=0", &["job.toml", "training.batch_size", "must be at least 1"]),
-        ("model.activation=swish", &["job.toml", "model.activation", "unknown variant `swish`"]),
+        ("model.activation=mish", &["job.toml", "model.activation", "unknown variant `mish`"]),
         ("training.epochz=3", &["job.toml", "training.epochz", "unknown field `epochz`"]),
         ("model.layers=[5,0,3]", &["job.toml", "model.layers", "width 1 is 0"]),
     ];
