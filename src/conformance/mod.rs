@@ -60,7 +60,9 @@ fn gemm_of<B: Backend>(be: &B, operand: fn(f32) -> f64, label: &str) {
     }
 }
 
-fn act_ref(act: Activation, z: f64) -> f64 {
+/// act(z) in float64 as Keras and PyTorch define each activation (GELU's tanh approximation as
+/// the CPU's float32 formula). Also `model::tests`' definitions.
+pub(crate) fn act_ref(act: Activation, z: f64) -> f64 {
     let (alpha, lambda) = (1.6732632423543772, 1.0507009873554805);
     match act {
         Activation::Identity => z,
@@ -69,7 +71,7 @@ fn act_ref(act: Activation, z: f64) -> f64 {
         Activation::Gelu => gelu(z as f32) as f64,
         Activation::Silu => z / (1.0 + (-z).exp()),
         Activation::Sigmoid => 1.0 / (1.0 + (-z).exp()),
-        Activation::Softplus => (1.0 + z.exp()).ln(),
+        Activation::Softplus => z.exp().ln_1p(),
         Activation::Elu => {
             if z > 0.0 {
                 z

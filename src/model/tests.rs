@@ -67,29 +67,7 @@ fn gradcheck_with_dropout_every_activation() {
 /// and its derivative in z (`act_grad_z`) against a difference quotient of the float64 forward.
 #[test]
 fn activations_match_their_definitions() {
-    let sig = |z: f64| 1.0 / (1.0 + (-z).exp());
-    let (alpha, lambda) = (1.6732632423543772, 1.0507009873554805);
-    let def = |act: Activation, z: f64| match act {
-        Activation::Silu => z * sig(z),
-        Activation::Sigmoid => sig(z),
-        Activation::Softplus => z.exp().ln_1p(),
-        Activation::Elu => {
-            if z > 0.0 {
-                z
-            } else {
-                z.exp_m1()
-            }
-        }
-        Activation::Selu => lambda * if z > 0.0 { z } else { alpha * z.exp_m1() },
-        Activation::LeakyRelu => {
-            if z > 0.0 {
-                z
-            } else {
-                0.2 * z
-            }
-        }
-        _ => unreachable!(),
-    };
+    let def = crate::conformance::act_ref;
     for act in Activation::ALL.into_iter().filter(|a| a.needs_z() && *a != Activation::Gelu) {
         for &z in &[-30.0f32, -5.0, -1.5, -0.3, -1e-4, 1e-4, 0.3, 1.5, 5.0, 30.0] {
             let mut v = [z];
