@@ -83,6 +83,7 @@ impl WithBackend<serde_json::Value> for &StepBench {
             x: (0..b * layers[0]).map(|_| r.uniform() as f32).collect(),
             classes: (0..b).map(|i| (i % k) as i32).collect(),
             values: Vec::new(),
+            weights: Vec::new(),
             ids: (0..b as u32).collect(),
             digest: 0,
         };

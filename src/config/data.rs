@@ -68,6 +68,11 @@ pub struct DataCfg {
     pub x_dataset: String,
     #[serde(default = "default_y")]
     pub y_dataset: String,
+    /// A dataset of one weight per training row beside x and y (Keras' `sample_weight` in
+    /// `fit`): each row's loss and gradient × its weight; evaluation unweighted. None: every
+    /// row weighs 1.
+    #[serde(default)]
+    pub sample_weight: Option<String>,
     /// Shuffle the order of samples every epoch (seeded by `training.seed` and the epoch).
     #[serde(default = "super::yes")]
     pub shuffle: bool,
@@ -182,6 +187,17 @@ impl DataCfg {
         }
         if d.train.is_empty() {
             return bad("data.train", "is empty; give the path of the training HDF5 file".into());
+        }
+        if let Some(w) = &d.sample_weight {
+            if w.is_empty() || *w == d.x_dataset || *w == d.y_dataset {
+                return bad(
+                    "data.sample_weight",
+                    format!(
+                        "must name a dataset of its own beside data.x_dataset ({}) and data.y_dataset ({}), got \"{w}\"",
+                        d.x_dataset, d.y_dataset
+                    ),
+                );
+            }
         }
         Ok(())
     }

@@ -12,20 +12,23 @@ pub(super) fn losses<B: Backend>(be: &B) {
     let logits: Vec<f32> = random(b * k, 5).iter().map(|v| v * 8.0).collect();
     let labels: Vec<i32> = (0..b as i32).map(|i| (i * 3) % k as i32).collect();
     let scale = 1.0 / b as f32;
-    // Without class weights, and with one per class (0 leaves a class out).
+    // Without class weights, with one per class (0 leaves a class out), and with sample
+    // weights per row too (`data.sample_weight`: 0 leaves a row out).
     let weights: Vec<f32> = (0..k).map(|c| [1.5, 0.0, 0.25, 3.0][c % 4]).collect();
+    let rows_w: Vec<f32> = (0..b).map(|r| [0.5, 2.0, 0.0, 1.0, 3.25][r % 5]).collect();
     let ld = be.upload(&logits).unwrap();
     let wd = be.upload(&weights).unwrap();
+    let rwd = be.upload(&rows_w).unwrap();
     let mut d = be.zeros(b * k).unwrap();
     let mut plain = Vec::new();
-    for cw in [None, Some(&weights)] {
+    for (cw, rw) in [(None, None), (Some(&weights), None), (None, Some(&rows_w)), (Some(&weights), Some(&rows_w))] {
         let (mut loss, mut correct, mut grad) = (0.0f64, 0usize, vec![0.0f64; b * k]);
         for r in 0..b {
             let row: Vec<f64> = logits[r * k..(r + 1) * k].iter().map(|&v| v as f64).collect();
             let max = row.iter().cloned().fold(f64::MIN, f64::max);
             let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
             let y = labels[r] as usize;
-            let w = cw.map_or(1.0, |w| w[y] as f64);
+            let w = cw.map_or(1.0, |w| w[y] as f64) * rw.map_or(1.0, |w| w[r] as f64);
             loss += w * (sum.ln() - (row[y] - max));
             let arg = (0..k).fold(0, |best, j| if row[j] > row[best] { j } else { best });
             correct += (arg == y) as usize;
@@ -37,13 +40,18 @@ pub(super) fn losses<B: Backend>(be: &B) {
         let mut lab = be.labels(b).unwrap();
         be.upload_labels(&labels, &mut lab).unwrap();
         let wv = cw.map(|_| be.view(&wd, 0..k));
-        let (l, c) =
-            be.softmax_xent(be.view(&ld, 0..b * k), &lab, wv, k, scale, Some(be.view_mut(&mut d, 0..b * k))).unwrap();
-        let what = if cw.is_some() { "softmax_xent with class weights" } else { "softmax_xent" };
+        let rv = rw.map(|_| be.view(&rwd, 0..b));
+        let dv = Some(be.view_mut(&mut d, 0..b * k));
+        let (l, c) = be.softmax_xent(be.view(&ld, 0..b * k), &lab, wv, rv, k, scale, dv).unwrap();
+        let what = format!(
+            "softmax_xent{}{}",
+            if cw.is_some() { " with class weights" } else { "" },
+            if rw.is_some() { " with sample weights" } else { "" }
+        );
         assert!((l - loss).abs() < 1e-4 * loss.abs().max(1.0), "{what}: loss {l} vs {loss}");
         assert_eq!(c, correct, "{what}: correct predictions");
         close(&host(be, &d, b * k), &grad, 1e-5, &format!("{what}: gradient"));
-        if cw.is_none() {
+        if cw.is_none() && rw.is_none() {
             plain = grad;
         }
     }
@@ -51,7 +59,8 @@ pub(super) fn losses<B: Backend>(be: &B) {
 
     let target = random(b * k, 6);
     let bits: Vec<f32> = random(b * k, 7).iter().map(|&t| if t > 0.0 { 1.0 } else { 0.0 }).collect();
-    for f in [Pointwise::Mse, Pointwise::Mae, Pointwise::Huber(0.5), Pointwise::BinaryXent] {
+    let fs = [Pointwise::Mse, Pointwise::Mae, Pointwise::Huber(0.5), Pointwise::BinaryXent];
+    for (f, rw) in fs.into_iter().flat_map(|f| [(f, None), (f, Some(&rows_w))]) {
         let t = if f == Pointwise::BinaryXent { &bits } else { &target };
         let (mut want, mut wc) = (0.0, 0);
         let mut wg = vec![0.0; b * k];
@@ -75,23 +84,18 @@ pub(super) fn losses<B: Backend>(be: &B) {
                     (-(y * s.ln() + (1.0 - y) * (1.0 - s).ln()), s - y)
                 }
             };
-            want += v / k as f64;
-            wg[i] = scale as f64 / k as f64 * g;
+            let w = rw.map_or(1.0, |w| w[i / k] as f64);
+            want += w * v / k as f64;
+            wg[i] = w * scale as f64 / k as f64 * g;
         }
         let td = be.upload(t).unwrap();
-        let (got, c) = be
-            .pointwise_loss(
-                f,
-                be.view(&ld, 0..b * k),
-                be.view(&td, 0..b * k),
-                k,
-                scale,
-                Some(be.view_mut(&mut d, 0..b * k)),
-            )
-            .unwrap();
-        assert!((got - want).abs() < 1e-4 * want, "{f:?} loss {got} vs {want}");
-        assert_eq!(c, wc, "{f:?} elements predicted right");
-        close(&host(be, &d, b * k), &wg, 1e-5, &format!("{f:?} gradient"));
+        let rv = rw.map(|_| be.view(&rwd, 0..b));
+        let (pv, tv, dv) = (be.view(&ld, 0..b * k), be.view(&td, 0..b * k), Some(be.view_mut(&mut d, 0..b * k)));
+        let (got, c) = be.pointwise_loss(f, pv, tv, rv, k, scale, dv).unwrap();
+        let what = format!("{f:?}{}", if rw.is_some() { " with sample weights" } else { "" });
+        assert!((got - want).abs() < 1e-4 * want, "{what} loss {got} vs {want}");
+        assert_eq!(c, wc, "{what} elements predicted right");
+        close(&host(be, &d, b * k), &wg, 1e-5, &format!("{what} gradient"));
     }
 
     let mut sd = be.upload(&logits).unwrap();

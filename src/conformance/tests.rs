@@ -167,22 +167,24 @@ impl Backend for Broken {
         l: &[f32],
         y: &Vec<i32>,
         w: Option<&[f32]>,
+        rw: Option<&[f32]>,
         k: usize,
         s: f32,
         d: Option<&mut [f32]>,
     ) -> crate::error::Result<(f64, usize)> {
-        Cpu.softmax_xent(l, y, w, k, s, d)
+        Cpu.softmax_xent(l, y, w, rw, k, s, d)
     }
     fn pointwise_loss(
         &self,
         f: Pointwise,
         p: &[f32],
         t: &[f32],
+        rw: Option<&[f32]>,
         k: usize,
         s: f32,
         d: Option<&mut [f32]>,
     ) -> crate::error::Result<(f64, usize)> {
-        Cpu.pointwise_loss(f, p, t, k, s, d)
+        Cpu.pointwise_loss(f, p, t, rw, k, s, d)
     }
     fn softmax(&self, v: &mut [f32], k: usize) -> crate::error::Result<()> {
         Cpu.softmax(v, k)

@@ -29,6 +29,8 @@ pub struct Batch {
     pub x: Vec<f32>,
     pub classes: Vec<i32>,
     pub values: Vec<f32>,
+    /// The rows' sample weights (`data.sample_weight`); empty without them.
+    pub weights: Vec<f32>,
     /// The rows' global ids (their row in the training data): dropout's masks are drawn from them.
     pub ids: Vec<u32>,
     /// Sum of `row_digest` over its rows (0 unless debug logging is on).
@@ -245,6 +247,9 @@ fn push_row(batch: &mut Batch, shard: &Shard, x: Option<&[f32]>, row: usize, rec
         Labels::Classes(c) => batch.classes.push(c[row]),
         Labels::Values(v, k) | Labels::Bits(v, k) => batch.values.extend_from_slice(&v[row * k..(row + 1) * k]),
     }
+    if let Some(w) = &shard.sample_weights {
+        batch.weights.push(w[row]);
+    }
     batch.rows += 1;
     if record {
         let (file, r) = shard.row_id(row);
@@ -327,6 +332,7 @@ fn new_batch(spare: &Receiver<Batch>, b: usize, d: usize, k: usize) -> Batch {
         x: Vec::with_capacity(b * d),
         classes: Vec::with_capacity(b),
         values: Vec::with_capacity(b * k),
+        weights: Vec::with_capacity(b),
         ids: Vec::with_capacity(b),
         digest: 0,
     });
@@ -335,6 +341,7 @@ fn new_batch(spare: &Receiver<Batch>, b: usize, d: usize, k: usize) -> Batch {
     batch.x.clear();
     batch.classes.clear();
     batch.values.clear();
+    batch.weights.clear();
     batch.ids.clear();
     batch
 }

@@ -341,24 +341,31 @@ pub trait Backend: Send {
     /// Softmax cross-entropy of `logits` [b, k] against `labels[..b]`: (Σ losses, correct
     /// argmax predictions); the gradient × `grad_scale` into `d` when given. With class
     /// `weights` [k], each row's loss and gradient are × the weight of its label (Keras'
-    /// `class_weight`; the correct count is not weighted).
+    /// `class_weight`); with sample weights `rw` [b] (`data.sample_weight`, Keras'
+    /// `sample_weight`), row r's finished loss and gradient are then × `rw[r]`. The correct
+    /// count is never weighted.
+    #[allow(clippy::too_many_arguments)]
     fn softmax_xent(
         &self,
         logits: Self::View<'_>,
         labels: &Self::Labels,
         weights: Option<Self::View<'_>>,
+        rw: Option<Self::View<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<Self::ViewMut<'_>>,
     ) -> Result<(f64, usize)>;
     /// Σ over samples of the per-sample mean over k outputs of loss `f` (see `Pointwise`), and
     /// the elements predicted right (binary cross-entropy; 0 for the others); the gradient of
-    /// (that sum × `grad_scale`) into `d` when given.
+    /// (that sum × `grad_scale`) into `d` when given; with sample weights `rw` [b], row r's
+    /// mean and gradient × `rw[r]`.
+    #[allow(clippy::too_many_arguments)]
     fn pointwise_loss(
         &self,
         f: Pointwise,
         pred: Self::View<'_>,
         target: Self::View<'_>,
+        rw: Option<Self::View<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<Self::ViewMut<'_>>,
@@ -366,28 +373,32 @@ pub trait Backend: Send {
     /// `softmax_xent`, whose sums may be left for `pending_loss_sums` to read later, when more
     /// work is queued behind the loss: a GPU then does not idle while the host waits for them
     /// (None). Where that saves nothing (the CPU, the default) they come now.
+    #[allow(clippy::too_many_arguments)]
     fn softmax_xent_later(
         &self,
         logits: Self::View<'_>,
         labels: &Self::Labels,
         weights: Option<Self::View<'_>>,
+        rw: Option<Self::View<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<Self::ViewMut<'_>>,
     ) -> Result<Option<(f64, usize)>> {
-        self.softmax_xent(logits, labels, weights, k, grad_scale, d).map(Some)
+        self.softmax_xent(logits, labels, weights, rw, k, grad_scale, d).map(Some)
     }
     /// `pointwise_loss`, as `softmax_xent_later`.
+    #[allow(clippy::too_many_arguments)]
     fn pointwise_loss_later(
         &self,
         f: Pointwise,
         pred: Self::View<'_>,
         target: Self::View<'_>,
+        rw: Option<Self::View<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<Self::ViewMut<'_>>,
     ) -> Result<Option<(f64, usize)>> {
-        self.pointwise_loss(f, pred, target, k, grad_scale, d).map(Some)
+        self.pointwise_loss(f, pred, target, rw, k, grad_scale, d).map(Some)
     }
     /// The sums of the last loss a `*_later` call left pending (it returned None); before any
     /// other loss. Waits for the work queued so far.

@@ -288,12 +288,13 @@ fn targets<'a, B: Backend>(
     Ok(match &shard.labels {
         Labels::Classes(v) => {
             be.upload_labels(&v[rows], labels)?;
-            // Evaluation's loss is not weighted by class (as Keras' `class_weight`).
-            Targets::Classes(labels, None)
+            // Evaluation's loss is weighted neither by class nor by sample (as Keras'
+            // `class_weight` and `sample_weight` in `fit`).
+            Targets::Classes(labels, None, None)
         }
         Labels::Values(v, k) | Labels::Bits(v, k) => {
             be.upload_into(&v[rows.start * k..rows.end * k], values)?;
-            Targets::Values(be.view(values, 0..rows.len() * k))
+            Targets::Values(be.view(values, 0..rows.len() * k), None)
         }
     })
 }

@@ -68,8 +68,8 @@ fn values_for(m: &Mlp, d: &Data) -> Vec<f32> {
 /// The targets of `m`'s loss: the labels or the values.
 fn targets_of<'a, B: Backend>(be: &B, m: &Mlp, ld: &'a B::Labels, vd: &'a B::Buf, n: usize) -> Targets<'a, B> {
     match m.loss.kind.targets() {
-        crate::config::Targets::Classes => Targets::Classes(ld, None),
-        _ => Targets::Values(be.view(vd, 0..n)),
+        crate::config::Targets::Classes => Targets::Classes(ld, None, None),
+        _ => Targets::Values(be.view(vd, 0..n), None),
     }
 }
 

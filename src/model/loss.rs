@@ -8,13 +8,15 @@ use crate::config::{Loss, LossKind};
 use crate::device::{Backend, Pointwise};
 use crate::error::{Error, Result};
 
-/// The training targets of a batch, on the device.
+/// The training targets of a batch, on the device. The last field of each is the rows'
+/// sample weights [b] when `data.sample_weight` weighs them (training only, as Keras'
+/// `sample_weight` in `fit`).
 pub enum Targets<'a, B: Backend + 'a> {
     /// Class labels, one per sample (the first b of the buffer), and the classes' weights
     /// [classes] when `model.class_weights` weighs them (training only, as Keras' `class_weight`).
-    Classes(&'a B::Labels, Option<B::View<'a>>),
+    Classes(&'a B::Labels, Option<B::View<'a>>, Option<B::View<'a>>),
     /// Regression or 0/1 multi-label targets, [b, outputs].
-    Values(B::View<'a>),
+    Values(B::View<'a>, Option<B::View<'a>>),
 }
 
 impl<B: Backend> Clone for Targets<'_, B> {
@@ -47,10 +49,10 @@ pub fn compute_maybe_later<B: Backend>(
         LossKind::BinaryCrossEntropy => Some(Pointwise::BinaryXent),
     };
     match (f, targets) {
-        (None, Targets::Classes(y, w)) if later => be.softmax_xent_later(out, y, w, k, grad_scale, d),
-        (None, Targets::Classes(y, w)) => be.softmax_xent(out, y, w, k, grad_scale, d).map(Some),
-        (Some(f), Targets::Values(t)) if later => be.pointwise_loss_later(f, out, t, k, grad_scale, d),
-        (Some(f), Targets::Values(t)) => be.pointwise_loss(f, out, t, k, grad_scale, d).map(Some),
+        (None, Targets::Classes(y, w, rw)) if later => be.softmax_xent_later(out, y, w, rw, k, grad_scale, d),
+        (None, Targets::Classes(y, w, rw)) => be.softmax_xent(out, y, w, rw, k, grad_scale, d).map(Some),
+        (Some(f), Targets::Values(t, rw)) if later => be.pointwise_loss_later(f, out, t, rw, k, grad_scale, d),
+        (Some(f), Targets::Values(t, rw)) => be.pointwise_loss(f, out, t, rw, k, grad_scale, d).map(Some),
         (_, _) => Err(Error::Training(format!(
             "loss {} got the wrong kind of targets (an internal error: checked when the data is opened)",
             loss.kind.name()

@@ -117,7 +117,8 @@ mod tests {
             let slots = (0..m.layers.len()).map(|l| m.slot(l)).collect();
             let mut noted = Noted { p: &p, slots, fetched: Vec::new(), at: None };
             m.forward_tp(&Cpu, &mut noted, &x, 4, &mut ws, &mut Whole).unwrap();
-            m.loss(&Cpu, crate::model::Targets::Classes(&vec![0, 1, 2, 1], None), 4, 0.25, &mut ws, true).unwrap();
+            m.loss(&Cpu, crate::model::Targets::Classes(&vec![0, 1, 2, 1], None, None), 4, 0.25, &mut ws, true)
+                .unwrap();
             let ranges = m.tensors().into_iter().map(|t| t.range).collect();
             let mut g = Grads(vec![0.0; m.n_params], ranges);
             m.backward_tp(&Cpu, &mut noted, &x, 4, &mut ws, &mut g, &mut Whole).unwrap();

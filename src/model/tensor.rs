@@ -262,7 +262,8 @@ mod tests {
             let mut ws = Workspace::new(&Cpu, m, b).unwrap();
             let p = p.to_vec();
             m.forward_tp(&Cpu, &mut crate::model::Held(&p), &x, b, &mut ws, tp).unwrap();
-            let (loss, _) = m.loss(&Cpu, Targets::Classes(&labels, None), b, 1.0 / b as f32, &mut ws, true).unwrap();
+            let (loss, _) =
+                m.loss(&Cpu, Targets::Classes(&labels, None, None), b, 1.0 / b as f32, &mut ws, true).unwrap();
             let mut g = vec![0.0; m.n_params];
             let ranges = m.tensors().into_iter().map(|t| t.range).collect();
             m.backward_tp(&Cpu, &mut crate::model::Held(&p), &x, b, &mut ws, &mut Arena(&mut g, ranges), tp).unwrap();

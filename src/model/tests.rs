@@ -200,7 +200,7 @@ fn class_weights_weigh_each_row_as_that_many_copies() {
         let mut ws = Workspace::new(&Cpu, &m, b).unwrap();
         m.forward(&Cpu, &p, &x.to_vec(), b, &mut ws).unwrap();
         let labels = labels.to_vec();
-        let (loss, _) = m.loss(&Cpu, Targets::Classes(&labels, weights), b, 0.25, &mut ws, true).unwrap();
+        let (loss, _) = m.loss(&Cpu, Targets::Classes(&labels, weights, None), b, 0.25, &mut ws, true).unwrap();
         let mut g = vec![0.0; m.n_params];
         let ranges = m.tensors().into_iter().map(|t| t.range).collect();
         m.backward(&Cpu, &p, &x.to_vec(), b, &mut ws, &mut Arena(&mut g, ranges)).unwrap();
@@ -226,4 +226,67 @@ fn class_weights_weigh_each_row_as_that_many_copies() {
     assert!(g.iter().zip(&plain).any(|(a, b)| (a - b).abs() > 1e-3), "the weights changed nothing");
     // Weights of 1 change no bit.
     assert_eq!(run(&x, &labels, Some(&[1.0; 3])).1, plain);
+}
+
+/// `data.sample_weight` through the model: rows weighing 2, 0, 3 and 1 give the loss and
+/// gradients of a batch holding each row that many times, unweighted; for the softmax
+/// (with class weights too: the two multiply, as Keras folds `class_weight` into
+/// `sample_weight`) and for squared error. Weights of 1 change no bit.
+#[test]
+fn sample_weights_weigh_each_row_as_that_many_copies() {
+    struct Arena<'a>(&'a mut Vec<f32>, Vec<Range<usize>>);
+    impl GradSink<Cpu> for Arena<'_> {
+        fn slot(&mut self, t: usize) -> &mut [f32] {
+            &mut self.0[self.1[t].clone()]
+        }
+        fn ready(&mut self, _t: usize) {}
+    }
+    let x: Vec<f32> = (0..4 * 5).map(|i| ((i * 37 % 11) as f32 - 5.0) / 5.0).collect();
+    let labels = [0, 2, 1, 2];
+    let rw = [2.0f32, 0.0, 3.0, 1.0];
+    for loss_kind in [LossKind::SoftmaxCrossEntropy, LossKind::Mse] {
+        let m = Mlp::new(&[5, 7, 3], Activation::Tanh, loss_kind);
+        let p = m.init_params(4);
+        let values = |labels: &[i32]| -> Vec<f32> {
+            labels.iter().flat_map(|&y| [y as f32 * 0.5, 1.0 - y as f32, 0.25]).collect()
+        };
+        // (loss sum, gradients) of rows `x` with `labels` (or their values), class weights
+        // `cw`, sample weights `sw`; each row's gradient × 1/4.
+        let run = |x: &[f32], labels: &[i32], cw: Option<&[f32]>, sw: Option<&[f32]>| {
+            let b = labels.len();
+            let mut ws = Workspace::new(&Cpu, &m, b).unwrap();
+            m.forward(&Cpu, &p, &x.to_vec(), b, &mut ws).unwrap();
+            let (labels, vals) = (labels.to_vec(), values(labels));
+            let t = match loss_kind {
+                LossKind::Mse => Targets::Values(&vals[..], sw),
+                _ => Targets::Classes(&labels, cw, sw),
+            };
+            let (loss, _) = m.loss(&Cpu, t, b, 0.25, &mut ws, true).unwrap();
+            let mut g = vec![0.0; m.n_params];
+            let ranges = m.tensors().into_iter().map(|t| t.range).collect();
+            m.backward(&Cpu, &p, &x.to_vec(), b, &mut ws, &mut Arena(&mut g, ranges)).unwrap();
+            (loss, g)
+        };
+        let cws: &[Option<&[f32]>] =
+            if loss_kind == LossKind::Mse { &[None] } else { &[None, Some(&[1.0, 2.0, 0.5][..])] };
+        for &cw in cws {
+            let what = format!("{loss_kind:?} class weights {cw:?}");
+            let (loss, g) = run(&x, &labels, cw, Some(&rw));
+            let (mut xs, mut ls) = (Vec::new(), Vec::new());
+            for (r, &y) in labels.iter().enumerate() {
+                for _ in 0..rw[r] as usize {
+                    xs.extend_from_slice(&x[r * 5..(r + 1) * 5]);
+                    ls.push(y);
+                }
+            }
+            let (want_loss, want) = run(&xs, &ls, cw, None);
+            assert!((loss - want_loss).abs() < 1e-5 * want_loss, "{what}: weighted loss {loss} vs copies {want_loss}");
+            for (i, (a, b)) in g.iter().zip(&want).enumerate() {
+                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{what}: param {i}: weighted {a} vs copies {b}");
+            }
+            let (_, plain) = run(&x, &labels, cw, None);
+            assert!(g.iter().zip(&plain).any(|(a, b)| (a - b).abs() > 1e-3), "{what}: the weights changed nothing");
+            assert_eq!(run(&x, &labels, cw, Some(&[1.0; 4])).1, plain, "{what}: weights of 1 changed bits");
+        }
+    }
 }

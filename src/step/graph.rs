@@ -159,12 +159,14 @@ where
     /// (the timeline's "forward + loss" span).
     pub(super) fn segment(&mut self, key: &GraphKey, announce: bool, since: Instant) -> Result<Option<(f64, usize)>> {
         let (be, b) = (&self.be, key.rows);
+        let rw = self.sample_weights.as_ref().map(|w| be.view(w, 0..b));
         let targets = match key.values {
             0 => Targets::Classes(
                 &self.labels,
                 self.class_weights.as_ref().map(|w| be.view(w, 0..self.model.n_outputs())),
+                rw,
             ),
-            n => Targets::Values(be.view(&self.values, 0..n)),
+            n => Targets::Values(be.view(&self.values, 0..n), rw),
         };
         let mut params = super::shard::step_params(&self.params, &mut self.shard, self.step);
         self.model.forward_tp(be, &mut params, &self.xs[key.xi], b, &mut self.ws, &mut self.tp)?;

@@ -143,6 +143,9 @@ where
     labels: B::Labels,
     /// `model.class_weights`, one per class (`set_class_weights`); None: every class 1.
     class_weights: Option<B::Buf>,
+    /// The batch's sample weights (`data.sample_weight`, `set_sample_weights`), [batch]; None:
+    /// every row 1.
+    sample_weights: Option<B::Buf>,
     values: B::Buf,
     timeline: Option<Arc<Timeline>>,
     /// Tensor names in arena order, for the timeline's backward spans.
@@ -228,6 +231,7 @@ where
             prefetched: None,
             labels: be.labels(batch)?,
             class_weights: None,
+            sample_weights: None,
             values: be.zeros(batch * model.n_outputs())?,
             names: model.tensors().into_iter().map(|t| t.name).collect(),
             tp: TensorGroup::new(None, model.clone()),
@@ -304,6 +308,20 @@ where
     pub fn set_class_weights(&mut self, weights: &[f32]) -> Result<()> {
         assert_eq!(weights.len(), self.model.n_outputs(), "one weight per class");
         self.class_weights = Some(self.be.upload(weights)?);
+        Ok(())
+    }
+    /// Weigh each training row's loss by the batch's sample weights (`data.sample_weight`;
+    /// Keras' `sample_weight` in `fit`): every batch then carries one weight per row.
+    pub fn set_sample_weights(&mut self) -> Result<()> {
+        self.sample_weights = Some(self.be.zeros(self.batch)?);
+        Ok(())
+    }
+    /// The batch's sample weights of rows `r` uploaded, and their view (None: unweighted).
+    fn upload_sample_weights(&mut self, batch: &Batch, r: std::ops::Range<usize>) -> Result<()> {
+        if let Some(buf) = self.sample_weights.as_mut() {
+            assert_eq!(batch.weights.len(), batch.rows, "a batch without its sample weights");
+            self.be.upload_into(&batch.weights[r], buf)?;
+        }
         Ok(())
     }
     pub fn tensor(&self) -> &TensorGroup {
@@ -480,6 +498,8 @@ where
         } else {
             be.upload_labels(&batch.classes, &mut self.labels)?;
         }
+        self.upload_sample_weights(batch, 0..b)?;
+        let be = &self.be;
         self.tp.step = self.step;
         self.ws.set_rows(be, &batch.ids, self.step)?;
         self.engine.begin_step(self.step);

@@ -213,12 +213,15 @@ where
             }
             return Ok(vec![0.0; self.sums_len()]);
         }
+        self.upload_sample_weights(batch, r.clone())?;
+        let be = &self.be;
+        let rw = self.sample_weights.as_ref().map(|w| be.view(w, 0..n));
         let targets = if batch.classes.is_empty() {
             be.upload_into(&batch.values[r.start * outp..r.end * outp], &mut self.values)?;
-            Targets::Values(be.view(&self.values, 0..n * outp))
+            Targets::Values(be.view(&self.values, 0..n * outp), rw)
         } else {
             be.upload_labels(&batch.classes[r.clone()], &mut self.labels)?;
-            Targets::Classes(&self.labels, self.class_weights.as_ref().map(|w| be.view(w, 0..outp)))
+            Targets::Classes(&self.labels, self.class_weights.as_ref().map(|w| be.view(w, 0..outp)), rw)
         };
         let (loss, correct) = self.model.loss(be, targets, n, 1.0 / global_rows as f32, &mut self.mws[w], true)?;
         let (classes, values) = if batch.classes.is_empty() {

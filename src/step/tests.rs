@@ -50,6 +50,7 @@ fn resident_rows_train_as_the_host_copy() {
             x: chunk.iter().flat_map(|&i| data[i * cols..(i + 1) * cols].to_vec()).collect(),
             classes: chunk.iter().map(|&i| (i % 4) as i32).collect(),
             values: Vec::new(),
+            weights: Vec::new(),
             ids: chunk.iter().map(|&i| first_id + i as u32).collect(),
             digest: 0,
         };
@@ -59,6 +60,7 @@ fn resident_rows_train_as_the_host_copy() {
             classes: batch.classes.clone(),
             ids: batch.ids.clone(),
             values: Vec::new(),
+            weights: Vec::new(),
             ..batch
         };
         let b = dev.run(&bare, bare.rows, Instant::now()).unwrap();
@@ -66,8 +68,15 @@ fn resident_rows_train_as_the_host_copy() {
     }
     assert_eq!(host.params_host().unwrap(), dev.params_host().unwrap());
     // An id outside the resident rows is an error, not a wrong row.
-    let bad =
-        Batch { rows: 1, x: Vec::new(), classes: vec![0], values: Vec::new(), ids: vec![first_id - 1], digest: 0 };
+    let bad = Batch {
+        rows: 1,
+        x: Vec::new(),
+        classes: vec![0],
+        values: Vec::new(),
+        weights: Vec::new(),
+        ids: vec![first_id - 1],
+        digest: 0,
+    };
     assert!(dev.run(&bad, 1, Instant::now()).unwrap_err().to_string().contains("not among the 30 rows"));
 }
 
@@ -84,6 +93,7 @@ fn prefetched_batches_train_as_copied_ones() {
             x: (0..8 * 6).map(|_| r.uniform() as f32 - 0.5).collect(),
             classes: (0..8).map(|i| ((i + s as usize) % 4) as i32).collect(),
             values: Vec::new(),
+            weights: Vec::new(),
             ids: (s * 8..s * 8 + 8).collect(),
             digest: 0,
         })
@@ -114,6 +124,7 @@ fn prefetched_batches_train_as_copied_ones() {
         x: batches[2].x.clone(),
         classes: b1.classes.clone(),
         values: Vec::new(),
+        weights: Vec::new(),
         ids: b1.ids.clone(),
         digest: 0,
     };
@@ -142,6 +153,7 @@ fn seven_batches(seed: u64) -> Vec<Batch> {
                 x: (0..rows * 6).map(|_| r.uniform() as f32 - 0.5).collect(),
                 classes: (0..rows).map(|i| ((i + s as usize) % 4) as i32).collect(),
                 values: Vec::new(),
+                weights: Vec::new(),
                 ids: (s * 8..s * 8 + rows as u32).collect(),
                 digest: 0,
             }

@@ -187,6 +187,9 @@ pub(super) fn build<'a, B: Backend>(
             st.set_class_weights(&w)?;
         }
     }
+    if super::setup::sample_weights(job, &train_shard, comm.rank == 0)? && st.model().head {
+        st.set_sample_weights()?;
+    }
     let writer = Writer::new(job, start.lineage, sched.global_batch, grid.data, comm.rank)?;
     writer.set_norm(train_shard.norm().clone());
     st.set_norm(train_shard.norm());

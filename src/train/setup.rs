@@ -158,7 +158,10 @@ pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize) -> Resu
         }
         _ => crate::data::classes::Reference::Unknown,
     };
-    let train = Shard::open_in(&job.data, "data.train", &job.data.train, within, 0, 1, want, &classes)?;
+    let mut train = Shard::open_in(&job.data, "data.train", &job.data.train, within, 0, 1, want, &classes)?;
+    if let Some(name) = &job.data.sample_weight {
+        train.load_sample_weights(name)?;
+    }
     debug!("training data: {} ({} rows)", train.describe(), train.len());
     let n = train.len();
     if n < n_data {
@@ -184,6 +187,41 @@ pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize) -> Resu
         None => None,
     };
     Ok(Data { train, test, validation })
+}
+
+/// Whether the training rows carry sample weights (`data.sample_weight`, read with the
+/// training shard); refused when every weight is 0. `log`: rank 0 says what they are.
+pub(super) fn sample_weights(job: &Job, train: &Shard, log: bool) -> Result<bool> {
+    let (Some(name), Some(w)) = (&job.data.sample_weight, &train.sample_weights) else { return Ok(false) };
+    let (mut lo, mut hi, mut sum, mut zeros) = (f32::INFINITY, 0.0f32, 0.0f64, 0usize);
+    for &v in w {
+        lo = lo.min(v);
+        hi = hi.max(v);
+        sum += v as f64;
+        zeros += usize::from(v == 0.0);
+    }
+    if zeros == w.len() {
+        return Err(Error::data(
+            &job.data.train,
+            name,
+            format!(
+                "every sample weight of the {} training rows is 0, so nothing would train;                  data.sample_weight must give some rows a weight above 0",
+                w.len()
+            ),
+        ));
+    }
+    if log {
+        info!(
+            "sample weights: dataset {name}, {} training rows, from {} to {} (mean {}){}; the training loss and its \
+             gradient are weighted, evaluation's loss and metrics are not",
+            w.len(),
+            fmt_weight(lo as f64),
+            fmt_weight(hi as f64),
+            fmt_weight(sum / w.len() as f64),
+            if zeros > 0 { format!(", {zeros} rows weigh 0") } else { String::new() }
+        );
+    }
+    Ok(true)
 }
 
 /// `model.class_weights` resolved against the training rows (`train`: every training row's

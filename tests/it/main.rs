@@ -48,6 +48,7 @@ mod ps_async;
 mod ps_stop;
 mod resume;
 mod resume_ranks;
+mod sample_weights;
 mod schedules;
 mod shard;
 mod startup;

@@ -190,7 +190,7 @@ impl OpenFile {
                 }
             }
         };
-        Ok((Part { path, number, rows, first, _file: file, x, elem }, labels))
+        Ok((Part { path, number, rows, first, file, x, elem }, labels))
     }
 }
 

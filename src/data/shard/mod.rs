@@ -18,6 +18,7 @@
 
 mod check;
 mod read;
+mod weights;
 
 use super::classes::{relate, Reference};
 use super::h5::with_elem;
@@ -40,7 +41,7 @@ struct Part {
     rows: Range<usize>,
     /// Shard row of `rows.start`.
     first: usize,
-    _file: hdf5::File,
+    file: hdf5::File,
     x: hdf5::Dataset,
     /// How `x` is stored.
     elem: super::h5::Elem,
@@ -52,6 +53,8 @@ pub struct Shard {
     /// The model's output width (classes, or targets per row).
     pub outputs: usize,
     pub labels: Labels,
+    /// One weight per shard row (`data.sample_weight`), finite and >= 0; None without the key.
+    pub sample_weights: Option<Vec<f32>>,
     /// The class names of `labels`' numbers (class i is `class_names[i]`), when the files
     /// that define them have names (`classes::Reference::Names`); else empty.
     pub class_names: Vec<String>,
@@ -202,12 +205,25 @@ impl Shard {
             features: want.inputs,
             outputs: want.outputs,
             labels: labels.expect("at least one file"),
+            sample_weights: None,
             class_names: classes.names().to_vec(),
             parts,
             len,
             affine: affine_of(cfg, &Norm::default(), want.inputs),
             norm: Norm::default(),
         })
+    }
+
+    /// Read the sample weights of this shard's rows from dataset `name` of each file
+    /// (`data.sample_weight`; the training shard only: evaluation is unweighted).
+    pub fn load_sample_weights(&mut self, name: &str) -> Result<()> {
+        let mut w = Vec::with_capacity(self.len);
+        for p in &self.parts {
+            let n = p.x.shape().first().copied().unwrap_or(0);
+            w.extend(weights::read(&p.file, &p.path, name, n, p.rows.clone())?);
+        }
+        self.sample_weights = Some(w);
+        Ok(())
     }
 
     /// From now on read x normalized by `norm` (after `cfg`'s x_scale and x_offset), and

@@ -357,3 +357,60 @@ fn x_of_three_dimensions_is_read_flattened() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `data.sample_weight`: one weight per row, [N] or [N, 1], of any number type or bool, read
+/// for the shard's rows of every `{rank}` file in order; a missing dataset, a wrong length,
+/// a negative or non-finite weight (or one beyond float32) are errors naming the file, the
+/// dataset and the row.
+#[test]
+fn sample_weights_of_every_type_and_their_errors() {
+    let d = dir("sample-weights");
+    let x: Vec<f32> = (0..N * D).map(|i| i as f32).collect();
+    let y: Vec<i32> = (0..N as i32).map(|i| i % 3).collect();
+    let file = |name: &str, w: Option<(&str, &dyn Fn(&hdf5::File))>| {
+        let p = d.join(name);
+        let f = hdf5::File::create(&p).unwrap();
+        write(&f, "x", &x, &[N, D]);
+        write(&f, "y", &y, &[N]);
+        if let Some((_, put)) = w {
+            put(&f);
+        }
+        p
+    };
+    let open = |p: &Path| -> Result<Vec<f32>> {
+        let cfg = cfg(p, "sample_weight = \"w\"");
+        let mut s = Shard::open(&cfg, "data.train", &p.display().to_string(), 0, 1, classes(3), &Reference::Unknown)?;
+        assert!(s.sample_weights.is_none(), "weights are read only when asked for");
+        s.load_sample_weights("w")?;
+        Ok(s.sample_weights.unwrap())
+    };
+    let want = [0.5f32, 2.0, 0.0, 1.0, 3.0, 1.5];
+    let p = file("f32.h5", Some(("w", &|f| write(f, "w", &want, &[N]))));
+    assert_eq!(open(&p).unwrap(), want);
+    let p = file("col.h5", Some(("w", &|f| write(f, "w", &[1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], &[N, 1]))));
+    assert_eq!(open(&p).unwrap(), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let p = file("u8.h5", Some(("w", &|f| write(f, "w", &[0u8, 1, 2, 3, 4, 255], &[N]))));
+    assert_eq!(open(&p).unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 255.0]);
+    let p = file("bool.h5", Some(("w", &|f| write(f, "w", &[true, false, true, true, false, true], &[N]))));
+    assert_eq!(open(&p).unwrap(), [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]);
+    // `{rank}` files: the rows of file 0, then file 1.
+    file("part-0.h5", Some(("w", &|f| write(f, "w", &[1.0f32; N], &[N]))));
+    file("part-1.h5", Some(("w", &|f| write(f, "w", &[2.0f32; N], &[N]))));
+    let parts = open(&d.join("part-{rank}.h5")).unwrap();
+    assert_eq!(parts, [[1.0f32; N], [2.0; N]].concat());
+
+    let err = |p: &Path| open(p).unwrap_err().to_string();
+    let e = err(&file("none.h5", None));
+    assert!(e.contains("none.h5") && e.contains("w: dataset not found (the file has: [x, y])"), "{e}");
+    assert!(e.contains("data.sample_weight"), "{e}");
+    let e = err(&file("short.h5", Some(("w", &|f| write(f, "w", &[1.0f32; N - 1], &[N - 1])))));
+    assert!(e.contains("short.h5") && e.contains("one weight per row of x (6 rows), found shape [5]"), "{e}");
+    let e = err(&file("wide.h5", Some(("w", &|f| write(f, "w", &[1.0f32; 2 * N], &[N, 2])))));
+    assert!(e.contains("found shape [6, 2]"), "{e}");
+    let e = err(&file("neg.h5", Some(("w", &|f| write(f, "w", &[1.0f32, 1.0, 1.0, -0.5, 1.0, 1.0], &[N])))));
+    assert!(e.contains("neg.h5") && e.contains("sample weight -0.5 at row 3 is negative"), "{e}");
+    let e = err(&file("nan.h5", Some(("w", &|f| write(f, "w", &[1.0f32, f32::NAN, 1.0, 1.0, 1.0, 1.0], &[N])))));
+    assert!(e.contains("sample weight NaN at row 1 is not finite"), "{e}");
+    let e = err(&file("big.h5", Some(("w", &|f| write(f, "w", &[1.0f64, 1.0, 1.0, 1.0, 1e300, 1.0], &[N])))));
+    assert!(e.contains("at row 4 is not finite (or too large for float32)"), "{e}");
+}

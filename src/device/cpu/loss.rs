@@ -11,11 +11,13 @@ use crate::device::backend::Pointwise;
 /// Writes d(mean loss)/d(logits) scaled by `grad_scale` (usually 1/b) into `dlogits`,
 /// and returns (sum of per-sample losses, number of correct argmax predictions). With class
 /// `weights` [k], row r's loss and gradient are × `weights[labels[r]]` (in f32, as the kernel:
-/// a weight of 1 changes no bit).
+/// a weight of 1 changes no bit); with sample weights `rw` [b], the finished row loss and
+/// gradient are × `rw[r]` after that (as `hv_weigh_rows` after the kernel).
 pub fn softmax_xent(
     logits: &[f32],
     labels: &[i32],
     weights: Option<&[f32]>,
+    rw: Option<&[f32]>,
     k: usize,
     grad_scale: f32,
     dlogits: Option<&mut [f32]>,
@@ -38,7 +40,8 @@ pub fn softmax_xent(
         let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
         let log_sum = sum.ln();
         let w = weights.map_or(1.0, |w| w[y]);
-        loss += (w * (log_sum - (row[y] - max))) as f64;
+        let l = w * (log_sum - (row[y] - max));
+        loss += rw.map_or(l, |rw| l * rw[r]) as f64;
         if let Some(d) = dl.as_deref_mut() {
             let drow = &mut d[r * k..(r + 1) * k];
             let inv = 1.0 / sum;
@@ -47,6 +50,9 @@ pub fn softmax_xent(
                 let p = (v - max).exp() * inv;
                 *g = scale * (p - if j == y { 1.0 } else { 0.0 });
             }
+            if let Some(rw) = rw {
+                drow.iter_mut().for_each(|g| *g *= rw[r]);
+            }
         }
     }
     (loss, correct)
@@ -54,20 +60,23 @@ pub fn softmax_xent(
 
 /// Loss `f` (see `Pointwise`) over `pred` [b, k] and `target` [b, k]: returns the sum over
 /// samples of the per-sample mean over the k outputs (accumulated in f64) and the elements
-/// predicted right (binary cross-entropy only); the gradient of (that sum × grad_scale).
+/// predicted right (binary cross-entropy only); the gradient of (that sum × grad_scale). With
+/// sample weights `rw` [b], row r's mean and gradient are × `rw[r]` (the gradient after it is
+/// computed, as `hv_weigh_rows`).
 pub fn pointwise_loss(
     f: Pointwise,
     pred: &[f32],
     target: &[f32],
+    rw: Option<&[f32]>,
     k: usize,
     grad_scale: f32,
     dpred: Option<&mut [f32]>,
 ) -> (f64, usize) {
     let mut loss = 0.0f64;
     let mut correct = 0;
-    for (p, t) in pred.chunks_exact(k).zip(target.chunks_exact(k)) {
+    for (r, (p, t)) in pred.chunks_exact(k).zip(target.chunks_exact(k)).enumerate() {
         let row: f64 = p.iter().zip(t).map(|(&a, &b)| pointwise_value(f, a, b) as f64).sum();
-        loss += row / k as f64;
+        loss += rw.map_or(1.0, |rw| rw[r] as f64) * row / k as f64;
         if f == Pointwise::BinaryXent {
             correct += p.iter().zip(t).filter(|(&a, &b)| (a > 0.0) == (b > 0.5)).count();
         }
@@ -75,6 +84,9 @@ pub fn pointwise_loss(
     if let Some(d) = dpred {
         let s = grad_scale / k as f32;
         d.iter_mut().zip(pred.iter().zip(target)).for_each(|(g, (&a, &b))| *g = s * pointwise_grad(f, a, b));
+        if let Some(rw) = rw {
+            d.chunks_exact_mut(k).zip(rw).for_each(|(row, &w)| row.iter_mut().for_each(|g| *g *= w));
+        }
     }
     (loss, correct)
 }

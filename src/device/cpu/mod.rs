@@ -273,22 +273,25 @@ impl Backend for Cpu {
         logits: &[f32],
         labels: &Vec<i32>,
         weights: Option<&[f32]>,
+        rw: Option<&[f32]>,
         k: usize,
         grad_scale: f32,
         d: Option<&mut [f32]>,
     ) -> Result<(f64, usize)> {
-        Ok(softmax_xent(logits, &labels[..logits.len() / k], weights, k, grad_scale, d))
+        let b = logits.len() / k;
+        Ok(softmax_xent(logits, &labels[..b], weights, rw.map(|w| &w[..b]), k, grad_scale, d))
     }
     fn pointwise_loss(
         &self,
         f: Pointwise,
         pred: &[f32],
         target: &[f32],
+        rw: Option<&[f32]>,
         k: usize,
         grad_scale: f32,
         d: Option<&mut [f32]>,
     ) -> Result<(f64, usize)> {
-        Ok(pointwise_loss(f, pred, target, k, grad_scale, d))
+        Ok(pointwise_loss(f, pred, target, rw, k, grad_scale, d))
     }
     fn gather_rows(&self, src: &[f32], cols: usize, idx: &Vec<i32>, rows: usize, dst: &mut [f32]) -> Result<()> {
         gather_rows(src, cols, &idx[..rows], dst);
@@ -529,7 +532,7 @@ mod tests {
     fn softmax_xent_of_uniform_logits_is_log_k() {
         let logits = vec![0.0f32; 2 * 4];
         let mut d = vec![0.0; 8];
-        let (loss, _) = softmax_xent(&logits, &[1, 3], None, 4, 0.5, Some(&mut d));
+        let (loss, _) = softmax_xent(&logits, &[1, 3], None, None, 4, 0.5, Some(&mut d));
         assert!((loss / 2.0 - 4f64.ln()).abs() < 1e-6);
         assert!((d[1] - 0.5 * (0.25 - 1.0)).abs() < 1e-6 && (d[0] - 0.125).abs() < 1e-6);
     }

@@ -407,11 +407,12 @@ impl Backend for Cuda {
         logits: DView<'_>,
         labels: &CudaSlice<i32>,
         weights: Option<DView<'_>>,
+        rw: Option<DView<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
     ) -> Result<(f64, usize)> {
-        let rows = self.launch_softmax_xent(logits, labels, weights, k, grad_scale, d)?;
+        let rows = self.launch_softmax_xent(logits, labels, weights, rw, k, grad_scale, d)?;
         self.read_rows_sums(rows)
     }
 
@@ -420,11 +421,12 @@ impl Backend for Cuda {
         logits: DView<'_>,
         labels: &CudaSlice<i32>,
         weights: Option<DView<'_>>,
+        rw: Option<DView<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
     ) -> Result<Option<(f64, usize)>> {
-        let rows = self.launch_softmax_xent(logits, labels, weights, k, grad_scale, d)?;
+        let rows = self.launch_softmax_xent(logits, labels, weights, rw, k, grad_scale, d)?;
         self.pending.set(Some(rows));
         Ok(None)
     }
@@ -434,11 +436,12 @@ impl Backend for Cuda {
         f: Pointwise,
         pred: DView<'_>,
         target: DView<'_>,
+        rw: Option<DView<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
     ) -> Result<(f64, usize)> {
-        let rows = self.launch_pointwise_loss(f, pred, target, k, grad_scale, d)?;
+        let rows = self.launch_pointwise_loss(f, pred, target, rw, k, grad_scale, d)?;
         self.read_rows_sums(rows)
     }
 
@@ -447,11 +450,12 @@ impl Backend for Cuda {
         f: Pointwise,
         pred: DView<'_>,
         target: DView<'_>,
+        rw: Option<DView<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
     ) -> Result<Option<(f64, usize)>> {
-        let rows = self.launch_pointwise_loss(f, pred, target, k, grad_scale, d)?;
+        let rows = self.launch_pointwise_loss(f, pred, target, rw, k, grad_scale, d)?;
         self.pending.set(Some(rows));
         Ok(None)
     }

@@ -198,6 +198,20 @@ extern "C" __global__ void hv_softmax_xent(const float* logits, const int* label
     }
 }
 
+// Sample weights (`data.sample_weight`, Keras' `sample_weight`), applied after a loss kernel,
+// one thread per row: row_loss[r] *= rw[r] and, when d is given, d[r, :] *= rw[r] (the CPU
+// reference, device/cpu/loss.rs, multiplies the finished row loss and gradient the same way).
+extern "C" __global__ void hv_weigh_rows(float* row_loss, float* d, const float* rw, long long rows, int k) {
+    HV_GRID_STRIDE(r, rows) {
+        const float w = rw[r];
+        row_loss[r] *= w;
+        if (d) {
+            float* drow = d + r * k;
+            for (int j = 0; j < k; ++j) drow[j] *= w;
+        }
+    }
+}
+
 // Element-wise losses, one thread per row of [rows, k] (device/backend.rs `Pointwise`; the CPU
 // reference is device/cpu/loss.rs `pointwise_loss`): mode 0 squared error, 1 absolute error, 2 Huber
 // with delta, 3 binary cross-entropy of logits against 0/1 targets. row_loss[r] = mean over the

@@ -26,6 +26,7 @@ pub const KERNELS: &[&str] = &[
     "hv_act_backward",
     "hv_softmax_xent",
     "hv_pointwise_loss",
+    "hv_weigh_rows",
     "hv_softmax_rows",
     "hv_dropout",
     "hv_sgd",

@@ -9,7 +9,7 @@ use super::buf::{DView, DViewMut};
 use super::launch::config_1d;
 use crate::device::backend::Pointwise;
 use crate::error::Result;
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaViewMut, PushKernelArg};
 
 impl Cuda {
     /// A loss kernel's per-row results summed on the host: (Σ row losses, Σ correct counts).
@@ -27,11 +27,13 @@ impl Cuda {
     }
 
     /// The loss kernels' launches: per-row results in the row scratch, `rows` returned.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn launch_softmax_xent(
         &self,
         logits: DView<'_>,
         labels: &CudaSlice<i32>,
         weights: Option<DView<'_>>,
+        rw: Option<DView<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
@@ -67,15 +69,20 @@ impl Cuda {
             // float*, float*, int*) over `rows` rows; labels and scratch hold at least `rows`, the
             // class weights (or null) k.
             unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_softmax_xent"))?;
+            if let Some(rw) = rw {
+                self.launch_weigh_rows(rw, rows, k, loss, dv.as_mut())?;
+            }
         }
         Ok(rows)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn launch_pointwise_loss(
         &self,
         f: Pointwise,
         pred: DView<'_>,
         target: DView<'_>,
+        rw: Option<DView<'_>>,
         k: usize,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
@@ -102,8 +109,38 @@ impl Cuda {
             // SAFETY: hv_pointwise_loss(const float*, const float*, long long, int, int, float, float,
             // float*, float*, int*) over `rows` rows; the scratch holds at least `rows`.
             unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_pointwise_loss"))?;
+            if let Some(rw) = rw {
+                self.launch_weigh_rows(rw, rows, k, loss, dv.as_mut())?;
+            }
         }
         Ok(rows)
+    }
+
+    /// Sample weights after a loss kernel: `hv_weigh_rows` multiplies row r's loss in the row
+    /// scratch and its gradient row in `d` (when given) by `rw[r]`. Launched only when the job
+    /// has `data.sample_weight`: the unweighted step runs the same kernels as before it.
+    fn launch_weigh_rows(
+        &self,
+        rw: DView<'_>,
+        rows: usize,
+        k: usize,
+        loss: &mut CudaSlice<f32>,
+        d: Option<&mut CudaViewMut<'_, f32>>,
+    ) -> Result<()> {
+        assert!(rw.len >= rows, "one sample weight per row");
+        let rv = rw.cu();
+        let (rows64, k32) = (rows as i64, k as i32);
+        let mut l = self.stream.launch_builder(&self.k.weigh_rows);
+        l.arg(&mut *loss);
+        match d {
+            Some(dv) => l.arg(dv),
+            None => l.arg(&NULL),
+        };
+        l.arg(&rv).arg(&rows64).arg(&k32);
+        // SAFETY: hv_weigh_rows(float*, float*, const float*, long long, int) over `rows` rows:
+        // the row scratch and the weights hold at least `rows`, d (or null) rows·k.
+        unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_weigh_rows"))?;
+        Ok(())
     }
 
     /// The sums of the row scratch's first `rows` results (0 rows: none).

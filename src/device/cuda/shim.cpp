@@ -76,6 +76,10 @@ void hvshim_hv_pointwise_loss(u32 g, u32 b, const float* pred, const float* targ
     launch(g, b, hv_pointwise_loss, pred, target, rows, k, mode, delta, grad_scale, d, row_loss, row_correct);
 }
 
+void hvshim_hv_weigh_rows(u32 g, u32 b, float* row_loss, float* d, const float* rw, i64 rows, int k) {
+    launch(g, b, hv_weigh_rows, row_loss, d, rw, rows, k);
+}
+
 void hvshim_hv_dropout(u32 g, u32 b, float* v, i64 rows, int cols, const int* keys, unsigned long long salt, u32 col0,
                        u32 threshold, float scale) {
     launch(g, b, hv_dropout, v, rows, cols, keys, salt, col0, threshold, scale);

@@ -119,6 +119,9 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
     if let Some(w) = super::super::setup::class_weights(job, &train, rank == 0)? {
         st.set_class_weights(&w)?;
     }
+    if super::super::setup::sample_weights(job, &train, rank == 0)? {
+        st.set_sample_weights()?;
+    }
     let writer = Writer::new(job, w.start.lineage, sched.global_batch, n, rank)?;
     writer.set_norm(train.norm().clone());
     st.set_norm(train.norm());

@@ -20,10 +20,10 @@ fn softmax_xent_matches_cpu() {
             let weights: Vec<f32> = (0..k).map(|c| (c % 4) as f32 * 0.75 + (c % 3) as f32 * 0.125).collect();
             for cw in [None, Some(&weights[..])] {
                 let mut want_d = vec![0.0; rows * k];
-                let (want_sum, want_correct) = cpu::softmax_xent(&logits, &labels, cw, k, gs, Some(&mut want_d));
+                let (want_sum, want_correct) = cpu::softmax_xent(&logits, &labels, cw, None, k, gs, Some(&mut want_d));
                 // Per-row losses and hits from the CPU, one row at a time.
                 let per_row: Vec<(f64, usize)> = (0..rows)
-                    .map(|r| cpu::softmax_xent(&logits[r * k..][..k], &labels[r..][..1], cw, k, gs, None))
+                    .map(|r| cpu::softmax_xent(&logits[r * k..][..k], &labels[r..][..1], cw, None, k, gs, None))
                     .collect();
                 for with_d in [false, true] {
                     for (g, b) in grids(rows) {
@@ -107,9 +107,9 @@ fn pointwise_losses_match_cpu() {
                 }
                 let gs = 1.0 / rows as f32;
                 let mut want_d = vec![0.0; rows * k];
-                cpu::pointwise_loss(f, &pred, &target, k, gs, Some(&mut want_d));
+                cpu::pointwise_loss(f, &pred, &target, None, k, gs, Some(&mut want_d));
                 let per_row: Vec<(f64, usize)> = (0..rows)
-                    .map(|r| cpu::pointwise_loss(f, &pred[r * k..][..k], &target[r * k..][..k], k, gs, None))
+                    .map(|r| cpu::pointwise_loss(f, &pred[r * k..][..k], &target[r * k..][..k], None, k, gs, None))
                     .collect();
                 // The kernel sums a row in f32, cpu.rs in f64 (see the module comment).
                 let row_tol = (k as f64 + 2.0) * 4.0 * f32::EPSILON as f64;
@@ -149,6 +149,89 @@ fn pointwise_losses_match_cpu() {
                             assert_close(&format!("{what} d"), body(&what, d), &want_d);
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// Sample weights (`data.sample_weight`): each loss kernel, then `hv_weigh_rows` on its row
+/// losses and gradient, against the CPU reference given the same weights (0 among them).
+#[test]
+fn weigh_rows_after_each_loss_matches_cpu() {
+    let mut rng = Rng::new(15, 0);
+    for rows in ROWS {
+        for k in COLS {
+            let rw: Vec<f32> = (0..rows).map(|r| [0.5, 2.0, 0.0, 1.0, 3.25][r % 5]).collect();
+            let logits = random(&mut rng, rows * k, 4.0);
+            let labels: Vec<i32> = (0..rows).map(|_| rng.below(k) as i32).collect();
+            let target = random(&mut rng, rows * k, 2.0);
+            let gs = 1.0 / rows as f32;
+            for f in [None, Some(Pointwise::Mse), Some(Pointwise::Huber(0.7)), Some(Pointwise::BinaryXent)] {
+                let t: Vec<f32> = match f {
+                    Some(Pointwise::BinaryXent) => target.iter().map(|&t| if t > 0.0 { 1.0 } else { 0.0 }).collect(),
+                    _ => target.clone(),
+                };
+                let mut want_d = vec![0.0; rows * k];
+                let (want_sum, _) = match f {
+                    None => cpu::softmax_xent(&logits, &labels, None, Some(&rw), k, gs, Some(&mut want_d)),
+                    Some(f) => cpu::pointwise_loss(f, &logits, &t, Some(&rw), k, gs, Some(&mut want_d)),
+                };
+                for (g, b) in grids(rows) {
+                    let what = format!("{f:?} {rows}x{k} with sample weights, grid {g}x{b}");
+                    let mut d = guarded(vec![0.0; rows * k]);
+                    let mut loss = guarded(vec![0.0; rows]);
+                    let mut correct = vec![-1i32; rows];
+                    // SAFETY: logits, t and d hold rows·k elements, labels, rw, loss and correct rows.
+                    unsafe {
+                        match f {
+                            None => hvshim_hv_softmax_xent(
+                                g,
+                                b,
+                                logits.as_ptr(),
+                                labels.as_ptr(),
+                                std::ptr::null(),
+                                rows as i64,
+                                k as i32,
+                                gs,
+                                d.as_mut_ptr(),
+                                loss.as_mut_ptr(),
+                                correct.as_mut_ptr(),
+                            ),
+                            Some(f) => {
+                                let (mode, delta) = f.mode();
+                                hvshim_hv_pointwise_loss(
+                                    g,
+                                    b,
+                                    logits.as_ptr(),
+                                    t.as_ptr(),
+                                    rows as i64,
+                                    k as i32,
+                                    mode,
+                                    delta,
+                                    gs,
+                                    d.as_mut_ptr(),
+                                    loss.as_mut_ptr(),
+                                    correct.as_mut_ptr(),
+                                )
+                            }
+                        }
+                        hvshim_hv_weigh_rows(
+                            g,
+                            b,
+                            loss.as_mut_ptr(),
+                            d.as_mut_ptr(),
+                            rw.as_ptr(),
+                            rows as i64,
+                            k as i32,
+                        );
+                    }
+                    let sum: f64 = body(&what, &loss).iter().map(|&l| l as f64).sum();
+                    let tol = (k as f64 + 2.0) * 4.0 * f32::EPSILON as f64 * want_sum.max(1.0);
+                    assert!((sum - want_sum).abs() <= tol, "{what}: loss sum {sum:e} vs cpu {want_sum:e}");
+                    assert_close(&format!("{what} d"), body(&what, &d), &want_d);
+                    let zero = (0..rows).filter(|r| rw[*r] == 0.0);
+                    assert!(zero.clone().all(|r| loss[r] == 0.0), "{what}: a row of weight 0 kept its loss");
                 }
             }
         }
