@@ -15,6 +15,10 @@
 #   b2 on-device   one rank on the GPU, data.on_device = "off" then "on": the same test
 #                  accuracy and weights (within 1e-4), samples/s of each; "on" again with
 #                  HVTRAIN_CUDA_GRAPHS=0: the graphed run's weights within 1e-6
+#   w weights      one rank, one epoch with data.sample_weight: weights of 2 with half the
+#                  learning rate = none (weights within 1e-6), per-row weights with CUDA graphs
+#                  = plain launches (1e-6) and = the CPU (compare_runs.py: first steps' losses,
+#                  test accuracy within 0.5 points)
 #   b3 nccl        phase b's 2 ranks sharing the GPU stayed on the host path and said why
 #                  (distribution.gpu_allreduce = "auto"); one rank with "nccl" (the real
 #                  library: the bundle has none, so the machine's, e.g. PyTorch's nvidia-nccl
@@ -240,6 +244,75 @@ PY
   rc=$?
   record "one rank: rows on the GPU vs host copies" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 11-on-device.log
   sed 's/^/    /' "$LOGDIR/11-on-device.log"
+fi
+
+# --- w. Sample weights on the GPU (data.sample_weight: hv_weigh_rows after the loss kernel),
+# one rank, one epoch, SGD without momentum, on a copy of the training file with two weight
+# datasets: weights of 2 with lr 0.05 against none with lr 0.1 (the same weights: the factor 2
+# is exact), per-row weights in [0, 3) with CUDA graphs against plain launches (the weights are
+# uploaded every step before the replay: the same weights within 1e-6) and against the CPU
+# (tools/compare_runs.py: the first steps' weighted losses, test accuracy within 0.5 points).
+if ! skipped train && ! skipped weights; then
+  t=$(date +%s)
+  wf="$LOGDIR/runs/train-weights.h5"
+  mkdir -p "$LOGDIR/runs"
+  env -u LD_LIBRARY_PATH python3 - "$wf" > "$LOGDIR/19-weights.log" 2>&1 <<'PY'
+import shutil, sys
+import h5py, numpy as np
+shutil.copy("data/fashion-mnist-train.h5", sys.argv[1])
+with h5py.File(sys.argv[1], "r+") as f:
+    n = f["x"].shape[0]
+    f["twos"] = np.full(n, 2.0, np.float32)
+    f["w"] = np.random.default_rng(7).uniform(0.0, 3.0, n).astype(np.float32)
+print(f"wrote {sys.argv[1]}: twos and w beside x and y ({n} rows)")
+PY
+  for run in plain twos w w-nographs w-cpu; do
+    out="$LOGDIR/runs/weights-$run"; rm -rf "$out"
+    sets=(--set "data.train=\"$wf\"" --set "output.dir=\"$out\"" --set training.epochs=1 --set 'optimizer.kind="sgd"'
+          --set optimizer.momentum=0.0 --set 'training.device="cuda"' --set training.log_every=1)
+    case $run in
+      plain) sets+=(--set optimizer.lr=0.1) ;;
+      twos) sets+=(--set optimizer.lr=0.05 --set 'data.sample_weight="twos"') ;;
+      w*) sets+=(--set optimizer.lr=0.1 --set 'data.sample_weight="w"') ;;
+    esac
+    [ $run = w-cpu ] && sets+=(--set 'training.device="cpu"')
+    graphs=1; [ $run = w-nographs ] && graphs=0
+    echo "+ $run: mpirun -n 1 bin/hvtrain train jobs/fashion-mnist.toml ${sets[*]} (HVTRAIN_CUDA_GRAPHS=$graphs)" >> "$LOGDIR/19-weights.log"
+    HVTRAIN_CUDA_GRAPHS=$graphs hv timeout -k 5 "$(cap 120)" mpirun -n 1 --bind-to none -x LD_LIBRARY_PATH \
+      -x HVTRAIN_CUDA_GRAPHS "$HV" train jobs/fashion-mnist.toml "${sets[@]}" > "$LOGDIR/19-weights-$run.log" 2>&1
+    echo "+ exit $?: $(grep -oE 'sample weights: .{0,80}|CUDA graphs.{0,60}|done: .*' "$LOGDIR/19-weights-$run.log" | tr '\n' ';')" >> "$LOGDIR/19-weights.log"
+  done
+  env -u LD_LIBRARY_PATH python3 - "$LOGDIR" >> "$LOGDIR/19-weights.log" 2>&1 <<'PY'
+import json, os, sys
+import h5py, numpy as np
+d = sys.argv[1]
+def weights(run):
+    f = h5py.File(os.path.join(d, "runs", f"weights-{run}", "weights.h5"), "r")
+    return {f"{k}/{t}": f[k][t][...] for k in f if k.startswith("dense") for t in ("weight", "bias")}
+def acc(run):
+    return [json.loads(l) for l in open(os.path.join(d, "runs", f"weights-{run}", "metrics.jsonl"))][-1]["test_accuracy"]
+def diff(a, b):
+    a, b = weights(a), weights(b)
+    return max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
+ok = True
+try:
+    d2 = diff("plain", "twos"); g = diff("w", "w-nographs")
+    print(f"largest |weight difference| weights 2 with lr 0.05 vs none with lr 0.1: {d2:.3g} (tolerance 1e-6)")
+    print(f"largest |weight difference| per-row weights, CUDA graphs vs plain launches: {g:.3g} (tolerance 1e-6)")
+    print(f"test accuracy: per-row weights {acc('w')} (cuda), {acc('w-cpu')} (cpu); unweighted {acc('plain')} (cuda)")
+    ok = d2 <= 1e-6 and g <= 1e-6
+except Exception as e:
+    ok = False; print(f"FAIL: {e!r}")
+print("verdict:", "PASS" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PY
+  rc=$?
+  # Per-row weights on the GPU against the CPU: the first steps' weighted losses and the test
+  # accuracy (a GPU that ignored the weights differs from step 1: they average 1.5).
+  env -u LD_LIBRARY_PATH python3 tools/compare_runs.py --ref-log "$LOGDIR/19-weights-w-cpu.log" --ref-dir "$LOGDIR/runs/weights-w-cpu" \
+    --log "$LOGDIR/19-weights-w.log" --dir "$LOGDIR/runs/weights-w" --expect-device cuda >> "$LOGDIR/19-weights.log" 2>&1 || rc=1
+  record "sample weights on the GPU (one rank)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 19-weights.log
+  sed 's/^/    /' "$LOGDIR/19-weights.log" | grep -E "largest|accuracy|verdict|FAIL"
 fi
 
 # --- b3. NCCL on this GPU: auto stays on the host path for ranks sharing it; one rank through
