@@ -19,7 +19,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN   := mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
 
-.PHONY: deps test-deps install build data demo test check-mpich bench lint nvrtc onnx-venv clean gpu-bundle docs
+.PHONY: deps test-deps install build test-build data demo test check-mpich bench lint nvrtc onnx-venv clean gpu-bundle docs
 
 # NVRTC (CUDA's run-time compiler) from PyPI, unpacked: `make test` compiles every GPU kernel
 # with it, without a GPU or a CUDA install (src/device/cuda/nvrtc.rs). Pinned: 12.x still
@@ -74,12 +74,18 @@ demo: data
 # As root (CI), tests/noroot.rs must run, not skip: it proves the build a user without root does.
 NOROOT_REQ := $(shell [ "$$(id -u)" = 0 ] && echo HVTRAIN_REQUIRE_NOROOT=1)
 
-test: test-deps build nvrtc gpu-bundle onnx-venv docs
+# test-build first: one cargo run compiles the binary and the unit-test harness (each a single
+# codegen unit, thin LTO) side by side on two cores, where `build` then `cargo test` compiled
+# them one after the other (about 4 minutes of CI); `build` after it finds the binary fresh.
+test: test-deps test-build build nvrtc gpu-bundle onnx-venv docs
 	LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH HVTRAIN_REQUIRE_NVRTC=1 HVTRAIN_REQUIRE_BUNDLE=1 $(NOROOT_REQ) \
 	  HVTRAIN_REQUIRE_ONNX=1 HVTRAIN_ONNX_PYTHON=$(CURDIR)/$(ONNX_VENV)/bin/python cargo test --release --no-fail-fast
 	@if [ -n "$(NOROOT_REQ)" ]; then \
 	  echo "check-mpich: not run: tests/noroot.rs built against MPICH and trained 2 ranks under its mpiexec"; \
 	else $(MAKE) --no-print-directory check-mpich; fi
+
+test-build: deps
+	cargo test --release --no-run
 
 # The code must build against MPICH too: build with MPICH's wrapper into target-mpich/ and
 # train 2 ranks for one epoch under MPICH's mpirun (hydra). `make test` runs it where
@@ -100,12 +106,14 @@ check-mpich: data
 bench: data
 	bash bench/run.sh
 
-# The book: mdBook from crates.io, pinned, built once into target/ without its server and file
-# watcher (about 1-2 minutes; no Debian package has it). `mdbook build` fails on a SUMMARY.md
+# The book: mdBook from crates.io, pinned, built once without its server and file watcher (about
+# 2-5 minutes on 2 cores; no Debian package has it) into the user's cache folder, so that a
+# clean clone (CI's) on a machine that built it before does not build it again. `mdbook build` fails on a SUMMARY.md
 # entry without its file; tests/it/docs.rs checks links and anchors, src/cli/docs_tests.rs the
 # command lines.
 MDBOOK_VERSION := 0.4.52
-MDBOOK        := target/mdbook-$(MDBOOK_VERSION)/bin/mdbook
+MDBOOK_ROOT   := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/hvtrain/mdbook-$(MDBOOK_VERSION)
+MDBOOK        := $(MDBOOK_ROOT)/bin/mdbook
 
 docs: $(MDBOOK)
 	$(MDBOOK) build docs
@@ -113,7 +121,7 @@ docs: $(MDBOOK)
 
 $(MDBOOK):
 	cargo install mdbook --version $(MDBOOK_VERSION) --locked --no-default-features --features search \
-	  --root target/mdbook-$(MDBOOK_VERSION) --quiet
+	  --root $(MDBOOK_ROOT) --quiet
 
 # Skipped when this version is already unpacked (the stamp names it).
 nvrtc: $(NVRTC_DIR)/.version-$(NVRTC_VERSION)

@@ -297,6 +297,8 @@ and column unless --fill gives their value; a missing target is always an error.
     #[command(after_help = "Example:\n  hvtrain data check data/fashion-mnist-train.h5")]
     Check { file: PathBuf },
     /// Split one HDF5 file into N files of contiguous rows, for `{rank}` paths in a job file.
+    /// Datasets beside x and y with a row per sample (sample weights) are split with them;
+    /// class names (`y_classes`) are copied into every part.
     #[command(
         after_help = "Example:\n  hvtrain data shard data/fashion-mnist-train.h5 --parts 4 --out data/shards\n  \
 # then in the job file: train = \"data/shards/fashion-mnist-train-{rank}.h5\""

@@ -118,6 +118,7 @@ pub fn shard(
     // Each part keeps the stored element types (uint8 images stay uint8).
     let xe = h5::elem(&x, input, x_name, "x must hold integers or floats")?;
     let ye = h5::elem(&y, input, y_name, "y must hold integers or floats")?;
+    let others = beside(&f, input, x_name, y_name, n)?;
     let mut written = Vec::new();
     for i in 0..parts {
         let (a, b) = (i * n / parts, (i + 1) * n / parts);
@@ -125,9 +126,59 @@ pub fn shard(
         let o = h5::create(&path)?;
         with_elem!(xe, T => copy_rows::<T>(&x, input, x_name, &xs, a..b, &o, &path))?;
         with_elem!(ye, T => copy_rows::<T>(&y, input, y_name, &ys, a..b, &o, &path))?;
+        for (name, other) in &others {
+            match other {
+                Beside::Rows(ds, Some(e)) => {
+                    with_elem!(*e, T => copy_rows::<T>(ds, input, name, &ds.shape(), a..b, &o, &path))?
+                }
+                Beside::Rows(ds, None) => {
+                    let v: Vec<bool> =
+                        h5::read_rows(ds, a..b).map_err(|e| Error::hdf5(input, format!("read {name}"), e))?;
+                    let mut shape = ds.shape();
+                    shape[0] = b - a;
+                    h5::write(&o, &path, name, &v, &shape)?;
+                }
+                Beside::Names(v) => h5::write_strings(&o, &path, name, v)?,
+            }
+        }
         written.push(path);
     }
     Ok(written)
+}
+
+/// A dataset of the input file beside x and y that every shard file gets: one with a row per
+/// sample (sample weights, further targets; numbers or bool) split as x is, or strings (class
+/// names, `y_classes`) copied whole.
+enum Beside {
+    Rows(hdf5::Dataset, Option<h5::Elem>),
+    Names(Vec<String>),
+}
+
+/// The input file's top-level datasets other than x and y, as `Beside`, each logged with what
+/// becomes of it; what cannot be carried (another shape or type) is left out with a warning.
+fn beside(f: &hdf5::File, input: &Path, x_name: &str, y_name: &str, n: usize) -> Result<Vec<(String, Beside)>> {
+    let mut out = Vec::new();
+    for name in f.member_names().map_err(|e| Error::hdf5(input, "list the datasets", e))? {
+        if [x_name, y_name].iter().any(|m| name == m.trim_start_matches('/')) {
+            continue;
+        }
+        let Ok(ds) = f.dataset(&name) else { continue };
+        let shape = ds.shape();
+        let rows = shape.first() == Some(&n);
+        if rows && h5::kind(&ds, input, &name).ok() == Some("bool") {
+            log::info!("{name} {shape:?}: split with x (a row per sample)");
+            out.push((name, Beside::Rows(ds, None)));
+        } else if let (true, Ok(e)) = (rows, h5::elem(&ds, input, &name, "")) {
+            log::info!("{name} {shape:?}: split with x (a row per sample)");
+            out.push((name, Beside::Rows(ds, Some(e))));
+        } else if let (1, Ok(v)) = (shape.len(), super::classes::read_strings(&ds, input, &name)) {
+            log::info!("{name}: {} strings, copied into every part", v.len());
+            out.push((name, Beside::Names(v)));
+        } else {
+            log::warn!("{name} {shape:?}: left out of the parts (neither a row per sample nor strings)");
+        }
+    }
+    Ok(out)
 }
 
 /// Copy rows `rows` of the dataset `name` (any rank) (shape `shape`, stored as `T`) from

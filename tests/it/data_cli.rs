@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::{hvtrain, job, mpirun, scratch, synthetic, write_classes};
+use common::{hvtrain, job, mpirun, scratch, synthetic, write_classes, write_dataset};
 use hdf5::types::{FloatSize, IntSize, TypeDescriptor};
 use std::io::Write;
 use std::path::Path;
@@ -148,11 +148,25 @@ fn shard_splits_into_balanced_contiguous_parts() {
     let x: Vec<f32> = (0..n * d).map(|i| i as f32 * 0.5 - 3.0).collect();
     let y: Vec<i32> = (0..n as i32).map(|i| i * 7 % 4).collect();
     write_classes(&dir.join("input.h5"), &x, d, &y);
+    // Beside x and y: sample weights and a bool column (a row per sample: split with x), the
+    // class names (copied whole), and a dataset of neither kind (left out, with a warning).
+    let w: Vec<f64> = (0..n).map(|i| i as f64 * 0.25).collect();
+    let flag: Vec<bool> = (0..n).map(|i| i % 3 == 0).collect();
+    {
+        let f = hdf5::File::open_rw(dir.join("input.h5")).unwrap();
+        write_dataset(&f, "w", &w, &[n, 1]);
+        write_dataset(&f, "flag", &flag, &[n]);
+        let names: Vec<hdf5::types::VarLenUnicode> = ["a", "b", "c", "d"].iter().map(|s| s.parse().unwrap()).collect();
+        write_dataset(&f, "y_classes", &names, &[4]);
+        write_dataset(&f, "grid", &[1.0f32; 6], &[2, 3]);
+    }
 
     let run = hvtrain(&["data", "shard", "input.h5", "--parts", "3", "--out", "parts"], &dir, 60);
     assert!(run.ok(), "{}", run.all());
+    assert!(run.stderr.contains("grid [2, 3]: left out of the parts"), "{}", run.all());
     let mut xs = Vec::new();
     let mut ys = Vec::new();
+    let (mut ws, mut flags) = (Vec::new(), Vec::new());
     let mut sizes = Vec::new();
     for i in 0..3 {
         let p = dir.join(format!("parts/input-{i}.h5"));
@@ -164,7 +178,23 @@ fn shard_splits_into_balanced_contiguous_parts() {
         sizes.push(rows);
         xs.extend(common::read_f32(&p, "x"));
         ys.extend(read_i32(&p, "y"));
+        let f = hdf5::File::open(&p).unwrap();
+        assert_eq!(shape(&p, "w"), vec![rows, 1]);
+        ws.extend(f.dataset("w").unwrap().read_raw::<f64>().unwrap());
+        flags.extend(f.dataset("flag").unwrap().read_raw::<bool>().unwrap());
+        let names: Vec<String> = f
+            .dataset("y_classes")
+            .unwrap()
+            .read_raw::<hdf5::types::VarLenUnicode>()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect();
+        assert_eq!(names, ["a", "b", "c", "d"], "every part keeps the class names");
+        assert!(f.dataset("grid").is_err(), "grid is neither a row per sample nor strings");
     }
+    assert_eq!(ws, w, "shards' sample weights concatenated must equal the input's");
+    assert_eq!(flags, flag);
     assert!(!dir.join("parts/input-3.h5").exists());
     assert_eq!(xs, x, "shards' x concatenated must equal the input");
     assert_eq!(ys, y, "shards' y concatenated must equal the input");
