@@ -90,7 +90,7 @@ done
   echo "# Sample weights on a weighted least-squares problem: hvtrain beside Keras' sample_weight"
   echo
   echo "- command: \`bash bench/sample_weights.sh\` (SEEDS=\"$SEEDS\", EPOCHS=$EPOCHS), $(date -u +%FT%TZ)"
-  echo "- machine: $(nproc) vCPU, $(lscpu | sed -n 's/^Model name: *//p') ($(grep -o 'avx512f\|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ' || true)), $(free -g | awk '/Mem:/{print $2}') GiB"
+  echo "- machine: $(nproc) vCPU, $(lscpu | sed -n 's/^Model name: *//p') ($(grep -qw amx_bf16 /proc/cpuinfo && echo "AMX-BF16, " || true)$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || echo "AVX2, no AVX-512")), $(free -g | awk '/Mem:/{print $2}') GiB"
   echo "- hvtrain $(git rev-parse --short HEAD) (2 ranks, Open MPI, CPU backend, float32); ${peer:-Keras: not run} (one process, default threading)"
   echo "- data: bench/make_surrogate.py (Friedman #1 in raw units: 20,000 training rows, 5,000 test rows); each training target plus noise of its own sigma, log-uniform from 0.1 to 10 (seed 5); weights 1/sigma² scaled to mean 1 ($(cut -c1-140 "$work/weights-line" 2>/dev/null))"
   echo "- model 10-64-64-1 ReLU, MSE, Adam 1e-3, global batch 64, $EPOCHS epochs, x and y standardized from the training rows (hvtrain: data.normalize and normalize_y = \"standard\"; Keras: Normalization adapted on x, y standardized by hand), no validation"
