@@ -181,17 +181,19 @@ fn steps_agree_is_zero_for_the_same_products_and_sees_a_precision_change() {
     assert!(rel > 1e-3, "bf16 against float32 products: {rel:.1e}");
 }
 
+/// Gradients written into one arena by tensor range (the loss-weighting tests' sink).
+struct Arena<'a>(&'a mut Vec<f32>, Vec<Range<usize>>);
+impl GradSink<Cpu> for Arena<'_> {
+    fn slot(&mut self, t: usize) -> &mut [f32] {
+        &mut self.0[self.1[t].clone()]
+    }
+    fn ready(&mut self, _t: usize) {}
+}
+
 /// `model.class_weights` through the model: a batch whose rows weigh w (class weights 2, 0
 /// and 3) gives the loss and gradients of a batch holding each row w times, unweighted.
 #[test]
 fn class_weights_weigh_each_row_as_that_many_copies() {
-    struct Arena<'a>(&'a mut Vec<f32>, Vec<Range<usize>>);
-    impl GradSink<Cpu> for Arena<'_> {
-        fn slot(&mut self, t: usize) -> &mut [f32] {
-            &mut self.0[self.1[t].clone()]
-        }
-        fn ready(&mut self, _t: usize) {}
-    }
     let m = Mlp::new(&[5, 7, 3], Activation::Tanh, LossKind::SoftmaxCrossEntropy);
     let p = m.init_params(4);
     // (loss sum, gradients) of rows `x` with `labels`, each row's gradient × 1/4.
@@ -234,13 +236,6 @@ fn class_weights_weigh_each_row_as_that_many_copies() {
 /// `sample_weight`) and for squared error. Weights of 1 change no bit.
 #[test]
 fn sample_weights_weigh_each_row_as_that_many_copies() {
-    struct Arena<'a>(&'a mut Vec<f32>, Vec<Range<usize>>);
-    impl GradSink<Cpu> for Arena<'_> {
-        fn slot(&mut self, t: usize) -> &mut [f32] {
-            &mut self.0[self.1[t].clone()]
-        }
-        fn ready(&mut self, _t: usize) {}
-    }
     let x: Vec<f32> = (0..4 * 5).map(|i| ((i * 37 % 11) as f32 - 5.0) / 5.0).collect();
     let labels = [0, 2, 1, 2];
     let rw = [2.0f32, 0.0, 3.0, 1.0];

@@ -316,7 +316,7 @@ where
         self.sample_weights = Some(self.be.zeros(self.batch)?);
         Ok(())
     }
-    /// The batch's sample weights of rows `r` uploaded, and their view (None: unweighted).
+    /// Rows `r` of the batch's sample weights into the step's buffer (nothing when unweighted).
     fn upload_sample_weights(&mut self, batch: &Batch, r: std::ops::Range<usize>) -> Result<()> {
         if let Some(buf) = self.sample_weights.as_mut() {
             assert_eq!(batch.weights.len(), batch.rows, "a batch without its sample weights");
