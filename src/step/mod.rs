@@ -18,6 +18,7 @@ mod clip;
 mod graph;
 mod inputs;
 mod layers;
+mod loss_weights;
 pub use clip::clip_factors;
 mod pipeline;
 mod shard;
@@ -301,27 +302,6 @@ where
     pub fn set_dropout(&mut self, rates: &[f32], seed: u64) -> Result<()> {
         self.ws.enable_dropout(&self.be, rates, seed)?;
         self.dropout = (rates.to_vec(), seed);
-        Ok(())
-    }
-    /// Weigh each class's rows' loss (`model.class_weights`, one weight per output; Keras'
-    /// `class_weight`): the training loss and its gradient, not evaluation's.
-    pub fn set_class_weights(&mut self, weights: &[f32]) -> Result<()> {
-        assert_eq!(weights.len(), self.model.n_outputs(), "one weight per class");
-        self.class_weights = Some(self.be.upload(weights)?);
-        Ok(())
-    }
-    /// Weigh each training row's loss by the batch's sample weights (`data.sample_weight`;
-    /// Keras' `sample_weight` in `fit`): every batch then carries one weight per row.
-    pub fn set_sample_weights(&mut self) -> Result<()> {
-        self.sample_weights = Some(self.be.zeros(self.batch)?);
-        Ok(())
-    }
-    /// Rows `r` of the batch's sample weights into the step's buffer (nothing when unweighted).
-    fn upload_sample_weights(&mut self, batch: &Batch, r: std::ops::Range<usize>) -> Result<()> {
-        if let Some(buf) = self.sample_weights.as_mut() {
-            assert_eq!(batch.weights.len(), batch.rows, "a batch without its sample weights");
-            self.be.upload_into(&batch.weights[r], buf)?;
-        }
         Ok(())
     }
     pub fn tensor(&self) -> &TensorGroup {
