@@ -241,6 +241,7 @@ pub enum DataCommand {
   hvtrain data import arrays.npz data/train.h5          (arrays x and y)
   hvtrain data import table.parquet data/train.h5 --y label --compress lzf
   hvtrain data import test.csv data/test.h5 --y label --classes-from data/train.h5
+  hvtrain data import survey.csv data/train.h5 --y label --sample-weight weight
 
 Class names are numbered in sorted order, so files imported apart agree when they hold the
 same names; training, eval and sweeps compare every file's y_classes with the training file's
@@ -290,6 +291,11 @@ and column unless --fill gives their value; a missing target is always an error.
         /// order of first appearance (pandas.factorize).
         #[arg(long, value_enum, default_value = "sorted")]
         class_order: ClassOrderArg,
+        /// Sample weights (Keras' sample_weight), one number >= 0 a row, written as the dataset
+        /// `w` for `data.sample_weight = "w"`: CSV/TSV/Parquet a column (name or 0-based index;
+        /// not a feature then), .npz an array's name, .npy a .npy file of [N] weights.
+        #[arg(long, value_name = "COLUMN")]
+        sample_weight: Option<String>,
     },
     /// List an HDF5 file's datasets: shape, element type, chunks, compression filters, and
     /// whether this HDF5 can load each filter (what to install when it cannot). Exit 1 when

@@ -421,6 +421,7 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
             classes_from,
             classes,
             class_order,
+            sample_weight,
         } => {
             let classes = match (classes_from, classes, class_order) {
                 (Some(f), _, _) => data::import::classes_from(&f)?,
@@ -439,15 +440,32 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
                 }
                 None => None,
             };
-            let o = data::import::Opts { y, y_file, regression, fill, no_header, delimiter, shard, compress, classes };
+            let o = data::import::Opts {
+                y,
+                y_file,
+                regression,
+                fill,
+                no_header,
+                delimiter,
+                shard,
+                compress,
+                classes,
+                sample_weight,
+            };
             let s = data::import::import(&input, &out, &o)?;
             let y = match s.y {
                 data::import::sink::YKind::Classes if s.classes.is_empty() => "int32 [N] class labels".to_string(),
                 data::import::sink::YKind::Classes => format!("int32 [N] classes {:?} (y_classes)", s.classes),
                 data::import::sink::YKind::Values(k) => format!("float32 [N, {k}] targets"),
             };
+            let (w, key) = if s.weights {
+                let w = data::import::sink::WEIGHTS;
+                (format!(", {w} float32 [{}] sample weights", s.rows), format!(", sample_weight = \"{w}\""))
+            } else {
+                (String::new(), String::new())
+            };
             log::info!(
-                "wrote x float32 [{}, {}], y {y}; in a job file: train = \"{}\"",
+                "wrote x float32 [{}, {}], y {y}{w}; in a job file: train = \"{}\"{key}",
                 s.rows,
                 s.features,
                 s.template

@@ -205,7 +205,7 @@ pub(super) fn sample_weights(job: &Job, train: &Shard, log: bool) -> Result<bool
             &job.data.train,
             name,
             format!(
-                "every sample weight of the {} training rows is 0, so nothing would train;                  data.sample_weight must give some rows a weight above 0",
+                "every sample weight of the {} training rows is 0, so nothing would train; data.sample_weight must give some rows a weight above 0",
                 w.len()
             ),
         ));

@@ -11,6 +11,10 @@
 //! - `.npy` with `--y-file` (int64 labels, float64 features) and a compressed `.npz`;
 //! - bad input: a missing field names the file, line and column (and `--fill` fills it), a
 //!   text feature, a string label after integer ones, no `--y` (the columns listed).
+//! - `--sample-weight`: a CSV column (split with the rows over `--shard`), a `.npz` array, a
+//!   `.npy` file and a Parquet column into `w`, equal to what pandas/numpy read, the features
+//!   without it; a job reads it with `data.sample_weight = "w"`; a negative, missing or
+//!   non-numeric weight names the line (row) and column.
 
 use crate::common;
 use common::*;
@@ -295,4 +299,123 @@ print("ok")
         let run = import(&dir, &a);
         assert!(!run.ok() && run.all().contains(says) && run.all().contains(file), "{file}: {}", run.all());
     }
+}
+
+#[test]
+fn sample_weights_come_from_every_format() {
+    let _g = mpi_lock();
+    let dir = scratch("import-weights");
+    python(
+        &dir,
+        r#"
+import numpy as np, pandas as pd
+rng = np.random.default_rng(11)
+n = 301
+df = pd.DataFrame({"a": rng.normal(size=n), "wt": rng.random(n) * 3, "b": rng.normal(size=n)})
+df["label"] = rng.integers(0, 3, n)
+df.loc[7, "wt"] = 0.0
+df.to_csv("t.csv", index=False, float_format="%.9g")
+np.savez("z.npz", x=rng.random((40, 3), dtype=np.float32), y=rng.integers(0, 2, 40), w=rng.integers(0, 4, 40))
+np.save("x.npy", rng.normal(size=(40, 2))); np.save("y.npy", rng.normal(size=40)); np.save("w.npy", rng.random((40, 1)))
+np.save("w39.npy", rng.random(39))
+"#,
+    );
+    let run = import(&dir, &["t.csv", "t-{rank}.h5", "--y", "label", "--sample-weight", "wt", "--shard", "2"]);
+    assert!(run.ok(), "{}", run.all());
+    assert!(
+        run.stderr.contains("w float32 [301] sample weights") && run.stderr.contains("sample_weight = \"w\""),
+        "{}",
+        run.all()
+    );
+    let check = python(
+        &dir,
+        r#"
+import numpy as np, pandas as pd, h5py
+df = pd.read_csv("t.csv")
+fs = [h5py.File(f"t-{i}.h5") for i in range(2)]
+assert [f["w"].shape for f in fs] == [(150,), (151,)], [f["w"].shape for f in fs]
+assert np.array_equal(np.concatenate([f["w"][...] for f in fs]), df["wt"].to_numpy(np.float32)), "w"
+assert np.array_equal(np.concatenate([f["x"][...] for f in fs]), df[["a", "b"]].to_numpy(np.float32)), "x"
+assert [s.decode() for s in fs[0]["x_columns"][...]] == ["a", "b"]
+print("ok")
+"#,
+    );
+    assert_eq!(check.trim(), "ok");
+    // The files train with the key the import's log line gives.
+    job(&dir, &[2, 6, 3], "t-{rank}.h5", None, "");
+    let text =
+        std::fs::read_to_string(dir.join("job.toml")).unwrap().replace("[data]\n", "[data]\nsample_weight = \"w\"\n");
+    std::fs::write(dir.join("job.toml"), text).unwrap();
+    let run = mpirun(2, &["train", "job.toml"], &dir, 60);
+    assert!(run.ok() && run.stderr.contains("sample weights: dataset w, 301 training rows"), "{}", run.all());
+    assert!(run.stderr.contains("1 rows weigh 0"), "{}", run.all());
+
+    let run = import(&dir, &["z.npz", "z.h5", "--sample-weight", "w"]);
+    assert!(run.ok(), "{}", run.all());
+    let run = import(&dir, &["x.npy", "n.h5", "--y-file", "y.npy", "--sample-weight", "w.npy"]);
+    assert!(run.ok(), "{}", run.all());
+    let check = python(
+        &dir,
+        r#"
+import numpy as np, h5py
+z, f = np.load("z.npz"), h5py.File("z.h5")
+assert np.array_equal(f["w"][...], z["w"].astype(np.float32)) and f["w"].dtype == np.float32
+g = h5py.File("n.h5")
+assert np.array_equal(g["w"][...], np.load("w.npy")[:, 0].astype(np.float32))
+print("ok")
+"#,
+    );
+    assert_eq!(check.trim(), "ok");
+
+    // Refused, naming the file, the line (row) and the column.
+    std::fs::write(dir.join("neg.csv"), "u,w,label\n1,1,0\n3,-2,1\n").unwrap();
+    std::fs::write(dir.join("gap.csv"), "u,w,label\n1,1,0\n3,,1\n").unwrap();
+    std::fs::write(dir.join("txt.csv"), "u,w,label\n1,1,0\n3,heavy,1\n").unwrap();
+    for (file, args, says) in [
+        ("neg.csv", vec!["--sample-weight", "w"], "line 3, column \"w\": sample weight -2 is negative"),
+        ("gap.csv", vec!["--sample-weight", "w"], "line 3, column \"w\": missing sample weight"),
+        ("txt.csv", vec!["--sample-weight", "w"], "line 3, column \"w\": \"heavy\" is not a number"),
+        ("neg.csv", vec!["--sample-weight", "label"], "which --y names as a target"),
+        ("neg.csv", vec!["--sample-weight", "weight"], "no column \"weight\""),
+        ("z.npz", vec!["--sample-weight", "v"], "no array \"v\""),
+        ("x.npy", vec!["--y-file", "y.npy", "--sample-weight", "w39.npy"], "one weight per row"),
+    ] {
+        let mut a = vec![file, "bad.h5"];
+        if file.ends_with(".csv") {
+            a.extend(["--y", "label"]);
+        }
+        a.extend(args);
+        let run = import(&dir, &a);
+        assert!(!run.ok() && run.all().contains(says), "{file}: {}", run.all());
+    }
+
+    // Parquet, with the test venv's pyarrow.
+    let Some(py) = venv_python() else { return };
+    venv(
+        &py,
+        &dir,
+        r#"
+import numpy as np, pandas as pd
+rng = np.random.default_rng(3)
+df = pd.DataFrame({"a": rng.normal(size=50), "w": rng.integers(0, 5, 50).astype(np.int16), "y": rng.integers(0, 2, 50)})
+df.to_parquet("t.parquet")
+df["w"] = df["w"].astype("float64"); df.loc[4, "w"] = np.nan
+df.to_parquet("nan.parquet")
+"#,
+    );
+    let run = import(&dir, &["t.parquet", "p.h5", "--y", "y", "--sample-weight", "w"]);
+    assert!(run.ok(), "{}", run.all());
+    let out = venv(
+        &py,
+        &dir,
+        r#"
+import numpy as np, pandas as pd, h5py
+df, f = pd.read_parquet("t.parquet"), h5py.File("p.h5")
+assert np.array_equal(f["w"][...], df["w"].to_numpy(np.float32)) and np.array_equal(f["x"][...][:, 0], df["a"].to_numpy(np.float32))
+print("ok")
+"#,
+    );
+    assert_eq!(out.trim(), "ok");
+    let run = import(&dir, &["nan.parquet", "p.h5", "--y", "y", "--sample-weight", "w"]);
+    assert!(!run.ok() && run.all().contains("row 4, column \"w\": missing sample weight"), "{}", run.all());
 }

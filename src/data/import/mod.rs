@@ -1,7 +1,9 @@
 //! `hvtrain data import INPUT OUTPUT.h5`: CSV/TSV (gzipped or not), NumPy `.npy` (features;
 //! targets from `--y-file`), `.npz` (arrays `x` and `y`) and Parquet into the HDF5 layout training
 //! reads, streaming in chunks (files larger than memory work), one output file or `--shard N`
-//! files of contiguous rows for a `{rank}` path, progress in the log.
+//! files of contiguous rows for a `{rank}` path, progress in the log. `--sample-weight` takes a
+//! weight a row (a column; an array of a `.npz`; a `.npy` file beside a `.npy`) into `w`, which
+//! `data.sample_weight = "w"` then reads.
 //!
 //! - `text`: the CSV/TSV fields as numbers, targets and class names;
 //! - `npy`: the `.npy` header and its rows as float32 or int32;
@@ -44,6 +46,9 @@ pub struct Opts {
     pub compress: Compress,
     /// How class names are numbered (sorted by default).
     pub classes: ClassOrder,
+    /// Sample weights: CSV/TSV/Parquet a column (name or 0-based index), `.npz` an array's
+    /// name, `.npy` a `.npy` file; written as `sink::WEIGHTS`.
+    pub sample_weight: Option<String>,
 }
 
 /// What an import wrote.
@@ -52,6 +57,8 @@ pub struct Summary {
     pub features: usize,
     pub y: YKind,
     pub classes: Vec<String>,
+    /// Whether the files hold sample weights (`sink::WEIGHTS`).
+    pub weights: bool,
     pub files: Vec<PathBuf>,
     /// The `data.train` value that reads them.
     pub template: String,
@@ -103,9 +110,41 @@ pub fn import(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     Ok(s)
 }
 
-/// The target columns `--y` names (header names or 0-based indices) and the feature columns
-/// (every other one), as indices into `names`.
-fn columns(names: &[String], o: &Opts, input: &Path) -> Result<(Vec<usize>, Vec<usize>)> {
+/// What an import of `rows` rows × `features` wrote into `files` (for `out` and `o`).
+fn summary(
+    rows: usize,
+    features: usize,
+    y: YKind,
+    classes: Vec<String>,
+    files: Vec<PathBuf>,
+    out: &Path,
+    o: &Opts,
+) -> Summary {
+    let (weights, template) = (o.sample_weight.is_some(), sink::template(out, o.shard));
+    Summary { rows, features, y, classes, weights, files, template }
+}
+
+/// The columns of a table's `names`: the targets `--y` names (header names or 0-based
+/// indices), the sample weights' `--sample-weight` names, and the features (every other one).
+struct Columns {
+    y: Vec<usize>,
+    w: Option<usize>,
+    x: Vec<usize>,
+}
+
+/// Column `c` (a name, else a 0-based index) of `names`, for option `flag`.
+fn column(names: &[String], c: &str, flag: &str, input: &Path) -> Result<usize> {
+    let i = names.iter().position(|n| n == c).or_else(|| c.parse::<usize>().ok().filter(|&i| i < names.len()));
+    i.ok_or_else(|| {
+        Error::config(
+            "command line",
+            flag,
+            format!("no column {c:?} in {}; the columns are {names:?}", input.display()),
+        )
+    })
+}
+
+fn columns(names: &[String], o: &Opts, input: &Path) -> Result<Columns> {
     if o.y.is_empty() {
         return Err(Error::config(
             "command line",
@@ -113,31 +152,44 @@ fn columns(names: &[String], o: &Opts, input: &Path) -> Result<(Vec<usize>, Vec<
             format!("name the target column(s) with --y COLUMN (a name or a 0-based index); the columns are {names:?}"),
         ));
     }
-    let mut y = Vec::new();
-    for c in &o.y {
-        let i = names.iter().position(|n| n == c).or_else(|| c.parse::<usize>().ok().filter(|&i| i < names.len()));
-        let i = i.ok_or_else(|| {
-            Error::config(
-                "command line",
-                "--y",
-                format!("no column {c:?} in {}; the columns are {names:?}", input.display()),
-            )
-        })?;
-        y.push(i);
+    let y = o.y.iter().map(|c| column(names, c, "--y", input)).collect::<Result<Vec<usize>>>()?;
+    let w = o.sample_weight.as_deref().map(|c| column(names, c, "--sample-weight", input)).transpose()?;
+    if let Some(i) = w.filter(|i| y.contains(i)) {
+        return Err(Error::config(
+            "command line",
+            "--sample-weight",
+            format!("names column {:?}, which --y names as a target; the weights need a column of their own", names[i]),
+        ));
     }
-    let xcols: Vec<usize> = (0..names.len()).filter(|i| !y.contains(i)).collect();
-    if xcols.is_empty() {
+    let x: Vec<usize> = (0..names.len()).filter(|i| !y.contains(i) && w != Some(*i)).collect();
+    if x.is_empty() {
         return Err(Error::config("command line", "--y", "leaves no feature column"));
     }
-    Ok((y, xcols))
+    Ok(Columns { y, w, x })
+}
+
+/// The sink for `o`: with a weights dataset when `--sample-weight` is given.
+fn weighed(sink: Sink, o: &Opts) -> Sink {
+    if o.sample_weight.is_some() {
+        sink.with_weights()
+    } else {
+        sink
+    }
 }
 
 fn from_parquet(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     let file = pq::open(input)?;
     let names: Vec<String> = file.columns.iter().map(|c| c.name.clone()).collect();
-    let (y, xcols) = columns(&names, o, input)?;
+    let Columns { y, w, x: xcols } = columns(&names, o, input)?;
     for &i in &xcols {
         pq::check_feature(input, &file.columns[i], &file)?;
+    }
+    if let Some(c) = w.map(|i| &file.columns[i]).filter(|c| c.kind == pq::Kind::Text) {
+        return Err(Error::data(
+            input,
+            format!("column {:?}", c.name),
+            "holds no numbers: --sample-weight needs a numeric column (a weight >= 0 a row)",
+        ));
     }
     let ycols: Vec<&pq::Column> = y.iter().map(|&i| &file.columns[i]).collect();
     let mut targets = pq::decide(&ycols, o.regression, &o.classes);
@@ -152,23 +204,25 @@ fn from_parquet(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     }
     let d = xcols.len();
     let xnames: Vec<String> = xcols.iter().map(|&i| names[i].clone()).collect();
-    let mut sink = Sink::new(out, d, targets.kind(), o.compress, o.shard, Some(file.rows), xnames)?;
-    let mut reader = pq::Chunked::new(&file, xcols.iter().chain(&y).copied().collect());
+    let mut sink = weighed(Sink::new(out, d, targets.kind(), o.compress, o.shard, Some(file.rows), xnames)?, o);
+    let mut reader = pq::Chunked::new(&file, xcols.iter().chain(&y).chain(&w).copied().collect());
     let (mut chunk, mut progress) = (Chunk::default(), Progress::new());
     while reader.next(input, CHUNK_ROWS)? {
         let (m, first) = (reader.rows, reader.first_row);
         chunk.clear();
         // Row by row, so the first bad field reported is the first in the file.
-        let mut cols: Vec<_> = (0..d + y.len()).map(|k| reader.fields(k)).collect();
+        let mut cols: Vec<_> = (0..d + y.len() + w.iter().len()).map(|k| reader.fields(k)).collect();
         for r in 0..m {
             let row = first + r as u64;
             for (k, it) in cols.iter_mut().enumerate() {
                 let f = it.next().expect("a field a row");
                 if k < d {
                     chunk.x.push(pq::feature(f, o.fill, &pq::at(input, row, &names[xcols[k]]))?);
-                } else {
+                } else if k < d + y.len() {
                     let at = pq::at(input, row, &names[y[k - d]]);
                     pq::target(&mut targets, f, &at, &mut chunk.classes, &mut chunk.values)?;
+                } else {
+                    chunk.w.push(pq::weight(f, &pq::at(input, row, &names[w.expect("a weight column")]))?);
                 }
             }
         }
@@ -178,7 +232,7 @@ fn from_parquet(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     let kind = targets.kind();
     let (classes, remap) = targets.classes();
     let files = sink.finish(&classes, remap.as_deref())?;
-    Ok(Summary { rows: file.rows, features: d, y: kind, classes, files, template: sink::template(out, o.shard) })
+    Ok(summary(file.rows, d, kind, classes, files, out, o))
 }
 
 fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
@@ -202,7 +256,7 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     } else {
         r.headers().map_err(csv_err)?.iter().map(|h| h.trim().to_string()).collect()
     };
-    let (y, xcols) = columns(&names, o, input)?;
+    let Columns { y, w, x: xcols } = columns(&names, o, input)?;
     // Sharding needs the row count first: one pass that only counts records.
     let total = if o.shard > 1 {
         let mut n = 0usize;
@@ -226,7 +280,7 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     given_needs_names(&targets, o, input)?;
     let d = xcols.len();
     let xnames: Vec<String> = if o.no_header { Vec::new() } else { xcols.iter().map(|&i| names[i].clone()).collect() };
-    let mut sink = Sink::new(out, d, targets.kind(), o.compress, o.shard, total, xnames)?;
+    let mut sink = weighed(Sink::new(out, d, targets.kind(), o.compress, o.shard, total, xnames)?, o);
     let (mut chunk, mut rows, mut progress) = (Chunk::default(), 0usize, Progress::new());
     let add = |rec: &csv::StringRecord, chunk: &mut Chunk, targets: &mut text::Targets| -> Result<()> {
         let line = rec.position().map_or(0, |p| p.line());
@@ -247,6 +301,10 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
         for &i in &y {
             let at = text::At { path: input, place: text::Place::Line(line), column: &names[i] };
             text::target(targets, &rec[i], &at, &mut chunk.classes, &mut chunk.values)?;
+        }
+        if let Some(i) = w {
+            let at = text::At { path: input, place: text::Place::Line(line), column: &names[i] };
+            chunk.w.push(text::weight_field(&rec[i], &at)?);
         }
         Ok(())
     };
@@ -273,7 +331,7 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     let kind = targets.kind();
     let (classes, remap) = targets.classes();
     let files = sink.finish(&classes, remap.as_deref())?;
-    Ok(Summary { rows, features: d, y: kind, classes, files, template: sink::template(out, o.shard) })
+    Ok(summary(rows, d, kind, classes, files, out, o))
 }
 
 /// `--classes`/`--classes-from` number class names: refused when the targets are not names.
@@ -322,16 +380,30 @@ pub fn classes_list(list: &str) -> Result<ClassOrder> {
     Ok(ClassOrder::Given { names, source: "--classes".into() })
 }
 
-/// Stream `x` (and `y`) arrays of the same row count into the sink.
-fn stream<A: std::io::Read, B: std::io::Read>(
+/// Stream `x`, `y` (and sample weights `w`) arrays of the same row count into the sink.
+fn stream<A: std::io::Read, B: std::io::Read, C: std::io::Read>(
     mut x: npy::Npy<A>,
     mut y: npy::Npy<B>,
+    mut w: Option<npy::Npy<C>>,
     out: &Path,
     o: &Opts,
 ) -> Result<Summary> {
     let (n, d) = (x.rows(), x.width());
     if y.rows() != n {
         return Err(Error::data(Path::new(&y.name), "(shape)", format!("{} rows, {} has {n}", y.rows(), x.name)));
+    }
+    if let Some(w) = &w {
+        if w.rows() != n || w.width() != 1 {
+            return Err(Error::data(
+                Path::new(&w.name),
+                "(shape)",
+                format!(
+                    "sample weights must be an array [N] or [N, 1] with one weight per row of {} ({n} rows), found \
+                     shape {:?}",
+                    x.name, w.shape
+                ),
+            ));
+        }
     }
     if n == 0 {
         return Err(Error::data(Path::new(&x.name), "(shape)", "has no rows"));
@@ -349,6 +421,9 @@ fn stream<A: std::io::Read, B: std::io::Read>(
     }
     let kind = if classes { YKind::Classes } else { YKind::Values(y.width()) };
     let mut sink = Sink::new(out, d, kind, o.compress, o.shard, Some(n), Vec::new())?;
+    if w.is_some() {
+        sink = sink.with_weights();
+    }
     let (mut chunk, mut at, mut progress) = (Chunk::default(), 0, Progress::new());
     while at < n {
         let m = CHUNK_ROWS.min(n - at);
@@ -359,12 +434,26 @@ fn stream<A: std::io::Read, B: std::io::Read>(
         } else {
             y.read_f32(m, at, &mut chunk.values)?;
         }
+        if let Some(w) = &mut w {
+            w.read_f32(m, at, &mut chunk.w)?;
+            if let Some(i) = chunk.w.iter().position(|&v| v < 0.0) {
+                return Err(Error::data(
+                    Path::new(&w.name),
+                    "(data)",
+                    format!(
+                        "row {}: sample weight {} is negative: weights must be finite numbers >= 0",
+                        at + i,
+                        chunk.w[i]
+                    ),
+                ));
+            }
+        }
         sink.write(&chunk)?;
         at += m;
         progress.rows(at, Some(n));
     }
     let files = sink.finish(&[], None)?;
-    Ok(Summary { rows: n, features: d, y: kind, classes: Vec::new(), files, template: sink::template(out, o.shard) })
+    Ok(summary(n, d, kind, Vec::new(), files, out, o))
 }
 
 fn from_npy(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
@@ -379,7 +468,8 @@ fn from_npy(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
         let f = std::fs::File::open(p).map_err(|e| Error::io(p, "open", e))?;
         npy::Npy::open(std::io::BufReader::with_capacity(1 << 20, f), &p.display().to_string())
     };
-    stream(open(input)?, open(yf)?, out, o)
+    let w = o.sample_weight.as_deref().map(|p| open(Path::new(p))).transpose()?;
+    stream(open(input)?, open(yf)?, w, out, o)
 }
 
 fn from_npz(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
@@ -388,7 +478,7 @@ fn from_npz(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
         zip::ZipArchive::new(f)
             .map_err(|e| Error::data(input, "(zip)", format!("not a readable .npz (zip) archive: {e}")))
     };
-    let (mut ax, mut ay) = (archive()?, archive()?);
+    let (mut ax, mut ay, mut aw) = (archive()?, archive()?, archive()?);
     let member = |a: &mut zip::ZipArchive<std::fs::File>, name: &str| -> Result<()> {
         a.index_for_name(&format!("{name}.npy")).map(|_| ()).ok_or_else(|| {
             let have: Vec<String> =
@@ -396,18 +486,31 @@ fn from_npz(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
             Error::data(
                 input,
                 name,
-                format!("the archive has no array {name:?} (it has {have:?}); save it as np.savez(path, x=..., y=...)"),
+                format!(
+                    "the archive has no array {name:?} (it has {have:?}); save it as np.savez(path, x=..., y=...{})",
+                    if name == "x" || name == "y" { String::new() } else { format!(", {name}=...") }
+                ),
             )
         })
     };
     member(&mut ax, "x")?;
     member(&mut ay, "y")?;
+    if let Some(name) = &o.sample_weight {
+        member(&mut aw, name)?;
+    }
     let xr = ax.by_name("x.npy").map_err(|e| Error::data(input, "x", e.to_string()))?;
     let yr = ay.by_name("y.npy").map_err(|e| Error::data(input, "y", e.to_string()))?;
     let (xn, yn) = (format!("{}:x", input.display()), format!("{}:y", input.display()));
+    let w = match &o.sample_weight {
+        Some(name) => {
+            let r = aw.by_name(&format!("{name}.npy")).map_err(|e| Error::data(input, name, e.to_string()))?;
+            Some(npy::Npy::open(r, &format!("{}:{name}", input.display()))?)
+        }
+        None => None,
+    };
     // Bound first: the readers borrow the archives, which a tail expression's temporaries
     // would outlive.
     #[allow(clippy::let_and_return)]
-    let s = stream(npy::Npy::open(xr, &xn)?, npy::Npy::open(yr, &yn)?, out, o);
+    let s = stream(npy::Npy::open(xr, &xn)?, npy::Npy::open(yr, &yn)?, w, out, o);
     s
 }

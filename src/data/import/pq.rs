@@ -318,6 +318,17 @@ pub fn feature(f: Field, fill: Option<f32>, at: &At) -> Result<f32> {
     }
 }
 
+/// A sample-weight field (`--sample-weight`) as float32: null or NaN is an error.
+pub fn weight(f: Field, at: &At) -> Result<f32> {
+    match f {
+        Field::Null => Err(text::missing_weight("(null)", at)),
+        Field::Num(x) if x.is_nan() => Err(text::missing_weight("NaN", at)),
+        Field::Num(x) => text::weight(x as f32, at),
+        Field::Int(i) => text::weight(i as f32, at),
+        Field::Text(_) => unreachable!("string weights are refused when the file is opened"),
+    }
+}
+
 /// A target field appended to `classes` or `values`.
 pub fn target(t: &mut Targets, f: Field, at: &At, classes: &mut Vec<i32>, values: &mut Vec<f32>) -> Result<()> {
     match (t, f) {

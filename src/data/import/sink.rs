@@ -1,8 +1,8 @@
 //! Where `hvtrain data import` writes: HDF5 files of the layout training reads (`x` float32
 //! [N, D], `y` int32 [N] classes or float32 [N, K] values), written in chunks as rows stream in
 //! (resizable, chunked datasets, optionally gzip or LZF compressed), over one file or `--shard
-//! N` files of contiguous, balanced row ranges, with the names of x's columns and the string
-//! labels' classes beside them.
+//! N` files of contiguous, balanced row ranges, with the names of x's columns, the string
+//! labels' classes and (`--sample-weight`) a weight a row, `w` float32 [N], beside them.
 //!
 //! Must not: parse input (the readers do) or hold more than one chunk of rows.
 
@@ -18,12 +18,17 @@ pub enum Compress {
     Lzf,
 }
 
-/// Rows of one chunk: features row-major, and the targets (class ids, or k values a row).
+/// The dataset `--sample-weight` writes (what `data.sample_weight` then names).
+pub const WEIGHTS: &str = "w";
+
+/// Rows of one chunk: features row-major, the targets (class ids, or k values a row) and, with
+/// `--sample-weight`, a weight a row.
 #[derive(Default)]
 pub struct Chunk {
     pub x: Vec<f32>,
     pub classes: Vec<i32>,
     pub values: Vec<f32>,
+    pub w: Vec<f32>,
 }
 
 impl Chunk {
@@ -34,6 +39,7 @@ impl Chunk {
         self.x.clear();
         self.classes.clear();
         self.values.clear();
+        self.w.clear();
     }
 }
 
@@ -76,6 +82,7 @@ struct Open {
     path: PathBuf,
     x: hdf5::Dataset,
     y: hdf5::Dataset,
+    w: Option<hdf5::Dataset>,
     rows: usize,
 }
 
@@ -91,6 +98,8 @@ pub struct Sink {
     open: Option<Open>,
     pub written: Vec<PathBuf>,
     columns: Vec<String>,
+    /// Write `WEIGHTS` from each chunk's `w`.
+    weights: bool,
 }
 
 impl Sink {
@@ -127,7 +136,14 @@ impl Sink {
             open: None,
             written: Vec::new(),
             columns,
+            weights: false,
         })
+    }
+
+    /// Write each chunk's `w` as the dataset `WEIGHTS` (float32 [N]) beside x and y.
+    pub fn with_weights(mut self) -> Sink {
+        self.weights = true;
+        self
     }
 
     fn create(&self, i: usize) -> Result<Open> {
@@ -155,10 +171,11 @@ impl Sink {
             YKind::Classes => make("y", None, true)?,
             YKind::Values(k) => make("y", Some(k), false)?,
         };
+        let w = if self.weights { Some(make(WEIGHTS, None, false)?) } else { None };
         if !self.columns.is_empty() {
             h5::write_strings(&f, &path, "x_columns", &self.columns)?;
         }
-        Ok(Open { path, x, y, rows: 0 })
+        Ok(Open { path, x, y, w, rows: 0 })
     }
 
     /// Append `chunk`'s rows, across shard files as their bounds say.
@@ -189,6 +206,10 @@ impl Sink {
                         .expect("shape");
                     o.y.write_slice(ys, ndarray::s![a..b, ..]).map_err(|e| err("y", e))?;
                 }
+            }
+            if let Some(w) = &o.w {
+                w.resize(b).map_err(|e| err(WEIGHTS, e))?;
+                w.write_slice(&chunk.w[at..at + take], ndarray::s![a..b]).map_err(|e| err(WEIGHTS, e))?;
             }
             o.rows = b;
             at += take;

@@ -199,6 +199,33 @@ pub fn missing_target(v: &str, at: &At) -> Error {
     at.err(format!("missing target {v}; every row needs its target (drop the rows without one)"))
 }
 
+/// A sample weight (`--sample-weight`) checked as training checks it: finite and >= 0.
+pub fn weight(w: f32, at: &At) -> Result<f32> {
+    if w.is_finite() && w >= 0.0 {
+        return Ok(w);
+    }
+    Err(at.err(format!(
+        "sample weight {w} is {}: weights must be finite numbers >= 0 (0 leaves the row out of the loss)",
+        if w.is_finite() { "negative" } else { "not finite (or too large for float32)" }
+    )))
+}
+
+/// A missing sample weight, always an error.
+pub fn missing_weight(v: &str, at: &At) -> Error {
+    at.err(format!("missing sample weight {v}; every row needs its weight (1 for an ordinary row, 0 to leave it out)"))
+}
+
+/// A sample-weight field (`--sample-weight`) as float32.
+pub fn weight_field(v: &str, at: &At) -> Result<f32> {
+    let t = v.trim();
+    if MISSING.contains(&t) {
+        return Err(missing_weight(&format!("{v:?}"), at));
+    }
+    let w =
+        t.parse::<f32>().map_err(|_| at.err(format!("{v:?} is not a number (a sample weight is a number >= 0)")))?;
+    weight(w, at)
+}
+
 /// A feature field as float32; missing is `fill` when given.
 pub fn number(v: &str, fill: Option<f32>, at: &At) -> Result<f32> {
     let t = v.trim();
