@@ -69,8 +69,8 @@ pub struct DataCfg {
     #[serde(default = "default_y")]
     pub y_dataset: String,
     /// A dataset of one weight per training row beside x and y (Keras' `sample_weight` in
-    /// `fit`): each row's loss and gradient × its weight; evaluation unweighted. None: every
-    /// row weighs 1.
+    /// `fit`): each row's loss and gradient × its weight; validation and test loss weighted
+    /// too where their files hold it (`eval::weigh`), metrics never. None: every row weighs 1.
     #[serde(default)]
     pub sample_weight: Option<String>,
     /// Shuffle the order of samples every epoch (seeded by `training.seed` and the epoch).

@@ -79,6 +79,24 @@ fn add_outputs<B: Backend>(
     Ok(())
 }
 
+/// Weigh evaluation shard `shard` (data path `template`, the job's key `key`) by
+/// `data.sample_weight` when every file of it holds that dataset (Keras weighs `val_loss`
+/// and `evaluate`'s loss so when the rows come with weights; its metrics stay unweighted, as
+/// Keras' `metrics` are). `log`: rank 0 says which it is.
+pub fn weigh(job: &Job, shard: &mut Shard, template: &str, key: &str, log: bool) -> Result<()> {
+    let Some(name) = &job.data.sample_weight else { return Ok(()) };
+    let weighed = shard.load_eval_weights(template, key, name)?;
+    if log && weighed {
+        info!(
+            "{key}: the loss weighted by the sample weights in {name} (as Keras weighs val_loss and evaluate's \
+             loss); accuracy and the other metrics are not"
+        );
+    } else if log {
+        info!("{key}: {template} holds no dataset {name}, so its loss is not weighted (write the weights there to weigh it)");
+    }
+    Ok(())
+}
+
 /// What `model` needs of its data, for opening a `Shard`.
 pub fn expect(model: &Mlp) -> Expect {
     Expect { inputs: model.n_inputs(), outputs: model.n_outputs(), loss: model.loss.kind }
@@ -167,6 +185,7 @@ pub fn evaluate_in_group<B: Backend>(
     let mut xd = be.zeros(CHUNK * inp)?;
     let mut labels = be.labels(CHUNK)?;
     let mut values = be.zeros(CHUNK * outp)?;
+    let mut weights = be.zeros(CHUNK)?;
     let mut x = vec![0.0f32; CHUNK * shard.features.max(inp)];
     let mut out = vec![0.0f32; CHUNK * outp];
     let mut sums = vec![0.0f64; sums_len(shard)];
@@ -188,7 +207,7 @@ pub fn evaluate_in_group<B: Backend>(
             link.send_forward(&out[..c * outp]);
             link.finish_sends();
         } else {
-            let t = targets(be, shard, start..start + c, &mut labels, &mut values)?;
+            let t = targets(be, shard, start..start + c, &mut labels, &mut values, &mut weights)?;
             let (l, k) = model.loss(be, t, c, 1.0, &mut ws, false)?;
             sums[0] += l;
             sums[1] += k as f64;
@@ -249,6 +268,7 @@ fn evaluate_with<B: Backend>(
     let mut xd = be.zeros(CHUNK * shard.features)?;
     let mut labels = be.labels(CHUNK)?;
     let mut values = be.zeros(CHUNK * model.n_outputs())?;
+    let mut weights = be.zeros(CHUNK)?;
     let mut x = vec![0.0f32; CHUNK * shard.features];
     let mut out = vec![0.0f32; CHUNK * model.n_outputs()];
     let mut sums = vec![0.0f64; sums_len(shard)];
@@ -259,7 +279,7 @@ fn evaluate_with<B: Backend>(
         shard.read_rows(start, c, &mut x)?;
         be.upload_into(&x[..c * shard.features], &mut xd)?;
         model.forward_tp(be, params, &xd, c, &mut ws, tp)?;
-        let t = targets(be, shard, start..start + c, &mut labels, &mut values)?;
+        let t = targets(be, shard, start..start + c, &mut labels, &mut values, &mut weights)?;
         let (l, k) = model.loss(be, t, c, 1.0, &mut ws, false)?;
         sums[0] += l;
         sums[1] += k as f64;
@@ -277,24 +297,32 @@ fn evaluate_with<B: Backend>(
     Ok(sums)
 }
 
-/// The targets of the shard's `rows`, uploaded into `labels` or `values`.
+/// The targets of the shard's `rows`, uploaded into `labels` or `values`, and their sample
+/// weights into `weights` when the shard has them (`weigh`).
 fn targets<'a, B: Backend>(
     be: &B,
     shard: &Shard,
     rows: std::ops::Range<usize>,
     labels: &'a mut B::Labels,
     values: &'a mut B::Buf,
+    weights: &'a mut B::Buf,
 ) -> Result<Targets<'a, B>> {
+    let rw = match &shard.sample_weights {
+        Some(w) => {
+            be.upload_into(&w[rows.clone()], weights)?;
+            Some(be.view(weights, 0..rows.len()))
+        }
+        None => None,
+    };
     Ok(match &shard.labels {
         Labels::Classes(v) => {
             be.upload_labels(&v[rows], labels)?;
-            // Evaluation's loss is weighted neither by class nor by sample (as Keras'
-            // `class_weight` and `sample_weight` in `fit`).
-            Targets::Classes(labels, None, None)
+            // Evaluation's loss is not weighted by class (as Keras' `class_weight` in `fit`).
+            Targets::Classes(labels, None, rw)
         }
         Labels::Values(v, k) | Labels::Bits(v, k) => {
             be.upload_into(&v[rows.start * k..rows.end * k], values)?;
-            Targets::Values(be.view(values, 0..rows.len() * k), None)
+            Targets::Values(be.view(values, 0..rows.len() * k), rw)
         }
     })
 }
@@ -363,6 +391,7 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
         let _p = liveness::phase("opening the test data");
         let classes = reference_classes(job, &model, weights_path)?;
         let mut sh = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, expect(&model), &classes)?;
+        weigh(job, &mut sh, test, "data.test", comm.rank == 0)?;
         if !norm.is_none() {
             sh.set_norm(&job.data, &norm); // x and y as training saw them
         }

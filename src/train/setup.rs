@@ -89,7 +89,7 @@ impl Setup {
         }
         let plan = fusion_plan(comm, job, &model, &data_chan)?;
         let Data { train: train_shard, test: test_shard, validation: val_shard } =
-            open_data(job, &whole, grid.d, grid.data)?;
+            open_data(job, &whole, grid.d, grid.data, comm.rank == 0)?;
         let _p = phase("checking that every rank sees the same training rows");
         check_agreement(&data_chan, "the number of training rows", train_shard.len() as u64)?;
         Ok(Setup {
@@ -144,7 +144,9 @@ fn fusion_plan(comm: &Comm, job: &Job, model: &Mlp, data_chan: &Channel) -> Resu
 /// The training data, all of it (the loader takes each step's rows from the epoch's global
 /// order), and data rank `d` of `n_data`'s slice of the test data, checked against the
 /// whole model `whole`. Every training rank (and parameter-server worker) opens them so.
-pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize) -> Result<Data> {
+/// Validation and test data are weighted by `data.sample_weight` where their files hold it
+/// (`eval::weigh`; `log`: say so).
+pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize, log: bool) -> Result<Data> {
     let _p = phase("opening the training, validation and test data");
     let want = expect(whole);
     let split = job.data.validation_split;
@@ -175,14 +177,25 @@ pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize) -> Resu
         ));
     }
     let test = match &job.data.test {
-        Some(t) => Some(Shard::open(&job.data, "data.test", t, d, n_data, want, &classes)?),
+        Some(t) => {
+            let mut sh = Shard::open(&job.data, "data.test", t, d, n_data, want, &classes)?;
+            crate::eval::weigh(job, &mut sh, t, "data.test", log)?;
+            Some(sh)
+        }
         None => None,
     };
     let validation = match &job.data.validation {
-        Some(v) => Some(Shard::open(&job.data, "data.validation", v, d, n_data, want, &classes)?),
+        Some(v) => {
+            let mut sh = Shard::open(&job.data, "data.validation", v, d, n_data, want, &classes)?;
+            crate::eval::weigh(job, &mut sh, v, "data.validation", log)?;
+            Some(sh)
+        }
         None if split > 0.0 => {
             let t = &job.data.train;
-            Some(Shard::open_in(&job.data, "data.train", t, Within::ValidationOf(split), d, n_data, want, &classes)?)
+            let w = Within::ValidationOf(split);
+            let mut sh = Shard::open_in(&job.data, "data.train", t, w, d, n_data, want, &classes)?;
+            crate::eval::weigh(job, &mut sh, t, "data.validation_split", log)?;
+            Some(sh)
         }
         None => None,
     };
@@ -213,7 +226,7 @@ pub(super) fn sample_weights(job: &Job, train: &Shard, log: bool) -> Result<bool
     if log {
         info!(
             "sample weights: dataset {name}, {} training rows, from {} to {} (mean {}){}; the training loss and its \
-             gradient are weighted, evaluation's loss and metrics are not",
+             gradient are weighted, metrics are not",
             w.len(),
             fmt_weight(lo as f64),
             fmt_weight(hi as f64),

@@ -4,7 +4,9 @@
 //! parameter servers; squared error); per-row weights equal to their rows' class weights train
 //! exactly as `model.class_weights` (so each row met its own weight through the shuffle, the
 //! split over ranks and the loader); and bad weights stop the job naming the file, the dataset
-//! and the row.
+//! and the row. Validation and test loss are weighted where their files hold the weights (as
+//! Keras' `val_loss` and `evaluate`), in training and in `hvtrain eval`, accuracy not; a file
+//! without them is evaluated unweighted, and `{rank}` files that disagree are an error.
 
 use crate::common;
 use common::*;
@@ -94,4 +96,73 @@ fn bad_sample_weights_stop_the_job_naming_file_and_row() {
         assert!(r.stderr.contains(says), "{set}:\n{}", r.all());
         assert!(!dir.join("bad/weights.h5").exists(), "{set}: wrote weights");
     }
+}
+
+/// The numbers of the epochs' `key` in `dir/out/metrics.jsonl`.
+fn per_epoch(dir: &Path, out: &str, key: &str) -> Vec<f64> {
+    let text = std::fs::read_to_string(dir.join(out).join("metrics.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    rows.iter().map(|r| r[key].as_f64().unwrap_or_else(|| panic!("{key} in {r}"))).collect()
+}
+
+#[test]
+fn validation_and_test_loss_are_weighted_where_their_files_hold_the_weights() {
+    let _g = common::mpi_lock();
+    let dir = setup("sample_weights_eval");
+    // t.h5: d.h5's rows without any weights; u-0.h5 holds `twos`, u-1.h5 does not.
+    let (x, y) = synthetic(N, D, 3, 31);
+    write_classes(&dir.join("t.h5"), &x, D, &y);
+    write_classes(&dir.join("u-0.h5"), &x[..32 * D], D, &y[..32]);
+    write_classes(&dir.join("u-1.h5"), &x[32 * D..], D, &y[32..]);
+    let f = hdf5::File::open_rw(dir.join("u-0.h5")).unwrap();
+    write_dataset(&f, "twos", &[2.0f32; 32], &[32]);
+    drop(f);
+    let split = ["data.validation_split=0.25", "data.test=\"d.h5\""];
+    let (plain, _) = run(&dir, "plain", &split);
+    let mut sets = split.to_vec();
+    sets.extend(["optimizer.lr=0.05", "data.sample_weight=\"twos\""]);
+    let (doubled, log) = run(&dir, "doubled", &sets);
+    assert_eq!(doubled, plain, "sample weights of 2 at lr 0.05 must train as lr 0.1 unweighted");
+    assert!(log.contains("data.validation_split: the loss weighted by the sample weights in twos"), "{log}");
+    assert!(log.contains("data.test: the loss weighted by the sample weights in twos"), "{log}");
+    // Weights of 2 double each row's loss: the weighted losses are twice the plain ones, to
+    // the bit; accuracy is the same.
+    for key in ["val_loss", "test_loss"] {
+        let (p, w) = (per_epoch(&dir, "plain", key), per_epoch(&dir, "doubled", key));
+        assert_eq!(w, p.iter().map(|l| 2.0 * l).collect::<Vec<_>>(), "{key}: weighted by 2 must be twice unweighted");
+    }
+    for key in ["val_accuracy", "test_accuracy"] {
+        assert_eq!(per_epoch(&dir, "doubled", key), per_epoch(&dir, "plain", key), "{key} is not weighted");
+    }
+    // hvtrain eval weighs the test loss so too.
+    let eval = |sets: &[&str]| {
+        let mut a = vec!["eval", "job.toml", "--weights", "plain/weights.h5", "--set", "data.test=\"d.h5\""];
+        for s in sets {
+            a.extend(["--set", s]);
+        }
+        let r = mpirun(2, &a, &dir, 60);
+        assert!(r.ok(), "{}", r.all());
+        let j: serde_json::Value = serde_json::from_str(r.stdout.lines().last().unwrap()).unwrap();
+        j["test_loss"].as_f64().unwrap()
+    };
+    assert_eq!(eval(&["data.sample_weight=\"twos\""]), 2.0 * eval(&[]), "hvtrain eval: test_loss weighted by 2");
+
+    // A test file without the weights: evaluated unweighted, and the log says so.
+    let mut sets = vec!["optimizer.lr=0.05", "data.sample_weight=\"twos\"", "data.test=\"t.h5\""];
+    let (_, log) = run(&dir, "unweighted_test", &sets);
+    assert!(log.contains("data.test: t.h5 holds no dataset twos, so its loss is not weighted"), "{log}");
+    let (_, _) = run(&dir, "plain_t", &["data.test=\"t.h5\""]);
+    assert_eq!(per_epoch(&dir, "unweighted_test", "test_loss"), per_epoch(&dir, "plain_t", "test_loss"));
+    // {rank} files of which one holds them and one does not: the job ends naming the other.
+    sets[2] = "data.test=\"u-{rank}.h5\"";
+    let mut a = vec!["train", "job.toml", "--set", "output.dir=\"bad\""];
+    for s in &sets {
+        a.extend(["--set", s]);
+    }
+    let r = mpirun(2, &a, &dir, 60);
+    assert!(
+        !r.ok() && r.stderr.contains("u-1.h5: twos: dataset not found, though 1 other file(s) of data.test hold it"),
+        "{}",
+        r.all()
+    );
 }

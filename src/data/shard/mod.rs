@@ -215,7 +215,7 @@ impl Shard {
     }
 
     /// Read the sample weights of this shard's rows from dataset `name` of each file
-    /// (`data.sample_weight`; the training shard only: evaluation is unweighted).
+    /// (`data.sample_weight`): every training file must hold it.
     pub fn load_sample_weights(&mut self, name: &str) -> Result<()> {
         let mut w = Vec::with_capacity(self.len);
         for p in &self.parts {
@@ -224,6 +224,19 @@ impl Shard {
         }
         self.sample_weights = Some(w);
         Ok(())
+    }
+
+    /// An evaluation shard's (validation, test) sample weights from dataset `name` of data
+    /// path `template` (`key`), as Keras weighs `val_loss` and `evaluate`'s loss by the rows'
+    /// weights when they come with them: read when every file of the path holds it (true),
+    /// not when none does (false: its loss stays unweighted). Every rank decides alike, from
+    /// all the files, not only its own.
+    pub fn load_eval_weights(&mut self, template: &str, key: &str, name: &str) -> Result<bool> {
+        if !weights::in_every_file(template, key, name)? {
+            return Ok(false);
+        }
+        self.load_sample_weights(name)?;
+        Ok(true)
     }
 
     /// From now on read x normalized by `norm` (after `cfg`'s x_scale and x_offset), and

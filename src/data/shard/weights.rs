@@ -11,6 +11,29 @@ use crate::error::{Error, Result};
 use std::ops::Range;
 use std::path::Path;
 
+/// Whether every file of data path `template` (`key`) holds dataset `name`: true when all
+/// do, false when none does; some with it and some without is an error naming one without.
+pub(super) fn in_every_file(template: &str, key: &str, name: &str) -> Result<bool> {
+    let files = super::files(template, key)?;
+    let mut with = Vec::new();
+    for (_, p) in &files {
+        with.push(h5::open(p, key)?.link_exists(name));
+    }
+    match with.iter().position(|&h| !h) {
+        None => Ok(true),
+        Some(_) if !with.contains(&true) => Ok(false),
+        Some(i) => Err(Error::data(
+            &files[i].1,
+            name,
+            format!(
+                "dataset not found, though {} other file(s) of {key} hold it: data.sample_weight weighs the loss \
+                 of validation and test data whose files hold it; write it into every file of {key}, or into none",
+                with.iter().filter(|&&h| h).count()
+            ),
+        )),
+    }
+}
+
 /// Rows `rows` of dataset `name` of `file` (`path`, whose x has `n` rows) as sample weights.
 pub(super) fn read(file: &hdf5::File, path: &Path, name: &str, n: usize, rows: Range<usize>) -> Result<Vec<f32>> {
     if !file.link_exists(name) {

@@ -100,7 +100,8 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
     // Only workers read data: every worker opens all the training rows and takes worker
     // r's part of each step's global batch from the epoch's global order (as data rank r of
     // W under all-reduce); worker r evaluates test slice r of W.
-    let super::super::setup::Data { mut train, mut test, mut validation } = open_data(job, &w.whole, rank, n)?;
+    let super::super::setup::Data { mut train, mut test, mut validation } =
+        open_data(job, &w.whole, rank, n, rank == 0)?;
     let others = [test.as_mut(), validation.as_mut()];
     super::super::normalize::normalize(&w.workers, job, &w.start.norm, &mut train, others)?;
     let sched = schedule(job, train.len(), rank, n, w.start.global_batch, be.name())?;
