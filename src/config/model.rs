@@ -144,11 +144,14 @@ pub struct Loss {
     pub kind: LossKind,
     /// Huber's δ (unused by the other losses).
     pub huber_delta: f32,
+    /// Softmax cross-entropy's label smoothing ε: the target (1 − ε)·one-hot + ε/classes
+    /// (0: none; unused by the other losses).
+    pub label_smoothing: f32,
 }
 
 impl From<LossKind> for Loss {
     fn from(kind: LossKind) -> Loss {
-        Loss { kind, huber_delta: DEFAULT_HUBER_DELTA as f32 }
+        Loss { kind, huber_delta: DEFAULT_HUBER_DELTA as f32, label_smoothing: 0.0 }
     }
 }
 
@@ -172,6 +175,12 @@ pub struct ModelCfg {
     /// `data.normalize_y = "standard"`).
     #[serde(default = "default_huber_delta")]
     pub huber_delta: f64,
+    /// Label smoothing ε for softmax cross-entropy (Keras' `CategoricalCrossentropy(
+    /// label_smoothing=ε)`, PyTorch's `CrossEntropyLoss(label_smoothing=ε)`): each row's target
+    /// is (1 − ε)·one-hot + ε/classes, in training and evaluation's loss alike. 0: none (and
+    /// not written, so jobs without it keep their fingerprint).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub label_smoothing: f64,
     /// Dropout after every hidden activation: one rate for all, or one per hidden layer
     /// (0 = none). Training only; off in eval, predict and ONNX.
     #[serde(default)]
@@ -194,6 +203,10 @@ impl Default for Dropout {
     fn default() -> Dropout {
         Dropout::All(0.0)
     }
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 fn default_huber_delta() -> f64 {
@@ -219,7 +232,7 @@ impl ModelCfg {
 
     /// The loss with its parameters.
     pub fn loss(&self) -> Loss {
-        Loss { kind: self.loss, huber_delta: self.huber_delta as f32 }
+        Loss { kind: self.loss, huber_delta: self.huber_delta as f32, label_smoothing: self.label_smoothing as f32 }
     }
 
     pub(super) fn validate(&self, origin: &str) -> Result<()> {
@@ -284,6 +297,25 @@ impl ModelCfg {
                 origin,
                 "model.huber_delta",
                 format!("is {}; Huber's δ must be a positive number (1.0 is Keras' default)", self.huber_delta),
+            ));
+        }
+        let eps = self.label_smoothing;
+        if !(eps.is_finite() && (0.0..=1.0).contains(&eps)) {
+            return Err(Error::config(
+                origin,
+                "model.label_smoothing",
+                format!("is {eps}; label smoothing is a share from 0 (none) to 1 (0.1 is common)"),
+            ));
+        }
+        if eps > 0.0 && self.loss != LossKind::SoftmaxCrossEntropy {
+            return Err(Error::config(
+                origin,
+                "model.label_smoothing",
+                format!(
+                    "smooths class labels, and model.loss = \"{}\" has none; it works with \
+                     model.loss = \"softmax_cross_entropy\" (remove it, or change the loss)",
+                    self.loss.name()
+                ),
             ));
         }
         if let Some(w) = &self.class_weights {

@@ -13,7 +13,8 @@ pub(super) fn losses<B: Backend>(be: &B) {
     let labels: Vec<i32> = (0..b as i32).map(|i| (i * 3) % k as i32).collect();
     let scale = 1.0 / b as f32;
     // Without class weights, with one per class (0 leaves a class out), and with sample
-    // weights per row too (`data.sample_weight`: 0 leaves a row out).
+    // weights per row too (`data.sample_weight`: 0 leaves a row out); with label smoothing
+    // (`model.label_smoothing`: the target (1 − ε)·one-hot + ε/k) alone and with both weights.
     let weights: Vec<f32> = (0..k).map(|c| [1.5, 0.0, 0.25, 3.0][c % 4]).collect();
     let rows_w: Vec<f32> = (0..b).map(|r| [0.5, 2.0, 0.0, 1.0, 3.25][r % 5]).collect();
     let ld = be.upload(&logits).unwrap();
@@ -21,7 +22,15 @@ pub(super) fn losses<B: Backend>(be: &B) {
     let rwd = be.upload(&rows_w).unwrap();
     let mut d = be.zeros(b * k).unwrap();
     let mut plain = Vec::new();
-    for (cw, rw) in [(None, None), (Some(&weights), None), (None, Some(&rows_w)), (Some(&weights), Some(&rows_w))] {
+    let cases = [
+        (None, None, 0.0f32),
+        (Some(&weights), None, 0.0),
+        (None, Some(&rows_w), 0.0),
+        (Some(&weights), Some(&rows_w), 0.0),
+        (None, None, 0.1),
+        (Some(&weights), Some(&rows_w), 0.3),
+    ];
+    for (cw, rw, eps) in cases {
         let (mut loss, mut correct, mut grad) = (0.0f64, 0usize, vec![0.0f64; b * k]);
         for r in 0..b {
             let row: Vec<f64> = logits[r * k..(r + 1) * k].iter().map(|&v| v as f64).collect();
@@ -29,12 +38,14 @@ pub(super) fn losses<B: Backend>(be: &B) {
             let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
             let y = labels[r] as usize;
             let w = cw.map_or(1.0, |w| w[y] as f64) * rw.map_or(1.0, |w| w[r] as f64);
-            loss += w * (sum.ln() - (row[y] - max));
+            let q = |j: usize| (1.0 - eps as f64) * (j == y) as u8 as f64 + eps as f64 / k as f64;
+            // −Σ_j q_j log p_j, log p_j = z_j − max − log Σ.
+            loss += w * (0..k).map(|j| -q(j) * (row[j] - max - sum.ln())).sum::<f64>();
             let arg = (0..k).fold(0, |best, j| if row[j] > row[best] { j } else { best });
             correct += (arg == y) as usize;
             for j in 0..k {
                 let p = (row[j] - max).exp() / sum;
-                grad[r * k + j] = w * scale as f64 * (p - (j == y) as u8 as f64);
+                grad[r * k + j] = w * scale as f64 * (p - q(j));
             }
         }
         let mut lab = be.labels(b).unwrap();
@@ -42,16 +53,17 @@ pub(super) fn losses<B: Backend>(be: &B) {
         let wv = cw.map(|_| be.view(&wd, 0..k));
         let rv = rw.map(|_| be.view(&rwd, 0..b));
         let dv = Some(be.view_mut(&mut d, 0..b * k));
-        let (l, c) = be.softmax_xent(be.view(&ld, 0..b * k), &lab, wv, rv, k, scale, dv).unwrap();
+        let (l, c) = be.softmax_xent(be.view(&ld, 0..b * k), &lab, wv, rv, k, eps, scale, dv).unwrap();
         let what = format!(
-            "softmax_xent{}{}",
+            "softmax_xent{}{}{}",
             if cw.is_some() { " with class weights" } else { "" },
-            if rw.is_some() { " with sample weights" } else { "" }
+            if rw.is_some() { " with sample weights" } else { "" },
+            if eps > 0.0 { format!(" with label smoothing {eps}") } else { String::new() }
         );
         assert!((l - loss).abs() < 1e-4 * loss.abs().max(1.0), "{what}: loss {l} vs {loss}");
         assert_eq!(c, correct, "{what}: correct predictions");
         close(&host(be, &d, b * k), &grad, 1e-5, &format!("{what}: gradient"));
-        if cw.is_none() && rw.is_none() {
+        if cw.is_none() && rw.is_none() && eps == 0.0 {
             plain = grad;
         }
     }

@@ -169,10 +169,11 @@ impl Backend for Broken {
         w: Option<&[f32]>,
         rw: Option<&[f32]>,
         k: usize,
+        eps: f32,
         s: f32,
         d: Option<&mut [f32]>,
     ) -> crate::error::Result<(f64, usize)> {
-        Cpu.softmax_xent(l, y, w, rw, k, s, d)
+        Cpu.softmax_xent(l, y, w, rw, k, eps, s, d)
     }
     fn pointwise_loss(
         &self,

@@ -352,6 +352,7 @@ pub trait Backend: Send {
         weights: Option<Self::View<'_>>,
         rw: Option<Self::View<'_>>,
         k: usize,
+        smoothing: f32,
         grad_scale: f32,
         d: Option<Self::ViewMut<'_>>,
     ) -> Result<(f64, usize)>;
@@ -381,10 +382,11 @@ pub trait Backend: Send {
         weights: Option<Self::View<'_>>,
         rw: Option<Self::View<'_>>,
         k: usize,
+        smoothing: f32,
         grad_scale: f32,
         d: Option<Self::ViewMut<'_>>,
     ) -> Result<Option<(f64, usize)>> {
-        self.softmax_xent(logits, labels, weights, rw, k, grad_scale, d).map(Some)
+        self.softmax_xent(logits, labels, weights, rw, k, smoothing, grad_scale, d).map(Some)
     }
     /// `pointwise_loss`, as `softmax_xent_later`.
     #[allow(clippy::too_many_arguments)]

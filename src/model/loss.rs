@@ -49,8 +49,12 @@ pub fn compute_maybe_later<B: Backend>(
         LossKind::BinaryCrossEntropy => Some(Pointwise::BinaryXent),
     };
     match (f, targets) {
-        (None, Targets::Classes(y, w, rw)) if later => be.softmax_xent_later(out, y, w, rw, k, grad_scale, d),
-        (None, Targets::Classes(y, w, rw)) => be.softmax_xent(out, y, w, rw, k, grad_scale, d).map(Some),
+        (None, Targets::Classes(y, w, rw)) if later => {
+            be.softmax_xent_later(out, y, w, rw, k, loss.label_smoothing, grad_scale, d)
+        }
+        (None, Targets::Classes(y, w, rw)) => {
+            be.softmax_xent(out, y, w, rw, k, loss.label_smoothing, grad_scale, d).map(Some)
+        }
         (Some(f), Targets::Values(t, rw)) if later => be.pointwise_loss_later(f, out, t, rw, k, grad_scale, d),
         (Some(f), Targets::Values(t, rw)) => be.pointwise_loss(f, out, t, rw, k, grad_scale, d).map(Some),
         (_, _) => Err(Error::Training(format!(

@@ -40,7 +40,18 @@ fn gradcheck_tanh_mae() {
 #[test]
 fn gradcheck_tanh_huber_both_branches() {
     // δ = 0.3: some of the outputs' errors fall inside δ, some beyond.
-    check(&Cpu, Activation::Tanh, crate::config::Loss { kind: LossKind::Huber, huber_delta: 0.3 });
+    check(
+        &Cpu,
+        Activation::Tanh,
+        crate::config::Loss { kind: LossKind::Huber, huber_delta: 0.3, label_smoothing: 0.0 },
+    );
+}
+#[test]
+fn gradcheck_label_smoothing() {
+    for eps in [0.1, 1.0] {
+        let loss = crate::config::Loss { kind: LossKind::SoftmaxCrossEntropy, huber_delta: 1.0, label_smoothing: eps };
+        check(&Cpu, Activation::Tanh, loss);
+    }
 }
 #[test]
 fn gradcheck_relu_binary_cross_entropy() {

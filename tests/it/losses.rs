@@ -2,8 +2,10 @@
 //! real `mpirun` on real HDF5 files: binary cross-entropy learns multi-label targets, `predict`
 //! writes sigmoid probabilities and 0/1 labels, and eval's loss and accuracy are what those
 //! predictions give; Huber and MAE report the loss their formula gives on `predict`'s outputs;
-//! top-5 accuracy counts the rows whose label is among the 5 largest outputs; bad values name
-//! the key or the file, dataset and row.
+//! top-5 accuracy counts the rows whose label is among the 5 largest outputs; label smoothing
+//! trains against (1 − ε)·one-hot + ε/k (at ε = 1 the labels no longer matter, bit for bit;
+//! ε = 0 is no smoothing) and eval's loss is that target's cross-entropy on `predict`'s
+//! outputs; bad values name the key or the file, dataset and row.
 
 use crate::common;
 use common::*;
@@ -203,6 +205,8 @@ fn bad_loss_values_name_the_key_or_the_file_and_row() {
             "training.early_stopping.monitor",
         ),
         (vec!["model.loss=\"hinge\""], "hinge"),
+        (vec!["model.label_smoothing=0.1"], "`model.label_smoothing`: smooths class labels"),
+        (vec!["model.loss=\"softmax_cross_entropy\"", "model.label_smoothing=1.5"], "`model.label_smoothing`: is 1.5"),
     ] {
         let mut args = vec!["train", "job.toml"];
         for s in &sets {
@@ -292,4 +296,59 @@ fn train_metrics_equal_an_evaluation_of_the_training_data_when_the_weights_stay(
             }
         }
     }
+}
+
+#[test]
+fn label_smoothing_trains_against_the_smoothed_target() {
+    let _g = mpi_lock();
+    let dir = scratch("loss-smoothing");
+    let k = 3;
+    let (x, y) = synthetic(240, D, k, 5);
+    write_classes(&dir.join("d.h5"), &x, D, &y);
+    // The same rows with other labels.
+    let other: Vec<i32> = y.iter().map(|&c| (c + 1) % k as i32).collect();
+    write_classes(&dir.join("o.h5"), &x, D, &other);
+    let (tx, ty) = synthetic(97, D, k, 6);
+    write_classes(&dir.join("t.h5"), &tx, D, &ty);
+    job(&dir, &[D, 16, k], "d.h5", Some("t.h5"), "");
+    let train = |out: &str, sets: &[&str]| {
+        let (w, _) = train_weights(&dir, out, 2, 2, &[], &["training.epochs=2"], sets);
+        w
+    };
+    // ε = 1: the target is uniform whatever the label, so other labels train the same bits.
+    let a = train("a", &["model.label_smoothing=1.0"]);
+    let b = train("b", &["model.label_smoothing=1.0", "data.train=\"o.h5\""]);
+    assert_eq!(a, b, "at label_smoothing = 1 the labels must not matter");
+    let plain = train("plain", &[]);
+    assert!(max_diff(&plain, &train("plain_o", &["data.train=\"o.h5\""])) > 1e-3, "labels changed nothing");
+    // ε = 0 is no smoothing.
+    assert_eq!(train("zero", &["model.label_smoothing=0.0"]), plain);
+    // ε = 0.1: the model differs, and eval's loss is the smoothed target's cross-entropy.
+    let smooth = train("out", &["model.label_smoothing=0.1"]);
+    assert!(max_diff(&smooth, &plain) > 1e-4, "label smoothing changed nothing");
+    let e =
+        hvtrain(&["eval", "job.toml", "--weights", "out/weights.h5", "--set", "model.label_smoothing=0.1"], &dir, 60);
+    assert!(e.ok(), "{}", e.all());
+    let j: serde_json::Value = serde_json::from_str(e.stdout.lines().last().unwrap()).unwrap();
+    let p = hvtrain(
+        &["predict", "job.toml", "--weights", "out/weights.h5", "--input", "t.h5", "--output", "p.h5"],
+        &dir,
+        60,
+    );
+    assert!(p.ok(), "{}", p.all());
+    let z = read_f32(&dir.join("p.h5"), "outputs");
+    let eps = 0.1f64;
+    let want: f64 = z
+        .chunks_exact(k)
+        .zip(&ty)
+        .map(|(row, &c)| {
+            let m = row.iter().fold(f32::MIN, |a, &b| a.max(b)) as f64;
+            let lse = m + row.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+            (0..k)
+                .map(|i| -((1.0 - eps) * (i == c as usize) as u8 as f64 + eps / k as f64) * (row[i] as f64 - lse))
+                .sum::<f64>()
+        })
+        .sum::<f64>()
+        / ty.len() as f64;
+    close(j["test_loss"].as_f64().unwrap(), want, 1e-5, "smoothed test_loss");
 }

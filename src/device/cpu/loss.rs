@@ -12,13 +12,18 @@ use crate::device::backend::Pointwise;
 /// and returns (sum of per-sample losses, number of correct argmax predictions). With class
 /// `weights` [k], row r's loss and gradient are × `weights[labels[r]]` (in f32, as the kernel:
 /// a weight of 1 changes no bit); with sample weights `rw` [b], the finished row loss and
-/// gradient are × `rw[r]` after that (as `hv_weigh_rows` after the kernel).
+/// gradient are × `rw[r]` after that (as `hv_weigh_rows` after the kernel). With label
+/// `smoothing` ε > 0 (`model.label_smoothing`, Keras' and PyTorch's `label_smoothing`) the
+/// target is (1 − ε)·one-hot + ε/k: the loss (1 − ε)·(−log p_y) + ε·mean_j(−log p_j) and the
+/// gradient p − target (as `hv_softmax_xent_smooth`); ε = 0 computes what it did without.
+#[allow(clippy::too_many_arguments)]
 pub fn softmax_xent(
     logits: &[f32],
     labels: &[i32],
     weights: Option<&[f32]>,
     rw: Option<&[f32]>,
     k: usize,
+    smoothing: f32,
     grad_scale: f32,
     dlogits: Option<&mut [f32]>,
 ) -> (f64, usize) {
@@ -40,15 +45,31 @@ pub fn softmax_xent(
         let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
         let log_sum = sum.ln();
         let w = weights.map_or(1.0, |w| w[y]);
-        let l = w * (log_sum - (row[y] - max));
+        let nll = log_sum - (row[y] - max);
+        let l = if smoothing > 0.0 {
+            // mean_j(−log p_j) = log Σ − mean_j (z_j − max), summed in order as the kernel.
+            let mut zs = 0.0f32;
+            for &v in row {
+                zs += v - max;
+            }
+            w * ((1.0 - smoothing) * nll + smoothing * (log_sum - zs / k as f32))
+        } else {
+            w * nll
+        };
         loss += rw.map_or(l, |rw| l * rw[r]) as f64;
         if let Some(d) = dl.as_deref_mut() {
             let drow = &mut d[r * k..(r + 1) * k];
             let inv = 1.0 / sum;
             let scale = grad_scale * w;
+            let (hit, rest) = if smoothing > 0.0 {
+                let rest = smoothing / k as f32;
+                (1.0 - smoothing + rest, rest)
+            } else {
+                (1.0, 0.0)
+            };
             for (j, (g, &v)) in drow.iter_mut().zip(row).enumerate() {
                 let p = (v - max).exp() * inv;
-                *g = scale * (p - if j == y { 1.0 } else { 0.0 });
+                *g = scale * (p - if j == y { hit } else { rest });
             }
             if let Some(rw) = rw {
                 drow.iter_mut().for_each(|g| *g *= rw[r]);

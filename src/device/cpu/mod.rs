@@ -275,11 +275,12 @@ impl Backend for Cpu {
         weights: Option<&[f32]>,
         rw: Option<&[f32]>,
         k: usize,
+        smoothing: f32,
         grad_scale: f32,
         d: Option<&mut [f32]>,
     ) -> Result<(f64, usize)> {
         let b = logits.len() / k;
-        Ok(softmax_xent(logits, &labels[..b], weights, rw.map(|w| &w[..b]), k, grad_scale, d))
+        Ok(softmax_xent(logits, &labels[..b], weights, rw.map(|w| &w[..b]), k, smoothing, grad_scale, d))
     }
     fn pointwise_loss(
         &self,
@@ -532,8 +533,26 @@ mod tests {
     fn softmax_xent_of_uniform_logits_is_log_k() {
         let logits = vec![0.0f32; 2 * 4];
         let mut d = vec![0.0; 8];
-        let (loss, _) = softmax_xent(&logits, &[1, 3], None, None, 4, 0.5, Some(&mut d));
+        let (loss, _) = softmax_xent(&logits, &[1, 3], None, None, 4, 0.0, 0.5, Some(&mut d));
         assert!((loss / 2.0 - 4f64.ln()).abs() < 1e-6);
         assert!((d[1] - 0.5 * (0.25 - 1.0)).abs() < 1e-6 && (d[0] - 0.125).abs() < 1e-6);
+    }
+
+    /// Label smoothing as Keras' and PyTorch's: p = (1/4, 3/4), label 1, ε = 0.2: the target
+    /// (0.1, 0.9), the loss −(0.1·ln ¼ + 0.9·ln ¾) and the gradient p − target.
+    #[test]
+    fn label_smoothing_targets_the_smoothed_distribution() {
+        let logits = [0.0f32, 3f32.ln()];
+        let mut d = [0.0f32; 2];
+        let (loss, correct) = softmax_xent(&logits, &[1], None, None, 2, 0.2, 1.0, Some(&mut d));
+        let want = -(0.1 * 0.25f64.ln() + 0.9 * 0.75f64.ln());
+        assert!((loss - want).abs() < 1e-6, "loss {loss} vs {want}");
+        assert_eq!(correct, 1);
+        assert!((d[0] - 0.15).abs() < 1e-6 && (d[1] + 0.15).abs() < 1e-6, "{d:?}");
+        // ε = 1: the uniform target, whatever the label.
+        let (mut d0, mut d1) = ([0.0f32; 2], [0.0f32; 2]);
+        let (l0, _) = softmax_xent(&logits, &[0], None, None, 2, 1.0, 1.0, Some(&mut d0));
+        let (l1, _) = softmax_xent(&logits, &[1], None, None, 2, 1.0, 1.0, Some(&mut d1));
+        assert_eq!((l0, d0), (l1, d1));
     }
 }

@@ -409,10 +409,11 @@ impl Backend for Cuda {
         weights: Option<DView<'_>>,
         rw: Option<DView<'_>>,
         k: usize,
+        smoothing: f32,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
     ) -> Result<(f64, usize)> {
-        let rows = self.launch_softmax_xent(logits, labels, weights, rw, k, grad_scale, d)?;
+        let rows = self.launch_softmax_xent(logits, labels, weights, rw, k, smoothing, grad_scale, d)?;
         self.read_rows_sums(rows)
     }
 
@@ -423,10 +424,11 @@ impl Backend for Cuda {
         weights: Option<DView<'_>>,
         rw: Option<DView<'_>>,
         k: usize,
+        smoothing: f32,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
     ) -> Result<Option<(f64, usize)>> {
-        let rows = self.launch_softmax_xent(logits, labels, weights, rw, k, grad_scale, d)?;
+        let rows = self.launch_softmax_xent(logits, labels, weights, rw, k, smoothing, grad_scale, d)?;
         self.pending.set(Some(rows));
         Ok(None)
     }

@@ -198,6 +198,54 @@ extern "C" __global__ void hv_softmax_xent(const float* logits, const int* label
     }
 }
 
+// Softmax cross-entropy with label smoothing eps > 0 (`model.label_smoothing`), one thread per
+// row: the target is (1 - eps)·one-hot + eps/k, row_loss[r] = w·((1 - eps)·(-log p_y) +
+// eps·mean_j(-log p_j)) and d = grad_scale·w·(p - target); otherwise as hv_softmax_xent, which
+// runs instead when eps is 0 (device/cpu/loss.rs `softmax_xent` computes the same). Its first
+// half repeats hv_softmax_xent's on purpose: the default kernel stays as the last GPU run
+// checked it (issue #48) until a GPU has run this one.
+extern "C" __global__ void hv_softmax_xent_smooth(const float* logits, const int* labels, const float* cw,
+                                                  long long rows, int k, float eps, float grad_scale, float* d,
+                                                  float* row_loss, int* row_correct) {
+    HV_GRID_STRIDE(r, rows) {
+        const float* row = logits + r * k;
+        const int y = labels[r];
+        int amax = 0;
+        float mx = HV_NEG_INF;
+        for (int j = 0; j < k; ++j) {
+            if (row[j] > mx) {
+                mx = row[j];
+                amax = j;
+            }
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < k; ++j) sum += expf(row[j] - mx);
+        if (y < 0 || y >= k) {
+            row_loss[r] = HV_NAN;
+            row_correct[r] = 0;
+            continue;
+        }
+        float zs = 0.0f;
+        for (int j = 0; j < k; ++j) zs += row[j] - mx;
+        const float w = cw ? cw[y] : 1.0f;
+        const float log_sum = logf(sum);
+        const float nll = log_sum - (row[y] - mx);
+        row_loss[r] = w * ((1.0f - eps) * nll + eps * (log_sum - zs / (float)k));
+        row_correct[r] = amax == y ? 1 : 0;
+        if (d) {
+            const float inv = 1.0f / sum;
+            const float scale = grad_scale * w;
+            const float rest = eps / (float)k;
+            const float hit = 1.0f - eps + rest;
+            float* drow = d + r * k;
+            for (int j = 0; j < k; ++j) {
+                const float p = expf(row[j] - mx) * inv;
+                drow[j] = scale * (p - (j == y ? hit : rest));
+            }
+        }
+    }
+}
+
 // Sample weights (`data.sample_weight`, Keras' `sample_weight`), applied after a loss kernel,
 // one thread per row: row_loss[r] *= rw[r] and, when d is given, d[r, :] *= rw[r] (the CPU
 // reference, device/cpu/loss.rs, multiplies the finished row loss and gradient the same way).

@@ -25,6 +25,7 @@ pub const KERNELS: &[&str] = &[
     "hv_bias_act",
     "hv_act_backward",
     "hv_softmax_xent",
+    "hv_softmax_xent_smooth",
     "hv_pointwise_loss",
     "hv_weigh_rows",
     "hv_softmax_rows",

@@ -35,6 +35,7 @@ impl Cuda {
         weights: Option<DView<'_>>,
         rw: Option<DView<'_>>,
         k: usize,
+        smoothing: f32,
         grad_scale: f32,
         d: Option<DViewMut<'_>>,
     ) -> Result<usize> {
@@ -53,21 +54,28 @@ impl Cuda {
             });
             let (rows64, k32) = (rows as i64, k as i32);
             let mut dv = d.map(DViewMut::cu);
-            let mut l = self.stream.launch_builder(&self.k.softmax_xent);
+            // Label smoothing runs its own kernel: without it the step launches what it did before.
+            let smooth = smoothing > 0.0;
+            let f = if smooth { &self.k.softmax_xent_smooth } else { &self.k.softmax_xent };
+            let mut l = self.stream.launch_builder(f);
             l.arg(&lv).arg(labels);
             match wv.as_ref() {
                 Some(wv) => l.arg(wv),
                 None => l.arg(&NULL),
             };
-            l.arg(&rows64).arg(&k32).arg(&grad_scale);
+            l.arg(&rows64).arg(&k32);
+            if smooth {
+                l.arg(&smoothing);
+            }
+            l.arg(&grad_scale);
             match dv.as_mut() {
                 Some(dv) => l.arg(dv),
                 None => l.arg(&NULL),
             };
             l.arg(&mut *loss).arg(&mut *correct);
             // SAFETY: hv_softmax_xent(const float*, const int*, const float*, long long, int, float,
-            // float*, float*, int*) over `rows` rows; labels and scratch hold at least `rows`, the
-            // class weights (or null) k.
+            // float*, float*, int*) over `rows` rows, or hv_softmax_xent_smooth with the float eps
+            // after k; labels and scratch hold at least `rows`, the class weights (or null) k.
             unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_softmax_xent"))?;
             if let Some(rw) = rw {
                 self.launch_weigh_rows(rw, rows, k, loss, dv.as_mut())?;

@@ -71,6 +71,11 @@ void hvshim_hv_softmax_xent(u32 g, u32 b, const float* logits, const int* labels
     launch(g, b, hv_softmax_xent, logits, labels, cw, rows, k, grad_scale, d, row_loss, row_correct);
 }
 
+void hvshim_hv_softmax_xent_smooth(u32 g, u32 b, const float* logits, const int* labels, const float* cw, i64 rows,
+                                   int k, float eps, float grad_scale, float* d, float* row_loss, int* row_correct) {
+    launch(g, b, hv_softmax_xent_smooth, logits, labels, cw, rows, k, eps, grad_scale, d, row_loss, row_correct);
+}
+
 void hvshim_hv_pointwise_loss(u32 g, u32 b, const float* pred, const float* target, i64 rows, int k, int mode,
                               float delta, float grad_scale, float* d, float* row_loss, int* row_correct) {
     launch(g, b, hv_pointwise_loss, pred, target, rows, k, mode, delta, grad_scale, d, row_loss, row_correct);

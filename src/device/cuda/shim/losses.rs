@@ -1,5 +1,6 @@
 //! The loss and dropout kernels through the shim (see `mod.rs` for the method and the
-//! tolerances): softmax cross-entropy with and without class weights (and a label out of range), the element-wise losses
+//! tolerances): softmax cross-entropy with and without class weights and label smoothing
+//! (`hv_softmax_xent_smooth`), and a label out of range, the element-wise losses
 //! (squared, absolute, Huber, binary cross-entropy: per-row losses within (k + 2)·4·ε_f32,
 //! correct counts exact, gradients within 4 ulps), and dropout bit for bit.
 //!
@@ -18,35 +19,49 @@ fn softmax_xent_matches_cpu() {
             let gs = 1.0 / rows as f32;
             // Class weights: none, and one per class from 0 to 3 (`model.class_weights`).
             let weights: Vec<f32> = (0..k).map(|c| (c % 4) as f32 * 0.75 + (c % 3) as f32 * 0.125).collect();
-            for cw in [None, Some(&weights[..])] {
+            // Label smoothing: none (hv_softmax_xent), and ε = 0.1 and 1 (hv_softmax_xent_smooth).
+            for (cw, eps) in [None, Some(&weights[..])].into_iter().flat_map(|w| [(w, 0.0f32), (w, 0.1), (w, 1.0)]) {
                 let mut want_d = vec![0.0; rows * k];
-                let (want_sum, want_correct) = cpu::softmax_xent(&logits, &labels, cw, None, k, gs, Some(&mut want_d));
+                let (want_sum, want_correct) =
+                    cpu::softmax_xent(&logits, &labels, cw, None, k, eps, gs, Some(&mut want_d));
                 // Per-row losses and hits from the CPU, one row at a time.
                 let per_row: Vec<(f64, usize)> = (0..rows)
-                    .map(|r| cpu::softmax_xent(&logits[r * k..][..k], &labels[r..][..1], cw, None, k, gs, None))
+                    .map(|r| cpu::softmax_xent(&logits[r * k..][..k], &labels[r..][..1], cw, None, k, eps, gs, None))
                     .collect();
                 for with_d in [false, true] {
                     for (g, b) in grids(rows) {
-                        let what = format!("softmax_xent {rows}x{k} weights={} d={with_d} grid {g}x{b}", cw.is_some());
+                        let what = format!(
+                            "softmax_xent {rows}x{k} weights={} smoothing={eps} d={with_d} grid {g}x{b}",
+                            cw.is_some()
+                        );
                         let mut d = with_d.then(|| guarded(vec![0.0; rows * k]));
                         let mut loss = guarded(vec![0.0; rows]);
                         let mut correct = vec![-1i32; rows + GUARD];
                         // SAFETY: logits and d hold rows·k elements, labels, loss and correct rows.
                         unsafe {
                             let dp = ptr_or_null(&mut d);
-                            hvshim_hv_softmax_xent(
-                                g,
-                                b,
-                                logits.as_ptr(),
-                                labels.as_ptr(),
-                                cw.map_or(std::ptr::null(), |w| w.as_ptr()),
-                                rows as i64,
-                                k as i32,
-                                gs,
-                                dp,
-                                loss.as_mut_ptr(),
-                                correct.as_mut_ptr(),
-                            );
+                            let cwp = cw.map_or(std::ptr::null(), |w| w.as_ptr());
+                            let (lp, cp) = (loss.as_mut_ptr(), correct.as_mut_ptr());
+                            if eps > 0.0 {
+                                let (x, y) = (logits.as_ptr(), labels.as_ptr());
+                                hvshim_hv_softmax_xent_smooth(
+                                    g,
+                                    b,
+                                    x,
+                                    y,
+                                    cwp,
+                                    rows as i64,
+                                    k as i32,
+                                    eps,
+                                    gs,
+                                    dp,
+                                    lp,
+                                    cp,
+                                );
+                            } else {
+                                let (x, y) = (logits.as_ptr(), labels.as_ptr());
+                                hvshim_hv_softmax_xent(g, b, x, y, cwp, rows as i64, k as i32, gs, dp, lp, cp);
+                            }
                         }
                         let loss = body(&what, &loss);
                         assert!(correct[rows..].iter().all(|&c| c == -1), "{what}: row_correct written past the end");
@@ -174,7 +189,7 @@ fn weigh_rows_after_each_loss_matches_cpu() {
                 };
                 let mut want_d = vec![0.0; rows * k];
                 let (want_sum, _) = match f {
-                    None => cpu::softmax_xent(&logits, &labels, None, Some(&rw), k, gs, Some(&mut want_d)),
+                    None => cpu::softmax_xent(&logits, &labels, None, Some(&rw), k, 0.0, gs, Some(&mut want_d)),
                     Some(f) => cpu::pointwise_loss(f, &logits, &t, Some(&rw), k, gs, Some(&mut want_d)),
                 };
                 for (g, b) in grids(rows) {

@@ -74,6 +74,21 @@ extern "C" {
         row_loss: *mut f32,
         row_correct: *mut i32,
     );
+    #[allow(clippy::too_many_arguments)]
+    fn hvshim_hv_softmax_xent_smooth(
+        g: u32,
+        b: u32,
+        logits: *const f32,
+        labels: *const i32,
+        cw: *const f32,
+        rows: i64,
+        k: i32,
+        eps: f32,
+        grad_scale: f32,
+        d: *mut f32,
+        row_loss: *mut f32,
+        row_correct: *mut i32,
+    );
     fn hvshim_hv_pointwise_loss(
         g: u32,
         b: u32,
