@@ -144,8 +144,8 @@ pub struct Loss {
     pub kind: LossKind,
     /// Huber's δ (unused by the other losses).
     pub huber_delta: f32,
-    /// Softmax cross-entropy's label smoothing ε: the target (1 − ε)·one-hot + ε/classes
-    /// (0: none; unused by the other losses).
+    /// Label smoothing ε: softmax cross-entropy's target (1 − ε)·one-hot + ε/classes, binary
+    /// cross-entropy's t·(1 − ε) + ε/2 (0: none; unused by the regression losses).
     pub label_smoothing: f32,
 }
 
@@ -175,10 +175,11 @@ pub struct ModelCfg {
     /// `data.normalize_y = "standard"`).
     #[serde(default = "default_huber_delta")]
     pub huber_delta: f64,
-    /// Label smoothing ε for softmax cross-entropy (Keras' `CategoricalCrossentropy(
-    /// label_smoothing=ε)`, PyTorch's `CrossEntropyLoss(label_smoothing=ε)`): each row's target
-    /// is (1 − ε)·one-hot + ε/classes, in training and evaluation's loss alike. 0: none (and
-    /// not written, so jobs without it keep their fingerprint).
+    /// Label smoothing ε (Keras' `CategoricalCrossentropy(label_smoothing=ε)` and
+    /// `BinaryCrossentropy(label_smoothing=ε)`, PyTorch's `CrossEntropyLoss(label_smoothing=ε)`):
+    /// softmax's target (1 − ε)·one-hot + ε/classes, binary cross-entropy's t·(1 − ε) + ε/2, in
+    /// training and evaluation's loss alike. 0: none (and not written, so jobs without it keep
+    /// their fingerprint).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub label_smoothing: f64,
     /// Dropout after every hidden activation: one rate for all, or one per hidden layer
@@ -307,13 +308,13 @@ impl ModelCfg {
                 format!("is {eps}; label smoothing is a share from 0 (none) to 1 (0.1 is common)"),
             ));
         }
-        if eps > 0.0 && self.loss != LossKind::SoftmaxCrossEntropy {
+        if eps > 0.0 && self.loss.targets() == Targets::Regression {
             return Err(Error::config(
                 origin,
                 "model.label_smoothing",
                 format!(
-                    "smooths class labels, and model.loss = \"{}\" has none; it works with \
-                     model.loss = \"softmax_cross_entropy\" (remove it, or change the loss)",
+                    "smooths class or 0/1 labels, and model.loss = \"{}\" has regression targets; it works \
+                     with softmax_cross_entropy and binary_cross_entropy (remove it, or change the loss)",
                     self.loss.name()
                 ),
             ));

@@ -71,9 +71,11 @@ pub(super) fn losses<B: Backend>(be: &B) {
 
     let target = random(b * k, 6);
     let bits: Vec<f32> = random(b * k, 7).iter().map(|&t| if t > 0.0 { 1.0 } else { 0.0 }).collect();
-    let fs = [Pointwise::Mse, Pointwise::Mae, Pointwise::Huber(0.5), Pointwise::BinaryXent];
+    // Binary cross-entropy also with label smoothing 0.2 (targets t·0.8 + 0.1).
+    let fs =
+        [Pointwise::Mse, Pointwise::Mae, Pointwise::Huber(0.5), Pointwise::BinaryXent(0.0), Pointwise::BinaryXent(0.2)];
     for (f, rw) in fs.into_iter().flat_map(|f| [(f, None), (f, Some(&rows_w))]) {
-        let t = if f == Pointwise::BinaryXent { &bits } else { &target };
+        let t = if matches!(f, Pointwise::BinaryXent(_)) { &bits } else { &target };
         let (mut want, mut wc) = (0.0, 0);
         let mut wg = vec![0.0; b * k];
         for i in 0..b * k {
@@ -90,10 +92,11 @@ pub(super) fn losses<B: Backend>(be: &B) {
                         (dl * (e.abs() - 0.5 * dl), dl * e.signum())
                     }
                 }
-                Pointwise::BinaryXent => {
+                Pointwise::BinaryXent(eps) => {
                     let s = 1.0 / (1.0 + (-p).exp());
                     wc += ((p > 0.0) == (y > 0.5)) as usize;
-                    (-(y * s.ln() + (1.0 - y) * (1.0 - s).ln()), s - y)
+                    let q = y * (1.0 - eps as f64) + 0.5 * eps as f64;
+                    (-(q * s.ln() + (1.0 - q) * (1.0 - s).ln()), s - q)
                 }
             };
             let w = rw.map_or(1.0, |w| w[i / k] as f64);

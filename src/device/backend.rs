@@ -91,8 +91,10 @@ pub enum Pointwise {
     /// ½e² for |e| ≤ δ, δ(|e| − ½δ) beyond; gradient e clamped to [−δ, δ].
     Huber(f32),
     /// Binary cross-entropy of the logit p against t ∈ {0, 1}: max(p, 0) − p·t + ln(1 + e^−|p|),
-    /// gradient sigmoid(p) − t. An element counts as correct when (p > 0) == (t > ½).
-    BinaryXent,
+    /// gradient sigmoid(p) − t. With label smoothing ε > 0 (Keras' `BinaryCrossentropy(
+    /// label_smoothing=ε)`) against t·(1 − ε) + ε/2 instead. An element counts as correct
+    /// when (p > 0) == (t > ½), t the label as stored.
+    BinaryXent(f32),
 }
 
 impl Pointwise {
@@ -102,7 +104,9 @@ impl Pointwise {
             Pointwise::Mse => (0, 0.0),
             Pointwise::Mae => (1, 0.0),
             Pointwise::Huber(d) => (2, d),
-            Pointwise::BinaryXent => (3, 0.0),
+            // Smoothed: mode 4, ε in the kernel's delta; without, what it launched before.
+            Pointwise::BinaryXent(e) if e > 0.0 => (4, e),
+            Pointwise::BinaryXent(_) => (3, 0.0),
         }
     }
 }

@@ -46,7 +46,7 @@ pub fn compute_maybe_later<B: Backend>(
         LossKind::Mse => Some(Pointwise::Mse),
         LossKind::Mae => Some(Pointwise::Mae),
         LossKind::Huber => Some(Pointwise::Huber(loss.huber_delta)),
-        LossKind::BinaryCrossEntropy => Some(Pointwise::BinaryXent),
+        LossKind::BinaryCrossEntropy => Some(Pointwise::BinaryXent(loss.label_smoothing)),
     };
     match (f, targets) {
         (None, Targets::Classes(y, w, rw)) if later => {

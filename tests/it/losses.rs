@@ -74,9 +74,22 @@ fn close(got: f64, want: f64, rel: f64, what: &str) {
 
 #[test]
 fn binary_cross_entropy_learns_multi_label_targets_and_predicts_probabilities() {
+    binary_cross_entropy_case("loss-bce", 0.0);
+}
+
+/// Keras' `BinaryCrossentropy(label_smoothing=0.2)`: the loss against t·0.8 + 0.1, accuracy
+/// still against the 0/1 labels.
+#[test]
+fn binary_cross_entropy_with_label_smoothing_reports_the_smoothed_loss() {
+    binary_cross_entropy_case("loss-bce-smooth", 0.2);
+}
+
+/// Train 4 multi-label outputs with label smoothing `eps`; eval's loss and accuracy are what
+/// `predict`'s outputs give.
+fn binary_cross_entropy_case(name: &str, eps: f64) {
     let _g = mpi_lock();
     let k = 4;
-    let dir = setup("loss-bce", k, true, "binary_cross_entropy", "");
+    let dir = setup(name, k, true, "binary_cross_entropy", &format!("label_smoothing = {eps}\n"));
     let r = mpirun(2, &["train", "job.toml"], &dir, 120);
     assert!(r.ok(), "{}", r.all());
     let m = metrics(&dir);
@@ -98,7 +111,8 @@ fn binary_cross_entropy_learns_multi_label_targets_and_predicts_probabilities() 
         let s = 1.0 / (1.0 + (-zi).exp());
         assert!((p[i] as f64 - s).abs() < 1e-6, "probabilities[{i}] {} is not sigmoid({zi})", p[i]);
         assert_eq!(labels[i], (s > 0.5) as u8, "labels[{i}]");
-        loss += -(yi * s.ln() + (1.0 - yi) * (1.0 - s).ln()) / k as f64;
+        let q = yi * (1.0 - eps) + 0.5 * eps;
+        loss += -(q * s.ln() + (1.0 - q) * (1.0 - s).ln()) / k as f64;
         right += (labels[i] as f64 == yi) as usize;
     }
     close(j["test_loss"].as_f64().unwrap(), loss / 203.0, 1e-4, "test_loss");
@@ -205,8 +219,11 @@ fn bad_loss_values_name_the_key_or_the_file_and_row() {
             "training.early_stopping.monitor",
         ),
         (vec!["model.loss=\"hinge\""], "hinge"),
-        (vec!["model.label_smoothing=0.1"], "`model.label_smoothing`: smooths class labels"),
-        (vec!["model.loss=\"softmax_cross_entropy\"", "model.label_smoothing=1.5"], "`model.label_smoothing`: is 1.5"),
+        (
+            vec!["model.loss=\"mse\"", "model.label_smoothing=0.1"],
+            "`model.label_smoothing`: smooths class or 0/1 labels",
+        ),
+        (vec!["model.label_smoothing=1.5"], "`model.label_smoothing`: is 1.5"),
     ] {
         let mut args = vec!["train", "job.toml"];
         for s in &sets {

@@ -98,7 +98,7 @@ pub fn pointwise_loss(
     for (r, (p, t)) in pred.chunks_exact(k).zip(target.chunks_exact(k)).enumerate() {
         let row: f64 = p.iter().zip(t).map(|(&a, &b)| pointwise_value(f, a, b) as f64).sum();
         loss += rw.map_or(1.0, |rw| rw[r] as f64) * row / k as f64;
-        if f == Pointwise::BinaryXent {
+        if matches!(f, Pointwise::BinaryXent(_)) {
             correct += p.iter().zip(t).filter(|(&a, &b)| (a > 0.0) == (b > 0.5)).count();
         }
     }
@@ -126,7 +126,10 @@ pub fn pointwise_value(f: Pointwise, p: f32, t: f32) -> f32 {
                 delta * (a - 0.5 * delta)
             }
         }
-        Pointwise::BinaryXent => p.max(0.0) - p * t + (-p.abs()).exp().ln_1p(),
+        Pointwise::BinaryXent(eps) => {
+            let t = smoothed(t, eps);
+            p.max(0.0) - p * t + (-p.abs()).exp().ln_1p()
+        }
     }
 }
 
@@ -145,7 +148,17 @@ pub fn pointwise_grad(f: Pointwise, p: f32, t: f32) -> f32 {
             }
         }
         Pointwise::Huber(delta) => e.clamp(-delta, delta),
-        Pointwise::BinaryXent => sigmoid(p) - t,
+        Pointwise::BinaryXent(eps) => sigmoid(p) - smoothed(t, eps),
+    }
+}
+
+/// A 0/1 target under binary label smoothing ε: t·(1 − ε) + ε/2 (as the kernel's mode 4; ε = 0
+/// leaves it as it is).
+fn smoothed(t: f32, eps: f32) -> f32 {
+    if eps > 0.0 {
+        t * (1.0 - eps) + 0.5 * eps
+    } else {
+        t
     }
 }
 

@@ -262,8 +262,9 @@ extern "C" __global__ void hv_weigh_rows(float* row_loss, float* d, const float*
 
 // Element-wise losses, one thread per row of [rows, k] (device/backend.rs `Pointwise`; the CPU
 // reference is device/cpu/loss.rs `pointwise_loss`): mode 0 squared error, 1 absolute error, 2 Huber
-// with delta, 3 binary cross-entropy of logits against 0/1 targets. row_loss[r] = mean over the
-// row; row_correct[r] = elements with (p > 0) == (t > 0.5) (mode 3; else 0); d (may be null) =
+// with delta, 3 binary cross-entropy of logits against 0/1 targets, 4 the same against the
+// label-smoothed targets t·(1 − delta) + delta/2. row_loss[r] = mean over the row; row_correct[r] =
+// elements with (p > 0) == (t > 0.5), t as stored (modes 3 and 4; else 0); d (may be null) =
 // grad_scale / k · dloss/dp.
 __device__ float hv_pointwise_value(int mode, float delta, float p, float t) {
     const float e = p - t;
@@ -301,12 +302,13 @@ extern "C" __global__ void hv_pointwise_loss(const float* pred, const float* tar
         int correct = 0;
         for (int j = 0; j < k; ++j) {
             const float p = pred[r * k + j], t = target[r * k + j];
-            acc += hv_pointwise_value(mode, delta, p, t);
+            const float ts = mode == 4 ? t * (1.0f - delta) + 0.5f * delta : t;
+            acc += hv_pointwise_value(mode, delta, p, ts);
             correct += (p > 0.0f) == (t > 0.5f) ? 1 : 0;
-            if (d) d[r * k + j] = s * hv_pointwise_grad(mode, delta, p, t);
+            if (d) d[r * k + j] = s * hv_pointwise_grad(mode, delta, p, ts);
         }
         row_loss[r] = acc / (float)k;
-        row_correct[r] = mode == 3 ? correct : 0;
+        row_correct[r] = mode >= 3 ? correct : 0;
     }
 }
 

@@ -112,12 +112,14 @@ fn softmax_xent_with_a_label_out_of_range_is_nan() {
 #[test]
 fn pointwise_losses_match_cpu() {
     let mut rng = Rng::new(14, 0);
-    for f in [Pointwise::Mse, Pointwise::Mae, Pointwise::Huber(0.7), Pointwise::BinaryXent] {
+    for f in
+        [Pointwise::Mse, Pointwise::Mae, Pointwise::Huber(0.7), Pointwise::BinaryXent(0.0), Pointwise::BinaryXent(0.2)]
+    {
         for rows in ROWS {
             for k in COLS {
-                let pred = random(&mut rng, rows * k, if f == Pointwise::BinaryXent { 12.0 } else { 2.0 });
+                let pred = random(&mut rng, rows * k, if matches!(f, Pointwise::BinaryXent(_)) { 12.0 } else { 2.0 });
                 let mut target = random(&mut rng, rows * k, 2.0);
-                if f == Pointwise::BinaryXent {
+                if matches!(f, Pointwise::BinaryXent(_)) {
                     target.iter_mut().for_each(|t| *t = if *t > 0.0 { 1.0 } else { 0.0 });
                 }
                 let gs = 1.0 / rows as f32;
@@ -182,9 +184,9 @@ fn weigh_rows_after_each_loss_matches_cpu() {
             let labels: Vec<i32> = (0..rows).map(|_| rng.below(k) as i32).collect();
             let target = random(&mut rng, rows * k, 2.0);
             let gs = 1.0 / rows as f32;
-            for f in [None, Some(Pointwise::Mse), Some(Pointwise::Huber(0.7)), Some(Pointwise::BinaryXent)] {
+            for f in [None, Some(Pointwise::Mse), Some(Pointwise::Huber(0.7)), Some(Pointwise::BinaryXent(0.0))] {
                 let t: Vec<f32> = match f {
-                    Some(Pointwise::BinaryXent) => target.iter().map(|&t| if t > 0.0 { 1.0 } else { 0.0 }).collect(),
+                    Some(Pointwise::BinaryXent(_)) => target.iter().map(|&t| if t > 0.0 { 1.0 } else { 0.0 }).collect(),
                     _ => target.clone(),
                 };
                 let mut want_d = vec![0.0; rows * k];
