@@ -5,6 +5,52 @@
 //!
 //! Must not: change its output for a seed (runs and checkpoints depend on it).
 
+/// The standard normal distribution's quantile Φ⁻¹(p) for p in (0, 1) (Acklam's rational
+/// approximation, relative error below 1.2e-9): one uniform draw per truncated-normal value,
+/// so that a weight's value depends only on its position in its layer's stream.
+pub fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969_683_028_665_376e1,
+        2.209_460_984_245_205e2,
+        -2.759_285_104_469_687e2,
+        1.383_577_518_672_69e2,
+        -3.066_479_806_614_716e1,
+        2.506_628_277_459_239,
+    ];
+    const B: [f64; 5] = [
+        -5.447_609_879_822_406e1,
+        1.615_858_368_580_409e2,
+        -1.556_989_798_598_866e2,
+        6.680_131_188_771_72e1,
+        -1.328_068_155_288_572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784_894_002_430_293e-3,
+        -3.223_964_580_411_365e-1,
+        -2.400_758_277_161_838,
+        -2.549_732_539_343_734,
+        4.374_664_141_464_968,
+        2.938_163_982_698_783,
+    ];
+    const D: [f64; 4] =
+        [7.784_695_709_041_462e-3, 3.224_671_290_700_398e-1, 2.445_134_137_142_996, 3.754_408_661_907_416];
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    const LOW: f64 = 0.024_25;
+    if p < LOW {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - LOW {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Rng {
     s: [u64; 4],
@@ -83,6 +129,22 @@ mod tests {
             .collect();
         assert_eq!(a, b);
         assert_ne!(a, c);
+    }
+
+    #[test]
+    fn normal_quantile_matches_the_normal_distribution() {
+        // Φ⁻¹ at 0.5, 0.975 and Φ(±2), Φ(−1) (values from scipy.stats.norm.ppf / cdf).
+        for (p, z) in [
+            (0.5, 0.0),
+            (0.975, 1.959_963_984_540_054),
+            (0.022_750_131_948_179_195, -2.0),
+            (0.977_249_868_051_820_8, 2.0),
+            (0.158_655_253_931_457_05, -1.0),
+            (0.001, -3.090_232_306_167_813_5),
+        ] {
+            let got = normal_quantile(p);
+            assert!((got - z).abs() < 2e-8, "Φ⁻¹({p}) = {got}, want {z}");
+        }
     }
 
     #[test]

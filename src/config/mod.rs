@@ -35,7 +35,7 @@ pub use distribution::{roles, BucketOrder, Compression, DistributionCfg, GpuAllr
 use env::env_overrides;
 pub use limits::{num, Span};
 pub use model::{
-    Activation, Loss, LossKind, ModelCfg, OutputActivation, Targets, LEAKY_RELU_SLOPE, SELU_ALPHA, SELU_LAMBDA,
+    Activation, Init, Loss, LossKind, ModelCfg, OutputActivation, Targets, LEAKY_RELU_SLOPE, SELU_ALPHA, SELU_LAMBDA,
 };
 pub use optimizer::{OptimizerCfg, OptimizerKind, Schedule};
 pub use output::OutputCfg;

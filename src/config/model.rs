@@ -155,6 +155,56 @@ impl From<LossKind> for Loss {
     }
 }
 
+/// `model.init`: how each weight starts, as Keras' initializers of the same names (its
+/// `VarianceScaling`): over the mean of fan-in and fan-out (Glorot), fan-in × 2 (He) or fan-in
+/// (LeCun), uniform or truncated normal (cut at 2 standard deviations, widened so the kept
+/// values have the variance asked for). Biases start at 0 under every one, as in Keras.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Init {
+    /// U(±√(6 / (fan_in + fan_out))): Keras' default for `Dense`.
+    #[default]
+    GlorotUniform,
+    GlorotNormal,
+    /// U(±√(6 / fan_in)): for ReLU stacks (PyTorch's `kaiming_uniform_`).
+    HeUniform,
+    HeNormal,
+    LecunUniform,
+    /// For SELU: the self-normalizing networks' initialization.
+    LecunNormal,
+}
+
+impl Init {
+    pub fn name(self) -> &'static str {
+        match self {
+            Init::GlorotUniform => "glorot_uniform",
+            Init::GlorotNormal => "glorot_normal",
+            Init::HeUniform => "he_uniform",
+            Init::HeNormal => "he_normal",
+            Init::LecunUniform => "lecun_uniform",
+            Init::LecunNormal => "lecun_normal",
+        }
+    }
+
+    /// The variance of a weight of a layer `fan_in` → `fan_out` (Keras' scale / n).
+    pub fn variance(self, fan_in: usize, fan_out: usize) -> f64 {
+        match self {
+            Init::GlorotUniform | Init::GlorotNormal => 2.0 / (fan_in + fan_out) as f64,
+            Init::HeUniform | Init::HeNormal => 2.0 / fan_in as f64,
+            Init::LecunUniform | Init::LecunNormal => 1.0 / fan_in as f64,
+        }
+    }
+
+    /// Whether its weights are drawn from a truncated normal (else uniform).
+    pub fn normal(self) -> bool {
+        matches!(self, Init::GlorotNormal | Init::HeNormal | Init::LecunNormal)
+    }
+}
+
+fn is_default_init(i: &Init) -> bool {
+    *i == Init::default()
+}
+
 /// The largest dropout rate (a rate of 1 drops every unit; above this the kept ones are scaled
 /// by more than 100).
 pub const MAX_DROPOUT: f64 = 0.99;
@@ -182,6 +232,10 @@ pub struct ModelCfg {
     /// their fingerprint).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub label_smoothing: f64,
+    /// How the weights start (`Init`; Keras' `kernel_initializer`). Default glorot_uniform,
+    /// not written then, so jobs without it keep their fingerprint.
+    #[serde(default, skip_serializing_if = "is_default_init")]
+    pub init: Init,
     /// Dropout after every hidden activation: one rate for all, or one per hidden layer
     /// (0 = none). Training only; off in eval, predict and ONNX.
     #[serde(default)]
@@ -229,6 +283,19 @@ impl ModelCfg {
             Dropout::All(p) => vec![*p as f32; hidden],
             Dropout::PerLayer(v) => v.iter().map(|&p| p as f32).collect(),
         }
+    }
+
+    /// The log's words for the options set beside activation and loss: `, init he_normal`,
+    /// `, label smoothing 0.1` (empty for the defaults).
+    pub fn describe_options(&self) -> String {
+        let mut s = String::new();
+        if self.init != Init::default() {
+            s += &format!(", init {}", self.init.name());
+        }
+        if self.label_smoothing > 0.0 {
+            s += &format!(", label smoothing {}", self.label_smoothing);
+        }
+        s
     }
 
     /// The loss with its parameters.

@@ -17,7 +17,7 @@ pub mod placement;
 pub mod tensor;
 mod workspace;
 
-use crate::config::{Activation, Loss};
+use crate::config::{Activation, Init, Loss};
 use crate::device::{Backend, Gemm, Mask, Trans};
 use crate::error::Result;
 use crate::rng::Rng;
@@ -59,6 +59,8 @@ pub struct Mlp {
     pub sizes: Vec<usize>,
     pub act: Activation,
     pub loss: Loss,
+    /// How `init_params` draws the weights (`model.init`; glorot_uniform unless set).
+    pub init: Init,
     pub layers: Vec<DenseSlot>,
     /// Floats in this arena (this rank's shard under tensor parallelism), the padding after
     /// each layer included (`ARENA_ALIGN`); `n_logical` counts the parameters.
@@ -71,6 +73,26 @@ pub struct Mlp {
     /// Whether this arena ends with the model's output layer (no activation, then the loss).
     /// A pipeline stage before the last applies the activation to its last layer instead.
     pub head: bool,
+}
+
+/// One weight of a layer `fan_in` → `fan_out` under `init`, from `u` uniform in [0, 1): a
+/// uniform init's ±limit·(2u − 1) (glorot_uniform's limit √(6 / (fan_in + fan_out)) computed as
+/// it always was, so its weights keep their bits), a normal init's value at quantile u of a
+/// normal cut at ±2σ, σ widened by 1/0.8796 as Keras' `TruncatedNormal` in `VarianceScaling`.
+fn draw(init: Init, u: f64, fan_in: usize, fan_out: usize) -> f32 {
+    // Φ(−2): the share of a normal below −2σ, cut away on each side.
+    const CUT: f64 = 0.022_750_131_948_179_195;
+    // The standard deviation of a standard normal cut at ±2.
+    const KEPT_STD: f64 = 0.879_625_661_034_239_8;
+    let limit = match init {
+        Init::GlorotUniform => (6.0 / (fan_in + fan_out) as f64).sqrt(),
+        _ if init.normal() => {
+            let z = crate::rng::normal_quantile(CUT + u * (1.0 - 2.0 * CUT));
+            return (z * init.variance(fan_in, fan_out).sqrt() / KEPT_STD) as f32;
+        }
+        _ => (3.0 * init.variance(fan_in, fan_out)).sqrt(),
+    };
+    ((u * 2.0 - 1.0) * limit) as f32
 }
 
 /// A named tensor of the arena, in arena (= gradient-ready) order.
@@ -87,7 +109,9 @@ pub struct TensorInfo {
 impl Mlp {
     /// The whole model a job's `[model]` table describes.
     pub fn from_cfg(m: &crate::config::ModelCfg) -> Mlp {
-        Mlp::new(&m.layers, m.activation, m.loss())
+        let mut mlp = Mlp::new(&m.layers, m.activation, m.loss());
+        mlp.init = m.init;
+        mlp
     }
 
     pub fn new(sizes: &[usize], act: Activation, loss: impl Into<Loss>) -> Mlp {
@@ -119,6 +143,7 @@ impl Mlp {
             sizes: sizes.to_vec(),
             act,
             loss,
+            init: Init::default(),
             layers: layers.into_iter().map(Option::unwrap).collect(),
             n_params: off,
             tensor: (t, ts),
@@ -224,7 +249,8 @@ impl Mlp {
         Some(out)
     }
 
-    /// Glorot-uniform weights (Keras' default for Dense), zero biases, from `seed`.
+    /// Weights drawn as `self.init` says (Glorot-uniform, Keras' default for Dense, unless
+    /// `model.init` chose another), zero biases, from `seed`.
     pub fn init_params(&self, seed: u64) -> Vec<f32> {
         self.init_pieces(seed, std::iter::once(0..self.n_params))
     }
@@ -261,8 +287,7 @@ impl Mlp {
                     rng.uniform();
                     *made += 1;
                 }
-                let limit = (6.0 / (s.inp + s.out) as f64).sqrt();
-                out.extend((at..end).map(|_| ((rng.uniform() * 2.0 - 1.0) * limit) as f32));
+                out.extend((at..end).map(|_| draw(self.init, rng.uniform(), s.inp, s.out)));
                 *made = end - s.w.start;
                 at = end;
             }

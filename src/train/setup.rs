@@ -402,10 +402,11 @@ fn log_schedule(job: &Job, s: &Schedule) {
 fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
     let d = &job.distribution;
     info!(
-        "model {:?}, activation {}, loss {} ({} parameters{}, {:.2} MiB), {} fusion bucket(s) at threshold {} MiB: sizes {:?} KiB",
+        "model {:?}, activation {}, loss {}{} ({} parameters{}, {:.2} MiB), {} fusion bucket(s) at threshold {} MiB: sizes {:?} KiB",
         model.sizes,
         model.act.name(),
         model.loss.kind.name(),
+        job.model.describe_options(),
         model.n_logical(),
         match (model.tensor, model.head && model.first == 0) {
             ((_, 1), true) => String::new(),

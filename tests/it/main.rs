@@ -35,6 +35,7 @@ mod finish;
 mod gpu_allreduce;
 mod hierarchical;
 mod import;
+mod init;
 mod layers;
 mod losses;
 mod memory;
