@@ -125,6 +125,20 @@ pub struct EarlyStopping {
     pub patience: usize,
     #[serde(default)]
     pub min_delta: f64,
+    /// Epochs at the start that are not watched (Keras' `start_from_epoch`): epochs 1 to N
+    /// neither set a best nor count toward the patience (nor, with `output.keep_best`, are kept
+    /// as the best). 0: every epoch.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub start_from_epoch: usize,
+    /// A value the metric must beat (Keras' `baseline`): the patience's count restarts only at
+    /// an epoch that improves on the best and beats this by more than `min_delta`, so a run
+    /// that never beats it stops after `patience` epochs. None: no baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<f64>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn default_monitor() -> String {
@@ -182,6 +196,16 @@ impl TrainingCfg {
         if let Some(e) = &self.early_stopping {
             count(origin, "training.early_stopping.patience", e.patience as u64, limits::PATIENCE)?;
             real(origin, "training.early_stopping.min_delta", e.min_delta, limits::MIN_DELTA)?;
+            if e.start_from_epoch > 0 {
+                count(origin, "training.early_stopping.start_from_epoch", e.start_from_epoch as u64, limits::EPOCHS)?;
+            }
+            if let Some(b) = e.baseline.filter(|b| !b.is_finite()) {
+                return Err(crate::error::Error::config(
+                    origin,
+                    "training.early_stopping.baseline",
+                    format!("is {b}; a baseline is a value of the monitored metric to beat, a finite number"),
+                ));
+            }
             if !MONITORS.contains(&e.monitor.as_str()) {
                 return Err(crate::error::Error::config(
                     origin,

@@ -1,8 +1,9 @@
 //! The monitored metric at each epoch's end (`Job::monitor`: early_stopping.monitor, else
 //! val_loss with validation data, else train_loss): whether it improved by more than
 //! min_delta, the best epoch (for `output.keep_best`), and whether early stopping ends the run
-//! (Keras' EarlyStopping: `patience` epochs without improvement). Its state travels in
-//! checkpoints through `TrainerState`.
+//! (Keras' EarlyStopping: `patience` epochs without improvement, the first `start_from_epoch`
+//! epochs not watched, a `baseline` to beat). Its state travels in checkpoints through
+//! `TrainerState`.
 //!
 //! Must not: write files or talk to other ranks (the run loop does); every rank computes the
 //! same verdict from the same summed metrics.
@@ -19,6 +20,10 @@ pub(super) struct Watch {
     min_delta: f64,
     /// Early stopping's patience (None: no early stopping).
     patience: Option<u64>,
+    /// Epochs 1..=start_from are not watched.
+    start_from: usize,
+    /// The value to beat, lower is better (accuracy negated).
+    pub baseline: Option<f64>,
     pub best: Best,
     pub best_epoch: usize,
 }
@@ -35,11 +40,14 @@ impl Watch {
     pub fn new(job: &Job, state: &TrainerState) -> Watch {
         let name = job.monitor().to_string();
         let e = job.training.early_stopping.as_ref();
+        let negate = name.ends_with("accuracy") || name.ends_with("f1");
         Watch {
-            negate: name.ends_with("accuracy") || name.ends_with("f1"),
+            negate,
             name,
             min_delta: e.map_or(0.0, |e| e.min_delta),
             patience: e.map(|e| e.patience as u64),
+            start_from: e.map_or(0, |e| e.start_from_epoch),
+            baseline: e.and_then(|e| e.baseline).map(|b| if negate { -b } else { b }),
             best: state.best,
             best_epoch: state.best_epoch,
         }
@@ -59,12 +67,26 @@ impl Watch {
 
     pub fn epoch_end(&mut self, m: &EpochMetrics) -> Verdict {
         let Some(v) = self.value(m) else { return Verdict { value: None, improved: false, stop: false } };
+        if m.epoch <= self.start_from {
+            return Verdict { value: Some(v), improved: false, stop: false };
+        }
+        let wait = self.best.wait;
         let improved = self.best.observe(v, self.min_delta);
         if improved {
             self.best_epoch = m.epoch;
+            // A new best that does not beat the baseline counts on toward the patience.
+            if !self.beats_baseline(v) {
+                self.best.wait = wait + 1;
+            }
         }
-        let stop = self.patience.is_some_and(|p| self.best.wait >= p);
+        // As Keras: an epoch that set a new best does not stop the run.
+        let stop = !improved && self.patience.is_some_and(|p| self.best.wait >= p);
         Verdict { value: Some(v), improved, stop }
+    }
+
+    /// Whether lower-is-better `v` beats the baseline by more than min_delta (true without one).
+    pub fn beats_baseline(&self, v: f64) -> bool {
+        self.baseline.is_none_or(|b| v < b - self.min_delta)
     }
 
     /// The monitored value as the metric reads (accuracy not negated).
@@ -155,6 +177,49 @@ mod tests {
         let s2 = TrainerState::from_json(&s.to_json(), "c.h5".as_ref()).unwrap();
         let w2 = Watch::new(&j, &s2);
         assert_eq!((w2.best, w2.best_epoch), (w.best, w.best_epoch));
+    }
+
+    /// Each epoch's (improved, stop) for val_loss `seq` under early stopping `cfg`.
+    fn verdicts(cfg: &str, seq: &[f64]) -> Vec<(bool, bool)> {
+        let j = job(&format!("[training]\nearly_stopping = {{ {cfg} }}\n"));
+        let mut w = Watch::new(&j, &TrainerState::default());
+        seq.iter().enumerate().map(|(e, &v)| w.epoch_end(&metrics(e + 1, v))).map(|r| (r.improved, r.stop)).collect()
+    }
+
+    #[test]
+    fn start_from_epoch_leaves_the_first_epochs_unwatched() {
+        let seq = [0.5, 0.9, 0.8, 0.85];
+        // Watched from the start: 0.5 is the best, 0.9 ends the run.
+        assert_eq!(verdicts("patience = 1", &seq)[..2], [(true, false), (false, true)]);
+        // Epochs 1 and 2 unwatched (Keras' start_from_epoch = 2): 0.8 is the first best.
+        assert_eq!(
+            verdicts("patience = 1, start_from_epoch = 2", &seq),
+            [(false, false), (false, false), (true, false), (false, true)]
+        );
+    }
+
+    #[test]
+    fn a_baseline_not_beaten_lets_the_patience_run_on() {
+        let seq = [0.9, 0.8, 0.85, 0.86];
+        // Without a baseline every new best restarts the count: stop at epoch 4.
+        assert_eq!(verdicts("patience = 2", &seq), [(true, false), (true, false), (false, false), (false, true)]);
+        // Baseline 0.6: the bests 0.9 and 0.8 do not beat it, so the count runs on (as Keras'
+        // EarlyStopping(baseline=0.6)): stop at epoch 3.
+        assert_eq!(verdicts("patience = 2, baseline = 0.6", &seq)[..3], [(true, false), (true, false), (false, true)]);
+        // Beaten (0.55 < 0.6): the count restarts as without one.
+        let beat = [0.9, 0.55, 0.58, 0.57];
+        assert_eq!(
+            verdicts("patience = 2, baseline = 0.6", &beat),
+            [(true, false), (true, false), (false, false), (false, true)]
+        );
+        // Accuracy: higher is better, the baseline too (val_accuracy here is 1 − val_loss).
+        // Accuracies 0.6, 0.5, 0.55, 0.52: 0.6 beats a baseline of 0.55 (stop at epoch 3, the
+        // patience of 2 counted from it), not one of 0.65 (the count runs on: stop at epoch 2).
+        let acc = [0.4, 0.5, 0.45, 0.48];
+        let beaten = verdicts("monitor = \"val_accuracy\", patience = 2, baseline = 0.55", &acc);
+        assert_eq!(beaten[..3], [(true, false), (false, false), (false, true)]);
+        let missed = verdicts("monitor = \"val_accuracy\", patience = 2, baseline = 0.65", &acc);
+        assert_eq!(missed[..2], [(true, false), (false, true)]);
     }
 
     #[test]

@@ -166,8 +166,14 @@ impl<B: Backend, M: Mode<B>> Run<'_, B, M> {
         if v.stop && rank0 {
             let e = self.job.training.early_stopping.as_ref().expect("stop needs early stopping");
             let best = self.watch.best.value.map(|b| self.watch.shown(b)).unwrap_or(f64::NAN);
+            let baseline = match e.baseline {
+                Some(b) if !self.watch.best.value.is_some_and(|v| self.watch.beats_baseline(v)) => {
+                    format!(" (the baseline {b} was never beaten)")
+                }
+                _ => String::new(),
+            };
             info!(
-                "early stopping after epoch {}: {name} has not improved by more than {} for {} epochs; the best was {best:.6} at epoch {}",
+                "early stopping after epoch {}: {name} has not improved by more than {} for {} epochs; the best was {best:.6} at epoch {}{baseline}",
                 m.epoch, e.min_delta, e.patience, self.watch.best_epoch
             );
         }
