@@ -152,7 +152,7 @@ pub fn pointwise_grad(f: Pointwise, p: f32, t: f32) -> f32 {
     }
 }
 
-/// A 0/1 target under binary label smoothing ε: t·(1 − ε) + ε/2 (as the kernel's mode 4; ε = 0
+/// A 0/1 target under binary label smoothing ε: t·(1 − ε) + ε/2 (as `hv_binary_xent_smooth`; ε = 0
 /// leaves it as it is).
 fn smoothed(t: f32, eps: f32) -> f32 {
     if eps > 0.0 {

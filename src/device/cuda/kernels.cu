@@ -262,9 +262,8 @@ extern "C" __global__ void hv_weigh_rows(float* row_loss, float* d, const float*
 
 // Element-wise losses, one thread per row of [rows, k] (device/backend.rs `Pointwise`; the CPU
 // reference is device/cpu/loss.rs `pointwise_loss`): mode 0 squared error, 1 absolute error, 2 Huber
-// with delta, 3 binary cross-entropy of logits against 0/1 targets, 4 the same against the
-// label-smoothed targets t·(1 − delta) + delta/2. row_loss[r] = mean over the row; row_correct[r] =
-// elements with (p > 0) == (t > 0.5), t as stored (modes 3 and 4; else 0); d (may be null) =
+// with delta, 3 binary cross-entropy of logits against 0/1 targets. row_loss[r] = mean over the
+// row; row_correct[r] = elements with (p > 0) == (t > 0.5) (mode 3; else 0); d (may be null) =
 // grad_scale / k · dloss/dp.
 __device__ float hv_pointwise_value(int mode, float delta, float p, float t) {
     const float e = p - t;
@@ -302,13 +301,36 @@ extern "C" __global__ void hv_pointwise_loss(const float* pred, const float* tar
         int correct = 0;
         for (int j = 0; j < k; ++j) {
             const float p = pred[r * k + j], t = target[r * k + j];
-            const float ts = mode == 4 ? t * (1.0f - delta) + 0.5f * delta : t;
-            acc += hv_pointwise_value(mode, delta, p, ts);
+            acc += hv_pointwise_value(mode, delta, p, t);
             correct += (p > 0.0f) == (t > 0.5f) ? 1 : 0;
-            if (d) d[r * k + j] = s * hv_pointwise_grad(mode, delta, p, ts);
+            if (d) d[r * k + j] = s * hv_pointwise_grad(mode, delta, p, t);
         }
         row_loss[r] = acc / (float)k;
-        row_correct[r] = mode >= 3 ? correct : 0;
+        row_correct[r] = mode == 3 ? correct : 0;
+    }
+}
+
+// Binary cross-entropy against label-smoothed targets t·(1 − eps) + eps/2 (`model.label_smoothing`
+// with binary_cross_entropy), one thread per row: hv_pointwise_loss's mode 3 on the smoothed
+// target, row_correct against t as stored. Launched instead of it only when eps > 0, so that the
+// default kernel stays as the last GPU run checked it (issue #48); device/cpu/loss.rs computes
+// the same.
+extern "C" __global__ void hv_binary_xent_smooth(const float* pred, const float* target, long long rows, int k,
+                                                 float eps, float grad_scale, float* d, float* row_loss,
+                                                 int* row_correct) {
+    HV_GRID_STRIDE(r, rows) {
+        const float s = grad_scale / (float)k;
+        float acc = 0.0f;
+        int correct = 0;
+        for (int j = 0; j < k; ++j) {
+            const float p = pred[r * k + j], t = target[r * k + j];
+            const float ts = t * (1.0f - eps) + 0.5f * eps;
+            acc += hv_pointwise_value(3, 0.0f, p, ts);
+            correct += (p > 0.0f) == (t > 0.5f) ? 1 : 0;
+            if (d) d[r * k + j] = s * hv_pointwise_grad(3, 0.0f, p, ts);
+        }
+        row_loss[r] = acc / (float)k;
+        row_correct[r] = correct;
     }
 }
 

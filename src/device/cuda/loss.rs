@@ -107,15 +107,30 @@ impl Cuda {
             let (rows64, k32) = (rows as i64, k as i32);
             let (mode, delta) = f.mode();
             let mut dv = d.map(DViewMut::cu);
-            let mut l = self.stream.launch_builder(&self.k.pointwise_loss);
-            l.arg(&pv).arg(&tv).arg(&rows64).arg(&k32).arg(&mode).arg(&delta).arg(&grad_scale);
+            // Binary label smoothing runs its own kernel: without it the step launches what it
+            // did before.
+            let smooth = match f {
+                Pointwise::BinaryXent(eps) if eps > 0.0 => Some(eps),
+                _ => None,
+            };
+            let mut l = match smooth {
+                Some(_) => self.stream.launch_builder(&self.k.binary_xent_smooth),
+                None => self.stream.launch_builder(&self.k.pointwise_loss),
+            };
+            l.arg(&pv).arg(&tv).arg(&rows64).arg(&k32);
+            match smooth.as_ref() {
+                Some(eps) => l.arg(eps),
+                None => l.arg(&mode).arg(&delta),
+            };
+            l.arg(&grad_scale);
             match dv.as_mut() {
                 Some(dv) => l.arg(dv),
                 None => l.arg(&NULL),
             };
             l.arg(&mut *loss).arg(&mut *correct);
             // SAFETY: hv_pointwise_loss(const float*, const float*, long long, int, int, float, float,
-            // float*, float*, int*) over `rows` rows; the scratch holds at least `rows`.
+            // float*, float*, int*) over `rows` rows, or hv_binary_xent_smooth with the float eps
+            // in place of mode and delta; the scratch holds at least `rows`.
             unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_pointwise_loss"))?;
             if let Some(rw) = rw {
                 self.launch_weigh_rows(rw, rows, k, loss, dv.as_mut())?;

@@ -1,6 +1,7 @@
 //! The loss and dropout kernels through the shim (see `mod.rs` for the method and the
 //! tolerances): softmax cross-entropy with and without class weights and label smoothing
-//! (`hv_softmax_xent_smooth`), and a label out of range, the element-wise losses
+//! (`hv_softmax_xent_smooth`), and a label out of range, the element-wise losses (binary
+//! cross-entropy with label smoothing through `hv_binary_xent_smooth`)
 //! (squared, absolute, Huber, binary cross-entropy: per-row losses within (k + 2)·4·ε_f32,
 //! correct counts exact, gradients within 4 ulps), and dropout bit for bit.
 //!
@@ -140,20 +141,14 @@ fn pointwise_losses_match_cpu() {
                         // SAFETY: pred, target and d hold rows·k elements, loss and correct rows.
                         unsafe {
                             let dp = ptr_or_null(&mut d);
-                            hvshim_hv_pointwise_loss(
-                                g,
-                                b,
-                                pred.as_ptr(),
-                                target.as_ptr(),
-                                rows as i64,
-                                k as i32,
-                                mode,
-                                delta,
-                                gs,
-                                dp,
-                                loss.as_mut_ptr(),
-                                correct.as_mut_ptr(),
-                            );
+                            let (x, t, n, kk) = (pred.as_ptr(), target.as_ptr(), rows as i64, k as i32);
+                            let (lp, cp) = (loss.as_mut_ptr(), correct.as_mut_ptr());
+                            match f {
+                                Pointwise::BinaryXent(eps) if eps > 0.0 => {
+                                    hvshim_hv_binary_xent_smooth(g, b, x, t, n, kk, eps, gs, dp, lp, cp)
+                                }
+                                _ => hvshim_hv_pointwise_loss(g, b, x, t, n, kk, mode, delta, gs, dp, lp, cp),
+                            }
                         }
                         for (r, (&got, &(want, c))) in body(&what, &loss).iter().zip(&per_row).enumerate() {
                             assert!(

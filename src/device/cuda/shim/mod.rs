@@ -103,6 +103,20 @@ extern "C" {
         row_loss: *mut f32,
         row_correct: *mut i32,
     );
+    #[allow(clippy::too_many_arguments)]
+    fn hvshim_hv_binary_xent_smooth(
+        g: u32,
+        b: u32,
+        pred: *const f32,
+        target: *const f32,
+        rows: i64,
+        k: i32,
+        eps: f32,
+        grad_scale: f32,
+        d: *mut f32,
+        row_loss: *mut f32,
+        row_correct: *mut i32,
+    );
     fn hvshim_hv_weigh_rows(g: u32, b: u32, row_loss: *mut f32, d: *mut f32, rw: *const f32, rows: i64, k: i32);
     fn hvshim_hv_softmax_rows(g: u32, b: u32, v: *mut f32, rows: i64, k: i32);
     fn hvshim_hv_dropout(
