@@ -75,24 +75,40 @@ pub struct Mlp {
     pub head: bool,
 }
 
-/// One weight of a layer `fan_in` → `fan_out` under `init`, from `u` uniform in [0, 1): a
-/// uniform init's ±limit·(2u − 1) (glorot_uniform's limit √(6 / (fan_in + fan_out)) computed as
-/// it always was, so its weights keep their bits), a normal init's value at quantile u of a
-/// normal cut at ±2σ, σ widened by 1/0.8796 as Keras' `TruncatedNormal` in `VarianceScaling`.
-fn draw(init: Init, u: f64, fan_in: usize, fan_out: usize) -> f32 {
+/// How one layer `fan_in` → `fan_out` draws its weights under `init`, worked out once per
+/// layer: a uniform init's ±limit·(2u − 1) (glorot_uniform's limit √(6 / (fan_in + fan_out))
+/// computed as it always was, so its weights keep their bits), a normal init's value at quantile
+/// u of a normal cut at ±2σ, σ widened by 1/0.8796 as Keras' `TruncatedNormal` in
+/// `VarianceScaling`.
+enum Draw {
+    Uniform { limit: f64 },
+    Normal { sd: f64 },
+}
+
+impl Draw {
     // Φ(−2): the share of a normal below −2σ, cut away on each side.
     const CUT: f64 = 0.022_750_131_948_179_195;
     // The standard deviation of a standard normal cut at ±2.
     const KEPT_STD: f64 = 0.879_625_661_034_239_8;
-    let limit = match init {
-        Init::GlorotUniform => (6.0 / (fan_in + fan_out) as f64).sqrt(),
-        _ if init.normal() => {
-            let z = crate::rng::normal_quantile(CUT + u * (1.0 - 2.0 * CUT));
-            return (z * init.variance(fan_in, fan_out).sqrt() / KEPT_STD) as f32;
+
+    fn new(init: Init, fan_in: usize, fan_out: usize) -> Draw {
+        match init {
+            Init::GlorotUniform => Draw::Uniform { limit: (6.0 / (fan_in + fan_out) as f64).sqrt() },
+            _ if init.normal() => Draw::Normal { sd: init.variance(fan_in, fan_out).sqrt() },
+            _ => Draw::Uniform { limit: (3.0 * init.variance(fan_in, fan_out)).sqrt() },
         }
-        _ => (3.0 * init.variance(fan_in, fan_out)).sqrt(),
-    };
-    ((u * 2.0 - 1.0) * limit) as f32
+    }
+
+    /// The weight from `u`, uniform in [0, 1).
+    fn at(&self, u: f64) -> f32 {
+        match *self {
+            Draw::Uniform { limit } => ((u * 2.0 - 1.0) * limit) as f32,
+            Draw::Normal { sd } => {
+                let z = crate::rng::normal_quantile(Draw::CUT + u * (1.0 - 2.0 * Draw::CUT));
+                (z * sd / Draw::KEPT_STD) as f32
+            }
+        }
+    }
 }
 
 /// A named tensor of the arena, in arena (= gradient-ready) order.
@@ -287,7 +303,8 @@ impl Mlp {
                     rng.uniform();
                     *made += 1;
                 }
-                out.extend((at..end).map(|_| draw(self.init, rng.uniform(), s.inp, s.out)));
+                let draw = Draw::new(self.init, s.inp, s.out);
+                out.extend((at..end).map(|_| draw.at(rng.uniform())));
                 *made = end - s.w.start;
                 at = end;
             }
