@@ -69,21 +69,33 @@ a checkpoint; --resume auto continues them and does not rerun finished ones)."
     },
     /// Run a trained model on new inputs (one process, no mpirun needed).
     #[command(
-        after_help = "Example:\n  hvtrain predict jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5 \\\n      --input data/fashion-mnist-test.h5 --output predictions.h5\n\n\
-Reads the job's x_dataset from INPUT; writes `outputs` [N, K] and, for classification,\n\
-`classes` [N] and `probabilities` [N, K] (and, when the training data named its classes,\n\
-`class_names` [N], each row's name, and `y_classes`, the list). --weights takes weights.h5 or\n\
-a checkpoint."
+        after_help = "Examples:\n  hvtrain predict jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5 \\\n      --input data/fashion-mnist-test.h5 --output predictions.h5\n  \
+hvtrain predict jobs/my-job.toml --weights runs/my-job/weights.h5 --input new.csv --output predictions.csv\n\n\
+INPUT: HDF5 (the job's x_dataset), or CSV/TSV (.gz too), Parquet, .npy or .npz, read as\n\
+`hvtrain data import` reads them. When the training data named its columns (imported from a\n\
+table), the input's columns are taken by name: in any order, extra ones (an id, the label)\n\
+left out, a missing one an error.\n\n\
+OUTPUT: HDF5 with `outputs` [N, K] and, for classification, `classes` [N] and `probabilities`\n\
+[N, K] (and, when the training data named its classes, `class_names` [N], each row's name, and\n\
+`y_classes`, the list); or, for a .csv/.tsv name, a table with a header: `class` and `p_NAME`\n\
+per class; `p_NAME` and `label_NAME` per output (multi-label); a column per target\n\
+(regression), one row per input row in its order. --weights takes weights.h5 or a checkpoint."
     )]
     Predict {
         #[command(flatten)]
         job: JobArgs,
+        /// weights.h5 (OUTPUT_DIR/weights.h5) or a checkpoint.
         #[arg(long)]
         weights: PathBuf,
+        /// The rows to predict on: HDF5, CSV/TSV (.gz), Parquet, .npy or .npz.
         #[arg(long)]
         input: PathBuf,
+        /// Where the predictions go: HDF5, or a CSV/TSV table (by the name's ending).
         #[arg(long)]
         output: PathBuf,
+        /// A table input: the value of a missing field (empty, NA, NaN, null), instead of an error.
+        #[arg(long, allow_negative_numbers = true)]
+        fill: Option<f32>,
     },
     /// Write a trained model as a standard ONNX graph (onnxruntime, TensorRT, C++ codes).
     #[command(
@@ -242,6 +254,9 @@ pub enum DataCommand {
   hvtrain data import table.parquet data/train.h5 --y label --compress lzf
   hvtrain data import test.csv data/test.h5 --y label --classes-from data/train.h5
   hvtrain data import survey.csv data/train.h5 --y label --sample-weight weight
+  hvtrain data import runs.csv data/train.h5 --y label --drop run_id --drop date
+  hvtrain data import test.csv data/test.h5 --y label --columns-from data/train.h5 --classes-from data/train.h5
+  hvtrain data import new.csv data/new.h5 --features-only         (rows for hvtrain predict)
 
 Class names are numbered in sorted order, so files imported apart agree when they hold the
 same names; training, eval and sweeps compare every file's y_classes with the training file's
@@ -296,6 +311,20 @@ and column unless --fill gives their value; a missing target is always an error.
         /// not a feature then), .npz an array's name, .npy a .npy file of [N] weights.
         #[arg(long, value_name = "COLUMN")]
         sample_weight: Option<String>,
+        /// Rows to predict on: no target column (every column but --drop's is a feature) and no
+        /// `y` written; .npy needs no --y-file, .npz no array y. (`hvtrain predict` also reads
+        /// CSV/TSV, Parquet and NumPy inputs itself.)
+        #[arg(long, conflicts_with_all = ["y", "y_file", "sample_weight"])]
+        features_only: bool,
+        /// CSV/TSV/Parquet: a column that is neither a feature nor a target (an id, a
+        /// timestamp), by name or 0-based index; repeat for several.
+        #[arg(long, value_name = "COLUMN")]
+        drop: Vec<String>,
+        /// CSV/TSV/Parquet: the features are this file's columns (an imported file's
+        /// x_columns, or a weights file's), by name, in its order: a test or validation file
+        /// imported with the training file's columns. Other columns but --y's are left out.
+        #[arg(long, value_name = "FILE.h5", conflicts_with = "drop")]
+        columns_from: Option<PathBuf>,
     },
     /// List an HDF5 file's datasets: shape, element type, chunks, compression filters, and
     /// whether this HDF5 can load each filter (what to install when it cannot). Exit 1 when

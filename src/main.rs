@@ -83,9 +83,9 @@ fn main() {
                 1
             }
         },
-        Command::Predict { job, weights, input, output } => finish(
+        Command::Predict { job, weights, input, output, fill } => finish(
             config::Job::load_with_env(&job.job, &job.set)
-                .and_then(|(j, _)| eval::predict(&j, &weights, &input, &output))
+                .and_then(|(j, _)| eval::predict(&j, &weights, &input, &output, fill))
                 .map(|n| log::info!("wrote {} predictions to {}", n, output.display())),
         ),
         Command::Export { job, weights, format: cli::ExportFormat::Onnx, output, probabilities } => finish(
@@ -422,6 +422,9 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
             classes,
             class_order,
             sample_weight,
+            features_only,
+            drop,
+            columns_from,
         } => {
             let classes = match (classes_from, classes, class_order) {
                 (Some(f), _, _) => data::import::classes_from(&f)?,
@@ -451,12 +454,17 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
                 compress,
                 classes,
                 sample_weight,
+                features_only,
+                drop,
+                select: columns_from.as_deref().map(data::import::columns_from).transpose()?,
+                select_from: columns_from.map(|p| p.display().to_string()),
             };
             let s = data::import::import(&input, &out, &o)?;
             let y = match s.y {
                 data::import::sink::YKind::Classes if s.classes.is_empty() => "int32 [N] class labels".to_string(),
                 data::import::sink::YKind::Classes => format!("int32 [N] classes {:?} (y_classes)", s.classes),
                 data::import::sink::YKind::Values(k) => format!("float32 [N, {k}] targets"),
+                data::import::sink::YKind::None => "none (--features-only: rows for hvtrain predict)".to_string(),
             };
             let (w, key) = if s.weights {
                 let w = data::import::sink::WEIGHTS;
@@ -464,12 +472,21 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
             } else {
                 (String::new(), String::new())
             };
-            log::info!(
-                "wrote x float32 [{}, {}], y {y}{w}; in a job file: train = \"{}\"{key}",
-                s.rows,
-                s.features,
-                s.template
-            );
+            if s.y == data::import::sink::YKind::None {
+                log::info!(
+                    "wrote x float32 [{}, {}], y {y}: hvtrain predict JOB --weights W --input {} --output P",
+                    s.rows,
+                    s.features,
+                    s.template
+                );
+            } else {
+                log::info!(
+                    "wrote x float32 [{}, {}], y {y}{w}; in a job file: train = \"{}\"{key}",
+                    s.rows,
+                    s.features,
+                    s.template
+                );
+            }
         }
         DataCommand::Check { .. } => unreachable!("handled in main"),
         DataCommand::Shard { input, parts, out, x, y } => {

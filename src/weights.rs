@@ -17,7 +17,10 @@
 //!
 //! A classifier trained on files with class names (`y_classes`) keeps them as the root
 //! attribute `class_names` (class i is the i-th): `eval` checks the test file's names against
-//! them, `predict` writes each row's name, `export` puts them in the ONNX metadata.
+//! them, `predict` writes each row's name, `export` puts them in the ONNX metadata. Files
+//! with column names (`x_columns`, `y_columns`: `data::columns`) leave them as the root
+//! attributes `x_columns` and `y_columns`: `predict` matches its input's columns to them by
+//! name and names its output columns by them.
 //!
 //! Checkpoints hold the parameters in the same layout: `write_layers` and `read_params` are
 //! the one writer and reader of it, and `commit` the one way both kinds of file are put in
@@ -32,15 +35,37 @@ use crate::error::{Error, Result};
 use crate::model::Mlp;
 use std::path::{Path, PathBuf};
 
+/// What the training data's numbers are, kept in weights.h5 as root attributes of these
+/// names (each left out when empty).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Names {
+    /// `class_names`: class i is the i-th (empty for plain integer labels).
+    pub class_names: Vec<String>,
+    /// `x_columns`: the features' names, input 0 first.
+    pub x_columns: Vec<String>,
+    /// `y_columns`: the numeric targets' names, output 0 first.
+    pub y_columns: Vec<String>,
+}
+
+impl Names {
+    /// The names of a training shard's classes and columns.
+    pub fn of(train: &crate::data::shard::Shard) -> Names {
+        Names {
+            class_names: train.class_names.clone(),
+            x_columns: train.columns.x.clone(),
+            y_columns: train.columns.y.clone(),
+        }
+    }
+}
+
 /// Write to a temporary file and rename, so a crash never leaves a half-written file
-/// under the final name. `class_names`: the training data's (empty for plain integer labels),
-/// kept as the root attribute `class_names`.
-pub fn save(model: &Mlp, params: &[f32], norm: &Norm, class_names: &[String], path: &Path) -> Result<()> {
+/// under the final name. `names`: the training data's class and column names.
+pub fn save(model: &Mlp, params: &[f32], norm: &Norm, names: &Names, path: &Path) -> Result<()> {
     let mut w = Layered::create(model, norm, path)?;
     for l in 0..model.layers.len() {
         w.layer(l, &params[model.slot(l)])?;
     }
-    w.finish(class_names)
+    w.finish(names)
 }
 
 /// A weights file written one layer at a time (`save`'s file, the same bytes): what a rank
@@ -72,10 +97,12 @@ impl<'a> Layered<'a> {
         Ok(())
     }
 
-    /// The class names, then the file flushed and renamed into place (`commit`).
-    pub fn finish(self, class_names: &[String]) -> Result<()> {
+    /// The class and column names, then the file flushed and renamed into place (`commit`).
+    pub fn finish(self, names: &Names) -> Result<()> {
         assert_eq!(self.written, self.model.layers.len(), "every layer written");
-        write_class_names(&self.f, &self.tmp, class_names)?;
+        write_names(&self.f, &self.tmp, "class_names", &names.class_names)?;
+        write_names(&self.f, &self.tmp, "x_columns", &names.x_columns)?;
+        write_names(&self.f, &self.tmp, "y_columns", &names.y_columns)?;
         self.f.flush().map_err(|e| Error::hdf5(&self.tmp, "flush", e))?;
         drop(self.f);
         commit(&self.tmp, &self.path, "rename the finished weights file into place", || {})
@@ -194,9 +221,8 @@ fn write_model_attrs(f: &hdf5::File, path: &Path, model: &Mlp, sizes: &[i64]) ->
     Ok(())
 }
 
-/// The class names as the root attribute `class_names` (1-D variable-length UTF-8 strings;
-/// none for plain integer labels).
-fn write_class_names(f: &hdf5::File, path: &Path, names: &[String]) -> Result<()> {
+/// `names` as the root attribute `attr` (1-D variable-length UTF-8 strings; none when empty).
+fn write_names(f: &hdf5::File, path: &Path, attr: &str, names: &[String]) -> Result<()> {
     if names.is_empty() {
         return Ok(());
     }
@@ -204,16 +230,23 @@ fn write_class_names(f: &hdf5::File, path: &Path, names: &[String]) -> Result<()
         names.iter().map(|s| s.parse().unwrap_or_else(|_| hdf5::types::VarLenUnicode::new())).collect();
     f.new_attr_builder()
         .with_data(&v)
-        .create("class_names")
-        .map_err(|e| Error::hdf5(path, "write the attribute class_names", e))?;
+        .create(attr)
+        .map_err(|e| Error::hdf5(path, format!("write the attribute {attr}"), e))?;
     Ok(())
 }
 
 /// The class names a weights file records (`class_names`), empty when it has none (plain
 /// integer labels, or a file written before they were kept).
 pub fn read_class_names(path: &Path) -> Result<Vec<String>> {
+    Ok(read_names(path)?.class_names)
+}
+
+/// The class and column names a weights file records (each empty when it has none: plain
+/// integer labels, data without column names, or a file written before they were kept).
+pub fn read_names(path: &Path) -> Result<Names> {
     let f = h5::open(path, "--weights")?;
-    Ok(crate::data::classes::read_attr(&f, path, "class_names")?.unwrap_or_default())
+    let attr = |a: &str| Ok::<_, Error>(crate::data::classes::read_attr(&f, path, a)?.unwrap_or_default());
+    Ok(Names { class_names: attr("class_names")?, x_columns: attr("x_columns")?, y_columns: attr("y_columns")? })
 }
 
 /// The job-file spelling of an enum (`relu`, `softmax_cross_entropy`).
@@ -322,11 +355,15 @@ mod tests {
         let m = Mlp::new(&[5, 4, 3], Activation::Relu, LossKind::SoftmaxCrossEntropy);
         let mut p = m.init_params(9);
         p[m.layers[1].b.clone()].copy_from_slice(&[0.5, -0.25, 2.0]);
-        let names: Vec<String> = ["cat", "dög", "emu"].iter().map(|s| s.to_string()).collect();
-        save(&m, &p, &Norm::default(), &names, &path).unwrap();
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+        let names = strings(&["cat", "dög", "emu"]);
+        let all =
+            Names { class_names: names.clone(), x_columns: strings(&["a", "b", "c", "d", "e"]), y_columns: vec![] };
+        save(&m, &p, &Norm::default(), &all, &path).unwrap();
         assert!(!tmp_path(&path).exists(), "temporary file must be renamed away");
         assert_eq!(load(&m, &path).unwrap(), p);
         assert_eq!(read_class_names(&path).unwrap(), names);
+        assert_eq!(read_names(&path).unwrap(), all);
         // The file is plain HDF5 with [in, out] kernels, as h5py users expect.
         let f = hdf5::File::open(&path).unwrap();
         assert_eq!(f.dataset("dense0/weight").unwrap().shape(), vec![5, 4]);
@@ -344,8 +381,8 @@ mod tests {
         // Plain integer labels: no attribute, no names. (The file is closed first: a save
         // renames a new file over the path while HDF5 may still hold the old one open.)
         drop(f);
-        save(&m, &p, &Norm::default(), &[], &path).unwrap();
-        assert!(read_class_names(&path).unwrap().is_empty());
+        save(&m, &p, &Norm::default(), &Names::default(), &path).unwrap();
+        assert_eq!(read_names(&path).unwrap(), Names::default());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,13 +1,13 @@
 //! Evaluation and prediction: `hvtrain eval` (test metrics over all ranks) and
-//! `hvtrain predict` (outputs for new inputs), from final weights or a checkpoint.
+//! `hvtrain predict` (outputs for new inputs, `predict.rs`), from final weights or a checkpoint.
 //!
 //! Must not: train or write checkpoints.
 
 use crate::config::{Job, OutputActivation};
 use crate::data::classes::{self, Reference};
-use crate::data::h5;
+use crate::data::columns::Columns;
 use crate::data::shard::{Expect, Labels, Shard};
-use crate::device::{Backend, Cpu};
+use crate::device::Backend;
 use crate::error::{Error, Result};
 use crate::fault::At;
 use crate::model::placement::TensorGroup;
@@ -20,6 +20,9 @@ use std::path::Path;
 
 use crate::metrics::classes::{self as per_class, PerClass, PER_CLASS};
 use crate::metrics::regression::{self, Regression};
+
+mod predict;
+pub use predict::predict;
 
 const CHUNK: usize = 512;
 
@@ -391,6 +394,10 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
         let _p = liveness::phase("opening the test data");
         let classes = reference_classes(job, &model, weights_path)?;
         let mut sh = Shard::open(&job.data, "data.test", test, comm.rank, comm.size, expect(&model), &classes)?;
+        // The columns training saw: the test file's must be the same (`data::columns`).
+        let names = weights::read_names(weights_path)?;
+        let mut columns = Columns { x: names.x_columns, y: names.y_columns, from: Some(weights_path.to_path_buf()) };
+        columns.agree(&sh.columns, "data.test")?;
         weigh(job, &mut sh, test, "data.test", comm.rank == 0)?;
         if !norm.is_none() {
             sh.set_norm(&job.data, &norm); // x and y as training saw them
@@ -456,96 +463,6 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
         println!("{j}");
     }
     Ok(())
-}
-
-/// `hvtrain predict`: the model's outputs for every row of `input`'s features dataset
-/// (`data.x_dataset`), written to `output`: `outputs` float32 [N, K] (logits for
-/// classification and multi-label, predictions for regression); for classification
-/// `classes` int32 [N] and `probabilities` float32 [N, K] (softmax); for multi-label
-/// `probabilities` float32 [N, K] (sigmoid) and `labels` uint8 [N, K] (probability > ½).
-/// A single process; no MPI needed.
-pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path) -> Result<usize> {
-    let model = Mlp::from_cfg(&job.model);
-    let params = crate::checkpoint::params_of(weights_path, &model)?;
-    let norm = weights::load_norm(&model, weights_path)?;
-    let f = h5::open(input, "--input")?;
-    let xn = &job.data.x_dataset;
-    let x = h5::dataset(&f, input, xn)?;
-    let shape = x.shape();
-    let need = format!(
-        "x must be [N, {}] (model.layers[0]; or [N, d1, d2, ...] of as many values, read flattened) of integers \
-         (int8 to uint64) or floats (float16, float32, float64)",
-        model.n_inputs()
-    );
-    let elem = h5::elem(&x, input, xn, &need)?;
-    if h5::features(&shape) != Some(model.n_inputs()) {
-        return Err(Error::data(input, xn, format!("found shape {shape:?}; {need}")));
-    }
-    // As training reads it: converted to float32, data.x_scale and data.x_offset applied, then
-    // the normalization that training learned (from the weights file).
-    let (n, d, k) = (shape[0], model.n_inputs(), model.n_outputs());
-    let affine = crate::data::shard::affine_of(&job.data, &norm, d);
-    let mut rows = vec![0.0f32; CHUNK * d];
-    let be = Cpu;
-    let mut ws = Workspace::new(&be, &model, CHUNK)?;
-    let params = be.upload(&params)?;
-    let mut xd = be.zeros(CHUNK * d)?;
-    let head = model.loss.kind.output_activation();
-    let classify = head == OutputActivation::Softmax;
-    let mut outputs = vec![0.0f32; n * k];
-    let mut probs = if classify { vec![0.0f32; n * k] } else { Vec::new() };
-    let mut start = 0;
-    while start < n {
-        let c = CHUNK.min(n - start);
-        let rows = &mut rows[..c * d];
-        h5::with_elem!(elem, T => crate::data::shard::read_x::<T>(&x, input, elem, xn, start, c, d, &affine, rows))?;
-        be.upload_into(rows, &mut xd)?;
-        model.forward(&be, &params, &xd, c, &mut ws)?;
-        ws.output_host(&be, &model, c, &mut outputs[start * k..(start + c) * k])?;
-        if classify {
-            be.softmax(ws.output_mut(&be, &model, c), k)?;
-            ws.output_host(&be, &model, c, &mut probs[start * k..(start + c) * k])?;
-        }
-        start += c;
-    }
-    norm.unapply_y(&mut outputs); // regression outputs in the targets' units
-    if head == OutputActivation::Sigmoid {
-        probs = outputs.iter().map(|&z| crate::device::cpu::sigmoid(z)).collect();
-    }
-    let tmp = output.with_extension("h5.tmp");
-    {
-        let o = h5::create(&tmp)?;
-        h5::write(&o, &tmp, "outputs", &outputs, &[n, k])?;
-        if classify {
-            let classes: Vec<i32> = probs
-                .chunks_exact(k)
-                .map(|row| row.iter().enumerate().fold(0, |best, (j, &v)| if v > row[best] { j } else { best }) as i32)
-                .collect();
-            h5::write(&o, &tmp, "probabilities", &probs, &[n, k])?;
-            h5::write(&o, &tmp, "classes", &classes, &[n])?;
-            // The training data's names, when it had them: each row's, and the list.
-            let names = weights::read_class_names(weights_path)?;
-            if !names.is_empty() {
-                if names.len() != k {
-                    return Err(Error::data(
-                        weights_path,
-                        "class_names",
-                        format!("holds {} names but the model has {k} outputs", names.len()),
-                    ));
-                }
-                let row_names: Vec<String> = classes.iter().map(|&c| names[c as usize].clone()).collect();
-                h5::write_strings(&o, &tmp, "class_names", &row_names)?;
-                h5::write_strings(&o, &tmp, "y_classes", &names)?;
-            }
-        }
-        if head == OutputActivation::Sigmoid {
-            let labels: Vec<u8> = probs.iter().map(|&p| (p > 0.5) as u8).collect();
-            h5::write(&o, &tmp, "probabilities", &probs, &[n, k])?;
-            h5::write(&o, &tmp, "labels", &labels, &[n, k])?;
-        }
-    }
-    std::fs::rename(&tmp, output).map_err(|e| Error::io(output, "rename the finished output into place", e))?;
-    Ok(n)
 }
 
 /// `evaluate_local` on the backend `device::select` chose.

@@ -74,12 +74,12 @@ pub fn export(job: &Job, weights_path: &Path, output: &Path, probabilities: bool
     check_attrs(&weights::read_model_attrs(&f, weights_path)?, job, weights_path)?;
     let params = crate::checkpoint::params_of(weights_path, &model)?;
     let norm = weights::read_norm(&f, weights_path, &model)?;
-    let class_names = crate::data::classes::read_attr(&f, weights_path, "class_names")?.unwrap_or_default();
     drop(f);
+    let names = weights::read_names(weights_path)?;
 
     let (g, outputs) = graph(job, &model, &params, &norm, head);
     let nodes = g.nodes.len();
-    let bytes = model_proto(&model, g, outputs, weights_path, &class_names).encode_to_vec();
+    let bytes = model_proto(&model, g, outputs, weights_path, &names).encode_to_vec();
     write_atomic(output, &bytes)?;
     Ok(Exported { layers: model.sizes.clone(), nodes, bytes: bytes.len() })
 }
@@ -154,15 +154,17 @@ fn graph(
 }
 
 /// The ONNX model around graph `g`: opset, producer, the model's description and metadata
-/// (with the training data's class names, `class_names`, a JSON list: class i the i-th).
+/// (with the training data's class names, `class_names`, a JSON list: class i the i-th; and
+/// its column names, `x_columns` and `y_columns`, JSON lists in input and output order).
 fn model_proto(
     model: &crate::model::Mlp,
     g: Graph,
     outputs: Vec<ValueInfoProto>,
     weights_path: &Path,
-    class_names: &[String],
+    names: &weights::Names,
 ) -> ModelProto {
     let meta = |k: &str, v: String| StringStringEntryProto { key: Some(k.into()), value: Some(v) };
+    let list = |key: &str, v: &[String]| (!v.is_empty()).then(|| meta(key, serde_json::json!(v).to_string()));
     let layers = format!("{:?}", model.sizes);
     ModelProto {
         ir_version: Some(IR_VERSION),
@@ -181,7 +183,9 @@ fn model_proto(
             meta("loss", model.loss.kind.name().to_string()),
         ]
         .into_iter()
-        .chain((!class_names.is_empty()).then(|| meta("class_names", serde_json::json!(class_names).to_string())))
+        .chain(list("class_names", &names.class_names))
+        .chain(list("x_columns", &names.x_columns))
+        .chain(list("y_columns", &names.y_columns))
         .collect(),
         graph: Some(GraphProto {
             name: Some("hvtrain_mlp".into()),

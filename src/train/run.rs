@@ -97,8 +97,8 @@ pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
     last_progress: Instant,
     /// The data's normalization, for weights.h5.
     norm: crate::data::norm::Norm,
-    /// The training data's class names, for weights.h5 (empty: plain integer labels).
-    class_names: Vec<String>,
+    /// The training data's class and column names, for weights.h5.
+    names: weights::Names,
     /// The monitored metric (early stopping, keep_best, plateau) and the trainer's state.
     watch: Watch,
     trainer: TrainerState,
@@ -125,7 +125,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             _ => None,
         };
         let norm = p.train.norm().clone();
-        let class_names = p.train.class_names.clone();
+        let names = weights::Names::of(&p.train);
         let mut st = p.st;
         let ids_only = super::on_device::place(job, &mut st, &p.train, p.comm.rank)?;
         let loader = Loader::spawn(
@@ -181,7 +181,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             last_classes: None,
             last_progress: Instant::now(),
             norm,
-            class_names,
+            names,
             watch,
             trainer,
             st,
@@ -278,7 +278,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         })?;
         if by_layer {
             if let Some(f) = file {
-                f.finish(&self.class_names)?;
+                f.finish(&self.names)?;
                 info!(
                     "{}: gathered and written one layer at a time (no rank held more than {:.1} MiB of the model's \
                      {:.1} MiB)",
@@ -291,7 +291,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         }
         let Some(params) = self.mode.whole_params(&self.st)? else { return Ok(false) };
         if write {
-            weights::save(model, &params, &self.norm, &self.class_names, path)?;
+            weights::save(model, &params, &self.norm, &self.names, path)?;
         }
         Ok(true)
     }
@@ -451,7 +451,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             }
             super::runlock::done();
             if let Some((c, what)) = &self.last_classes {
-                for line in crate::metrics::classes::report(c, &self.class_names, what) {
+                for line in crate::metrics::classes::report(c, &self.names.class_names, what) {
                     info!("{line}");
                 }
             }

@@ -176,9 +176,12 @@ pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize, log: bo
             ),
         ));
     }
+    // Every file that names its columns names them alike (`data::columns`).
+    let mut columns = train.columns.clone();
     let test = match &job.data.test {
         Some(t) => {
             let mut sh = Shard::open(&job.data, "data.test", t, d, n_data, want, &classes)?;
+            columns.agree(&sh.columns, "data.test")?;
             crate::eval::weigh(job, &mut sh, t, "data.test", log)?;
             Some(sh)
         }
@@ -187,6 +190,7 @@ pub(super) fn open_data(job: &Job, whole: &Mlp, d: usize, n_data: usize, log: bo
     let validation = match &job.data.validation {
         Some(v) => {
             let mut sh = Shard::open(&job.data, "data.validation", v, d, n_data, want, &classes)?;
+            columns.agree(&sh.columns, "data.validation")?;
             crate::eval::weigh(job, &mut sh, v, "data.validation", log)?;
             Some(sh)
         }

@@ -23,6 +23,7 @@ mod checkpoint_files;
 mod class_names;
 mod class_weights;
 mod clipping;
+mod columns;
 mod compressed;
 mod data_cli;
 mod data_types;

@@ -49,6 +49,40 @@ pub struct Opts {
     /// Sample weights: CSV/TSV/Parquet a column (name or 0-based index), `.npz` an array's
     /// name, `.npy` a `.npy` file; written as `sink::WEIGHTS`.
     pub sample_weight: Option<String>,
+    /// No target: every column (but `drop`'s) is a feature; no `y` is written (rows for
+    /// `predict`).
+    pub features_only: bool,
+    /// CSV/TSV/Parquet: columns that are neither features nor targets (an id, a date).
+    pub drop: Vec<String>,
+    /// CSV/TSV/Parquet: exactly these columns, by name, in this order, as the features
+    /// (`--columns-from`, and `predict`: the columns the model was trained on); the columns
+    /// neither these nor the targets or weights are not read.
+    pub select: Option<Vec<String>>,
+    /// Where `select` came from, for errors.
+    pub select_from: Option<String>,
+}
+
+impl Opts {
+    /// Options for rows to predict on: no target, the features `select` names (all columns
+    /// when None), a missing field `fill` when given.
+    pub fn features(select: Option<Vec<String>>, fill: Option<f32>) -> Opts {
+        Opts {
+            y: Vec::new(),
+            y_file: None,
+            regression: false,
+            fill,
+            no_header: false,
+            delimiter: None,
+            shard: 1,
+            compress: Compress::None,
+            classes: ClassOrder::Sorted,
+            sample_weight: None,
+            features_only: true,
+            drop: Vec::new(),
+            select,
+            select_from: None,
+        }
+    }
 }
 
 /// What an import wrote.
@@ -125,7 +159,8 @@ fn summary(
 }
 
 /// The columns of a table's `names`: the targets `--y` names (header names or 0-based
-/// indices), the sample weights' `--sample-weight` names, and the features (every other one).
+/// indices), the sample weights' `--sample-weight` names, and the features (every other one
+/// but `--drop`'s; with `select`, those it names, in its order, and no other).
 struct Columns {
     y: Vec<usize>,
     w: Option<usize>,
@@ -145,11 +180,14 @@ fn column(names: &[String], c: &str, flag: &str, input: &Path) -> Result<usize> 
 }
 
 fn columns(names: &[String], o: &Opts, input: &Path) -> Result<Columns> {
-    if o.y.is_empty() {
+    if o.y.is_empty() && !o.features_only {
         return Err(Error::config(
             "command line",
             "--y",
-            format!("name the target column(s) with --y COLUMN (a name or a 0-based index); the columns are {names:?}"),
+            format!(
+                "name the target column(s) with --y COLUMN (a name or a 0-based index), or import rows to predict \
+                 on with --features-only; the columns are {names:?}"
+            ),
         ));
     }
     let y = o.y.iter().map(|c| column(names, c, "--y", input)).collect::<Result<Vec<usize>>>()?;
@@ -161,11 +199,53 @@ fn columns(names: &[String], o: &Opts, input: &Path) -> Result<Columns> {
             format!("names column {:?}, which --y names as a target; the weights need a column of their own", names[i]),
         ));
     }
-    let x: Vec<usize> = (0..names.len()).filter(|i| !y.contains(i) && w != Some(*i)).collect();
+    if let Some(select) = &o.select {
+        let missing: Vec<&String> = select.iter().filter(|c| !names.contains(c)).collect();
+        if !missing.is_empty() {
+            return Err(Error::data(
+                input,
+                "(columns)",
+                format!(
+                    "has no column {} of the {} features wanted ({select:?}, in that order{}); the file's columns \
+                     are {names:?}",
+                    missing.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(", "),
+                    select.len(),
+                    o.select_from.as_deref().map(|f| format!(", from {f}")).unwrap_or_default()
+                ),
+            ));
+        }
+        let x: Vec<usize> = select.iter().map(|c| names.iter().position(|n| n == c).expect("checked above")).collect();
+        if let Some(&i) = x.iter().find(|&i| y.contains(i) || w == Some(*i)) {
+            return Err(Error::config(
+                "command line",
+                "--y",
+                format!("names column {:?}, which is one of the features wanted ({select:?})", names[i]),
+            ));
+        }
+        return Ok(Columns { y, w, x });
+    }
+    let drop = o.drop.iter().map(|c| column(names, c, "--drop", input)).collect::<Result<Vec<usize>>>()?;
+    if let Some(&i) = drop.iter().find(|&&i| y.contains(&i) || w == Some(i)) {
+        return Err(Error::config(
+            "command line",
+            "--drop",
+            format!("names column {:?}, which --y or --sample-weight uses; drop it from one of them", names[i]),
+        ));
+    }
+    let x: Vec<usize> = (0..names.len()).filter(|i| !y.contains(i) && w != Some(*i) && !drop.contains(i)).collect();
     if x.is_empty() {
-        return Err(Error::config("command line", "--y", "leaves no feature column"));
+        let flag = if drop.is_empty() { "--y" } else { "--drop" };
+        return Err(Error::config("command line", flag, "leaves no feature column"));
     }
     Ok(Columns { y, w, x })
+}
+
+/// The targets' column names (`y_columns`) for numeric targets of named columns.
+fn y_names(targets: &text::Targets, names: &[String], y: &[usize], named: bool) -> Vec<String> {
+    match targets {
+        text::Targets::Values(_) if named => y.iter().map(|&i| names[i].clone()).collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The sink for `o`: with a weights dataset when `--sample-weight` is given.
@@ -204,7 +284,8 @@ fn from_parquet(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     }
     let d = xcols.len();
     let xnames: Vec<String> = xcols.iter().map(|&i| names[i].clone()).collect();
-    let mut sink = weighed(Sink::new(out, d, targets.kind(), o.compress, o.shard, Some(file.rows), xnames)?, o);
+    let sink = Sink::new(out, d, targets.kind(), o.compress, o.shard, Some(file.rows), xnames)?;
+    let mut sink = weighed(sink.with_y_columns(y_names(&targets, &names, &y, true)), o);
     let mut reader = pq::Chunked::new(&file, xcols.iter().chain(&y).chain(&w).copied().collect());
     let (mut chunk, mut progress) = (Chunk::default(), Progress::new());
     while reader.next(input, CHUNK_ROWS)? {
@@ -280,7 +361,8 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     given_needs_names(&targets, o, input)?;
     let d = xcols.len();
     let xnames: Vec<String> = if o.no_header { Vec::new() } else { xcols.iter().map(|&i| names[i].clone()).collect() };
-    let mut sink = weighed(Sink::new(out, d, targets.kind(), o.compress, o.shard, total, xnames)?, o);
+    let sink = Sink::new(out, d, targets.kind(), o.compress, o.shard, total, xnames)?;
+    let mut sink = weighed(sink.with_y_columns(y_names(&targets, &names, &y, !o.no_header)), o);
     let (mut chunk, mut rows, mut progress) = (Chunk::default(), 0usize, Progress::new());
     let add = |rec: &csv::StringRecord, chunk: &mut Chunk, targets: &mut text::Targets| -> Result<()> {
         let line = rec.position().map_or(0, |p| p.line());
@@ -367,6 +449,25 @@ pub fn classes_from(path: &Path) -> Result<ClassOrder> {
     Ok(ClassOrder::Given { names, source: format!("--classes-from {}", path.display()) })
 }
 
+/// The features `--columns-from FILE` gives: FILE's `x_columns` (an imported file), or its
+/// `x_columns` attribute (a weights file); an error when it has neither.
+pub fn columns_from(path: &Path) -> Result<Vec<String>> {
+    let f = crate::data::h5::open(path, "--columns-from")?;
+    let mut names = crate::data::columns::read(&f, path, "x")?;
+    if names.is_empty() {
+        names = crate::data::classes::read_attr(&f, path, "x_columns")?.unwrap_or_default();
+    }
+    if names.is_empty() {
+        return Err(Error::data(
+            path,
+            "x_columns",
+            "has no column names (x_columns, or a weights file's x_columns): its features are known by position \
+             only; import without --columns-from, with the columns in the same order",
+        ));
+    }
+    Ok(names)
+}
+
 /// The classes `--classes a,b,c` gives (blanks around names dropped; each name once).
 pub fn classes_list(list: &str) -> Result<ClassOrder> {
     let names: Vec<String> = list.split(',').map(|s| s.trim().to_string()).collect();
@@ -380,16 +481,17 @@ pub fn classes_list(list: &str) -> Result<ClassOrder> {
     Ok(ClassOrder::Given { names, source: "--classes".into() })
 }
 
-/// Stream `x`, `y` (and sample weights `w`) arrays of the same row count into the sink.
+/// Stream `x`, `y` (none with `--features-only`) and sample weights `w` arrays of the same
+/// row count into the sink.
 fn stream<A: std::io::Read, B: std::io::Read, C: std::io::Read>(
     mut x: npy::Npy<A>,
-    mut y: npy::Npy<B>,
+    mut y: Option<npy::Npy<B>>,
     mut w: Option<npy::Npy<C>>,
     out: &Path,
     o: &Opts,
 ) -> Result<Summary> {
     let (n, d) = (x.rows(), x.width());
-    if y.rows() != n {
+    if let Some(y) = y.as_ref().filter(|y| y.rows() != n) {
         return Err(Error::data(Path::new(&y.name), "(shape)", format!("{} rows, {} has {n}", y.rows(), x.name)));
     }
     if let Some(w) = &w {
@@ -408,8 +510,8 @@ fn stream<A: std::io::Read, B: std::io::Read, C: std::io::Read>(
     if n == 0 {
         return Err(Error::data(Path::new(&x.name), "(shape)", "has no rows"));
     }
-    let classes = y.dtype.is_int() && y.shape.len() == 1 && !o.regression;
-    if let ClassOrder::Given { source, .. } = &o.classes {
+    let classes = y.as_ref().is_some_and(|y| y.dtype.is_int() && y.shape.len() == 1 && !o.regression);
+    if let (ClassOrder::Given { source, .. }, Some(y)) = (&o.classes, &y) {
         return Err(Error::config(
             "command line",
             source.as_str(),
@@ -419,7 +521,11 @@ fn stream<A: std::io::Read, B: std::io::Read, C: std::io::Read>(
             ),
         ));
     }
-    let kind = if classes { YKind::Classes } else { YKind::Values(y.width()) };
+    let kind = match &y {
+        None => YKind::None,
+        Some(_) if classes => YKind::Classes,
+        Some(y) => YKind::Values(y.width()),
+    };
     let mut sink = Sink::new(out, d, kind, o.compress, o.shard, Some(n), Vec::new())?;
     if w.is_some() {
         sink = sink.with_weights();
@@ -429,10 +535,10 @@ fn stream<A: std::io::Read, B: std::io::Read, C: std::io::Read>(
         let m = CHUNK_ROWS.min(n - at);
         chunk.clear();
         x.read_f32(m, at, &mut chunk.x)?;
-        if classes {
-            y.read_classes(m, at, &mut chunk.classes)?;
-        } else {
-            y.read_f32(m, at, &mut chunk.values)?;
+        match &mut y {
+            Some(y) if classes => y.read_classes(m, at, &mut chunk.classes)?,
+            Some(y) => y.read_f32(m, at, &mut chunk.values)?,
+            None => {}
         }
         if let Some(w) = &mut w {
             w.read_f32(m, at, &mut chunk.w)?;
@@ -457,19 +563,28 @@ fn stream<A: std::io::Read, B: std::io::Read, C: std::io::Read>(
 }
 
 fn from_npy(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
-    let yf = o.y_file.as_ref().ok_or_else(|| {
-        Error::config(
-            "command line",
-            "--y-file",
-            "a .npy of features needs its targets: --y-file Y.npy (or import a .npz with x and y)",
-        )
-    })?;
+    let yf = match (&o.y_file, o.features_only) {
+        (Some(f), false) => Some(f),
+        (None, true) => None,
+        (Some(_), true) => {
+            return Err(Error::config("command line", "--y-file", "gives targets, which --features-only leaves out"))
+        }
+        (None, false) => {
+            return Err(Error::config(
+                "command line",
+                "--y-file",
+                "a .npy of features needs its targets: --y-file Y.npy (or import a .npz with x and y; rows to \
+                 predict on: --features-only)",
+            ))
+        }
+    };
     let open = |p: &Path| -> Result<npy::Npy<std::io::BufReader<std::fs::File>>> {
         let f = std::fs::File::open(p).map_err(|e| Error::io(p, "open", e))?;
         npy::Npy::open(std::io::BufReader::with_capacity(1 << 20, f), &p.display().to_string())
     };
     let w = o.sample_weight.as_deref().map(|p| open(Path::new(p))).transpose()?;
-    stream(open(input)?, open(yf)?, w, out, o)
+    let y = yf.map(|f| open(f)).transpose()?;
+    stream(open(input)?, y, w, out, o)
 }
 
 fn from_npz(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
@@ -494,12 +609,18 @@ fn from_npz(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
         })
     };
     member(&mut ax, "x")?;
-    member(&mut ay, "y")?;
+    if !o.features_only {
+        member(&mut ay, "y")?;
+    }
     if let Some(name) = &o.sample_weight {
         member(&mut aw, name)?;
     }
     let xr = ax.by_name("x.npy").map_err(|e| Error::data(input, "x", e.to_string()))?;
-    let yr = ay.by_name("y.npy").map_err(|e| Error::data(input, "y", e.to_string()))?;
+    let yr = if o.features_only {
+        None
+    } else {
+        Some(ay.by_name("y.npy").map_err(|e| Error::data(input, "y", e.to_string()))?)
+    };
     let (xn, yn) = (format!("{}:x", input.display()), format!("{}:y", input.display()));
     let w = match &o.sample_weight {
         Some(name) => {
@@ -508,9 +629,10 @@ fn from_npz(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
         }
         None => None,
     };
+    let y = yr.map(|r| npy::Npy::open(r, &yn)).transpose()?;
     // Bound first: the readers borrow the archives, which a tail expression's temporaries
     // would outlive.
     #[allow(clippy::let_and_return)]
-    let s = stream(npy::Npy::open(xr, &xn)?, npy::Npy::open(yr, &yn)?, w, out, o);
+    let s = stream(npy::Npy::open(xr, &xn)?, y, w, out, o);
     s
 }

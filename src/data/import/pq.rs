@@ -151,6 +151,7 @@ pub fn check_feature(path: &Path, c: &Column, file: &File) -> Result<()> {
 /// How the target column(s) turn into `y`, from their types.
 pub fn decide(y: &[&Column], regression: bool, order: &text::ClassOrder) -> Targets {
     match y {
+        [] => Targets::None,
         [c] if !regression && matches!(c.kind, Kind::Int { .. } | Kind::Bool) => Targets::Ints,
         [c] if !regression && c.kind == Kind::Text => Targets::Names(text::NameMap::new(order)),
         _ => Targets::Values(y.len()),
@@ -337,6 +338,7 @@ pub fn target(t: &mut Targets, f: Field, at: &At, classes: &mut Vec<i32>, values
         (Targets::Ints, Field::Int(c)) => classes.push(text::class_label(c, at)?),
         (Targets::Names(m), Field::Text(b)) => classes.push(m.number(&String::from_utf8_lossy(b), at)?),
         (Targets::Values(_), f) => values.push(feature(f, None, at)?),
+        (Targets::None, _) => unreachable!("no target column is read without targets"),
         (_, f) => {
             let v = match f {
                 Field::Int(i) => i.to_string(),

@@ -1,8 +1,10 @@
 //! Where `hvtrain data import` writes: HDF5 files of the layout training reads (`x` float32
 //! [N, D], `y` int32 [N] classes or float32 [N, K] values), written in chunks as rows stream in
 //! (resizable, chunked datasets, optionally gzip or LZF compressed), over one file or `--shard
-//! N` files of contiguous, balanced row ranges, with the names of x's columns, the string
-//! labels' classes and (`--sample-weight`) a weight a row, `w` float32 [N], beside them.
+//! N` files of contiguous, balanced row ranges, with the names of x's columns (`x_columns`),
+//! of numeric targets' columns (`y_columns`), the string labels' classes and
+//! (`--sample-weight`) a weight a row, `w` float32 [N], beside them; no `y` at all with
+//! `--features-only` (rows for `predict`).
 //!
 //! Must not: parse input (the readers do) or hold more than one chunk of rows.
 
@@ -50,6 +52,8 @@ pub enum YKind {
     Classes,
     /// `k` numbers a row (`y` float32 [N, k]).
     Values(usize),
+    /// No `y` (`--features-only`: rows for `predict`).
+    None,
 }
 
 /// The output file of shard `i` of `n` (`{rank}` in `out` replaced, or `-i` before the
@@ -81,7 +85,7 @@ fn numbered(out: &Path, n: usize, number: &str) -> PathBuf {
 struct Open {
     path: PathBuf,
     x: hdf5::Dataset,
-    y: hdf5::Dataset,
+    y: Option<hdf5::Dataset>,
     w: Option<hdf5::Dataset>,
     rows: usize,
 }
@@ -98,6 +102,8 @@ pub struct Sink {
     open: Option<Open>,
     pub written: Vec<PathBuf>,
     columns: Vec<String>,
+    /// The target columns' names (`y_columns`), for numeric targets read from named columns.
+    y_columns: Vec<String>,
     /// Write `WEIGHTS` from each chunk's `w`.
     weights: bool,
 }
@@ -136,8 +142,16 @@ impl Sink {
             open: None,
             written: Vec::new(),
             columns,
+            y_columns: Vec::new(),
             weights: false,
         })
+    }
+
+    /// Write the target columns' names as `y_columns` (numeric targets: `predict` names its
+    /// output columns by them).
+    pub fn with_y_columns(mut self, names: Vec<String>) -> Sink {
+        self.y_columns = names;
+        self
     }
 
     /// Write each chunk's `w` as the dataset `WEIGHTS` (float32 [N]) beside x and y.
@@ -168,12 +182,16 @@ impl Sink {
         };
         let x = make("x", Some(d), false)?;
         let y = match self.y {
-            YKind::Classes => make("y", None, true)?,
-            YKind::Values(k) => make("y", Some(k), false)?,
+            YKind::Classes => Some(make("y", None, true)?),
+            YKind::Values(k) => Some(make("y", Some(k), false)?),
+            YKind::None => None,
         };
         let w = if self.weights { Some(make(WEIGHTS, None, false)?) } else { None };
         if !self.columns.is_empty() {
             h5::write_strings(&f, &path, "x_columns", &self.columns)?;
+        }
+        if !self.y_columns.is_empty() {
+            h5::write_strings(&f, &path, "y_columns", &self.y_columns)?;
         }
         Ok(Open { path, x, y, w, rows: 0 })
     }
@@ -195,17 +213,18 @@ impl Sink {
             o.x.resize((b, d)).map_err(|e| err("x", e))?;
             let xs = ndarray::ArrayView2::from_shape((take, d), &chunk.x[at * d..(at + take) * d]).expect("shape");
             o.x.write_slice(xs, ndarray::s![a..b, ..]).map_err(|e| err("x", e))?;
-            match self.y {
-                YKind::Classes => {
-                    o.y.resize(b).map_err(|e| err("y", e))?;
-                    o.y.write_slice(&chunk.classes[at..at + take], ndarray::s![a..b]).map_err(|e| err("y", e))?;
+            match (self.y, &o.y) {
+                (YKind::Classes, Some(y)) => {
+                    y.resize(b).map_err(|e| err("y", e))?;
+                    y.write_slice(&chunk.classes[at..at + take], ndarray::s![a..b]).map_err(|e| err("y", e))?;
                 }
-                YKind::Values(k) => {
-                    o.y.resize((b, k)).map_err(|e| err("y", e))?;
+                (YKind::Values(k), Some(y)) => {
+                    y.resize((b, k)).map_err(|e| err("y", e))?;
                     let ys = ndarray::ArrayView2::from_shape((take, k), &chunk.values[at * k..(at + take) * k])
                         .expect("shape");
-                    o.y.write_slice(ys, ndarray::s![a..b, ..]).map_err(|e| err("y", e))?;
+                    y.write_slice(ys, ndarray::s![a..b, ..]).map_err(|e| err("y", e))?;
                 }
+                _ => {}
             }
             if let Some(w) = &o.w {
                 w.resize(b).map_err(|e| err(WEIGHTS, e))?;

@@ -47,6 +47,8 @@ pub enum Targets {
     Names(NameMap),
     /// k numbers a row.
     Values(usize),
+    /// No target (`--features-only`: rows to predict on).
+    None,
 }
 
 impl Targets {
@@ -54,6 +56,7 @@ impl Targets {
         match self {
             Targets::Ints | Targets::Names(..) => YKind::Classes,
             Targets::Values(k) => YKind::Values(*k),
+            Targets::None => YKind::None,
         }
     }
     /// The class names in their final numbering, and the table that turns the numbers
@@ -135,6 +138,9 @@ impl NameMap {
 
 /// Decide from the first records (`sample`, their fields at `y`) what the targets are.
 pub fn decide(sample: &[csv::StringRecord], y: &[usize], regression: bool, order: &ClassOrder) -> Targets {
+    if y.is_empty() {
+        return Targets::None;
+    }
     if y.len() > 1 || regression {
         return Targets::Values(y.len());
     }
@@ -255,6 +261,7 @@ pub fn target(t: &mut Targets, v: &str, at: &At, classes: &mut Vec<i32>, values:
         }
         Targets::Names(m) => classes.push(m.number(s, at)?),
         Targets::Values(_) => values.push(number(v, None, at)?),
+        Targets::None => unreachable!("no target column is read without targets"),
     }
     Ok(())
 }

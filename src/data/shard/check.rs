@@ -52,6 +52,8 @@ pub(super) struct OpenFile {
     pub n: usize,
     /// Class names stored beside the labels (`y_classes`), read for a classifier.
     pub names: Option<Vec<String>>,
+    /// The names of x's and y's columns (`x_columns`, `y_columns`), when the file has them.
+    pub columns: crate::data::columns::Columns,
 }
 
 /// Open one file and check its datasets' shapes and types against the model.
@@ -107,7 +109,8 @@ pub(super) fn open_file(cfg: &DataCfg, key: &str, path: &Path, want: Expect) -> 
         LossKind::SoftmaxCrossEntropy => classes::read(&file, &path, yn)?,
         _ => None,
     };
-    Ok(OpenFile { file, x, y, elem, n, names })
+    let columns = crate::data::columns::Columns::of(&file, &path, xn, yn)?;
+    Ok(OpenFile { file, x, y, elem, n, names, columns })
 }
 
 impl OpenFile {

@@ -58,6 +58,9 @@ pub struct Shard {
     /// The class names of `labels`' numbers (class i is `class_names[i]`), when the files
     /// that define them have names (`classes::Reference::Names`); else empty.
     pub class_names: Vec<String>,
+    /// The names of the features and numeric targets (`x_columns`, `y_columns`), where the
+    /// files have them (every file that does has the same).
+    pub columns: crate::data::columns::Columns,
     parts: Vec<Part>,
     len: usize,
     affine: Affine,
@@ -132,8 +135,10 @@ impl Shard {
         classes: &Reference,
     ) -> Result<Shard> {
         let mut opened = Vec::new();
+        let mut columns = crate::data::columns::Columns::default();
         for (number, path) in files(template, key)? {
             let f = open_file(cfg, key, &path, want)?;
+            columns.agree(&f.columns, key)?;
             if f.n == 0 {
                 return Err(Error::data(&path, &cfg.x_dataset, "gets no samples: the file has 0 rows"));
             }
@@ -207,6 +212,7 @@ impl Shard {
             labels: labels.expect("at least one file"),
             sample_weights: None,
             class_names: classes.names().to_vec(),
+            columns,
             parts,
             len,
             affine: affine_of(cfg, &Norm::default(), want.inputs),

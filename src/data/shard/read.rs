@@ -56,12 +56,14 @@ pub(super) fn read_part<T: Num>(
     affine: &Affine,
     out: &mut [f32],
 ) -> Result<()> {
-    read_x::<T>(&p.x, &p.path, p.elem, x_name, a, n, d, affine, out)
+    read_x::<T>(&p.x, &p.path, p.elem, x_name, a, n, d, affine, out, None)
 }
 
 /// Read rows a..a+n of dataset `x` (file `path`, stored as `T`, element type `elem`) into
 /// `out` as float32, scale and offset applied, rejecting non-finite results with the row.
-/// Training's shards and `predict` read inputs through this one function.
+/// `pick`: the stored column of each of the `d` features (`predict`'s inputs matched to the
+/// model's columns by name); None: the stored columns are the features. Training's shards
+/// and `predict` read inputs through this one function.
 #[allow(clippy::too_many_arguments)]
 pub fn read_x<T: Num>(
     x: &hdf5::Dataset,
@@ -73,10 +75,16 @@ pub fn read_x<T: Num>(
     d: usize,
     affine: &Affine,
     out: &mut [f32],
+    pick: Option<&[usize]>,
 ) -> Result<()> {
     // [samples, features], or [samples, d1, d2, ...] whose rows are read flattened.
-    let src = crate::data::h5::read_rows::<T>(x, a..a + n)
+    let mut src = crate::data::h5::read_rows::<T>(x, a..a + n)
         .map_err(|e| Error::hdf5(path, format!("read {} rows {}..{}", x_name, a, a + n), e))?;
+    if let Some(p) = pick {
+        let width = src.len() / n.max(1);
+        src = src.chunks_exact(width.max(1)).flat_map(|row| p.iter().map(|&c| row[c])).collect();
+    }
+    let column = |j: usize| pick.map_or(j, |p| p[j]);
     let (src, out) = (&src[..], &mut out[..src.len()]);
     match affine.per_feature() {
         None => out.iter_mut().zip(src).for_each(|(o, &v)| *o = v.to_f32()),
@@ -89,7 +97,7 @@ pub fn read_x<T: Num>(
         }
     }
     if let Some(i) = out.iter().position(|v| !v.is_finite()) {
-        let mut msg = format!("non-finite value {} at row {}, column {}", out[i], a + i / d, i % d);
+        let mut msg = format!("non-finite value {} at row {}, column {}", out[i], a + i / d, column(i % d));
         let stored = match elem {
             Elem::F32 | Elem::F64 | Elem::F16 => num(src[i].to_f64()),
             _ => src[i].to_string(),

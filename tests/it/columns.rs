@@ -1,0 +1,160 @@
+//! Column names from the table to the prediction (`data::columns`, `eval/predict.rs`):
+//!
+//! - weights.h5 records the training data's `x_columns` (and a regression's `y_columns`);
+//! - `hvtrain predict --input new.csv` reads a CSV whose columns come in another order, with
+//!   an id and the label among them, by name: its probabilities (parsed from the CSV output)
+//!   equal those `predict` writes for an HDF5 file holding the model's columns in order,
+//!   each row's class is named, and `--output .csv` has a header; a `.h5` made with `data
+//!   import --features-only --drop` (its columns in another order too) gives the same; a
+//!   column the model needs is missing: an error naming it, no output left behind;
+//! - regression: the CSV's columns are the targets' names, the values `predict`'s outputs;
+//!   the ONNX export's metadata has `x_columns` and `y_columns`;
+//! - a test file whose columns are in another order is refused by training (both files
+//!   named), and imported with `--columns-from train.h5` it trains.
+
+use crate::common;
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+fn python(dir: &Path, code: &str) -> String {
+    let out = Command::new("/usr/bin/python3").arg("-c").arg(code).current_dir(dir).output().expect("python3");
+    assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn ok(run: Run) -> Run {
+    assert!(run.ok(), "{}", run.all());
+    run
+}
+
+#[test]
+fn predict_reads_a_table_by_column_name() {
+    let _g = mpi_lock();
+    let dir = scratch("columns-predict");
+    python(
+        &dir,
+        r#"
+import numpy as np, pandas as pd, h5py
+rng = np.random.default_rng(11)
+n = 400
+df = pd.DataFrame({"id": [f"r{i}" for i in range(n)], "a": rng.normal(size=n), "b": rng.normal(size=n),
+                   "c": rng.normal(size=n)})
+df["label"] = np.where(df.a + 0.5 * df.b > 0.2, "hi", np.where(df.c > 0, "mid", "lo"))
+df["e"] = 2 * df.a - df.c
+df["p"] = df.b * 3 + 1
+df[["id", "a", "b", "c", "label"]].to_csv("train.csv", index=False)
+df[["a", "b", "c", "e", "p"]].to_csv("reg.csv", index=False)
+new = df.iloc[:50]
+new[["c", "label", "a", "id", "b"]].to_csv("new.csv", index=False)
+new[["c", "a"]].to_csv("short.csv", index=False)
+with h5py.File("ordered.h5", "w") as f:  # the model's columns in order, no names
+    f["x"] = new[["a", "b", "c"]].to_numpy(np.float32)
+new[["c", "label", "b", "a"]].to_csv("test.csv", index=False)
+"#,
+    );
+    ok(hvtrain(&["data", "import", "train.csv", "train.h5", "--y", "label", "--drop", "id"], &dir, 60));
+    job(&dir, &[3, 8, 3], "train.h5", None, "[optimizer]\nkind = \"adam\"\nlr = 0.01\n");
+    ok(mpirun(1, &["train", "job.toml", "--set", "training.epochs=3"], &dir, 60));
+    let predict = |input: &str, output: &str| {
+        hvtrain(&["predict", "job.toml", "--weights", "out/weights.h5", "--input", input, "--output", output], &dir, 60)
+    };
+    let run = ok(predict("new.csv", "p.csv"));
+    assert!(run.stderr.contains("the model's columns [\"a\", \"b\", \"c\"] by name"), "{}", run.all());
+    ok(predict("ordered.h5", "p.h5"));
+    ok(hvtrain(
+        &["data", "import", "new.csv", "new.h5", "--features-only", "--drop", "label", "--drop", "id"],
+        &dir,
+        60,
+    ));
+    let run = ok(predict("new.h5", "q.csv"));
+    assert!(run.stderr.contains("matched to the model's 3 by name"), "{}", run.all());
+    let check = python(
+        &dir,
+        r#"
+import numpy as np, pandas as pd, h5py
+w = h5py.File("out/weights.h5")
+assert list(w.attrs["x_columns"]) == ["a", "b", "c"], w.attrs["x_columns"]
+p, q, h = pd.read_csv("p.csv"), pd.read_csv("q.csv"), h5py.File("p.h5")
+assert list(p.columns) == ["class", "p_hi", "p_lo", "p_mid"], list(p.columns)
+probs = p[["p_hi", "p_lo", "p_mid"]].to_numpy(np.float32)
+assert np.array_equal(probs, h["probabilities"][...]), np.abs(probs - h["probabilities"][...]).max()
+assert list(p["class"]) == [s.decode() for s in h["class_names"][...]]
+assert p.equals(q), "the HDF5 input with names gives what the CSV gives"
+print("ok", (p["class"] == pd.read_csv("new.csv")["label"]).mean())
+"#,
+    );
+    assert!(check.starts_with("ok"), "{check}");
+    // A column the model needs is missing: named, and nothing written.
+    let run = predict("short.csv", "s.csv");
+    assert!(!run.ok(), "{}", run.all());
+    assert!(run.stderr.contains("short.csv") && run.stderr.contains("no column \"b\""), "{}", run.all());
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("s.csv") || n.contains(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+
+    // A test file with the columns in another order: refused, both files named; imported
+    // with the training file's columns, it trains.
+    ok(hvtrain(&["data", "import", "test.csv", "test.h5", "--y", "label", "--classes-from", "train.h5"], &dir, 60));
+    let run = mpirun(1, &["train", "job.toml", "--set", "data.test=\"test.h5\""], &dir, 60);
+    assert!(!run.ok(), "{}", run.all());
+    assert!(
+        run.stderr.contains("test.h5: x_columns")
+            && run.stderr.contains("differently from train.h5")
+            && run.stderr.contains("--columns-from train.h5"),
+        "{}",
+        run.all()
+    );
+    let args = ["data", "import", "test.csv", "t2.h5", "--y", "label", "--classes-from", "train.h5"];
+    ok(hvtrain(&[&args[..], &["--columns-from", "train.h5"]].concat(), &dir, 60));
+    ok(mpirun(1, &["train", "job.toml", "--set", "data.test=\"t2.h5\""], &dir, 60));
+
+    // Regression: the table's columns are the targets' names.
+    ok(hvtrain(&["data", "import", "reg.csv", "reg.h5", "--y", "e", "--y", "p"], &dir, 60));
+    std::fs::write(
+        dir.join("reg.toml"),
+        "[data]\ntrain = \"reg.h5\"\nnormalize_y = \"standard\"\n[model]\nlayers = [3, 8, 2]\nloss = \"mse\"\n\
+         [training]\nepochs = 2\nbatch_size = 16\n[output]\ndir = \"reg\"\n",
+    )
+    .unwrap();
+    ok(mpirun(1, &["train", "reg.toml"], &dir, 60));
+    let reg = |input: &str, output: &str| {
+        ok(hvtrain(
+            &["predict", "reg.toml", "--weights", "reg/weights.h5", "--input", input, "--output", output],
+            &dir,
+            60,
+        ))
+    };
+    reg("new.csv", "r.csv");
+    reg("ordered.h5", "r.h5");
+    let check = python(
+        &dir,
+        r#"
+import numpy as np, pandas as pd, h5py
+r = pd.read_csv("r.csv")
+assert list(r.columns) == ["e", "p"], list(r.columns)
+assert np.array_equal(r.to_numpy(np.float32), h5py.File("r.h5")["outputs"][...])
+assert list(h5py.File("reg/weights.h5").attrs["y_columns"]) == ["e", "p"]
+print("ok")
+"#,
+    );
+    assert_eq!(check.trim(), "ok");
+
+    // The ONNX export carries the names as metadata (the venv has onnx).
+    ok(hvtrain(&["export", "reg.toml", "--weights", "reg/weights.h5", "--output", "m.onnx"], &dir, 60));
+    if let Some(py) = venv_python() {
+        let meta = venv(
+            &py,
+            &dir,
+            r#"
+import json, onnx
+m = {p.key: p.value for p in onnx.load("m.onnx").metadata_props}
+print(json.loads(m["x_columns"]), json.loads(m["y_columns"]))
+"#,
+        );
+        assert_eq!(meta.trim(), "['a', 'b', 'c'] ['e', 'p']", "ONNX metadata");
+    }
+}
