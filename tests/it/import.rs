@@ -5,7 +5,8 @@
 //!   x equal to `pandas.read_csv(...)`'s float32 features, y to a `pandas.Categorical`'s codes
 //!   (names sorted), the names in `y_classes`; 70,000 rows, so more than one 65,536-row chunk;
 //!   `--class-order appearance` gives `pandas.factorize`'s codes;
-//! - gzipped TSV with two numeric targets: y float32 [N, 2], gzip-compressed output;
+//! - gzipped TSV with two numeric targets: y float32 [N, 2], gzip-compressed output, its
+//!   chunks no longer than its 500 rows;
 //! - `--shard 3`: three files of balanced contiguous rows that concatenate to the whole, read by
 //!   a training job through their `{rank}` path;
 //! - `.npy` with `--y-file` (int64 labels, float64 features) and a compressed `.npz`;
@@ -100,6 +101,7 @@ import numpy as np, pandas as pd, h5py
 df = pd.read_csv("r.tsv.gz", sep="\t")
 f = h5py.File("r.h5")
 assert f["x"].compression == "gzip"
+assert f["x"].chunks[0] == 500, f["x"].chunks  # no chunk larger than the file (HDF5 stores whole chunks)
 assert np.array_equal(f["y"][...], df[["t1", "t2"]].to_numpy(np.float32)), "targets"
 assert np.array_equal(f["x"][...], df[["x1", "x2"]].to_numpy(np.float32)), "features"
 print("ok")

@@ -359,6 +359,8 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     }
     let mut targets = text::decide(&sample, &y, o.regression, &o.classes);
     given_needs_names(&targets, o, input)?;
+    // A file shorter than the sample is read whole already: its row count is known.
+    let total = total.or((sample.len() < 1024).then_some(sample.len()));
     let d = xcols.len();
     let xnames: Vec<String> = if o.no_header { Vec::new() } else { xcols.iter().map(|&i| names[i].clone()).collect() };
     let sink = Sink::new(out, d, targets.kind(), o.compress, o.shard, total, xnames)?;

@@ -96,6 +96,8 @@ pub struct Sink {
     y: YKind,
     compress: Compress,
     chunk_rows: usize,
+    /// Every row's count, when known (a small file's chunks are no larger than it).
+    total: Option<usize>,
     /// Rows in each shard file (their sum is every row).
     bounds: Vec<usize>,
     shard: usize,
@@ -137,6 +139,7 @@ impl Sink {
             y,
             compress,
             chunk_rows: (1 << 20) / (4 * d.max(1)).clamp(1, 1 << 20),
+            total,
             bounds,
             shard: 0,
             open: None,
@@ -166,7 +169,10 @@ impl Sink {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create the output folder", e))?;
         }
         let f = h5::create(&path)?;
-        let (d, c) = (self.d, self.chunk_rows.max(1));
+        // Chunks of about 1 MiB of x, but no more rows than the file gets: HDF5 stores whole
+        // chunks, so a 600-row file in 87,381-row chunks took 1.4 MB.
+        let rows = self.bounds[i].min(self.total.unwrap_or(usize::MAX));
+        let (d, c) = (self.d, self.chunk_rows.min(rows).max(1));
         let make = |name: &str, cols: Option<usize>, int: bool| -> Result<hdf5::Dataset> {
             let b = if int { f.new_dataset::<i32>() } else { f.new_dataset::<f32>() };
             let b = match cols {
