@@ -255,6 +255,7 @@ pub enum DataCommand {
   hvtrain data import test.csv data/test.h5 --y label --classes-from data/train.h5
   hvtrain data import survey.csv data/train.h5 --y label --sample-weight weight
   hvtrain data import runs.csv data/train.h5 --y label --drop run_id --drop date
+  hvtrain data import patients.csv data/train.h5 --y outcome --one-hot site --one-hot sex
   hvtrain data import test.csv data/test.h5 --y label --columns-from data/train.h5 --classes-from data/train.h5
   hvtrain data import new.csv data/new.h5 --features-only         (rows for hvtrain predict)
 
@@ -325,6 +326,12 @@ and column unless --fill gives their value; a missing target is always an error.
         /// imported with the training file's columns. Other columns but --y's are left out.
         #[arg(long, value_name = "FILE.h5", conflicts_with = "drop")]
         columns_from: Option<PathBuf>,
+        /// CSV/TSV/Parquet: a categorical column (strings, or numbers that are codes) made one
+        /// feature per value, `COLUMN=VALUE`, 1 where the row holds it (pandas' get_dummies);
+        /// repeat for several. Files imported with --columns-from, and predict's inputs,
+        /// encode it the same way (a value training never saw: all 0, logged).
+        #[arg(long, value_name = "COLUMN", conflicts_with = "columns_from")]
+        one_hot: Vec<String>,
     },
     /// List an HDF5 file's datasets: shape, element type, chunks, compression filters, and
     /// whether this HDF5 can load each filter (what to install when it cannot). Exit 1 when

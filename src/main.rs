@@ -425,6 +425,7 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
             features_only,
             drop,
             columns_from,
+            one_hot,
         } => {
             let classes = match (classes_from, classes, class_order) {
                 (Some(f), _, _) => data::import::classes_from(&f)?,
@@ -458,6 +459,7 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
                 drop,
                 select: columns_from.as_deref().map(data::import::columns_from).transpose()?,
                 select_from: columns_from.map(|p| p.display().to_string()),
+                one_hot,
             };
             let s = data::import::import(&input, &out, &o)?;
             let y = match s.y {

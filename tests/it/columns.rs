@@ -10,7 +10,11 @@
 //! - regression: the CSV's columns are the targets' names, the values `predict`'s outputs;
 //!   the ONNX export's metadata has `x_columns` and `y_columns`;
 //! - a test file whose columns are in another order is refused by training (both files
-//!   named), and imported with `--columns-from train.h5` it trains.
+//!   named), and imported with `--columns-from train.h5` it trains;
+//! - `--one-hot`: a string and an integer-code column become `COLUMN=VALUE` features in place,
+//!   equal to pandas' `get_dummies` (CSV and Parquet alike); `--columns-from` encodes the same;
+//!   `predict` on a CSV with shuffled columns and a value training never saw gives the outputs of
+//!   the rows encoded by hand (that value all 0) and logs it.
 
 use crate::common;
 use common::*;
@@ -157,4 +161,87 @@ print(json.loads(m["x_columns"]), json.loads(m["y_columns"]))
         );
         assert_eq!(meta.trim(), "['a', 'b', 'c'] ['e', 'p']", "ONNX metadata");
     }
+}
+
+#[test]
+fn one_hot_columns_match_get_dummies_and_carry_to_predict() {
+    let _g = mpi_lock();
+    let dir = scratch("columns-one-hot");
+    python(
+        &dir,
+        r#"
+import numpy as np, pandas as pd, h5py
+rng = np.random.default_rng(4)
+n = 300
+df = pd.DataFrame({"a": rng.normal(size=n).round(3), "color": rng.choice(["red", "green", "blue"], n),
+                   "size": rng.choice([1, 2, 10], n), "b": rng.normal(size=n).round(3)})
+df["label"] = ((df.color == "red") ^ (df["size"] == 10)).astype(int)
+df.to_csv("train.csv", index=False)
+def encode(d, cats):  # the features in place, one-hot columns as get_dummies orders their values
+    parts = []
+    for c in ["a", "color", "size", "b"]:
+        if c in cats:
+            parts.append(pd.get_dummies(pd.Categorical(d[c], categories=cats[c])).to_numpy(np.float32))
+        else:
+            parts.append(d[[c]].to_numpy(np.float32))
+    return np.concatenate(parts, axis=1)
+cats = {"color": ["blue", "green", "red"], "size": [1, 2, 10]}
+np.save("want.npy", encode(df, cats))
+new = df.iloc[:40].copy()
+new.loc[new.index[3], "color"] = "purple"  # never seen in training: all 0
+new[["b", "size", "label", "color", "a"]].to_csv("new.csv", index=False)
+with h5py.File("new-encoded.h5", "w") as f:
+    f["x"] = encode(new, cats)
+"#,
+    );
+    let run = ok(hvtrain(
+        &["data", "import", "train.csv", "train.h5", "--y", "label", "--one-hot", "color", "--one-hot", "size"],
+        &dir,
+        60,
+    ));
+    assert!(run.stderr.contains("wrote x float32 [300, 8]"), "{}", run.all());
+    let check = python(
+        &dir,
+        r#"
+import numpy as np, h5py
+f = h5py.File("train.h5")
+assert np.array_equal(f["x"][...], np.load("want.npy")), "x differs from get_dummies in place"
+names = [s.decode() for s in f["x_columns"][...]]
+assert names == ["a", "color=blue", "color=green", "color=red", "size=1", "size=2", "size=10", "b"], names
+print("ok")
+"#,
+    );
+    assert_eq!(check.trim(), "ok");
+    // A file imported with the training file's columns encodes the same way.
+    ok(hvtrain(&["data", "import", "train.csv", "again.h5", "--y", "label", "--columns-from", "train.h5"], &dir, 60));
+    assert_eq!(read_f32(&dir.join("again.h5"), "x"), read_f32(&dir.join("train.h5"), "x"));
+    // Parquet: the same features from the same table.
+    if let Some(py) = venv_python() {
+        venv(&py, &dir, "import pandas as pd; pd.read_csv('train.csv').to_parquet('train.parquet')");
+        let args =
+            ["data", "import", "train.parquet", "pq.h5", "--y", "label", "--one-hot", "color", "--one-hot", "size"];
+        ok(hvtrain(&args, &dir, 60));
+        assert_eq!(read_f32(&dir.join("pq.h5"), "x"), read_f32(&dir.join("train.h5"), "x"));
+    }
+    // Training, then predict on a CSV of shuffled columns with a colour never seen: the same
+    // outputs as the rows encoded by hand (that colour all 0), and the unseen value logged.
+    job(&dir, &[8, 8, 2], "train.h5", None, "[optimizer]\nkind = \"adam\"\nlr = 0.01\n");
+    ok(mpirun(1, &["train", "job.toml", "--set", "training.epochs=2"], &dir, 60));
+    let predict = |input: &str, output: &str| {
+        ok(hvtrain(
+            &["predict", "job.toml", "--weights", "out/weights.h5", "--input", input, "--output", output],
+            &dir,
+            60,
+        ))
+    };
+    let run = predict("new.csv", "p.h5");
+    assert!(
+        run.stderr.contains("one-hot column \"color\": 1 row(s) hold a value none of its 3 features names (\"purple\""),
+        "{}",
+        run.all()
+    );
+    predict("new-encoded.h5", "q.h5");
+    let (p, q) = (read_f32(&dir.join("p.h5"), "outputs"), read_f32(&dir.join("q.h5"), "outputs"));
+    assert_eq!(p.len(), 80);
+    assert_eq!(p, q, "predict's one-hot encoding differs from get_dummies'");
 }

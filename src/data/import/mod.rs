@@ -13,6 +13,7 @@
 //! Must not: be used by training; it writes files a job then reads.
 
 mod npy;
+mod onehot;
 mod pq;
 pub mod sink;
 mod text;
@@ -60,6 +61,8 @@ pub struct Opts {
     pub select: Option<Vec<String>>,
     /// Where `select` came from, for errors.
     pub select_from: Option<String>,
+    /// CSV/TSV/Parquet: categorical columns, each made a feature `COLUMN=VALUE` per value.
+    pub one_hot: Vec<String>,
 }
 
 impl Opts {
@@ -81,6 +84,7 @@ impl Opts {
             drop: Vec::new(),
             select,
             select_from: None,
+            one_hot: Vec::new(),
         }
     }
 }
@@ -125,6 +129,14 @@ pub fn import(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     let name = input.to_string_lossy().to_lowercase();
     let base = name.trim_end_matches(".gz");
     let t = Instant::now();
+    let numpy = (base.ends_with(".npy") || base.ends_with(".npz")) && !name.ends_with(".gz");
+    if numpy && !o.one_hot.is_empty() {
+        return Err(Error::config(
+            "command line",
+            "--one-hot",
+            "is for CSV/TSV and Parquet columns; a NumPy array holds numbers already (encode it with NumPy)",
+        ));
+    }
     let s = if base.ends_with(".npy") && !name.ends_with(".gz") {
         from_npy(input, out, o)?
     } else if base.ends_with(".npz") && !name.ends_with(".gz") {
@@ -160,11 +172,30 @@ fn summary(
 
 /// The columns of a table's `names`: the targets `--y` names (header names or 0-based
 /// indices), the sample weights' `--sample-weight` names, and the features (every other one
-/// but `--drop`'s; with `select`, those it names, in its order, and no other).
+/// but `--drop`'s; with `select`, those it names, in its order, and no other). The columns
+/// `--one-hot` names are features of `value` None in `x` until their values are known
+/// (`onehot::expand`); `select`'s `COLUMN=VALUE` names are one-hot features already.
 struct Columns {
     y: Vec<usize>,
     w: Option<usize>,
-    x: Vec<usize>,
+    x: Vec<onehot::Feature>,
+    /// The `--one-hot` columns, whose values a first pass finds.
+    one_hot: Vec<usize>,
+}
+
+impl Columns {
+    /// The distinct columns the features read (each once, in order of first use), and for
+    /// each feature the index of its column among them.
+    fn sources(&self) -> (Vec<usize>, Vec<usize>) {
+        let mut src: Vec<usize> = Vec::new();
+        for f in &self.x {
+            if !src.contains(&f.col) {
+                src.push(f.col);
+            }
+        }
+        let at = self.x.iter().map(|f| src.iter().position(|&c| c == f.col).expect("listed above")).collect();
+        (src, at)
+    }
 }
 
 /// Column `c` (a name, else a 0-based index) of `names`, for option `flag`.
@@ -200,7 +231,11 @@ fn columns(names: &[String], o: &Opts, input: &Path) -> Result<Columns> {
         ));
     }
     if let Some(select) = &o.select {
-        let missing: Vec<&String> = select.iter().filter(|c| !names.contains(c)).collect();
+        let find = |c: &String| match names.iter().position(|n| n == c) {
+            Some(i) => Some(onehot::Feature::number(i)),
+            None => onehot::parse(c, names),
+        };
+        let missing: Vec<&String> = select.iter().filter(|c| find(c).is_none()).collect();
         if !missing.is_empty() {
             return Err(Error::data(
                 input,
@@ -214,15 +249,15 @@ fn columns(names: &[String], o: &Opts, input: &Path) -> Result<Columns> {
                 ),
             ));
         }
-        let x: Vec<usize> = select.iter().map(|c| names.iter().position(|n| n == c).expect("checked above")).collect();
-        if let Some(&i) = x.iter().find(|&i| y.contains(i) || w == Some(*i)) {
+        let x: Vec<onehot::Feature> = select.iter().map(|c| find(c).expect("checked above")).collect();
+        if let Some(i) = x.iter().map(|f| f.col).find(|i| y.contains(i) || w == Some(*i)) {
             return Err(Error::config(
                 "command line",
                 "--y",
                 format!("names column {:?}, which is one of the features wanted ({select:?})", names[i]),
             ));
         }
-        return Ok(Columns { y, w, x });
+        return Ok(Columns { y, w, x, one_hot: Vec::new() });
     }
     let drop = o.drop.iter().map(|c| column(names, c, "--drop", input)).collect::<Result<Vec<usize>>>()?;
     if let Some(&i) = drop.iter().find(|&&i| y.contains(&i) || w == Some(i)) {
@@ -237,7 +272,18 @@ fn columns(names: &[String], o: &Opts, input: &Path) -> Result<Columns> {
         let flag = if drop.is_empty() { "--y" } else { "--drop" };
         return Err(Error::config("command line", flag, "leaves no feature column"));
     }
-    Ok(Columns { y, w, x })
+    let one_hot = o.one_hot.iter().map(|c| column(names, c, "--one-hot", input)).collect::<Result<Vec<usize>>>()?;
+    if let Some(&i) = one_hot.iter().find(|i| !x.contains(i)) {
+        return Err(Error::config(
+            "command line",
+            "--one-hot",
+            format!(
+                "names column {:?}, which --y, --sample-weight or --drop takes; a one-hot column is a feature",
+                names[i]
+            ),
+        ));
+    }
+    Ok(Columns { y, w, x: x.into_iter().map(onehot::Feature::number).collect(), one_hot })
 }
 
 /// The targets' column names (`y_columns`) for numeric targets of named columns.
@@ -260,10 +306,15 @@ fn weighed(sink: Sink, o: &Opts) -> Sink {
 fn from_parquet(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     let file = pq::open(input)?;
     let names: Vec<String> = file.columns.iter().map(|c| c.name.clone()).collect();
-    let Columns { y, w, x: xcols } = columns(&names, o, input)?;
-    for &i in &xcols {
-        pq::check_feature(input, &file.columns[i], &file)?;
+    let mut cols = columns(&names, o, input)?;
+    if !cols.one_hot.is_empty() {
+        let values = pq::values(&file, input, &cols.one_hot)?;
+        cols.x = onehot::expand(std::mem::take(&mut cols.x), &cols.one_hot.iter().copied().zip(values).collect());
     }
+    for f in cols.x.iter().filter(|f| f.value.is_none()) {
+        pq::check_feature(input, &file.columns[f.col], &file)?;
+    }
+    let (y, w) = (cols.y.clone(), cols.w);
     if let Some(c) = w.map(|i| &file.columns[i]).filter(|c| c.kind == pq::Kind::Text) {
         return Err(Error::data(
             input,
@@ -282,33 +333,51 @@ fn from_parquet(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     if file.rows == 0 {
         return Err(Error::data(input, "(data)", "has no rows"));
     }
-    let d = xcols.len();
-    let xnames: Vec<String> = xcols.iter().map(|&i| names[i].clone()).collect();
+    let d = cols.x.len();
+    let xnames: Vec<String> = cols.x.iter().map(|f| f.name(&names)).collect();
     let sink = Sink::new(out, d, targets.kind(), o.compress, o.shard, Some(file.rows), xnames)?;
     let mut sink = weighed(sink.with_y_columns(y_names(&targets, &names, &y, true)), o);
-    let mut reader = pq::Chunked::new(&file, xcols.iter().chain(&y).chain(&w).copied().collect());
+    // Each column is read once, however many features it gives: the features' columns, then
+    // the targets', then the weights'.
+    let (src, at) = cols.sources();
+    let ns = src.len();
+    let mut reader = pq::Chunked::new(&file, src.iter().chain(&y).chain(&w).copied().collect());
+    let mut unseen = onehot::Unseen::new(&cols.x);
+    let hot_cols: Vec<(usize, usize)> =
+        unseen.columns().into_iter().map(|c| (c, src.iter().position(|&s| s == c).expect("a feature's"))).collect();
     let (mut chunk, mut progress) = (Chunk::default(), Progress::new());
     while reader.next(input, CHUNK_ROWS)? {
         let (m, first) = (reader.rows, reader.first_row);
         chunk.clear();
+        let mut fields = Vec::with_capacity(ns + y.len() + 1);
         // Row by row, so the first bad field reported is the first in the file.
-        let mut cols: Vec<_> = (0..d + y.len() + w.iter().len()).map(|k| reader.fields(k)).collect();
+        let mut its: Vec<_> = (0..ns + y.len() + w.iter().len()).map(|k| reader.fields(k)).collect();
         for r in 0..m {
             let row = first + r as u64;
-            for (k, it) in cols.iter_mut().enumerate() {
-                let f = it.next().expect("a field a row");
-                if k < d {
-                    chunk.x.push(pq::feature(f, o.fill, &pq::at(input, row, &names[xcols[k]]))?);
-                } else if k < d + y.len() {
-                    let at = pq::at(input, row, &names[y[k - d]]);
-                    pq::target(&mut targets, f, &at, &mut chunk.classes, &mut chunk.values)?;
-                } else {
-                    chunk.w.push(pq::weight(f, &pq::at(input, row, &names[w.expect("a weight column")]))?);
-                }
+            fields.clear();
+            fields.extend(its.iter_mut().map(|it| it.next().expect("a field a row")));
+            for (f, &k) in cols.x.iter().zip(&at) {
+                chunk.x.push(match &f.value {
+                    None => pq::feature(fields[k], o.fill, &pq::at(input, row, &names[f.col]))?,
+                    Some(_) => onehot::hot(f, pq::text_of(fields[k]).as_deref()),
+                });
+            }
+            for &(c, k) in &hot_cols {
+                unseen.see(c, pq::text_of(fields[k]).as_deref());
+            }
+            for (t, &i) in y.iter().enumerate() {
+                let at = pq::at(input, row, &names[i]);
+                pq::target(&mut targets, fields[ns + t], &at, &mut chunk.classes, &mut chunk.values)?;
+            }
+            if let Some(i) = w {
+                chunk.w.push(pq::weight(fields[ns + y.len()], &pq::at(input, row, &names[i]))?);
             }
         }
         sink.write(&chunk)?;
         progress.rows((first as usize) + m, Some(file.rows));
+    }
+    for line in unseen.report(&names) {
+        log::warn!("{}: {line}", input.display());
     }
     let kind = targets.kind();
     let (classes, remap) = targets.classes();
@@ -337,19 +406,31 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     } else {
         r.headers().map_err(csv_err)?.iter().map(|h| h.trim().to_string()).collect()
     };
-    let Columns { y, w, x: xcols } = columns(&names, o, input)?;
-    // Sharding needs the row count first: one pass that only counts records.
-    let total = if o.shard > 1 {
-        let mut n = 0usize;
+    let mut cols = columns(&names, o, input)?;
+    // Sharding needs the row count first, and --one-hot each column's values: one pass that
+    // only counts records and collects those values.
+    let total = if o.shard > 1 || !cols.one_hot.is_empty() {
+        let (mut n, mut sets) = (0usize, vec![std::collections::BTreeSet::new(); cols.one_hot.len()]);
         let mut rr = reader(input)?;
-        let mut rec = csv::ByteRecord::new();
-        while rr.read_byte_record(&mut rec).map_err(csv_err)? {
+        let mut rec = csv::StringRecord::new();
+        while rr.read_record(&mut rec).map_err(csv_err)? {
             n += 1;
+            for (set, &c) in sets.iter_mut().zip(&cols.one_hot) {
+                if let Some(v) = rec.get(c).and_then(text::field_text) {
+                    if !set.contains(v) {
+                        set.insert(v.to_string());
+                        onehot::check_count(set.len(), input, &names[c])?;
+                    }
+                }
+            }
         }
+        let values = sets.into_iter().map(onehot::order);
+        cols.x = onehot::expand(std::mem::take(&mut cols.x), &cols.one_hot.iter().copied().zip(values).collect());
         Some(n)
     } else {
         None
     };
+    let (y, w) = (cols.y.clone(), cols.w);
     let mut rec = csv::StringRecord::new();
     while sample.len() < 1024 && r.read_record(&mut rec).map_err(csv_err)? {
         sample.push(rec.clone());
@@ -361,12 +442,14 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     given_needs_names(&targets, o, input)?;
     // A file shorter than the sample is read whole already: its row count is known.
     let total = total.or((sample.len() < 1024).then_some(sample.len()));
-    let d = xcols.len();
-    let xnames: Vec<String> = if o.no_header { Vec::new() } else { xcols.iter().map(|&i| names[i].clone()).collect() };
+    let d = cols.x.len();
+    let xnames: Vec<String> = if o.no_header { Vec::new() } else { cols.x.iter().map(|f| f.name(&names)).collect() };
     let sink = Sink::new(out, d, targets.kind(), o.compress, o.shard, total, xnames)?;
     let mut sink = weighed(sink.with_y_columns(y_names(&targets, &names, &y, !o.no_header)), o);
     let (mut chunk, mut rows, mut progress) = (Chunk::default(), 0usize, Progress::new());
-    let add = |rec: &csv::StringRecord, chunk: &mut Chunk, targets: &mut text::Targets| -> Result<()> {
+    let mut unseen = onehot::Unseen::new(&cols.x);
+    let hot_cols = unseen.columns();
+    let mut add = |rec: &csv::StringRecord, chunk: &mut Chunk, targets: &mut text::Targets| -> Result<()> {
         let line = rec.position().map_or(0, |p| p.line());
         if rec.len() != names.len() {
             return Err(Error::data(
@@ -375,12 +458,18 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
                 format!("has {} fields, the header {}", rec.len(), names.len()),
             ));
         }
-        for &i in &xcols {
-            chunk.x.push(text::number(
-                &rec[i],
-                o.fill,
-                &text::At { path: input, place: text::Place::Line(line), column: &names[i] },
-            )?);
+        for f in &cols.x {
+            chunk.x.push(match &f.value {
+                None => text::number(
+                    &rec[f.col],
+                    o.fill,
+                    &text::At { path: input, place: text::Place::Line(line), column: &names[f.col] },
+                )?,
+                Some(_) => onehot::hot(f, text::field_text(&rec[f.col])),
+            });
+        }
+        for &c in &hot_cols {
+            unseen.see(c, text::field_text(&rec[c]));
         }
         for &i in &y {
             let at = text::At { path: input, place: text::Place::Line(line), column: &names[i] };
@@ -411,6 +500,9 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
         if !more {
             break;
         }
+    }
+    for line in unseen.report(&names) {
+        log::warn!("{}: {line}", input.display());
     }
     let kind = targets.kind();
     let (classes, remap) = targets.classes();

@@ -142,8 +142,9 @@ pub fn check_feature(path: &Path, c: &Column, file: &File) -> Result<()> {
         path,
         format!("column {:?}", c.name),
         format!(
-            "holds {ty}, not numbers: a feature must be numeric (name a label column with --y, or drop or \
-             encode the column before importing)"
+            "holds {ty}, not numbers: a feature must be numeric (name a label column with --y, encode a \
+             categorical one with --one-hot {:?}, or leave it out with --drop)",
+            c.name
         ),
     ))
 }
@@ -185,6 +186,7 @@ pub struct Chunked<'a> {
 }
 
 /// One field of a chunk.
+#[derive(Clone, Copy)]
 pub enum Field<'a> {
     Null,
     Int(i64),
@@ -317,6 +319,32 @@ pub fn feature(f: Field, fill: Option<f32>, at: &At) -> Result<f32> {
         Field::Int(i) => text::finite(i as f32, at),
         Field::Text(_) => unreachable!("string features are refused when the file is opened"),
     }
+}
+
+/// A field as the text a one-hot feature compares (`onehot`): integers and floats as Rust
+/// prints them (1, 2.5), strings as stored; None for null or NaN.
+pub fn text_of(f: Field) -> Option<String> {
+    match f {
+        Field::Null => None,
+        Field::Num(x) if x.is_nan() => None,
+        Field::Num(x) => Some(x.to_string()),
+        Field::Int(i) => Some(i.to_string()),
+        Field::Text(b) => Some(String::from_utf8_lossy(b).into_owned()),
+    }
+}
+
+/// The distinct values (`text_of`) of each column of `cols` (indices into `file.columns`) over
+/// the whole file, in pandas' order (`onehot::order`); more than `onehot::MAX_VALUES` is an error.
+pub fn values(file: &File, path: &Path, cols: &[usize]) -> Result<Vec<Vec<String>>> {
+    let mut sets = vec![std::collections::BTreeSet::new(); cols.len()];
+    let mut r = Chunked::new(file, cols.to_vec());
+    while r.next(path, 65536)? {
+        for (k, set) in sets.iter_mut().enumerate() {
+            set.extend(r.fields(k).filter_map(text_of));
+            super::onehot::check_count(set.len(), path, &file.columns[cols[k]].name)?;
+        }
+    }
+    Ok(sets.into_iter().map(super::onehot::order).collect())
 }
 
 /// A sample-weight field (`--sample-weight`) as float32: null or NaN is an error.

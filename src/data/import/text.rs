@@ -232,6 +232,13 @@ pub fn weight_field(v: &str, at: &At) -> Result<f32> {
     weight(w, at)
 }
 
+/// A field's text as a one-hot feature compares it: blanks around it dropped; None when
+/// missing (empty, NA, NaN, null, …).
+pub fn field_text(v: &str) -> Option<&str> {
+    let t = v.trim();
+    (!MISSING.contains(&t)).then_some(t)
+}
+
 /// A feature field as float32; missing is `fill` when given.
 pub fn number(v: &str, fill: Option<f32>, at: &At) -> Result<f32> {
     let t = v.trim();
@@ -240,9 +247,11 @@ pub fn number(v: &str, fill: Option<f32>, at: &At) -> Result<f32> {
     }
     match t.parse::<f32>() {
         Ok(x) => finite(x, at),
-        Err(_) => {
-            Err(at.err(format!("{v:?} is not a number (a feature must be numeric; name a label column with --y)")))
-        }
+        Err(_) => Err(at.err(format!(
+            "{v:?} is not a number (a feature must be numeric: name a label column with --y, encode a \
+             categorical one with --one-hot {:?}, or leave it out with --drop)",
+            at.column
+        ))),
     }
 }
 
