@@ -341,6 +341,7 @@ fn from_parquet(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     // the targets', then the weights'.
     let (src, at) = cols.sources();
     let ns = src.len();
+    let plain = cols.x.iter().all(|f| f.value.is_none()) && at.iter().enumerate().all(|(j, &k)| j == k);
     let mut reader = pq::Chunked::new(&file, src.iter().chain(&y).chain(&w).copied().collect());
     let mut unseen = onehot::Unseen::new(&cols.x);
     let hot_cols: Vec<(usize, usize)> =
@@ -349,28 +350,25 @@ fn from_parquet(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     while reader.next(input, CHUNK_ROWS)? {
         let (m, first) = (reader.rows, reader.first_row);
         chunk.clear();
-        let mut fields = Vec::with_capacity(ns + y.len() + 1);
-        // Row by row, so the first bad field reported is the first in the file.
-        let mut its: Vec<_> = (0..ns + y.len() + w.iter().len()).map(|k| reader.fields(k)).collect();
-        for r in 0..m {
-            let row = first + r as u64;
-            fields.clear();
-            fields.extend(its.iter_mut().map(|it| it.next().expect("a field a row")));
-            for (f, &k) in cols.x.iter().zip(&at) {
-                chunk.x.push(match &f.value {
-                    None => pq::feature(fields[k], o.fill, &pq::at(input, row, &names[f.col]))?,
-                    Some(_) => onehot::hot(f, pq::text_of(fields[k]).as_deref()),
-                });
-            }
-            for &(c, k) in &hot_cols {
-                unseen.see(c, pq::text_of(fields[k]).as_deref());
-            }
-            for (t, &i) in y.iter().enumerate() {
-                let at = pq::at(input, row, &names[i]);
-                pq::target(&mut targets, fields[ns + t], &at, &mut chunk.classes, &mut chunk.values)?;
-            }
-            if let Some(i) = w {
-                chunk.w.push(pq::weight(fields[ns + y.len()], &pq::at(input, row, &names[i]))?);
+        if !plain {
+            let (fill, hot) = (o.fill, (&cols.x[..], &at[..], &hot_cols[..]));
+            mixed_rows(&reader, input, &names, fill, hot, (&y, w, ns), &mut targets, &mut chunk, &mut unseen)?;
+        } else {
+            // Row by row, so the first bad field reported is the first in the file.
+            let mut its: Vec<_> = (0..ns + y.len() + w.iter().len()).map(|k| reader.fields(k)).collect();
+            for r in 0..m {
+                let row = first + r as u64;
+                for (k, it) in its.iter_mut().enumerate() {
+                    let f = it.next().expect("a field a row");
+                    if k < ns {
+                        chunk.x.push(pq::feature(f, o.fill, &pq::at(input, row, &names[src[k]]))?);
+                    } else if k < ns + y.len() {
+                        let at = pq::at(input, row, &names[y[k - ns]]);
+                        pq::target(&mut targets, f, &at, &mut chunk.classes, &mut chunk.values)?;
+                    } else {
+                        chunk.w.push(pq::weight(f, &pq::at(input, row, &names[w.expect("a weight column")]))?);
+                    }
+                }
             }
         }
         sink.write(&chunk)?;
@@ -383,6 +381,50 @@ fn from_parquet(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     let (classes, remap) = targets.classes();
     let files = sink.finish(&classes, remap.as_deref())?;
     Ok(summary(file.rows, d, kind, classes, files, out, o))
+}
+
+/// A Parquet chunk's rows when some features are one-hot or share a column (`from_parquet`'s
+/// loop for the other case stays lean: the readers' fields straight into the chunk). `hot`:
+/// the features, each one's index among the reader's columns, the one-hot columns with theirs;
+/// `tail`: the targets' columns, the weights' column and the features' column count.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn mixed_rows(
+    reader: &pq::Chunked,
+    input: &Path,
+    names: &[String],
+    fill: Option<f32>,
+    hot: (&[onehot::Feature], &[usize], &[(usize, usize)]),
+    tail: (&[usize], Option<usize>, usize),
+    targets: &mut text::Targets,
+    chunk: &mut Chunk,
+    unseen: &mut onehot::Unseen,
+) -> Result<()> {
+    let ((x, at, hot_cols), (y, w, ns)) = (hot, tail);
+    let mut its: Vec<_> = (0..ns + y.len() + w.iter().len()).map(|k| reader.fields(k)).collect();
+    let mut fields = Vec::with_capacity(its.len());
+    for r in 0..reader.rows {
+        let row = reader.first_row + r as u64;
+        fields.clear();
+        fields.extend(its.iter_mut().map(|it| it.next().expect("a field a row")));
+        for (f, &k) in x.iter().zip(at) {
+            chunk.x.push(match &f.value {
+                None => pq::feature(fields[k], fill, &pq::at(input, row, &names[f.col]))?,
+                Some(_) => onehot::hot(f, pq::text_of(fields[k]).as_deref()),
+            });
+        }
+        for &(c, k) in hot_cols {
+            unseen.see(c, pq::text_of(fields[k]).as_deref());
+        }
+        for (t, &i) in y.iter().enumerate() {
+            let at = pq::at(input, row, &names[i]);
+            pq::target(targets, fields[ns + t], &at, &mut chunk.classes, &mut chunk.values)?;
+        }
+        if let Some(i) = w {
+            chunk.w.push(pq::weight(fields[ns + y.len()], &pq::at(input, row, &names[i]))?);
+        }
+    }
+    Ok(())
 }
 
 fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {

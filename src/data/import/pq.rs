@@ -254,31 +254,62 @@ impl<'a> Chunked<'a> {
     }
 
     /// Column `k`'s fields in this chunk, in row order.
-    pub fn fields(&self, k: usize) -> impl Iterator<Item = Field<'_>> + '_ {
+    pub fn fields(&self, k: usize) -> Fields<'_> {
         let c = &self.file.columns[self.wanted[k]];
-        let (def, cells, max_def) = (&self.defs[k], &self.cells[k], c.max_def);
-        let unsigned = matches!(c.kind, Kind::Int { unsigned: true });
-        let mut next = 0usize;
-        (0..self.rows).map(move |r| {
-            if max_def > 0 && def[r] < max_def {
-                return Field::Null;
-            }
-            let i = next;
-            next += 1;
-            match cells {
-                Cells::Bool(v) => Field::Int(v[i] as i64),
-                Cells::I32(v) if unsigned => Field::Int(v[i] as u32 as i64),
-                Cells::I32(v) => Field::Int(v[i] as i64),
-                // u64 above 2^63 is no class label, and a feature only as a float.
-                Cells::I64(v) if unsigned && v[i] < 0 => Field::Num(v[i] as u64 as f64),
-                Cells::I64(v) => Field::Int(v[i]),
-                Cells::F32(v) => Field::Num(v[i] as f64),
-                Cells::F64(v) => Field::Num(v[i]),
-                Cells::Bytes(v) => Field::Text(v[i].data()),
-                Cells::Fixed(v) => {
-                    let b = v[i].data();
-                    Field::Num(half::f16::from_le_bytes([b[0], b.get(1).copied().unwrap_or(0)]).to_f64())
-                }
+        Fields {
+            def: &self.defs[k],
+            cells: &self.cells[k],
+            max_def: c.max_def,
+            unsigned: matches!(c.kind, Kind::Int { unsigned: true }),
+            row: 0,
+            rows: self.rows,
+            next: 0,
+        }
+    }
+}
+
+/// One column's fields of a chunk (`Chunked::fields`): a named iterator with an inlined
+/// `next`, so the import's row loop stays one function wherever it is called from (as a
+/// closure it was outlined once a second caller appeared: Parquet import 1.5× slower).
+pub struct Fields<'a> {
+    def: &'a [i16],
+    cells: &'a Cells,
+    max_def: i16,
+    unsigned: bool,
+    row: usize,
+    rows: usize,
+    /// The next non-null value.
+    next: usize,
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Field<'a>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Field<'a>> {
+        if self.row == self.rows {
+            return None;
+        }
+        let r = self.row;
+        self.row += 1;
+        if self.max_def > 0 && self.def[r] < self.max_def {
+            return Some(Field::Null);
+        }
+        let i = self.next;
+        self.next += 1;
+        Some(match self.cells {
+            Cells::Bool(v) => Field::Int(v[i] as i64),
+            Cells::I32(v) if self.unsigned => Field::Int(v[i] as u32 as i64),
+            Cells::I32(v) => Field::Int(v[i] as i64),
+            // u64 above 2^63 is no class label, and a feature only as a float.
+            Cells::I64(v) if self.unsigned && v[i] < 0 => Field::Num(v[i] as u64 as f64),
+            Cells::I64(v) => Field::Int(v[i]),
+            Cells::F32(v) => Field::Num(v[i] as f64),
+            Cells::F64(v) => Field::Num(v[i]),
+            Cells::Bytes(v) => Field::Text(v[i].data()),
+            Cells::Fixed(v) => {
+                let b = v[i].data();
+                Field::Num(half::f16::from_le_bytes([b[0], b.get(1).copied().unwrap_or(0)]).to_f64())
             }
         })
     }
