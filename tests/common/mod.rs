@@ -112,6 +112,17 @@ fn run_cmd(mut cmd: Command, dir: &Path) -> Run {
     finish(out, t)
 }
 
+/// Run `code` with Debian's python3 (python3-numpy, -pandas, -h5py: `make test-deps`) in
+/// `dir`; its stdout, or a panic with its stderr.
+pub fn python(dir: &Path, code: &str) -> String {
+    const PY: &str = "/usr/bin/python3";
+    let out = Command::new(PY).arg("-c").arg(code).current_dir(dir).output().unwrap_or_else(|e| {
+        panic!("cannot run {PY} (Debian's python3 with python3-pandas and python3-h5py; `make test-deps`): {e}")
+    });
+    assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A fresh, empty directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);

@@ -18,14 +18,6 @@
 
 use crate::common;
 use common::*;
-use std::path::Path;
-use std::process::Command;
-
-fn python(dir: &Path, code: &str) -> String {
-    let out = Command::new("/usr/bin/python3").arg("-c").arg(code).current_dir(dir).output().expect("python3");
-    assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn ok(run: Run) -> Run {
     assert!(run.ok(), "{}", run.all());

@@ -20,17 +20,6 @@
 use crate::common;
 use common::*;
 use std::path::Path;
-use std::process::Command;
-
-const PY: &str = "/usr/bin/python3";
-
-fn python(dir: &Path, code: &str) -> String {
-    let out = Command::new(PY).arg("-c").arg(code).current_dir(dir).output().unwrap_or_else(|e| {
-        panic!("cannot run {PY} (Debian's python3 with python3-pandas and python3-h5py; `make test-deps`): {e}")
-    });
-    assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn import(dir: &Path, args: &[&str]) -> Run {
     let mut a = vec!["data", "import"];
