@@ -70,7 +70,7 @@ a checkpoint; --resume auto continues them and does not rerun finished ones)."
     /// Run a trained model on new inputs (one process, no mpirun needed).
     #[command(
         after_help = "Examples:\n  hvtrain predict jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5 \\\n      --input data/fashion-mnist-test.h5 --output predictions.h5\n  \
-hvtrain predict jobs/my-job.toml --weights runs/my-job/weights.h5 --input new.csv --output predictions.csv\n\n\
+hvtrain predict jobs/my-job.toml --weights runs/my-job/weights.h5 --input new.csv --output predictions.csv --keep id\n\n\
 INPUT: HDF5 (the job's x_dataset), or CSV/TSV (.gz too), Parquet, .npy or .npz, read as\n\
 `hvtrain data import` reads them. When the training data named its columns (imported from a\n\
 table), the input's columns are taken by name: in any order, extra ones (an id, the label)\n\
@@ -96,6 +96,10 @@ per class; `p_NAME` and `label_NAME` per output (multi-label); a column per targ
         /// A table input: the value of a missing field (empty, NA, NaN, null), instead of an error.
         #[arg(long, allow_negative_numbers = true)]
         fill: Option<f32>,
+        /// A CSV/TSV or Parquet input: copy this column (an id, the true label) beside each row's
+        /// prediction, as it stands; repeat for several (HDF5 output: group `kept`).
+        #[arg(long, value_name = "COLUMN")]
+        keep: Vec<String>,
     },
     /// Write a trained model as a standard ONNX graph (onnxruntime, TensorRT, C++ codes).
     #[command(

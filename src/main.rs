@@ -83,9 +83,9 @@ fn main() {
                 1
             }
         },
-        Command::Predict { job, weights, input, output, fill } => finish(
+        Command::Predict { job, weights, input, output, fill, keep } => finish(
             config::Job::load_with_env(&job.job, &job.set)
-                .and_then(|(j, _)| eval::predict(&j, &weights, &input, &output, fill))
+                .and_then(|(j, _)| eval::predict(&j, &weights, &input, &output, &eval::PredictOptions { fill, keep }))
                 .map(|n| log::info!("wrote {} predictions to {}", n, output.display())),
         ),
         Command::Export { job, weights, format: cli::ExportFormat::Onnx, output, probabilities } => finish(

@@ -22,7 +22,7 @@ use crate::metrics::classes::{self as per_class, PerClass, PER_CLASS};
 use crate::metrics::regression::{self, Regression};
 
 mod predict;
-pub use predict::predict;
+pub use predict::{predict, Options as PredictOptions};
 
 const CHUNK: usize = 512;
 

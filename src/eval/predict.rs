@@ -20,6 +20,15 @@ use crate::weights;
 use log::info;
 use std::path::{Path, PathBuf};
 
+/// `predict`'s options beside its paths.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// A table input: the value of a missing field (else an error).
+    pub fill: Option<f32>,
+    /// A table input's columns copied, as they stand, beside each row's prediction (an id).
+    pub keep: Vec<String>,
+}
+
 /// What `predict` computed for every row.
 struct Predictions {
     n: usize,
@@ -31,6 +40,8 @@ struct Predictions {
     /// Each row's class (classification).
     classes: Vec<i32>,
     head: OutputActivation,
+    /// `--keep`'s columns: name, and a text a row.
+    kept: Vec<(String, Vec<String>)>,
 }
 
 /// Whether `path` is read through `data import` (a table or NumPy file), not as HDF5.
@@ -62,8 +73,20 @@ impl Drop for Scratch {
 }
 
 /// `hvtrain predict`: the outputs for every row of `input`, written to `output` (see the
-/// module's text); `fill` is the value of a missing field of a table. Returns the rows.
-pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, fill: Option<f32>) -> Result<usize> {
+/// module's text). Returns the rows.
+pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, opts: &Options) -> Result<usize> {
+    let fill = opts.fill;
+    if !opts.keep.is_empty() && !crate::data::import::keep::readable(input) {
+        return Err(Error::config(
+            "command line",
+            "--keep",
+            format!(
+                "copies columns of a CSV/TSV or Parquet input; {} is not one (an HDF5 file's other datasets can be \
+                 read beside the predictions by row)",
+                input.display()
+            ),
+        ));
+    }
     let model = Mlp::from_cfg(&job.model);
     let params = crate::checkpoint::params_of(weights_path, &model)?;
     let norm = weights::load_norm(&model, weights_path)?;
@@ -176,7 +199,21 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, fill
             format!("holds {} names but the model has {k} outputs", names.class_names.len()),
         ));
     }
-    let p = Predictions { n, k, outputs, probs, classes, head };
+    let mut kept = Vec::new();
+    if !opts.keep.is_empty() {
+        let cols = crate::data::import::keep::columns(input, &opts.keep)?;
+        for (name, v) in opts.keep.iter().zip(cols) {
+            if v.len() != n {
+                return Err(Error::data(
+                    input,
+                    format!("column {name:?}"),
+                    format!("has {} rows, the input {n}", v.len()),
+                ));
+            }
+            kept.push((name.clone(), v));
+        }
+    }
+    let p = Predictions { n, k, outputs, probs, classes, head, kept };
     match text_output(output) {
         Some(delim) => write_table(&p, &names, output, delim)?,
         None => write_h5(&p, &names, output)?,
@@ -192,7 +229,8 @@ fn scratch_path(output: &Path) -> PathBuf {
 
 /// `outputs` [N, K]; for classes `classes` [N] and `probabilities` [N, K] (and with class
 /// names, each row's `class_names` [N] and the list `y_classes`); for multi-label
-/// `probabilities` and `labels` uint8 [N, K] (probability > ½).
+/// `probabilities` and `labels` uint8 [N, K] (probability > ½); `--keep`'s columns as strings
+/// in the group `kept`.
 fn write_h5(p: &Predictions, names: &weights::Names, output: &Path) -> Result<()> {
     let (n, k) = (p.n, p.k);
     let tmp = output.with_extension("h5.tmp");
@@ -213,6 +251,12 @@ fn write_h5(p: &Predictions, names: &weights::Names, output: &Path) -> Result<()
             let labels: Vec<u8> = p.probs.iter().map(|&v| (v > 0.5) as u8).collect();
             h5::write(&o, &tmp, "probabilities", &p.probs, &[n, k])?;
             h5::write(&o, &tmp, "labels", &labels, &[n, k])?;
+        }
+        if !p.kept.is_empty() {
+            o.create_group("kept").map_err(|e| Error::hdf5(&tmp, "create group kept", e))?;
+            for (name, v) in &p.kept {
+                h5::write_strings(&o, &tmp, &format!("kept/{}", name.replace('/', "_")), v)?;
+            }
         }
     }
     std::fs::rename(&tmp, output).map_err(|e| Error::io(output, "rename the finished output into place", e))
@@ -241,19 +285,22 @@ fn header(p: &Predictions, names: &weights::Names) -> Vec<String> {
     }
 }
 
-/// The predictions as a CSV/TSV table with a header (see `header`), a row per input row in
-/// its order; written under a temporary name and renamed into place.
+/// The predictions as a CSV/TSV table with a header (`--keep`'s columns first, then see
+/// `header`), a row per input row in its order; written under a temporary name and renamed
+/// into place.
 fn write_table(p: &Predictions, names: &weights::Names, output: &Path, delim: u8) -> Result<()> {
     let tmp = weights::tmp_path(output);
     let err = |e: csv::Error| Error::io(&tmp, "write", std::io::Error::other(e.to_string()));
     {
         let file = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
         let mut w = csv::WriterBuilder::new().delimiter(delim).from_writer(std::io::BufWriter::new(file));
-        w.write_record(header(p, names)).map_err(err)?;
+        let kept = p.kept.iter().map(|(name, _)| name.clone());
+        w.write_record(kept.chain(header(p, names))).map_err(err)?;
         let k = p.k;
         let mut rec: Vec<String> = Vec::with_capacity(2 * k + 1);
         for r in 0..p.n {
             rec.clear();
+            rec.extend(p.kept.iter().map(|(_, v)| v[r].clone()));
             match p.head {
                 OutputActivation::Softmax => {
                     let c = p.classes[r] as usize;
@@ -294,7 +341,7 @@ mod tests {
 
     #[test]
     fn the_header_names_classes_targets_and_outputs() {
-        let p = |head, k| Predictions { n: 0, k, outputs: vec![], probs: vec![], classes: vec![], head };
+        let p = |head, k| Predictions { n: 0, k, outputs: vec![], probs: vec![], classes: vec![], head, kept: vec![] };
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let named = weights::Names { class_names: s(&["cat", "dog"]), x_columns: vec![], y_columns: s(&["e", "p"]) };
         let none = weights::Names::default();

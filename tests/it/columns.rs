@@ -6,7 +6,8 @@
 //!   equal those `predict` writes for an HDF5 file holding the model's columns in order,
 //!   each row's class is named, and `--output .csv` has a header; a `.h5` made with `data
 //!   import --features-only --drop` (its columns in another order too) gives the same; a
-//!   column the model needs is missing: an error naming it, no output left behind;
+//!   column the model needs is missing: an error naming it, no output left behind; `--keep id
+//!   --keep label` copies those columns, as they stand, before the predictions;
 //! - regression: the CSV's columns are the targets' names, the values `predict`'s outputs;
 //!   the ONNX export's metadata has `x_columns` and `y_columns`;
 //! - a test file whose columns are in another order is refused by training (both files
@@ -81,6 +82,25 @@ print("ok", (p["class"] == pd.read_csv("new.csv")["label"]).mean())
 "#,
     );
     assert!(check.starts_with("ok"), "{check}");
+    // --keep copies input columns, as they stand, before the predictions.
+    let keep = ["--keep", "id", "--keep", "label"];
+    let args = ["predict", "job.toml", "--weights", "out/weights.h5", "--input", "new.csv", "--output", "k.csv"];
+    ok(hvtrain(&[&args[..], &keep[..]].concat(), &dir, 60));
+    let check = python(
+        &dir,
+        r#"
+import pandas as pd
+k, p, new = pd.read_csv("k.csv"), pd.read_csv("p.csv"), pd.read_csv("new.csv")
+assert list(k.columns) == ["id", "label", "class", "p_hi", "p_lo", "p_mid"], list(k.columns)
+assert list(k["id"]) == list(new["id"]) and list(k["label"]) == list(new["label"])
+assert k.drop(columns=["id", "label"]).equals(p)
+print("ok")
+"#,
+    );
+    assert_eq!(check.trim(), "ok");
+    let args = ["predict", "job.toml", "--weights", "out/weights.h5", "--input", "ordered.h5", "--output", "k.h5"];
+    let run = hvtrain(&[&args[..], &keep[..]].concat(), &dir, 60);
+    assert!(!run.ok() && run.stderr.contains("--keep"), "{}", run.all());
     // A column the model needs is missing: named, and nothing written.
     let run = predict("short.csv", "s.csv");
     assert!(!run.ok(), "{}", run.all());

@@ -8,10 +8,13 @@
 //! - `text`: the CSV/TSV fields as numbers, targets and class names;
 //! - `npy`: the `.npy` header and its rows as float32 or int32;
 //! - `pq`: Parquet's columns, chunk by chunk, as features and targets;
-//! - `sink`: the chunked (optionally compressed) HDF5 output over one or N files.
+//! - `sink`: the chunked (optionally compressed) HDF5 output over one or N files;
+//! - `onehot`: categorical columns as one-hot features;
+//! - `keep`: columns read as text, as they stand (`predict --keep`).
 //!
 //! Must not: be used by training; it writes files a job then reads.
 
+pub mod keep;
 mod npy;
 mod onehot;
 mod pq;

@@ -1,0 +1,64 @@
+//! Columns of a table read as text, as they stand (`hvtrain predict --keep id`: an id or a
+//! label copied beside each row's prediction): CSV/TSV fields as written, Parquet values as
+//! `pq::text_of` prints them (null: empty).
+//!
+//! Must not: convert or check values (nothing is trained on them).
+
+use super::{pq, text};
+use crate::error::{Error, Result};
+use std::path::Path;
+
+/// Whether `path` is a table `columns` can read (CSV/TSV, gzipped or not, or Parquet).
+pub fn readable(path: &Path) -> bool {
+    let name = path.to_string_lossy().to_lowercase();
+    let base = name.trim_end_matches(".gz");
+    let parquet = (base.ends_with(".parquet") || base.ends_with(".pq")) && !name.ends_with(".gz");
+    parquet || [".csv", ".tsv", ".tab", ".txt"].iter().any(|e| base.ends_with(e))
+}
+
+/// The columns `wanted` (header names) of the table at `path`, each as one string a row.
+pub fn columns(path: &Path, wanted: &[String]) -> Result<Vec<Vec<String>>> {
+    let missing = |names: &[String]| -> Result<Vec<usize>> {
+        wanted
+            .iter()
+            .map(|w| {
+                names.iter().position(|n| n == w).ok_or_else(|| {
+                    Error::config(
+                        "command line",
+                        "--keep",
+                        format!("no column {w:?} in {}; the columns are {names:?}", path.display()),
+                    )
+                })
+            })
+            .collect()
+    };
+    let name = path.to_string_lossy().to_lowercase();
+    if name.ends_with(".parquet") || name.ends_with(".pq") {
+        let file = pq::open(path)?;
+        let names: Vec<String> = file.columns.iter().map(|c| c.name.clone()).collect();
+        let cols = missing(&names)?;
+        let mut out = vec![Vec::with_capacity(file.rows); cols.len()];
+        let mut r = pq::Chunked::new(&file, cols);
+        while r.next(path, 65536)? {
+            for (k, v) in out.iter_mut().enumerate() {
+                v.extend(r.fields(k).map(|f| pq::text_of(f).unwrap_or_default()));
+            }
+        }
+        return Ok(out);
+    }
+    let mut r = csv::ReaderBuilder::new().delimiter(text::delimiter_of(path)).from_reader(text::open_reader(path)?);
+    let csv_err = |e: csv::Error| {
+        let line = e.position().map(|p| p.line()).unwrap_or(0);
+        Error::data(path, format!("line {line}"), format!("{e}"))
+    };
+    let names: Vec<String> = r.headers().map_err(csv_err)?.iter().map(|h| h.trim().to_string()).collect();
+    let cols = missing(&names)?;
+    let mut out = vec![Vec::new(); cols.len()];
+    let mut rec = csv::StringRecord::new();
+    while r.read_record(&mut rec).map_err(csv_err)? {
+        for (v, &c) in out.iter_mut().zip(&cols) {
+            v.push(rec.get(c).unwrap_or("").to_string());
+        }
+    }
+    Ok(out)
+}
