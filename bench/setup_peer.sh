@@ -26,6 +26,9 @@ else
   echo "setup_peer: installed fallback versions"
 fi
 
+# pandas: the peer of `hvtrain predict` on tables reads and writes CSV with it (bench/predict_table.sh).
+"$VENV/bin/python" -c 'import pandas' 2>/dev/null || "${PIP[@]}" pandas
+
 TF_CPP_MIN_LOG_LEVEL=2 "$VENV/bin/python" - <<'PY'
 import tensorflow as tf, tf_keras, h5py
 print(f"setup_peer: versions: tensorflow {tf.__version__}, tf_keras {tf_keras.__version__}, h5py {h5py.__version__}")

@@ -85,7 +85,11 @@ fn main() {
         },
         Command::Predict { job, weights, input, output, fill, keep } => finish(
             config::Job::load_with_env(&job.job, &job.set)
-                .and_then(|(j, _)| eval::predict(&j, &weights, &input, &output, &eval::PredictOptions { fill, keep }))
+                .and_then(|(j, _)| {
+                    // One process: training.threads ("auto": every usable core, or OMP_NUM_THREADS).
+                    device::set_job_threads(j.training.threads);
+                    eval::predict(&j, &weights, &input, &output, &eval::PredictOptions { fill, keep })
+                })
                 .map(|n| log::info!("wrote {} predictions to {}", n, output.display())),
         ),
         Command::Export { job, weights, format: cli::ExportFormat::Onnx, output, probabilities } => finish(

@@ -164,7 +164,7 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, opts
     let classify = head == OutputActivation::Softmax;
     let mut outputs = vec![0.0f32; n * k];
     let mut probs = if classify { vec![0.0f32; n * k] } else { Vec::new() };
-    let mut start = 0;
+    let (mut start, t0) = (0, std::time::Instant::now());
     while start < n {
         let c = CHUNK.min(n - start);
         let rows = &mut rows[..c * d];
@@ -180,6 +180,12 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, opts
         start += c;
     }
     drop((x, f));
+    let secs = t0.elapsed().as_secs_f64();
+    info!(
+        "predicted {n} rows in {secs:.2} s ({:.0} rows/s, {} CPU thread(s): training.threads)",
+        n as f64 / secs.max(1e-9),
+        crate::device::cpu_thread_count()
+    );
     norm.unapply_y(&mut outputs); // regression outputs in the targets' units
     if head == OutputActivation::Sigmoid {
         probs = outputs.iter().map(|&z| crate::device::cpu::sigmoid(z)).collect();
