@@ -8,6 +8,9 @@
 //! - `text`: the CSV/TSV fields as numbers, targets and class names;
 //! - `npy`: the `.npy` header and its rows as float32 or int32;
 //! - `pq`: Parquet's columns, chunk by chunk, as features and targets;
+//! - `select`: which column is what (targets, weights, features), and the lists the command
+//!   line gives;
+//! - `numpy`: `.npy`/`.npz` inputs streamed into the sink;
 //! - `sink`: the chunked (optionally compressed) HDF5 output over one or N files;
 //! - `onehot`: categorical columns as one-hot features;
 //! - `keep`: columns read as text, as they stand (`predict --keep`).
@@ -16,13 +19,17 @@
 
 pub mod keep;
 mod npy;
+mod numpy;
 mod onehot;
 mod pq;
+mod select;
 pub mod sink;
 mod text;
 
 use crate::error::{Error, Result};
 use log::info;
+pub use select::{classes_from, classes_list, columns_from};
+use select::{columns, given_needs_names, y_names};
 use sink::{Chunk, Compress, Sink, YKind};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -141,9 +148,9 @@ pub fn import(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
         ));
     }
     let s = if base.ends_with(".npy") && !name.ends_with(".gz") {
-        from_npy(input, out, o)?
+        numpy::from_npy(input, out, o)?
     } else if base.ends_with(".npz") && !name.ends_with(".gz") {
-        from_npz(input, out, o)?
+        numpy::from_npz(input, out, o)?
     } else if (base.ends_with(".parquet") || base.ends_with(".pq")) && !name.ends_with(".gz") {
         from_parquet(input, out, o)?
     } else {
@@ -171,130 +178,6 @@ fn summary(
 ) -> Summary {
     let (weights, template) = (o.sample_weight.is_some(), sink::template(out, o.shard));
     Summary { rows, features, y, classes, weights, files, template }
-}
-
-/// The columns of a table's `names`: the targets `--y` names (header names or 0-based
-/// indices), the sample weights' `--sample-weight` names, and the features (every other one
-/// but `--drop`'s; with `select`, those it names, in its order, and no other). The columns
-/// `--one-hot` names are features of `value` None in `x` until their values are known
-/// (`onehot::expand`); `select`'s `COLUMN=VALUE` names are one-hot features already.
-struct Columns {
-    y: Vec<usize>,
-    w: Option<usize>,
-    x: Vec<onehot::Feature>,
-    /// The `--one-hot` columns, whose values a first pass finds.
-    one_hot: Vec<usize>,
-}
-
-impl Columns {
-    /// The distinct columns the features read (each once, in order of first use), and for
-    /// each feature the index of its column among them.
-    fn sources(&self) -> (Vec<usize>, Vec<usize>) {
-        let mut src: Vec<usize> = Vec::new();
-        for f in &self.x {
-            if !src.contains(&f.col) {
-                src.push(f.col);
-            }
-        }
-        let at = self.x.iter().map(|f| src.iter().position(|&c| c == f.col).expect("listed above")).collect();
-        (src, at)
-    }
-}
-
-/// Column `c` (a name, else a 0-based index) of `names`, for option `flag`.
-fn column(names: &[String], c: &str, flag: &str, input: &Path) -> Result<usize> {
-    let i = names.iter().position(|n| n == c).or_else(|| c.parse::<usize>().ok().filter(|&i| i < names.len()));
-    i.ok_or_else(|| {
-        Error::config(
-            "command line",
-            flag,
-            format!("no column {c:?} in {}; the columns are {names:?}", input.display()),
-        )
-    })
-}
-
-fn columns(names: &[String], o: &Opts, input: &Path) -> Result<Columns> {
-    if o.y.is_empty() && !o.features_only {
-        return Err(Error::config(
-            "command line",
-            "--y",
-            format!(
-                "name the target column(s) with --y COLUMN (a name or a 0-based index), or import rows to predict \
-                 on with --features-only; the columns are {names:?}"
-            ),
-        ));
-    }
-    let y = o.y.iter().map(|c| column(names, c, "--y", input)).collect::<Result<Vec<usize>>>()?;
-    let w = o.sample_weight.as_deref().map(|c| column(names, c, "--sample-weight", input)).transpose()?;
-    if let Some(i) = w.filter(|i| y.contains(i)) {
-        return Err(Error::config(
-            "command line",
-            "--sample-weight",
-            format!("names column {:?}, which --y names as a target; the weights need a column of their own", names[i]),
-        ));
-    }
-    if let Some(select) = &o.select {
-        let find = |c: &String| match names.iter().position(|n| n == c) {
-            Some(i) => Some(onehot::Feature::number(i)),
-            None => onehot::parse(c, names),
-        };
-        let missing: Vec<&String> = select.iter().filter(|c| find(c).is_none()).collect();
-        if !missing.is_empty() {
-            return Err(Error::data(
-                input,
-                "(columns)",
-                format!(
-                    "has no column {} of the {} features wanted ({select:?}, in that order{}); the file's columns \
-                     are {names:?}",
-                    missing.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(", "),
-                    select.len(),
-                    o.select_from.as_deref().map(|f| format!(", from {f}")).unwrap_or_default()
-                ),
-            ));
-        }
-        let x: Vec<onehot::Feature> = select.iter().map(|c| find(c).expect("checked above")).collect();
-        if let Some(i) = x.iter().map(|f| f.col).find(|i| y.contains(i) || w == Some(*i)) {
-            return Err(Error::config(
-                "command line",
-                "--y",
-                format!("names column {:?}, which is one of the features wanted ({select:?})", names[i]),
-            ));
-        }
-        return Ok(Columns { y, w, x, one_hot: Vec::new() });
-    }
-    let drop = o.drop.iter().map(|c| column(names, c, "--drop", input)).collect::<Result<Vec<usize>>>()?;
-    if let Some(&i) = drop.iter().find(|&&i| y.contains(&i) || w == Some(i)) {
-        return Err(Error::config(
-            "command line",
-            "--drop",
-            format!("names column {:?}, which --y or --sample-weight uses; drop it from one of them", names[i]),
-        ));
-    }
-    let x: Vec<usize> = (0..names.len()).filter(|i| !y.contains(i) && w != Some(*i) && !drop.contains(i)).collect();
-    if x.is_empty() {
-        let flag = if drop.is_empty() { "--y" } else { "--drop" };
-        return Err(Error::config("command line", flag, "leaves no feature column"));
-    }
-    let one_hot = o.one_hot.iter().map(|c| column(names, c, "--one-hot", input)).collect::<Result<Vec<usize>>>()?;
-    if let Some(&i) = one_hot.iter().find(|i| !x.contains(i)) {
-        return Err(Error::config(
-            "command line",
-            "--one-hot",
-            format!(
-                "names column {:?}, which --y, --sample-weight or --drop takes; a one-hot column is a feature",
-                names[i]
-            ),
-        ));
-    }
-    Ok(Columns { y, w, x: x.into_iter().map(onehot::Feature::number).collect(), one_hot })
-}
-
-/// The targets' column names (`y_columns`) for numeric targets of named columns.
-fn y_names(targets: &text::Targets, names: &[String], y: &[usize], named: bool) -> Vec<String> {
-    match targets {
-        text::Targets::Values(_) if named => y.iter().map(|&i| names[i].clone()).collect(),
-        _ => Vec::new(),
-    }
 }
 
 /// The sink for `o`: with a weights dataset when `--sample-weight` is given.
@@ -553,225 +436,4 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     let (classes, remap) = targets.classes();
     let files = sink.finish(&classes, remap.as_deref())?;
     Ok(summary(rows, d, kind, classes, files, out, o))
-}
-
-/// `--classes`/`--classes-from` number class names: refused when the targets are not names.
-fn given_needs_names(t: &text::Targets, o: &Opts, input: &Path) -> Result<()> {
-    match (&o.classes, t) {
-        (ClassOrder::Given { source, .. }, text::Targets::Ints | text::Targets::Values(_)) => Err(Error::config(
-            "command line",
-            source.as_str(),
-            format!(
-                "numbers class names, but the target column(s) of {} hold numbers, not names; leave it out",
-                input.display()
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// The classes `--classes-from FILE` gives: FILE's `y_classes` (an imported file), or its
-/// `class_names` attribute (a weights file); an error when it has neither.
-pub fn classes_from(path: &Path) -> Result<ClassOrder> {
-    let f = crate::data::h5::open(path, "--classes-from")?;
-    let names = match crate::data::classes::read(&f, path, "y")? {
-        Some(n) => n,
-        None => crate::data::classes::read_attr(&f, path, "class_names")?.ok_or_else(|| {
-            Error::data(
-                path,
-                "y_classes",
-                "has no class names (y_classes, or a weights file's class_names): its labels are plain \
-                 integers; give the names with --classes a,b,c instead",
-            )
-        })?,
-    };
-    Ok(ClassOrder::Given { names, source: format!("--classes-from {}", path.display()) })
-}
-
-/// The features `--columns-from FILE` gives: FILE's `x_columns` (an imported file), or its
-/// `x_columns` attribute (a weights file); an error when it has neither.
-pub fn columns_from(path: &Path) -> Result<Vec<String>> {
-    let f = crate::data::h5::open(path, "--columns-from")?;
-    let mut names = crate::data::columns::read(&f, path, "x")?;
-    if names.is_empty() {
-        names = crate::data::classes::read_attr(&f, path, "x_columns")?.unwrap_or_default();
-    }
-    if names.is_empty() {
-        return Err(Error::data(
-            path,
-            "x_columns",
-            "has no column names (x_columns, or a weights file's x_columns): its features are known by position \
-             only; import without --columns-from, with the columns in the same order",
-        ));
-    }
-    Ok(names)
-}
-
-/// The classes `--classes a,b,c` gives (blanks around names dropped; each name once).
-pub fn classes_list(list: &str) -> Result<ClassOrder> {
-    let names: Vec<String> = list.split(',').map(|s| s.trim().to_string()).collect();
-    if names.iter().any(|n| n.is_empty()) {
-        return Err(Error::config("command line", "--classes", format!("{list:?} has an empty name")));
-    }
-    let mut seen = std::collections::HashSet::new();
-    if let Some(d) = names.iter().find(|n| !seen.insert(n.as_str())) {
-        return Err(Error::config("command line", "--classes", format!("names {d:?} twice")));
-    }
-    Ok(ClassOrder::Given { names, source: "--classes".into() })
-}
-
-/// Stream `x`, `y` (none with `--features-only`) and sample weights `w` arrays of the same
-/// row count into the sink.
-fn stream<A: std::io::Read, B: std::io::Read, C: std::io::Read>(
-    mut x: npy::Npy<A>,
-    mut y: Option<npy::Npy<B>>,
-    mut w: Option<npy::Npy<C>>,
-    out: &Path,
-    o: &Opts,
-) -> Result<Summary> {
-    let (n, d) = (x.rows(), x.width());
-    if let Some(y) = y.as_ref().filter(|y| y.rows() != n) {
-        return Err(Error::data(Path::new(&y.name), "(shape)", format!("{} rows, {} has {n}", y.rows(), x.name)));
-    }
-    if let Some(w) = &w {
-        if w.rows() != n || w.width() != 1 {
-            return Err(Error::data(
-                Path::new(&w.name),
-                "(shape)",
-                format!(
-                    "sample weights must be an array [N] or [N, 1] with one weight per row of {} ({n} rows), found \
-                     shape {:?}",
-                    x.name, w.shape
-                ),
-            ));
-        }
-    }
-    if n == 0 {
-        return Err(Error::data(Path::new(&x.name), "(shape)", "has no rows"));
-    }
-    let classes = y.as_ref().is_some_and(|y| y.dtype.is_int() && y.shape.len() == 1 && !o.regression);
-    if let (ClassOrder::Given { source, .. }, Some(y)) = (&o.classes, &y) {
-        return Err(Error::config(
-            "command line",
-            source.as_str(),
-            format!(
-                "numbers class names, but {} holds numbers; it is for CSV/TSV or Parquet labels that are strings",
-                y.name
-            ),
-        ));
-    }
-    let kind = match &y {
-        None => YKind::None,
-        Some(_) if classes => YKind::Classes,
-        Some(y) => YKind::Values(y.width()),
-    };
-    let mut sink = Sink::new(out, d, kind, o.compress, o.shard, Some(n), Vec::new())?;
-    if w.is_some() {
-        sink = sink.with_weights();
-    }
-    let (mut chunk, mut at, mut progress) = (Chunk::default(), 0, Progress::new());
-    while at < n {
-        let m = CHUNK_ROWS.min(n - at);
-        chunk.clear();
-        x.read_f32(m, at, &mut chunk.x)?;
-        match &mut y {
-            Some(y) if classes => y.read_classes(m, at, &mut chunk.classes)?,
-            Some(y) => y.read_f32(m, at, &mut chunk.values)?,
-            None => {}
-        }
-        if let Some(w) = &mut w {
-            w.read_f32(m, at, &mut chunk.w)?;
-            if let Some(i) = chunk.w.iter().position(|&v| v < 0.0) {
-                return Err(Error::data(
-                    Path::new(&w.name),
-                    "(data)",
-                    format!(
-                        "row {}: sample weight {} is negative: weights must be finite numbers >= 0",
-                        at + i,
-                        chunk.w[i]
-                    ),
-                ));
-            }
-        }
-        sink.write(&chunk)?;
-        at += m;
-        progress.rows(at, Some(n));
-    }
-    let files = sink.finish(&[], None)?;
-    Ok(summary(n, d, kind, Vec::new(), files, out, o))
-}
-
-fn from_npy(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
-    let yf = match (&o.y_file, o.features_only) {
-        (Some(f), false) => Some(f),
-        (None, true) => None,
-        (Some(_), true) => {
-            return Err(Error::config("command line", "--y-file", "gives targets, which --features-only leaves out"))
-        }
-        (None, false) => {
-            return Err(Error::config(
-                "command line",
-                "--y-file",
-                "a .npy of features needs its targets: --y-file Y.npy (or import a .npz with x and y; rows to \
-                 predict on: --features-only)",
-            ))
-        }
-    };
-    let open = |p: &Path| -> Result<npy::Npy<std::io::BufReader<std::fs::File>>> {
-        let f = std::fs::File::open(p).map_err(|e| Error::io(p, "open", e))?;
-        npy::Npy::open(std::io::BufReader::with_capacity(1 << 20, f), &p.display().to_string())
-    };
-    let w = o.sample_weight.as_deref().map(|p| open(Path::new(p))).transpose()?;
-    let y = yf.map(|f| open(f)).transpose()?;
-    stream(open(input)?, y, w, out, o)
-}
-
-fn from_npz(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
-    let archive = || -> Result<zip::ZipArchive<std::fs::File>> {
-        let f = std::fs::File::open(input).map_err(|e| Error::io(input, "open", e))?;
-        zip::ZipArchive::new(f)
-            .map_err(|e| Error::data(input, "(zip)", format!("not a readable .npz (zip) archive: {e}")))
-    };
-    let (mut ax, mut ay, mut aw) = (archive()?, archive()?, archive()?);
-    let member = |a: &mut zip::ZipArchive<std::fs::File>, name: &str| -> Result<()> {
-        a.index_for_name(&format!("{name}.npy")).map(|_| ()).ok_or_else(|| {
-            let have: Vec<String> =
-                a.file_names().filter_map(|s| s.ok()).map(|s| s.trim_end_matches(".npy").to_string()).collect();
-            Error::data(
-                input,
-                name,
-                format!(
-                    "the archive has no array {name:?} (it has {have:?}); save it as np.savez(path, x=..., y=...{})",
-                    if name == "x" || name == "y" { String::new() } else { format!(", {name}=...") }
-                ),
-            )
-        })
-    };
-    member(&mut ax, "x")?;
-    if !o.features_only {
-        member(&mut ay, "y")?;
-    }
-    if let Some(name) = &o.sample_weight {
-        member(&mut aw, name)?;
-    }
-    let xr = ax.by_name("x.npy").map_err(|e| Error::data(input, "x", e.to_string()))?;
-    let yr = if o.features_only {
-        None
-    } else {
-        Some(ay.by_name("y.npy").map_err(|e| Error::data(input, "y", e.to_string()))?)
-    };
-    let (xn, yn) = (format!("{}:x", input.display()), format!("{}:y", input.display()));
-    let w = match &o.sample_weight {
-        Some(name) => {
-            let r = aw.by_name(&format!("{name}.npy")).map_err(|e| Error::data(input, name, e.to_string()))?;
-            Some(npy::Npy::open(r, &format!("{}:{name}", input.display()))?)
-        }
-        None => None,
-    };
-    let y = yr.map(|r| npy::Npy::open(r, &yn)).transpose()?;
-    // Bound first: the readers borrow the archives, which a tail expression's temporaries
-    // would outlive.
-    #[allow(clippy::let_and_return)]
-    let s = stream(npy::Npy::open(xr, &xn)?, y, w, out, o);
-    s
 }
