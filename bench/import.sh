@@ -61,11 +61,6 @@ with h5py.File(sys.argv[2], "w") as f:
     f.create_dataset("y", data=y)
 PY
 sed -i "s|READ|$READ|" "$work/pandas_import.py"
-measure() {  # measure NAME CMD...: "seconds max_rss_kib" appended to $work/NAME
-  local name=$1; shift
-  /usr/bin/time -f "%e %M" -o "$work/t" "$@" > "$work/$name.log" 2>&1 || { cat "$work/$name.log" >&2; exit 1; }
-  cat "$work/t" >> "$work/$name"
-}
 for r in $(seq 1 "$REPEAT"); do
   rm -f "$work"/hv.h5 "$work"/pd.h5
   measure hvtrain "$BIN" data import "$INPUT" "$work/hv.h5" --y label

@@ -17,3 +17,10 @@ raw_lines() {
     grep -E "$pat" "$f" | cut -c1-400 || true
   done > "$out"
 }
+# measure NAME CMD...: CMD's wall seconds and peak RSS (GNU time, "seconds max_rss_kib") appended
+# to $work/NAME, its output in $work/NAME.log; a failure prints that log and ends the script.
+measure() {
+  local name=$1; shift
+  /usr/bin/time -f "%e %M" -o "$work/t" "$@" > "$work/$name.log" 2>&1 || { cat "$work/$name.log" >&2; exit 1; }
+  cat "$work/t" >> "$work/$name"
+}

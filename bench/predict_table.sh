@@ -52,11 +52,6 @@ TOML
 "$BIN" train "$work/job.toml" > "$work/train.log" 2>&1
 size=$(stat -c %s "$work/new.csv")
 echo "new.csv: $size bytes, $ROWS rows" >&2
-measure() {  # measure NAME CMD...: "seconds max_rss_kib" appended to $work/NAME
-  local name=$1; shift
-  /usr/bin/time -f "%e %M" -o "$work/t" "$@" > "$work/$name.log" 2>&1 || { cat "$work/$name.log" >&2; exit 1; }
-  cat "$work/t" >> "$work/$name"
-}
 for r in $(seq 1 "$REPEAT"); do
   rm -f "$work"/p.csv "$work"/k.csv
   measure hvtrain "$BIN" predict "$work/job.toml" --weights "$work/run/weights.h5" --input "$work/new.csv" \
