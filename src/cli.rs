@@ -56,9 +56,38 @@ goes on. Exit codes as train's: 75 after SIGTERM/SIGINT/SIGUSR1 (every running t
 a checkpoint; --resume auto continues them and does not rerun finished ones)."
     )]
     Sweep(SweepArgs),
+    /// Find a learning rate: the job's training with the rate growing from --min to --max
+    /// (the range test, fastai's lr_find), the loss of each step over every rank's rows.
+    #[command(after_help = "Example:\n  mpirun -n 4 hvtrain lr-find jobs/fashion-mnist.toml\n  \
+mpirun -n 4 hvtrain lr-find jobs/my-job.toml --min 1e-6 --max 1 --steps 200\n\n\
+Runs the job as `train` would (its model, optimizer, data, ranks and global batch) for --steps\n\
+optimizer steps, the learning rate growing geometrically from --min to --max, and stops early\n\
+where the smoothed loss passes 4x its lowest. Writes OUTPUT_DIR/lr-find/lr_find.csv (step,\n\
+lr, loss, smoothed loss) and logs the suggested optimizer.lr: where the smoothed loss fell\n\
+fastest. Writes no weights and no checkpoint; the job's schedule, warm-up, evaluation and\n\
+early stopping are set aside. Not with parameter servers.")]
+    LrFind {
+        #[command(flatten)]
+        job: JobArgs,
+        /// The first step's learning rate.
+        #[arg(long, default_value_t = 1e-7)]
+        min: f64,
+        /// The last step's learning rate.
+        #[arg(long, default_value_t = 10.0)]
+        max: f64,
+        /// Optimizer steps from --min to --max.
+        #[arg(long, default_value_t = 100)]
+        steps: usize,
+    },
     /// Evaluate saved weights on the job's test data.
     #[command(
-        after_help = "Example:\n  mpirun -n 2 hvtrain eval jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5"
+        after_help = "Examples:\n  mpirun -n 2 hvtrain eval jobs/fashion-mnist.toml --weights runs/fashion-mnist/weights.h5\n  \
+mpirun -n 2 hvtrain eval jobs/my-job.toml --weights runs/my-job/weights.h5 --curves curves.csv\n\n\
+Logs test_loss, test_accuracy, ROC AUC and average precision (classifiers, multi-label), the\n\
+per-class report and confusion matrix, or MAE/RMSE/R² (regression), and prints them as one\n\
+JSON line. --curves writes the ROC and precision-recall curves as CSV: a row per threshold\n\
+(on the probability) and class (one vs rest; class 1 alone for two classes) or label, with\n\
+tp, fp, fn, tn, precision, recall and fpr; pick a threshold there for predict --threshold."
     )]
     Eval {
         #[command(flatten)]
@@ -66,6 +95,9 @@ a checkpoint; --resume auto continues them and does not rerun finished ones)."
         /// Weights file written by `hvtrain train` (OUTPUT_DIR/weights.h5).
         #[arg(long)]
         weights: PathBuf,
+        /// Write the ROC and precision-recall curves of the test data to this CSV file.
+        #[arg(long, value_name = "FILE.csv")]
+        curves: Option<PathBuf>,
     },
     /// Run a trained model on new inputs (one process, no mpirun needed).
     #[command(
@@ -100,6 +132,18 @@ per class; `p_NAME` and `label_NAME` per output (multi-label); a column per targ
         /// prediction, as it stands; repeat for several (HDF5 output: group `kept`).
         #[arg(long, value_name = "COLUMN")]
         keep: Vec<String>,
+        /// Two classes: class 1 where its probability is at least this; multi-label: a label set
+        /// where its probability is at least this (default: the larger probability; above 0.5).
+        /// `hvtrain eval --curves` gives each threshold's precision and recall.
+        #[arg(long, value_name = "PROBABILITY")]
+        threshold: Option<f32>,
+        /// A CSV/TSV input: the first line is data; its columns are the model's inputs in order
+        /// (by position, not by name; --keep then takes 0-based indices).
+        #[arg(long)]
+        no_header: bool,
+        /// A CSV/TSV input: the field separator (default: tab for .tsv, else comma).
+        #[arg(long)]
+        delimiter: Option<char>,
     },
     /// Write a trained model as a standard ONNX graph (onnxruntime, TensorRT, C++ codes).
     #[command(

@@ -83,12 +83,14 @@ fn main() {
                 1
             }
         },
-        Command::Predict { job, weights, input, output, fill, keep } => finish(
+        Command::Predict { job, weights, input, output, fill, keep, threshold, no_header, delimiter } => finish(
             config::Job::load_with_env(&job.job, &job.set)
                 .and_then(|(j, _)| {
                     // One process: training.threads ("auto": every usable core, or OMP_NUM_THREADS).
                     device::set_job_threads(j.training.threads);
-                    eval::predict(&j, &weights, &input, &output, &eval::PredictOptions { fill, keep })
+                    let delimiter = data::import::delimiter_arg(delimiter)?;
+                    let opts = eval::PredictOptions { fill, keep, threshold, no_header, delimiter };
+                    eval::predict(&j, &weights, &input, &output, &opts)
                 })
                 .map(|n| log::info!("wrote {} predictions to {}", n, output.display())),
         ),
@@ -180,6 +182,18 @@ fn main() {
             }
             with_mpi(limits, |comm| train(comm, args, t_process))
         }
+        Command::LrFind { job, min, max, steps } => with_mpi(limits(&job.job, &job.set), |comm| {
+            let (j, _) = config::Job::load_with_env(&job.job, &job.set)?;
+            let j = train::lr_find::job(&j, config::LrFind { min, max, steps })?;
+            if comm.rank == 0 {
+                log::info!(
+                    "lr-find: the learning rate from {min:.1e} to {max:.1e} over {steps} steps (global batch as the job's); \
+                     outputs in {}",
+                    j.output.dir
+                );
+            }
+            train::train(comm, &j, t_process, None).map(|_| 0)
+        }),
         Command::Sweep(args) if args.dry_run => {
             finish(sweep::dry_run(&args.job.job, &args.job.set).map(|text| println!("{text}")))
         }
@@ -198,9 +212,9 @@ fn main() {
             })
         }
         Command::Wait { job, seconds, since } => wait(&job, seconds, since),
-        Command::Eval { job, weights } => with_mpi(limits(&job.job, &job.set), |comm| {
+        Command::Eval { job, weights, curves } => with_mpi(limits(&job.job, &job.set), |comm| {
             let (j, _) = config::Job::load_with_env(&job.job, &job.set)?;
-            eval::eval(comm, &j, &weights).map(|()| 0)
+            eval::eval(comm, &j, &weights, curves.as_deref()).map(|()| 0)
         }),
     };
     std::process::exit(code);
@@ -437,17 +451,7 @@ fn run_data(cmd: DataCommand) -> error::Result<()> {
                 (None, None, cli::ClassOrderArg::Sorted) => data::import::ClassOrder::Sorted,
                 (None, None, cli::ClassOrderArg::Appearance) => data::import::ClassOrder::Appearance,
             };
-            let delimiter = match delimiter {
-                Some(c) if c.is_ascii() => Some(c as u8),
-                Some(c) => {
-                    return Err(error::Error::config(
-                        "command line",
-                        "--delimiter",
-                        format!("{c:?} is not one ASCII character"),
-                    ))
-                }
-                None => None,
-            };
+            let delimiter = data::import::delimiter_arg(delimiter)?;
             let o = data::import::Opts {
                 y,
                 y_file,

@@ -41,7 +41,7 @@ pub use optimizer::{OptimizerCfg, OptimizerKind, Schedule};
 pub use output::OutputCfg;
 pub use parallel::ParallelCfg;
 pub use sweep::{Goal, KeepCheckpoints, Range, RungRule, Sampler, SchedulerKind, SweepCfg, LAYER_KEYS};
-pub use training::{DeviceChoice, Precision, Threads, TrainingCfg};
+pub use training::{higher_is_better, DeviceChoice, LrFind, Precision, Threads, TrainingCfg};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -71,6 +71,9 @@ pub struct Job {
     /// later run resumes it with the same job and schedule.
     #[serde(skip)]
     pub pause_after_epoch: Option<usize>,
+    /// `hvtrain lr-find`: the learning-rate range test this run is (None: a plain run).
+    #[serde(skip)]
+    pub lr_find: Option<LrFind>,
 }
 
 impl Job {
@@ -168,6 +171,16 @@ impl Job {
                 origin,
                 field,
                 format!("watches {m}, and the run has no validation data; set data.validation (a file) or data.validation_split (a fraction of the training rows), or monitor train_loss"),
+            ));
+        }
+        if (m == "val_auc" || m == "val_average_precision") && self.model.loss.targets() == Targets::Regression {
+            return Err(Error::config(
+                origin,
+                field,
+                format!(
+                    "watches {m}, a classifier's ranking metric, which model.loss = \"{}\" (a regression) does not have; monitor val_loss",
+                    self.model.loss.name()
+                ),
             ));
         }
         if (m == "val_balanced_accuracy" || m == "val_macro_f1") && self.model.loss.targets() != Targets::Classes {

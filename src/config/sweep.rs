@@ -192,12 +192,14 @@ impl From<Range> for toml::Value {
 pub const LAYER_KEYS: [&str; 2] = ["model.width", "model.depth"];
 
 /// The metrics of `metrics.jsonl` a sweep can rank trials by.
-pub const METRICS: [&str; 22] = [
+pub const METRICS: [&str; 26] = [
     "val_loss",
     "val_accuracy",
     "val_top5_accuracy",
     "val_balanced_accuracy",
     "val_macro_f1",
+    "val_auc",
+    "val_average_precision",
     "val_mae",
     "val_rmse",
     "val_r2",
@@ -206,6 +208,8 @@ pub const METRICS: [&str; 22] = [
     "test_top5_accuracy",
     "test_balanced_accuracy",
     "test_macro_f1",
+    "test_auc",
+    "test_average_precision",
     "test_mae",
     "test_rmse",
     "test_r2",
@@ -274,13 +278,11 @@ fn default_eta() -> usize {
 impl SweepCfg {
     /// The goal, given or from the metric's name.
     pub fn goal(&self) -> Goal {
-        self.goal.unwrap_or(
-            if self.metric.ends_with("accuracy") || self.metric.ends_with("r2") || self.metric.ends_with("f1") {
-                Goal::Maximize
-            } else {
-                Goal::Minimize
-            },
-        )
+        self.goal.unwrap_or(if super::training::higher_is_better(&self.metric) {
+            Goal::Maximize
+        } else {
+            Goal::Minimize
+        })
     }
 
     /// The trials to run: `trials`, or its default.

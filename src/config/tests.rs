@@ -512,6 +512,17 @@ fn sweep_defaults_and_ranges() {
     assert_eq!(field_of(Job::parse("job", &too_many, &[])), "sweep.trials");
     let acc = format!("{with_val}[sweep]\nmetric = \"val_accuracy\"\n{sweep}");
     assert_eq!(Job::parse("job", &acc, &[]).unwrap().sweep.unwrap().goal(), Goal::Maximize);
+    for m in ["val_auc", "test_average_precision", "val_macro_f1", "val_r2"] {
+        assert!(crate::config::higher_is_better(m), "{m}");
+    }
+    for m in ["val_loss", "val_mae", "val_rmse", "train_loss"] {
+        assert!(!crate::config::higher_is_better(m), "{m}");
+    }
+    let auc = format!("{with_val}[sweep]\nmetric = \"val_auc\"\n{sweep}");
+    assert_eq!(Job::parse("job", &auc, &[]).unwrap().sweep.unwrap().goal(), Goal::Maximize);
+    let regression =
+        format!("{with_val}[sweep]\nmetric = \"val_auc\"\n{sweep}").replace("[model]\n", "[model]\nloss = \"mse\"\n");
+    assert_eq!(field_of(Job::parse("job", &regression, &[])), "sweep.metric", "{regression}");
     for (extra, field) in [
         ("ranks_per_trial = 0", "sweep.ranks_per_trial"),
         ("eta = 1", "sweep.eta"),

@@ -149,7 +149,31 @@ fn default_patience() -> usize {
 }
 
 /// The metrics a run can monitor (early stopping, plateau, keep_best).
-pub const MONITORS: [&str; 5] = ["train_loss", "val_loss", "val_accuracy", "val_balanced_accuracy", "val_macro_f1"];
+pub const MONITORS: [&str; 7] = [
+    "train_loss",
+    "val_loss",
+    "val_accuracy",
+    "val_balanced_accuracy",
+    "val_macro_f1",
+    "val_auc",
+    "val_average_precision",
+];
+
+/// `hvtrain lr-find`'s range test (Smith's, fastai's `lr_find`): the learning rate grows
+/// geometrically from `min` to `max` over `steps` optimizer steps (the last at `max`), and
+/// the run ends there or where the loss diverges.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LrFind {
+    pub min: f64,
+    pub max: f64,
+    pub steps: usize,
+}
+
+/// Whether a larger value of `metric` (a name of metrics.jsonl) is better: accuracies, F1,
+/// R², ROC AUC and average precision; losses and errors are smaller when better.
+pub fn higher_is_better(metric: &str) -> bool {
+    ["accuracy", "f1", "r2", "auc", "average_precision"].iter().any(|s| metric.ends_with(s))
+}
 
 fn default_batch() -> usize {
     32

@@ -15,72 +15,20 @@ use crate::model::{Held, Mlp, Params, Targets, TensorSum, Whole, Workspace};
 use crate::parallel::liveness;
 use crate::parallel::{check_agreement, Comm};
 use crate::weights;
-use log::{info, warn};
+use log::info;
 use std::path::Path;
 
-use crate::metrics::classes::{self as per_class, PerClass, PER_CLASS};
-use crate::metrics::regression::{self, Regression};
+use crate::metrics::auc::Ranking;
+use crate::metrics::classes as per_class;
 
+mod curves;
 mod predict;
+mod sums;
 pub use predict::{predict, Options as PredictOptions};
+use sums::add_outputs;
+pub use sums::{eval_result, sums_len, EvalResult};
 
 const CHUNK: usize = 512;
-
-/// The length of an evaluation's sums: loss, correct predictions (rows for classes, elements
-/// for multi-label), rows, then for more than 5 classes the rows whose label is among the 5
-/// largest outputs and for up to `classes::MAX_CLASSES` classes `classes::PER_CLASS` counts
-/// per class, for regression targets `regression::PER_OUTPUT` sums per output. From the
-/// shard's targets (the whole model's outputs), not a pipeline stage's model: every rank's
-/// sums have the same length.
-pub fn sums_len(shard: &Shard) -> usize {
-    3 + match &shard.labels {
-        Labels::Values(_, k) => regression::PER_OUTPUT * k,
-        Labels::Classes(_) => has_top5(shard) as usize + per_class_at(shard).map_or(0, |_| PER_CLASS * shard.outputs),
-        Labels::Bits(..) => 0,
-    }
-}
-
-/// Where a classifier's per-class counts start in its sums (None: not kept, too many classes).
-fn per_class_at(shard: &Shard) -> Option<usize> {
-    (matches!(shard.labels, Labels::Classes(_)) && shard.outputs <= per_class::MAX_CLASSES)
-        .then(|| 3 + has_top5(shard) as usize)
-}
-
-/// Whether the shard's classes are more than 5 (top-5 accuracy is then a metric).
-fn has_top5(shard: &Shard) -> bool {
-    matches!(shard.labels, Labels::Classes(_)) && shard.outputs > 5
-}
-
-/// Add a chunk's outputs (downloaded when needed) to the sums that need them: the top-5 hits
-/// for more than 5 classes, the regression sums for regression targets.
-fn add_outputs<B: Backend>(
-    be: &B,
-    model: &Mlp,
-    ws: &Workspace<B>,
-    shard: &Shard,
-    rows: std::ops::Range<usize>,
-    out: &mut [f32],
-    sums: &mut [f64],
-) -> Result<()> {
-    let (c, k) = (rows.len(), shard.outputs);
-    match &shard.labels {
-        Labels::Classes(y) if has_top5(shard) || per_class_at(shard).is_some() => {
-            ws.output_host(be, model, c, &mut out[..c * k])?;
-            if has_top5(shard) {
-                sums[3] += crate::model::loss::top5_hits(&out[..c * k], &y[rows.clone()], k) as f64;
-            }
-            if let Some(at) = per_class_at(shard) {
-                per_class::add(&mut sums[at..], &out[..c * k], &y[rows], k);
-            }
-        }
-        Labels::Values(v, _) => {
-            ws.output_host(be, model, c, &mut out[..c * k])?;
-            regression::add(&mut sums[3..], &out[..c * k], &v[rows.start * k..rows.end * k], k, shard.norm());
-        }
-        _ => {}
-    }
-    Ok(())
-}
 
 /// Weigh evaluation shard `shard` (data path `template`, the job's key `key`) by
 /// `data.sample_weight` when every file of it holds that dataset (Keras weighs `val_loss`
@@ -330,36 +278,6 @@ fn targets<'a, B: Backend>(
     })
 }
 
-/// What an evaluation gives: the mean loss, accuracy for classes (top-5 too for more than 5)
-/// and multi-label (the share of labels right), MAE/RMSE/R² for regression.
-pub struct EvalResult {
-    pub loss: f64,
-    pub accuracy: Option<f64>,
-    pub top5: Option<f64>,
-    pub regression: Option<Regression>,
-    /// A classifier's per-class figures (up to `classes::MAX_CLASSES` classes).
-    pub classes: Option<PerClass>,
-}
-
-/// The metrics from sums (`sums_len` of them) added over every rank.
-pub fn eval_result(sums: &[f64], shard: &Shard) -> EvalResult {
-    if sums[2] == 0.0 {
-        warn!("the test set is empty");
-    }
-    let accuracy = match &shard.labels {
-        Labels::Classes(_) => Some(sums[1] / sums[2]),
-        Labels::Bits(_, k) => Some(sums[1] / (sums[2] * *k as f64)),
-        Labels::Values(..) => None,
-    };
-    let top5 = has_top5(shard).then(|| sums[3] / sums[2]);
-    let regression = match &shard.labels {
-        Labels::Values(_, k) if sums.len() > 3 => Some(regression::finish(&sums[3..], sums[2], *k)),
-        _ => None,
-    };
-    let classes = per_class_at(shard).map(|at| per_class::finish(&sums[at..], shard.outputs));
-    EvalResult { loss: sums[0] / sums[2], accuracy, top5, regression, classes }
-}
-
 /// What a classifier's class numbers mean for `eval`: the weights' `class_names`, else the
 /// job's training data's (a checkpoint, or weights written before names were kept), else
 /// nothing to compare with.
@@ -377,8 +295,9 @@ fn reference_classes(job: &Job, model: &Mlp, weights_path: &Path) -> Result<Refe
     }
 }
 
-/// `hvtrain eval`: load weights (or a checkpoint), evaluate on the job's test data over all ranks.
-pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
+/// `hvtrain eval`: load weights (or a checkpoint), evaluate on the job's test data over all
+/// ranks; with `curves`, rank 0 writes the ROC and precision-recall curves there (`curves.rs`).
+pub fn eval(comm: &Comm, job: &Job, weights_path: &Path, curves: Option<&Path>) -> Result<()> {
     let model = start(comm, job)?;
     let test = job
         .data
@@ -404,6 +323,9 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
         }
         sh
     };
+    if let Some(path) = curves {
+        curves::check(path, &shard)?;
+    }
     let (kind, _) = crate::device::select(job.training.device, comm.local_rank)?;
     let mut sums = crate::device::with_backend(
         kind,
@@ -417,8 +339,9 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
     let r = eval_result(&sums, &shard);
     let (loss, acc) = (r.loss, r.accuracy);
     if comm.rank == 0 {
+        let ranked = r.ranking.as_ref().map_or(String::new(), ranking_text);
         match (acc, &r.regression) {
-            (Some(a), _) => info!("eval {}: test_loss {loss:.4} test_accuracy {a:.4}", weights_path.display()),
+            (Some(a), _) => info!("eval {}: test_loss {loss:.4} test_accuracy {a:.4}{ranked}", weights_path.display()),
             (None, Some(g)) => info!(
                 "eval {}: test_loss {loss:.6} test_mae {:.6} test_rmse {:.6} test_r2 {:.4}",
                 weights_path.display(),
@@ -429,13 +352,21 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
             (None, None) => info!("eval {}: test_loss {loss:.6}", weights_path.display()),
         }
         if let Some(c) = &r.classes {
-            for line in per_class::report(c, &shard.class_names, "test") {
+            for line in per_class::report(c, r.ranking.as_ref(), &shard.class_names, "test") {
                 info!("{line}");
             }
         }
         let mut j = serde_json::json!({"weights": weights_path.display().to_string(), "test_loss": loss, "test_accuracy": acc, "ranks": comm.size});
         if let Some(t) = r.top5 {
             j["test_top5_accuracy"] = t.into();
+        }
+        if let Some(g) = &r.ranking {
+            j["test_auc"] = g.auc.into();
+            j["test_average_precision"] = g.average_precision.into();
+            if let Labels::Bits(..) = shard.labels {
+                let rows: Vec<serde_json::Value> = g.problems.iter().enumerate().map(|(i, p)| serde_json::json!({"label": i, "auc": p.auc, "average_precision": p.average_precision, "positives": p.positives})).collect();
+                j["test_per_label"] = rows.into();
+            }
         }
         if let Some(c) = &r.classes {
             j["test_balanced_accuracy"] = c.balanced_accuracy.into();
@@ -446,6 +377,10 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
                 .enumerate()
                 .map(|(i, k)| {
                     let mut o = serde_json::json!({"class": i, "recall": k.recall, "precision": k.precision, "f1": k.f1, "rows": k.rows, "predicted": k.predicted});
+                    if let Some(p) = r.ranking.as_ref().filter(|g| g.problems.len() == c.classes.len()) {
+                        o["auc"] = p.problems[i].auc.into();
+                        o["average_precision"] = p.problems[i].average_precision.into();
+                    }
                     if let Some(n) = shard.class_names.get(i) {
                         o["name"] = n.as_str().into();
                     }
@@ -453,6 +388,9 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
                 })
                 .collect();
             j["test_per_class"] = rows.into();
+            if let Some(m) = &c.confusion {
+                j["test_confusion"] = serde_json::to_value(m).expect("serializes");
+            }
         }
         if let Some(g) = &r.regression {
             j["test_mae"] = g.mae.into();
@@ -460,9 +398,25 @@ pub fn eval(comm: &Comm, job: &Job, weights_path: &Path) -> Result<()> {
             j["test_r2"] = g.r2.into();
             j["test_per_output"] = serde_json::to_value(&g.per_output).expect("serializes");
         }
+        if let Some(path) = curves {
+            let names = curves::problem_names(&shard);
+            let points = curves::write(path, &sums[sums::auc_at(&shard)..], names.len(), &names)?;
+            info!(
+                "wrote the ROC and precision-recall curves of {} ({points} thresholds) to {}",
+                names.join(", "),
+                path.display()
+            );
+            j["curves"] = path.display().to_string().into();
+        }
         println!("{j}");
     }
     Ok(())
+}
+
+/// The log's ` test_auc A test_average_precision P` (a figure without rows to rank: `-`).
+fn ranking_text(g: &Ranking) -> String {
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
+    format!(" test_auc {} test_average_precision {}", f(g.auc), f(g.average_precision))
 }
 
 /// `evaluate_local` on the backend `device::select` chose.

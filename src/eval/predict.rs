@@ -27,6 +27,14 @@ pub struct Options {
     pub fill: Option<f32>,
     /// A table input's columns copied, as they stand, beside each row's prediction (an id).
     pub keep: Vec<String>,
+    /// Two classes: class 1 where its probability is at least this (else the larger
+    /// probability's class); multi-label: a label set where its probability is at least this
+    /// (else above ½).
+    pub threshold: Option<f32>,
+    /// A CSV/TSV input: its first line is data, and its columns are the model's by position.
+    pub no_header: bool,
+    /// A CSV/TSV input's field separator (None: by the file name, as `data import`).
+    pub delimiter: Option<u8>,
 }
 
 /// What `predict` computed for every row.
@@ -42,6 +50,18 @@ struct Predictions {
     head: OutputActivation,
     /// `--keep`'s columns: name, and a text a row.
     kept: Vec<(String, Vec<String>)>,
+    /// `Options::threshold`, for the multi-label labels.
+    threshold: Option<f32>,
+}
+
+impl Predictions {
+    /// A multi-label output's label from its probability.
+    fn label(&self, p: f32) -> u8 {
+        match self.threshold {
+            Some(t) => (p >= t) as u8,
+            None => (p > 0.5) as u8,
+        }
+    }
 }
 
 /// Whether `path` is read through `data import` (a table or NumPy file), not as HDF5.
@@ -49,6 +69,13 @@ fn is_table(path: &Path) -> bool {
     let name = path.to_string_lossy().to_lowercase();
     let base = name.trim_end_matches(".gz");
     [".csv", ".tsv", ".tab", ".txt", ".parquet", ".pq", ".npy", ".npz"].iter().any(|e| base.ends_with(e))
+}
+
+/// Whether `path` is a CSV/TSV input (by its name, .gz too).
+fn is_text(path: &Path) -> bool {
+    let name = path.to_string_lossy().to_lowercase();
+    let base = name.trim_end_matches(".gz");
+    [".csv", ".tsv", ".tab", ".txt"].iter().any(|e| base.ends_with(e))
 }
 
 /// Whether the output is a text table (by its name), and its separator.
@@ -88,6 +115,17 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, opts
         ));
     }
     let model = Mlp::from_cfg(&job.model);
+    if let Some(t) = opts.threshold {
+        check_threshold(t, &model)?;
+    }
+    if (opts.no_header || opts.delimiter.is_some()) && !is_text(input) {
+        let flag = if opts.no_header { "--no-header" } else { "--delimiter" };
+        return Err(Error::config(
+            "command line",
+            flag,
+            format!("is for a CSV/TSV input; {} is not one", input.display()),
+        ));
+    }
     let params = crate::checkpoint::params_of(weights_path, &model)?;
     let norm = weights::load_norm(&model, weights_path)?;
     let names = weights::read_names(weights_path)?;
@@ -95,12 +133,20 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, opts
     let (h5_input, xn, _scratch) = if is_table(input) {
         let tmp = scratch_path(output);
         let scratch = Scratch(tmp.clone());
-        let select = (!names.x_columns.is_empty()).then(|| names.x_columns.clone());
+        // Without a header the columns have no names: every one, by position.
+        let select = (!names.x_columns.is_empty() && !opts.no_header).then(|| names.x_columns.clone());
         match &select {
             Some(c) => info!("{}: read as a table, the model's columns {c:?} by name", input.display()),
+            None if opts.no_header => info!(
+                "{}: read as a table without a header (--no-header): its columns are the model's {}, by position",
+                input.display(),
+                if names.x_columns.is_empty() { "inputs".to_string() } else { format!("{:?}", names.x_columns) }
+            ),
             None => info!("{}: read as a table, its columns in order (the weights name none)", input.display()),
         }
-        crate::data::import::import(input, &tmp, &crate::data::import::Opts::features(select, fill))?;
+        let mut o = crate::data::import::Opts::features(select, fill);
+        (o.no_header, o.delimiter) = (opts.no_header, opts.delimiter);
+        crate::data::import::import(input, &tmp, &o)?;
         (tmp, "x".to_string(), Some(scratch))
     } else {
         (input.to_path_buf(), job.data.x_dataset.clone(), None)
@@ -190,7 +236,9 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, opts
     if head == OutputActivation::Sigmoid {
         probs = outputs.iter().map(|&z| crate::device::cpu::sigmoid(z)).collect();
     }
-    let classes = if classify {
+    let classes = if let (true, Some(t)) = (classify, opts.threshold) {
+        probs.chunks_exact(k).map(|row| (row[1] >= t) as i32).collect() // two classes (check_threshold)
+    } else if classify {
         probs
             .chunks_exact(k)
             .map(|row| row.iter().enumerate().fold(0, |best, (j, &v)| if v > row[best] { j } else { best }) as i32)
@@ -207,7 +255,7 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, opts
     }
     let mut kept = Vec::new();
     if !opts.keep.is_empty() {
-        let cols = crate::data::import::keep::columns(input, &opts.keep)?;
+        let cols = crate::data::import::keep::columns(input, &opts.keep, opts.delimiter, opts.no_header)?;
         for (name, v) in opts.keep.iter().zip(cols) {
             if v.len() != n {
                 return Err(Error::data(
@@ -219,12 +267,32 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, opts
             kept.push((name.clone(), v));
         }
     }
-    let p = Predictions { n, k, outputs, probs, classes, head, kept };
+    let p = Predictions { n, k, outputs, probs, classes, head, kept, threshold: opts.threshold };
     match text_output(output) {
         Some(delim) => write_table(&p, &names, output, delim)?,
         None => write_h5(&p, &names, output)?,
     }
     Ok(n)
+}
+
+/// `--threshold t`: a probability, for a model of two classes or of labels.
+fn check_threshold(t: f32, model: &Mlp) -> Result<()> {
+    let (head, k) = (model.loss.kind.output_activation(), model.n_outputs());
+    let why = if !(0.0..=1.0).contains(&t) {
+        Some(format!("is {t}; a threshold is a probability, from 0 to 1"))
+    } else {
+        match head {
+            OutputActivation::Softmax if k != 2 => Some(format!(
+                "is for two classes (class 1 where its probability is at least the threshold) or multi-label outputs; this model has {k} classes, each row takes the most probable"
+            )),
+            OutputActivation::Identity => Some("is for classifiers; this model is a regression".to_string()),
+            _ => None,
+        }
+    };
+    match why {
+        Some(why) => Err(Error::config("command line", "--threshold", why)),
+        None => Ok(()),
+    }
 }
 
 /// The temporary HDF5 file a table input is imported into: beside the output, named after it.
@@ -254,7 +322,7 @@ fn write_h5(p: &Predictions, names: &weights::Names, output: &Path) -> Result<()
             }
         }
         if p.head == OutputActivation::Sigmoid {
-            let labels: Vec<u8> = p.probs.iter().map(|&v| (v > 0.5) as u8).collect();
+            let labels: Vec<u8> = p.probs.iter().map(|&v| p.label(v)).collect();
             h5::write(&o, &tmp, "probabilities", &p.probs, &[n, k])?;
             h5::write(&o, &tmp, "labels", &labels, &[n, k])?;
         }
@@ -316,7 +384,7 @@ fn write_table(p: &Predictions, names: &weights::Names, output: &Path, delim: u8
                 OutputActivation::Sigmoid => {
                     let row = &p.probs[r * k..(r + 1) * k];
                     rec.extend(row.iter().map(|v| v.to_string()));
-                    rec.extend(row.iter().map(|&v| ((v > 0.5) as u8).to_string()));
+                    rec.extend(row.iter().map(|&v| p.label(v).to_string()));
                 }
                 OutputActivation::Identity => rec.extend(p.outputs[r * k..(r + 1) * k].iter().map(|v| v.to_string())),
             }
@@ -347,7 +415,16 @@ mod tests {
 
     #[test]
     fn the_header_names_classes_targets_and_outputs() {
-        let p = |head, k| Predictions { n: 0, k, outputs: vec![], probs: vec![], classes: vec![], head, kept: vec![] };
+        let p = |head, k| Predictions {
+            n: 0,
+            k,
+            outputs: vec![],
+            probs: vec![],
+            classes: vec![],
+            head,
+            kept: vec![],
+            threshold: None,
+        };
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let named = weights::Names { class_names: s(&["cat", "dog"]), x_columns: vec![], y_columns: s(&["e", "p"]) };
         let none = weights::Names::default();

@@ -5,6 +5,9 @@
 //!
 //! Must not: weigh rows (evaluation counts every row once, whatever `model.class_weights` says).
 
+use super::auc::Ranking;
+use super::confusion::predicted;
+
 /// Counts per class in an evaluation's sums: rows predicted right, rows predicted as the
 /// class, rows of the class.
 pub const PER_CLASS: usize = 3;
@@ -17,12 +20,7 @@ pub const MAX_CLASSES: usize = 1000;
 /// loss kernels count accuracy), `labels` one per row, into `sums` [k × PER_CLASS].
 pub fn add(sums: &mut [f64], out: &[f32], labels: &[i32], k: usize) {
     for (row, &y) in out.chunks_exact(k).zip(labels) {
-        let mut amax = 0;
-        for (j, &v) in row.iter().enumerate() {
-            if v > row[amax] {
-                amax = j;
-            }
-        }
+        let amax = predicted(row);
         let y = y as usize;
         sums[y * PER_CLASS] += (amax == y) as u8 as f64;
         sums[amax * PER_CLASS + 1] += 1.0;
@@ -49,6 +47,9 @@ pub struct PerClass {
     /// The mean F1 over the classes with rows or predictions (`f1_score(average="macro")`; a
     /// class predicted but never right, or present but never predicted, counts 0).
     pub macro_f1: f64,
+    /// The confusion matrix (`metrics::confusion`, up to its `MAX_CLASSES` classes), set by
+    /// the evaluation that counted it.
+    pub confusion: Option<Vec<Vec<u64>>>,
 }
 
 /// The figures from summed counts (`add`'s, over every rank).
@@ -69,33 +70,50 @@ pub fn finish(sums: &[f64], k: usize) -> PerClass {
     let recalls: Vec<f64> = classes.iter().filter_map(|c| c.recall).collect();
     let seen: Vec<f64> = classes.iter().filter(|c| c.rows + c.predicted > 0).map(|c| c.f1).collect();
     let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
-    PerClass { balanced_accuracy: mean(&recalls), macro_f1: mean(&seen), classes }
+    PerClass { balanced_accuracy: mean(&recalls), macro_f1: mean(&seen), classes, confusion: None }
 }
 
 /// The report as log lines: a header, one line per class (`names` where the data has them),
-/// and the averages; `what` names the data ("test", "validation").
-pub fn report(p: &PerClass, names: &[String], what: &str) -> Vec<String> {
+/// and the averages; `what` names the data ("test", "validation"). With the scores'
+/// `ranking` (`metrics::auc`), each class's one-vs-rest ROC AUC where it has one per class,
+/// and the means.
+pub fn report(p: &PerClass, ranking: Option<&Ranking>, names: &[String], what: &str) -> Vec<String> {
     let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0).max(5);
     let ratio = |v: Option<f64>| v.map_or("     -".to_string(), |v| format!("{v:6.4}"));
+    let per_class_auc = ranking.filter(|g| g.problems.len() == p.classes.len());
     let mut lines = vec![format!(
-        "per class on the {what} data: {:>width$}  recall  precision      f1    rows  predicted",
-        "class"
+        "per class on the {what} data: {:>width$}  recall  precision      f1    rows  predicted{}",
+        "class",
+        if per_class_auc.is_some() { "     auc" } else { "" }
     )];
     for (c, k) in p.classes.iter().enumerate() {
         let name = names.get(c).cloned().unwrap_or_else(|| c.to_string());
         lines.push(format!(
-            "per class on the {what} data: {name:>width$}  {}     {}  {:6.4} {:7} {:10}",
+            "per class on the {what} data: {name:>width$}  {}     {}  {:6.4} {:7} {:10}{}",
             ratio(k.recall),
             ratio(k.precision),
             k.f1,
             k.rows,
-            k.predicted
+            k.predicted,
+            per_class_auc.map_or(String::new(), |g| format!("  {}", ratio(g.problems[c].auc)))
         ));
     }
+    let ranked = match ranking {
+        Some(g) => format!(
+            ", ROC AUC{} {}, average precision {}",
+            if per_class_auc.is_some() { " (one vs rest, macro)" } else { "" },
+            ratio(g.auc).trim(),
+            ratio(g.average_precision).trim()
+        ),
+        None => String::new(),
+    };
     lines.push(format!(
-        "per class on the {what} data: balanced accuracy (mean recall) {:.4}, macro F1 {:.4}",
+        "per class on the {what} data: balanced accuracy (mean recall) {:.4}, macro F1 {:.4}{ranked}",
         p.balanced_accuracy, p.macro_f1
     ));
+    if let Some(m) = &p.confusion {
+        lines.extend(super::confusion::table(m, names, what));
+    }
     lines
 }
 
@@ -130,10 +148,23 @@ mod tests {
         close(p.balanced_accuracy, 7.0 / 18.0);
         close(p.macro_f1, (4.0 / 7.0 + 0.5) / 3.0);
         assert_eq!((p.classes[0].rows, p.classes[0].predicted), (3, 4));
-        let lines = report(&p, &[], "test");
+        let lines = report(&p, None, &[], "test");
         assert_eq!(lines.len(), 5);
         assert!(lines[3].contains("     2  0.0000          -  0.0000       1          0"), "{lines:#?}");
         assert!(lines[4].ends_with("balanced accuracy (mean recall) 0.3889, macro F1 0.3571"), "{lines:#?}");
+        // With the scores' ranking: a column of each class's AUC, and the means.
+        let mut h = vec![0.0; crate::metrics::auc::len(3)];
+        crate::metrics::auc::add_softmax(&mut h, &out, &labels, 3);
+        let g = crate::metrics::auc::finish(&h, 3);
+        let lines = report(&p, Some(&g), &[], "test");
+        assert!(lines[0].ends_with("predicted     auc"), "{lines:#?}");
+        assert!(lines[1].ends_with(&format!("  {:6.4}", g.problems[0].auc.unwrap())), "{lines:#?}");
+        let means = format!(
+            ", ROC AUC (one vs rest, macro) {:.4}, average precision {:.4}",
+            g.auc.unwrap(),
+            g.average_precision.unwrap()
+        );
+        assert!(lines[4].ends_with(&means), "{lines:#?}");
     }
 
     #[test]

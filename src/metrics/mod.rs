@@ -3,7 +3,9 @@
 //!
 //! Must not: compute metrics (the training loop does) or write on any rank but 0.
 
+pub mod auc;
 pub mod classes;
+pub mod confusion;
 pub mod regression;
 pub mod tensorboard;
 
@@ -57,6 +59,17 @@ pub struct EpochMetrics {
     pub val_balanced_accuracy: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub val_macro_f1: Option<f64>,
+    /// A classifier's or multi-label model's ROC AUC and average precision (`metrics/auc.rs`;
+    /// one vs rest for more than two classes, means over the labels), on the test and
+    /// validation data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_auc: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_average_precision: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_auc: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_average_precision: Option<f64>,
     /// Regression, in the targets' units: means over the outputs, and per output (K ≤ 16).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_mae: Option<f64>,

@@ -37,6 +37,8 @@ pub(super) struct AllReduce<'a> {
     /// This rank's data group (main thread): the parameter consistency check.
     data_chan: Channel,
     last_ckpt: Instant,
+    /// The last step's mean loss over every rank's rows (from the end-of-step agreement).
+    step_loss: Option<f64>,
 }
 
 /// Collective: the stepper and the rest of the loop's parts on backend `be`, and the mode.
@@ -195,7 +197,7 @@ pub(super) fn build<'a, B: Backend>(
     st.set_norm(train_shard.norm());
     let stop = StopState::new(start.loss_sums.clone());
     let ctx = Ctx { comm, job, grid, watchdog, stop, writer };
-    let mode = AllReduce { ctx, path, data_chan, last_ckpt: Instant::now() };
+    let mode = AllReduce { ctx, path, data_chan, last_ckpt: Instant::now(), step_loss: None };
     let parts = Parts {
         comm,
         job,
@@ -532,11 +534,17 @@ impl<B: Backend> Mode<B> for AllReduce<'_> {
             && self.last_ckpt.elapsed().as_secs_f64() >= ck.every_minutes * 60.0;
         let before = if at.step_in_epoch == 1 { 0.0 } else { self.ctx.stop.total() };
         let boundary = stop::at_boundary(&self.ctx, st, at.epoch_index, at.step_in_epoch, sums, time_due)?;
+        // The step's mean loss over every rank's rows, from the agreement's sums.
+        let loss = (self.ctx.stop.total() - before) / at.rows as f64;
+        self.step_loss = Some(loss);
         if comm.rank == 0 && log::log_enabled!(log::Level::Debug) {
-            // The step's mean loss over every rank's rows, from the agreement's sums.
-            debug!("step {}: loss {:.9e}", st.step(), (self.ctx.stop.total() - before) / at.rows as f64);
+            debug!("step {}: loss {loss:.9e}", st.step());
         }
         Ok(boundary)
+    }
+
+    fn step_loss(&self) -> Option<f64> {
+        self.step_loss
     }
 
     fn checkpoint(&mut self, st: &Stepper<B>, at: At, _sums: &Sums) -> Result<()> {

@@ -18,6 +18,7 @@
 mod allreduce;
 mod autotune;
 mod gpu_path;
+pub mod lr_find;
 mod mode;
 mod normalize;
 mod on_device;

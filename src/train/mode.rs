@@ -26,12 +26,16 @@ pub(super) struct At {
 }
 
 /// What the loop does after a step boundary.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Boundary {
     Continue,
     /// A checkpoint is due (every rank of the mode agrees).
     Checkpoint,
     /// Stopped by a signal: the stop checkpoint is written; exit with 75.
     Stopped,
+    /// `hvtrain lr-find` only: a rank's loss was not finite (every rank agrees); the range
+    /// test ends here, where a training would end with an error.
+    Diverged,
 }
 
 pub(super) trait Mode<B: Backend> {
@@ -58,6 +62,12 @@ pub(super) trait Mode<B: Backend> {
     /// After a step, whose running sums in the epoch on this rank are `sums`:
     /// continue, checkpoint or stop.
     fn after_step(&mut self, st: &Stepper<B>, at: At, sums: &Sums) -> Result<Boundary>;
+
+    /// The last step's mean loss over every rank's rows, the same on every rank (None where
+    /// the mode's ranks do not agree on it each step: parameter servers).
+    fn step_loss(&self) -> Option<f64> {
+        None
+    }
 
     /// The trainer's state (JSON) that this mode's next checkpoints carry.
     fn set_trainer_state(&self, json: String);

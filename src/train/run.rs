@@ -41,6 +41,8 @@ enum EpochEnd {
     EarlyStop,
     /// A signal stopped it (the stop checkpoint is written).
     Stopped(Outcome),
+    /// `hvtrain lr-find`'s range test ended (its steps, or the loss diverged).
+    LrFound,
 }
 
 /// What a mode builds for the loop.
@@ -93,8 +95,10 @@ pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
     last: Option<EpochMetrics>,
     /// The last evaluation's per-class figures, of the test data (else the validation data),
     /// for the report at the end.
-    last_classes: Option<(crate::metrics::classes::PerClass, &'static str)>,
+    last_classes: Option<(crate::metrics::classes::PerClass, Option<crate::metrics::auc::Ranking>, &'static str)>,
     last_progress: Instant,
+    /// `hvtrain lr-find`: the range test's record.
+    finder: Option<super::lr_find::Finder>,
     /// The data's normalization, for weights.h5.
     norm: crate::data::norm::Norm,
     /// The training data's class and column names, for weights.h5.
@@ -180,6 +184,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             last: None,
             last_classes: None,
             last_progress: Instant::now(),
+            finder: job.lr_find.map(super::lr_find::Finder::new),
             norm,
             names,
             watch,
@@ -197,6 +202,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 if resumed { (self.start_batch, self.start_sums.clone()) } else { (0, vec![0.0; self.st.sums_len()]) };
             match self.epoch(epoch, first, sums)? {
                 EpochEnd::Stopped(o) => return Ok(o),
+                EpochEnd::LrFound => return self.lr_found(),
                 EpochEnd::EarlyStop => break,
                 EpochEnd::Go => {}
             }
@@ -217,6 +223,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
         let mut tally = Tally::default();
         for i in first..steps {
             let t_step = Instant::now();
+            let lr = self.st.opt().lr(); // the rate this step's update takes
             let s = self.step(epoch, i, &mut tally)?;
             let step_secs = t_step.elapsed().as_secs_f64();
             sums.iter_mut().zip(s).for_each(|(a, b)| *a += b);
@@ -224,7 +231,8 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             self.board_steps(first, i, t0, sums[0])?;
             let rows = self.sched.global_rows(i);
             let at = At { epoch_index: epoch - 1, step_in_epoch: i + 1, last: i + 1 == steps, rows };
-            match self.mode.after_step(&self.st, at, &sums)? {
+            let boundary = self.mode.after_step(&self.st, at, &sums)?;
+            match boundary {
                 Boundary::Stopped => {
                     // This rank's rows of the cut epoch (the resumed loader logs the rest).
                     tally.log_before_stop(epoch, first + 1, i + 1);
@@ -233,7 +241,14 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 // The epoch's last step: checkpoint after its metrics, as the start of the next.
                 Boundary::Checkpoint if at.last => at_epoch_end = true,
                 Boundary::Checkpoint => self.mode.checkpoint(&self.st, at, &sums)?,
-                Boundary::Continue => {}
+                Boundary::Continue | Boundary::Diverged => {}
+            }
+            if let Some(f) = self.finder.as_mut() {
+                let diverged = matches!(boundary, Boundary::Diverged);
+                let loss = if diverged { f64::NAN } else { self.mode.step_loss().unwrap_or(f64::NAN) };
+                if f.observe(lr, loss) {
+                    return Ok(EpochEnd::LrFound);
+                }
             }
             if let Some(a) = &mut self.autotune {
                 if let Switch::To(s) = a.after_step(step_secs, self.mode.trainers(), self.comm.rank)? {
@@ -250,6 +265,19 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             )?;
         }
         Ok(if early_stop { EpochEnd::EarlyStop } else { EpochEnd::Go })
+    }
+
+    /// The end of `hvtrain lr-find`'s run: rank 0 writes the curve and says what it
+    /// suggests; no weights, no checkpoint (collective only in the mode's end).
+    fn lr_found(mut self) -> Result<Outcome> {
+        self.loader = None;
+        if let (0, Some(f)) = (self.comm.rank, &self.finder) {
+            let path = self.out_dir.join("lr_find.csv");
+            f.write(&path)?;
+            f.report(self.job, self.mode.trainers().size, &path);
+        }
+        self.mode.finish()?;
+        Ok(Outcome::Completed)
     }
 
     /// Whether the run pauses after `epoch` (a sweep's rung, `Job::pause_after_epoch`): the
@@ -450,8 +478,8 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
                 );
             }
             super::runlock::done();
-            if let Some((c, what)) = &self.last_classes {
-                for line in crate::metrics::classes::report(c, &self.names.class_names, what) {
+            if let Some((c, ranking, what)) = &self.last_classes {
+                for line in crate::metrics::classes::report(c, ranking.as_ref(), &self.names.class_names, what) {
                     info!("{line}");
                 }
             }

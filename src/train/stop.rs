@@ -114,6 +114,9 @@ pub(super) fn at_boundary<B: Backend>(
     };
     let n = 1 + sums.len();
     let flags = all.chunks(n).fold(0, |acc, r| acc | r[0]);
+    if flags & DIVERGED != 0 && ctx.job.lr_find.is_some() {
+        return Ok(Boundary::Diverged); // the range test's end, on every rank
+    }
     if flags & DIVERGED != 0 {
         // Every rank ends here together: the ones whose loss was finite name the others.
         let at = format!("rank {}, epoch {}, step {step_in_epoch} of the epoch", comm.rank, epoch_index + 1);

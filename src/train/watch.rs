@@ -40,7 +40,7 @@ impl Watch {
     pub fn new(job: &Job, state: &TrainerState) -> Watch {
         let name = job.monitor().to_string();
         let e = job.training.early_stopping.as_ref();
-        let negate = name.ends_with("accuracy") || name.ends_with("f1");
+        let negate = crate::config::higher_is_better(&name);
         Watch {
             negate,
             name,
@@ -60,6 +60,8 @@ impl Watch {
             "val_accuracy" => m.val_accuracy,
             "val_balanced_accuracy" => m.val_balanced_accuracy,
             "val_macro_f1" => m.val_macro_f1,
+            "val_auc" => m.val_auc,
+            "val_average_precision" => m.val_average_precision,
             _ => None,
         }?;
         v.is_finite().then_some(if self.negate { -v } else { v })
@@ -125,6 +127,10 @@ mod tests {
             test_macro_f1: None,
             val_balanced_accuracy: None,
             val_macro_f1: None,
+            test_auc: None,
+            test_average_precision: None,
+            val_auc: None,
+            val_average_precision: None,
             val_loss: Some(val_loss),
             val_accuracy: Some(1.0 - val_loss),
             test_mae: None,

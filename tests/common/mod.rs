@@ -123,6 +123,18 @@ pub fn python(dir: &Path, code: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The python with scikit-learn and h5py (the test venv, `make onnx-venv`), if any.
+pub fn sklearn_python() -> Option<PathBuf> {
+    let p = std::env::var_os("HVTRAIN_ONNX_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/onnx-venv/bin/python"));
+    let ok = Command::new(&p).args(["-c", "import sklearn, h5py"]).output().is_ok_and(|o| o.status.success());
+    if !ok && std::env::var("HVTRAIN_REQUIRE_ONNX").is_ok_and(|v| v == "1") {
+        panic!("no python with scikit-learn and h5py at {} (make onnx-venv)", p.display());
+    }
+    ok.then_some(p)
+}
+
 /// A fresh, empty directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);

@@ -119,8 +119,8 @@ fn bad_class_weights_stop_the_job_naming_the_key() {
 }
 
 /// The per-class figures of the test data (`metrics.jsonl`'s balanced accuracy and macro F1,
-/// the report at the end, `hvtrain eval`'s JSON) are those of `hvtrain predict`'s classes
-/// against the labels, computed here; `val_balanced_accuracy` can be monitored; a shuffle window
+/// the report at the end, `hvtrain eval`'s JSON, the confusion matrix) are those of `hvtrain
+/// predict`'s classes against the labels, computed here; `val_balanced_accuracy` can be monitored; a shuffle window
 /// smaller than the training rows gets the advice to widen it.
 #[test]
 fn per_class_metrics_are_those_of_the_predictions() {
@@ -172,6 +172,15 @@ fn per_class_metrics_are_those_of_the_predictions() {
     close(j["test_balanced_accuracy"].as_f64().unwrap(), balanced, "eval's test_balanced_accuracy");
     assert_eq!(j["test_per_class"][2]["name"], "rarest", "{j}");
     close(j["test_per_class"][2]["recall"].as_f64().unwrap(), recall[2], "eval's recall of class 2");
+    // The confusion matrix: row = the label, column = predict's class.
+    let mut confusion = vec![vec![0u64; 3]; 3];
+    for (&p, &t) in pred.iter().zip(&y) {
+        confusion[t as usize][p as usize] += 1;
+    }
+    assert_eq!(j["test_confusion"], serde_json::json!(confusion), "{j}");
+    let row = |m: &[Vec<u64>], c: usize| m[c].iter().map(|v| format!("{v:>6}")).collect::<Vec<_>>().join("  ");
+    let rarest = format!("confusion on the test data:           rarest  {}", row(&confusion, 2));
+    assert!(e.stderr.contains(&rarest) && log.contains(&rarest), "{rarest}\n{}", e.stderr);
     // A regression has no classes to watch.
     let r = mpirun(
         2,

@@ -48,6 +48,7 @@ new[["c", "a"]].to_csv("short.csv", index=False)
 with h5py.File("ordered.h5", "w") as f:  # the model's columns in order, no names
     f["x"] = new[["a", "b", "c"]].to_numpy(np.float32)
 new[["c", "label", "b", "a"]].to_csv("test.csv", index=False)
+new[["a", "b", "c"]].to_csv("bare.csv", index=False, header=False, sep=";")  # no names: by position
 "#,
     );
     ok(hvtrain(&["data", "import", "train.csv", "train.h5", "--y", "label", "--drop", "id"], &dir, 60));
@@ -98,6 +99,27 @@ print("ok")
 "#,
     );
     assert_eq!(check.trim(), "ok");
+    // A CSV without a header (and another separator): the model's columns by position; --keep
+    // by 0-based index.
+    let bare = ["predict", "job.toml", "--weights", "out/weights.h5", "--input", "bare.csv", "--output", "b.csv"];
+    let run = ok(hvtrain(&[&bare[..], &["--no-header", "--delimiter", ";", "--keep", "0"]].concat(), &dir, 60));
+    assert!(run.stderr.contains("without a header (--no-header)"), "{}", run.all());
+    let check = python(
+        &dir,
+        r#"
+import pandas as pd
+b, p, new = pd.read_csv("b.csv"), pd.read_csv("p.csv"), pd.read_csv("new.csv")
+assert list(b.columns) == ["0", "class", "p_hi", "p_lo", "p_mid"], list(b.columns)
+assert b.drop(columns=["0"]).equals(p) and (b["0"] == new["a"]).all()
+print("ok")
+"#,
+    );
+    assert_eq!(check.trim(), "ok");
+    let run = hvtrain(&[&bare[..], &["--delimiter", ";"]].concat(), &dir, 60);
+    assert!(!run.ok() && run.stderr.contains("no column"), "its first line is not the names: {}", run.all());
+    let h5 = ["predict", "job.toml", "--weights", "out/weights.h5", "--input", "ordered.h5", "--output", "n.h5"];
+    let run = hvtrain(&[&h5[..], &["--no-header"]].concat(), &dir, 60);
+    assert!(!run.ok() && run.stderr.contains("--no-header") && run.stderr.contains("CSV/TSV"), "{}", run.all());
     let args = ["predict", "job.toml", "--weights", "out/weights.h5", "--input", "ordered.h5", "--output", "k.h5"];
     let run = hvtrain(&[&args[..], &keep[..]].concat(), &dir, 60);
     assert!(!run.ok() && run.stderr.contains("--keep"), "{}", run.all());

@@ -132,19 +132,6 @@ fn target_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
 }
 
-/// The python with scikit-learn and h5py (the test venv, `make onnx-venv`), if any.
-fn sklearn_python() -> Option<PathBuf> {
-    let p = std::env::var_os("HVTRAIN_ONNX_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/onnx-venv/bin/python"));
-    let ok =
-        std::process::Command::new(&p).args(["-c", "import sklearn, h5py"]).output().is_ok_and(|o| o.status.success());
-    if !ok && std::env::var("HVTRAIN_REQUIRE_ONNX").is_ok_and(|v| v == "1") {
-        panic!("no python with scikit-learn and h5py at {} (make onnx-venv)", p.display());
-    }
-    ok.then_some(p)
-}
-
 fn r2(pred: &[f32], y: &[f32], k: usize) -> f64 {
     let (mean, var) = reference(y, k);
     let mut total = 0.0;

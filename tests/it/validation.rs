@@ -106,7 +106,7 @@ fn bad_values_name_the_key() {
         (vec!["data.validation_split=0.2", "data.validation=\"v.h5\""], "data.validation_split"),
         (vec!["training.early_stopping={monitor=\"val_loss\"}"], "training.early_stopping.monitor"),
         (
-            vec!["training.early_stopping={monitor=\"val_auc\"}", "data.validation_split=0.2"],
+            vec!["training.early_stopping={monitor=\"val_auroc\"}", "data.validation_split=0.2"],
             "training.early_stopping.monitor",
         ),
         (vec!["output.keep_best=true"], "output.keep_best"),

@@ -16,8 +16,9 @@ pub fn readable(path: &Path) -> bool {
     parquet || [".csv", ".tsv", ".tab", ".txt"].iter().any(|e| base.ends_with(e))
 }
 
-/// The columns `wanted` (header names) of the table at `path`, each as one string a row.
-pub fn columns(path: &Path, wanted: &[String]) -> Result<Vec<Vec<String>>> {
+/// The columns `wanted` (header names; with `no_header`, a CSV/TSV's 0-based indices) of the
+/// table at `path`, each as one string a row; `delimiter` as `data import`'s.
+pub fn columns(path: &Path, wanted: &[String], delimiter: Option<u8>, no_header: bool) -> Result<Vec<Vec<String>>> {
     let missing = |names: &[String]| -> Result<Vec<usize>> {
         wanted
             .iter()
@@ -46,15 +47,28 @@ pub fn columns(path: &Path, wanted: &[String]) -> Result<Vec<Vec<String>>> {
         }
         return Ok(out);
     }
-    let mut r = csv::ReaderBuilder::new().delimiter(text::delimiter_of(path)).from_reader(text::open_reader(path)?);
+    let delimiter = delimiter.unwrap_or_else(|| text::delimiter_of(path));
+    let mut r =
+        csv::ReaderBuilder::new().delimiter(delimiter).has_headers(!no_header).from_reader(text::open_reader(path)?);
     let csv_err = |e: csv::Error| {
         let line = e.position().map(|p| p.line()).unwrap_or(0);
         Error::data(path, format!("line {line}"), format!("{e}"))
     };
-    let names: Vec<String> = r.headers().map_err(csv_err)?.iter().map(|h| h.trim().to_string()).collect();
+    let mut rec = csv::StringRecord::new();
+    // Without a header the first record is data: read it now for the column count.
+    let first = no_header && r.read_record(&mut rec).map_err(csv_err)?;
+    let names: Vec<String> = if no_header {
+        (0..rec.len()).map(|i| i.to_string()).collect()
+    } else {
+        r.headers().map_err(csv_err)?.iter().map(|h| h.trim().to_string()).collect()
+    };
     let cols = missing(&names)?;
     let mut out = vec![Vec::new(); cols.len()];
-    let mut rec = csv::StringRecord::new();
+    if first {
+        for (v, &c) in out.iter_mut().zip(&cols) {
+            v.push(rec.get(c).unwrap_or("").to_string());
+        }
+    }
     while r.read_record(&mut rec).map_err(csv_err)? {
         for (v, &c) in out.iter_mut().zip(&cols) {
             v.push(rec.get(c).unwrap_or("").to_string());

@@ -33,7 +33,7 @@ use select::{columns, given_needs_names, y_names};
 use sink::{Chunk, Compress, Sink, YKind};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-pub use text::ClassOrder;
+pub use text::{delimiter_arg, ClassOrder};
 
 /// Rows read, converted and written at a time.
 const CHUNK_ROWS: usize = 65536;

@@ -28,6 +28,15 @@ pub fn open_reader(path: &Path) -> Result<Box<dyn Read>> {
     })
 }
 
+/// `--delimiter C` as the byte the CSV reader takes (None: by the file name).
+pub fn delimiter_arg(c: Option<char>) -> Result<Option<u8>> {
+    match c {
+        Some(c) if c.is_ascii() => Ok(Some(c as u8)),
+        Some(c) => Err(Error::config("command line", "--delimiter", format!("{c:?} is not one ASCII character"))),
+        None => Ok(None),
+    }
+}
+
 /// The field separator from the file name: tab for `.tsv`/`.tab`, else comma.
 pub fn delimiter_of(path: &Path) -> u8 {
     let name = path.to_string_lossy().to_lowercase();

@@ -127,9 +127,11 @@ impl Board {
         let mut val = vec![("epoch_loss", m.val_loss)];
         val.extend(classes_and_regression(m.val_accuracy, m.val_top5_accuracy, m.val_mae, m.val_rmse, m.val_r2));
         val.extend([("epoch_balanced_accuracy", m.val_balanced_accuracy), ("epoch_macro_f1", m.val_macro_f1)]);
+        val.extend([("epoch_auc", m.val_auc), ("epoch_average_precision", m.val_average_precision)]);
         let mut test = vec![("epoch_loss", m.test_loss)];
         test.extend(classes_and_regression(m.test_accuracy, m.test_top5_accuracy, m.test_mae, m.test_rmse, m.test_r2));
         test.extend([("epoch_balanced_accuracy", m.test_balanced_accuracy), ("epoch_macro_f1", m.test_macro_f1)]);
+        test.extend([("epoch_auc", m.test_auc), ("epoch_average_precision", m.test_average_precision)]);
         for (run, scalars) in [("train", train), ("validation", val), ("test", test)] {
             let values: Vec<Value> = scalars.into_iter().filter_map(|(t, v)| v.map(|v| scalar(t, v))).collect();
             if !values.is_empty() {

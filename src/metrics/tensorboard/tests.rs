@@ -11,6 +11,7 @@ fn metrics(epoch: usize) -> EpochMetrics {
         train_loss: 1.0 / epoch as f64,
         train_accuracy: Some(0.5 + 0.1 * epoch as f64),
         test_loss: Some(2.0 / epoch as f64),
+        test_auc: Some(0.5 + 0.125 * epoch as f64),
         samples_per_sec: 1000.0 * epoch as f64,
         epoch_seconds: 1.5,
         exposed_comm_ms_per_step: 0.25,
@@ -72,6 +73,7 @@ fn epochs_are_written_and_a_resume_continues_the_curves_without_duplicates() {
     assert_eq!(steps(&got, "train", "epoch_samples_per_sec")[2], (3, 3000.0));
     assert_eq!(steps(&got, "train", "epoch_peak_rss_mib").len(), 3);
     assert_eq!(steps(&got, "test", "epoch_loss"), vec![(1, 2.0), (2, 1.0), (3, 2.0 / 3.0)]);
+    assert_eq!(steps(&got, "test", "epoch_auc"), vec![(1, 0.625), (2, 0.75), (3, 0.875)]);
     assert!(steps(&got, "validation", "epoch_loss").is_empty(), "no validation data, no validation run");
     assert!(!out.join("tensorboard/validation").exists());
 

@@ -63,8 +63,12 @@ impl<B: Backend, M: Mode<B>> Run<'_, B, M> {
         fn classes(r: &Option<EvalResult>) -> Option<&crate::metrics::classes::PerClass> {
             r.as_ref().and_then(|r| r.classes.as_ref())
         }
-        self.last_classes =
-            classes(&test).map(|c| (c.clone(), "test")).or_else(|| classes(&val).map(|c| (c.clone(), "validation")));
+        fn ranking(r: &Option<EvalResult>) -> Option<&crate::metrics::auc::Ranking> {
+            r.as_ref().and_then(|r| r.ranking.as_ref())
+        }
+        self.last_classes = classes(&test)
+            .map(|c| (c.clone(), ranking(&test).cloned(), "test"))
+            .or_else(|| classes(&val).map(|c| (c.clone(), ranking(&val).cloned(), "validation")));
         let m = EpochMetrics {
             epoch,
             train_loss: totals[0] / totals[1],
@@ -84,6 +88,10 @@ impl<B: Backend, M: Mode<B>> Run<'_, B, M> {
             test_macro_f1: classes(&test).map(|c| c.macro_f1),
             val_balanced_accuracy: classes(&val).map(|c| c.balanced_accuracy),
             val_macro_f1: classes(&val).map(|c| c.macro_f1),
+            test_auc: ranking(&test).and_then(|g| g.auc),
+            test_average_precision: ranking(&test).and_then(|g| g.average_precision),
+            val_auc: ranking(&val).and_then(|g| g.auc),
+            val_average_precision: ranking(&val).and_then(|g| g.average_precision),
             test_mae: test_reg.as_ref().map(|r| r.mae),
             test_rmse: test_reg.as_ref().map(|r| r.rmse),
             test_r2: test_reg.as_ref().map(|r| r.r2),
@@ -226,12 +234,22 @@ impl<B: Backend, M: Mode<B>> Run<'_, B, M> {
                 .or(m.train_mae.map(|e| format!(" train_mae {e:.4e}")))
                 .unwrap_or_default(),
             m.test_loss.map(|l| format!(" test_loss {l:.4}")).unwrap_or_default(),
-            m.test_accuracy.map(|a| format!(" test_accuracy {a:.4}")).unwrap_or_default(),
+            m.test_accuracy
+                .map(|a| format!(
+                    " test_accuracy {a:.4}{}",
+                    m.test_auc.map(|u| format!(" test_auc {u:.4}")).unwrap_or_default()
+                ))
+                .unwrap_or_default(),
             m.test_r2
                 .map(|r| format!(" test_r2 {r:.4} test_mae {:.4e}", m.test_mae.unwrap_or(f64::NAN)))
                 .unwrap_or_default(),
             m.val_loss.map(|l| format!(" val_loss {l:.4}")).unwrap_or_default(),
-            m.val_accuracy.map(|a| format!(" val_accuracy {a:.4}")).unwrap_or_default(),
+            m.val_accuracy
+                .map(|a| format!(
+                    " val_accuracy {a:.4}{}",
+                    m.val_auc.map(|u| format!(" val_auc {u:.4}")).unwrap_or_default()
+                ))
+                .unwrap_or_default(),
             m.val_r2.map(|r| format!(" val_r2 {r:.4}")).unwrap_or_default(),
             m.samples,
             m.samples_per_sec,
