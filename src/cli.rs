@@ -63,8 +63,8 @@ mpirun -n 4 hvtrain lr-find jobs/my-job.toml --min 1e-6 --max 1 --steps 200\n\n\
 Runs the job as `train` would (its model, optimizer, data, ranks and global batch) for --steps\n\
 optimizer steps, the learning rate growing geometrically from --min to --max, and stops early\n\
 where the smoothed loss passes 4x its lowest. Writes OUTPUT_DIR/lr-find/lr_find.csv (step,\n\
-lr, loss, smoothed loss) and logs the suggested optimizer.lr: where the smoothed loss fell\n\
-fastest. Writes no weights and no checkpoint; the job's schedule, warm-up, evaluation and\n\
+lr, loss, smoothed loss) and lr_find.png (the curve, the suggestion marked) and logs the\n\
+suggested optimizer.lr: where the smoothed loss fell fastest. Writes no weights and no checkpoint; the job's schedule, warm-up, evaluation and\n\
 early stopping are set aside. Not with parameter servers.")]
     LrFind {
         #[command(flatten)]

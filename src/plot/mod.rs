@@ -1,9 +1,11 @@
 //! `hvtrain plot`: one PNG of runs' curves (`runs.rs`: each run's metrics.jsonl), or of a
 //! sweep (`sweep.rs`: a folder with `sweep.jsonl`: the metric against each searched key and
-//! every trial's curve). `style.rs` holds what both draw with.
+//! every trial's curve). `style.rs` holds what both draw with; `lr_find.rs` draws
+//! `hvtrain lr-find`'s curve from the points its caller passes.
 //!
 //! Must not: read anything but `metrics.jsonl`, `sweep.jsonl` and `sweep.json`.
 
+pub mod lr_find;
 mod runs;
 pub mod style;
 mod sweep;

@@ -3,8 +3,9 @@
 //! the learning rate growing geometrically from `min` to `max` over `steps` optimizer steps;
 //! each step's loss over every rank's rows (the all-reduce mode's end-of-step agreement) is
 //! smoothed, and the test ends after `steps` or where the smoothed loss passes 4× its lowest
-//! (or a loss is not finite). Rank 0 writes `lr_find.csv` and logs the suggested rates: where
-//! the smoothed loss falls fastest against log(lr), and a tenth of where it is lowest.
+//! (or a loss is not finite). Rank 0 writes `lr_find.csv` and `lr_find.png` and logs the
+//! suggested rates: where the smoothed loss falls fastest against log(lr), and a tenth of
+//! where it is lowest.
 //!
 //! Must not: write weights.h5 or checkpoints (the run is a probe, not a training), or decide
 //! anything on one rank alone (every rank sees the same losses and ends at the same step).
@@ -150,6 +151,18 @@ impl Finder {
         let tmp = crate::weights::tmp_path(path);
         std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, "write", e))?;
         std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename into place", e))
+    }
+
+    /// `lr_find.png` (rank 0): the curve and the suggested rates (`plot::lr_find`). A
+    /// picture that cannot be written is a warning: the CSV and the log hold the result.
+    pub fn draw(&self, path: &Path, job: &str) {
+        let steps: Vec<crate::plot::lr_find::Step> = self.points.iter().map(|q| (q.lr, q.loss, q.smoothed)).collect();
+        let s = self.suggestion();
+        let title = format!("hvtrain lr-find: {job} ({} steps)", self.points.len());
+        match crate::plot::lr_find::plot_lr_find(&steps, s.map(|s| s.steepest), s.map(|s| s.lowest), &title, path) {
+            Ok(()) => info!("lr-find: the curve in {}", path.display()),
+            Err(e) => log::warn!("lr-find: no picture: {e}"),
+        }
     }
 
     /// Rank 0's report: why it ended, the curve every few steps, the suggestion.

@@ -275,6 +275,7 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
             let path = self.out_dir.join("lr_find.csv");
             f.write(&path)?;
             f.report(self.job, self.mode.trainers().size, &path);
+            f.draw(&self.out_dir.join("lr_find.png"), &self.job.source);
         }
         self.mode.finish()?;
         Ok(Outcome::Completed)

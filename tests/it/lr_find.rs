@@ -2,7 +2,7 @@
 //! rate grows geometrically from --min to --max, each step's loss is the mean over every
 //! rank's rows (the first step's is the same on 1 rank and on 2 at the same global batch),
 //! the test stops where the loss diverges (or a loss is not finite) with exit 0, suggests a
-//! rate, writes no weights or checkpoints; bad flags and parameter servers are refused.
+//! rate and draws it (lr_find.png), writes no weights or checkpoints; bad flags and parameter servers are refused.
 
 use crate::common;
 use common::*;
@@ -50,6 +50,16 @@ fn the_rate_grows_geometrically_and_the_loss_is_every_ranks_mean() {
     let ratio = 1000f64.powf(1.0 / 39.0);
     assert!(c.windows(2).all(|w| (w[1].1 / w[0].1 - ratio).abs() < 1e-9), "not geometric");
     assert!(r.stderr.contains("lr-find: suggested optimizer.lr = "), "{}", r.all());
+    // The picture: a whole PNG with the smoothed curve (blue) and the suggested rate (a red
+    // vertical line, at least most of the plot's height) drawn.
+    let png = crate::plot::read_png(&dir.join("out/lr-find/lr_find.png"));
+    assert_eq!((png.width, png.height), (1000, 640));
+    assert!(png.colours() > 20, "blank? {} colours", png.colours());
+    let blue = png.count([31, 119, 180]);
+    let red = png.count([214, 39, 40]);
+    assert!(blue > 800, "the smoothed curve is missing: {blue} pixels");
+    assert!(red > 800, "the suggested rate's line is missing: {red} pixels");
+    assert!(r.stderr.contains("lr-find: the curve in "), "{}", r.all());
     let files: Vec<String> = std::fs::read_dir(dir.join("out/lr-find"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

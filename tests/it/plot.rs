@@ -45,15 +45,15 @@ fn setup(name: &str) -> std::path::PathBuf {
 }
 
 /// A decoded PNG: width, height and the RGB of every pixel.
-struct Image {
-    width: u32,
-    height: u32,
-    rgb: Vec<[u8; 3]>,
+pub(crate) struct Image {
+    pub(crate) width: u32,
+    pub(crate) height: u32,
+    pub(crate) rgb: Vec<[u8; 3]>,
 }
 
 /// Check the PNG's structure by hand (signature, IHDR first with the size, IEND last, every
 /// chunk's length within the file), then decode it with the `png` crate.
-fn read_png(path: &Path) -> Image {
+pub(crate) fn read_png(path: &Path) -> Image {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{}: no PNG signature", path.display());
     let mut at = 8;
@@ -87,10 +87,10 @@ fn read_png(path: &Path) -> Image {
 }
 
 impl Image {
-    fn colours(&self) -> usize {
+    pub(crate) fn colours(&self) -> usize {
         self.rgb.iter().collect::<HashSet<_>>().len()
     }
-    fn count(&self, c: [u8; 3]) -> usize {
+    pub(crate) fn count(&self, c: [u8; 3]) -> usize {
         self.rgb.iter().filter(|&&p| p == c).count()
     }
     fn not_white(&self) -> usize {
