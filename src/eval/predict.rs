@@ -13,6 +13,7 @@ use super::CHUNK;
 use crate::config::{Job, OutputActivation};
 use crate::data::columns::{self, Layout};
 use crate::data::h5;
+use crate::data::import;
 use crate::device::{Backend, Cpu};
 use crate::error::{Error, Result};
 use crate::model::{Mlp, Workspace};
@@ -66,16 +67,12 @@ impl Predictions {
 
 /// Whether `path` is read through `data import` (a table or NumPy file), not as HDF5.
 fn is_table(path: &Path) -> bool {
-    let name = path.to_string_lossy().to_lowercase();
-    let base = name.trim_end_matches(".gz");
-    [".csv", ".tsv", ".tab", ".txt", ".parquet", ".pq", ".npy", ".npz"].iter().any(|e| base.ends_with(e))
+    import::kind_of(path).is_some()
 }
 
 /// Whether `path` is a CSV/TSV input (by its name, .gz too).
 fn is_text(path: &Path) -> bool {
-    let name = path.to_string_lossy().to_lowercase();
-    let base = name.trim_end_matches(".gz");
-    [".csv", ".tsv", ".tab", ".txt"].iter().any(|e| base.ends_with(e))
+    import::kind_of(path) == Some(import::Kind::Text)
 }
 
 /// Whether the output is a text table (by its name), and its separator.
@@ -103,7 +100,7 @@ impl Drop for Scratch {
 /// module's text). Returns the rows.
 pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, opts: &Options) -> Result<usize> {
     let fill = opts.fill;
-    if !opts.keep.is_empty() && !crate::data::import::keep::readable(input) {
+    if !opts.keep.is_empty() && !import::keep::readable(input) {
         return Err(Error::config(
             "command line",
             "--keep",
@@ -144,9 +141,9 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, opts
             ),
             None => info!("{}: read as a table, its columns in order (the weights name none)", input.display()),
         }
-        let mut o = crate::data::import::Opts::features(select, fill);
+        let mut o = import::Opts::features(select, fill);
         (o.no_header, o.delimiter) = (opts.no_header, opts.delimiter);
-        crate::data::import::import(input, &tmp, &o)?;
+        import::import(input, &tmp, &o)?;
         (tmp, "x".to_string(), Some(scratch))
     } else {
         (input.to_path_buf(), job.data.x_dataset.clone(), None)
@@ -239,10 +236,7 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, opts
     let classes = if let (true, Some(t)) = (classify, opts.threshold) {
         probs.chunks_exact(k).map(|row| (row[1] >= t) as i32).collect() // two classes (check_threshold)
     } else if classify {
-        probs
-            .chunks_exact(k)
-            .map(|row| row.iter().enumerate().fold(0, |best, (j, &v)| if v > row[best] { j } else { best }) as i32)
-            .collect()
+        probs.chunks_exact(k).map(|row| crate::metrics::confusion::predicted(row) as i32).collect()
     } else {
         Vec::new()
     };
@@ -255,7 +249,7 @@ pub fn predict(job: &Job, weights_path: &Path, input: &Path, output: &Path, opts
     }
     let mut kept = Vec::new();
     if !opts.keep.is_empty() {
-        let cols = crate::data::import::keep::columns(input, &opts.keep, opts.delimiter, opts.no_header)?;
+        let cols = import::keep::columns(input, &opts.keep, opts.delimiter, opts.no_header)?;
         for (name, v) in opts.keep.iter().zip(cols) {
             if v.len() != n {
                 return Err(Error::data(

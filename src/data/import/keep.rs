@@ -10,10 +10,7 @@ use std::path::Path;
 
 /// Whether `path` is a table `columns` can read (CSV/TSV, gzipped or not, or Parquet).
 pub fn readable(path: &Path) -> bool {
-    let name = path.to_string_lossy().to_lowercase();
-    let base = name.trim_end_matches(".gz");
-    let parquet = (base.ends_with(".parquet") || base.ends_with(".pq")) && !name.ends_with(".gz");
-    parquet || [".csv", ".tsv", ".tab", ".txt"].iter().any(|e| base.ends_with(e))
+    matches!(super::kind_of(path), Some(super::Kind::Text | super::Kind::Parquet))
 }
 
 /// The columns `wanted` (header names; with `no_header`, a CSV/TSV's 0-based indices) of the

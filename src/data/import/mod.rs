@@ -132,14 +132,48 @@ impl Progress {
     }
 }
 
+/// What a file is read as, by its name (any case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// CSV/TSV (.csv, .tsv, .tab, .txt), gzipped (.gz) or not.
+    Text,
+    /// .parquet, .pq.
+    Parquet,
+    /// .npy.
+    Npy,
+    /// .npz.
+    Npz,
+}
+
+/// The kind of table or NumPy file `path` names; None for any other name (`import` reads
+/// those as CSV; `predict` as HDF5). Only text may be gzipped.
+pub fn kind_of(path: &Path) -> Option<Kind> {
+    let name = path.to_string_lossy().to_lowercase();
+    let gz = name.ends_with(".gz");
+    let base = name.trim_end_matches(".gz");
+    let is = |exts: &[&str]| exts.iter().any(|e| base.ends_with(e));
+    if is(&[".csv", ".tsv", ".tab", ".txt"]) {
+        Some(Kind::Text)
+    } else if gz {
+        None
+    } else if is(&[".parquet", ".pq"]) {
+        Some(Kind::Parquet)
+    } else if is(&[".npy"]) {
+        Some(Kind::Npy)
+    } else if is(&[".npz"]) {
+        Some(Kind::Npz)
+    } else {
+        None
+    }
+}
+
 pub fn import(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     if o.shard == 0 {
         return Err(Error::config("command line", "--shard", "must be at least 1"));
     }
-    let name = input.to_string_lossy().to_lowercase();
-    let base = name.trim_end_matches(".gz");
     let t = Instant::now();
-    let numpy = (base.ends_with(".npy") || base.ends_with(".npz")) && !name.ends_with(".gz");
+    let kind = kind_of(input).unwrap_or(Kind::Text);
+    let numpy = matches!(kind, Kind::Npy | Kind::Npz);
     if numpy && !o.one_hot.is_empty() {
         return Err(Error::config(
             "command line",
@@ -147,14 +181,11 @@ pub fn import(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
             "is for CSV/TSV and Parquet columns; a NumPy array holds numbers already (encode it with NumPy)",
         ));
     }
-    let s = if base.ends_with(".npy") && !name.ends_with(".gz") {
-        numpy::from_npy(input, out, o)?
-    } else if base.ends_with(".npz") && !name.ends_with(".gz") {
-        numpy::from_npz(input, out, o)?
-    } else if (base.ends_with(".parquet") || base.ends_with(".pq")) && !name.ends_with(".gz") {
-        from_parquet(input, out, o)?
-    } else {
-        from_text(input, out, o)?
+    let s = match kind {
+        Kind::Npy => numpy::from_npy(input, out, o)?,
+        Kind::Npz => numpy::from_npz(input, out, o)?,
+        Kind::Parquet => from_parquet(input, out, o)?,
+        Kind::Text => from_text(input, out, o)?,
     };
     info!(
         "import: {} rows × {} features in {:.1} s → {}",
@@ -436,4 +467,26 @@ fn from_text(input: &Path, out: &Path, o: &Opts) -> Result<Summary> {
     let (classes, remap) = targets.classes();
     let files = sink.finish(&classes, remap.as_deref())?;
     Ok(summary(rows, d, kind, classes, files, out, o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{kind_of, Kind};
+    use std::path::Path;
+
+    #[test]
+    fn files_are_told_apart_by_their_names() {
+        let k = |p: &str| kind_of(Path::new(p));
+        for t in ["a.csv", "b.TSV", "c.tab", "d.txt", "e.csv.gz", "dir.npy/f.CSV.GZ"] {
+            assert_eq!(k(t), Some(Kind::Text), "{t}");
+        }
+        assert_eq!(k("t.parquet"), Some(Kind::Parquet));
+        assert_eq!(k("t.PQ"), Some(Kind::Parquet));
+        assert_eq!(k("x.npy"), Some(Kind::Npy));
+        assert_eq!(k("x.npz"), Some(Kind::Npz));
+        // Only text is read gzipped; anything else is not a table.
+        for n in ["t.parquet.gz", "x.npy.gz", "data.h5", "noext", "csv"] {
+            assert_eq!(k(n), None, "{n}");
+        }
+    }
 }
