@@ -210,7 +210,7 @@ fn write_model_attrs(f: &hdf5::File, path: &Path, model: &Mlp, sizes: &[i64]) ->
     let err = |e| Error::hdf5(path, "write the model attributes", e);
     f.new_attr_builder().with_data(sizes).create("layers").map_err(err)?;
     for (name, value) in [
-        ("activation", name_of(&model.act)),
+        ("activation", model.act_names()),
         ("final_activation", "identity".into()),
         ("loss", model.loss.kind.name().to_string()),
         ("weight_layout", "[in, out]".into()),
@@ -249,9 +249,67 @@ pub fn read_names(path: &Path) -> Result<Names> {
     Ok(Names { class_names: attr("class_names")?, x_columns: attr("x_columns")?, y_columns: attr("y_columns")? })
 }
 
-/// The job-file spelling of an enum (`relu`, `softmax_cross_entropy`).
-pub fn name_of<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_value(v).ok().and_then(|j| j.as_str().map(str::to_owned)).unwrap_or_default()
+/// The model the file at `path` records in its attributes (where it records one: files from
+/// before the attributes are taken as `model`, with a warning) must be `model`: the same
+/// widths, hidden activations and loss. Otherwise `eval`, `predict` and `export` would run
+/// the weights through another network and give wrong numbers without a word.
+pub fn check_recorded(path: &Path, model: &Mlp) -> Result<()> {
+    let f = h5::open(path, "--weights")?;
+    check_attrs(&read_model_attrs(&f, path)?, model, path)
+}
+
+/// `check_recorded` on attributes read.
+fn check_attrs(a: &ModelAttrs, model: &Mlp, path: &Path) -> Result<()> {
+    // `set` is the file's value as a --set takes it (no spaces: one shell word).
+    let differ = |attr: &str, file: String, key: &str, ours: String, set: String| {
+        Error::data(
+            path,
+            format!("attribute {attr}"),
+            format!(
+                "the weights are of a model with {attr} {file}, the job's {key} is {ours}; use the job that \
+                 trained them (or --set {key}={set})"
+            ),
+        )
+    };
+    if let Some(layers) = &a.layers {
+        if *layers != model.sizes {
+            let set = format!("[{}]", layers.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(","));
+            return Err(differ("layers", format!("{layers:?}"), "model.layers", format!("{:?}", model.sizes), set));
+        }
+    }
+    let (acts, loss) = (model.act_names(), model.loss.kind.name());
+    if let Some(act) = &a.activation {
+        if *act != acts {
+            // One per hidden layer is written `relu,tanh`; the job file takes a list.
+            let set = match act.contains(',') {
+                true => format!("[{}]", act.split(',').map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(",")),
+                false => act.clone(),
+            };
+            return Err(differ("activation", act.clone(), "model.activation", acts, set));
+        }
+    }
+    if let Some(l) = &a.loss {
+        if l != loss {
+            return Err(differ("loss", l.clone(), "model.loss", loss.to_string(), l.clone()));
+        }
+    }
+    if let Some(fin) = &a.final_activation {
+        if fin != "identity" {
+            return Err(Error::data(
+                path,
+                "attribute final_activation",
+                format!("is {fin}; this hvtrain builds models whose last layer has no activation (identity)"),
+            ));
+        }
+    }
+    if a.activation.is_none() || a.loss.is_none() {
+        log::warn!(
+            "{} does not record its model (written before hvtrain did): reading it as the job's model, \
+             activation {acts}, loss {loss}; make sure that is the model that was trained",
+            path.display(),
+        );
+    }
+    Ok(())
 }
 
 /// The model a weights file (or checkpoint) records in its attributes; `None` for a field
@@ -384,5 +442,35 @@ mod tests {
         save(&m, &p, &Norm::default(), &Names::default(), &path).unwrap();
         assert_eq!(read_names(&path).unwrap(), Names::default());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn attributes_that_disagree_with_the_model_are_refused() {
+        use crate::config::{Activation, LossKind};
+        let m = Mlp::new(&[4, 3, 3, 2], Activation::Tanh, LossKind::SoftmaxCrossEntropy);
+        let p = Path::new("w.h5");
+        let ok = ModelAttrs {
+            layers: Some(vec![4, 3, 3, 2]),
+            activation: Some("tanh".into()),
+            final_activation: Some("identity".into()),
+            loss: Some("softmax_cross_entropy".into()),
+        };
+        check_attrs(&ok, &m, p).unwrap();
+        check_attrs(&ModelAttrs::default(), &m, p).unwrap();
+        let gelu = ModelAttrs { activation: Some("gelu".into()), ..ok.clone() };
+        let e = check_attrs(&gelu, &m, p).unwrap_err().to_string();
+        assert!(e.contains("activation gelu") && e.contains("model.activation is tanh"), "{e}");
+        let mse = ModelAttrs { loss: Some("mse".into()), ..ok.clone() };
+        let e = check_attrs(&mse, &m, p).unwrap_err().to_string();
+        assert!(e.contains("loss mse"), "{e}");
+        let wide = ModelAttrs { layers: Some(vec![4, 5, 3, 2]), ..ok.clone() };
+        assert!(check_attrs(&wide, &m, p).unwrap_err().to_string().contains("--set model.layers=[4,5,3,2]"));
+        // One per hidden layer: recorded `relu,tanh`, and the hint is a list.
+        let per_layer =
+            Mlp::new(&[4, 3, 3, 2], vec![Activation::Relu, Activation::Tanh], LossKind::SoftmaxCrossEntropy);
+        let two = ModelAttrs { activation: Some("relu,tanh".into()), ..ok };
+        check_attrs(&two, &per_layer, p).unwrap();
+        let e = check_attrs(&two, &m, p).unwrap_err().to_string();
+        assert!(e.contains(r#"--set model.activation=["relu","tanh"]"#), "{e}");
     }
 }

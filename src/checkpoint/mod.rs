@@ -363,9 +363,11 @@ pub fn load(path: &Path, model: &Mlp) -> Result<Checkpoint> {
     Ok(c)
 }
 
-/// The parameters of a weights file or a checkpoint, for `eval`, `predict` and `export`: a
-/// checkpoint in parts is checked and put together (`load`).
+/// The parameters of a weights file or a checkpoint, for `eval`, `predict` and `export`: the
+/// model the file records must be `model` (`weights::check_recorded`), and a checkpoint in
+/// parts is checked and put together (`load`).
 pub fn params_of(path: &Path, model: &Mlp) -> Result<Vec<f32>> {
+    crate::weights::check_recorded(path, model)?;
     let in_parts = hdf5::File::open(path).is_ok_and(|f| f.group("parts").is_ok());
     if in_parts {
         Ok(load(path, model)?.params)

@@ -396,7 +396,7 @@ fn stored_maps_of_model_parallel_ranks_partition_the_stored_order() {
             for ts in 1..=3 {
                 let mut seen = vec![0usize; full.n_logical()];
                 for layers in &stages {
-                    let stage = Mlp::stage(&sizes, full.act, full.loss, layers.clone());
+                    let stage = Mlp::stage(&sizes, full.acts.clone(), full.loss, layers.clone());
                     let offset = pipeline::arena_range(&sizes, layers).start;
                     for t in 0..ts {
                         let local = stage.shard(t, ts);

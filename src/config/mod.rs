@@ -35,7 +35,8 @@ pub use distribution::{roles, BucketOrder, Compression, DistributionCfg, GpuAllr
 use env::env_overrides;
 pub use limits::{num, Span};
 pub use model::{
-    Activation, Init, Loss, LossKind, ModelCfg, OutputActivation, Targets, LEAKY_RELU_SLOPE, SELU_ALPHA, SELU_LAMBDA,
+    activation_names, Activation, Init, Loss, LossKind, ModelCfg, OutputActivation, Targets, LEAKY_RELU_SLOPE,
+    SELU_ALPHA, SELU_LAMBDA,
 };
 pub use optimizer::{OptimizerCfg, OptimizerKind, Schedule};
 pub use output::OutputCfg;

@@ -31,6 +31,72 @@ pub enum Activation {
     LeakyRelu,
 }
 
+/// `model.activation`: one activation after every hidden layer (`"relu"`), or a list of one
+/// per hidden layer (`["relu", "relu", "tanh"]`, Keras' `Dense(..., activation=...)` per
+/// layer). Written back as it was given, so a job with one name keeps its fingerprint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Activations {
+    All(Activation),
+    PerLayer(Vec<Activation>),
+}
+
+impl Activations {
+    /// As given: one entry for all layers, or one per hidden layer (what `model::Mlp` keeps).
+    pub fn as_given(&self) -> Vec<Activation> {
+        match self {
+            Activations::All(a) => vec![*a],
+            Activations::PerLayer(v) => v.clone(),
+        }
+    }
+}
+
+/// `relu` for one activation, `relu,relu,tanh` for one per hidden layer (the weights file's
+/// `activation` attribute, the log).
+pub fn activation_names(acts: &[Activation]) -> String {
+    acts.iter().map(|a| a.name()).collect::<Vec<_>>().join(",")
+}
+
+impl From<Activation> for Activations {
+    fn from(a: Activation) -> Activations {
+        Activations::All(a)
+    }
+}
+
+impl Serialize for Activations {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Activations::All(a) => a.serialize(s),
+            Activations::PerLayer(v) => v.serialize(s),
+        }
+    }
+}
+
+/// A name or a list of names; an unknown name is serde's "unknown variant" error (with the
+/// names allowed), which `config::hint` turns into a "did you mean".
+impl<'de> Deserialize<'de> for Activations {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Activations, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Activations;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an activation name, or a list of one per hidden layer")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Activations, E> {
+                use serde::de::IntoDeserializer;
+                Activation::deserialize(v.into_deserializer()).map(Activations::All)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Activations, A::Error> {
+                let mut v = Vec::new();
+                while let Some(a) = seq.next_element::<Activation>()? {
+                    v.push(a);
+                }
+                Ok(Activations::PerLayer(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// Leaky ReLU's slope below zero (Keras' and TensorFlow's default).
 pub const LEAKY_RELU_SLOPE: f32 = 0.2;
 /// SELU's α and λ as float32 (Keras' constants rounded; ONNX's `Selu` defaults are these bits).
@@ -217,8 +283,9 @@ pub const DEFAULT_HUBER_DELTA: f64 = 1.0;
 pub struct ModelCfg {
     /// Layer widths, input first: [784, 512, 512, 10] is two hidden layers of 512.
     pub layers: Vec<usize>,
+    /// After each hidden layer: one for all, or a list of one per hidden layer.
     #[serde(default = "default_activation")]
-    pub activation: Activation,
+    pub activation: Activations,
     #[serde(default = "default_loss")]
     pub loss: LossKind,
     /// Huber's δ, in the targets' units as the loss sees them (standardized with
@@ -268,8 +335,8 @@ fn default_huber_delta() -> f64 {
     DEFAULT_HUBER_DELTA
 }
 
-fn default_activation() -> Activation {
-    Activation::Relu
+fn default_activation() -> Activations {
+    Activations::All(Activation::Relu)
 }
 fn default_loss() -> LossKind {
     LossKind::SoftmaxCrossEntropy
@@ -345,6 +412,20 @@ impl ModelCfg {
                     "model.dropout",
                     format!(
                         "lists {} rates, and model.layers {:?} has {hidden} hidden layers; give one rate per hidden layer, or one number for all",
+                        v.len(),
+                        abbreviate(&self.layers)
+                    ),
+                ));
+            }
+        }
+        if let Activations::PerLayer(v) = &self.activation {
+            if v.len() != hidden {
+                return Err(Error::config(
+                    origin,
+                    "model.activation",
+                    format!(
+                        "lists {} activations, and model.layers {:?} has {hidden} hidden layers; give one per hidden \
+                         layer (the output layer has none: its outputs go to the loss), or one name for all",
                         v.len(),
                         abbreviate(&self.layers)
                     ),

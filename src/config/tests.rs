@@ -18,7 +18,7 @@ fn field_of(r: Result<Job>) -> String {
 fn minimal_job_gets_defaults() {
     let j = Job::parse("job", MIN, &[]).unwrap();
     assert_eq!(j.training.epochs, 1);
-    assert_eq!(j.model.activation, Activation::Relu);
+    assert_eq!(j.model.activation, Activation::Relu.into());
     assert_eq!(j.data.x_dataset, "x");
     assert_eq!(j.distribution.fusion_threshold_mb, 64.0);
 }
@@ -49,7 +49,7 @@ fn unknown_key_is_an_error_naming_it() {
 fn set_overrides_and_typos() {
     let j = Job::parse("job", MIN, &["training.epochs=5".into(), "model.activation=tanh".into()]).unwrap();
     assert_eq!(j.training.epochs, 5);
-    assert_eq!(j.model.activation, Activation::Tanh);
+    assert_eq!(j.model.activation, Activation::Tanh.into());
     assert_eq!(field_of(Job::parse("job", MIN, &["optimizer.lr=0".into()])), "optimizer.lr");
     assert_eq!(field_of(Job::parse("job", MIN, &["optimizer.lr=-1".into()])), "optimizer.lr");
     assert_eq!(field_of(Job::parse("job", MIN, &["training.batch_size=0".into()])), "training.batch_size");
@@ -85,6 +85,28 @@ fn fingerprint_changes_with_config() {
     let b = Job::parse("job", MIN, &["optimizer.lr=0.5".into()]).unwrap();
     assert_eq!(a.fingerprint(), Job::parse("other", MIN, &[]).unwrap().fingerprint());
     assert_ne!(a.fingerprint(), b.fingerprint());
+}
+
+/// `model.activation`: one name for every hidden layer, or a list of one per hidden layer
+/// (the list's length checked, its names as strict as one name's, with the hint); the one
+/// name is written back as it was, so old jobs keep their fingerprint.
+#[test]
+fn activation_is_one_name_or_one_per_hidden_layer() {
+    use super::model::Activations;
+    const DEEP: &str = "[data]\ntrain = \"t.h5\"\n[model]\nlayers = [4, 8, 8, 3]\n";
+    let j = Job::parse("job", DEEP, &["model.activation=[\"relu\", \"tanh\"]".into()]).unwrap();
+    assert_eq!(j.model.activation, Activations::PerLayer(vec![Activation::Relu, Activation::Tanh]));
+    assert_eq!(activation_names(&j.model.activation.as_given()), "relu,tanh");
+    let one = Job::parse("job", DEEP, &["model.activation=\"swish\"".into()]).unwrap();
+    assert_eq!(one.model.activation, Activations::All(Activation::Silu));
+    assert_eq!(toml::to_string(&one.model).unwrap().lines().nth(1), Some("activation = \"silu\""));
+    let (field, msg) = msg_of(Job::parse("job", DEEP, &["model.activation=[\"relu\"]".into()]));
+    assert_eq!(field, "model.activation");
+    assert!(msg.contains("lists 1 activations") && msg.contains("2 hidden layers"), "{msg}");
+    let (field, msg) = msg_of(Job::parse("job", DEEP, &["model.activation=[\"relu\", \"rleu\"]".into()]));
+    assert_eq!(field, "model.activation[1]");
+    assert!(msg.contains("rleu") && msg.contains("did you mean `relu`"), "{msg}");
+    assert_eq!(field_of(Job::parse("job", DEEP, &["model.activation=3".into()])), "model.activation");
 }
 
 fn msg_of(r: Result<Job>) -> (String, String) {

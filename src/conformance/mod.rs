@@ -256,6 +256,8 @@ fn model<B: Backend>(be: &B, tol: f64) {
         gradcheck::check(be, act, loss);
         gradcheck::step_matches_cpu(be, act, loss, tol, tol);
     }
+    // One activation per hidden layer: a fused GELU epilogue beside a tanh layer.
+    gradcheck::check(be, vec![Activation::Gelu, Activation::Tanh], LossKind::SoftmaxCrossEntropy);
 }
 
 /// Every check, each caught and reported: (name, Ok or the failure's message). `step_tol`

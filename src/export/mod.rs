@@ -71,7 +71,6 @@ pub fn export(job: &Job, weights_path: &Path, output: &Path, probabilities: bool
     }
     let head = if probabilities { head } else { OutputActivation::Identity };
     let f = h5::open(weights_path, "--weights")?;
-    check_attrs(&weights::read_model_attrs(&f, weights_path)?, job, weights_path)?;
     let params = crate::checkpoint::params_of(weights_path, &model)?;
     let norm = weights::read_norm(&f, weights_path, &model)?;
     drop(f);
@@ -120,7 +119,7 @@ fn graph(
         let last = l + 1 == n;
         let z = if last && !y_norm { "outputs".to_string() } else { format!("dense{l}/z") };
         g.node("Gemm", &format!("dense{l}/gemm"), &[&h, &w, &b], &z, vec![]);
-        h = if last { z } else { g.activation(model.act, l, &z) };
+        h = if last { z } else { g.activation(model.act(l), l, &z) };
     }
     if y_norm {
         // Back to the targets' units: outputs = z · y_div + y_shift (data.normalize_y).
@@ -173,13 +172,13 @@ fn model_proto(
         producer_version: Some(env!("CARGO_PKG_VERSION").into()),
         doc_string: Some(format!(
             "hvtrain MLP {layers}, activation {}, loss {}; exported from {}",
-            weights::name_of(&model.act),
+            model.act_names(),
             model.loss.kind.name(),
             weights_path.display()
         )),
         metadata_props: [
             meta("layers", layers),
-            meta("activation", weights::name_of(&model.act)),
+            meta("activation", model.act_names()),
             meta("loss", model.loss.kind.name().to_string()),
         ]
         .into_iter()
@@ -207,58 +206,6 @@ fn write_atomic(output: &Path, bytes: &[u8]) -> Result<()> {
     }
     std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, "write the ONNX model", e))?;
     weights::commit(&tmp, output, "rename the finished ONNX model into place", || {})?;
-    Ok(())
-}
-
-/// The file's recorded model (when it has one) must be the job's.
-fn check_attrs(a: &weights::ModelAttrs, job: &Job, path: &Path) -> Result<()> {
-    let m = &job.model;
-    // `set` is the file's value as a --set takes it (no spaces: one shell word).
-    let differ = |attr: &str, file: String, key: &str, ours: String, set: String| {
-        Error::data(
-            path,
-            format!("attribute {attr}"),
-            format!(
-                "the weights are of a model with {attr} {file}, the job's {key} is {ours}; export with the job \
-                 that trained them (or --set {key}={set})"
-            ),
-        )
-    };
-    if let Some(layers) = &a.layers {
-        if layers != &m.layers {
-            let set = format!("[{}]", layers.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(","));
-            return Err(differ("layers", format!("{layers:?}"), "model.layers", format!("{:?}", m.layers), set));
-        }
-    }
-    if let Some(act) = &a.activation {
-        if *act != weights::name_of(&m.activation) {
-            let ours = weights::name_of(&m.activation);
-            return Err(differ("activation", act.clone(), "model.activation", ours, act.clone()));
-        }
-    }
-    if let Some(loss) = &a.loss {
-        if *loss != weights::name_of(&m.loss) {
-            return Err(differ("loss", loss.clone(), "model.loss", weights::name_of(&m.loss), loss.clone()));
-        }
-    }
-    if let Some(fin) = &a.final_activation {
-        if fin != "identity" {
-            return Err(Error::data(
-                path,
-                "attribute final_activation",
-                format!("is {fin}; this hvtrain builds models whose last layer has no activation (identity)"),
-            ));
-        }
-    }
-    if a.activation.is_none() || a.loss.is_none() {
-        log::warn!(
-            "{} does not record its model (written before hvtrain did): exporting it as the job's model, \
-             activation {}, loss {}; make sure that is the model that was trained",
-            path.display(),
-            weights::name_of(&m.activation),
-            weights::name_of(&m.loss)
-        );
-    }
     Ok(())
 }
 
@@ -408,29 +355,5 @@ mod tests {
             let ours = crate::device::cpu::gelu(z);
             assert_eq!(graph.to_bits(), ours.to_bits(), "z = {z}: graph {graph}, hvtrain {ours}");
         }
-    }
-
-    #[test]
-    fn attributes_that_disagree_with_the_job_are_refused() {
-        let job = crate::config::Job::parse(
-            "job.toml",
-            "[data]\ntrain = \"d.h5\"\n[model]\nlayers = [4, 3, 2]\nactivation = \"tanh\"\n",
-            &[],
-        )
-        .unwrap();
-        let ok = weights::ModelAttrs {
-            layers: Some(vec![4, 3, 2]),
-            activation: Some("tanh".into()),
-            final_activation: Some("identity".into()),
-            loss: Some("softmax_cross_entropy".into()),
-        };
-        check_attrs(&ok, &job, Path::new("w.h5")).unwrap();
-        check_attrs(&weights::ModelAttrs::default(), &job, Path::new("w.h5")).unwrap();
-        let gelu = weights::ModelAttrs { activation: Some("gelu".into()), ..ok.clone() };
-        let e = check_attrs(&gelu, &job, Path::new("w.h5")).unwrap_err().to_string();
-        assert!(e.contains("activation gelu") && e.contains("model.activation is tanh"), "{e}");
-        let mse = weights::ModelAttrs { loss: Some("mse".into()), ..ok };
-        let e = check_attrs(&mse, &job, Path::new("w.h5")).unwrap_err().to_string();
-        assert!(e.contains("loss mse"), "{e}");
     }
 }

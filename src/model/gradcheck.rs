@@ -97,17 +97,19 @@ fn grads<B: Backend>(be: &B, m: &Mlp, p: &[f32], d: &Data, rates: &[f32]) -> (Ve
 }
 
 /// Finite differences against backward, on backend `be` (every backend runs this).
-pub fn check<B: Backend>(be: &B, act: Activation, loss: impl Into<Loss>) {
+pub fn check<B: Backend>(be: &B, act: impl Into<Acts>, loss: impl Into<Loss>) {
     check_with_dropout(be, act, loss, &[]);
 }
 
 /// `check` with dropout of `rates` after the two hidden layers (a fixed mask: rows, step and
 /// seed do not change between the evaluations).
-pub fn check_with_dropout<B: Backend>(be: &B, act: Activation, loss: impl Into<Loss>, rates: &[f32]) {
+/// `act`: one activation for both hidden layers, or one each.
+pub fn check_with_dropout<B: Backend>(be: &B, act: impl Into<Acts>, loss: impl Into<Loss>, rates: &[f32]) {
     let loss = loss.into();
+    let act = act.into().0;
     let sizes = [5, 7, 6, 3];
     let b = 4;
-    let m = Mlp::new(&sizes, act, loss);
+    let m = Mlp::new(&sizes, act.clone(), loss);
     let mut p = m.init_params(11);
     // Non-zero biases so that bias gradients are exercised away from the symmetric point.
     for s in &m.layers {
@@ -126,7 +128,7 @@ pub fn check_with_dropout<B: Backend>(be: &B, act: Activation, loss: impl Into<L
     let t = targets_of(be, &m, &ld, &vd, d.values.len());
     // Kinks (ReLU, leaky ReLU, SELU's slope jump at 0, the absolute error) need a step that does
     // not cross them.
-    let kink = matches!(act, Activation::Relu | Activation::LeakyRelu | Activation::Selu);
+    let kink = act.iter().any(|a| matches!(a, Activation::Relu | Activation::LeakyRelu | Activation::Selu));
     let h = if kink || loss.kind == crate::config::LossKind::Mae { 1e-3 } else { 1e-2 };
     let mut worst = 0.0f64;
     for i in 0..m.n_params {

@@ -57,7 +57,9 @@ pub const ARENA_ALIGN: usize = 64;
 pub struct Mlp {
     /// The whole model's widths (also for a tensor-parallel shard).
     pub sizes: Vec<usize>,
-    pub act: Activation,
+    /// The activation after each hidden layer of the whole model (one entry: the same after
+    /// every one); `act(l)` reads it for this arena's layer `l`.
+    pub acts: Vec<Activation>,
     pub loss: Loss,
     /// How `init_params` draws the weights (`model.init`; glorot_uniform unless set).
     pub init: Init,
@@ -73,6 +75,28 @@ pub struct Mlp {
     /// Whether this arena ends with the model's output layer (no activation, then the loss).
     /// A pipeline stage before the last applies the activation to its last layer instead.
     pub head: bool,
+}
+
+/// The hidden activations a model is built with: one for all hidden layers (from an
+/// `Activation`), or one per hidden layer of the whole model (from a list).
+pub struct Acts(pub Vec<Activation>);
+
+impl From<Activation> for Acts {
+    fn from(a: Activation) -> Acts {
+        Acts(vec![a])
+    }
+}
+
+impl From<Vec<Activation>> for Acts {
+    fn from(v: Vec<Activation>) -> Acts {
+        Acts(v)
+    }
+}
+
+impl From<&[Activation]> for Acts {
+    fn from(v: &[Activation]) -> Acts {
+        Acts(v.to_vec())
+    }
 }
 
 /// How one layer `fan_in` → `fan_out` draws its weights under `init`, worked out once per
@@ -125,20 +149,23 @@ pub struct TensorInfo {
 impl Mlp {
     /// The whole model a job's `[model]` table describes.
     pub fn from_cfg(m: &crate::config::ModelCfg) -> Mlp {
-        let mut mlp = Mlp::new(&m.layers, m.activation, m.loss());
+        let mut mlp = Mlp::new(&m.layers, m.activation.as_given(), m.loss());
         mlp.init = m.init;
         mlp
     }
 
-    pub fn new(sizes: &[usize], act: Activation, loss: impl Into<Loss>) -> Mlp {
-        Mlp::with_tensor(sizes, act, loss, 0, 1)
+    /// `acts`: one activation for every hidden layer, or a list of one per hidden layer.
+    pub fn new(sizes: &[usize], acts: impl Into<Acts>, loss: impl Into<Loss>) -> Mlp {
+        Mlp::with_tensor(sizes, acts, loss, 0, 1)
     }
 
     /// Tensor rank `t`'s shard of the model split over `ts` ranks (`ts` = 1: the whole
     /// model). Layers pair up, 2i column-parallel and 2i+1 row-parallel; an unpaired last
     /// layer is whole on every rank. The arena keeps backward's order.
-    pub fn with_tensor(sizes: &[usize], act: Activation, loss: impl Into<Loss>, t: usize, ts: usize) -> Mlp {
+    pub fn with_tensor(sizes: &[usize], acts: impl Into<Acts>, loss: impl Into<Loss>, t: usize, ts: usize) -> Mlp {
         let loss = loss.into();
+        let acts = acts.into().0;
+        assert!(!acts.is_empty(), "one activation for all hidden layers, or one per hidden layer");
         assert!(sizes.len() >= 2 && t < ts);
         let n_layers = sizes.len() - 1;
         let mut layers: Vec<Option<DenseSlot>> = vec![None; n_layers];
@@ -157,7 +184,7 @@ impl Mlp {
         }
         Mlp {
             sizes: sizes.to_vec(),
-            act,
+            acts,
             loss,
             init: Init::default(),
             layers: layers.into_iter().map(Option::unwrap).collect(),
@@ -170,8 +197,8 @@ impl Mlp {
 
     /// The pipeline stage of the whole model `sizes` that holds layers `layers`, whole
     /// (its tensor shards: `shard`). Its `sizes` are the stage's own widths.
-    pub fn stage(sizes: &[usize], act: Activation, loss: impl Into<Loss>, layers: Range<usize>) -> Mlp {
-        let mut m = Mlp::new(&sizes[layers.start..=layers.end], act, loss);
+    pub fn stage(sizes: &[usize], acts: impl Into<Acts>, loss: impl Into<Loss>, layers: Range<usize>) -> Mlp {
+        let mut m = Mlp::new(&sizes[layers.start..=layers.end], acts, loss);
         m.first = layers.start;
         m.head = layers.end + 1 == sizes.len();
         m
@@ -180,10 +207,35 @@ impl Mlp {
     /// Tensor rank `t`'s shard of this (whole, or whole-stage) model split over `ts` ranks.
     pub fn shard(&self, t: usize, ts: usize) -> Mlp {
         assert_eq!(self.tensor.1, 1, "shard a whole model or stage");
-        let mut m = Mlp::with_tensor(&self.sizes, self.act, self.loss, t, ts);
+        let mut m = Mlp::with_tensor(&self.sizes, self.acts.clone(), self.loss, t, ts);
         m.first = self.first;
         m.head = self.head;
         m
+    }
+
+    /// The activation after this arena's layer `l` when it is a hidden layer of the whole
+    /// model (a stage's last layer before the head is one).
+    pub fn act(&self, l: usize) -> Activation {
+        match self.acts.as_slice() {
+            [a] => *a,
+            v => v[self.first + l],
+        }
+    }
+
+    /// What forward applies after layer `l`: its activation, or none (identity) on the
+    /// model's output layer.
+    pub fn out_act(&self, l: usize) -> Activation {
+        if l + 1 == self.layers.len() && self.head {
+            Activation::Identity
+        } else {
+            self.act(l)
+        }
+    }
+
+    /// The log's and weights file's spelling of the hidden activations (`relu`, or
+    /// `relu,tanh` per layer).
+    pub fn act_names(&self) -> String {
+        crate::config::activation_names(&self.acts)
     }
 
     pub fn n_inputs(&self) -> usize {
@@ -344,7 +396,6 @@ impl Mlp {
         tp: &mut impl TensorSum<B>,
     ) -> Result<()> {
         ws.ensure(be, self, b)?;
-        let n = self.layers.len();
         for (l, s) in self.layers.iter().enumerate() {
             let (before, rest) = ws.a.split_at_mut(l);
             let input = if l == 0 { be.view(x, 0..b * s.inp) } else { be.view(&before[l - 1], 0..b * s.inp) };
@@ -352,7 +403,7 @@ impl Mlp {
             params.fetch(be, self, l)?;
             let w = params.view(be, s.w.clone());
             let g = Gemm::new(b, s.inp, s.out, Trans::N, Trans::N);
-            let act = if l + 1 == n && self.head { Activation::Identity } else { self.act };
+            let act = self.out_act(l);
             let keep_z = if act.needs_z() { Some(be.view_mut(&mut ws.z[l], 0..b * s.out)) } else { None };
             let bias = params.view(be, s.b.clone());
             if s.split == Split::Row {
@@ -404,7 +455,7 @@ impl Mlp {
         let Some((m, keys)) = self.mask(drop, l) else { return Ok(()) };
         let w = self.layers[l].out;
         be.dropout(be.view_mut(g, 0..b * w), w, keys, m)?;
-        if self.act == Activation::Tanh {
+        if self.act(l) == Activation::Tanh {
             be.dropout(be.view_mut(a, 0..b * w), w, keys, Mask::scale_only(1.0 / m.scale))?;
         }
         Ok(())
@@ -500,8 +551,9 @@ impl Mlp {
         if !self.head {
             let s = &self.layers[n - 1];
             self.dropout_backward(be, drop, n - 1, b, dz, &mut a[n - 1])?;
-            let zin = if self.act.needs_z() { Some(be.view(&z[n - 1], 0..b * s.out)) } else { None };
-            be.act_backward(be.view_mut(dz, 0..b * s.out), be.view(&a[n - 1], 0..b * s.out), zin, self.act)?;
+            let act = self.act(n - 1);
+            let zin = if act.needs_z() { Some(be.view(&z[n - 1], 0..b * s.out)) } else { None };
+            be.act_backward(be.view_mut(dz, 0..b * s.out), be.view(&a[n - 1], 0..b * s.out), zin, act)?;
         }
         let beta = if grads.accumulate() { 1.0 } else { 0.0 };
         // Whether the layer's bias gradient was written by the layer after it (`input_grad`).
@@ -529,12 +581,13 @@ impl Mlp {
                 params.fetch(be, self, l)?;
                 let w = params.view(be, s.w.clone());
                 let gi = Gemm::new(b, s.out, s.inp, Trans::N, Trans::T);
-                let zin = if self.act.needs_z() { Some(be.view(&z[l - 1], 0..b * s.inp)) } else { None };
+                let act = self.act(l - 1);
+                let zin = if act.needs_z() { Some(be.view(&z[l - 1], 0..b * s.inp)) } else { None };
                 if s.split != Split::Column && self.mask(drop, l - 1).is_none() {
                     // Nothing between the product and the activation's backward: one call, with
                     // the layer before's bias gradient (its turn then skips it).
                     let (ap, pb) = (be.view(&a[l - 1], 0..b * s.inp), self.weight_id(l - 1) + 1);
-                    be.input_grad(gi, g, w, dprev, ap, zin, self.act, beta, grads.slot(pb))?;
+                    be.input_grad(gi, g, w, dprev, ap, zin, act, beta, grads.slot(pb))?;
                     bias_done = true;
                 } else {
                     be.gemm(gi, g, w, be.view_mut(dprev, 0..b * s.inp))?;
@@ -543,7 +596,7 @@ impl Mlp {
                     }
                     self.dropout_backward(be, drop, l - 1, b, dprev, &mut a[l - 1])?;
                     let ap = be.view(&a[l - 1], 0..b * s.inp);
-                    be.act_backward(be.view_mut(dprev, 0..b * s.inp), ap, zin, self.act)?;
+                    be.act_backward(be.view_mut(dprev, 0..b * s.inp), ap, zin, act)?;
                 }
                 std::mem::swap(&mut dz, &mut dprev);
             }

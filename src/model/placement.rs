@@ -31,7 +31,7 @@ pub fn cut(full: &Mlp, layers: Range<usize>, t: usize, ts: usize, all: &[f32]) -
     if ts == 1 {
         return stage.to_vec();
     }
-    let whole_stage = Mlp::stage(&full.sizes, full.act, full.loss, layers);
+    let whole_stage = Mlp::stage(&full.sizes, full.acts.clone(), full.loss, layers);
     tensor::scatter(&whole_stage.shard(t, ts), &whole_stage, stage)
 }
 
@@ -154,7 +154,7 @@ impl TensorGroup {
     pub fn set_pipeline(&mut self, link: PipeLink, stages: &[Range<usize>]) {
         let layers = stages[link.stage].clone();
         let f = &self.full;
-        self.stage = Mlp::stage(&f.sizes, f.act, f.loss, layers.clone());
+        self.stage = Mlp::stage(&f.sizes, f.acts.clone(), f.loss, layers.clone());
         self.arena = pipeline::arena_range(&f.sizes, &layers);
         self.pipe = Some(link);
     }
@@ -300,7 +300,7 @@ mod tests {
                 for ts in [1, 2, 3] {
                     let mut whole = Vec::new();
                     for layers in stages.iter().rev() {
-                        let stage = Mlp::stage(&sizes, full.act, full.loss, layers.clone());
+                        let stage = Mlp::stage(&sizes, full.acts.clone(), full.loss, layers.clone());
                         let parts: Vec<Vec<f32>> = (0..ts).map(|t| cut(&full, layers.clone(), t, ts, &all)).collect();
                         for (t, part) in parts.iter().enumerate() {
                             assert_eq!(part.len(), stage.shard(t, ts).n_params, "{sizes:?} P={p_n} T={ts}");
@@ -327,7 +327,7 @@ mod tests {
                 let stages = pipeline::stages(&sizes, p_n).unwrap();
                 for ts in [1, 2, 3] {
                     for (p, layers) in stages.iter().enumerate() {
-                        let stage = Mlp::stage(&sizes, full.act, full.loss, layers.clone());
+                        let stage = Mlp::stage(&sizes, full.acts.clone(), full.loss, layers.clone());
                         let offset = pipeline::arena_range(&sizes, layers).start;
                         for t in 0..ts {
                             let cut = cut(&full, layers.clone(), t, ts, &all);

@@ -133,7 +133,7 @@ pub fn assemble(whole: &Mlp, parts: &[Vec<f32>]) -> Vec<f32> {
     let ts = parts.len();
     let mut all = vec![0.0; whole.n_params];
     for (t, part) in parts.iter().enumerate() {
-        let local = Mlp::with_tensor(&whole.sizes, whole.act, whole.loss, t, ts);
+        let local = Mlp::with_tensor(&whole.sizes, whole.acts.clone(), whole.loss, t, ts);
         assert_eq!(part.len(), local.n_params, "tensor rank {t}'s shard has another length");
         for p in pieces(&local, whole) {
             if t == 0 || !p.shared {
@@ -196,7 +196,7 @@ mod tests {
             for ts in 1..=4.min(sizes[1]) {
                 let parts: Vec<Vec<f32>> = (0..ts)
                     .map(|t| {
-                        let local = Mlp::with_tensor(&sizes, whole.act, whole.loss, t, ts);
+                        let local = Mlp::with_tensor(&sizes, whole.acts.clone(), whole.loss, t, ts);
                         let p = scatter(&local, &whole, &all);
                         assert_eq!(p.len(), local.n_params);
                         p
@@ -206,7 +206,9 @@ mod tests {
                 // A layer at a time: the same slots.
                 for l in 0..whole.layers.len() {
                     let slots: Vec<Vec<f32>> = (0..ts)
-                        .map(|t| parts[t][Mlp::with_tensor(&sizes, whole.act, whole.loss, t, ts).slot(l)].to_vec())
+                        .map(|t| {
+                            parts[t][Mlp::with_tensor(&sizes, whole.acts.clone(), whole.loss, t, ts).slot(l)].to_vec()
+                        })
                         .collect();
                     assert_eq!(assemble_layer(&whole, l, &slots), all[whole.slot(l)], "{sizes:?} over {ts}, layer {l}");
                 }
@@ -280,7 +282,7 @@ mod tests {
                         .map(|t| {
                             let (whole, p, shared) = (whole.clone(), p.clone(), shared.clone());
                             std::thread::spawn(move || {
-                                let local = Mlp::with_tensor(&whole.sizes, whole.act, whole.loss, t, ts);
+                                let local = Mlp::with_tensor(&whole.sizes, whole.acts.clone(), whole.loss, t, ts);
                                 let (l, g) = step(&local, &scatter(&local, &whole, &p), &mut ThreadSum(shared));
                                 (local, l, g)
                             })

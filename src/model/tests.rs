@@ -74,6 +74,50 @@ fn gradcheck_with_dropout_every_activation() {
 }
 
 #[test]
+fn gradcheck_an_activation_per_hidden_layer() {
+    use Activation::*;
+    // Each layer's own: an activation that needs z (gelu, elu) beside ones that read the
+    // output (tanh, relu), in both orders; with dropout, tanh's kept outputs are rescaled on
+    // its own layer only.
+    for acts in [vec![Tanh, Gelu], vec![Gelu, Tanh], vec![Relu, Elu], vec![Sigmoid, Identity]] {
+        check(&Cpu, acts.clone(), LossKind::SoftmaxCrossEntropy);
+        check(&Cpu, acts.clone(), LossKind::Mse);
+        super::gradcheck::check_with_dropout(&Cpu, acts, LossKind::SoftmaxCrossEntropy, &[0.4, 0.25]);
+    }
+}
+
+#[test]
+fn each_hidden_layer_applies_its_own_activation() {
+    // [3, 3, 3, 2] with identity weights and zero biases: the first hidden layer's output is
+    // act0(x), the second's act1(act0(x)).
+    let m = Mlp::new(&[3, 3, 3, 2], vec![Activation::Relu, Activation::Tanh], LossKind::Mse);
+    assert_eq!((m.act(0), m.act(1), m.out_act(2)), (Activation::Relu, Activation::Tanh, Activation::Identity));
+    let mut p = vec![0.0f32; m.n_params];
+    for s in &m.layers {
+        for i in 0..s.inp.min(s.out) {
+            p[s.w.start + i * s.out + i] = 1.0;
+        }
+    }
+    let x = [-1.0f32, 0.5, 2.0];
+    let pb = Cpu.upload(&p).unwrap();
+    let xb = Cpu.upload(&x).unwrap();
+    let mut ws = Workspace::new(&Cpu, &m, 1).unwrap();
+    m.forward(&Cpu, &pb, &xb, 1, &mut ws).unwrap();
+    let mut h2 = vec![0.0f32; 3];
+    Cpu.download(&ws.a[1], 0..3, &mut h2).unwrap();
+    let want: Vec<f32> = x.iter().map(|v| v.max(0.0).tanh()).collect();
+    assert_eq!(h2, want, "relu then tanh");
+    // A stage holding layers 1..3 of the same model takes the second activation for its
+    // first layer (its `first` offsets the list).
+    let stage = Mlp::stage(&[3, 3, 3, 2], vec![Activation::Relu, Activation::Tanh], LossKind::Mse, 1..3);
+    assert_eq!(stage.act(0), Activation::Tanh);
+    let first = Mlp::stage(&[3, 3, 3, 2], vec![Activation::Relu, Activation::Tanh], LossKind::Mse, 0..1);
+    assert_eq!((first.act(0), first.out_act(0)), (Activation::Relu, Activation::Relu));
+    assert_eq!(m.act_names(), "relu,tanh");
+    assert_eq!(Mlp::new(&[3, 3, 3, 2], Activation::Gelu, LossKind::Mse).act_names(), "gelu");
+}
+
+#[test]
 fn dropout_drops_in_training_and_not_in_evaluation() {
     let m = Mlp::new(&[5, 64, 3], Activation::Tanh, LossKind::Mse);
     let p = Cpu.upload(&m.init_params(1)).unwrap();

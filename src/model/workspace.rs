@@ -69,9 +69,10 @@ impl<B: Backend> Workspace<B> {
         if b <= self.cap && self.a.len() == m.layers.len() {
             return Ok(());
         }
-        let keep_z = m.act.needs_z();
         self.a = m.layers.iter().map(|s| be.zeros(b * s.out)).collect::<Result<_>>()?;
-        self.z = m.layers.iter().map(|s| be.zeros(if keep_z { b * s.out } else { 0 })).collect::<Result<_>>()?;
+        self.z = (m.layers.iter().enumerate())
+            .map(|(l, s)| be.zeros(if m.out_act(l).needs_z() { b * s.out } else { 0 }))
+            .collect::<Result<_>>()?;
         self.d = vec![be.zeros(b * m.max_width())?, be.zeros(b * m.max_width())?];
         self.dx = be.zeros(if m.first > 0 { b * m.layers[0].inp } else { 0 })?;
         if let Some(d) = self.drop.as_mut() {

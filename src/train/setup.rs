@@ -408,7 +408,7 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
     info!(
         "model {:?}, activation {}, loss {}{} ({} parameters{}, {:.2} MiB), {} fusion bucket(s) at threshold {} MiB: sizes {:?} KiB",
         model.sizes,
-        model.act.name(),
+        model.act_names(),
         model.loss.kind.name(),
         job.model.describe_options(),
         model.n_logical(),

@@ -3,7 +3,7 @@
 //! (and softmax probabilities) of `hvtrain predict` within 1e-5. Also from a checkpoint, from
 //! a tensor-parallel run's weights, from a weights file written before the model attributes
 //! existed, and with data.x_scale/x_offset; a job that disagrees
-//! with the file's attributes is refused.
+//! with the file's attributes is refused (by export and by predict).
 //!
 //! onnx and onnxruntime come from a Python virtual environment (`make onnx-venv`, under
 //! target/): HVTRAIN_ONNX_PYTHON names its python (default target/onnx-venv/bin/python).
@@ -114,10 +114,20 @@ fn train(dir: &Path, act: &str, loss: &str) -> String {
     let job = job(dir, &LAYERS, "d.h5", None, extra);
     let text = std::fs::read_to_string(&job)
         .unwrap()
-        .replace("[model]\n", &format!("[model]\nactivation = \"{act}\"\nloss = \"{loss}\"\n"));
+        .replace("[model]\n", &format!("[model]\nactivation = {}\nloss = \"{loss}\"\n", toml_activation(act)));
     std::fs::write(&job, text).unwrap();
     ok(hvtrain(&["train", "job.toml"], dir, 120));
     "job.toml".into()
+}
+
+/// `relu` as a TOML string, `gelu,tanh` (one per hidden layer) as a TOML list.
+fn toml_activation(act: &str) -> String {
+    let quoted: Vec<String> = act.split(',').map(|a| format!("\"{a}\"")).collect();
+    if quoted.len() == 1 {
+        quoted[0].clone()
+    } else {
+        format!("[{}]", quoted.join(", "))
+    }
 }
 
 /// Export `weights` and predict with it; returns the case for the python check.
@@ -188,7 +198,10 @@ fn onnx_export_matches_predict_for_every_activation_and_loss() {
         // not depend on the loss).
         let more: &[&str] =
             if loss == "mse" { &["silu", "sigmoid", "softplus", "elu", "selu", "leaky_relu"] } else { &[] };
-        for &act in ["relu", "tanh", "gelu", "identity"].iter().chain(more) {
+        // One activation per hidden layer (the weights file says `gelu,tanh`; the graph has
+        // a Gelu node after the first layer and a Tanh after the second).
+        let per_layer: &[&str] = if loss == "mse" { &["gelu,tanh"] } else { &[] };
+        for &act in ["relu", "tanh", "gelu", "identity"].iter().chain(more).chain(per_layer) {
             let name = format!("{act}-{loss}");
             let dir = scratch(&format!("export-{name}"));
             train(&dir, act, loss);
@@ -223,6 +236,31 @@ fn onnx_export_matches_predict_for_every_activation_and_loss() {
                         && r.stderr.contains("attribute activation")
                         && r.stderr.contains("model.activation is tanh")
                         && !dir.join("bad.onnx").exists(),
+                    "{}",
+                    r.all()
+                );
+                // predict too: the weights through a tanh network would be wrong numbers.
+                let r = hvtrain(
+                    &[
+                        "predict",
+                        "job.toml",
+                        "--set",
+                        "model.activation=[\"gelu\", \"tanh\"]",
+                        "--weights",
+                        "out/weights.h5",
+                        "--input",
+                        "t.h5",
+                        "--output",
+                        "bad.h5",
+                    ],
+                    &dir,
+                    60,
+                );
+                assert!(
+                    !r.ok()
+                        && r.stderr.contains("the weights are of a model with activation gelu")
+                        && r.stderr.contains("model.activation is gelu,tanh")
+                        && !dir.join("bad.h5").exists(),
                     "{}",
                     r.all()
                 );

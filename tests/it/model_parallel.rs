@@ -261,6 +261,16 @@ fn activations_of_the_pre_activation_match_one_rank() {
     check_layouts_with("silu", &DEEP, SGD, &[L(1, 2, 2, 1), L(2, 1, 2, 4), L(1, 2, 1, 1)], &sets);
 }
 
+/// One activation per hidden layer: a pipeline stage after the first takes its layers' own
+/// (the list is the whole model's, offset by the stage's first layer), and tensor shards keep
+/// theirs; broken, a stage boundary applies the wrong one and the weights part.
+#[test]
+fn an_activation_per_hidden_layer_matches_one_rank() {
+    let _g = mpi_lock();
+    let sets = ["model.activation=[\"silu\", \"relu\", \"tanh\"]"];
+    check_layouts_with("per-layer", &DEEP, SGD, &[L(1, 1, 2, 1), L(1, 2, 2, 4), L(1, 1, 4, 1)], &sets);
+}
+
 #[test]
 fn unpaired_last_layer_and_adam_match_one_rank() {
     let _g = mpi_lock();
