@@ -226,7 +226,15 @@ fn predict_from_weights_and_checkpoint_agrees_with_eval() {
         &dir,
         60,
     );
-    assert!(!bad.ok() && bad.stderr.contains("dense0/weight"), "another model's weights are refused\n{}", bad.all());
+    // Refused by the model the file records, before any dataset is read, with the fix.
+    assert!(
+        !bad.ok()
+            && bad.stderr.contains("attribute layers: the weights are of a model with layers [8, 32, 32, 3]")
+            && bad.stderr.contains("--set model.layers=[8,32,32,3]")
+            && !dir.join("p2.h5").exists(),
+        "another model's weights are refused\n{}",
+        bad.all()
+    );
 }
 
 /// Time-based checkpoints: rank 0's clock decides, every rank agrees at the step boundary.
