@@ -405,32 +405,30 @@ impl ModelCfg {
             Dropout::All(p) => std::slice::from_ref(p),
             Dropout::PerLayer(v) => v,
         };
-        if let Dropout::PerLayer(v) = &self.dropout {
-            if v.len() != hidden {
-                return Err(Error::config(
-                    origin,
-                    "model.dropout",
-                    format!(
-                        "lists {} rates, and model.layers {:?} has {hidden} hidden layers; give one rate per hidden layer, or one number for all",
-                        v.len(),
-                        abbreviate(&self.layers)
-                    ),
-                ));
+        // A list of one value per hidden layer (model.dropout, model.activation) must have that many.
+        let per_layer = |field: &str, given: usize, noun: &str, fix: &str| -> Result<()> {
+            if given == hidden {
+                return Ok(());
             }
+            Err(Error::config(
+                origin,
+                field,
+                format!(
+                    "lists {given} {noun}, and model.layers {:?} has {hidden} hidden layers; {fix}",
+                    abbreviate(&self.layers)
+                ),
+            ))
+        };
+        if let Dropout::PerLayer(v) = &self.dropout {
+            per_layer("model.dropout", v.len(), "rates", "give one rate per hidden layer, or one number for all")?;
         }
         if let Activations::PerLayer(v) = &self.activation {
-            if v.len() != hidden {
-                return Err(Error::config(
-                    origin,
-                    "model.activation",
-                    format!(
-                        "lists {} activations, and model.layers {:?} has {hidden} hidden layers; give one per hidden \
-                         layer (the output layer has none: its outputs go to the loss), or one name for all",
-                        v.len(),
-                        abbreviate(&self.layers)
-                    ),
-                ));
-            }
+            per_layer(
+                "model.activation",
+                v.len(),
+                "activations",
+                "give one per hidden layer (the output layer has none: its outputs go to the loss), or one name for all",
+            )?;
         }
         if let Some(p) = rates.iter().find(|p| !(p.is_finite() && (0.0..=MAX_DROPOUT).contains(*p))) {
             return Err(Error::config(
