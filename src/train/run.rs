@@ -116,8 +116,9 @@ pub(super) struct Run<'a, B: Backend, M: Mode<B>> {
 impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
     pub fn new(p: Parts<'a, B>, mode: M) -> Result<Run<'a, B, M>> {
         let (job, start) = (p.job, &p.start);
+        // lr-find's record is lr_find.csv: no metrics.jsonl (it would have no epoch).
         let metrics = match p.comm.rank {
-            0 => {
+            0 if job.lr_find.is_none() => {
                 let log = MetricsLog::open(&p.out_dir, start.epoch + 1)?;
                 Some(match job.output.tensorboard {
                     true => {

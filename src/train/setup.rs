@@ -376,13 +376,19 @@ fn log_schedule(job: &Job, s: &Schedule) {
     } else {
         format!("{b} per data-parallel rank")
     };
-    info!(
-        "{} epochs of {steps} steps, global batch {} = {per_rank} x {ranks} data-parallel rank(s); {} of \
-         the {total} training samples per epoch, in an order that does not depend on the rank count",
-        job.training.epochs,
-        s.global_batch,
-        s.used()
-    );
+    match job.lr_find {
+        Some(f) => info!(
+            "lr-find: up to {} steps (epochs of {steps}), global batch {} = {per_rank} x {ranks} data-parallel rank(s)",
+            f.steps, s.global_batch
+        ),
+        None => info!(
+            "{} epochs of {steps} steps, global batch {} = {per_rank} x {ranks} data-parallel rank(s); {} of \
+             the {total} training samples per epoch, in an order that does not depend on the rank count",
+            job.training.epochs,
+            s.global_batch,
+            s.used()
+        ),
+    }
     if s.drop_last && s.used() < total {
         warn!(
             "data.drop_last = true: {} of the {total} training rows are dropped every epoch ({steps} full batches of {} \

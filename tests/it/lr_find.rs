@@ -65,6 +65,11 @@ fn the_rate_grows_geometrically_and_the_loss_is_every_ranks_mean() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     assert!(!files.iter().any(|f| f.ends_with(".h5")), "weights or checkpoints written: {files:?}");
+    // Its record is lr_find.csv: no metrics.jsonl without an epoch in it, and the schedule line
+    // counts the test's steps, not the epochs that would hold them.
+    assert!(!files.iter().any(|f| f == "metrics.jsonl"), "an empty metrics.jsonl: {files:?}");
+    assert!(r.stderr.contains("lr-find: up to 40 steps (epochs of "), "{}", r.all());
+    assert!(!r.stderr.contains(" epochs of "), "{}", r.all());
     assert!(!dir.join("out/weights.h5").exists());
     // One rank of 16 rows: the same global batch, so the same first step (its loss is every
     // row's mean, not one rank's).
