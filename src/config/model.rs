@@ -31,21 +31,44 @@ pub enum Activation {
     LeakyRelu,
 }
 
-/// `model.activation`: one activation after every hidden layer (`"relu"`), or a list of one
-/// per hidden layer (`["relu", "relu", "tanh"]`, Keras' `Dense(..., activation=...)` per
-/// layer). Written back as it was given, so a job with one name keeps its fingerprint.
+/// One value for every hidden layer, or a list of one per hidden layer: `model.activation`
+/// (`"relu"` or `["relu", "relu", "tanh"]`, Keras' `Dense(..., activation=...)` per layer) and
+/// `model.dropout` (`0.1` or `[0.1, 0.3]`). Written back as it was given, so a job with one
+/// value keeps its fingerprint.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Activations {
-    All(Activation),
-    PerLayer(Vec<Activation>),
+pub enum PerLayer<T> {
+    All(T),
+    Each(Vec<T>),
 }
 
-impl Activations {
-    /// As given: one entry for all layers, or one per hidden layer (what `model::Mlp` keeps).
-    pub fn as_given(&self) -> Vec<Activation> {
+/// `model.activation`.
+pub type Activations = PerLayer<Activation>;
+/// `model.dropout`: rates, 0 = none.
+pub type Dropout = PerLayer<f64>;
+
+impl<T: Clone> PerLayer<T> {
+    /// As given: one entry for all layers, or one per hidden layer (what `model::Mlp` keeps
+    /// of the activations).
+    pub fn as_given(&self) -> Vec<T> {
         match self {
-            Activations::All(a) => vec![*a],
-            Activations::PerLayer(v) => v.clone(),
+            PerLayer::All(a) => vec![a.clone()],
+            PerLayer::Each(v) => v.clone(),
+        }
+    }
+
+    /// One value per hidden layer, `hidden` of them for one given for all.
+    pub fn per_hidden(&self, hidden: usize) -> Vec<T> {
+        match self {
+            PerLayer::All(a) => vec![a.clone(); hidden],
+            PerLayer::Each(v) => v.clone(),
+        }
+    }
+
+    /// The values given (one, or the list), to check each.
+    pub fn given(&self) -> &[T] {
+        match self {
+            PerLayer::All(a) => std::slice::from_ref(a),
+            PerLayer::Each(v) => v,
         }
     }
 }
@@ -58,42 +81,62 @@ pub fn activation_names(acts: &[Activation]) -> String {
 
 impl From<Activation> for Activations {
     fn from(a: Activation) -> Activations {
-        Activations::All(a)
+        PerLayer::All(a)
     }
 }
 
-impl Serialize for Activations {
+impl Default for Dropout {
+    fn default() -> Dropout {
+        PerLayer::All(0.0)
+    }
+}
+
+impl<T: Serialize> Serialize for PerLayer<T> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         match self {
-            Activations::All(a) => a.serialize(s),
-            Activations::PerLayer(v) => v.serialize(s),
+            PerLayer::All(a) => a.serialize(s),
+            PerLayer::Each(v) => v.serialize(s),
         }
     }
 }
 
-/// A name or a list of names; an unknown name is serde's "unknown variant" error (with the
-/// names allowed), which `config::hint` turns into a "did you mean".
-impl<'de> Deserialize<'de> for Activations {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Activations, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Activations;
+/// A value or a list of values, each read as `T` reads it: an unknown activation name is
+/// serde's "unknown variant" error (with the names allowed), which `config::hint` turns into a
+/// "did you mean", and a rate that is not a number says what was expected (an untagged enum
+/// would say only that nothing matched).
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for PerLayer<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<PerLayer<T>, D::Error> {
+        use serde::de::{Error, IntoDeserializer};
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for V<T> {
+            type Value = PerLayer<T>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an activation name, or a list of one per hidden layer")
+                f.write_str("one value for every hidden layer, or a list of one per hidden layer")
             }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Activations, E> {
-                use serde::de::IntoDeserializer;
-                Activation::deserialize(v.into_deserializer()).map(Activations::All)
+            fn visit_str<E: Error>(self, v: &str) -> std::result::Result<PerLayer<T>, E> {
+                T::deserialize(v.into_deserializer()).map(PerLayer::All)
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Activations, A::Error> {
+            fn visit_f64<E: Error>(self, v: f64) -> std::result::Result<PerLayer<T>, E> {
+                T::deserialize(v.into_deserializer()).map(PerLayer::All)
+            }
+            fn visit_i64<E: Error>(self, v: i64) -> std::result::Result<PerLayer<T>, E> {
+                T::deserialize(v.into_deserializer()).map(PerLayer::All)
+            }
+            fn visit_u64<E: Error>(self, v: u64) -> std::result::Result<PerLayer<T>, E> {
+                T::deserialize(v.into_deserializer()).map(PerLayer::All)
+            }
+            fn visit_bool<E: Error>(self, v: bool) -> std::result::Result<PerLayer<T>, E> {
+                T::deserialize(v.into_deserializer()).map(PerLayer::All)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<PerLayer<T>, A::Error> {
                 let mut v = Vec::new();
-                while let Some(a) = seq.next_element::<Activation>()? {
+                while let Some(a) = seq.next_element::<T>()? {
                     v.push(a);
                 }
-                Ok(Activations::PerLayer(v))
+                Ok(PerLayer::Each(v))
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
@@ -313,20 +356,6 @@ pub struct ModelCfg {
     pub class_weights: Option<ClassWeights>,
 }
 
-/// `model.dropout`: a rate, or a list of one rate per hidden layer.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(untagged)]
-pub enum Dropout {
-    All(f64),
-    PerLayer(Vec<f64>),
-}
-
-impl Default for Dropout {
-    fn default() -> Dropout {
-        Dropout::All(0.0)
-    }
-}
-
 fn is_zero(v: &f64) -> bool {
     *v == 0.0
 }
@@ -336,7 +365,7 @@ fn default_huber_delta() -> f64 {
 }
 
 fn default_activation() -> Activations {
-    Activations::All(Activation::Relu)
+    PerLayer::All(Activation::Relu)
 }
 fn default_loss() -> LossKind {
     LossKind::SoftmaxCrossEntropy
@@ -346,10 +375,7 @@ impl ModelCfg {
     /// The dropout rate after each hidden layer (`layers.len() − 2` of them).
     pub fn dropout_rates(&self) -> Vec<f32> {
         let hidden = self.layers.len().saturating_sub(2);
-        match &self.dropout {
-            Dropout::All(p) => vec![*p as f32; hidden],
-            Dropout::PerLayer(v) => v.iter().map(|&p| p as f32).collect(),
-        }
+        self.dropout.per_hidden(hidden).into_iter().map(|p| p as f32).collect()
     }
 
     /// The log's words for the options set beside activation and loss: `, init he_normal`,
@@ -401,10 +427,7 @@ impl ModelCfg {
             return bad("softmax_cross_entropy needs at least 2 output classes".into());
         }
         let hidden = self.layers.len() - 2;
-        let rates: &[f64] = match &self.dropout {
-            Dropout::All(p) => std::slice::from_ref(p),
-            Dropout::PerLayer(v) => v,
-        };
+        let rates = self.dropout.given();
         // A list of one value per hidden layer (model.dropout, model.activation) must have that many.
         let per_layer = |field: &str, given: usize, noun: &str, fix: &str| -> Result<()> {
             if given == hidden {
@@ -419,10 +442,10 @@ impl ModelCfg {
                 ),
             ))
         };
-        if let Dropout::PerLayer(v) = &self.dropout {
+        if let PerLayer::Each(v) = &self.dropout {
             per_layer("model.dropout", v.len(), "rates", "give one rate per hidden layer, or one number for all")?;
         }
-        if let Activations::PerLayer(v) = &self.activation {
+        if let PerLayer::Each(v) = &self.activation {
             per_layer(
                 "model.activation",
                 v.len(),

@@ -91,14 +91,33 @@ fn fingerprint_changes_with_config() {
 /// (the list's length checked, its names as strict as one name's, with the hint); the one
 /// name is written back as it was, so old jobs keep their fingerprint.
 #[test]
+fn dropout_is_one_rate_or_one_per_hidden_layer() {
+    use super::model::PerLayer;
+    const DEEP: &str = "[data]\ntrain = \"t.h5\"\n[model]\nlayers = [4, 8, 8, 3]\n";
+    let j = Job::parse("job", DEEP, &["model.dropout=[0.1, 0]".into()]).unwrap();
+    assert_eq!(j.model.dropout, PerLayer::Each(vec![0.1, 0.0]));
+    assert_eq!(j.model.dropout_rates(), vec![0.1f32, 0.0]);
+    let one = Job::parse("job", DEEP, &["model.dropout=0.25".into()]).unwrap();
+    assert_eq!(one.model.dropout_rates(), vec![0.25f32, 0.25]);
+    assert_eq!(Job::parse("job", DEEP, &["model.dropout=0".into()]).unwrap().model.dropout, PerLayer::All(0.0));
+    // A rate that is not a number says what was expected.
+    let (field, msg) = msg_of(Job::parse("job", DEEP, &["model.dropout=\"half\"".into()]));
+    assert_eq!(field, "model.dropout");
+    assert!(msg.contains("invalid type: string \"half\", expected f64"), "{msg}");
+    let (field, msg) = msg_of(Job::parse("job", DEEP, &["model.dropout=[0.1]".into()]));
+    assert_eq!(field, "model.dropout");
+    assert!(msg.contains("lists 1 rates") && msg.contains("2 hidden layers"), "{msg}");
+}
+
+#[test]
 fn activation_is_one_name_or_one_per_hidden_layer() {
-    use super::model::Activations;
+    use super::model::PerLayer;
     const DEEP: &str = "[data]\ntrain = \"t.h5\"\n[model]\nlayers = [4, 8, 8, 3]\n";
     let j = Job::parse("job", DEEP, &["model.activation=[\"relu\", \"tanh\"]".into()]).unwrap();
-    assert_eq!(j.model.activation, Activations::PerLayer(vec![Activation::Relu, Activation::Tanh]));
+    assert_eq!(j.model.activation, PerLayer::Each(vec![Activation::Relu, Activation::Tanh]));
     assert_eq!(activation_names(&j.model.activation.as_given()), "relu,tanh");
     let one = Job::parse("job", DEEP, &["model.activation=\"swish\"".into()]).unwrap();
-    assert_eq!(one.model.activation, Activations::All(Activation::Silu));
+    assert_eq!(one.model.activation, PerLayer::All(Activation::Silu));
     assert_eq!(toml::to_string(&one.model).unwrap().lines().nth(1), Some("activation = \"silu\""));
     let (field, msg) = msg_of(Job::parse("job", DEEP, &["model.activation=[\"relu\"]".into()]));
     assert_eq!(field, "model.activation");
