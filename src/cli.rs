@@ -172,7 +172,8 @@ binary_cross_entropy), as `hvtrain predict` writes them. Opset 17.\n\
     /// per-rank shards, convert IDX (MNIST) files.
     #[command(subcommand)]
     Data(DataCommand),
-    /// Check checkpoints before a resume: a file, or every checkpoint of an output directory.
+    /// Check checkpoints before a resume (a file, or every checkpoint of an output directory),
+    /// or average several into a weights file.
     #[command(subcommand)]
     Checkpoint(CheckpointCommand),
     /// Check a node's backend: every backend operation, gradient checks and one training
@@ -281,6 +282,34 @@ hvtrain checkpoint check runs/fashion-mnist/ckpt-step000000470.h5\n\n\
 One process, no mpirun: on a login node before resubmitting a job. Reads one layer (or one\n\
 part) at a time, so it needs little memory for any model.")]
     Check { path: PathBuf },
+    /// Average the parameters of several checkpoints or weights files of one model into a
+    /// weights file (checkpoint averaging; along one run's last checkpoints, the averaging of
+    /// stochastic weight averaging, done after the training).
+    ///
+    /// Each PATH is a checkpoint (whole or the index of one in parts), a weights file, or an
+    /// output directory (its checkpoints: all, or the newest --last N). The model is the one
+    /// the first file records; every file must record the same model and normalization. Each
+    /// parameter is the mean over the files (summed in float64), written a layer at a time.
+    /// The result is a weights file for eval, predict and export.
+    #[command(
+        after_help = "Examples:\n  hvtrain checkpoint average runs/fashion-mnist --last 3 --output runs/fashion-mnist/averaged.h5\n  \
+hvtrain checkpoint average runs/a/ckpt-step000002000.h5 runs/a/ckpt-step000002500.h5 --output avg.h5\n  \
+hvtrain eval jobs/fashion-mnist.toml --weights runs/fashion-mnist/averaged.h5\n\n\
+Averaging helps most with checkpoints from the flat end of a run (a constant or slowly falling\n\
+learning rate), as stochastic weight averaging does; checkpoint.every_steps and checkpoint.keep\n\
+decide which there are. One process, no mpirun."
+    )]
+    Average {
+        /// Checkpoints, weights files, or output directories.
+        #[arg(value_name = "PATH", required = true)]
+        paths: Vec<PathBuf>,
+        /// Of each directory, the newest N checkpoints by step [default: all of them].
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..))]
+        last: Option<u64>,
+        /// The weights file to write.
+        #[arg(long, value_name = "FILE")]
+        output: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -83,6 +83,10 @@ fn main() {
                 1
             }
         },
+        Command::Checkpoint(CheckpointCommand::Average { paths, last, output }) => finish(
+            checkpoint::average::inputs(&paths, last.map(|n| n as usize))
+                .and_then(|files| checkpoint::average::average(&files, &output)),
+        ),
         Command::Predict { job, weights, input, output, fill, keep, threshold, no_header, delimiter } => finish(
             config::Job::load_with_env(&job.job, &job.set)
                 .and_then(|(j, _)| {

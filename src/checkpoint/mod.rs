@@ -47,6 +47,7 @@ use crate::error::{CheckpointKind, Error, Result};
 use crate::model::Mlp;
 use std::path::{Path, PathBuf};
 
+pub mod average;
 pub mod inspect;
 mod lineage;
 pub mod parts;

@@ -15,6 +15,7 @@ mod accumulate;
 mod adasum;
 mod all_rows;
 mod autotune;
+mod average;
 mod bad_input;
 mod bench;
 mod bf16;

@@ -1,0 +1,260 @@
+//! `hvtrain checkpoint average`: one weights file whose every parameter is the mean of the
+//! same parameter in several checkpoints or weights files of one model (checkpoint averaging,
+//! as fairseq's `average_checkpoints.py`; taken along one run's last checkpoints it is the
+//! averaging of stochastic weight averaging, Izmailov et al. 2018, done after the training).
+//! The model is the one the first file records (layers, hidden activations, loss); every
+//! other file must record the same (`weights::check_recorded`) and the same normalization.
+//! Checkpoints are verified as `--resume` verifies them (each part of one in parts too); the
+//! means are summed in float64 and rounded once; the file is written a layer at a time, with
+//! one layer of one input in memory beside the sums, and the class and column names of the
+//! first weights file that has them (checkpoints do not keep them: else the run's weights.h5
+//! beside the first checkpoint, where it records the same model).
+//!
+//! Must not: change or delete an input, or write the output anywhere but under a temporary
+//! name renamed into place (`weights::Layered`).
+
+use super::parts::{self, StoredMap};
+use super::{list, load_index_by, read_stored, Source};
+use crate::config::{Activation, LossKind};
+use crate::data::h5;
+use crate::data::norm::Norm;
+use crate::error::{Error, Result};
+use crate::model::Mlp;
+use crate::weights::{self, Names};
+use log::info;
+use serde::de::IntoDeserializer;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Where one input's layers are read from.
+enum From {
+    /// A weights file (`weights.h5`, `best-weights.h5`, an earlier average).
+    Weights(hdf5::File),
+    /// A checkpoint, checked, its arrays left where they are (its own file or its parts).
+    Checkpoint { src: Source, step: u64 },
+}
+
+struct Input {
+    path: PathBuf,
+    from: From,
+    norm: Norm,
+    names: Names,
+}
+
+/// The files `paths` stand for: a file itself, a directory its checkpoints (the `last` of the
+/// highest steps, or all), in the order given (a directory's by step).
+pub fn inputs(paths: &[PathBuf], last: Option<usize>) -> Result<Vec<PathBuf>> {
+    if last.is_some() && !paths.iter().any(|p| p.is_dir()) {
+        return Err(Error::data(
+            &paths[0],
+            "--last",
+            "takes the newest checkpoints of a directory, and no PATH is one: name a run's output.dir, or leave \
+             --last out to average the files named"
+                .to_string(),
+        ));
+    }
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut found: Vec<(u64, PathBuf)> = list(p);
+            if found.is_empty() {
+                return Err(Error::data(p, "PATH", "holds no checkpoints (ckpt-step*.h5)".to_string()));
+            }
+            found.truncate(last.unwrap_or(usize::MAX));
+            files.extend(found.into_iter().rev().map(|(_, f)| f));
+        } else if p.exists() {
+            files.push(p.clone());
+        } else {
+            return Err(Error::data(p, "PATH", "no such file or directory".to_string()));
+        }
+    }
+    for (i, f) in files.iter().enumerate() {
+        if let Some(j) = files[..i].iter().position(|g| same_file(f, g)) {
+            return Err(Error::data(
+                f,
+                "PATH",
+                format!("is given twice (as {} too); each file counts once in the mean", files[j].display()),
+            ));
+        }
+    }
+    if files.len() < 2 {
+        let what = files.first().map_or("nothing".to_string(), |f| f.display().to_string());
+        return Err(Error::data(
+            paths.first().map_or(Path::new("PATH"), |p| p.as_path()),
+            "PATH",
+            format!(
+                "gives {what}; an average needs two files or more (name several, or a run directory \
+                 with several checkpoints: checkpoint.keep keeps the newest 3 by default)"
+            ),
+        ));
+    }
+    Ok(files)
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+/// The model file `path` records in its attributes.
+pub fn recorded_model(path: &Path) -> Result<Mlp> {
+    let f = h5::open(path, "PATH")?;
+    let a = weights::read_model_attrs(&f, path)?;
+    let missing = |what: &str| {
+        Error::data(
+            path,
+            format!("attribute {what}"),
+            "is missing (a file written before hvtrain recorded its model): average files written since, \
+             or pass a newer one first"
+                .to_string(),
+        )
+    };
+    let layers = a.layers.ok_or_else(|| missing("layers"))?;
+    let names = a.activation.ok_or_else(|| missing("activation"))?;
+    let loss = a.loss.ok_or_else(|| missing("loss"))?;
+    let bad = |what: &str, msg: String| Error::data(path, format!("attribute {what}"), msg);
+    if layers.len() < 2 || layers.contains(&0) {
+        return Err(bad("layers", format!("is {layers:?}, not a model's widths")));
+    }
+    let acts = names
+        .split(',')
+        .map(|n| Activation::deserialize(n.trim().into_deserializer()))
+        .collect::<std::result::Result<Vec<Activation>, serde::de::value::Error>>()
+        .map_err(|e| bad("activation", format!("is \"{names}\": {e}")))?;
+    let hidden = layers.len() - 2;
+    if acts.len() != 1 && acts.len() != hidden {
+        return Err(bad("activation", format!("names {} activations for {hidden} hidden layers", acts.len())));
+    }
+    let loss = LossKind::deserialize(loss.as_str().into_deserializer())
+        .map_err(|e: serde::de::value::Error| bad("loss", format!("is \"{loss}\": {e}")))?;
+    Ok(Mlp::new(&layers, acts, loss))
+}
+
+fn open(path: &Path, model: &Mlp) -> Result<Input> {
+    weights::check_recorded(path, model)?;
+    let f = h5::open(path, "PATH")?;
+    let is_checkpoint = f.dataset("format").is_ok() || f.dataset("ranges").is_ok();
+    if !is_checkpoint {
+        let norm = weights::read_norm(&f, path, model)?;
+        let names = weights::read_names(path)?;
+        return Ok(Input { path: path.to_path_buf(), from: From::Weights(f), norm, names });
+    }
+    drop(f);
+    let c = load_index_by(path, model, false, &mut parts::verify)?;
+    let src = match (c.parts, c.unread) {
+        (Some(p), _) => Source::Parts(p),
+        (None, Some(u)) => Source::Whole(u),
+        (None, None) => unreachable!("a checkpoint loaded without its arrays says where they are"),
+    };
+    Ok(Input {
+        path: path.to_path_buf(),
+        from: From::Checkpoint { src, step: c.step },
+        norm: c.norm,
+        names: Names::default(),
+    })
+}
+
+/// The class and column names for the average: the first weights file given that records
+/// some, else the run's `weights.h5` (or `best-weights.h5`) beside the first checkpoint, where
+/// it records the same model (the training data's names are the run's); and where from.
+fn names_of(inputs: &[Input], model: &Mlp) -> (Names, Option<PathBuf>) {
+    if let Some(i) = inputs.iter().find(|i| i.names != Names::default()) {
+        return (i.names.clone(), Some(i.path.clone()));
+    }
+    let beside = inputs.iter().find(|i| matches!(i.from, From::Checkpoint { .. })).and_then(|i| i.path.parent());
+    for name in ["weights.h5", "best-weights.h5"] {
+        let Some(p) = beside.map(|d| d.join(name)).filter(|p| p.is_file()) else { continue };
+        if weights::check_recorded(&p, model).is_ok() {
+            if let Ok(n) = weights::read_names(&p) {
+                if n != Names::default() {
+                    return (n, Some(p));
+                }
+            }
+        }
+    }
+    (Names::default(), None)
+}
+
+impl Input {
+    /// Layer `l`'s slot of the arena (`Mlp::slot`: its weight, then its bias).
+    fn layer(&self, model: &Mlp, l: usize) -> Result<Vec<f32>> {
+        let slot = model.slot(l);
+        match &self.from {
+            From::Weights(f) => {
+                let s = &model.layers[l];
+                let mut out = vec![0.0f32; slot.len()];
+                for (name, r) in [("weight", &s.w), ("bias", &s.b)] {
+                    let v: Vec<f32> = weights::layer_dataset(f, &self.path, model, l, name)?
+                        .read_raw()
+                        .map_err(|e| Error::hdf5(&self.path, format!("read dense{l}/{name}"), e))?;
+                    out[r.start - slot.start..r.end - slot.start].copy_from_slice(&v);
+                }
+                Ok(out)
+            }
+            From::Checkpoint { src, step } => {
+                read_stored(src, *step, model, &StoredMap::whole(model), "params", &[slot])
+            }
+        }
+    }
+}
+
+/// Average `files` (at least two, of one model) into `out`.
+pub fn average(files: &[PathBuf], out: &Path) -> Result<()> {
+    let model = recorded_model(&files[0])?;
+    let inputs: Vec<Input> = files.iter().map(|p| open(p, &model)).collect::<Result<_>>()?;
+    for i in &inputs[1..] {
+        if i.norm != inputs[0].norm {
+            return Err(Error::data(
+                &i.path,
+                "normalization",
+                format!(
+                    "differs from {}'s: the files were trained on other data or with another data.normalize, \
+                     and their weights do not average",
+                    inputs[0].path.display()
+                ),
+            ));
+        }
+    }
+    if inputs.iter().any(|i| same_file(&i.path, out)) {
+        return Err(Error::data(out, "--output", "is one of the files averaged; name a new file".to_string()));
+    }
+    let (names, names_from) = names_of(&inputs, &model);
+    let mut w = weights::Layered::create(&model, &inputs[0].norm, out)?;
+    let n = inputs.len() as f64;
+    for l in 0..model.layers.len() {
+        let mut sum = vec![0.0f64; model.slot(l).len()];
+        for i in &inputs {
+            for (s, v) in sum.iter_mut().zip(i.layer(&model, l)?) {
+                *s += v as f64;
+            }
+        }
+        let mean: Vec<f32> = sum.iter().map(|&s| (s / n) as f32).collect();
+        w.layer(l, &mean)?;
+    }
+    w.finish(&names)?;
+    let steps: Vec<String> = inputs
+        .iter()
+        .map(|i| match &i.from {
+            From::Checkpoint { step, .. } => format!("step {step}"),
+            From::Weights(_) => i.path.display().to_string(),
+        })
+        .collect();
+    let names_line = match names_from {
+        Some(p) => format!("; class and column names from {}", p.display()),
+        None => "; no class or column names (checkpoints do not keep them, and no weights file beside them \
+                 records them)"
+            .to_string(),
+    };
+    info!(
+        "averaged {} files ({}) of model {:?}, activation {}, loss {} into {}{names_line}",
+        inputs.len(),
+        steps.join(", "),
+        model.sizes,
+        model.act_names(),
+        model.loss.kind.name(),
+        out.display(),
+    );
+    Ok(())
+}
