@@ -6,6 +6,7 @@
 use super::gradcheck::check;
 use super::*;
 use crate::config::LossKind;
+use crate::rng::Rng;
 use crate::device::{cpu, Cpu};
 
 #[test]
