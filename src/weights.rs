@@ -100,9 +100,7 @@ impl<'a> Layered<'a> {
     /// The class and column names, then the file flushed and renamed into place (`commit`).
     pub fn finish(self, names: &Names) -> Result<()> {
         assert_eq!(self.written, self.model.layers.len(), "every layer written");
-        write_names(&self.f, &self.tmp, "class_names", &names.class_names)?;
-        write_names(&self.f, &self.tmp, "x_columns", &names.x_columns)?;
-        write_names(&self.f, &self.tmp, "y_columns", &names.y_columns)?;
+        write_all_names(&self.f, &self.tmp, names)?;
         self.f.flush().map_err(|e| Error::hdf5(&self.tmp, "flush", e))?;
         drop(self.f);
         commit(&self.tmp, &self.path, "rename the finished weights file into place", || {})
@@ -221,6 +219,14 @@ fn write_model_attrs(f: &hdf5::File, path: &Path, model: &Mlp, sizes: &[i64]) ->
     Ok(())
 }
 
+/// The class and column names as root attributes `class_names`, `x_columns`, `y_columns`
+/// (each left out when empty), into an open weights file or checkpoint.
+pub fn write_all_names(f: &hdf5::File, path: &Path, names: &Names) -> Result<()> {
+    write_names(f, path, "class_names", &names.class_names)?;
+    write_names(f, path, "x_columns", &names.x_columns)?;
+    write_names(f, path, "y_columns", &names.y_columns)
+}
+
 /// `names` as the root attribute `attr` (1-D variable-length UTF-8 strings; none when empty).
 fn write_names(f: &hdf5::File, path: &Path, attr: &str, names: &[String]) -> Result<()> {
     if names.is_empty() {
@@ -244,8 +250,12 @@ pub fn read_class_names(path: &Path) -> Result<Vec<String>> {
 /// The class and column names a weights file records (each empty when it has none: plain
 /// integer labels, data without column names, or a file written before they were kept).
 pub fn read_names(path: &Path) -> Result<Names> {
-    let f = h5::open(path, "--weights")?;
-    let attr = |a: &str| Ok::<_, Error>(crate::data::classes::read_attr(&f, path, a)?.unwrap_or_default());
+    read_names_of(&h5::open(path, "--weights")?, path)
+}
+
+/// `read_names` of an open file (`path` names it in errors).
+pub fn read_names_of(f: &hdf5::File, path: &Path) -> Result<Names> {
+    let attr = |a: &str| Ok::<_, Error>(crate::data::classes::read_attr(f, path, a)?.unwrap_or_default());
     Ok(Names { class_names: attr("class_names")?, x_columns: attr("x_columns")?, y_columns: attr("y_columns")? })
 }
 

@@ -7,8 +7,7 @@
 //! Checkpoints are verified as `--resume` verifies them (each part of one in parts too); the
 //! means are summed in float64 and rounded once; the file is written a layer at a time, with
 //! one layer of one input in memory beside the sums, and the class and column names of the
-//! first weights file that has them (checkpoints do not keep them: else the run's weights.h5
-//! beside the first checkpoint, where it records the same model).
+//! first file that records them.
 //!
 //! Must not: change or delete an input, or write the output anywhere but under a temporary
 //! name renamed into place (`weights::Layered`).
@@ -148,33 +147,7 @@ fn open(path: &Path, model: &Mlp) -> Result<Input> {
         (None, Some(u)) => Source::Whole(u),
         (None, None) => unreachable!("a checkpoint loaded without its arrays says where they are"),
     };
-    Ok(Input {
-        path: path.to_path_buf(),
-        from: From::Checkpoint { src, step: c.step },
-        norm: c.norm,
-        names: Names::default(),
-    })
-}
-
-/// The class and column names for the average: the first weights file given that records
-/// some, else the run's `weights.h5` (or `best-weights.h5`) beside the first checkpoint, where
-/// it records the same model (the training data's names are the run's); and where from.
-fn names_of(inputs: &[Input], model: &Mlp) -> (Names, Option<PathBuf>) {
-    if let Some(i) = inputs.iter().find(|i| i.names != Names::default()) {
-        return (i.names.clone(), Some(i.path.clone()));
-    }
-    let beside = inputs.iter().find(|i| matches!(i.from, From::Checkpoint { .. })).and_then(|i| i.path.parent());
-    for name in ["weights.h5", "best-weights.h5"] {
-        let Some(p) = beside.map(|d| d.join(name)).filter(|p| p.is_file()) else { continue };
-        if weights::check_recorded(&p, model).is_ok() {
-            if let Ok(n) = weights::read_names(&p) {
-                if n != Names::default() {
-                    return (n, Some(p));
-                }
-            }
-        }
-    }
-    (Names::default(), None)
+    Ok(Input { path: path.to_path_buf(), from: From::Checkpoint { src, step: c.step }, norm: c.norm, names: c.names })
 }
 
 impl Input {
@@ -220,7 +193,10 @@ pub fn average(files: &[PathBuf], out: &Path) -> Result<()> {
     if inputs.iter().any(|i| same_file(&i.path, out)) {
         return Err(Error::data(out, "--output", "is one of the files averaged; name a new file".to_string()));
     }
-    let (names, names_from) = names_of(&inputs, &model);
+    // The names of the first file that records some (checkpoints written before they kept
+    // names record none).
+    let named = inputs.iter().find(|i| i.names != Names::default());
+    let names = named.map(|i| i.names.clone()).unwrap_or_default();
     let mut w = weights::Layered::create(&model, &inputs[0].norm, out)?;
     let n = inputs.len() as f64;
     for l in 0..model.layers.len() {
@@ -241,11 +217,9 @@ pub fn average(files: &[PathBuf], out: &Path) -> Result<()> {
             From::Weights(_) => i.path.display().to_string(),
         })
         .collect();
-    let names_line = match names_from {
-        Some(p) => format!("; class and column names from {}", p.display()),
-        None => "; no class or column names (checkpoints do not keep them, and no weights file beside them \
-                 records them)"
-            .to_string(),
+    let names_line = match named {
+        Some(i) => format!("; class and column names from {}", i.path.display()),
+        None => "; no class or column names (no file records them)".to_string(),
     };
     info!(
         "averaged {} files ({}) of model {:?}, activation {}, loss {} into {}{names_line}",

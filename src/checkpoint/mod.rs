@@ -120,6 +120,10 @@ pub struct Checkpoint {
     pub trainer_json: String,
     /// The data's normalization (the `normalization` group, as in weights.h5).
     pub norm: crate::data::norm::Norm,
+    /// The training data's class and column names (root attributes, as in weights.h5), so
+    /// that `predict` and `checkpoint average` name the classes of a checkpoint's model. Not
+    /// in the checksum: they describe the outputs, training does not read them back.
+    pub names: crate::weights::Names,
     pub lineage: Lineage,
     /// Unix milliseconds; i64::MIN for format 1.
     pub written_at: i64,
@@ -288,6 +292,7 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
                 h5::write(&f, &tmp, "parts/optimizer", &[i64::from(p.m), i64::from(p.v)], &[2])?;
             }
         }
+        crate::weights::write_all_names(&f, &tmp, &c.names)?;
         if !c.m.is_empty() || !c.v.is_empty() {
             f.create_group("optimizer").map_err(|e| Error::hdf5(&tmp, "create group", e))?;
         }
@@ -531,6 +536,7 @@ fn load_inner(path: &Path, model: &Mlp, keep_whole: bool) -> Result<Checkpoint> 
         v,
         job_json: String::from_utf8(json).map_err(|_| Error::data(path, "job_json", "is not UTF-8"))?,
         norm,
+        names: crate::weights::read_names_of(&f, path)?,
         trainer_json: if format >= 4 {
             let t: Vec<u8> = h5::dataset(&f, path, "trainer_json")?
                 .read_raw()

@@ -32,6 +32,11 @@ fn sample_of(model: &Mlp, step: u64, lineage: Lineage, written_at: i64) -> Check
             x_div: vec![3.0; model.n_inputs()],
             ..Default::default()
         },
+        names: crate::weights::Names {
+            class_names: (0..model.n_outputs()).map(|c| format!("class {c}")).collect(),
+            x_columns: Vec::new(),
+            y_columns: vec!["unused".into()],
+        },
         lineage,
         written_at,
         parts: None,

@@ -6,8 +6,8 @@
 use super::gradcheck::check;
 use super::*;
 use crate::config::LossKind;
-use crate::rng::Rng;
 use crate::device::{cpu, Cpu};
+use crate::rng::Rng;
 
 #[test]
 fn gradcheck_relu_xent() {

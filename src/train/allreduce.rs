@@ -194,6 +194,7 @@ pub(super) fn build<'a, B: Backend>(
     }
     let writer = Writer::new(job, start.lineage, sched.global_batch, grid.data, comm.rank)?;
     writer.set_norm(train_shard.norm().clone());
+    writer.set_names(crate::weights::Names::of(&train_shard));
     st.set_norm(train_shard.norm());
     let stop = StopState::new(start.loss_sums.clone());
     let ctx = Ctx { comm, job, grid, watchdog, stop, writer };

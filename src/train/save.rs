@@ -38,6 +38,7 @@ pub(super) struct Writer<'a> {
     trainer: RefCell<String>,
     /// The data's normalization (fixed for the run).
     norm: RefCell<crate::data::norm::Norm>,
+    names: RefCell<crate::weights::Names>,
 }
 
 impl<'a> Writer<'a> {
@@ -55,6 +56,7 @@ impl<'a> Writer<'a> {
             rate: Cell::new(None),
             trainer: RefCell::new("{}".into()),
             norm: RefCell::new(Default::default()),
+            names: RefCell::new(Default::default()),
         })
     }
 
@@ -66,6 +68,11 @@ impl<'a> Writer<'a> {
     /// The normalization every checkpoint records.
     pub fn set_norm(&self, norm: crate::data::norm::Norm) {
         *self.norm.borrow_mut() = norm;
+    }
+
+    /// The training data's class and column names every checkpoint records.
+    pub fn set_names(&self, names: crate::weights::Names) {
+        *self.names.borrow_mut() = names;
     }
 
     /// Bytes per second of the last write, if any.
@@ -106,6 +113,7 @@ impl<'a> Writer<'a> {
             job_json: serde_json::to_string(self.job).expect("job serializes"),
             trainer_json: self.trainer.borrow().clone(),
             norm: self.norm.borrow().clone(),
+            names: self.names.borrow().clone(),
             lineage: self.lineage,
             written_at: checkpoint::now_ms(),
             parts,

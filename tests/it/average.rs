@@ -1,8 +1,8 @@
 //! `hvtrain checkpoint average` on real checkpoints and weights files: each parameter of the
 //! result is the mean of the inputs' (read here straight from the files, whole checkpoints and
 //! the parts of sharded ones alike, with the float64 sum the command documents); a directory
-//! gives its newest `--last N` checkpoints; the result keeps the normalization and the run's
-//! class names and evaluates; files of another model, a file named twice and an output that is
+//! gives its newest `--last N` checkpoints; the result keeps the normalization and the class
+//! names (which checkpoints record, so predict names them from one too) and evaluates; files of another model, a file named twice and an output that is
 //! one of the inputs are refused, naming the file, with nothing written.
 
 use crate::common;
@@ -90,7 +90,7 @@ fn the_average_is_the_mean_of_the_checkpoints_whole_or_in_parts() {
     for g in ["normalization/x_shift", "normalization/x_div"] {
         assert_eq!(read_f32(&dir.join("avg.h5"), g), read_f32(&out.join("weights.h5"), g), "{g}");
     }
-    assert!(r.stderr.contains("class and column names from out/weights.h5"), "{}", r.all());
+    assert!(r.stderr.contains("class and column names from out/ckpt-step000000016.h5"), "{}", r.all());
     let ev = mpirun(1, &["eval", "job.toml", "--weights", "avg.h5", "--set", "data.normalize='standard'"], &dir, 60);
     assert!(ev.ok(), "{}", ev.all());
     std::fs::write(dir.join("new.csv"), "f0,f1,f2,f3,f4,f5\n0.1,0.2,0.3,0.4,0.5,0.6\n").unwrap();
@@ -98,6 +98,12 @@ fn the_average_is_the_mean_of_the_checkpoints_whole_or_in_parts() {
         hvtrain(&["predict", "job.toml", "--weights", "avg.h5", "--input", "new.csv", "--output", "p.csv"], &dir, 60);
     assert!(p.ok(), "{}", p.all());
     let text = std::fs::read_to_string(dir.join("p.csv")).unwrap();
+    assert!(text.starts_with("class,p_a,p_b,p_c\n"), "{}", &text[..60.min(text.len())]);
+    // A checkpoint records the class names too: predict names the classes from it.
+    let ck = format!("out/{}", names[5]);
+    let p = hvtrain(&["predict", "job.toml", "--weights", &ck, "--input", "new.csv", "--output", "q.csv"], &dir, 60);
+    assert!(p.ok(), "{}", p.all());
+    let text = std::fs::read_to_string(dir.join("q.csv")).unwrap();
     assert!(text.starts_with("class,p_a,p_b,p_c\n"), "{}", &text[..60.min(text.len())]);
 
     // Files named, a weights file among checkpoints: all of them count.

@@ -125,6 +125,7 @@ fn build<B: Backend>(w: Worker<'_>, be: B) -> Result<(Parts<'_, B>, PsWorker<'_>
     }
     let writer = Writer::new(job, w.start.lineage, sched.global_batch, n, rank)?;
     writer.set_norm(train.norm().clone());
+    writer.set_names(crate::weights::Names::of(&train));
     st.set_norm(train.norm());
     let mode = PsWorker {
         workers: w.workers,
