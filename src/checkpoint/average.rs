@@ -13,7 +13,7 @@
 //! name renamed into place (`weights::Layered`).
 
 use super::parts::{self, StoredMap};
-use super::{list, load_index_by, read_stored, Source};
+use super::{lineage, list, load_index_by, read_stored, Source};
 use crate::config::{Activation, LossKind};
 use crate::data::h5;
 use crate::data::norm::Norm;
@@ -26,7 +26,7 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// Where one input's layers are read from.
-enum From {
+enum Reader {
     /// A weights file (`weights.h5`, `best-weights.h5`, an earlier average).
     Weights(hdf5::File),
     /// A checkpoint, checked, its arrays left where they are (its own file or its parts).
@@ -35,13 +35,15 @@ enum From {
 
 struct Input {
     path: PathBuf,
-    from: From,
+    from: Reader,
     norm: Norm,
     names: Names,
 }
 
-/// The files `paths` stand for: a file itself, a directory its checkpoints (the `last` of the
-/// highest steps, or all), in the order given (a directory's by step).
+/// The files `paths` stand for: a file itself, a directory its checkpoints of the live lineage
+/// (the run `--resume auto` would continue and the checkpoints it came from: not an abandoned
+/// branch's, after a `--resume FILE` from an older one; the `last` of the highest steps, or
+/// all), in the order given (a directory's by step).
 pub fn inputs(paths: &[PathBuf], last: Option<usize>) -> Result<Vec<PathBuf>> {
     if last.is_some() && !paths.iter().any(|p| p.is_dir()) {
         return Err(Error::data(
@@ -55,9 +57,17 @@ pub fn inputs(paths: &[PathBuf], last: Option<usize>) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let mut found: Vec<(u64, PathBuf)> = list(p);
-            if found.is_empty() {
+            if list(p).is_empty() {
                 return Err(Error::data(p, "PATH", "holds no checkpoints (ckpt-step*.h5)".to_string()));
+            }
+            let mut found: Vec<(u64, PathBuf)> = lineage::live(p);
+            let left = list(p).len() - found.len();
+            if left > 0 {
+                info!(
+                    "{}: {left} checkpoint(s) of an abandoned branch left out (the live run's are averaged, as \
+                     --resume auto would continue it)",
+                    p.display()
+                );
             }
             found.truncate(last.unwrap_or(usize::MAX));
             files.extend(found.into_iter().rev().map(|(_, f)| f));
@@ -138,7 +148,7 @@ fn open(path: &Path, model: &Mlp) -> Result<Input> {
     if !is_checkpoint {
         let norm = weights::read_norm(&f, path, model)?;
         let names = weights::read_names(path)?;
-        return Ok(Input { path: path.to_path_buf(), from: From::Weights(f), norm, names });
+        return Ok(Input { path: path.to_path_buf(), from: Reader::Weights(f), norm, names });
     }
     drop(f);
     let c = load_index_by(path, model, false, &mut parts::verify)?;
@@ -147,7 +157,7 @@ fn open(path: &Path, model: &Mlp) -> Result<Input> {
         (None, Some(u)) => Source::Whole(u),
         (None, None) => unreachable!("a checkpoint loaded without its arrays says where they are"),
     };
-    Ok(Input { path: path.to_path_buf(), from: From::Checkpoint { src, step: c.step }, norm: c.norm, names: c.names })
+    Ok(Input { path: path.to_path_buf(), from: Reader::Checkpoint { src, step: c.step }, norm: c.norm, names: c.names })
 }
 
 impl Input {
@@ -155,7 +165,7 @@ impl Input {
     fn layer(&self, model: &Mlp, l: usize) -> Result<Vec<f32>> {
         let slot = model.slot(l);
         match &self.from {
-            From::Weights(f) => {
+            Reader::Weights(f) => {
                 let s = &model.layers[l];
                 let mut out = vec![0.0f32; slot.len()];
                 for (name, r) in [("weight", &s.w), ("bias", &s.b)] {
@@ -166,7 +176,7 @@ impl Input {
                 }
                 Ok(out)
             }
-            From::Checkpoint { src, step } => {
+            Reader::Checkpoint { src, step } => {
                 read_stored(src, *step, model, &StoredMap::whole(model), "params", &[slot])
             }
         }
@@ -213,8 +223,8 @@ pub fn average(files: &[PathBuf], out: &Path) -> Result<()> {
     let steps: Vec<String> = inputs
         .iter()
         .map(|i| match &i.from {
-            From::Checkpoint { step, .. } => format!("step {step}"),
-            From::Weights(_) => i.path.display().to_string(),
+            Reader::Checkpoint { step, .. } => format!("step {step}"),
+            Reader::Weights(_) => i.path.display().to_string(),
         })
         .collect();
     let names_line = match named {

@@ -122,6 +122,19 @@ pub fn newest_valid_by(
     Ok(None)
 }
 
+/// The checkpoints of `dir` in the live lineage, (step, path), highest step first: the run of
+/// the most recently written checkpoint (the one `--resume auto` continues) and its ancestors'
+/// up to where each branched off; an abandoned branch's files are left out (unreadable files
+/// are in, to be found damaged by whoever reads them). All of them where none is readable.
+pub fn live(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let metas: Vec<Meta> = list(dir).into_iter().map(|(s, p)| meta(s, p)).collect();
+    let newest = metas.iter().filter(|m| m.lineage.is_some()).max_by_key(|m| preference(m.written_at, m.step));
+    match newest.and_then(|m| m.lineage) {
+        Some(run) => lineage_members(&metas, run).into_iter().map(|m| (m.step, m.path.clone())).collect(),
+        None => metas.into_iter().map(|m| (m.step, m.path)).collect(),
+    }
+}
+
 /// Checkpoints in `dir` with a higher step than the one `run` resumed from that are not in
 /// its lineage: an abandoned branch, which `--resume auto` will not choose and keep-K will not
 /// delete (for the start-up log).

@@ -1,7 +1,7 @@
 //! `hvtrain checkpoint average` on real checkpoints and weights files: each parameter of the
 //! result is the mean of the inputs' (read here straight from the files, whole checkpoints and
 //! the parts of sharded ones alike, with the float64 sum the command documents); a directory
-//! gives its newest `--last N` checkpoints; the result keeps the normalization and the class
+//! gives its newest `--last N` checkpoints of the live branch (not an abandoned one's); the result keeps the normalization and the class
 //! names (which checkpoints record, so predict names them from one too) and evaluates; files of another model, a file named twice and an output that is
 //! one of the inputs are refused, naming the file, with nothing written.
 
@@ -137,6 +137,28 @@ fn the_average_is_the_mean_of_the_checkpoints_whole_or_in_parts() {
     let inputs: Vec<Vec<Vec<f32>>> =
         sharded[sharded.len() - 2..].iter().map(|n| tensors(&dir.join("sharded").join(n))).collect();
     assert_eq!(layer_tensors(&dir.join("parts.h5"), LAYERS.len() - 1), mean(&inputs));
+}
+
+/// After `--resume FILE` from an older checkpoint, the directory still holds the abandoned
+/// branch's newer files: a directory's checkpoints are the live run's (as `--resume auto` would
+/// continue), not the highest steps of both branches.
+#[test]
+fn a_directory_gives_the_live_branch_not_an_abandoned_one() {
+    let _g = mpi_lock();
+    let dir = setup("average-branch");
+    let r = mpirun(1, &["train", "job.toml"], &dir, 120);
+    assert!(r.ok(), "{}", r.all());
+    // Back to step 8, checkpoints every 3 steps: 9, 12, ..., 24 (12 and 24 replace the old
+    // branch's); the old branch's 16 and 20 stay.
+    let args = ["train", "job.toml", "--resume", "out/ckpt-step000000008.h5", "--set", "checkpoint.every_steps=3"];
+    let r = mpirun(1, &args, &dir, 120);
+    assert!(r.ok(), "{}", r.all());
+    let names = checkpoints(&dir.join("out"));
+    assert!(names.contains(&"ckpt-step000000020.h5".to_string()), "{names:?}");
+    let r = average(&dir, &["out", "--last", "3", "--output", "avg.h5"]);
+    assert!(r.ok(), "{}", r.all());
+    assert!(r.stderr.contains("averaged 3 files (step 18, step 21, step 24)"), "{}", r.all());
+    assert!(r.stderr.contains("2 checkpoint(s) of an abandoned branch left out"), "{}", r.all());
 }
 
 #[test]
