@@ -382,15 +382,24 @@ pub fn load(model: &Mlp, path: &Path) -> Result<Vec<f32>> {
 /// The `dense{l}/weight` and `dense{l}/bias` datasets of an open file, as an arena.
 pub fn read_params(f: &hdf5::File, path: &Path, model: &Mlp) -> Result<Vec<f32>> {
     let mut params = vec![0.0f32; model.n_params];
-    for (l, s) in model.layers.iter().enumerate() {
-        for (name, range) in [("weight", s.w.clone()), ("bias", s.b.clone())] {
-            let v: Vec<f32> = layer_dataset(f, path, model, l, name)?
-                .read_raw()
-                .map_err(|e| Error::hdf5(path, format!("read dense{l}/{name}"), e))?;
-            params[range].copy_from_slice(&v);
-        }
+    for l in 0..model.layers.len() {
+        params[model.slot(l)].copy_from_slice(&read_slot(f, path, model, l)?);
     }
     Ok(params)
+}
+
+/// Layer `l`'s slot of the arena (`Mlp::slot`: its weight, then its bias; padding zero) from
+/// its `dense{l}/weight` and `dense{l}/bias` datasets, the shapes checked.
+pub fn read_slot(f: &hdf5::File, path: &Path, model: &Mlp, l: usize) -> Result<Vec<f32>> {
+    let (s, slot) = (&model.layers[l], model.slot(l));
+    let mut out = vec![0.0f32; slot.len()];
+    for (name, r) in [("weight", &s.w), ("bias", &s.b)] {
+        let v: Vec<f32> = layer_dataset(f, path, model, l, name)?
+            .read_raw()
+            .map_err(|e| Error::hdf5(path, format!("read dense{l}/{name}"), e))?;
+        out[r.start - slot.start..r.end - slot.start].copy_from_slice(&v);
+    }
+    Ok(out)
 }
 
 /// Dataset `dense{l}/{name}` ("weight" or "bias") of an open file, its shape checked against

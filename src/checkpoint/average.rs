@@ -57,11 +57,12 @@ pub fn inputs(paths: &[PathBuf], last: Option<usize>) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
-            if list(p).is_empty() {
+            let all = list(p).len();
+            if all == 0 {
                 return Err(Error::data(p, "PATH", "holds no checkpoints (ckpt-step*.h5)".to_string()));
             }
             let mut found: Vec<(u64, PathBuf)> = lineage::live(p);
-            let left = list(p).len() - found.len();
+            let left = all - found.len();
             if left > 0 {
                 info!(
                     "{}: {left} checkpoint(s) of an abandoned branch left out (the live run's are averaged, as \
@@ -147,7 +148,7 @@ fn open(path: &Path, model: &Mlp) -> Result<Input> {
     let is_checkpoint = f.dataset("format").is_ok() || f.dataset("ranges").is_ok();
     if !is_checkpoint {
         let norm = weights::read_norm(&f, path, model)?;
-        let names = weights::read_names(path)?;
+        let names = weights::read_names_of(&f, path)?;
         return Ok(Input { path: path.to_path_buf(), from: Reader::Weights(f), norm, names });
     }
     drop(f);
@@ -163,21 +164,10 @@ fn open(path: &Path, model: &Mlp) -> Result<Input> {
 impl Input {
     /// Layer `l`'s slot of the arena (`Mlp::slot`: its weight, then its bias).
     fn layer(&self, model: &Mlp, l: usize) -> Result<Vec<f32>> {
-        let slot = model.slot(l);
         match &self.from {
-            Reader::Weights(f) => {
-                let s = &model.layers[l];
-                let mut out = vec![0.0f32; slot.len()];
-                for (name, r) in [("weight", &s.w), ("bias", &s.b)] {
-                    let v: Vec<f32> = weights::layer_dataset(f, &self.path, model, l, name)?
-                        .read_raw()
-                        .map_err(|e| Error::hdf5(&self.path, format!("read dense{l}/{name}"), e))?;
-                    out[r.start - slot.start..r.end - slot.start].copy_from_slice(&v);
-                }
-                Ok(out)
-            }
+            Reader::Weights(f) => weights::read_slot(f, &self.path, model, l),
             Reader::Checkpoint { src, step } => {
-                read_stored(src, *step, model, &StoredMap::whole(model), "params", &[slot])
+                read_stored(src, *step, model, &StoredMap::whole(model), "params", &[model.slot(l)])
             }
         }
     }

@@ -50,10 +50,7 @@ impl<T: Clone> PerLayer<T> {
     /// As given: one entry for all layers, or one per hidden layer (what `model::Mlp` keeps
     /// of the activations).
     pub fn as_given(&self) -> Vec<T> {
-        match self {
-            PerLayer::All(a) => vec![a.clone()],
-            PerLayer::Each(v) => v.clone(),
-        }
+        self.given().to_vec()
     }
 
     /// One value per hidden layer, `hidden` of them for one given for all.
