@@ -5,6 +5,8 @@
 //!   (the same writer, `weights::write_layers`), so `eval --weights` and `predict --weights`
 //!   take a checkpoint as well;
 //! - `optimizer/m`, `optimizer/v`: momentum / Adam moments (absent when the optimizer has none);
+//! - `optimizer/ema`: the parameters' moving average (`optimizer.ema`; absent without one),
+//!   flat in the stored order as m and v are;
 //! - `step`, `epoch`, `step_in_epoch`, `global_batch` (format 3): where training stands. The
 //!   data order is a pure function of (seed, epoch, global row), and step s of an epoch takes
 //!   its positions [s·global_batch, (s+1)·global_batch), so this position is all the loader
@@ -115,6 +117,8 @@ pub struct Checkpoint {
     pub params: Vec<f32>,
     pub m: Vec<f32>,
     pub v: Vec<f32>,
+    /// The parameters' moving average (`optimizer.ema`; empty: none kept).
+    pub ema: Vec<f32>,
     pub job_json: String,
     /// The trainer's state (JSON; "{}" before format 4).
     pub trainer_json: String,
@@ -165,14 +169,16 @@ impl Checkpoint {
     /// does not change with the padding.
     fn checksum(&self, model: &Mlp, format: i64) -> u64 {
         let arrays = [&self.params, &self.m, &self.v].map(|a| stored_checksum(model, a));
-        self.checksum_of(arrays, format)
+        let ema = (!self.ema.is_empty()).then(|| stored_checksum(model, &self.ema));
+        self.checksum_of(arrays, ema, format)
     }
 
     /// `checksum` with the checksums of params, m and v given (`stored_checksum`, or streamed
-    /// from a file: `whole::checksums`).
-    fn checksum_of(&self, arrays: [u64; 3], format: i64) -> u64 {
+    /// from a file: `whole::checksums`), and the moving average's where there is one (a file
+    /// without one sums as before it existed).
+    fn checksum_of(&self, arrays: [u64; 3], ema: Option<u64>, format: i64) -> u64 {
         let mut h = arrays[0];
-        for a in &arrays[1..] {
+        for a in arrays[1..].iter().chain(&ema) {
             h = h.rotate_left(17) ^ a;
         }
         let mut ints = vec![self.step, self.epoch as u64, self.step_in_epoch as u64, self.world_size as u64];
@@ -199,7 +205,9 @@ impl Checkpoint {
             bytes.extend(self.train_sums.iter().flat_map(|x| x.to_le_bytes()));
         }
         if let Some(p) = &self.parts {
-            let words = [p.token, u64::from(p.m), u64::from(p.v)].into_iter().chain(p.checksums.iter().copied());
+            let ema = p.ema.then_some(1);
+            let words =
+                [p.token, u64::from(p.m), u64::from(p.v)].into_iter().chain(ema).chain(p.checksums.iter().copied());
             bytes.extend(words.flat_map(|x| x.to_le_bytes()));
         }
         h ^ crate::config::fnv1a(&bytes)
@@ -289,18 +297,20 @@ pub fn save(dir: &Path, model: &Mlp, c: &Checkpoint, keep: usize, before_rename:
                 f.create_group("parts").map_err(|e| Error::hdf5(&tmp, "create group", e))?;
                 h5::write(&f, &tmp, "parts/token", &[p.token], &[1])?;
                 h5::write(&f, &tmp, "parts/checksums", &p.checksums, &[p.checksums.len()])?;
-                h5::write(&f, &tmp, "parts/optimizer", &[i64::from(p.m), i64::from(p.v)], &[2])?;
+                // (m, v) and, only where there is one, the moving average: as before it existed.
+                let mut has = vec![i64::from(p.m), i64::from(p.v)];
+                has.extend(p.ema.then_some(1));
+                h5::write(&f, &tmp, "parts/optimizer", &has, &[has.len()])?;
             }
         }
         crate::weights::write_all_names(&f, &tmp, &c.names)?;
-        if !c.m.is_empty() || !c.v.is_empty() {
+        if !c.m.is_empty() || !c.v.is_empty() || !c.ema.is_empty() {
             f.create_group("optimizer").map_err(|e| Error::hdf5(&tmp, "create group", e))?;
         }
-        if !c.m.is_empty() {
-            write_stored(&f, &tmp, "optimizer/m", model, &c.m)?;
-        }
-        if !c.v.is_empty() {
-            write_stored(&f, &tmp, "optimizer/v", model, &c.v)?;
+        for (name, a) in [("optimizer/m", &c.m), ("optimizer/v", &c.v), ("optimizer/ema", &c.ema)] {
+            if !a.is_empty() {
+                write_stored(&f, &tmp, name, model, a)?;
+            }
         }
         let l = &c.lineage;
         for (name, v) in [
@@ -372,14 +382,30 @@ pub fn load(path: &Path, model: &Mlp) -> Result<Checkpoint> {
 /// The parameters of a weights file or a checkpoint, for `eval`, `predict` and `export`: the
 /// model the file records must be `model` (`weights::check_recorded`), and a checkpoint in
 /// parts is checked and put together (`load`).
+///
+/// A checkpoint of a run with `optimizer.ema` gives its moving average, the weights that run
+/// evaluated and wrote into weights.h5 (the trained parameters are for `--resume`).
 pub fn params_of(path: &Path, model: &Mlp) -> Result<Vec<f32>> {
     crate::weights::check_recorded(path, model)?;
-    let in_parts = hdf5::File::open(path).is_ok_and(|f| f.group("parts").is_ok());
-    if in_parts {
-        Ok(load(path, model)?.params)
+    let (in_parts, ema) = match hdf5::File::open(path) {
+        Ok(f) => (f.group("parts").is_ok(), f.dataset("optimizer/ema").is_ok() || ema_in_parts(&f)),
+        Err(_) => (false, false),
+    };
+    if ema {
+        log::info!("{}: the checkpoint's moving average of the parameters (optimizer.ema)", path.display());
+    }
+    if in_parts || ema {
+        let c = load(path, model)?;
+        Ok(if c.ema.is_empty() { c.params } else { c.ema })
     } else {
         crate::weights::load(model, path)
     }
+}
+
+/// Whether the index of a checkpoint in parts says its parts hold a moving average.
+fn ema_in_parts(f: &hdf5::File) -> bool {
+    let flags = f.dataset("parts/optimizer").and_then(|d| d.read_raw::<i64>());
+    flags.is_ok_and(|v| v.get(2).is_some_and(|&x| x != 0))
 }
 
 /// `load` without putting the parts of a checkpoint in parts together (`params`, `m`, `v`
@@ -417,7 +443,8 @@ pub fn assemble(c: &mut Checkpoint, model: &Mlp) -> Result<()> {
         }
     };
     let (params, m, v) = (read("params", true)?, read("optimizer/m", p.m)?, read("optimizer/v", p.v)?);
-    (c.params, c.m, c.v) = (params, m, v);
+    let ema = read("optimizer/ema", p.ema)?;
+    (c.params, c.m, c.v, c.ema) = (params, m, v, ema);
     Ok(())
 }
 
@@ -453,8 +480,8 @@ fn load_inner(path: &Path, model: &Mlp, keep_whole: bool) -> Result<Checkpoint> 
         let has: Vec<i64> = h5::dataset(&f, path, "parts/optimizer")?
             .read_raw()
             .map_err(|e| Error::hdf5(path, "read parts/optimizer", e))?;
-        if has.len() != 2 {
-            return Err(Error::data(path, "parts/optimizer", "is not two flags (m, v)"));
+        if has.len() != 2 && has.len() != 3 {
+            return Err(Error::data(path, "parts/optimizer", "is not two or three flags (m, v, the moving average)"));
         }
         let checksums: Vec<u64> = h5::dataset(&f, path, "parts/checksums")?
             .read_raw()
@@ -468,14 +495,15 @@ fn load_inner(path: &Path, model: &Mlp, keep_whole: bool) -> Result<Checkpoint> 
             checksums,
             m: has[0] != 0,
             v: has[1] != 0,
+            ema: has.get(2).is_some_and(|&x| x != 0),
         })
     } else {
         None
     };
     // A whole checkpoint not kept: its arrays' checksums streamed, the arrays left in the file.
     let (unread, streamed) = if parts.is_none() && !keep_whole {
-        let (sums, m, v) = whole::checksums(&f, path, model)?;
-        (Some(whole::Unread { path: path.to_path_buf(), m, v }), Some(sums))
+        let (sums, [m, v, ema]) = whole::checksums(&f, path, model)?;
+        (Some(whole::Unread { path: path.to_path_buf(), m, v, ema }), Some(sums))
     } else {
         (None, None)
     };
@@ -492,6 +520,7 @@ fn load_inner(path: &Path, model: &Mlp, keep_whole: bool) -> Result<Checkpoint> 
     // read (the optimizer's check then says it does not fit).
     let padded = |a: Vec<f32>| model.pad(&a).unwrap_or(a);
     let (m, v) = (padded(opt("optimizer/m")?), padded(opt("optimizer/v")?));
+    let ema = padded(opt("optimizer/ema")?);
     let loss_sums: Vec<f64> =
         h5::dataset(&f, path, "loss_sums")?.read_raw().map_err(|e| Error::hdf5(path, "read loss_sums", e))?;
     let train_sums: Vec<f64> = if format >= 5 {
@@ -534,6 +563,7 @@ fn load_inner(path: &Path, model: &Mlp, keep_whole: bool) -> Result<Checkpoint> 
         params,
         m,
         v,
+        ema,
         job_json: String::from_utf8(json).map_err(|_| Error::data(path, "job_json", "is not UTF-8"))?,
         norm,
         names: crate::weights::read_names_of(&f, path)?,
@@ -551,7 +581,7 @@ fn load_inner(path: &Path, model: &Mlp, keep_whole: bool) -> Result<Checkpoint> 
         unread,
     };
     let sum = match streamed {
-        Some(arrays) => c.checksum_of(arrays, format),
+        Some((arrays, ema)) => c.checksum_of(arrays, ema, format),
         None => c.checksum(model, format),
     };
     if stored.first() != Some(&sum) {

@@ -4,7 +4,8 @@
 //! mapped into the whole model's order by `StoredMap`), and rank 0 then writes the index, `ckpt-step{S}.h5`, which holds everything else a
 //! checkpoint holds and, in its group `parts`, what binds the parts to it: `token` (a fresh
 //! random number of this write, in every part's name), `checksums` (one per part, in rank
-//! order) and `optimizer` (whether m and v are there). The index is renamed into place last,
+//! order) and `optimizer` (whether m and v are there, and a third flag where the moving
+//! average is). The index is renamed into place last,
 //! after every part is: a crash before leaves the previous checkpoint the newest whole one, and
 //! a rewrite of the same step (another token) never touches the parts the old index names.
 //!
@@ -13,7 +14,9 @@
 //! - `ranges` [n, 2] int64: runs of the stored order, (start, length) each: the positions of
 //!   the checkpoint's flat order (`Mlp::unpad`: the layers last to first, each layer's weight
 //!   [in, out] then its bias) that this part holds;
-//! - `params`, `optimizer/m`, `optimizer/v`: the values at those runs, end to end;
+//! - `params`, `optimizer/m`, `optimizer/v`, `optimizer/ema`: the values at those runs, end to
+//!   end (the moving average only where one is kept; without one a part sums as before it
+//!   existed);
 //! - `step`, `part`, `parts`, `token`, and `checksum` over all of the above.
 //!
 //! The parts together hold every position exactly once, in any split: a reader takes the runs
@@ -38,9 +41,10 @@ pub struct Parts {
     pub token: u64,
     /// Every part's checksum, in rank order (their count is the number of parts).
     pub checksums: Vec<u64>,
-    /// Whether the parts hold optimizer m and v.
+    /// Whether the parts hold optimizer m and v, and the parameters' moving average.
     pub m: bool,
     pub v: bool,
+    pub ema: bool,
 }
 
 impl Parts {
@@ -144,7 +148,10 @@ impl StoredMap {
 }
 
 /// The arrays of a part, in the order they are written.
-pub const ARRAYS: [&str; 3] = ["params", "optimizer/m", "optimizer/v"];
+pub const ARRAYS: [&str; 4] = ["params", "optimizer/m", "optimizer/v", "optimizer/ema"];
+
+/// The array whose absence leaves no checksum (files written before it existed sum as then).
+const OPTIONAL: &str = "optimizer/ema";
 
 /// One rank's state for its part: its arena ranges, and where the values at them come from.
 pub struct Piece<'a> {
@@ -197,7 +204,9 @@ pub fn write(
         h5::write(&f, &tmp, "ranges", &flat, &[runs.len(), 2])?;
         for field in ARRAYS {
             let Some(values) = (p.values)(field)? else {
-                sums.push(NO_ARRAY);
+                if field != OPTIONAL {
+                    sums.push(NO_ARRAY);
+                }
                 continue;
             };
             assert_eq!(values.len(), at, "{field}: the values of the ranges");
@@ -292,8 +301,11 @@ pub fn verify_part(parts: &Parts, step: u64, r: usize) -> Result<Vec<(usize, usi
     let o = open(parts, step, r)?;
     let n: usize = o.runs.iter().map(|r| r.1).sum();
     let mut sums = Vec::new();
-    for (field, there) in ARRAYS.into_iter().zip([true, parts.m, parts.v]) {
+    for (field, there) in ARRAYS.into_iter().zip([true, parts.m, parts.v, parts.ema]) {
         let a = read_all(&o, field)?;
+        if a.is_none() && field == OPTIONAL && !there {
+            continue;
+        }
         match &a {
             Some(a) if a.len() != n => {
                 return Err(Error::data(&o.path, field, format!("has {} values for runs of {n}", a.len())))
@@ -344,7 +356,7 @@ pub fn check_coverage(parts: &Parts, step: u64, model: &Mlp, runs: &[Vec<(usize,
     Ok(())
 }
 
-/// The values of `name` ("params", "optimizer/m", "optimizer/v") at arena ranges `want` of
+/// The values of `name` (one of `ARRAYS`) at arena ranges `want` of
 /// the arena `map` describes, end to end (the padding zeros), read from whichever parts hold
 /// them, a slice at a time: a rank's own pieces without the rest, or with `[0..n_params]` its
 /// whole arena.

@@ -23,6 +23,8 @@ fn sample_of(model: &Mlp, step: u64, lineage: Lineage, written_at: i64) -> Check
         loss_sums_exact: step.is_multiple_of(2),
         m: params.iter().map(|p| p * 0.5).collect(),
         v: model.pad(&vec![0.25; model.n_logical()]).unwrap(),
+        // A moving average (optimizer.ema) in some (steps 10, 30, 50, ...), none in others.
+        ema: if step % 20 == 10 { params.iter().map(|p| p * 0.75).collect() } else { Vec::new() },
         params,
         job_json: "{\"a\":1}".into(),
         trainer_json: "{\"plateau\":[0.1,0.5,2.0]}".into(),
@@ -237,8 +239,16 @@ fn save_in_parts(dir: &Path, model: &Mlp, c: &Checkpoint, k: usize, keep: usize)
         sums.push(write_piece(dir, model, (c.step, token), (r, k), &ranges, c));
         all.push(ranges);
     }
-    let p = parts::Parts { dir: dir.to_path_buf(), token, checksums: sums, m: !c.m.is_empty(), v: !c.v.is_empty() };
-    let index = Checkpoint { params: Vec::new(), m: Vec::new(), v: Vec::new(), parts: Some(p), ..c.clone() };
+    let p = parts::Parts {
+        dir: dir.to_path_buf(),
+        token,
+        checksums: sums,
+        m: !c.m.is_empty(),
+        v: !c.v.is_empty(),
+        ema: !c.ema.is_empty(),
+    };
+    let index =
+        Checkpoint { params: Vec::new(), m: Vec::new(), v: Vec::new(), ema: Vec::new(), parts: Some(p), ..c.clone() };
     save(dir, model, &index, keep, || {}).unwrap();
     all
 }
@@ -256,6 +266,7 @@ fn write_piece(
         let a = match name {
             "params" => &c.params,
             "optimizer/m" => &c.m,
+            "optimizer/ema" => &c.ema,
             _ => &c.v,
         };
         Ok((!a.is_empty()).then(|| ranges.iter().flat_map(|x| a[x.clone()].to_vec()).collect()))
@@ -328,8 +339,11 @@ fn parts_round_trip_on_uneven_pieces() {
     let part = dir.join(parts::name(10, index.parts.as_ref().unwrap().token, 1, 3));
     let e = load(&part, &model).unwrap_err().to_string();
     assert!(e.contains("one part of a checkpoint") && e.contains(&file_name(10)), "{e}");
-    // eval / predict / export take it as a weights file.
-    assert_eq!(params_of(&dir.join(file_name(10)), &model).unwrap(), c.params);
+    // eval / predict / export take it as a weights file: its moving average (optimizer.ema),
+    // the weights its run evaluated; a checkpoint without one, its parameters.
+    assert!(!c.ema.is_empty());
+    assert_eq!(params_of(&dir.join(file_name(10)), &model).unwrap(), c.ema);
+    assert_eq!(params_of(&dir.join(file_name(12)), &model).unwrap(), sgd.params);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -442,7 +456,17 @@ fn a_whole_checkpoint_is_checked_streamed_and_read_in_pieces() {
     let u = index.unread.clone().expect("left in the file");
     assert_eq!((u.m, u.v), (model.n_logical(), model.n_logical()));
     assert!(u.fits(&model, true, true) && !u.fits(&model, true, false));
-    assert_eq!(Checkpoint { unread: None, params: c.params.clone(), m: c.m.clone(), v: c.v.clone(), ..index }, c);
+    assert_eq!(
+        Checkpoint {
+            unread: None,
+            params: c.params.clone(),
+            m: c.m.clone(),
+            v: c.v.clone(),
+            ema: c.ema.clone(),
+            ..index
+        },
+        c
+    );
     let src = Source::Whole(u);
     let map = parts::StoredMap::whole(&model);
     let mid = model.layers[1].w.start + 4; // inside row 0 of layer 1's 9 x 5 weight

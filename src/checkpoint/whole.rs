@@ -5,7 +5,8 @@
 //!
 //! The stored order is `parts.rs`'s (the layers last to first, each layer's weight [in, out]
 //! then its bias); in the file the parameters are `dense{l}/weight` and `dense{l}/bias`
-//! (`weights.rs`'s layout), the optimizer state `optimizer/m` and `optimizer/v`, flat.
+//! (`weights.rs`'s layout), the optimizer state `optimizer/m` and `optimizer/v` and the
+//! moving average `optimizer/ema`, flat.
 //!
 //! Must not: hold more than one layer or block of an array in memory, or call MPI.
 
@@ -24,6 +25,7 @@ pub struct Unread {
     pub path: PathBuf,
     pub m: usize,
     pub v: usize,
+    pub ema: usize,
 }
 
 impl Unread {
@@ -70,10 +72,11 @@ fn read_flat(ds: &hdf5::Dataset, path: &Path, name: &str, r: Range<usize>) -> Re
 }
 
 /// The checksums (`parallel::Checksum`) of the file's parameters, optimizer/m and optimizer/v
-/// in the stored order, as `Checkpoint::checksum` computes them over arrays in memory, read a
-/// layer or a block at a time; and the lengths of m and v (0: absent). The parameters' shapes
-/// are checked against `model`.
-pub(super) fn checksums(f: &hdf5::File, path: &Path, model: &Mlp) -> Result<([u64; 3], usize, usize)> {
+/// in the stored order, and of optimizer/ema where there is one, as `Checkpoint::checksum`
+/// computes them over arrays in memory, read a layer or a block at a time; and the lengths of
+/// m, v and the moving average (0: absent). The parameters' shapes are checked against `model`.
+#[allow(clippy::type_complexity)]
+pub(super) fn checksums(f: &hdf5::File, path: &Path, model: &Mlp) -> Result<(([u64; 3], Option<u64>), [usize; 3])> {
     let mut c = Checksum::new();
     for l in (0..model.layers.len()).rev() {
         for part in ["weight", "bias"] {
@@ -83,9 +86,9 @@ pub(super) fn checksums(f: &hdf5::File, path: &Path, model: &Mlp) -> Result<([u6
             c.add(&v);
         }
     }
-    let mut sums = [c.finish(), 0, 0];
-    let mut lens = [0; 2];
-    for (i, name) in ["optimizer/m", "optimizer/v"].into_iter().enumerate() {
+    let mut sums = [c.finish(), 0, 0, 0];
+    let mut lens = [0; 3];
+    for (i, name) in ["optimizer/m", "optimizer/v", "optimizer/ema"].into_iter().enumerate() {
         let mut c = Checksum::new();
         if let Ok(ds) = f.dataset(name) {
             lens[i] = ds.size();
@@ -95,10 +98,11 @@ pub(super) fn checksums(f: &hdf5::File, path: &Path, model: &Mlp) -> Result<([u6
         }
         sums[i + 1] = c.finish();
     }
-    Ok((sums, lens[0], lens[1]))
+    let ema = (lens[2] > 0).then_some(sums[3]);
+    Ok((([sums[0], sums[1], sums[2]], ema), lens))
 }
 
-/// The values of `name` ("params", "optimizer/m", "optimizer/v") at arena ranges `want` of
+/// The values of `name` ("params", "optimizer/m", "optimizer/v", "optimizer/ema") at arena ranges `want` of
 /// the arena `map` describes (of `model`, the whole model), end to end (the padding zeros),
 /// read from the whole checkpoint `u`: what `parts::read` does for one in parts.
 pub fn read(u: &Unread, model: &Mlp, map: &StoredMap, name: &str, want: &[Range<usize>]) -> Result<Vec<f32>> {
@@ -108,6 +112,7 @@ pub fn read(u: &Unread, model: &Mlp, map: &StoredMap, name: &str, want: &[Range<
     let len = match name {
         "optimizer/m" => u.m,
         "optimizer/v" => u.v,
+        "optimizer/ema" => u.ema,
         _ => model.n_logical(),
     };
     for (s, n, ds_name) in segments(model, name, len) {

@@ -385,6 +385,15 @@ impl Job {
         if d.strategy != Strategy::ParameterServer {
             return Ok(());
         }
+        if self.optimizer.ema.is_some() {
+            return bad(
+                "optimizer.ema",
+                "is not available with strategy = \"parameter_server\" yet (the moving average would have to live \
+                 on the servers beside the parameters they update); use strategy = \"allreduce\", or leave \
+                 optimizer.ema unset"
+                    .into(),
+            );
+        }
         if self.training.early_stopping.is_some() || self.output.keep_best {
             let field = if self.output.keep_best { "output.keep_best" } else { "training.early_stopping" };
             return bad(

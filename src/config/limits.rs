@@ -82,6 +82,8 @@ pub const PROGRESS_SECONDS: Span = Span::or_off(0.001, YEAR_S, "seconds");
 pub const LR: Span = Span::above(0.0, 1e30);
 pub const MOMENTUM: Span = Span::below(0.0, 1.0);
 pub const BETA: Span = Span::below(0.0, 1.0);
+/// `optimizer.ema`'s β: 0 would be the parameters themselves, 1 the starting ones forever.
+pub const EMA: Span = Span { lo_open: true, ..Span::below(0.0, 1.0) };
 pub const EPS: Span = Span::new(1e-30, 1.0, "");
 pub const WEIGHT_DECAY: Span = Span::new(0.0, 1000.0, "");
 pub const CLIPNORM: Span = Span::above(0.0, 1e30);

@@ -115,6 +115,12 @@ pub struct OptimizerCfg {
     /// the all-reduce and after any norm clipping.
     #[serde(default)]
     pub clipvalue: Option<f64>,
+    /// Keras' `use_ema` with `ema_momentum` β (PyTorch's `AveragedModel` with an EMA): a moving
+    /// average of the parameters, ema ← β·ema + (1 − β)·params after every step, from the
+    /// starting parameters. Evaluation, the best weights and weights.h5 use it; checkpoints
+    /// keep it beside the trained parameters (`optimizer/ema`), so a resume continues both.
+    #[serde(default)]
+    pub ema: Option<f64>,
 }
 
 fn default_opt() -> OptimizerKind {
@@ -171,6 +177,7 @@ impl Default for OptimizerCfg {
             global_clipnorm: None,
             clipnorm: None,
             clipvalue: None,
+            ema: None,
             trust_coefficient: default_trust(),
             power: default_power(),
         }
@@ -228,6 +235,9 @@ impl OptimizerCfg {
             if let Some(v) = v {
                 real(origin, field, v, limits::CLIPNORM)?;
             }
+        }
+        if let Some(b) = o.ema {
+            real(origin, "optimizer.ema", b, limits::EMA)?;
         }
         if o.global_clipnorm.is_some() && o.clipnorm.is_some() {
             return Err(Error::config(

@@ -194,6 +194,7 @@ fn every_numeric_field_is_bounded() {
         ),
         ("optimizer.power", &["0.5", "100"], &["0", "101", "nan"], "greater than 0 and at most 100", &[]),
         ("optimizer.global_clipnorm", &["1e-9", "1e30"], &["0", "-1", "inf"], "greater than 0 and at most 1e30", &[]),
+        ("optimizer.ema", &["1e-6", "0.9999"], &["0", "1", "-0.1", "nan"], "greater than 0 and less than 1", &[]),
         ("optimizer.beta1", &["0", "0.999"], &["-0.1", "1", "nan"], "at least 0 and less than 1", &[]),
         ("optimizer.beta2", &["0", "0.9999"], &["-0.1", "1", "nan"], "at least 0 and less than 1", &[]),
         ("optimizer.eps", &["1e-30", "1"], &["0", "1e-31", "1.5", "nan", "-1e-8"], "at least 1e-30 and at most 1", &[]),
@@ -478,6 +479,12 @@ fn clipping_keys_and_the_modes_that_refuse_them() {
     let ps = "distribution.strategy=\"parameter_server\"";
     for clip in ["optimizer.clipnorm=1", "optimizer.clipvalue=1", "optimizer.global_clipnorm=1"] {
         assert!(Job::parse("job", deep, &set(&[clip, ps])).is_ok(), "{clip} with servers");
+    }
+    // The moving average: not with parameter servers (naming both keys), with the rest.
+    let (f, m) = msg_of(Job::parse("job", deep, &set(&["optimizer.ema=0.99", ps])));
+    assert!(f == "optimizer.ema" && m.contains("parameter_server"), "{f}: {m}");
+    for other in ["parallel.tensor=2", "parallel.pipeline=2", "distribution.shard=\"parameters\""] {
+        assert!(Job::parse("job", deep, &set(&["optimizer.ema=0.99", other])).is_ok(), "ema with {other}");
     }
     // LARS and LAMB with tensor shards: their norms summed over the tensor group.
     for kind in ["lars", "lamb"] {

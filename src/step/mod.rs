@@ -15,6 +15,7 @@
 //! Must not: call MPI (the engine and the tensor group do) or decide when to stop.
 
 mod clip;
+mod ema;
 mod graph;
 mod inputs;
 mod layers;
@@ -185,6 +186,26 @@ where
     pub host_secs: [f64; 4],
     /// The optimizer state (and with it the update) divided over the data group (`set_shard`).
     shard: Option<Sharded<B>>,
+    /// The parameters' moving average (`optimizer.ema`, `set_ema`).
+    ema: Option<ema::Ema<B>>,
+}
+
+/// The whole model's state after a step, in host memory, for a whole checkpoint: parameters,
+/// optimizer moments (m, v) and the parameters' moving average (each empty where none is
+/// kept), and the global step.
+pub struct WholeState {
+    pub params: Vec<f32>,
+    pub m: Vec<f32>,
+    pub v: Vec<f32>,
+    pub ema: Vec<f32>,
+    pub step: u64,
+}
+
+impl WholeState {
+    /// No arrays (a checkpoint written in parts: its index), at `step`.
+    pub fn empty(step: u64) -> WholeState {
+        WholeState { params: Vec::new(), m: Vec::new(), v: Vec::new(), ema: Vec::new(), step }
+    }
 }
 
 impl<B: Backend> Stepper<B>
@@ -256,6 +277,7 @@ where
             h_in: Vec::new(),
             h_out: Vec::new(),
             shard: None,
+            ema: None,
         })
     }
 
@@ -311,14 +333,15 @@ where
     pub fn backend_and_tensor(&mut self) -> (&B, &mut TensorGroup) {
         (&self.be, &mut self.tp)
     }
-    /// The whole model's parameters, optimizer state (m, v) and step, for a whole checkpoint:
-    /// only without sharded state and without tensor or pipeline parallelism, whose
-    /// checkpoints are written in parts, each rank its own (`own_ranges`, `own_values`).
-    #[allow(clippy::type_complexity)]
-    pub fn whole_state(&self) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>, u64)> {
+    /// The whole model's parameters, optimizer state (m, v), moving average and step, for a
+    /// whole checkpoint: only without sharded state and without tensor or pipeline
+    /// parallelism, whose checkpoints are written in parts, each rank its own (`own_ranges`,
+    /// `own_values`).
+    pub fn whole_state(&self) -> Result<WholeState> {
         assert!(self.shard.is_none() && self.tp.is_whole(), "this state is checkpointed in parts");
         let (m, v, step) = self.opt.state(&self.be)?;
-        Ok((self.params_host()?, m, v, step))
+        let ema = self.ema_host(None)?.unwrap_or_default();
+        Ok(WholeState { params: self.params_host()?, m, v, ema, step })
     }
     /// Collective over the tensor group: the whole model's parameters on its rank 0. With
     /// sharded parameters, collective over the data group first (every data rank calls it; the
@@ -442,9 +465,10 @@ where
         // main thread's time in them is exposed communication.
         self.plan_step_fetches();
         let gathers_before = self.gathers_waited();
-        let sums = self.run_planned(batch, global_rows);
+        let sums = self.run_planned(batch, global_rows)?;
         self.engine.exposed += self.gathers_waited() - gathers_before;
-        sums
+        self.update_ema()?;
+        Ok(sums)
     }
 
     /// `run` after the step's counter, data wait and fetch plan.

@@ -449,13 +449,16 @@ where
     }
 
     /// This rank's values of `name` (`checkpoint::parts::ARRAYS`: "params", "optimizer/m",
-    /// "optimizer/v") at `own_ranges`, end to end, on the host (no collective): its pieces as
+    /// "optimizer/v", "optimizer/ema") at `own_ranges`, end to end, on the host (no collective): its pieces as
     /// kept under "parameters", read from the whole arena otherwise; None where the optimizer
     /// keeps no such state. One array at a time, for a checkpoint written in parts.
     pub fn own_values(&self, name: &str) -> Result<Option<Vec<f32>>> {
         let ranges = self.own_ranges();
         let n: usize = ranges.iter().map(|r| r.len()).sum();
         let _a = crate::mem::allocating("this rank's part of the state (a checkpoint in parts)");
+        if name == "optimizer/ema" {
+            return self.ema_host(Some(&ranges));
+        }
         if name != "params" {
             let mut v = self.opt.moment(&self.be, name == "optimizer/v")?;
             v.iter_mut().for_each(|v| v.truncate(n));
@@ -512,6 +515,14 @@ where
         match &self.shard {
             Some(s) if s.reduce_scattered => intersect(r, &s.sharder.layout.piece(b, s.sharder.rank())),
             _ => r.clone(),
+        }
+    }
+
+    /// The parameters changed where the layer window cannot tell (`swap_ema`): the layers it
+    /// holds are out of date (nothing without one).
+    pub(super) fn invalidate_window(&mut self) {
+        if let Some(w) = self.shard.as_mut().and_then(|s| s.window.as_mut()) {
+            w.invalidate();
         }
     }
 

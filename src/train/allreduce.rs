@@ -176,9 +176,26 @@ pub(super) fn build<'a, B: Backend>(
         }
     };
     st.restore(&start.m, &start.v, start.step).map_err(|e| Error::config(&job.source, "optimizer", e))?;
+    if let Some(beta) = job.optimizer.ema.filter(|_| job.lr_find.is_none()) {
+        // Laid out as the parameters are kept: a whole checkpoint's average cut to the pieces.
+        let ema = match st.shard() {
+            Some(sh) if st.params_sharded() && !start.pieces && !start.ema.is_empty() => {
+                crate::step::pieces_of(&sh.sharder, &start.ema)
+            }
+            _ => std::mem::take(&mut start.ema),
+        };
+        st.set_ema(beta, &ema)?;
+        if comm.rank == 0 {
+            info!(
+                "optimizer.ema: a moving average of the parameters (β = {beta}, {}); evaluation, the best weights and \
+                 weights.h5 use it, checkpoints keep it beside the trained parameters",
+                if ema.is_empty() { "from the starting parameters" } else { "resumed from the checkpoint" }
+            );
+        }
+    }
     // The stepper holds its own copies now: the starting state's go (a whole model's
     // parameters and, resumed, its optimizer state, on every rank).
-    (start.params, start.m, start.v) = (Vec::new(), Vec::new(), Vec::new());
+    (start.params, start.m, start.v, start.ema) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     tensor.set_watchdog(watchdog.share());
     st.set_tensor_group(tensor);
     // Gradient accumulation: each of the step's micro-batches split as parallel.micro_batches says.

@@ -24,6 +24,10 @@ pub(super) struct Start {
     pub params: Vec<f32>,
     pub m: Vec<f32>,
     pub v: Vec<f32>,
+    /// The checkpoint's moving average of the parameters (`optimizer.ema`), laid out as
+    /// `params`; empty for a fresh start, without `optimizer.ema`, or from a checkpoint that
+    /// keeps none (the average then starts from the parameters).
+    pub ema: Vec<f32>,
     /// Global steps already taken.
     pub step: u64,
     /// Epochs already completed, and steps of the next one already taken.
@@ -61,6 +65,9 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
     // where the whole checkpoint is that rank 0 checked without holding it.
     if let Some((step, src)) = in_parts.then(|| source_everywhere(comm, ckpt.as_ref())).flatten() {
         let state = own_parts(job, setup, &src, step)?;
+        if comm.rank == 0 && job.optimizer.ema.is_some() && state.3.is_empty() {
+            info!("{NO_EMA}");
+        }
         if comm.rank == 0 {
             match &src {
                 checkpoint::Source::Parts(p) => info!(
@@ -77,7 +84,7 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
         let mut start =
             position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, (Vec::new(), Vec::new(), Vec::new()));
         start.pieces = sharded(job, setup) && job.distribution.shard == crate::config::Shard::Parameters;
-        (start.params, start.m, start.v) = state;
+        (start.params, start.m, start.v, start.ema) = state;
         return Ok(start);
     }
     let _p = crate::parallel::liveness::phase("receiving the starting state from rank 0");
@@ -128,8 +135,39 @@ pub(super) fn restore(comm: &Comm, job: &Job, setup: &Setup, resume: Option<&Res
         part(params, model.n_params)?
     };
     let state = (params, opt(m, m_len)?, opt(v, v_len)?);
-    Ok(position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, state))
+    let ema = whole_ema(comm, job, ckpt.as_ref())?;
+    let mut start = position(comm, job, ckpt.as_ref(), n_data, &setup.out_dir, state);
+    start.ema = ema;
+    Ok(start)
 }
+
+/// Collective: rank 0's checkpoint's moving average of the parameters, on every rank (empty
+/// without `optimizer.ema`, and where the checkpoint keeps none: the average then starts from
+/// the resumed parameters, as rank 0 says).
+fn whole_ema(comm: &Comm, job: &Job, ckpt: Option<&Checkpoint>) -> Result<Vec<f32>> {
+    if job.optimizer.ema.is_none() {
+        return Ok(Vec::new());
+    }
+    let mut len = [ckpt.map_or(0, |c| c.ema.len() as u64)];
+    comm.broadcast_u64(&mut len);
+    if ckpt.is_some() && len[0] == 0 {
+        info!("{NO_EMA}");
+    }
+    if len[0] == 0 {
+        return Ok(Vec::new());
+    }
+    let _a = crate::mem::allocating("the starting moving average (received from rank 0)");
+    let mut ema = match ckpt {
+        Some(c) => c.ema.clone(),
+        None => crate::mem::zeros(len[0] as usize)?,
+    };
+    comm.broadcast_f32(&mut ema);
+    Ok(ema)
+}
+
+/// What the log says when a run with `optimizer.ema` resumes from a checkpoint without one.
+const NO_EMA: &str = "optimizer.ema: the checkpoint keeps no moving average of the parameters (its run had no \
+                      optimizer.ema): the average starts from the resumed parameters";
 
 /// Whether each rank of a fresh start draws its own pieces of the parameters instead of
 /// receiving its part of the whole model from rank 0 (`Start::params` then empty): `shard =
@@ -207,7 +245,13 @@ fn source_everywhere(comm: &Comm, ckpt: Option<&Checkpoint>) -> Option<(u64, che
 /// otherwise: the whole model, or with model parallelism its shard of its stage) and its
 /// pieces of the optimizer state (without sharded state its whole arena's), each read from
 /// wherever they are stored.
-fn own_parts(job: &Job, setup: &Setup, src: &checkpoint::Source, step: u64) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+#[allow(clippy::type_complexity)]
+fn own_parts(
+    job: &Job,
+    setup: &Setup,
+    src: &checkpoint::Source,
+    step: u64,
+) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>)> {
     let _p = crate::parallel::liveness::phase("reading this rank's pieces of the checkpoint");
     let model = &setup.whole;
     let (m_len, v_len) = crate::optim::state_lens(&job.optimizer, model.n_params);
@@ -246,7 +290,14 @@ fn own_parts(job: &Job, setup: &Setup, src: &checkpoint::Source, step: u64) -> R
         }
     };
     let params = read("params", true, if pieces { &own } else { &whole })?;
-    Ok((params, read("optimizer/m", has_m, &own)?, read("optimizer/v", has_v, &own)?))
+    // The moving average, laid out as the parameters are, where both the job and the
+    // checkpoint keep one.
+    let kept = match src {
+        checkpoint::Source::Parts(p) => p.ema,
+        checkpoint::Source::Whole(u) => u.ema > 0,
+    };
+    let ema = read("optimizer/ema", job.optimizer.ema.is_some() && kept, if pieces { &own } else { &whole })?;
+    Ok((params, read("optimizer/m", has_m, &own)?, read("optimizer/v", has_v, &own)?, ema))
 }
 
 /// Collective: rank 0's whole starting state (parameters, optimizer moments m and v): the
@@ -360,6 +411,7 @@ pub(super) fn position(
         params,
         m,
         v,
+        ema: Vec::new(),
         step,
         epoch,
         step_in_epoch,

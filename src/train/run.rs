@@ -293,7 +293,18 @@ impl<'a, B: Backend, M: Mode<B>> Run<'a, B, M> {
     /// model (`shard = "parameters"`, tensor or pipeline parallelism) each layer is gathered
     /// and written in turn (`weights::Layered`, `Stepper::params_by_layer`); otherwise rank 0
     /// holds it already (`Mode::whole_params`).
+    /// With `optimizer.ema` the weights written are the moving average.
     fn write_weights(&mut self, path: &Path, write: bool, phase: &'static str) -> Result<bool> {
+        let ema = self.st.swap_ema();
+        let wrote = self.write_weights_now(path, write, phase);
+        if ema {
+            self.st.swap_ema();
+        }
+        wrote
+    }
+
+    /// `write_weights` of the parameters as they are in the stepper.
+    fn write_weights_now(&mut self, path: &Path, write: bool, phase: &'static str) -> Result<bool> {
         let _p = liveness::phase(phase);
         let model = &self.st.tensor().full;
         let mut file = None;

@@ -17,9 +17,9 @@ use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// The whole model's state after a step: parameters, optimizer moments (m, v; empty where
-/// the optimizer keeps none) and the global step.
-pub(super) type State = (Vec<f32>, Vec<f32>, Vec<f32>, u64);
+/// The whole model's state after a step (`Stepper::whole_state`): parameters, optimizer
+/// moments (m, v), the moving average (each empty where none is kept) and the global step.
+pub(super) type State = crate::step::WholeState;
 
 pub(super) struct Writer<'a> {
     pub job: &'a Job,
@@ -95,7 +95,7 @@ impl<'a> Writer<'a> {
         exact: bool,
         parts: Option<checkpoint::parts::Parts>,
     ) -> Result<PathBuf> {
-        let (params, m, v, step) = state;
+        let crate::step::WholeState { params, m, v, ema, step } = state;
         let loss_sums = sums.iter().map(|s| s[0]).collect();
         let train_sums = sums.iter().flat_map(|s| s[1..].to_vec()).collect();
         let c = Checkpoint {
@@ -110,6 +110,7 @@ impl<'a> Writer<'a> {
             params,
             m,
             v,
+            ema,
             job_json: serde_json::to_string(self.job).expect("job serializes"),
             trainer_json: self.trainer.borrow().clone(),
             norm: self.norm.borrow().clone(),
@@ -133,7 +134,7 @@ impl<'a> Writer<'a> {
                 secs * 1e3
             );
         } else {
-            let bytes = 4.0 * (c.params.len() + c.m.len() + c.v.len()) as f64;
+            let bytes = 4.0 * (c.params.len() + c.m.len() + c.v.len() + c.ema.len()) as f64;
             self.rate.set(Some(bytes / secs.max(1e-3)));
             info!("checkpoint {} written ({:.0} ms)", path.display(), secs * 1e3);
         }

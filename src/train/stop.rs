@@ -27,7 +27,7 @@ use crate::parallel::grid::Grid;
 use crate::parallel::liveness;
 use crate::parallel::watchdog::{Watchdog, MAIN};
 use crate::parallel::Comm;
-use crate::step::{Stepper, Sums};
+use crate::step::{Stepper, Sums, WholeState};
 use log::info;
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
@@ -201,7 +201,7 @@ fn write<B: Backend>(
         crate::signals::writing_stop_checkpoint();
     }
     let state = st.whole_state()?;
-    finite_params(&state.0, st.step())?;
+    finite_params(&state.params, st.step())?;
     ctx.writer.write(&st.tensor().full, state, at.0, at.1, loss_sums, exact, None)?;
     if announce {
         super::runlock::stopped(st.step());
@@ -259,7 +259,7 @@ fn write_parts<B: Backend>(
     comm.broadcast_u64(&mut token);
     let model = &st.tensor().full;
     // The arrays one at a time (`Piece::values`); the first non-finite parameter's position.
-    let (mut bad, mut has, mut floats) = (None, [false; 3], 0);
+    let (mut bad, mut has, mut floats) = (None, [false; 4], 0);
     let values = &mut |name: &str| -> Result<Option<Vec<f32>>> {
         let v = st.own_values(name)?;
         if let Some(v) = &v {
@@ -323,8 +323,9 @@ fn write_parts<B: Backend>(
         checksums: all.chunks(2).map(|c| c[0]).collect(),
         m: has[1],
         v: has[2],
+        ema: has[3],
     };
-    let path = w.write(model, (Vec::new(), Vec::new(), Vec::new(), step), at.0, at.1, sums, true, Some(parts))?;
+    let path = w.write(model, WholeState::empty(step), at.0, at.1, sums, true, Some(parts))?;
     if announce {
         super::runlock::stopped(step);
         crate::signals::stop_checkpoint_written();

@@ -89,22 +89,22 @@ pub(super) fn serve(comm: &Comm) {
 }
 
 /// Collective: rank 0's checkpoint source (`src`, at its step; the other ranks' is ignored) on
-/// every rank, None where rank 0 has none. Six words (kind: 0 none, 1 parts, 2 whole; step;
-/// the parts' token and count, or 0 and 0; m and v: whether the parts hold them, or the whole
-/// file's lengths), the parts' checksums when `checksums` (else zeros: the readers need only
+/// every rank, None where rank 0 has none. Seven words (kind: 0 none, 1 parts, 2 whole; step;
+/// the parts' token and count, or 0 and 0; m, v and the moving average: whether the parts
+/// hold them, or the whole file's lengths), the parts' checksums when `checksums` (else zeros: the readers need only
 /// their count), and the folder or file. Every rank passes the same `checksums`.
 pub(super) fn broadcast_source(comm: &Comm, src: Option<(u64, &Source)>, checksums: bool) -> Option<(u64, Source)> {
-    let mut words = [0u64; 6];
+    let mut words = [0u64; 7];
     let mut path = String::new();
     let mut sums = Vec::new();
     match src.filter(|_| comm.rank == 0) {
         Some((step, Source::Parts(p))) => {
-            words = [1, step, p.token, p.checksums.len() as u64, u64::from(p.m), u64::from(p.v)];
+            words = [1, step, p.token, p.checksums.len() as u64, u64::from(p.m), u64::from(p.v), u64::from(p.ema)];
             path = p.dir.to_string_lossy().into_owned();
             sums = p.checksums.clone();
         }
         Some((step, Source::Whole(u))) => {
-            words = [2, step, 0, 0, u.m as u64, u.v as u64];
+            words = [2, step, 0, 0, u.m as u64, u.v as u64, u.ema as u64];
             path = u.path.to_string_lossy().into_owned();
         }
         None => {}
@@ -122,10 +122,15 @@ pub(super) fn broadcast_source(comm: &Comm, src: Option<(u64, &Source)>, checksu
     Some((
         words[1],
         match words[0] {
-            1 => {
-                Source::Parts(Parts { dir: path, token: words[2], checksums: sums, m: words[4] != 0, v: words[5] != 0 })
-            }
-            _ => Source::Whole(Unread { path, m: words[4] as usize, v: words[5] as usize }),
+            1 => Source::Parts(Parts {
+                dir: path,
+                token: words[2],
+                checksums: sums,
+                m: words[4] != 0,
+                v: words[5] != 0,
+                ema: words[6] != 0,
+            }),
+            _ => Source::Whole(Unread { path, m: words[4] as usize, v: words[5] as usize, ema: words[6] as usize }),
         },
     ))
 }

@@ -30,6 +30,7 @@ mod data_cli;
 mod data_types;
 mod docs;
 mod dropout;
+mod ema;
 mod end_to_end;
 mod equivalence;
 mod export;

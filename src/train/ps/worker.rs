@@ -314,7 +314,7 @@ impl<B: Backend> Mode<B> for PsWorker<'_> {
             let sums = if at.step_in_epoch == 0 { vec![vec![0.0; st.sums_len()]; sums.len()] } else { sums };
             self.writer.write(
                 &self.whole,
-                (params, m, v, st.step()),
+                crate::step::WholeState { params, m, v, ema: Vec::new(), step: st.step() },
                 at.epoch_index,
                 at.step_in_epoch,
                 sums,

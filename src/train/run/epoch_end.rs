@@ -33,8 +33,13 @@ impl<B: Backend, M: Mode<B>> Run<'_, B, M> {
         let waited = group.pipe.as_mut().map_or(0.0, |p| p.take_waited().as_secs_f64() / secs.max(1e-9));
         let pipelined = group.pipe.is_some();
         crate::model::placement::log_sum_time(self.comm.rank, epoch, secs, done);
-        let test = self.evaluate(false)?;
-        let val = self.evaluate(true)?;
+        // With optimizer.ema, the moving average is what is evaluated.
+        let ema = self.st.swap_ema();
+        let (test, val) = (self.evaluate(false), self.evaluate(true));
+        if ema {
+            self.st.swap_ema();
+        }
+        let (test, val) = (test?, val?);
         // Evaluation's sums are not the next epoch's.
         crate::model::placement::reset_sum_time();
         // The rows this rank uses in the whole epoch (also before a resume), summed over ranks;
