@@ -30,7 +30,9 @@ enum Reader {
     /// A weights file (`weights.h5`, `best-weights.h5`, an earlier average).
     Weights(hdf5::File),
     /// A checkpoint, checked, its arrays left where they are (its own file or its parts).
-    Checkpoint { src: Source, step: u64 },
+    /// `array`: the checkpoint's moving average (`optimizer/ema`) where it keeps one, as
+    /// `eval` and `predict` read it; its parameters otherwise.
+    Checkpoint { src: Source, step: u64, array: &'static str },
 }
 
 struct Input {
@@ -158,7 +160,20 @@ fn open(path: &Path, model: &Mlp) -> Result<Input> {
         (None, Some(u)) => Source::Whole(u),
         (None, None) => unreachable!("a checkpoint loaded without its arrays says where they are"),
     };
-    Ok(Input { path: path.to_path_buf(), from: Reader::Checkpoint { src, step: c.step }, norm: c.norm, names: c.names })
+    let ema = match &src {
+        Source::Parts(p) => p.ema,
+        Source::Whole(u) => u.ema > 0,
+    };
+    if ema {
+        info!("{}: its moving average of the parameters (optimizer.ema)", path.display());
+    }
+    let array = if ema { "optimizer/ema" } else { "params" };
+    Ok(Input {
+        path: path.to_path_buf(),
+        from: Reader::Checkpoint { src, step: c.step, array },
+        norm: c.norm,
+        names: c.names,
+    })
 }
 
 impl Input {
@@ -166,8 +181,8 @@ impl Input {
     fn layer(&self, model: &Mlp, l: usize) -> Result<Vec<f32>> {
         match &self.from {
             Reader::Weights(f) => weights::read_slot(f, &self.path, model, l),
-            Reader::Checkpoint { src, step } => {
-                read_stored(src, *step, model, &StoredMap::whole(model), "params", &[model.slot(l)])
+            Reader::Checkpoint { src, step, array } => {
+                read_stored(src, *step, model, &StoredMap::whole(model), array, &[model.slot(l)])
             }
         }
     }

@@ -304,7 +304,8 @@ pub(super) struct Data {
 /// What this rank's model state costs: its parameters, two gradient buffers per bucket, and the
 /// optimizer's state (with LAMB's scratch), in host or device memory; with `distribution.shard` over `data` ranks,
 /// the optimizer state (and with "gradients" the reduced buckets) of the largest part, and with
-/// "parameters" the `windows` layers gathered at a time.
+/// "parameters" the `windows` layers gathered at a time. The moving average (`optimizer.ema`)
+/// counts as optimizer state.
 pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize, windows: usize) -> crate::mem::StateBytes {
     let n = model.n_params;
     let shard = job.distribution.shard;
@@ -317,7 +318,14 @@ pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize, windows: usize) -
         crate::config::OptimizerKind::Lamb => model.tensors().iter().map(|t| t.range.len()).max().unwrap_or(0),
         _ => 0,
     };
-    let mut s = crate::mem::StateBytes::of(n, m + v + scratch);
+    // The parameters' moving average (optimizer.ema), laid out as the parameters are: whole on
+    // every rank, or with "parameters" the rank's pieces.
+    let ema = match job.optimizer.ema {
+        None => 0,
+        Some(_) if shard == crate::config::Shard::Parameters && data > 1 => part,
+        Some(_) => n,
+    };
+    let mut s = crate::mem::StateBytes::of(n, m + v + scratch + ema);
     if shard.reduce_scatters() && data > 1 {
         // This rank's gradients whole (backward writes them), the reduced ones its part.
         s.grads = 4 * (n + part);

@@ -2,7 +2,8 @@
 //! checkpoints as a user would (h5py's view of the documented datasets, whole files and parts):
 //! after every step ema = β·ema + (1 − β)·params; training itself is the same bits as without
 //! it; weights.h5 is the average and the evaluation in metrics.jsonl is of the average
-//! (`eval --weights` on it and on the checkpoint agree with it); a resume continues the
+//! (`eval --weights` on it and on the checkpoint agree with it, and `checkpoint average`
+//! averages the checkpoints' averages); a resume continues the
 //! average exactly, also from parts written with `shard = "parameters"` on 2 ranks resumed
 //! without sharding.
 
@@ -92,6 +93,13 @@ fn the_average_follows_every_step_and_is_what_is_evaluated_and_written() {
         assert!((e - logged).abs() <= 1e-6 * logged.max(1.0), "{w}: eval {e} vs the epoch's {logged}");
     }
     assert!((logged - plain_logged).abs() > 1e-4, "evaluated the parameters: {logged} vs {plain_logged}");
+    // checkpoint average takes each checkpoint's average too.
+    let r = hvtrain(&["checkpoint", "average", "out", "--last", "2", "--output", "avg.h5"], &dir, 60);
+    assert!(r.ok(), "{}", r.all());
+    let (a, b) = (stored(&dir, last - 1, "optimizer/ema"), ema);
+    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| ((*x as f64 + *y as f64) / 2.0) as f32).collect();
+    std::fs::rename(dir.join("avg.h5"), dir.join("out/weights.h5")).unwrap();
+    assert_eq!(weights_stored(&dir), want, "checkpoint average of the averages");
 }
 
 #[test]
@@ -132,4 +140,18 @@ fn a_resume_continues_the_average_from_whole_checkpoints_and_from_parts() {
     let args = ["train", "job.toml", "--set", "training.epochs=2", "--set", "optimizer.ema=0.9", "--resume", "auto"];
     let r = mpirun(1, &args, &from_plain, 120);
     assert!(r.ok() && r.stderr.contains("keeps no moving average"), "{}", r.all());
+}
+
+#[test]
+fn the_average_of_a_model_split_over_ranks() {
+    let _g = mpi_lock();
+    for split in ["parallel.tensor=2", "parallel.pipeline=2"] {
+        let dir = setup(&format!("ema-{}", &split[9..split.len() - 2]), &format!("ema = {BETA}\n"));
+        let r = mpirun(2, &["train", "job.toml", "--set", split], &dir, 120);
+        assert!(r.ok(), "{split}: {}", r.all());
+        // One data rank: 24 steps, checkpoints in parts (each rank its shard or stage).
+        assert!(!checkpoint_parts(&dir.join("out")).is_empty(), "{split}: no parts");
+        check_recurrence(&dir, 24);
+        assert_eq!(weights_stored(&dir), stored(&dir, 24, "optimizer/ema"), "{split}: weights.h5");
+    }
 }
