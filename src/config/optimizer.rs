@@ -116,8 +116,8 @@ pub struct OptimizerCfg {
     #[serde(default)]
     pub clipvalue: Option<f64>,
     /// Keras' `use_ema` with `ema_momentum` β (PyTorch's `AveragedModel` with an EMA): a moving
-    /// average of the parameters, ema ← β·ema + (1 − β)·params after every step, from the
-    /// starting parameters. Evaluation, the best weights and weights.h5 use it; checkpoints
+    /// average of the parameters, ema ← β·ema + (1 − β)·params after every step (after the
+    /// run's first step, the parameters themselves). Evaluation, the best weights and weights.h5 use it; checkpoints
     /// keep it beside the trained parameters (`optimizer/ema`), so a resume continues both.
     #[serde(default)]
     pub ema: Option<f64>,

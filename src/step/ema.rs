@@ -1,7 +1,7 @@
 //! The moving average of the parameters (`optimizer.ema`, Keras' `use_ema`): a buffer laid out
 //! as `Stepper::params` is (the whole arena, or this rank's pieces under `shard =
 //! "parameters"`), updated after every step once the parameters are whole again,
-//! ema ← β·ema + (1 − β)·params, by the backend's SGD kernel (p = ema, g = params,
+//! ema ← β·ema + (1 − β)·params (after the run's first step: the parameters), by the backend's SGD kernel (p = ema, g = params,
 //! lr = 1 − β, grad_scale = −1, weight_decay = 1: ema − (1 − β)(ema − params)), so it runs
 //! where the parameters live, on every backend. Evaluation and the weights files read it by
 //! swapping it with the parameters (`swap_ema`) and back; checkpoints keep both.
@@ -50,10 +50,17 @@ where
         Ok(())
     }
 
-    /// After a step's update, the parameters whole again (or this rank's pieces current).
+    /// After a step's update, the parameters whole again (or this rank's pieces current). The
+    /// run's first step sets the average to the parameters (Keras' rule: β is 0 at the first
+    /// iteration), so that the random starting weights do not linger in it.
     pub(super) fn update_ema(&mut self) -> Result<()> {
         let Some(e) = &mut self.ema else { return Ok(()) };
         assert!(!e.swapped, "a step with the moving average swapped in");
+        if self.step == 1 {
+            let n = self.be.len(&e.buf);
+            self.be.fill_zero(self.be.view_mut(&mut e.buf, 0..n))?;
+            return blend(&self.be, &mut e.buf, &self.params, 1.0);
+        }
         blend(&self.be, &mut e.buf, &self.params, 1.0 - e.beta)
     }
 

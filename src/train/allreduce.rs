@@ -189,7 +189,11 @@ pub(super) fn build<'a, B: Backend>(
             info!(
                 "optimizer.ema: a moving average of the parameters (β = {beta}, {}); evaluation, the best weights and \
                  weights.h5 use it, checkpoints keep it beside the trained parameters",
-                if ema.is_empty() { "from the starting parameters" } else { "resumed from the checkpoint" }
+                match (ema.is_empty(), start.step) {
+                    (false, _) => "resumed from the checkpoint",
+                    (true, 0) => "the parameters after the first step, as Keras starts it",
+                    (true, _) => "starting from the resumed parameters",
+                }
             );
         }
     }

@@ -48,9 +48,10 @@ fn eval_loss(dir: &Path, weights: &str) -> f64 {
     serde_json::from_str::<serde_json::Value>(line).unwrap()["test_loss"].as_f64().unwrap()
 }
 
-/// Steps 2..=last: each checkpoint's average is β times the one before plus (1 − β) times its
-/// parameters.
+/// Step 1: the average is the parameters (Keras' first step); steps 2..=last: each
+/// checkpoint's average is β times the one before plus (1 − β) times its parameters.
 fn check_recurrence(dir: &Path, last: u64) {
+    assert_eq!(stored(dir, 1, "optimizer/ema"), stored(dir, 1, "params"), "the first step's average");
     for s in 2..=last {
         let (prev, ema, p) =
             (stored(dir, s - 1, "optimizer/ema"), stored(dir, s, "optimizer/ema"), stored(dir, s, "params"));
