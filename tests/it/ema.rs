@@ -133,6 +133,27 @@ fn a_resume_continues_the_average_from_whole_checkpoints_and_from_parts() {
     let (a, b) = (weights_stored(&unsharded), weights_stored(&straight));
     let most = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
     assert!(most <= 1e-5, "resumed unsharded: the average differs by {most}");
+    // A whole checkpoint (2 ranks unsharded) resumed sharded: each rank reads its pieces of the
+    // average from the file.
+    let from_whole = setup("ema-from-whole", &format!("ema = {BETA}\n"));
+    let r = mpirun(2, &["train", "job.toml"], &from_whole, 120);
+    assert!(r.ok(), "{}", r.all());
+    assert!(checkpoint_parts(&from_whole.join("out")).is_empty(), "whole checkpoints expected");
+    let args = [
+        "train",
+        "job.toml",
+        "--set",
+        "training.epochs=2",
+        "--set",
+        "distribution.shard=\"parameters\"",
+        "--resume",
+        "auto",
+    ];
+    let r = mpirun(2, &args, &from_whole, 120);
+    assert!(r.ok() && r.stderr.contains("resumed from the checkpoint"), "{}", r.all());
+    let a = weights_stored(&from_whole);
+    let most = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    assert!(most <= 1e-5, "resumed sharded from a whole checkpoint: the average differs by {most}");
     // A checkpoint without an average (a run without optimizer.ema) resumed with one: it
     // starts from the parameters, and says so.
     let from_plain = setup("ema-from-plain", "");
