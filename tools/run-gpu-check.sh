@@ -19,6 +19,10 @@
 #                  learning rate = none (weights within 1e-6), per-row weights with CUDA graphs
 #                  = plain launches (1e-6) and = the CPU (compare_runs.py: first steps' losses,
 #                  test accuracy within 0.5 points)
+#   e ema          one rank, 10 steps with optimizer.ema = 0.9 and a checkpoint each, on the
+#                  GPU and on the CPU: the GPU's average follows its parameters (step 1: equal;
+#                  then β·ema + (1 − β)·params, to 1e-6), weights.h5 = the last average bit for
+#                  bit, and the GPU's weights.h5 within 1e-3 of the CPU's
 #   b3 nccl        phase b's 2 ranks sharing the GPU stayed on the host path and said why
 #                  (distribution.gpu_allreduce = "auto"); one rank with "nccl" (the real
 #                  library: the bundle has none, so the machine's, e.g. PyTorch's nvidia-nccl
@@ -313,6 +317,55 @@ PY
     --log "$LOGDIR/19-weights-w.log" --dir "$LOGDIR/runs/weights-w" --expect-device cuda >> "$LOGDIR/19-weights.log" 2>&1 || rc=1
   record "sample weights on the GPU (one rank)" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 19-weights.log
   sed 's/^/    /' "$LOGDIR/19-weights.log" | grep -E "largest|accuracy|verdict|FAIL"
+fi
+
+# --- e. The moving average of the weights (optimizer.ema) on the GPU: one rank, one epoch of 10
+# steps (batch 6000), β = 0.9, a checkpoint every step, on the GPU and on the CPU: on the GPU
+# the average is the parameters after step 1 and β·ema + (1 − β)·params after each step since
+# (read from the checkpoints, to 1e-6), weights.h5 is the last one's average bit for bit; the
+# GPU's weights.h5 against the CPU's within 1e-3.
+if ! skipped train && ! skipped ema; then
+  t=$(date +%s)
+  : > "$LOGDIR/20-ema.log"
+  for dev in cuda cpu; do
+    out="$LOGDIR/runs/ema-$dev"; rm -rf "$out"
+    sets=(--set "training.device=\"$dev\"" --set "output.dir=\"$out\"" --set training.epochs=1 --set training.batch_size=6000
+          --set optimizer.ema=0.9 --set checkpoint.every_steps=1 --set checkpoint.keep=20)
+    echo "+ mpirun -n 1 bin/hvtrain train jobs/fashion-mnist.toml ${sets[*]}" >> "$LOGDIR/20-ema.log"
+    hv timeout -k 5 "$(cap 120)" mpirun -n 1 --bind-to none -x LD_LIBRARY_PATH "$HV" train jobs/fashion-mnist.toml \
+      "${sets[@]}" > "$LOGDIR/20-ema-$dev.log" 2>&1
+    echo "+ exit $?: $(grep -oE 'backend: .{0,40}|optimizer.ema: .{0,60}|done: .*' "$LOGDIR/20-ema-$dev.log" | tr '\n' ';')" >> "$LOGDIR/20-ema.log"
+  done
+  env -u LD_LIBRARY_PATH python3 - "$LOGDIR/runs" >> "$LOGDIR/20-ema.log" 2>&1 <<'PY'
+import glob, os, sys
+import h5py, numpy as np
+d, beta = sys.argv[1], 0.9
+def flat(f, layers):
+    return np.concatenate([f[k][t][...].ravel() for k in reversed(layers) for t in ("weight", "bias")]).astype(np.float64)
+ok = True
+try:
+    w = h5py.File(os.path.join(d, "ema-cuda", "weights.h5"), "r")
+    layers = sorted((k for k in w if k.startswith("dense")), key=lambda k: int(k[5:]))
+    ck = [h5py.File(p, "r") for p in sorted(glob.glob(os.path.join(d, "ema-cuda", "ckpt-step*.h5")))]
+    ema = [c["optimizer/ema"][...].astype(np.float64) for c in ck]
+    par = [flat(c, layers) for c in ck]
+    first = float(np.max(np.abs(ema[0] - par[0])))
+    rec = max(float(np.max(np.abs(ema[k] - (beta * ema[k - 1] + (1 - beta) * par[k])) / np.maximum(1, np.abs(ema[k]))))
+              for k in range(1, len(ck)))
+    same = bool(np.array_equal(flat(w, layers), ema[-1]))
+    cpu = flat(h5py.File(os.path.join(d, "ema-cpu", "weights.h5"), "r"), layers)
+    gap, moved = float(np.max(np.abs(flat(w, layers) - cpu))), float(np.max(np.abs(ema[-1] - par[-1])))
+    print(f"{len(ck)} checkpoints; step 1: |ema - params| {first:.3g} (0 wanted); recurrence: largest relative error {rec:.3g} (tolerance 1e-6)")
+    print(f"weights.h5 = the last checkpoint's optimizer/ema: {same}; largest |ema - params| {moved:.3g}; largest |GPU - CPU weights.h5| {gap:.3g} (tolerance 1e-3)")
+    ok = len(ck) >= 5 and first == 0 and rec <= 1e-6 and same and moved > 0 and gap <= 1e-3
+except Exception as e:
+    ok = False; print(f"FAIL: {e!r}")
+print("verdict:", "PASS" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PY
+  rc=$?
+  record "optimizer.ema on the GPU (one rank) vs the CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 20-ema.log
+  sed 's/^/    /' "$LOGDIR/20-ema.log" | grep -E "largest|accuracy|verdict|FAIL"
 fi
 
 # --- b3. NCCL on this GPU: auto stays on the host path for ranks sharing it; one rank through
