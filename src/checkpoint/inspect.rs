@@ -66,16 +66,17 @@ fn describe(c: &Checkpoint) -> String {
         Some(p) => format!("in {} parts, each checked", p.checksums.len()),
         None => "whole".to_string(),
     };
-    let (m, v) = match (&c.parts, &c.unread) {
-        (Some(p), _) => (p.m, p.v),
-        (None, Some(u)) => (u.m > 0, u.v > 0),
-        (None, None) => (!c.m.is_empty(), !c.v.is_empty()),
+    let (m, v, ema) = match (&c.parts, &c.unread) {
+        (Some(p), _) => (p.m, p.v, p.ema),
+        (None, Some(u)) => (u.m > 0, u.v > 0, u.ema > 0),
+        (None, None) => (!c.m.is_empty(), !c.v.is_empty(), !c.ema.is_empty()),
     };
     let opt = match (m, v) {
         (true, true) => "optimizer state m and v",
         (true, false) => "optimizer state m",
         _ => "no optimizer state",
     };
+    let ema = if ema { " and the weights' moving average (optimizer.ema)" } else { "" };
     let l = &c.lineage;
     let from = if l.parent_step >= 0 {
         format!(", resumed from run {:016x} at step {}", l.parent_run, l.parent_step)
@@ -87,7 +88,7 @@ fn describe(c: &Checkpoint) -> String {
         g => format!("global batch {g}"),
     };
     format!(
-        "step {} (epoch {}, step {} of it), {batch}, written on {} data-parallel rank(s) {}, {stored}, {opt}; \
+        "step {} (epoch {}, step {} of it), {batch}, written on {} data-parallel rank(s) {}, {stored}, {opt}{ema}; \
          run {:016x}{from}",
         c.step,
         c.epoch + 1,

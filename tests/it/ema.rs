@@ -94,6 +94,11 @@ fn the_average_follows_every_step_and_is_what_is_evaluated_and_written() {
         assert!((e - logged).abs() <= 1e-6 * logged.max(1.0), "{w}: eval {e} vs the epoch's {logged}");
     }
     assert!((logged - plain_logged).abs() > 1e-4, "evaluated the parameters: {logged} vs {plain_logged}");
+    // checkpoint check says the checkpoints keep it (and those of the plain run not).
+    for (d, keeps) in [(&dir, true), (&plain, false)] {
+        let r = hvtrain(&["checkpoint", "check", &format!("out/ckpt-step{last:09}.h5")], d, 60);
+        assert!(r.ok() && r.stdout.contains("moving average") == keeps, "{}", r.all());
+    }
     // checkpoint average takes each checkpoint's average too.
     let r = hvtrain(&["checkpoint", "average", "out", "--last", "2", "--output", "avg.h5"], &dir, 60);
     assert!(r.ok(), "{}", r.all());
