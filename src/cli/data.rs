@@ -1,5 +1,5 @@
-//! The `hvtrain data` subcommands' command line (clap): import (CSV, Parquet, NumPy, IDX),
-//! inspect, convert and their options. Parsing only, as the rest of `cli`.
+//! The `hvtrain data` subcommands' command line (clap): import-idx, import (CSV, Parquet, NumPy),
+//! check, shard and their options. Parsing only, as the rest of `cli`.
 //!
 //! Must not: validate values or act (`main` acts, `data::import` converts).
 
