@@ -160,10 +160,7 @@ fn open(path: &Path, model: &Mlp) -> Result<Input> {
         (None, Some(u)) => Source::Whole(u),
         (None, None) => unreachable!("a checkpoint loaded without its arrays says where they are"),
     };
-    let ema = match &src {
-        Source::Parts(p) => p.ema,
-        Source::Whole(u) => u.ema > 0,
-    };
+    let ema = src.keeps_ema();
     if ema {
         info!("{}: its moving average of the parameters (optimizer.ema)", path.display());
     }

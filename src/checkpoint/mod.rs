@@ -147,6 +147,16 @@ pub enum Source {
     Whole(whole::Unread),
 }
 
+impl Source {
+    /// Whether the arrays keep the parameters' moving average (`optimizer/ema`).
+    pub fn keeps_ema(&self) -> bool {
+        match self {
+            Source::Parts(p) => p.ema,
+            Source::Whole(u) => u.ema > 0,
+        }
+    }
+}
+
 /// The values of `name` ("params", "optimizer/m", "optimizer/v") at arena ranges `want` of the
 /// arena `map` describes, from `src` (of the checkpoint at `step` of `model`, the whole model),
 /// a slice at a time: a rank's own pieces without the rest.

@@ -77,24 +77,12 @@ where
     }
 
     /// The moving average on the host at this rank's `ranges` of the arena, end to end (its
-    /// pieces as kept under "parameters"); the whole of it for `ranges` None. None without one.
+    /// pieces as kept under "parameters", `own_part_of`); the whole of it for `ranges` None.
+    /// None without one.
     pub(super) fn ema_host(&self, ranges: Option<&[std::ops::Range<usize>]>) -> Result<Option<Vec<f32>>> {
         let Some(e) = &self.ema else { return Ok(None) };
         assert!(!e.swapped, "the moving average read while swapped in");
-        let n = ranges.map_or(self.be.len(&e.buf), |r| r.iter().map(|r| r.len()).sum());
-        let mut out = crate::mem::zeros(n)?;
-        match ranges {
-            Some(ranges) if !self.params_sharded() => {
-                let mut at = 0;
-                for r in ranges {
-                    self.be.download(&e.buf, r.clone(), &mut out[at..at + r.len()])?;
-                    at += r.len();
-                }
-            }
-            // The whole arena, or this rank's pieces end to end (a rank without any keeps one
-            // float: none of it is read).
-            _ => self.be.download(&e.buf, 0..n, &mut out)?,
-        }
-        Ok(Some(out))
+        let whole = [0..self.be.len(&e.buf)];
+        Ok(Some(self.own_part_of(&e.buf, ranges.unwrap_or(&whole))?))
     }
 }

@@ -464,17 +464,25 @@ where
             v.iter_mut().for_each(|v| v.truncate(n));
             return Ok(v);
         }
-        let mut params = crate::mem::zeros(n)?;
+        Ok(Some(self.own_part_of(&self.params, &ranges)?))
+    }
+
+    /// `buf` (laid out as the parameters are kept: the pieces under "parameters", the whole
+    /// arena otherwise) at this rank's `ranges`, end to end, on the host.
+    pub(super) fn own_part_of(&self, buf: &B::Buf, ranges: &[Range<usize>]) -> Result<Vec<f32>> {
+        let n: usize = ranges.iter().map(|r| r.len()).sum();
+        let mut out = crate::mem::zeros(n)?;
         if self.params_sharded() {
-            self.be.download(&self.params, 0..n, &mut params)?;
+            // This rank's pieces end to end (a rank without any keeps one float: none read).
+            self.be.download(buf, 0..n, &mut out)?;
         } else {
             let mut at = 0;
-            for r in &ranges {
-                self.be.download(&self.params, r.clone(), &mut params[at..at + r.len()])?;
+            for r in ranges {
+                self.be.download(buf, r.clone(), &mut out[at..at + r.len()])?;
                 at += r.len();
             }
         }
-        Ok(Some(params))
+        Ok(out)
     }
 
     /// The gathers a step's forward and backward would make, made without them: a rank

@@ -292,11 +292,8 @@ fn own_parts(
     let params = read("params", true, if pieces { &own } else { &whole })?;
     // The moving average, laid out as the parameters are, where both the job and the
     // checkpoint keep one.
-    let kept = match src {
-        checkpoint::Source::Parts(p) => p.ema,
-        checkpoint::Source::Whole(u) => u.ema > 0,
-    };
-    let ema = read("optimizer/ema", job.optimizer.ema.is_some() && kept, if pieces { &own } else { &whole })?;
+    let ema =
+        read("optimizer/ema", job.optimizer.ema.is_some() && src.keeps_ema(), if pieces { &own } else { &whole })?;
     Ok((params, read("optimizer/m", has_m, &own)?, read("optimizer/v", has_v, &own)?, ema))
 }
 
