@@ -1,5 +1,6 @@
-//! `[optimizer]`: the kind (sgd, adam, adamw), its hyperparameters, warm-up and learning-rate
-//! scaling, and their checks. The update itself is `optim.rs`'s.
+//! `[optimizer]`: the kind (sgd, adam, adamw, lars, lamb, rmsprop), its hyperparameters, warm-up
+//! and learning-rate scaling, their checks, and the log's line naming them. The update itself
+//! is `optim.rs`'s.
 //!
 //! Must not: compute learning rates (the schedule is `optim.rs`'s).
 
@@ -24,6 +25,10 @@ pub enum OptimizerKind {
     /// weight tensor moves by lr × ‖w‖ / ‖r‖ × r (ratio 1 where a norm is 0); biases are
     /// excluded from the decay and the ratio, as the paper's reference code excludes them.
     Lamb,
+    /// RMSprop (Hinton, 2012), as PyTorch's `RMSprop` computes it (momentum 0, not centered):
+    /// v = rho·v + (1 − rho)·g², w −= lr·g / (√v + eps), weight decay as an L2 term in g.
+    /// Keras' `RMSprop` adds eps inside the root, √(v + eps): the same once v ≫ eps.
+    Rmsprop,
 }
 
 /// `optimizer.schedule`: how the learning rate moves after warm-up, per step (Keras'
@@ -67,6 +72,9 @@ pub struct OptimizerCfg {
     pub beta2: f64,
     #[serde(default = "default_eps")]
     pub eps: f64,
+    /// rmsprop: the decay of the squared gradients' average (Keras' `rho`, PyTorch's `alpha`).
+    #[serde(default = "default_rho")]
+    pub rho: f64,
     /// L2 penalty for sgd/adam (added to the gradient), decoupled decay for adamw. Weights only.
     #[serde(default)]
     pub weight_decay: f64,
@@ -138,6 +146,9 @@ fn default_beta2() -> f64 {
 fn default_eps() -> f64 {
     1e-8
 }
+fn default_rho() -> f64 {
+    0.9
+}
 fn default_power() -> f64 {
     1.0
 }
@@ -164,6 +175,7 @@ impl Default for OptimizerCfg {
             beta1: default_beta1(),
             beta2: default_beta2(),
             eps: default_eps(),
+            rho: default_rho(),
             weight_decay: 0.0,
             scale_lr_by_world_size: false,
             warmup_steps: 0,
@@ -191,6 +203,55 @@ impl OptimizerCfg {
         self.global_clipnorm.is_some() || self.clipnorm.is_some() || self.clipvalue.is_some()
     }
 
+    /// The log's start-up line for the optimizer: its kind and the hyperparameters it reads
+    /// (`optimizer rmsprop: lr 0.001, rho 0.9, eps 1e-8`), then the decay, schedule, clipping
+    /// and moving average where set.
+    pub fn describe(&self) -> String {
+        let n = limits::num;
+        let kind = match self.kind {
+            OptimizerKind::Sgd => "sgd",
+            OptimizerKind::Adam => "adam",
+            OptimizerKind::Adamw => "adamw",
+            OptimizerKind::Lars => "lars",
+            OptimizerKind::Lamb => "lamb",
+            OptimizerKind::Rmsprop => "rmsprop",
+        };
+        let mut s = format!("optimizer {kind}: lr {}", n(self.lr));
+        match self.kind {
+            OptimizerKind::Sgd | OptimizerKind::Lars if self.momentum > 0.0 => {
+                s += &format!(", momentum {}{}", n(self.momentum), if self.nesterov { " (Nesterov)" } else { "" })
+            }
+            OptimizerKind::Sgd | OptimizerKind::Lars => {}
+            OptimizerKind::Adam | OptimizerKind::Adamw | OptimizerKind::Lamb => {
+                s += &format!(", beta1 {}, beta2 {}, eps {}", n(self.beta1), n(self.beta2), n(self.eps))
+            }
+            OptimizerKind::Rmsprop => s += &format!(", rho {}, eps {}", n(self.rho), n(self.eps)),
+        }
+        if self.kind == OptimizerKind::Lars {
+            s += &format!(", trust coefficient {}", n(self.trust_coefficient));
+        }
+        if self.weight_decay > 0.0 {
+            s += &format!(", weight decay {} (weights, not biases)", n(self.weight_decay));
+        }
+        if self.warmup_steps > 0 {
+            s += &format!(", {} warm-up steps", self.warmup_steps);
+        }
+        if self.schedule != Schedule::Constant {
+            s += &format!(", schedule {}", self.schedule.name());
+        }
+        for (name, v) in
+            [("global_clipnorm", self.global_clipnorm), ("clipnorm", self.clipnorm), ("clipvalue", self.clipvalue)]
+        {
+            if let Some(v) = v {
+                s += &format!(", {name} {}", n(v));
+            }
+        }
+        if let Some(b) = self.ema {
+            s += &format!(", moving average of the weights (ema {})", n(b));
+        }
+        s
+    }
+
     pub(super) fn validate(&self, origin: &str) -> Result<()> {
         let o = self;
         count(origin, "optimizer.warmup_steps", o.warmup_steps as u64, limits::WARMUP_STEPS)?;
@@ -199,6 +260,7 @@ impl OptimizerCfg {
             ("optimizer.momentum", o.momentum, limits::MOMENTUM),
             ("optimizer.beta1", o.beta1, limits::BETA),
             ("optimizer.beta2", o.beta2, limits::BETA),
+            ("optimizer.rho", o.rho, limits::BETA),
             ("optimizer.eps", o.eps, limits::EPS),
             ("optimizer.weight_decay", o.weight_decay, limits::WEIGHT_DECAY),
         ];
@@ -245,6 +307,18 @@ impl OptimizerCfg {
                 "optimizer.clipnorm",
                 "and optimizer.global_clipnorm are both set; choose one (as Keras asks): global_clipnorm scales \
                  every gradient by one factor, clipnorm each tensor's by its own",
+            ));
+        }
+        if o.kind == OptimizerKind::Rmsprop && o.momentum > 0.0 {
+            return Err(Error::config(
+                origin,
+                "optimizer.momentum",
+                format!(
+                    "is not offered with kind = \"rmsprop\" (got {}): RMSprop here is PyTorch's without \
+                     momentum; set momentum = 0 (or leave it out), or choose kind = \"adam\", which keeps a \
+                     moving average of the gradient beside RMSprop's of its square",
+                    limits::num(o.momentum)
+                ),
             ));
         }
         if o.nesterov && o.momentum == 0.0 {

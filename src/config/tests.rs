@@ -197,6 +197,7 @@ fn every_numeric_field_is_bounded() {
         ("optimizer.ema", &["1e-6", "0.9999"], &["0", "1", "-0.1", "nan"], "greater than 0 and less than 1", &[]),
         ("optimizer.beta1", &["0", "0.999"], &["-0.1", "1", "nan"], "at least 0 and less than 1", &[]),
         ("optimizer.beta2", &["0", "0.9999"], &["-0.1", "1", "nan"], "at least 0 and less than 1", &[]),
+        ("optimizer.rho", &["0", "0.99"], &["-0.1", "1", "nan"], "at least 0 and less than 1", &[]),
         ("optimizer.eps", &["1e-30", "1"], &["0", "1e-31", "1.5", "nan", "-1e-8"], "at least 1e-30 and at most 1", &[]),
         (
             "optimizer.weight_decay",
@@ -583,4 +584,26 @@ fn sweep_defaults_and_ranges() {
         let text = format!("{with_val}[sweep]\n{extra}\n{sweep}");
         assert_eq!(field_of(Job::parse("job", &text, &[])), field, "{extra}");
     }
+}
+
+/// The log's optimizer line names the kind and the hyperparameters that kind reads, and not
+/// those it ignores.
+#[test]
+fn the_optimizer_line_names_what_the_kind_reads() {
+    let d = |sets: &[&str]| {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap().optimizer.describe()
+    };
+    let r = d(&["optimizer.kind='rmsprop'", "optimizer.lr=0.001", "optimizer.rho=0.95"]);
+    assert_eq!(r, "optimizer rmsprop: lr 0.001, rho 0.95, eps 1e-8");
+    let a = d(&[
+        "optimizer.kind='adamw'",
+        "optimizer.weight_decay=0.01",
+        "optimizer.schedule='cosine'",
+        "optimizer.ema=0.999",
+    ]);
+    assert!(a.starts_with("optimizer adamw: lr 0.01, beta1 0.9, beta2 0.999, eps 1e-8, weight decay 0.01"), "{a}");
+    assert!(a.contains("schedule cosine") && a.contains("ema 0.999") && !a.contains("rho"), "{a}");
+    let s = d(&["optimizer.momentum=0.9", "optimizer.nesterov=true", "optimizer.clipnorm=1"]);
+    assert_eq!(s, "optimizer sgd: lr 0.01, momentum 0.9 (Nesterov), clipnorm 1");
 }

@@ -1,5 +1,6 @@
 //! Optimizers over the flat parameter arena: SGD (momentum, Nesterov), Adam, AdamW, LARS and
 //! LAMB (layer-wise trust ratios over whole tensors; LAMB composed of the Adam and SGD kernels),
+//! RMSprop (Adam's kernel with β1 = 0 and no bias correction, its first moment a scratch),
 //! with the learning rate of `schedule.rs` (warm-up, then `optimizer.schedule`). This file
 //! holds the state and the per-tensor hyperparameters; the element-wise update runs on the backend (`Backend::sgd`/`adam`), so
 //! it runs where the parameters live. Gradients arrive as the sum over ranks, each rank's
@@ -21,9 +22,25 @@ pub use schedule::{Best, LrSchedule, Plateau};
 /// The lengths of the state (m, v) that `cfg` keeps for `n_params` parameters.
 pub fn state_lens(cfg: &OptimizerCfg, n_params: usize) -> (usize, usize) {
     let sgd_like = matches!(cfg.kind, OptimizerKind::Sgd | OptimizerKind::Lars);
-    let needs_m = !sgd_like || cfg.momentum > 0.0;
+    // RMSprop keeps the squared gradients' average only (its m is a scratch, `scratch_len`).
+    let needs_m = if cfg.kind == OptimizerKind::Rmsprop { false } else { !sgd_like || cfg.momentum > 0.0 };
     let needs_v = !sgd_like;
     (if needs_m { n_params } else { 0 }, if needs_v { n_params } else { 0 })
+}
+
+/// The scratch buffer `cfg` keeps beside its state, for tensors `lens` (the model's, or with
+/// `own` pieces of `own_len` elements in all): LAMB's r (the largest tensor; sharded, every
+/// piece at once, as `layerwise_sums` computes them together), RMSprop's first moment for the
+/// Adam kernel it runs on (rewritten each tensor, so the largest tensor, or piece).
+pub fn scratch_len(cfg: &OptimizerCfg, lens: impl Iterator<Item = usize>, own_len: Option<usize>) -> usize {
+    let largest = lens.max().unwrap_or(0);
+    match (cfg.kind, own_len) {
+        (OptimizerKind::Lamb, Some(n)) => n,
+        (OptimizerKind::Lamb, None) => largest,
+        (OptimizerKind::Rmsprop, Some(n)) => largest.min(n),
+        (OptimizerKind::Rmsprop, None) => largest,
+        _ => 0,
+    }
 }
 
 /// Pieces of the arena, each with its place in the state that holds them end to end.
@@ -38,7 +55,8 @@ pub struct Optimizer<B: Backend> {
     /// Adam's second moments.
     v: Option<B::Buf>,
     /// LAMB's per-tensor update direction r before its ratio is known (the largest tensor's
-    /// length; sharded, the length of this rank's pieces, all of them at once).
+    /// length; sharded, the length of this rank's pieces, all of them at once); RMSprop's
+    /// first moment, which Adam's kernel writes (β1 = 0: the gradient) and nothing reads.
     scratch: Option<B::Buf>,
     n_params: usize,
     step: u64,
@@ -91,12 +109,9 @@ impl<B: Backend> Optimizer<B> {
             sched: LrSchedule::new(cfg, base_lr),
             m: if m_len > 0 { Some(be.zeros(m_len)?) } else { None },
             v: if v_len > 0 { Some(be.zeros(v_len)?) } else { None },
-            scratch: match cfg.kind {
-                OptimizerKind::Lamb => Some(be.zeros(match &own {
-                    Some(o) => pieces_len(o),
-                    None => tensors.iter().map(|t| t.range.len()).max().unwrap_or(0),
-                })?),
-                _ => None,
+            scratch: match scratch_len(cfg, tensors.iter().map(|t| t.range.len()), own.as_ref().map(pieces_len)) {
+                0 => None,
+                n => Some(be.zeros(n)?),
             },
             tensors,
             n_params,
@@ -334,6 +349,12 @@ impl<B: Backend> Optimizer<B> {
                     let (m, v) = (self.m.as_mut().expect("adam keeps m"), self.v.as_mut().expect("adam keeps v"));
                     be.adam(p, g, be.view_mut(m, r.clone()), be.view_mut(v, r), &h)?
                 }
+                OptimizerKind::Rmsprop => {
+                    let h = self.rmsprop_hyper(lr, grad_scale, wd);
+                    let (v, s) =
+                        (self.v.as_mut().expect("rmsprop keeps v"), self.scratch.as_mut().expect("rmsprop scratch"));
+                    rmsprop(be, p, g, be.view_mut(v, r.clone()), s, r.len(), &h)?
+                }
                 OptimizerKind::Lamb => unreachable!("handled above"),
             }
         }
@@ -354,6 +375,23 @@ impl<B: Backend> Optimizer<B> {
             l2: if decoupled { 0.0 } else { wd },
             decay: if decoupled { lr * wd } else { 0.0 },
             ..self.adam_hyper(lr, grad_scale)
+        }
+    }
+
+    /// RMSprop's update as Adam's kernel computes it: β1 = 0 (its m is the gradient), β2 = rho,
+    /// no bias correction (bc1 = bc2 = 1), weight decay in the gradient (PyTorch's).
+    fn rmsprop_hyper(&self, lr: f32, grad_scale: f32, wd: f32) -> AdamHyper {
+        let c = &self.cfg;
+        AdamHyper {
+            lr,
+            grad_scale,
+            b1: 0.0,
+            b2: c.rho as f32,
+            eps: c.eps as f32,
+            bc1: 1.0,
+            bc2_sqrt: 1.0,
+            l2: wd,
+            decay: 0.0,
         }
     }
 
@@ -382,6 +420,23 @@ impl<B: Backend> Optimizer<B> {
         let all: Vec<usize> = (0..self.tensors.len()).collect();
         self.apply(be, params, grad_sum, 0, grad_scale, &all)
     }
+}
+
+/// One RMSprop update of a tensor (or piece) `p` on Adam's kernel (`h` from `rmsprop_hyper`):
+/// v = rho·v + (1 − rho)·g², p −= lr·g / (√v + eps). The kernel's first moment is `scratch`,
+/// zeroed first, so m = 0·0 + 1·g is the gradient exactly, whatever an earlier tensor left.
+/// `n` is the tensor's (the views') length.
+pub(super) fn rmsprop<B: Backend>(
+    be: &B,
+    p: B::ViewMut<'_>,
+    g: B::View<'_>,
+    v: B::ViewMut<'_>,
+    scratch: &mut B::Buf,
+    n: usize,
+    h: &AdamHyper,
+) -> Result<()> {
+    be.fill_zero(be.view_mut(scratch, 0..n))?;
+    be.adam(p, g, be.view_mut(scratch, 0..n), v, h)
 }
 
 /// The elements of `pieces` in all.

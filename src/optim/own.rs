@@ -84,6 +84,12 @@ impl<B: Backend> Optimizer<B> {
                     let (m, v) = (self.m.as_mut().expect("adam keeps m"), self.v.as_mut().expect("adam keeps v"));
                     be.adam(p, g, be.view_mut(m, s.clone()), be.view_mut(v, s), &h)?
                 }
+                OptimizerKind::Rmsprop => {
+                    let h = self.rmsprop_hyper(lr, grad_scale, wd);
+                    let v = self.v.as_mut().expect("rmsprop keeps v");
+                    let sc = self.scratch.as_mut().expect("rmsprop scratch");
+                    super::rmsprop(be, p, g, be.view_mut(v, s.clone()), sc, r.len(), &h)?
+                }
                 OptimizerKind::Lars | OptimizerKind::Lamb => {
                     unreachable!("sharded LARS and LAMB update through layerwise_sums and apply_layerwise")
                 }
@@ -254,6 +260,54 @@ mod tests {
                     assert!(d > 1e-3, "{sets:?}: each rank's own norms gave the whole tensor's update ({d})");
                 }
             }
+        }
+    }
+
+    /// RMSprop (with weight decay and a gradient scale) updated by two "ranks" holding [0, 2)
+    /// and [2, 5) of a weight of 3 and a bias of 2, each with its own v and the shared
+    /// scratch of its pieces: the same bits as the whole update, three steps, with the whole
+    /// arena given to `apply` and with the pieces only.
+    #[test]
+    fn sharded_rmsprop_gives_the_whole_update() {
+        let sets: Vec<String> =
+            ["optimizer.kind='rmsprop'", "optimizer.lr=0.01", "optimizer.rho=0.7", "optimizer.weight_decay=0.05"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        let j = Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap();
+        let tensors = vec![
+            TensorInfo { name: "w".into(), range: 0..3, used: 3, is_weight: true },
+            TensorInfo { name: "b".into(), range: 3..5, used: 2, is_weight: false },
+        ];
+        let grads: [[f32; 5]; 3] =
+            [[0.5, 0.25, -2.0, 0.3, -0.1], [-0.4, 1.0, 0.6, 0.2, 0.05], [0.1, -0.3, 0.2, -0.6, 0.4]];
+        let start = vec![0.3f32, -1.2, 0.8, 0.1, -0.4];
+        let mut whole = Optimizer::new(&Cpu, &j.optimizer, tensors.clone(), 5, 1).unwrap();
+        let mut w = start.clone();
+        for g in &grads {
+            whole.update(&Cpu, &mut w, &g.to_vec(), 1.0).unwrap();
+        }
+        assert!(w.iter().zip(&start).any(|(a, b)| (a - b).abs() > 0.01), "{w:?}");
+        for kept in [false, true] {
+            let mut got = vec![0.0f32; 5];
+            for own in [vec![(0..2, 0)], vec![(2..5, 0)]] {
+                let mut o = Optimizer::with_own(&Cpu, &j.optimizer, tensors.clone(), 5, 1, Some(own.clone())).unwrap();
+                if kept {
+                    o.set_pieces_kept();
+                }
+                let r = own[0].0.clone();
+                let mut p: Vec<f32> = if kept { start[r.clone()].to_vec() } else { start.clone() };
+                for g in &grads {
+                    o.begin_step();
+                    o.apply(&Cpu, &mut p, &g.to_vec(), 0, 1.0, &[0, 1]).unwrap();
+                }
+                let (m, v, _) = o.state(&Cpu).unwrap();
+                assert!(m.is_empty() && v.len() == r.len(), "{own:?}: m {} v {}", m.len(), v.len());
+                for (i, x) in r.clone().enumerate() {
+                    got[x] = if kept { p[i] } else { p[x] };
+                }
+            }
+            assert_eq!(got, w, "kept {kept}");
         }
     }
 }

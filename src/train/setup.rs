@@ -312,12 +312,10 @@ pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize, windows: usize) -
     let part = if shard.optimizer() && data > 1 { n.div_ceil(data) } else { n };
     let (m, v) = crate::optim::state_lens(&job.optimizer, part);
     // LAMB's scratch for r: the largest tensor's length, or sharded (or with tensor shards,
-    // whose norms wait for the whole step's) its pieces' (all at once).
-    let scratch = match job.optimizer.kind {
-        crate::config::OptimizerKind::Lamb if part < n || job.parallel.tensor > 1 => part,
-        crate::config::OptimizerKind::Lamb => model.tensors().iter().map(|t| t.range.len()).max().unwrap_or(0),
-        _ => 0,
-    };
+    // whose norms wait for the whole step's) its pieces' (all at once); RMSprop's first moment.
+    let sharded = part < n || job.parallel.tensor > 1;
+    let lens = model.tensors().iter().map(|t| t.range.len()).collect::<Vec<_>>();
+    let scratch = crate::optim::scratch_len(&job.optimizer, lens.into_iter(), sharded.then_some(part));
     // The parameters' moving average (optimizer.ema), laid out as the parameters are: whole on
     // every rank, or with "parameters" the rank's pieces.
     let ema = match job.optimizer.ema {
@@ -439,6 +437,7 @@ fn log_setup(job: &Job, model: &Mlp, plan: &FusionPlan, comm: &Comm) {
         d.fusion_threshold_mb,
         plan.buckets.iter().map(|b| b.len() * 4 / 1024).collect::<Vec<_>>()
     );
+    info!("{}", job.optimizer.describe());
     info!(
         "engine: overlap {}, bucket order {:?}, first bucket {} MiB, compression {:?}, liveness limit {} s, \
          parameter check every {} steps, timeline {}, MPI thread level {:?}, CUDA-aware MPI {}; checkpoints every {} steps / {} min, keep {}",

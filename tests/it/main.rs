@@ -54,6 +54,7 @@ mod ps_stop;
 mod ranking;
 mod resume;
 mod resume_ranks;
+mod rmsprop;
 mod sample_weights;
 mod schedules;
 mod shard;

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Keras peer of bench/rmsprop.sh: the same MLP trained on the same training file with one of
+Keras' optimizers (--optimizer rmsprop: RMSprop(rho, epsilon), momentum 0, not centered;
+adam: Adam(beta_1 0.9, beta_2 0.999, epsilon)), evaluated on the test file. Prints one line:
+PEER_RESULT {json} with test accuracy and test NLL (bench/calibration.py).
+
+  peer_keras_optimizer.py TRAIN.h5 TEST.h5 --optimizer rmsprop --hidden 256 --epochs 8 --batch 128
+      --lr 0.001 [--rho 0.9] [--eps 1e-7] [--seed 0]
+"""
+import argparse, json, os, sys, time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import keras  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from calibration import scores  # noqa: E402
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("train")
+ap.add_argument("test")
+ap.add_argument("--optimizer", choices=["rmsprop", "adam"], default="rmsprop")
+ap.add_argument("--hidden", type=int, default=256)
+ap.add_argument("--epochs", type=int, default=8)
+ap.add_argument("--batch", type=int, default=128)
+ap.add_argument("--lr", type=float, default=0.001)
+ap.add_argument("--rho", type=float, default=0.9)
+ap.add_argument("--eps", type=float, default=1e-7)
+ap.add_argument("--seed", type=int, default=0)
+args = ap.parse_args()
+
+with h5py.File(args.train, "r") as f:
+    x, y = f["x"][...].astype(np.float32).reshape(len(f["y"]), -1), f["y"][...].astype(np.int32)
+with h5py.File(args.test, "r") as f:
+    xt, yt = f["x"][...].astype(np.float32).reshape(len(f["y"]), -1), f["y"][...].astype(np.int32)
+k = int(max(y.max(), yt.max())) + 1
+keras.utils.set_random_seed(args.seed)
+model = keras.Sequential([
+    keras.Input(shape=(x.shape[1],)),
+    keras.layers.Dense(args.hidden, activation="relu"),
+    keras.layers.Dense(k),
+])
+if args.optimizer == "rmsprop":
+    opt = keras.optimizers.RMSprop(learning_rate=args.lr, rho=args.rho, epsilon=args.eps)
+else:
+    opt = keras.optimizers.Adam(learning_rate=args.lr, epsilon=args.eps)
+model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+t0 = time.perf_counter()
+model.fit(x, y, batch_size=args.batch, epochs=args.epochs, shuffle=True, verbose=0)
+secs = time.perf_counter() - t0
+logits = model.predict(xt, batch_size=1024, verbose=0)
+p = np.exp(logits - logits.max(axis=1, keepdims=True))
+p /= p.sum(axis=1, keepdims=True)
+result = {"peer": f"tensorflow-{tf.__version__}/keras-{keras.__version__}", "optimizer": args.optimizer,
+          **scores(p, yt), "train_seconds": round(secs, 2)}
+print("PEER_RESULT " + json.dumps(result), flush=True)
