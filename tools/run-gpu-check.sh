@@ -23,6 +23,10 @@
 #                  GPU and on the CPU: the GPU's average follows its parameters (step 1: equal;
 #                  then β·ema + (1 − β)·params, to 1e-6), weights.h5 = the last average bit for
 #                  bit, and the GPU's weights.h5 within 1e-3 of the CPU's
+#   r rmsprop      one rank, 10 steps with optimizer.kind = "rmsprop" (Adam's kernel, β1 0, no
+#                  bias correction) and a checkpoint each, on the GPU and on the CPU: every GPU
+#                  step moved each parameter by lr·|g| / (√v + eps), g² from two checkpoints'
+#                  optimizer/v; the GPU's weights.h5 within 1e-2 of the CPU's
 #   b3 nccl        phase b's 2 ranks sharing the GPU stayed on the host path and said why
 #                  (distribution.gpu_allreduce = "auto"); one rank with "nccl" (the real
 #                  library: the bundle has none, so the machine's, e.g. PyTorch's nvidia-nccl
@@ -366,6 +370,58 @@ PY
   rc=$?
   record "optimizer.ema on the GPU (one rank) vs the CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 20-ema.log
   sed 's/^/    /' "$LOGDIR/20-ema.log" | grep -E "largest|accuracy|verdict|FAIL"
+fi
+
+# --- r. RMSprop on the GPU: one rank, one epoch of 10 steps (batch 6000), rho 0.9, lr 0.001,
+# a checkpoint every step, on the GPU and on the CPU: each GPU step moved every parameter by
+# lr·|g| / (√v + eps), with g² = (v − ρ·v_before) / (1 − ρ) from the checkpoints' optimizer/v
+# (no bias correction); the GPU's weights.h5 within 1e-2 of the CPU's (10 steps move a weight
+# by up to 0.032).
+if ! skipped train && ! skipped rmsprop; then
+  t=$(date +%s)
+  : > "$LOGDIR/21-rmsprop.log"
+  for dev in cuda cpu; do
+    out="$LOGDIR/runs/rmsprop-$dev"; rm -rf "$out"
+    sets=(--set "training.device=\"$dev\"" --set "output.dir=\"$out\"" --set training.epochs=1 --set training.batch_size=6000
+          --set 'optimizer.kind="rmsprop"' --set optimizer.lr=0.001 --set optimizer.momentum=0 --set optimizer.rho=0.9
+          --set optimizer.eps=1e-7 --set checkpoint.every_steps=1 --set checkpoint.keep=20)
+    echo "+ mpirun -n 1 bin/hvtrain train jobs/fashion-mnist.toml ${sets[*]}" >> "$LOGDIR/21-rmsprop.log"
+    hv timeout -k 5 "$(cap 120)" mpirun -n 1 --bind-to none -x LD_LIBRARY_PATH "$HV" train jobs/fashion-mnist.toml \
+      "${sets[@]}" > "$LOGDIR/21-rmsprop-$dev.log" 2>&1
+    echo "+ exit $?: $(grep -oE 'backend: .{0,40}|optimizer rmsprop: .{0,60}|done: .*' "$LOGDIR/21-rmsprop-$dev.log" | tr '\n' ';')" >> "$LOGDIR/21-rmsprop.log"
+  done
+  env -u LD_LIBRARY_PATH python3 - "$LOGDIR/runs" >> "$LOGDIR/21-rmsprop.log" 2>&1 <<'PY'
+import glob, os, sys
+import h5py, numpy as np
+d, lr, rho, eps = sys.argv[1], 1e-3, 0.9, 1e-7
+def flat(f, layers):
+    return np.concatenate([f[k][t][...].ravel() for k in reversed(layers) for t in ("weight", "bias")]).astype(np.float64)
+ok = True
+try:
+    w = h5py.File(os.path.join(d, "rmsprop-cuda", "weights.h5"), "r")
+    layers = sorted((k for k in w if k.startswith("dense")), key=lambda k: int(k[5:]))
+    ck = [h5py.File(p, "r") for p in sorted(glob.glob(os.path.join(d, "rmsprop-cuda", "ckpt-step*.h5")))]
+    v = [c["optimizer/v"][...].astype(np.float64) for c in ck]
+    par = [flat(c, layers) for c in ck]
+    worst = 0.0
+    for k in range(1, len(ck)):
+        g2 = np.maximum((v[k] - rho * v[k - 1]) / (1 - rho), 0)
+        want = lr * np.sqrt(g2) / (np.sqrt(v[k]) + eps)
+        moved = np.abs(par[k] - par[k - 1])
+        worst = max(worst, float(np.max(np.abs(moved - want) / (2e-3 * lr + 1e-3 * want))))
+    cpu = flat(h5py.File(os.path.join(d, "rmsprop-cpu", "weights.h5"), "r"), layers)
+    gap = float(np.max(np.abs(flat(w, layers) - cpu)))
+    print(f"{len(ck)} checkpoints; each step against lr·|g|/(sqrt(v)+eps): largest error {worst:.3g} of the tolerance (1 allowed)")
+    print(f"largest |GPU - CPU weights.h5| {gap:.3g} (tolerance 1e-2)")
+    ok = len(ck) >= 5 and worst <= 1 and gap <= 1e-2
+except Exception as e:
+    ok = False; print(f"FAIL: {e!r}")
+print("verdict:", "PASS" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PY
+  rc=$?
+  record "optimizer.kind = rmsprop on the GPU (one rank) vs the CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")" $(($(date +%s) - t)) 21-rmsprop.log
+  sed 's/^/    /' "$LOGDIR/21-rmsprop.log" | grep -E "largest|verdict|FAIL"
 fi
 
 # --- b3. NCCL on this GPU: auto stays on the host path for ranks sharing it; one rank through

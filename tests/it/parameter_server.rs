@@ -61,6 +61,7 @@ fn staleness_0_gives_the_weights_of_allreduce() {
         ("sgd", "[optimizer]\nkind = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n"),
         ("adam", "[optimizer]\nkind = \"adam\"\nlr = 0.01\neps = 0.01\nweight_decay = 0.05\n"),
         ("adamw", "[optimizer]\nkind = \"adamw\"\nlr = 0.01\nweight_decay = 0.01\n"),
+        ("rmsprop", "[optimizer]\nkind = \"rmsprop\"\nlr = 0.005\nweight_decay = 0.01\n"),
     ];
     for (tag, opt) in optimizers {
         for w in [2, 3] {
