@@ -25,9 +25,10 @@ pub enum OptimizerKind {
     /// weight tensor moves by lr × ‖w‖ / ‖r‖ × r (ratio 1 where a norm is 0); biases are
     /// excluded from the decay and the ratio, as the paper's reference code excludes them.
     Lamb,
-    /// RMSprop (Hinton, 2012), as PyTorch's `RMSprop` computes it (momentum 0, not centered):
-    /// v = rho·v + (1 − rho)·g², w −= lr·g / (√v + eps), weight decay as an L2 term in g.
-    /// Keras' `RMSprop` adds eps inside the root, √(v + eps): the same once v ≫ eps.
+    /// RMSprop (Hinton, 2012), as PyTorch's `RMSprop` computes it (not centered): v = rho·v +
+    /// (1 − rho)·g², w −= lr·g / (√v + eps), weight decay as an L2 term in g; with `momentum` μ,
+    /// buf = μ·buf + g / (√v + eps), w −= lr·buf. Keras' `RMSprop` adds eps inside the root,
+    /// √(v + eps): the same once v ≫ eps.
     Rmsprop,
 }
 
@@ -225,7 +226,12 @@ impl OptimizerCfg {
             OptimizerKind::Adam | OptimizerKind::Adamw | OptimizerKind::Lamb => {
                 s += &format!(", beta1 {}, beta2 {}, eps {}", n(self.beta1), n(self.beta2), n(self.eps))
             }
-            OptimizerKind::Rmsprop => s += &format!(", rho {}, eps {}", n(self.rho), n(self.eps)),
+            OptimizerKind::Rmsprop => {
+                s += &format!(", rho {}, eps {}", n(self.rho), n(self.eps));
+                if self.momentum > 0.0 {
+                    s += &format!(", momentum {}", n(self.momentum));
+                }
+            }
         }
         if self.kind == OptimizerKind::Lars {
             s += &format!(", trust coefficient {}", n(self.trust_coefficient));
@@ -309,16 +315,12 @@ impl OptimizerCfg {
                  every gradient by one factor, clipnorm each tensor's by its own",
             ));
         }
-        if o.kind == OptimizerKind::Rmsprop && o.momentum > 0.0 {
+        if o.kind == OptimizerKind::Rmsprop && o.nesterov {
             return Err(Error::config(
                 origin,
-                "optimizer.momentum",
-                format!(
-                    "is not offered with kind = \"rmsprop\" (got {}): RMSprop here is PyTorch's without \
-                     momentum; set momentum = 0 (or leave it out), or choose kind = \"adam\", which keeps a \
-                     moving average of the gradient beside RMSprop's of its square",
-                    limits::num(o.momentum)
-                ),
+                "optimizer.nesterov",
+                "is not offered with kind = \"rmsprop\" (PyTorch's and Keras' RMSprop take plain momentum): set \
+                 nesterov = false",
             ));
         }
         if o.nesterov && o.momentum == 0.0 {

@@ -596,6 +596,8 @@ fn the_optimizer_line_names_what_the_kind_reads() {
     };
     let r = d(&["optimizer.kind='rmsprop'", "optimizer.lr=0.001", "optimizer.rho=0.95"]);
     assert_eq!(r, "optimizer rmsprop: lr 0.001, rho 0.95, eps 1e-8");
+    let r = d(&["optimizer.kind='rmsprop'", "optimizer.momentum=0.9"]);
+    assert_eq!(r, "optimizer rmsprop: lr 0.01, rho 0.9, eps 1e-8, momentum 0.9");
     let a = d(&[
         "optimizer.kind='adamw'",
         "optimizer.weight_decay=0.01",

@@ -1,6 +1,7 @@
 //! Optimizers over the flat parameter arena: SGD (momentum, Nesterov), Adam, AdamW, LARS and
 //! LAMB (layer-wise trust ratios over whole tensors; LAMB composed of the Adam and SGD kernels),
-//! RMSprop (Adam's kernel with β1 = 0 and no bias correction, its first moment a scratch),
+//! RMSprop (Adam's kernel with β1 = 0 and no bias correction, its first moment a scratch; with
+//! momentum, the SGD kernel's momentum on the step it computes),
 //! with the learning rate of `schedule.rs` (warm-up, then `optimizer.schedule`). This file
 //! holds the state and the per-tensor hyperparameters; the element-wise update runs on the backend (`Backend::sgd`/`adam`), so
 //! it runs where the parameters live. Gradients arrive as the sum over ranks, each rank's
@@ -22,25 +23,34 @@ pub use schedule::{Best, LrSchedule, Plateau};
 /// The lengths of the state (m, v) that `cfg` keeps for `n_params` parameters.
 pub fn state_lens(cfg: &OptimizerCfg, n_params: usize) -> (usize, usize) {
     let sgd_like = matches!(cfg.kind, OptimizerKind::Sgd | OptimizerKind::Lars);
-    // RMSprop keeps the squared gradients' average only (its m is a scratch, `scratch_len`).
-    let needs_m = if cfg.kind == OptimizerKind::Rmsprop { false } else { !sgd_like || cfg.momentum > 0.0 };
+    // RMSprop keeps the squared gradients' average, and with momentum PyTorch's momentum buffer
+    // (Adam's kernel's first moment is a scratch, `scratch_len`).
+    let needs_m = if cfg.kind == OptimizerKind::Rmsprop { cfg.momentum > 0.0 } else { !sgd_like || cfg.momentum > 0.0 };
     let needs_v = !sgd_like;
     (if needs_m { n_params } else { 0 }, if needs_v { n_params } else { 0 })
 }
 
-/// The scratch buffer `cfg` keeps beside its state, for tensors `lens` (the model's, or with
-/// `own` pieces of `own_len` elements in all): LAMB's r (the largest tensor; sharded, every
-/// piece at once, as `layerwise_sums` computes them together), RMSprop's first moment for the
-/// Adam kernel it runs on (rewritten each tensor, so the largest tensor, or piece).
+/// The scratch `cfg` keeps beside its state, in elements, for tensors `lens` (the model's, or
+/// with `own` pieces of `own_len` elements in all): LAMB's r (the largest tensor; sharded, every
+/// piece at once, as `layerwise_sums` computes them together); RMSprop's `rms_scratches`
+/// buffers (rewritten each tensor, so each the largest tensor's, or piece's, length).
 pub fn scratch_len(cfg: &OptimizerCfg, lens: impl Iterator<Item = usize>, own_len: Option<usize>) -> usize {
     let largest = lens.max().unwrap_or(0);
     match (cfg.kind, own_len) {
         (OptimizerKind::Lamb, Some(n)) => n,
         (OptimizerKind::Lamb, None) => largest,
-        (OptimizerKind::Rmsprop, Some(n)) => largest.min(n),
-        (OptimizerKind::Rmsprop, None) => largest,
+        (OptimizerKind::Rmsprop, Some(n)) => largest.min(n) * rms_scratches(cfg),
+        (OptimizerKind::Rmsprop, None) => largest * rms_scratches(cfg),
         _ => 0,
     }
+}
+
+/// RMSprop's scratch buffers: the Adam kernel's first moment; with momentum the step
+/// g / (√v + eps) that the momentum takes, and with weight decay as well the decayed gradient
+/// g + wd·w it is computed from (`rmsprop`).
+fn rms_scratches(cfg: &OptimizerCfg) -> usize {
+    let momentum = cfg.momentum > 0.0;
+    1 + usize::from(momentum) + usize::from(momentum && cfg.weight_decay > 0.0)
 }
 
 /// Pieces of the arena, each with its place in the state that holds them end to end.
@@ -58,6 +68,8 @@ pub struct Optimizer<B: Backend> {
     /// length; sharded, the length of this rank's pieces, all of them at once); RMSprop's
     /// first moment, which Adam's kernel writes (β1 = 0: the gradient) and nothing reads.
     scratch: Option<B::Buf>,
+    /// RMSprop's scratch buffers (`rms_scratches`), each the largest tensor's (or piece's) length.
+    rms_scratch: Vec<B::Buf>,
     n_params: usize,
     step: u64,
     lr_now: f32,
@@ -109,9 +121,21 @@ impl<B: Backend> Optimizer<B> {
             sched: LrSchedule::new(cfg, base_lr),
             m: if m_len > 0 { Some(be.zeros(m_len)?) } else { None },
             v: if v_len > 0 { Some(be.zeros(v_len)?) } else { None },
-            scratch: match scratch_len(cfg, tensors.iter().map(|t| t.range.len()), own.as_ref().map(pieces_len)) {
-                0 => None,
-                n => Some(be.zeros(n)?),
+            scratch: match cfg.kind {
+                OptimizerKind::Lamb => Some(be.zeros(scratch_len(
+                    cfg,
+                    tensors.iter().map(|t| t.range.len()),
+                    own.as_ref().map(pieces_len),
+                ))?),
+                _ => None,
+            },
+            rms_scratch: match cfg.kind {
+                OptimizerKind::Rmsprop => {
+                    let k = rms_scratches(cfg);
+                    let n = scratch_len(cfg, tensors.iter().map(|t| t.range.len()), own.as_ref().map(pieces_len)) / k;
+                    (0..k).map(|_| be.zeros(n)).collect::<Result<Vec<_>>>()?
+                }
+                _ => Vec::new(),
             },
             tensors,
             n_params,
@@ -333,6 +357,14 @@ impl<B: Backend> Optimizer<B> {
                 lamb(be, params, r.clone(), g, be.view_mut(m, r.clone()), be.view_mut(v, r), s, wd, t.is_weight, &h)?;
                 continue;
             }
+            if c.kind == OptimizerKind::Rmsprop {
+                let h = self.rmsprop_hyper(lr, grad_scale, wd);
+                let g = be.view(grads, r.start - offset..r.end - offset);
+                let v = be.view_mut(self.v.as_mut().expect("rmsprop keeps v"), r.clone());
+                let m = self.m.as_mut().map(|m| be.view_mut(m, r.clone()));
+                rmsprop(be, params, r, g, v, m, &mut self.rms_scratch, &h, c.momentum as f32)?;
+                continue;
+            }
             let g = be.view(grads, r.start - offset..r.end - offset);
             let p = be.view_mut(params, r.clone());
             match c.kind {
@@ -349,13 +381,7 @@ impl<B: Backend> Optimizer<B> {
                     let (m, v) = (self.m.as_mut().expect("adam keeps m"), self.v.as_mut().expect("adam keeps v"));
                     be.adam(p, g, be.view_mut(m, r.clone()), be.view_mut(v, r), &h)?
                 }
-                OptimizerKind::Rmsprop => {
-                    let h = self.rmsprop_hyper(lr, grad_scale, wd);
-                    let (v, s) =
-                        (self.v.as_mut().expect("rmsprop keeps v"), self.scratch.as_mut().expect("rmsprop scratch"));
-                    rmsprop(be, p, g, be.view_mut(v, r.clone()), s, r.len(), &h)?
-                }
-                OptimizerKind::Lamb => unreachable!("handled above"),
+                OptimizerKind::Lamb | OptimizerKind::Rmsprop => unreachable!("handled above"),
             }
         }
         Ok(())
@@ -422,21 +448,50 @@ impl<B: Backend> Optimizer<B> {
     }
 }
 
-/// One RMSprop update of a tensor (or piece) `p` on Adam's kernel (`h` from `rmsprop_hyper`):
-/// v = rho·v + (1 − rho)·g², p −= lr·g / (√v + eps). The kernel's first moment is `scratch`,
-/// zeroed first, so m = 0·0 + 1·g is the gradient exactly, whatever an earlier tensor left.
-/// `n` is the tensor's (the views') length.
+/// One RMSprop update of the parameters `params[pr]` (a tensor, or a piece of one), as PyTorch
+/// computes it, from existing kernels (`h` from `rmsprop_hyper`): Adam's with β1 = 0 and no bias
+/// correction gives v = ρ·v + (1 − ρ)·g² and g / (√v + eps), where g = g·scale + wd·w. Without
+/// momentum (`m` None) it updates the parameters itself: w −= lr·g / (√v + eps). With momentum
+/// μ it writes the step u = g / (√v + eps) into a zeroed scratch (lr −1 on zeros: exactly u),
+/// and the SGD kernel takes buf = μ·buf + u, w −= lr·buf. Weight decay then needs g + wd·w
+/// first, in a scratch of its own: two SGD passes on zeros, w·wd then + g·scale, the same two
+/// products and one addition the Adam kernel would make. Adam's first moment is a zeroed
+/// scratch, so m = 0·0 + 1·g is the gradient exactly, whatever an earlier tensor left.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn rmsprop<B: Backend>(
     be: &B,
-    p: B::ViewMut<'_>,
+    params: &mut B::Buf,
+    pr: std::ops::Range<usize>,
     g: B::View<'_>,
     v: B::ViewMut<'_>,
-    scratch: &mut B::Buf,
-    n: usize,
+    m: Option<B::ViewMut<'_>>,
+    scratch: &mut [B::Buf],
     h: &AdamHyper,
+    momentum: f32,
 ) -> Result<()> {
-    be.fill_zero(be.view_mut(scratch, 0..n))?;
-    be.adam(p, g, be.view_mut(scratch, 0..n), v, h)
+    let n = pr.len();
+    let (first, rest) = scratch.split_first_mut().expect("rmsprop keeps a scratch");
+    be.fill_zero(be.view_mut(first, 0..n))?;
+    let Some(buf) = m else {
+        return be.adam(be.view_mut(params, pr), g, be.view_mut(first, 0..n), v, h);
+    };
+    let (u, rest) = rest.split_first_mut().expect("rmsprop with momentum keeps the step's scratch");
+    be.fill_zero(be.view_mut(u, 0..n))?;
+    let to_u = AdamHyper { lr: -1.0, l2: 0.0, decay: 0.0, ..*h };
+    if h.l2 > 0.0 {
+        let d = rest.first_mut().expect("rmsprop with momentum and decay keeps the gradient's scratch");
+        be.fill_zero(be.view_mut(d, 0..n))?;
+        let add =
+            |scale: f32| SgdHyper { lr: -1.0, grad_scale: scale, weight_decay: 0.0, momentum: 0.0, nesterov: false };
+        be.sgd(be.view_mut(d, 0..n), be.view(params, pr.clone()), None, &add(h.l2))?;
+        be.sgd(be.view_mut(d, 0..n), g, None, &add(h.grad_scale))?;
+        let to_u = AdamHyper { grad_scale: 1.0, ..to_u };
+        be.adam(be.view_mut(u, 0..n), be.view(d, 0..n), be.view_mut(first, 0..n), v, &to_u)?;
+    } else {
+        be.adam(be.view_mut(u, 0..n), g, be.view_mut(first, 0..n), v, &to_u)?;
+    }
+    let step = SgdHyper { lr: h.lr, grad_scale: 1.0, weight_decay: 0.0, momentum, nesterov: false };
+    be.sgd(be.view_mut(params, pr), be.view(u, 0..n), Some(buf), &step)
 }
 
 /// The elements of `pieces` in all.

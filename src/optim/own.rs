@@ -72,8 +72,16 @@ impl<B: Backend> Optimizer<B> {
             let (r, s) = o.clone();
             assert!(r.start >= offset && r.end - offset <= be.len(grads), "gradients {offset}.. lack {r:?}");
             let g = be.view(grads, r.start - offset..r.end - offset);
-            let p = be.view_mut(params, self.param_range(&o));
             let wd = if t.is_weight { c.weight_decay as f32 } else { 0.0 };
+            if c.kind == OptimizerKind::Rmsprop {
+                let h = self.rmsprop_hyper(lr, grad_scale, wd);
+                let pr = self.param_range(&o);
+                let v = be.view_mut(self.v.as_mut().expect("rmsprop keeps v"), s.clone());
+                let m = self.m.as_mut().map(|m| be.view_mut(m, s));
+                super::rmsprop(be, params, pr, g, v, m, &mut self.rms_scratch, &h, c.momentum as f32)?;
+                continue;
+            }
+            let p = be.view_mut(params, self.param_range(&o));
             match c.kind {
                 OptimizerKind::Sgd => {
                     let h = self.sgd_hyper(lr, grad_scale, wd);
@@ -84,12 +92,7 @@ impl<B: Backend> Optimizer<B> {
                     let (m, v) = (self.m.as_mut().expect("adam keeps m"), self.v.as_mut().expect("adam keeps v"));
                     be.adam(p, g, be.view_mut(m, s.clone()), be.view_mut(v, s), &h)?
                 }
-                OptimizerKind::Rmsprop => {
-                    let h = self.rmsprop_hyper(lr, grad_scale, wd);
-                    let v = self.v.as_mut().expect("rmsprop keeps v");
-                    let sc = self.scratch.as_mut().expect("rmsprop scratch");
-                    super::rmsprop(be, p, g, be.view_mut(v, s.clone()), sc, r.len(), &h)?
-                }
+                OptimizerKind::Rmsprop => unreachable!("handled above"),
                 OptimizerKind::Lars | OptimizerKind::Lamb => {
                     unreachable!("sharded LARS and LAMB update through layerwise_sums and apply_layerwise")
                 }
@@ -263,7 +266,7 @@ mod tests {
         }
     }
 
-    /// RMSprop (with weight decay and a gradient scale) updated by two "ranks" holding [0, 2)
+    /// RMSprop (with weight decay, without and with momentum) updated by two "ranks" holding [0, 2)
     /// and [2, 5) of a weight of 3 and a bias of 2, each with its own v and the shared
     /// scratch of its pieces: the same bits as the whole update, three steps, with the whole
     /// arena given to `apply` and with the pieces only.
@@ -274,40 +277,45 @@ mod tests {
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
-        let j = Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap();
-        let tensors = vec![
-            TensorInfo { name: "w".into(), range: 0..3, used: 3, is_weight: true },
-            TensorInfo { name: "b".into(), range: 3..5, used: 2, is_weight: false },
-        ];
-        let grads: [[f32; 5]; 3] =
-            [[0.5, 0.25, -2.0, 0.3, -0.1], [-0.4, 1.0, 0.6, 0.2, 0.05], [0.1, -0.3, 0.2, -0.6, 0.4]];
-        let start = vec![0.3f32, -1.2, 0.8, 0.1, -0.4];
-        let mut whole = Optimizer::new(&Cpu, &j.optimizer, tensors.clone(), 5, 1).unwrap();
-        let mut w = start.clone();
-        for g in &grads {
-            whole.update(&Cpu, &mut w, &g.to_vec(), 1.0).unwrap();
-        }
-        assert!(w.iter().zip(&start).any(|(a, b)| (a - b).abs() > 0.01), "{w:?}");
-        for kept in [false, true] {
-            let mut got = vec![0.0f32; 5];
-            for own in [vec![(0..2, 0)], vec![(2..5, 0)]] {
-                let mut o = Optimizer::with_own(&Cpu, &j.optimizer, tensors.clone(), 5, 1, Some(own.clone())).unwrap();
-                if kept {
-                    o.set_pieces_kept();
-                }
-                let r = own[0].0.clone();
-                let mut p: Vec<f32> = if kept { start[r.clone()].to_vec() } else { start.clone() };
-                for g in &grads {
-                    o.begin_step();
-                    o.apply(&Cpu, &mut p, &g.to_vec(), 0, 1.0, &[0, 1]).unwrap();
-                }
-                let (m, v, _) = o.state(&Cpu).unwrap();
-                assert!(m.is_empty() && v.len() == r.len(), "{own:?}: m {} v {}", m.len(), v.len());
-                for (i, x) in r.clone().enumerate() {
-                    got[x] = if kept { p[i] } else { p[x] };
-                }
+        for mu in ["0", "0.9"] {
+            let sets: Vec<String> = sets.iter().cloned().chain([format!("optimizer.momentum={mu}")]).collect();
+            let j = Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap();
+            let tensors = vec![
+                TensorInfo { name: "w".into(), range: 0..3, used: 3, is_weight: true },
+                TensorInfo { name: "b".into(), range: 3..5, used: 2, is_weight: false },
+            ];
+            let grads: [[f32; 5]; 3] =
+                [[0.5, 0.25, -2.0, 0.3, -0.1], [-0.4, 1.0, 0.6, 0.2, 0.05], [0.1, -0.3, 0.2, -0.6, 0.4]];
+            let start = vec![0.3f32, -1.2, 0.8, 0.1, -0.4];
+            let mut whole = Optimizer::new(&Cpu, &j.optimizer, tensors.clone(), 5, 1).unwrap();
+            let mut w = start.clone();
+            for g in &grads {
+                whole.update(&Cpu, &mut w, &g.to_vec(), 1.0).unwrap();
             }
-            assert_eq!(got, w, "kept {kept}");
+            assert!(w.iter().zip(&start).any(|(a, b)| (a - b).abs() > 0.01), "{w:?}");
+            for kept in [false, true] {
+                let mut got = vec![0.0f32; 5];
+                for own in [vec![(0..2, 0)], vec![(2..5, 0)]] {
+                    let mut o =
+                        Optimizer::with_own(&Cpu, &j.optimizer, tensors.clone(), 5, 1, Some(own.clone())).unwrap();
+                    if kept {
+                        o.set_pieces_kept();
+                    }
+                    let r = own[0].0.clone();
+                    let mut p: Vec<f32> = if kept { start[r.clone()].to_vec() } else { start.clone() };
+                    for g in &grads {
+                        o.begin_step();
+                        o.apply(&Cpu, &mut p, &g.to_vec(), 0, 1.0, &[0, 1]).unwrap();
+                    }
+                    let (m, v, _) = o.state(&Cpu).unwrap();
+                    let m_len = if mu == "0" { 0 } else { r.len() };
+                    assert!(m.len() == m_len && v.len() == r.len(), "{own:?}: m {} v {}", m.len(), v.len());
+                    for (i, x) in r.clone().enumerate() {
+                        got[x] = if kept { p[i] } else { p[x] };
+                    }
+                }
+                assert_eq!(got, w, "momentum {mu}, kept {kept}");
+            }
         }
     }
 }

@@ -138,64 +138,81 @@ fn adam_first_step_moves_by_lr() {
 }
 
 /// RMSprop over a weight tensor and a bias, three steps with a gradient scale and weight
-/// decay (weights only), against PyTorch's `RMSprop` (momentum 0, not centered) written out in
-/// float64: v = ρv + (1 − ρ)g², w −= lr·g / (√v + eps), g = g·scale + wd·w. No bias correction:
-/// the first step moves each weight by lr / √(1 − ρ) (where g ≫ eps).
+/// decay (weights only), without and with momentum, against PyTorch's `RMSprop` (not centered)
+/// written out in float64: g = g·scale + wd·w, v = ρv + (1 − ρ)g², u = g / (√v + eps); without
+/// momentum w −= lr·u, with it buf = μ·buf + u, w −= lr·buf. No bias correction: the first
+/// step moves the bias by lr / √(1 − ρ) (where g ≫ eps). The state: v alone, or v and buf.
 #[test]
 fn rmsprop_matches_a_float64_reference() {
-    let (lr, rho, eps, wd) = (0.01f64, 0.8f64, 1e-6f64, 0.1f64);
-    let (mut o, mut p) = weight_and_bias(&[
-        "optimizer.kind='rmsprop'",
-        "optimizer.lr=0.01",
-        "optimizer.rho=0.8",
-        "optimizer.eps=1e-6",
-        "optimizer.weight_decay=0.1",
-    ]);
-    // RMSprop keeps one buffer: its v (no momentum).
-    let (m, v, _) = o.state(&Cpu).unwrap();
-    assert!(m.is_empty() && v.len() == 5, "state lens m {} v {}", m.len(), v.len());
-    let mut wp: Vec<f64> = p.iter().map(|&x| f64::from(x)).collect();
-    let mut vr = [0.0f64; 5];
-    let grads: [[f32; 5]; 3] = [[0.5, 0.25, -2.0, 0.3, -0.1], [-0.4, 1.0, 0.6, 0.2, 0.05], [0.1, -0.3, 0.2, -0.6, 0.4]];
-    for (k, g) in grads.iter().enumerate() {
-        let g2: Vec<f32> = g.iter().map(|x| x / 2.0).collect();
-        o.update(&Cpu, &mut p, &g2, 2.0).unwrap();
+    let (lr, rho, eps) = (0.01f64, 0.8f64, 1e-6f64);
+    for (wd, mu) in [(0.1f64, 0.0f64), (0.1, 0.9), (0.0, 0.5)] {
+        let (mut o, mut p) = weight_and_bias(&[
+            "optimizer.kind='rmsprop'",
+            "optimizer.lr=0.01",
+            "optimizer.rho=0.8",
+            "optimizer.eps=1e-6",
+            &format!("optimizer.weight_decay={wd}"),
+            &format!("optimizer.momentum={mu}"),
+        ]);
+        let (m, v, _) = o.state(&Cpu).unwrap();
+        assert_eq!((m.len(), v.len()), (if mu > 0.0 { 5 } else { 0 }, 5), "wd {wd} mu {mu}: state lens");
+        let mut wp: Vec<f64> = p.iter().map(|&x| f64::from(x)).collect();
+        let (mut vr, mut buf) = ([0.0f64; 5], [0.0f64; 5]);
+        let grads: [[f32; 5]; 3] =
+            [[0.5, 0.25, -2.0, 0.3, -0.1], [-0.4, 1.0, 0.6, 0.2, 0.05], [0.1, -0.3, 0.2, -0.6, 0.4]];
+        for (k, g) in grads.iter().enumerate() {
+            let g2: Vec<f32> = g.iter().map(|x| x / 2.0).collect();
+            o.update(&Cpu, &mut p, &g2, 2.0).unwrap();
+            for i in 0..5 {
+                let gi = f64::from(g[i]) + if i < 3 { wd * wp[i] } else { 0.0 };
+                vr[i] = rho * vr[i] + (1.0 - rho) * gi * gi;
+                let u = gi / (vr[i].sqrt() + eps);
+                buf[i] = mu * buf[i] + u;
+                wp[i] -= lr * if mu > 0.0 { buf[i] } else { u };
+            }
+            for i in 0..5 {
+                let d = (f64::from(p[i]) - wp[i]).abs();
+                assert!(d < 1e-6, "wd {wd} mu {mu}, step {}, {i}: {} vs {}", k + 1, p[i], wp[i]);
+            }
+            if k == 0 {
+                // The bias (no decay) moved by lr / √(1 − ρ): no bias correction.
+                let moved = (f64::from(p[3]) - 0.1).abs();
+                assert!((moved - lr / (1.0 - rho).sqrt()).abs() < 1e-5, "{moved}");
+            }
+        }
+        let (m, v, step) = o.state(&Cpu).unwrap();
+        assert_eq!(step, 3);
         for i in 0..5 {
-            let gi = f64::from(g[i]) + if i < 3 { wd * wp[i] } else { 0.0 };
-            vr[i] = rho * vr[i] + (1.0 - rho) * gi * gi;
-            wp[i] -= lr * gi / (vr[i].sqrt() + eps);
+            assert!((f64::from(v[i]) - vr[i]).abs() < 1e-6 * vr[i].max(1.0), "v[{i}]: {} vs {}", v[i], vr[i]);
+            if mu > 0.0 {
+                assert!((f64::from(m[i]) - buf[i]).abs() < 1e-5 * buf[i].abs().max(1.0), "buf[{i}]: {}", m[i]);
+            }
         }
-        for i in 0..5 {
-            assert!((f64::from(p[i]) - wp[i]).abs() < 1e-6, "step {}, {i}: {} vs {}", k + 1, p[i], wp[i]);
-        }
-        if k == 0 {
-            // The bias (no decay) moved by lr / √(1 − ρ): no bias correction.
-            let moved = (f64::from(p[3]) - 0.1).abs();
-            assert!((moved - lr / (1.0 - rho).sqrt()).abs() < 1e-5, "{moved}");
-        }
-    }
-    let (_, v, step) = o.state(&Cpu).unwrap();
-    assert_eq!(step, 3);
-    for i in 0..5 {
-        assert!((f64::from(v[i]) - vr[i]).abs() < 1e-6 * vr[i].max(1.0), "v[{i}]: {} vs {}", v[i], vr[i]);
     }
 }
 
-/// RMSprop's first moment is a scratch shared by the tensors: a non-finite gradient in one
-/// tensor leaves the next tensor's update alone (the scratch is zeroed, not multiplied by 0).
+/// RMSprop's scratch is shared by the tensors: a non-finite gradient in one tensor leaves the
+/// next tensor's update alone (the scratch is zeroed, not multiplied by 0), with and without
+/// momentum.
 #[test]
 fn rmsprop_scratch_carries_nothing_between_tensors() {
-    let (mut o, mut p) = weight_and_bias(&["optimizer.kind='rmsprop'", "optimizer.lr=0.01"]);
-    o.update(&Cpu, &mut p, &vec![f32::INFINITY, 1.0, 1.0, 0.5, -0.5], 1.0).unwrap();
-    assert!(p[0].is_nan(), "the weight took the infinite gradient: {}", p[0]);
-    assert!(p[3].is_finite() && p[4].is_finite(), "the bias took the weight's scratch: {p:?}");
+    for mu in ["0", "0.9"] {
+        let m = format!("optimizer.momentum={mu}");
+        let (mut o, mut p) =
+            weight_and_bias(&["optimizer.kind='rmsprop'", "optimizer.lr=0.01", "optimizer.weight_decay=0.1", &m]);
+        o.update(&Cpu, &mut p, &vec![f32::INFINITY, 1.0, 1.0, 0.5, -0.5], 1.0).unwrap();
+        assert!(p[0].is_nan(), "mu {mu}: the weight took the infinite gradient: {}", p[0]);
+        assert!(p[3].is_finite() && p[4].is_finite(), "mu {mu}: the bias took the weight's scratch: {p:?}");
+    }
 }
 
-/// RMSprop with momentum is refused (PyTorch's momentum form is not offered), naming the key.
+/// RMSprop with Nesterov momentum is refused (neither peer offers it), naming the key.
 #[test]
-fn rmsprop_refuses_momentum() {
-    let sets: Vec<String> =
-        ["optimizer.kind='rmsprop'", "optimizer.momentum=0.9"].iter().map(|s| s.to_string()).collect();
+fn rmsprop_refuses_nesterov() {
+    let sets: Vec<String> = ["optimizer.kind='rmsprop'", "optimizer.momentum=0.9", "optimizer.nesterov=true"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let e = Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap_err().to_string();
-    assert!(e.contains("optimizer.momentum") && e.contains("rmsprop"), "{e}");
+    assert!(e.contains("optimizer.nesterov") && e.contains("rmsprop"), "{e}");
 }

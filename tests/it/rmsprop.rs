@@ -2,7 +2,8 @@
 //! checkpoints as a user would (h5py's view of the documented datasets): each step moves every
 //! parameter by lr·|g| / (√v + eps), where the gradient's square comes from two checkpoints'
 //! `optimizer/v` (v = ρ·v + (1 − ρ)·g², no bias correction); the checkpoints keep v alone; the
-//! same weights on 1 and 2 ranks, sharded or not, and a resume from parts continues bit for bit.
+//! same weights on 1 and 2 ranks, sharded or not, with momentum and weight decay, and a resume
+//! from parts continues bit for bit (v and the momentum buffer restored).
 
 use crate::common;
 use common::*;
@@ -88,13 +89,15 @@ fn the_same_weights_on_one_and_two_ranks_sharded_or_not_and_resumed_from_parts()
         assert!(r.ok(), "{extra:?}: {}", r.all());
         r
     };
-    let one = setup("rmsprop-one", "");
+    // With momentum and weight decay: PyTorch's momentum buffer beside v (`optimizer/m`).
+    const MOMENTUM: &str = "momentum = 0.9\nweight_decay = 0.01\n";
+    let one = setup("rmsprop-one", MOMENTUM);
     let r =
         mpirun(1, &["train", "job.toml", "--set", "training.epochs=2", "--set", "training.batch_size=8"], &one, 120);
     assert!(r.ok(), "{}", r.all());
-    let whole = setup("rmsprop-two", "");
+    let whole = setup("rmsprop-two", MOMENTUM);
     two(&whole, &[]);
-    let sharded = setup("rmsprop-sharded", "[distribution]\nshard = \"parameters\"\n");
+    let sharded = setup("rmsprop-sharded", &format!("{MOMENTUM}[distribution]\nshard = \"parameters\"\n"));
     two(&sharded, &[]);
     assert!(!checkpoint_parts(&sharded.join("out")).is_empty(), "parts expected");
     let reference = weights_stored(&one);
@@ -103,15 +106,16 @@ fn the_same_weights_on_one_and_two_ranks_sharded_or_not_and_resumed_from_parts()
         let most = w.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
         assert!(most <= 1e-5, "{tag}: the weights differ from 1 rank's by {most}");
     }
-    // 12 steps an epoch: v from the parts, each rank its pieces.
-    check_steps(&sharded, 24);
+    assert_eq!(stored(&sharded, 24, "optimizer/m").len(), weights_stored(&one).len(), "the momentum buffer");
     // One epoch sharded, then the second resumed from its parts: the same bits.
-    let resumed = setup("rmsprop-resumed", "[distribution]\nshard = \"parameters\"\n");
+    let resumed = setup("rmsprop-resumed", &format!("{MOMENTUM}[distribution]\nshard = \"parameters\"\n"));
     let r = mpirun(2, &["train", "job.toml"], &resumed, 120);
     assert!(r.ok(), "{}", r.all());
     let args = ["train", "job.toml", "--set", "training.epochs=2", "--resume", "auto"];
     let r = mpirun(2, &args, &resumed, 120);
     assert!(r.ok() && r.stderr.contains("resuming from out/ckpt-step000000012.h5"), "{}", r.all());
     assert_eq!(weights_stored(&resumed), weights_stored(&sharded), "the resumed run differs");
-    assert_eq!(stored(&resumed, 24, "optimizer/v"), stored(&sharded, 24, "optimizer/v"), "the resumed v differs");
+    for state in ["optimizer/v", "optimizer/m"] {
+        assert_eq!(stored(&resumed, 24, state), stored(&sharded, 24, state), "the resumed {state} differs");
+    }
 }
