@@ -23,6 +23,7 @@ mod mode;
 mod normalize;
 mod on_device;
 mod ps;
+mod read_state;
 mod restore;
 mod run;
 pub mod runlock;

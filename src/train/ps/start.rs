@@ -5,7 +5,8 @@
 //!
 //! Must not: cut the state per bucket (the servers do).
 
-use super::super::restore::{position, read_checkpoint, whole_state, Start};
+use super::super::read_state::whole_state;
+use super::super::restore::{position, read_checkpoint, Start};
 use super::super::Resume;
 use crate::config::Job;
 use crate::error::Result;
