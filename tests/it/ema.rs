@@ -27,14 +27,10 @@ fn stored(dir: &Path, step: u64, name: &str) -> Vec<f32> {
     ckpt_stored(&dir.join(format!("out/ckpt-step{step:09}.h5")), name, LAYERS.len() - 1)
 }
 
-/// weights.h5 in the stored order (the layers last to first, each weight then bias).
+/// weights.h5 in the stored order (the layers last to first, each weight then bias), as a
+/// whole checkpoint's parameters are read.
 fn weights_stored(dir: &Path) -> Vec<f32> {
-    let w = dir.join("out/weights.h5");
-    (0..LAYERS.len() - 1)
-        .rev()
-        .flat_map(|l| [read_f32(&w, &format!("dense{l}/weight")), read_f32(&w, &format!("dense{l}/bias"))])
-        .flatten()
-        .collect()
+    ckpt_stored(&dir.join("out/weights.h5"), "params", LAYERS.len() - 1)
 }
 
 fn last_test_loss(dir: &Path) -> f64 {
