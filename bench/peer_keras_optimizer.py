@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Keras peer of bench/rmsprop.sh: the same MLP trained on the same training file with one of
-Keras' optimizers (--optimizer rmsprop: RMSprop(rho, epsilon), momentum 0, not centered;
+Keras' optimizers (--optimizer rmsprop: RMSprop(rho, momentum, epsilon), not centered;
 adam: Adam(beta_1 0.9, beta_2 0.999, epsilon)), evaluated on the test file. Prints one line:
 PEER_RESULT {json} with test accuracy and test NLL (bench/calibration.py).
 
   peer_keras_optimizer.py TRAIN.h5 TEST.h5 --optimizer rmsprop --hidden 256 --epochs 8 --batch 128
-      --lr 0.001 [--rho 0.9] [--eps 1e-7] [--seed 0]
+      --lr 0.001 [--rho 0.9] [--momentum 0] [--eps 1e-7] [--seed 0]
 """
 import argparse, json, os, sys, time
 
@@ -28,6 +28,7 @@ ap.add_argument("--batch", type=int, default=128)
 ap.add_argument("--lr", type=float, default=0.001)
 ap.add_argument("--rho", type=float, default=0.9)
 ap.add_argument("--eps", type=float, default=1e-7)
+ap.add_argument("--momentum", type=float, default=0.0)
 ap.add_argument("--seed", type=int, default=0)
 args = ap.parse_args()
 
@@ -43,7 +44,7 @@ model = keras.Sequential([
     keras.layers.Dense(k),
 ])
 if args.optimizer == "rmsprop":
-    opt = keras.optimizers.RMSprop(learning_rate=args.lr, rho=args.rho, epsilon=args.eps)
+    opt = keras.optimizers.RMSprop(learning_rate=args.lr, rho=args.rho, momentum=args.momentum, epsilon=args.eps)
 else:
     opt = keras.optimizers.Adam(learning_rate=args.lr, epsilon=args.eps)
 model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
