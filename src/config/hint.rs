@@ -6,8 +6,12 @@
 //! Must not: change what a job file means: it only adds words to serde's error.
 
 /// Keys as Keras' `fit`/`compile` and PyTorch users name them, and the key that does the same
-/// here.
+/// here: a bare name matches in any table, a dotted one (`optimizer.alpha`) in its own only.
 const ELSEWHERE: &[(&str, &str)] = &[
+    ("epsilon", "optimizer.eps"),
+    ("optimizer.alpha", "optimizer.rho (PyTorch's RMSprop alpha; Keras' rho)"),
+    ("use_ema", "optimizer.ema (β, e.g. 0.999)"),
+    ("ema_momentum", "optimizer.ema"),
     ("learning_rate", "optimizer.lr"),
     ("lr", "optimizer.lr"),
     ("momentum", "optimizer.momentum"),
@@ -72,7 +76,8 @@ fn hint(field: &str, msg: &str) -> Option<String> {
     }
     if what == "key" {
         let table = field.rsplit_once('.').map_or("", |(t, _)| t);
-        let (_, there) = ELSEWHERE.iter().find(|(k, _)| k.eq_ignore_ascii_case(unknown))?;
+        let (_, there) =
+            ELSEWHERE.iter().find(|(k, _)| k.eq_ignore_ascii_case(unknown) || k.eq_ignore_ascii_case(field))?;
         let there_table = there.split_once('.').map_or("", |(t, _)| t);
         let same = there_table == table && there.split_once('.').is_some_and(|(_, k)| k == unknown);
         if !same {
@@ -114,6 +119,15 @@ mod tests {
         assert!(with_hint("training.learning_rate", m).ends_with("; hvtrain's key for it is `optimizer.lr`"));
         let m = "unknown field `lr`, expected one of `epochs`, `batch_size`";
         assert!(with_hint("training.lr", m).ends_with("; hvtrain's key for it is `optimizer.lr`"));
+        // Keras' and PyTorch's optimizer names; `alpha` only in [optimizer] (RMSprop's).
+        let m = "unknown field `alpha`, expected one of `kind`, `lr`, `rho` in `optimizer`";
+        assert!(with_hint("optimizer.alpha", m).contains("hvtrain's key for it is `optimizer.rho"), "{m}");
+        let m = "unknown field `alpha`, expected one of `layers`, `activation` in `model`";
+        assert_eq!(with_hint("model.alpha", m), m);
+        let m = "unknown field `epsilon`, expected one of `kind`, `lr`, `eps` in `optimizer`";
+        assert!(with_hint("optimizer.epsilon", m).ends_with("; hvtrain's key for it is `optimizer.eps`"));
+        let m = "unknown field `use_ema`, expected one of `kind`, `lr`, `ema` in `optimizer`";
+        assert!(with_hint("optimizer.use_ema", m).contains("`optimizer.ema (β"), "{m}");
         // Nothing close, nothing known: the message as it was.
         let m = "unknown field `trainin`, expected one of `epochs`, `batch_size` in `training`";
         assert!(!with_hint("training.trainin", m).contains("did you mean"), "the table's own name is not a key");
