@@ -1,10 +1,12 @@
-//! The optimizers' conformance checks: SGD (momentum, Nesterov), Adam and AdamW, and their
-//! fused update over consecutive tensors, each against a float64 reference written here.
+//! The optimizers' conformance checks: SGD (momentum, Nesterov), Adam and AdamW, their fused
+//! update over consecutive tensors, and RMSprop (with and without momentum and weight decay,
+//! on a piece of a buffer, scratch handed over dirty), each against a float64 reference
+//! written here.
 //!
 //! Must not: use a backend's own code as the reference.
 
 use super::check::{close, host, random};
-use crate::device::backend::{AdamHyper, Backend, SgdHyper};
+use crate::device::backend::{rmsprop_scratch_count, AdamHyper, Backend, RmspropHyper, SgdHyper};
 
 pub(super) fn optimizers<B: Backend>(be: &B) {
     let n = 23;
@@ -51,6 +53,45 @@ pub(super) fn optimizers<B: Backend>(be: &B) {
         close(&host(be, &pd, n), &wp, 1e-5, &format!("adam decoupled={decoupled}"));
     }
     fused(be, &p0, &g, &m0, &v0);
+    rmsprop(be, &p0, &g, &m0, &v0);
+}
+
+/// RMSprop (`Backend::rmsprop`: a GPU composes it of its Adam and SGD kernels, the CPU runs
+/// one pass) on elements 2..n of the buffer, two steps, against PyTorch's update in float64;
+/// the scratch a composing backend takes starts as NaN (an earlier tensor's leftovers).
+fn rmsprop<B: Backend>(be: &B, p0: &[f32], g: &[f32], m0: &[f32], v0: &[f32]) {
+    let n = p0.len();
+    let pr = 2..n;
+    for (l2, momentum) in [(0.0f32, 0.0f32), (0.01, 0.0), (0.0, 0.9), (0.01, 0.9)] {
+        let h = RmspropHyper { lr: 0.01, grad_scale: 0.5, rho: 0.9, eps: 1e-7, l2, momentum };
+        let (mut wp, mut wv, mut wm): (Vec<f64>, Vec<f64>, Vec<f64>) = (
+            p0.iter().map(|&x| f64::from(x)).collect(),
+            v0[pr.clone()].iter().map(|&x| f64::from(x)).collect(),
+            m0[pr.clone()].iter().map(|&x| f64::from(x)).collect(),
+        );
+        let (mut pd, gd) = (be.upload(p0).unwrap(), be.upload(&g[pr.clone()]).unwrap());
+        let (mut vd, mut md) = (be.upload(&v0[pr.clone()]).unwrap(), be.upload(&m0[pr.clone()]).unwrap());
+        let k = if be.fuses_rmsprop() { 0 } else { rmsprop_scratch_count(momentum > 0.0, l2 > 0.0) };
+        let mut scratch: Vec<B::Buf> = (0..k).map(|_| be.upload(&vec![f32::NAN; n]).unwrap()).collect();
+        for _ in 0..2 {
+            for (j, i) in pr.clone().enumerate() {
+                let gi = f64::from(g[i]) * 0.5 + f64::from(l2) * wp[i];
+                wv[j] = 0.9 * wv[j] + 0.1 * gi * gi;
+                let u = gi / (wv[j].sqrt() + 1e-7);
+                wm[j] = f64::from(momentum) * wm[j] + u;
+                wp[i] -= 0.01 * if momentum > 0.0 { wm[j] } else { u };
+            }
+            let m = (momentum > 0.0).then(|| be.view_mut(&mut md, 0..n - 2));
+            let (gv, vv) = (be.view(&gd, 0..n - 2), be.view_mut(&mut vd, 0..n - 2));
+            be.rmsprop(&mut pd, pr.clone(), gv, vv, m, &mut scratch, &h).unwrap();
+        }
+        let what = format!("rmsprop l2 {l2} momentum {momentum}");
+        close(&host(be, &pd, n), &wp, 1e-5, &what);
+        close(&host(be, &vd, n - 2), &wv, 1e-5, &format!("{what}: v"));
+        if momentum > 0.0 {
+            close(&host(be, &md, n - 2), &wm, 1e-4, &format!("{what}: momentum buffer"));
+        }
+    }
 }
 
 /// The fused update of consecutive tensors (`sgd_segments`, `adam_segments`: one launch on a

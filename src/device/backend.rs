@@ -162,6 +162,19 @@ pub struct AdamHyper {
     pub decay: f32,
 }
 
+/// RMSprop's hyperparameters for one step (PyTorch's `RMSprop`, not centered): v = rho·v +
+/// (1 − rho)·g², u = g / (√v + eps) with g = g·grad_scale + l2·w; w −= lr·u, or with
+/// `momentum` μ > 0, buf = μ·buf + u, w −= lr·buf.
+#[derive(Clone, Copy, Debug)]
+pub struct RmspropHyper {
+    pub lr: f32,
+    pub grad_scale: f32,
+    pub rho: f32,
+    pub eps: f32,
+    pub l2: f32,
+    pub momentum: f32,
+}
+
 /// A captured sequence of a backend's launches (a CUDA graph), replayed as one; what it holds
 /// is the backend's own (`Backend::capture_end`).
 pub struct Captured(pub Box<dyn std::any::Any>);
@@ -498,6 +511,28 @@ pub trait Backend: Send {
         v: Self::ViewMut<'_>,
         h: &AdamHyper,
     ) -> Result<()>;
+    /// RMSprop on the tensor (or piece) `params[pr]` with its gradient `g`, its v and, with
+    /// momentum, its buffer `m` (`RmspropHyper`). By default composed of `adam` and `sgd`
+    /// (`rmsprop_composed`, with `rmsprop_scratch_count` zeroed scratch buffers of at least
+    /// `pr.len()`), the kernels a GPU has run; a backend that `fuses_rmsprop` runs one pass and
+    /// takes no scratch.
+    #[allow(clippy::too_many_arguments)]
+    fn rmsprop(
+        &self,
+        params: &mut Self::Buf,
+        pr: Range<usize>,
+        g: Self::View<'_>,
+        v: Self::ViewMut<'_>,
+        m: Option<Self::ViewMut<'_>>,
+        scratch: &mut [Self::Buf],
+        h: &RmspropHyper,
+    ) -> Result<()> {
+        rmsprop_composed(self, params, pr, g, v, m, scratch, h)
+    }
+    /// Whether `rmsprop` is one pass of this backend's own, needing no scratch.
+    fn fuses_rmsprop(&self) -> bool {
+        false
+    }
     /// `sgd` on several consecutive tensors (`segs`, arena ranges; the gradients at their range
     /// less `goff`), each with `h.weight_decay` only where `decayed`: the same bits as one `sgd`
     /// per tensor, which is what this default does; a GPU runs them as one launch.
@@ -551,6 +586,67 @@ pub fn input_grad_separate<B: Backend + ?Sized>(
     be.gemm(g, dz, w, be.view_mut(dprev, 0..n))?;
     be.act_backward(be.view_mut(dprev, 0..n), a_prev, z_prev, act)?;
     be.column_sums(be.view(dprev, 0..n), g.n, beta, bias_grad)
+}
+
+/// The scratch buffers `rmsprop_composed` takes: Adam's first moment; with momentum the step
+/// g / (√v + eps) the momentum takes, and with weight decay as well the decayed gradient.
+pub fn rmsprop_scratch_count(momentum: bool, decay: bool) -> usize {
+    1 + usize::from(momentum) + usize::from(momentum && decay)
+}
+
+/// `Backend::rmsprop` from existing kernels (the default, and a GPU's): Adam's with β1 = 0 and
+/// no bias correction gives v = ρ·v + (1 − ρ)·g² and g / (√v + eps), where g = g·scale + l2·w.
+/// Without momentum (`m` None) it updates the parameters itself: w −= lr·g / (√v + eps). With
+/// momentum μ it writes the step u = g / (√v + eps) into a zeroed scratch (lr −1 on zeros:
+/// exactly u), and the SGD kernel takes buf = μ·buf + u, w −= lr·buf. Weight decay then needs
+/// g + l2·w first, in a scratch of its own: two SGD passes on zeros, w·l2 then + g·scale, the
+/// same two products and one addition the Adam kernel would make. Adam's first moment is a
+/// zeroed scratch, so m = 0·0 + 1·g is the gradient exactly, whatever an earlier tensor left.
+#[allow(clippy::too_many_arguments)]
+pub fn rmsprop_composed<B: Backend + ?Sized>(
+    be: &B,
+    params: &mut B::Buf,
+    pr: Range<usize>,
+    g: B::View<'_>,
+    v: B::ViewMut<'_>,
+    m: Option<B::ViewMut<'_>>,
+    scratch: &mut [B::Buf],
+    h: &RmspropHyper,
+) -> Result<()> {
+    let n = pr.len();
+    let a = AdamHyper {
+        lr: h.lr,
+        grad_scale: h.grad_scale,
+        b1: 0.0,
+        b2: h.rho,
+        eps: h.eps,
+        bc1: 1.0,
+        bc2_sqrt: 1.0,
+        l2: h.l2,
+        decay: 0.0,
+    };
+    let (first, rest) = scratch.split_first_mut().expect("rmsprop keeps a scratch");
+    be.fill_zero(be.view_mut(first, 0..n))?;
+    let Some(buf) = m else {
+        return be.adam(be.view_mut(params, pr), g, be.view_mut(first, 0..n), v, &a);
+    };
+    let (u, rest) = rest.split_first_mut().expect("rmsprop with momentum keeps the step's scratch");
+    be.fill_zero(be.view_mut(u, 0..n))?;
+    let to_u = AdamHyper { lr: -1.0, l2: 0.0, ..a };
+    if h.l2 > 0.0 {
+        let d = rest.first_mut().expect("rmsprop with momentum and decay keeps the gradient's scratch");
+        be.fill_zero(be.view_mut(d, 0..n))?;
+        let add =
+            |scale: f32| SgdHyper { lr: -1.0, grad_scale: scale, weight_decay: 0.0, momentum: 0.0, nesterov: false };
+        be.sgd(be.view_mut(d, 0..n), be.view(params, pr.clone()), None, &add(h.l2))?;
+        be.sgd(be.view_mut(d, 0..n), g, None, &add(h.grad_scale))?;
+        let to_u = AdamHyper { grad_scale: 1.0, ..to_u };
+        be.adam(be.view_mut(u, 0..n), be.view(d, 0..n), be.view_mut(first, 0..n), v, &to_u)?;
+    } else {
+        be.adam(be.view_mut(u, 0..n), g, be.view_mut(first, 0..n), v, &to_u)?;
+    }
+    let step = SgdHyper { lr: h.lr, grad_scale: 1.0, weight_decay: 0.0, momentum: h.momentum, nesterov: false };
+    be.sgd(be.view_mut(params, pr), be.view(u, 0..n), Some(buf), &step)
 }
 
 /// `Backend::sgd_segments` as one `sgd` per segment (the default, and a GPU's fallback).

@@ -17,7 +17,9 @@ pub mod pool;
 pub mod sgemm;
 pub mod tile;
 
-pub use backend::{AdamHyper, Backend, Captured, Gemm, Mask, Pointwise, Replayed, Segment, SgdHyper, Trans};
+pub use backend::{
+    AdamHyper, Backend, Captured, Gemm, Mask, Pointwise, Replayed, RmspropHyper, Segment, SgdHyper, Trans,
+};
 pub use cpu::Cpu;
 
 use crate::config::DeviceChoice;

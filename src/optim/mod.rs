@@ -11,7 +11,7 @@
 //! Must not: touch gradients before their bucket has come back reduced.
 
 use crate::config::{OptimizerCfg, OptimizerKind};
-use crate::device::{AdamHyper, Backend, Segment, SgdHyper};
+use crate::device::{AdamHyper, Backend, RmspropHyper, Segment, SgdHyper};
 use crate::error::Result;
 use crate::model::TensorInfo;
 
@@ -33,7 +33,8 @@ pub fn state_lens(cfg: &OptimizerCfg, n_params: usize) -> (usize, usize) {
 /// The scratch `cfg` keeps beside its state, in elements, for tensors `lens` (the model's, or
 /// with `own` pieces of `own_len` elements in all): LAMB's r (the largest tensor; sharded, every
 /// piece at once, as `layerwise_sums` computes them together); RMSprop's `rms_scratches`
-/// buffers (rewritten each tensor, so each the largest tensor's, or piece's, length).
+/// buffers (rewritten each tensor, so each the largest tensor's, or piece's, length) on a
+/// backend that composes it (`Backend::fuses_rmsprop` false: a GPU; the CPU keeps none).
 pub fn scratch_len(cfg: &OptimizerCfg, lens: impl Iterator<Item = usize>, own_len: Option<usize>) -> usize {
     let largest = lens.max().unwrap_or(0);
     match (cfg.kind, own_len) {
@@ -49,8 +50,7 @@ pub fn scratch_len(cfg: &OptimizerCfg, lens: impl Iterator<Item = usize>, own_le
 /// g / (√v + eps) that the momentum takes, and with weight decay as well the decayed gradient
 /// g + wd·w it is computed from (`rmsprop`).
 fn rms_scratches(cfg: &OptimizerCfg) -> usize {
-    let momentum = cfg.momentum > 0.0;
-    1 + usize::from(momentum) + usize::from(momentum && cfg.weight_decay > 0.0)
+    crate::device::backend::rmsprop_scratch_count(cfg.momentum > 0.0, cfg.weight_decay > 0.0)
 }
 
 /// Pieces of the arena, each with its place in the state that holds them end to end.
@@ -130,7 +130,7 @@ impl<B: Backend> Optimizer<B> {
                 _ => None,
             },
             rms_scratch: match cfg.kind {
-                OptimizerKind::Rmsprop => {
+                OptimizerKind::Rmsprop if !be.fuses_rmsprop() => {
                     let k = rms_scratches(cfg);
                     let n = scratch_len(cfg, tensors.iter().map(|t| t.range.len()), own.as_ref().map(pieces_len)) / k;
                     (0..k).map(|_| be.zeros(n)).collect::<Result<Vec<_>>>()?
@@ -362,7 +362,7 @@ impl<B: Backend> Optimizer<B> {
                 let g = be.view(grads, r.start - offset..r.end - offset);
                 let v = be.view_mut(self.v.as_mut().expect("rmsprop keeps v"), r.clone());
                 let m = self.m.as_mut().map(|m| be.view_mut(m, r.clone()));
-                rmsprop(be, params, r, g, v, m, &mut self.rms_scratch, &h, c.momentum as f32)?;
+                be.rmsprop(params, r, g, v, m, &mut self.rms_scratch, &h)?;
                 continue;
             }
             let g = be.view(grads, r.start - offset..r.end - offset);
@@ -404,21 +404,10 @@ impl<B: Backend> Optimizer<B> {
         }
     }
 
-    /// RMSprop's update as Adam's kernel computes it: β1 = 0 (its m is the gradient), β2 = rho,
-    /// no bias correction (bc1 = bc2 = 1), weight decay in the gradient (PyTorch's).
-    fn rmsprop_hyper(&self, lr: f32, grad_scale: f32, wd: f32) -> AdamHyper {
+    /// RMSprop's hyperparameters for this step, weight decay `wd` in the gradient (PyTorch's).
+    fn rmsprop_hyper(&self, lr: f32, grad_scale: f32, wd: f32) -> RmspropHyper {
         let c = &self.cfg;
-        AdamHyper {
-            lr,
-            grad_scale,
-            b1: 0.0,
-            b2: c.rho as f32,
-            eps: c.eps as f32,
-            bc1: 1.0,
-            bc2_sqrt: 1.0,
-            l2: wd,
-            decay: 0.0,
-        }
+        RmspropHyper { lr, grad_scale, rho: c.rho as f32, eps: c.eps as f32, l2: wd, momentum: c.momentum as f32 }
     }
 
     /// Adam's hyperparameters for this step, without weight decay.
@@ -446,52 +435,6 @@ impl<B: Backend> Optimizer<B> {
         let all: Vec<usize> = (0..self.tensors.len()).collect();
         self.apply(be, params, grad_sum, 0, grad_scale, &all)
     }
-}
-
-/// One RMSprop update of the parameters `params[pr]` (a tensor, or a piece of one), as PyTorch
-/// computes it, from existing kernels (`h` from `rmsprop_hyper`): Adam's with β1 = 0 and no bias
-/// correction gives v = ρ·v + (1 − ρ)·g² and g / (√v + eps), where g = g·scale + wd·w. Without
-/// momentum (`m` None) it updates the parameters itself: w −= lr·g / (√v + eps). With momentum
-/// μ it writes the step u = g / (√v + eps) into a zeroed scratch (lr −1 on zeros: exactly u),
-/// and the SGD kernel takes buf = μ·buf + u, w −= lr·buf. Weight decay then needs g + wd·w
-/// first, in a scratch of its own: two SGD passes on zeros, w·wd then + g·scale, the same two
-/// products and one addition the Adam kernel would make. Adam's first moment is a zeroed
-/// scratch, so m = 0·0 + 1·g is the gradient exactly, whatever an earlier tensor left.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn rmsprop<B: Backend>(
-    be: &B,
-    params: &mut B::Buf,
-    pr: std::ops::Range<usize>,
-    g: B::View<'_>,
-    v: B::ViewMut<'_>,
-    m: Option<B::ViewMut<'_>>,
-    scratch: &mut [B::Buf],
-    h: &AdamHyper,
-    momentum: f32,
-) -> Result<()> {
-    let n = pr.len();
-    let (first, rest) = scratch.split_first_mut().expect("rmsprop keeps a scratch");
-    be.fill_zero(be.view_mut(first, 0..n))?;
-    let Some(buf) = m else {
-        return be.adam(be.view_mut(params, pr), g, be.view_mut(first, 0..n), v, h);
-    };
-    let (u, rest) = rest.split_first_mut().expect("rmsprop with momentum keeps the step's scratch");
-    be.fill_zero(be.view_mut(u, 0..n))?;
-    let to_u = AdamHyper { lr: -1.0, l2: 0.0, decay: 0.0, ..*h };
-    if h.l2 > 0.0 {
-        let d = rest.first_mut().expect("rmsprop with momentum and decay keeps the gradient's scratch");
-        be.fill_zero(be.view_mut(d, 0..n))?;
-        let add =
-            |scale: f32| SgdHyper { lr: -1.0, grad_scale: scale, weight_decay: 0.0, momentum: 0.0, nesterov: false };
-        be.sgd(be.view_mut(d, 0..n), be.view(params, pr.clone()), None, &add(h.l2))?;
-        be.sgd(be.view_mut(d, 0..n), g, None, &add(h.grad_scale))?;
-        let to_u = AdamHyper { grad_scale: 1.0, ..to_u };
-        be.adam(be.view_mut(u, 0..n), be.view(d, 0..n), be.view_mut(first, 0..n), v, &to_u)?;
-    } else {
-        be.adam(be.view_mut(u, 0..n), g, be.view_mut(first, 0..n), v, &to_u)?;
-    }
-    let step = SgdHyper { lr: h.lr, grad_scale: 1.0, weight_decay: 0.0, momentum, nesterov: false };
-    be.sgd(be.view_mut(params, pr), be.view(u, 0..n), Some(buf), &step)
 }
 
 /// The elements of `pieces` in all.

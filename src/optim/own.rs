@@ -78,7 +78,7 @@ impl<B: Backend> Optimizer<B> {
                 let pr = self.param_range(&o);
                 let v = be.view_mut(self.v.as_mut().expect("rmsprop keeps v"), s.clone());
                 let m = self.m.as_mut().map(|m| be.view_mut(m, s));
-                super::rmsprop(be, params, pr, g, v, m, &mut self.rms_scratch, &h, c.momentum as f32)?;
+                be.rmsprop(params, pr, g, v, m, &mut self.rms_scratch, &h)?;
                 continue;
             }
             let p = be.view_mut(params, self.param_range(&o));

@@ -62,7 +62,7 @@ impl Setup {
         let on_host = kind == crate::device::Kind::Cpu;
         let windows =
             usize::from(job.distribution.prefetch && comm.threading == mpi::Threading::Multiple && on_host) + 1;
-        let state = state_bytes(job, &model, grid.data, windows);
+        let state = state_bytes(job, &model, grid.data, windows, on_host);
         crate::mem::set_state(state, grid.tensor * job.parallel.pipeline);
         if comm.rank == 0 {
             let shard = job.distribution.shard;
@@ -306,7 +306,13 @@ pub(super) struct Data {
 /// the optimizer state (and with "gradients" the reduced buckets) of the largest part, and with
 /// "parameters" the `windows` layers gathered at a time. The moving average (`optimizer.ema`)
 /// counts as optimizer state.
-pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize, windows: usize) -> crate::mem::StateBytes {
+pub(super) fn state_bytes(
+    job: &Job,
+    model: &Mlp,
+    data: usize,
+    windows: usize,
+    on_host: bool,
+) -> crate::mem::StateBytes {
     let n = model.n_params;
     let shard = job.distribution.shard;
     let part = if shard.optimizer() && data > 1 { n.div_ceil(data) } else { n };
@@ -315,7 +321,11 @@ pub(super) fn state_bytes(job: &Job, model: &Mlp, data: usize, windows: usize) -
     // whose norms wait for the whole step's) its pieces' (all at once); RMSprop's first moment.
     let sharded = part < n || job.parallel.tensor > 1;
     let lens = model.tensors().iter().map(|t| t.range.len()).collect::<Vec<_>>();
-    let scratch = crate::optim::scratch_len(&job.optimizer, lens.into_iter(), sharded.then_some(part));
+    // RMSprop's scratch only where it is composed of other kernels (a GPU; the CPU fuses it).
+    let scratch = match job.optimizer.kind {
+        crate::config::OptimizerKind::Rmsprop if on_host => 0,
+        _ => crate::optim::scratch_len(&job.optimizer, lens.into_iter(), sharded.then_some(part)),
+    };
     // The parameters' moving average (optimizer.ema), laid out as the parameters are: whole on
     // every rank, or with "parameters" the rank's pieces.
     let ema = match job.optimizer.ema {

@@ -9,7 +9,7 @@
 
 use super::vmath::{exp, expm1_neg, ln1p_unit, sigmoid, tanh};
 use crate::config::{Activation, LEAKY_RELU_SLOPE, SELU_ALPHA, SELU_LAMBDA};
-use crate::device::backend::{mask_bits, AdamHyper, Mask, SgdHyper};
+use crate::device::backend::{mask_bits, AdamHyper, Mask, RmspropHyper, SgdHyper};
 
 /// Runs `$body` compiled for AVX-512F where the CPU has it, else for AVX2, else for the
 /// baseline (SSE2): the same scalar code, which LLVM vectorizes 16, 8 or 4 lanes wide. No
@@ -260,6 +260,29 @@ fn sgd(p: &mut [f32], g: &[f32], m: Option<&mut [f32]>, h: &SgdHyper) {
     }
 }
 
+}
+
+widest! {
+/// RMSprop (PyTorch's, not centered) in one pass: the formulas `backend::rmsprop_composed`
+/// spreads over the Adam and SGD kernels, in the same order (g·scale + l2·w, then v, then
+/// u = g / (√v + eps), then the momentum or the step), so the same bits for non-zero values.
+fn rmsprop(p: &mut [f32], g: &[f32], v: &mut [f32], m: Option<&mut [f32]>, h: &RmspropHyper) {
+    let Some(m) = m else {
+        for ((p, &g), v) in p.iter_mut().zip(g).zip(v) {
+            let g = g * h.grad_scale + h.l2 * *p;
+            *v = h.rho * *v + (1.0 - h.rho) * g * g;
+            *p -= h.lr * g / (v.sqrt() + h.eps);
+        }
+        return;
+    };
+    for (((p, &g), v), m) in p.iter_mut().zip(g).zip(v).zip(m) {
+        let g = g * h.grad_scale + h.l2 * *p;
+        *v = h.rho * *v + (1.0 - h.rho) * g * g;
+        let u = g / (v.sqrt() + h.eps);
+        *m = h.momentum * *m + u;
+        *p -= h.lr * *m;
+    }
+}
 }
 
 widest! {

@@ -6,7 +6,7 @@
 //! Must not: be fast at the cost of being the plain reference (speed work keeps its results within
 //! the conformance tolerances).
 
-use super::backend::{AdamHyper, Backend, Captured, Mask, Pointwise, Replayed, SgdHyper};
+use super::backend::{AdamHyper, Backend, Captured, Mask, Pointwise, Replayed, RmspropHyper, SgdHyper};
 pub use super::backend::{Gemm, Trans};
 use crate::config::Activation;
 use crate::error::Result;
@@ -28,7 +28,7 @@ pub use kernels::{
 };
 #[cfg(test)]
 pub use kernels::{act_grad_z, softplus};
-pub(crate) use kernels::{adam, sgd};
+pub(crate) use kernels::{adam, rmsprop, sgd};
 pub use loss::{pointwise_loss, sigmoid, softmax_xent};
 
 /// The CPU backend: buffers are `Vec<f32>` in host memory, views are slices. Its matrix
@@ -340,6 +340,26 @@ impl Backend for Cpu {
         super::pool::each(parts, &|(((p, g), m), v)| adam(p, g, m, v, h));
         Ok(())
     }
+    fn rmsprop(
+        &self,
+        params: &mut Vec<f32>,
+        pr: Range<usize>,
+        g: &[f32],
+        v: &mut [f32],
+        m: Option<&mut [f32]>,
+        _scratch: &mut [Vec<f32>],
+        h: &RmspropHyper,
+    ) -> Result<()> {
+        let p = &mut params[pr];
+        let c = p.len().div_ceil(super::pool::parts(p.len())).max(1);
+        let ms = beside(m.map(|m| m.chunks_mut(c)), p.len().div_ceil(c));
+        let parts: Vec<_> = p.chunks_mut(c).zip(g.chunks(c)).zip(v.chunks_mut(c)).zip(ms).collect();
+        super::pool::each(parts, &|(((p, g), v), m)| rmsprop(p, g, v, m, h));
+        Ok(())
+    }
+    fn fuses_rmsprop(&self) -> bool {
+        true
+    }
 }
 
 /// The parts of an optional slice beside a slice cut into `parts` parts: each part of it
@@ -392,6 +412,38 @@ mod tests {
             let vi = h.b2 * v0[i] + (1.0 - h.b2) * gi * gi;
             let pi = p0[i] - (h.lr / h.bc1 * mi / (vi.sqrt() / h.bc2_sqrt + h.eps) + h.decay * p0[i]);
             assert_eq!([p[i], m[i], v[i]].map(f32::to_bits), [pi, mi, vi].map(f32::to_bits), "adam {i}");
+        }
+    }
+
+    /// The CPU's one-pass RMSprop gives the bits of the composition of Adam and SGD kernels
+    /// that a GPU runs (`backend::rmsprop_composed`), without and with momentum and weight
+    /// decay, three steps over a piece of the arena with a tail, with two threads (the pool's
+    /// parts); and the composition's scratch starts dirty, as an earlier tensor leaves it.
+    #[test]
+    fn one_pass_rmsprop_gives_the_bits_of_the_composed_kernels() {
+        use crate::device::backend::{rmsprop_composed, rmsprop_scratch_count};
+        let n = 1000 + 13;
+        let f = |s: f32| (0..n + 7).map(move |i| (i as f32 * 0.731 + s).sin() * 0.3 + 0.01).collect::<Vec<_>>();
+        let pr = 3..n + 3;
+        for (l2, momentum) in [(0.0, 0.0), (1e-3, 0.0), (0.0, 0.9), (1e-3, 0.9)] {
+            let h = RmspropHyper { lr: 1e-3, grad_scale: 0.5, rho: 0.9, eps: 1e-7, l2, momentum };
+            let (mut pa, mut pb) = (f(1.0), f(1.0));
+            let (mut va, mut vb) = (vec![0.0f32; n], vec![0.0f32; n]);
+            let (mut ma, mut mb) = (f(3.0)[..n].to_vec(), f(3.0)[..n].to_vec());
+            let k = rmsprop_scratch_count(momentum > 0.0, l2 > 0.0);
+            let mut scratch: Vec<Vec<f32>> = (0..k).map(|_| vec![f32::NAN; n + 5]).collect();
+            for step in 0..3 {
+                let g = f(2.0 + step as f32);
+                let g = &g[..n];
+                let (a, b) = (momentum > 0.0).then_some((&mut ma[..], &mut mb[..])).unzip();
+                Cpu.rmsprop(&mut pa, pr.clone(), g, &mut va, a, &mut [], &h).unwrap();
+                rmsprop_composed(&Cpu, &mut pb, pr.clone(), g, &mut vb, b, &mut scratch, &h).unwrap();
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&pa), bits(&pb), "parameters, l2 {l2} momentum {momentum}");
+            assert_eq!(bits(&va), bits(&vb), "v, l2 {l2} momentum {momentum}");
+            assert_eq!(bits(&ma), bits(&mb), "momentum buffer, l2 {l2} momentum {momentum}");
+            assert_ne!(bits(&pa), bits(&f(1.0)), "nothing moved");
         }
     }
 
