@@ -270,7 +270,7 @@ pub fn suite<B: Backend>(be: &B, step_tol: f64) -> Vec<(&'static str, std::resul
         ("dense layer (forward, and backward into it; fused where the backend fuses)", Box::new(|| dense(be))),
         ("losses (softmax cross-entropy, MSE, MAE, Huber, binary cross-entropy, softmax)", Box::new(|| losses(be))),
         ("dropout (the mask, its rate, column blocks)", Box::new(|| dropout(be))),
-        ("optimizers (SGD, momentum, Nesterov, Adam, AdamW; fused over tensors)", Box::new(|| optimizers(be))),
+        ("optimizers (SGD, momentum, Nesterov, Adam, AdamW; fused over tensors; RMSprop)", Box::new(|| optimizers(be))),
         ("fp16/bf16 packing (bit-exact)", Box::new(|| half(be))),
         ("model (gradient checks, one step against the CPU)", Box::new(|| model(be, step_tol))),
     ];

@@ -89,7 +89,7 @@ fn cpu_suite_passes_and_catches_failures() {
         [
             "element-wise (bias + activation, activation backward, column sums)",
             "dense layer (forward, and backward into it; fused where the backend fuses)",
-            "optimizers (SGD, momentum, Nesterov, Adam, AdamW; fused over tensors)",
+            "optimizers (SGD, momentum, Nesterov, Adam, AdamW; fused over tensors; RMSprop)",
             "model (gradient checks, one step against the CPU)"
         ],
         "{r:?}"
