@@ -1,7 +1,7 @@
 //! Optimizers over the flat parameter arena: SGD (momentum, Nesterov), Adam, AdamW, LARS and
 //! LAMB (layer-wise trust ratios over whole tensors; LAMB composed of the Adam and SGD kernels),
-//! RMSprop (Adam's kernel with β1 = 0 and no bias correction, its first moment a scratch; with
-//! momentum, the SGD kernel's momentum on the step it computes),
+//! RMSprop (`Backend::rmsprop`: one pass on the CPU, the Adam and SGD kernels composed on a
+//! GPU, with the scratch this file keeps for them),
 //! with the learning rate of `schedule.rs` (warm-up, then `optimizer.schedule`). This file
 //! holds the state and the per-tensor hyperparameters; the element-wise update runs on the backend (`Backend::sgd`/`adam`), so
 //! it runs where the parameters live. Gradients arrive as the sum over ranks, each rank's
@@ -48,7 +48,7 @@ pub fn scratch_len(cfg: &OptimizerCfg, lens: impl Iterator<Item = usize>, own_le
 
 /// RMSprop's scratch buffers: the Adam kernel's first moment; with momentum the step
 /// g / (√v + eps) that the momentum takes, and with weight decay as well the decayed gradient
-/// g + wd·w it is computed from (`rmsprop`).
+/// g + wd·w it is computed from (`backend::rmsprop_composed`).
 fn rms_scratches(cfg: &OptimizerCfg) -> usize {
     crate::device::backend::rmsprop_scratch_count(cfg.momentum > 0.0, cfg.weight_decay > 0.0)
 }
@@ -65,10 +65,10 @@ pub struct Optimizer<B: Backend> {
     /// Adam's second moments.
     v: Option<B::Buf>,
     /// LAMB's per-tensor update direction r before its ratio is known (the largest tensor's
-    /// length; sharded, the length of this rank's pieces, all of them at once); RMSprop's
-    /// first moment, which Adam's kernel writes (β1 = 0: the gradient) and nothing reads.
+    /// length; sharded, the length of this rank's pieces, all of them at once).
     scratch: Option<B::Buf>,
-    /// RMSprop's scratch buffers (`rms_scratches`), each the largest tensor's (or piece's) length.
+    /// RMSprop's scratch buffers (`rms_scratches`), each the largest tensor's (or piece's)
+    /// length, on a backend that composes its update (none where it `fuses_rmsprop`).
     rms_scratch: Vec<B::Buf>,
     n_params: usize,
     step: u64,
