@@ -412,6 +412,15 @@ impl Job {
                     .into(),
             );
         }
+        if o.schedule == super::Schedule::Multistep {
+            return bad(
+                "optimizer.schedule",
+                "\"multistep\" counts epochs, and with strategy = \"parameter_server\" the servers count updates \
+                 without knowing an epoch's length; give the drops in steps with schedule = \"step\" \
+                 (decay_steps, decay_rate)"
+                    .into(),
+            );
+        }
         if matches!(o.schedule, super::Schedule::Cosine | super::Schedule::Polynomial) && o.decay_steps == 0 {
             return bad(
                 "optimizer.decay_steps",

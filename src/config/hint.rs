@@ -11,6 +11,12 @@ const ELSEWHERE: &[(&str, &str)] = &[
     ("epsilon", "optimizer.eps"),
     ("optimizer.alpha", "optimizer.rho (PyTorch's RMSprop alpha; Keras' rho)"),
     ("use_ema", "optimizer.ema (β, e.g. 0.999)"),
+    ("gamma", "optimizer.factor (schedule multistep or plateau; optimizer.decay_rate for step and exponential)"),
+    ("milestone", "optimizer.milestones (epochs, with schedule = \"multistep\")"),
+    ("boundaries", "optimizer.milestones (epochs, with schedule = \"multistep\")"),
+    ("first_decay_steps", "optimizer.decay_steps (cosine_restarts' first period)"),
+    ("t_0", "optimizer.decay_steps (cosine_restarts' first period)"),
+    ("eta_min", "optimizer.min_lr"),
     ("ema_momentum", "optimizer.ema"),
     ("learning_rate", "optimizer.lr"),
     ("lr", "optimizer.lr"),
@@ -128,6 +134,13 @@ mod tests {
         assert!(with_hint("optimizer.epsilon", m).ends_with("; hvtrain's key for it is `optimizer.eps`"));
         let m = "unknown field `use_ema`, expected one of `kind`, `lr`, `ema` in `optimizer`";
         assert!(with_hint("optimizer.use_ema", m).contains("`optimizer.ema (β"), "{m}");
+        // PyTorch's MultiStepLR and CosineAnnealingWarmRestarts names.
+        let m = "unknown field `gamma`, expected one of `kind`, `lr`, `factor` in `optimizer`";
+        assert!(with_hint("optimizer.gamma", m).contains("`optimizer.factor (schedule multistep"), "{m}");
+        let m = "unknown field `T_0`, expected one of `kind`, `lr`, `decay_steps` in `optimizer`";
+        assert!(with_hint("optimizer.T_0", m).contains("`optimizer.decay_steps (cosine_restarts'"), "{m}");
+        let m = "unknown field `T_mult`, expected one of `kind`, `t_mul`, `m_mul` in `optimizer`";
+        assert!(with_hint("optimizer.T_mult", m).ends_with("did you mean `t_mul`?"), "{m}");
         // Nothing close, nothing known: the message as it was.
         let m = "unknown field `trainin`, expected one of `epochs`, `batch_size` in `training`";
         assert!(!with_hint("training.trainin", m).contains("did you mean"), "the table's own name is not a key");

@@ -93,6 +93,8 @@ pub const WARMUP_STEPS: Span = Span::or_off(1.0, 1e9, "steps");
 /// `optimizer.schedule`'s parameters.
 pub const DECAY_STEPS: Span = Span::or_off(1.0, 1e12, "steps");
 pub const DECAY_RATE: Span = Span::above(0.0, 1.0);
+pub const T_MUL: Span = Span::new(1.0, 1000.0, "");
+pub const M_MUL: Span = Span::above(0.0, 1.0);
 pub const PLATEAU_FACTOR: Span = Span { lo: 0.0, lo_open: true, hi: 1.0, hi_open: true, off: false, unit: "" };
 pub const MIN_LR: Span = Span::below(0.0, 1e30);
 pub const MIN_DELTA: Span = Span::new(0.0, 1e30, "");

@@ -306,4 +306,6 @@ fn one() -> usize {
 }
 
 #[cfg(test)]
+mod optimizer_tests;
+#[cfg(test)]
 mod tests;

@@ -54,6 +54,14 @@ pub enum Schedule {
     /// `val_loss`, else `train_loss`) has not improved by min_delta for `patience` epochs,
     /// never below min_lr (Keras: ReduceLROnPlateau).
     Plateau,
+    /// lr × factor^(the `milestones` passed): the rate drops by `factor` at the start of each
+    /// epoch listed, counted from the run's start (PyTorch: MultiStepLR; Keras:
+    /// PiecewiseConstantDecay with values lr, lr·factor, lr·factor², ...).
+    Multistep,
+    /// Cosine decay to min_lr over decay_steps, then a restart at lr × m_mul over a period
+    /// t_mul times longer, and so on (SGDR, Loshchilov and Hutter 2017; Keras:
+    /// CosineDecayRestarts with alpha = min_lr / lr; PyTorch: CosineAnnealingWarmRestarts).
+    CosineRestarts,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -100,9 +108,21 @@ pub struct OptimizerCfg {
     /// plateau: epochs without improvement before the rate drops.
     #[serde(default = "default_patience")]
     pub patience: usize,
-    /// plateau: the factor of each drop.
+    /// plateau, multistep: the factor of each drop.
     #[serde(default = "default_factor")]
     pub factor: f64,
+    /// multistep: the epochs (counted from 1, increasing) after which the rate drops by
+    /// `factor` (PyTorch MultiStepLR's `milestones`).
+    #[serde(default)]
+    pub milestones: Vec<usize>,
+    /// cosine_restarts: each period's length over the one before (Keras' `t_mul`, PyTorch's
+    /// `T_mult`).
+    #[serde(default = "default_t_mul")]
+    pub t_mul: f64,
+    /// cosine_restarts: each restart's peak over the one before, as a factor of lr − min_lr
+    /// (Keras' `m_mul`).
+    #[serde(default = "default_m_mul")]
+    pub m_mul: f64,
     /// plateau: the least decrease of the monitored metric that counts as an improvement.
     #[serde(default)]
     pub min_delta: f64,
@@ -159,6 +179,12 @@ fn default_trust() -> f64 {
 fn default_decay_rate() -> f64 {
     0.5
 }
+fn default_t_mul() -> f64 {
+    2.0
+}
+fn default_m_mul() -> f64 {
+    1.0
+}
 fn default_patience() -> usize {
     5
 }
@@ -186,6 +212,9 @@ impl Default for OptimizerCfg {
             min_lr: 0.0,
             patience: default_patience(),
             factor: default_factor(),
+            milestones: Vec::new(),
+            t_mul: default_t_mul(),
+            m_mul: default_m_mul(),
             min_delta: 0.0,
             global_clipnorm: None,
             clipnorm: None,
@@ -244,6 +273,7 @@ impl OptimizerCfg {
         }
         if self.schedule != Schedule::Constant {
             s += &format!(", schedule {}", self.schedule.name());
+            s += &self.schedule_detail();
         }
         for (name, v) in
             [("global_clipnorm", self.global_clipnorm), ("clipnorm", self.clipnorm), ("clipvalue", self.clipvalue)]
@@ -256,6 +286,47 @@ impl OptimizerCfg {
             s += &format!(", moving average of the weights (ema {})", n(b));
         }
         s
+    }
+
+    /// What the schedule reads, as the log shows it after its name (` (× 0.1 at epochs 30, 60)`).
+    fn schedule_detail(&self) -> String {
+        let n = limits::num;
+        match self.schedule {
+            Schedule::Constant => String::new(),
+            Schedule::Step => format!(" (× {} every {} steps)", n(self.decay_rate), self.decay_steps),
+            Schedule::Exponential => format!(" (× {} per {} steps)", n(self.decay_rate), self.decay_steps),
+            Schedule::Cosine | Schedule::Polynomial => {
+                let span = match self.decay_steps {
+                    0 => "the run".to_string(),
+                    d => format!("{d} steps"),
+                };
+                let power = match self.schedule {
+                    Schedule::Polynomial => format!(", power {}", n(self.power)),
+                    _ => String::new(),
+                };
+                format!(" (to {} over {span}{power})", n(self.min_lr))
+            }
+            Schedule::Plateau => {
+                format!(
+                    " (× {} after {} epochs without improvement, floor {})",
+                    n(self.factor),
+                    self.patience,
+                    n(self.min_lr)
+                )
+            }
+            Schedule::Multistep => {
+                let at: Vec<String> = self.milestones.iter().map(|e| e.to_string()).collect();
+                let s = if at.len() == 1 { "" } else { "s" };
+                format!(" (× {} after epoch{s} {})", n(self.factor), at.join(", "))
+            }
+            Schedule::CosineRestarts => format!(
+                " (to {} over {} steps, each period × {}, each restart's peak × {})",
+                n(self.min_lr),
+                self.decay_steps,
+                n(self.t_mul),
+                n(self.m_mul)
+            ),
+        }
     }
 
     pub(super) fn validate(&self, origin: &str) -> Result<()> {
@@ -288,7 +359,20 @@ impl OptimizerCfg {
                 format!("is needed by schedule = \"{}\": the steps per decay by decay_rate", o.schedule.name()),
             ));
         }
-        if matches!(o.schedule, Schedule::Cosine | Schedule::Plateau | Schedule::Polynomial) && o.min_lr >= o.lr {
+        o.validate_multistep(origin)?;
+        real(origin, "optimizer.t_mul", o.t_mul, limits::T_MUL)?;
+        real(origin, "optimizer.m_mul", o.m_mul, limits::M_MUL)?;
+        if o.schedule == Schedule::CosineRestarts && o.decay_steps == 0 {
+            return Err(Error::config(
+                origin,
+                "optimizer.decay_steps",
+                "is needed by schedule = \"cosine_restarts\": the steps of the first period (Keras' \
+                 first_decay_steps, PyTorch's T_0), e.g. one or two epochs' steps",
+            ));
+        }
+        if matches!(o.schedule, Schedule::Cosine | Schedule::Plateau | Schedule::Polynomial | Schedule::CosineRestarts)
+            && o.min_lr >= o.lr
+        {
             return Err(Error::config(
                 origin,
                 "optimizer.min_lr",
@@ -330,6 +414,49 @@ impl OptimizerCfg {
     }
 }
 
+impl OptimizerCfg {
+    /// `milestones`: set with schedule = "multistep" only, then not empty, each epoch from 1
+    /// and increasing.
+    fn validate_multistep(&self, origin: &str) -> Result<()> {
+        let field = "optimizer.milestones";
+        let list: Vec<String> = self.milestones.iter().map(|e| e.to_string()).collect();
+        match (self.schedule == Schedule::Multistep, self.milestones.is_empty()) {
+            (true, true) => {
+                return Err(Error::config(
+                    origin,
+                    field,
+                    "is needed by schedule = \"multistep\": the epochs after which the rate drops by \
+                     optimizer.factor, e.g. milestones = [30, 60, 80]",
+                ))
+            }
+            (false, false) => {
+                return Err(Error::config(
+                    origin,
+                    field,
+                    format!(
+                        "[{}] is read by schedule = \"multistep\" only, and schedule is \"{}\": set schedule = \
+                         \"multistep\" or remove milestones",
+                        list.join(", "),
+                        self.schedule.name()
+                    ),
+                ))
+            }
+            _ => {}
+        }
+        if self.milestones.first() == Some(&0) || self.milestones.windows(2).any(|w| w[1] <= w[0]) {
+            return Err(Error::config(
+                origin,
+                field,
+                format!(
+                    "must be epochs from 1 in increasing order (the rate drops after each), got [{}]",
+                    list.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Schedule {
     pub fn name(self) -> &'static str {
         match self {
@@ -339,6 +466,8 @@ impl Schedule {
             Schedule::Cosine => "cosine",
             Schedule::Polynomial => "polynomial",
             Schedule::Plateau => "plateau",
+            Schedule::Multistep => "multistep",
+            Schedule::CosineRestarts => "cosine_restarts",
         }
     }
 }

@@ -585,27 +585,3 @@ fn sweep_defaults_and_ranges() {
         assert_eq!(field_of(Job::parse("job", &text, &[])), field, "{extra}");
     }
 }
-
-/// The log's optimizer line names the kind and the hyperparameters that kind reads, and not
-/// those it ignores.
-#[test]
-fn the_optimizer_line_names_what_the_kind_reads() {
-    let d = |sets: &[&str]| {
-        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-        Job::parse("t", "[data]\ntrain='x'\n[model]\nlayers=[1,2]\n", &sets).unwrap().optimizer.describe()
-    };
-    let r = d(&["optimizer.kind='rmsprop'", "optimizer.lr=0.001", "optimizer.rho=0.95"]);
-    assert_eq!(r, "optimizer rmsprop: lr 0.001, rho 0.95, eps 1e-8");
-    let r = d(&["optimizer.kind='rmsprop'", "optimizer.momentum=0.9"]);
-    assert_eq!(r, "optimizer rmsprop: lr 0.01, rho 0.9, eps 1e-8, momentum 0.9");
-    let a = d(&[
-        "optimizer.kind='adamw'",
-        "optimizer.weight_decay=0.01",
-        "optimizer.schedule='cosine'",
-        "optimizer.ema=0.999",
-    ]);
-    assert!(a.starts_with("optimizer adamw: lr 0.01, beta1 0.9, beta2 0.999, eps 1e-8, weight decay 0.01"), "{a}");
-    assert!(a.contains("schedule cosine") && a.contains("ema 0.999") && !a.contains("rho"), "{a}");
-    let s = d(&["optimizer.momentum=0.9", "optimizer.nesterov=true", "optimizer.clipnorm=1"]);
-    assert_eq!(s, "optimizer sgd: lr 0.01, momentum 0.9 (Nesterov), clipnorm 1");
-}

@@ -1,6 +1,7 @@
 //! The learning rate of every step: linear warm-up, then `optimizer.schedule` (constant,
-//! step, exponential, cosine, plateau), as Keras' schedules and `ReduceLROnPlateau` define
-//! them. A pure function of the step (and, for plateau, of the epochs' monitored metric,
+//! step, exponential, cosine, polynomial, plateau, multistep, cosine_restarts), as Keras'
+//! schedules and `ReduceLROnPlateau` (and PyTorch's `MultiStepLR` and
+//! `CosineAnnealingWarmRestarts`) define them. A pure function of the step (and, for plateau, of the epochs' monitored metric,
 //! whose state checkpoints carry), so a resumed run on any rank count follows the same curve.
 //!
 //! Must not: touch parameters or optimizer state (`mod.rs` does), or decide which metric
@@ -50,6 +51,8 @@ pub struct LrSchedule {
     base: f64,
     /// Steps of the whole run (cosine's default span); 0 when unknown.
     total_steps: u64,
+    /// Steps of an epoch (multistep's milestones are epochs); 0 when unknown.
+    epoch_steps: u64,
     /// Optimizer updates per training step (an asynchronous parameter server updates a
     /// bucket once per worker's step).
     per_step: u64,
@@ -58,11 +61,16 @@ pub struct LrSchedule {
 
 impl LrSchedule {
     pub fn new(cfg: &OptimizerCfg, base: f64) -> LrSchedule {
-        LrSchedule { cfg: cfg.clone(), base, total_steps: 0, per_step: 1, plateau: Plateau::default() }
+        LrSchedule { cfg: cfg.clone(), base, total_steps: 0, epoch_steps: 0, per_step: 1, plateau: Plateau::default() }
     }
 
     pub fn set_total_steps(&mut self, steps: u64) {
         self.total_steps = steps;
+    }
+
+    /// The steps of an epoch: multistep drops the rate at step milestone × this.
+    pub fn set_epoch_steps(&mut self, steps: u64) {
+        self.epoch_steps = steps;
     }
 
     pub fn set_updates_per_step(&mut self, n: u64) {
@@ -93,6 +101,16 @@ impl LrSchedule {
                 c.min_lr + (lr - c.min_lr) * f
             }
             Schedule::Plateau => (lr * self.plateau.scale).max(c.min_lr),
+            Schedule::Multistep => {
+                // Counted from the run's first step, as PyTorch's MultiStepLR counts epochs
+                // (warm-up included): epoch m's last step is m × epoch_steps − 1.
+                let passed = c.milestones.iter().filter(|&&m| step >= m as u64 * self.epoch_steps).count();
+                lr * c.factor.powi(passed as i32)
+            }
+            Schedule::CosineRestarts => {
+                let (t, peak) = restart_phase(s / c.decay_steps as f64, c.t_mul, c.m_mul);
+                c.min_lr + (lr - c.min_lr) * peak * 0.5 * (1.0 + (std::f64::consts::PI * t).cos())
+            }
         }
     }
 
@@ -114,6 +132,20 @@ impl LrSchedule {
         p.scale = (p.scale * self.cfg.factor).max(floor);
         Some((self.base * p.scale).max(self.cfg.min_lr))
     }
+}
+
+/// SGDR's place at `f` first periods into the schedule: the fraction of the current period
+/// done and that period's peak (m_mul^restarts), as Keras' `CosineDecayRestarts` computes
+/// them: period i lasts t_mul^i first periods, so restart i begins at (1 − t_mul^i) / (1 − t_mul).
+fn restart_phase(f: f64, t_mul: f64, m_mul: f64) -> (f64, f64) {
+    let (i, start, len) = if t_mul == 1.0 {
+        let i = f.floor();
+        (i, i, 1.0)
+    } else {
+        let i = ((1.0 - f * (1.0 - t_mul)).ln() / t_mul.ln()).floor();
+        (i, (1.0 - t_mul.powf(i)) / (1.0 - t_mul), t_mul.powf(i))
+    };
+    (((f - start) / len).clamp(0.0, 1.0), m_mul.powf(i))
 }
 
 #[cfg(test)]
@@ -174,6 +206,97 @@ mod tests {
             let json = serde_json::to_string(&p).unwrap();
             assert_eq!(serde_json::from_str::<Plateau>(&json).unwrap(), p, "{json}");
         }
+    }
+
+    #[test]
+    fn multistep_drops_by_factor_at_each_milestone_epoch_from_the_runs_start() {
+        // PyTorch's MultiStepLR(milestones=[2, 4], gamma=0.1) stepped once an epoch: epochs 1-2
+        // at lr, 3-4 at lr/10, 5 on at lr/100; here 10 steps an epoch, warm-up 5 steps inside
+        // the first epoch (the milestones count from the run's first step, not after warm-up).
+        let mut s = sched(&[("schedule", "\"multistep\""), ("milestones", "[2, 4]"), ("warmup_steps", "5")]);
+        s.set_epoch_steps(10);
+        assert!((s.at(0) - 0.02).abs() < 1e-15);
+        assert_eq!(s.at(5), 0.1);
+        assert_eq!(s.at(19), 0.1);
+        assert!((s.at(20) - 0.01).abs() < 1e-15);
+        assert!((s.at(39) - 0.01).abs() < 1e-15);
+        assert!((s.at(40) - 0.001).abs() < 1e-15);
+        assert!((s.at(10_000) - 0.001).abs() < 1e-15);
+        let mut s = sched(&[("schedule", "\"multistep\""), ("milestones", "[1]"), ("factor", "0.5")]);
+        s.set_epoch_steps(7);
+        assert_eq!((s.at(6), s.at(7)), (0.1, 0.05));
+    }
+
+    #[test]
+    fn cosine_restarts_follows_keras_cosine_decay_restarts() {
+        // keras.optimizers.schedules.CosineDecayRestarts(0.1, first_decay_steps, t_mul, m_mul,
+        // alpha = min_lr / 0.1) evaluated by Keras 3.15 at these steps (float32: 1e-6 relative, 1e-8 near zero).
+        let cases: [(&str, &str, &str, &str, &[(u64, f64)]); 3] = [
+            (
+                "10",
+                "2.0",
+                "0.5",
+                "0.01",
+                &[
+                    (0, 0.1),
+                    (3, 0.08145033568143845),
+                    (9, 0.012202458456158638),
+                    (10, 0.055000003427267075),
+                    (15, 0.04840990528464317),
+                    (29, 0.01027701236307621),
+                    (30, 0.032499998807907104),
+                    (31, 0.03246532008051872),
+                    (50, 0.021250000223517418),
+                    (69, 0.010034679435193539),
+                    (70, 0.021250000223517418),
+                    (100, 0.017777595669031143),
+                    (149, 0.010004336945712566),
+                    (150, 0.015625),
+                    (151, 0.015624457970261574),
+                ],
+            ),
+            (
+                "8",
+                "1.0",
+                "1.0",
+                "0.0",
+                &[(0, 0.1), (4, 0.05), (7, 0.0038060189690440893), (8, 0.1), (12, 0.05), (16, 0.1), (20, 0.05)],
+            ),
+            (
+                "10",
+                "1.5",
+                "0.8",
+                "0.005",
+                &[
+                    (0, 0.1),
+                    (9, 0.0073248171247541904),
+                    (10, 0.08100000023841858),
+                    (24, 0.0058303880505263805),
+                    (25, 0.0658000037074089),
+                    (26, 0.06550415605306625),
+                    (47, 0.005074052140116692),
+                    (48, 0.05361366271972656),
+                    (100, 0.0321621298789978),
+                ],
+            ),
+        ];
+        for (first, t_mul, m_mul, min_lr, want) in cases {
+            let s = sched(&[
+                ("schedule", "\"cosine_restarts\""),
+                ("decay_steps", first),
+                ("t_mul", t_mul),
+                ("m_mul", m_mul),
+                ("min_lr", min_lr),
+            ]);
+            for &(step, keras) in want {
+                let got = s.at(step);
+                assert!((got - keras).abs() < 1e-6 * keras + 1e-8, "t_mul {t_mul} step {step}: {got}, Keras {keras}");
+            }
+        }
+        // After warm-up the periods count from the warm-up's end.
+        let s = sched(&[("schedule", "\"cosine_restarts\""), ("decay_steps", "8"), ("warmup_steps", "4")]);
+        assert_eq!((s.at(4), s.at(12)), (0.1, 0.1));
+        assert!((s.at(8) - 0.05).abs() < 1e-15);
     }
 
     #[test]

@@ -141,6 +141,7 @@ pub(super) fn build<'a, B: Backend>(
         opt.set_pieces_kept();
     }
     opt.schedule_mut().set_total_steps((job.training.epochs * sched.steps) as u64);
+    opt.schedule_mut().set_epoch_steps(sched.steps as u64);
     // This rank's part of the starting state (restore.rs cut it); rows per rank: the global
     // batch (kept across resumes) over this job's data ranks.
     let mut st = match shard {

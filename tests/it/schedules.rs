@@ -2,7 +2,9 @@
 //! cosine formula after warm-up; a plateau run reduces the rate after `patience` epochs
 //! without improvement and carries its state through a checkpoint, so a run stopped by
 //! SIGTERM (as `scancel` does) and resumed ends with the same rates and bit-identical
-//! weights as one that was never stopped; and the schedule keys' errors name the key.
+//! weights as one that was never stopped; multistep drops at its milestone epochs, on any rank
+//! count and through a resume on another; cosine_restarts restarts where Keras'
+//! CosineDecayRestarts does; and the schedule keys' errors name the key.
 
 use crate::common;
 use common::*;
@@ -43,6 +45,65 @@ fn cosine_lr_column_matches_the_formula() {
     assert!(got.windows(2).all(|w| w[1] < w[0]), "{got:?}");
 }
 
+/// PyTorch's MultiStepLR stepped once an epoch: lr × factor^(milestones ≤ epochs done).
+fn multistep(epochs_done: usize) -> f64 {
+    0.2 * 0.1f64.powi([2, 4].iter().filter(|&&m| epochs_done >= m).count() as i32)
+}
+
+#[test]
+fn multistep_drops_at_its_epochs_and_a_resume_on_another_rank_count_keeps_them() {
+    let _g = mpi_lock();
+    // 480 rows, global batch 8 (4 per rank on 2 ranks): 60 steps an epoch, 5 epochs.
+    let extra = "[optimizer]\nlr = 0.2\nwarmup_steps = 10\nschedule = \"multistep\"\nmilestones = [2, 4]\n\
+                 [checkpoint]\nevery_minutes = 0.0\n";
+    let args = ["train", "job.toml", "--set", "training.epochs=5"];
+    let dir = setup("sched-multistep", extra);
+    let run = mpirun(2, &args, &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    let got = lrs(&dir);
+    let want: Vec<f64> = (1..=5).map(multistep).collect();
+    assert_eq!(got.len(), 5);
+    for (e, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() < 1e-15, "epoch {}: lr {g}, MultiStepLR {w}: {got:?}", e + 1);
+    }
+    assert!(run.all().contains("schedule multistep (× 0.1 after epochs 2, 4)"), "{}", run.all());
+    // Stopped in epoch 2 on 2 ranks, resumed on 1 (4 → 8 rows a rank, the same 60 steps an
+    // epoch): the rates of epochs 2 to 5 are the uninterrupted run's.
+    let resumed = setup("sched-multistep-resumed", extra);
+    let stopped = mpirun_env(2, &[("HVTRAIN_INJECT_FAULT", "0:90:term")], &args, &resumed, 120);
+    assert_eq!(stopped.code, Some(75), "{}", stopped.all());
+    let mut again = args.to_vec();
+    again.extend(["--resume", "auto"]);
+    let run = mpirun(1, &again, &resumed, 120);
+    assert!(run.ok(), "{}", run.all());
+    assert_eq!(lrs(&resumed), got, "{}", run.all());
+}
+
+#[test]
+fn cosine_restarts_restarts_at_the_end_of_each_longer_period() {
+    let _g = mpi_lock();
+    // 60 steps an epoch; periods of 40, 80, 160 steps (t_mul 2), peaks 0.1, 0.05, 0.025.
+    let extra = "[optimizer]\nlr = 0.1\nschedule = \"cosine_restarts\"\ndecay_steps = 40\nm_mul = 0.5\n\
+                 min_lr = 0.001\n";
+    let dir = setup("sched-restarts", extra);
+    let run = mpirun(2, &["train", "job.toml", "--set", "training.epochs=5"], &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    let got = lrs(&dir);
+    assert_eq!(got.len(), 5);
+    for (e, lr) in got.iter().enumerate() {
+        let s = ((e + 1) * 60) as f64;
+        // Periods start at steps 0, 40, 120, 280: the one holding s, its length and peak.
+        let (start, len, peak) = [(0.0, 40.0, 1.0), (40.0, 80.0, 0.5), (120.0, 160.0, 0.25), (280.0, 320.0, 0.125)]
+            .into_iter()
+            .rev()
+            .find(|&(b, _, _)| s >= b)
+            .unwrap();
+        let t = (s - start) / len;
+        let want = 0.001 + 0.099 * peak * 0.5 * (1.0 + (std::f64::consts::PI * t).cos());
+        assert!((lr - want).abs() < 1e-12, "epoch {}: lr {lr}, SGDR {want}: {got:?}", e + 1);
+    }
+}
+
 const PLATEAU: &str =
     "[optimizer]\nlr = 0.5\nschedule = \"plateau\"\npatience = 1\nfactor = 0.5\nmin_lr = 0.01\nmin_delta = 0.02\n\
                        [checkpoint]\nevery_minutes = 0.0\n";
@@ -81,6 +142,8 @@ fn schedule_errors_name_the_key() {
         ("optimizer.decay_rate=0", "optimizer.decay_rate"),
         ("optimizer.factor=1.0", "optimizer.factor"),
         ("optimizer.min_lr=1.0", "optimizer.min_lr"),
+        ("optimizer.schedule=\"multistep\"", "optimizer.milestones"),
+        ("optimizer.schedule=\"cosine_restarts\"", "optimizer.decay_steps"),
     ] {
         let mut args = vec!["train", "job.toml", "--set", set];
         if set.contains("min_lr") {
