@@ -412,6 +412,14 @@ impl Job {
                     .into(),
             );
         }
+        if o.warmup_epochs > 0.0 {
+            return bad(
+                "optimizer.warmup_epochs",
+                "counts epochs, and with strategy = \"parameter_server\" the servers count updates without \
+                 knowing an epoch's length; give the warm-up in steps with optimizer.warmup_steps"
+                    .into(),
+            );
+        }
         if o.schedule == super::Schedule::Multistep {
             return bad(
                 "optimizer.schedule",

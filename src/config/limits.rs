@@ -90,6 +90,7 @@ pub const CLIPNORM: Span = Span::above(0.0, 1e30);
 pub const TRUST: Span = Span::above(0.0, 1e6);
 pub const POWER: Span = Span::above(0.0, 100.0);
 pub const WARMUP_STEPS: Span = Span::or_off(1.0, 1e9, "steps");
+pub const WARMUP_EPOCHS: Span = Span::new(0.0, 1e6, "epochs (0: off)");
 /// `optimizer.schedule`'s parameters.
 pub const DECAY_STEPS: Span = Span::or_off(1.0, 1e12, "steps");
 pub const DECAY_RATE: Span = Span::above(0.0, 1.0);

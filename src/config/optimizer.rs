@@ -93,6 +93,10 @@ pub struct OptimizerCfg {
     /// Ramp the learning rate linearly from lr/warmup_steps to lr over this many steps.
     #[serde(default)]
     pub warmup_steps: usize,
+    /// Ramp the learning rate over this many epochs' steps (rounded up) instead: Horovod's
+    /// `LearningRateWarmupCallback(warmup_epochs)`; 0: off.
+    #[serde(default)]
+    pub warmup_epochs: f64,
     /// After warm-up: constant | step | exponential | cosine | plateau (see `Schedule`).
     #[serde(default)]
     pub schedule: Schedule,
@@ -206,6 +210,7 @@ impl Default for OptimizerCfg {
             weight_decay: 0.0,
             scale_lr_by_world_size: false,
             warmup_steps: 0,
+            warmup_epochs: 0.0,
             schedule: Schedule::Constant,
             decay_steps: 0,
             decay_rate: default_decay_rate(),
@@ -271,6 +276,9 @@ impl OptimizerCfg {
         if self.warmup_steps > 0 {
             s += &format!(", {} warm-up steps", self.warmup_steps);
         }
+        if self.warmup_epochs > 0.0 {
+            s += &format!(", warm-up over {} epochs", n(self.warmup_epochs));
+        }
         if self.schedule != Schedule::Constant {
             s += &format!(", schedule {}", self.schedule.name());
             s += &self.schedule_detail();
@@ -332,6 +340,18 @@ impl OptimizerCfg {
     pub(super) fn validate(&self, origin: &str) -> Result<()> {
         let o = self;
         count(origin, "optimizer.warmup_steps", o.warmup_steps as u64, limits::WARMUP_STEPS)?;
+        real(origin, "optimizer.warmup_epochs", o.warmup_epochs, limits::WARMUP_EPOCHS)?;
+        if o.warmup_steps > 0 && o.warmup_epochs > 0.0 {
+            return Err(Error::config(
+                origin,
+                "optimizer.warmup_epochs",
+                format!(
+                    "and optimizer.warmup_steps ({}) are both set; choose one: warmup_epochs counts epochs of this \
+                     run's steps, warmup_steps steps",
+                    o.warmup_steps
+                ),
+            ));
+        }
         let reals = [
             ("optimizer.lr", o.lr, limits::LR),
             ("optimizer.momentum", o.momentum, limits::MOMENTUM),

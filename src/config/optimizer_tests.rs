@@ -119,3 +119,14 @@ fn every_schedule_line_says_what_it_reads() {
         assert!(line.ends_with(tail), "{sets:?}: {line}");
     }
 }
+
+#[test]
+fn warmup_epochs_or_warmup_steps_not_both() {
+    let j = parse(&["optimizer.warmup_epochs=5"]).unwrap();
+    assert!(j.optimizer.describe().ends_with("warm-up over 5 epochs"), "{}", j.optimizer.describe());
+    let (field, msg) = refused(&["optimizer.warmup_epochs=5", "optimizer.warmup_steps=100"]);
+    assert!(field == "optimizer.warmup_epochs" && msg.contains("choose one"), "{field}: {msg}");
+    assert_eq!(refused(&["optimizer.warmup_epochs=-1"]).0, "optimizer.warmup_epochs");
+    let (field, msg) = refused(&["optimizer.warmup_epochs=1", "distribution.strategy='parameter_server'"]);
+    assert!(field == "optimizer.warmup_epochs" && msg.contains("warmup_steps"), "{field}: {msg}");
+}

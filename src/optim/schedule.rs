@@ -77,11 +77,19 @@ impl LrSchedule {
         self.per_step = n.max(1);
     }
 
+    /// The warm-up's steps: `warmup_steps`, or `warmup_epochs` × an epoch's steps rounded up.
+    pub fn warmup(&self) -> u64 {
+        match self.cfg.warmup_epochs {
+            e if e > 0.0 => (e * self.epoch_steps as f64).ceil() as u64,
+            _ => self.cfg.warmup_steps as u64,
+        }
+    }
+
     /// The learning rate of update number `update` (0 for the first).
     pub fn at(&self, update: u64) -> f64 {
         let c = &self.cfg;
         let step = update / self.per_step;
-        let w = c.warmup_steps as u64;
+        let w = self.warmup();
         if w > 0 && step < w {
             return self.base * (step + 1) as f64 / w as f64;
         }
@@ -225,6 +233,19 @@ mod tests {
         let mut s = sched(&[("schedule", "\"multistep\""), ("milestones", "[1]"), ("factor", "0.5")]);
         s.set_epoch_steps(7);
         assert_eq!((s.at(6), s.at(7)), (0.1, 0.05));
+    }
+
+    #[test]
+    fn warmup_epochs_ramps_over_that_many_epochs_steps_rounded_up() {
+        // Horovod's LearningRateWarmupCallback(warmup_epochs = 2.5): 2.5 × 10 steps = 25.
+        let mut s = sched(&[("warmup_epochs", "2.5"), ("schedule", "\"step\""), ("decay_steps", "10")]);
+        s.set_epoch_steps(10);
+        assert_eq!(s.warmup(), 25);
+        assert!((s.at(0) - 0.004).abs() < 1e-15);
+        assert!((s.at(24) - 0.1).abs() < 1e-15);
+        assert_eq!((s.at(25), s.at(34), s.at(35)), (0.1, 0.1, 0.05), "the decay counts from the warm-up's end");
+        s.set_epoch_steps(7);
+        assert_eq!(s.warmup(), 18, "17.5 steps rounded up");
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub fn job(job: &Job, f: LrFind) -> Result<Job> {
     o.decay_rate = f.max / f.min;
     o.decay_steps = f.steps - 1;
     o.warmup_steps = 0;
+    o.warmup_epochs = 0.0;
     // The rate the test reports is the one the optimizer takes.
     o.scale_lr_by_world_size = false;
     j.data.test = None;

@@ -2,7 +2,8 @@
 //! cosine formula after warm-up; a plateau run reduces the rate after `patience` epochs
 //! without improvement and carries its state through a checkpoint, so a run stopped by
 //! SIGTERM (as `scancel` does) and resumed ends with the same rates and bit-identical
-//! weights as one that was never stopped; multistep drops at its milestone epochs, on any rank
+//! weights as one that was never stopped; multistep drops at its milestone epochs after a
+//! warm-up in epochs, on any rank
 //! count and through a resume on another; cosine_restarts restarts where Keras'
 //! CosineDecayRestarts does; and the schedule keys' errors name the key.
 
@@ -54,21 +55,27 @@ fn multistep(epochs_done: usize) -> f64 {
 fn multistep_drops_at_its_epochs_and_a_resume_on_another_rank_count_keeps_them() {
     let _g = mpi_lock();
     // 480 rows, global batch 8 (4 per rank on 2 ranks): 60 steps an epoch, 5 epochs.
-    let extra = "[optimizer]\nlr = 0.2\nwarmup_steps = 10\nschedule = \"multistep\"\nmilestones = [2, 4]\n\
+    // Warm-up over 1.5 epochs: 90 steps, the first epoch's end inside it.
+    let extra = "[optimizer]\nlr = 0.2\nwarmup_epochs = 1.5\nschedule = \"multistep\"\nmilestones = [2, 4]\n\
                  [checkpoint]\nevery_minutes = 0.0\n";
     let args = ["train", "job.toml", "--set", "training.epochs=5"];
     let dir = setup("sched-multistep", extra);
     let run = mpirun(2, &args, &dir, 120);
     assert!(run.ok(), "{}", run.all());
     let got = lrs(&dir);
-    let want: Vec<f64> = (1..=5).map(multistep).collect();
+    let mut want: Vec<f64> = (1..=5).map(multistep).collect();
+    want[0] = 0.2 * 61.0 / 90.0; // step 60 of the 90-step ramp
     assert_eq!(got.len(), 5);
     for (e, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!((g - w).abs() < 1e-15, "epoch {}: lr {g}, MultiStepLR {w}: {got:?}", e + 1);
     }
-    assert!(run.all().contains("schedule multistep (× 0.1 after epochs 2, 4)"), "{}", run.all());
+    assert!(
+        run.all().contains("warm-up over 1.5 epochs, schedule multistep (× 0.1 after epochs 2, 4)"),
+        "{}",
+        run.all()
+    );
     // Stopped in epoch 2 on 2 ranks, resumed on 1 (4 → 8 rows a rank, the same 60 steps an
-    // epoch): the rates of epochs 2 to 5 are the uninterrupted run's.
+    // epoch): the rates of epochs 2 to 5 are the uninterrupted run's, the warm-up's too.
     let resumed = setup("sched-multistep-resumed", extra);
     let stopped = mpirun_env(2, &[("HVTRAIN_INJECT_FAULT", "0:90:term")], &args, &resumed, 120);
     assert_eq!(stopped.code, Some(75), "{}", stopped.all());
