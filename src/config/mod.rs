@@ -126,13 +126,29 @@ impl Job {
         count(origin, "parallel.tensor", self.parallel.tensor as u64, limits::TENSOR)?;
         count(origin, "parallel.pipeline", self.parallel.pipeline as u64, limits::PIPELINE)?;
         count(origin, "parallel.micro_batches", self.parallel.micro_batches as u64, limits::MICRO_BATCHES)?;
+        if self.data.normalize_y != NormalizeY::None && matches!(self.model.loss, LossKind::Mape | LossKind::Msle) {
+            return Err(Error::config(
+                origin,
+                "data.normalize_y",
+                format!(
+                    "standardizes the targets, and model.loss = \"{}\" is measured against the targets as \
+                     stored ({}); leave normalize_y \"none\" with this loss",
+                    self.model.loss.name(),
+                    if self.model.loss == LossKind::Mape {
+                        "a percentage of each target's size"
+                    } else {
+                        "logarithms of targets floored at 1e-7"
+                    }
+                ),
+            ));
+        }
         if self.data.normalize_y != NormalizeY::None && self.model.loss.targets() != Targets::Regression {
             return Err(Error::config(
                 origin,
                 "data.normalize_y",
                 format!(
                     "standardizes regression targets, and model.loss = \"{}\" has {}; \
-                     use it with loss = \"mse\", \"mae\" or \"huber\", or leave it \"none\"",
+                     use it with loss = \"mse\", \"mae\", \"huber\", \"log_cosh\" or \"quantile\", or leave it \"none\"",
                     self.model.loss.name(),
                     if self.model.loss.targets() == Targets::Classes { "class labels" } else { "0/1 labels" }
                 ),

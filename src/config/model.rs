@@ -196,6 +196,16 @@ pub enum LossKind {
     /// Multi-label: K independent sigmoid outputs, `y` [N, K] of 0 and 1 (Keras'
     /// `BinaryCrossentropy(from_logits=True)`, mean over the K labels).
     BinaryCrossEntropy,
+    /// Regression, log(cosh(e)) (Keras' `LogCosh`): e²/2 near 0, |e| − ln 2 far out.
+    LogCosh,
+    /// Regression, 100·|e| / max(|t|, 1e-7) (Keras' `MeanAbsolutePercentageError`).
+    Mape,
+    /// Regression, (ln(max(p, 1e-7) + 1) − ln(max(t, 1e-7) + 1))² (Keras'
+    /// `MeanSquaredLogarithmicError`): for positive targets spanning orders of magnitude.
+    Msle,
+    /// Regression, the pinball loss of quantile τ = `model.quantile`: the outputs learn the
+    /// targets' τ-quantile given the inputs (TensorFlow Addons' `PinballLoss`).
+    Quantile,
 }
 
 /// What a loss's targets are and what its outputs mean.
@@ -221,7 +231,13 @@ impl LossKind {
     pub fn targets(self) -> Targets {
         match self {
             LossKind::SoftmaxCrossEntropy => Targets::Classes,
-            LossKind::Mse | LossKind::Mae | LossKind::Huber => Targets::Regression,
+            LossKind::Mse
+            | LossKind::Mae
+            | LossKind::Huber
+            | LossKind::LogCosh
+            | LossKind::Mape
+            | LossKind::Msle
+            | LossKind::Quantile => Targets::Regression,
             LossKind::BinaryCrossEntropy => Targets::MultiLabel,
         }
     }
@@ -229,7 +245,13 @@ impl LossKind {
         match self {
             LossKind::SoftmaxCrossEntropy => OutputActivation::Softmax,
             LossKind::BinaryCrossEntropy => OutputActivation::Sigmoid,
-            LossKind::Mse | LossKind::Mae | LossKind::Huber => OutputActivation::Identity,
+            LossKind::Mse
+            | LossKind::Mae
+            | LossKind::Huber
+            | LossKind::LogCosh
+            | LossKind::Mape
+            | LossKind::Msle
+            | LossKind::Quantile => OutputActivation::Identity,
         }
     }
     /// The job file's spelling.
@@ -240,6 +262,10 @@ impl LossKind {
             LossKind::Mae => "mae",
             LossKind::Huber => "huber",
             LossKind::BinaryCrossEntropy => "binary_cross_entropy",
+            LossKind::LogCosh => "log_cosh",
+            LossKind::Mape => "mape",
+            LossKind::Msle => "msle",
+            LossKind::Quantile => "quantile",
         }
     }
 }
@@ -250,6 +276,8 @@ pub struct Loss {
     pub kind: LossKind,
     /// Huber's δ (unused by the other losses).
     pub huber_delta: f32,
+    /// The pinball loss's τ (unused by the other losses).
+    pub quantile: f32,
     /// Label smoothing ε: softmax cross-entropy's target (1 − ε)·one-hot + ε/classes, binary
     /// cross-entropy's t·(1 − ε) + ε/2 (0: none; unused by the regression losses).
     pub label_smoothing: f32,
@@ -257,7 +285,7 @@ pub struct Loss {
 
 impl From<LossKind> for Loss {
     fn from(kind: LossKind) -> Loss {
-        Loss { kind, huber_delta: DEFAULT_HUBER_DELTA as f32, label_smoothing: 0.0 }
+        Loss { kind, huber_delta: DEFAULT_HUBER_DELTA as f32, quantile: DEFAULT_QUANTILE as f32, label_smoothing: 0.0 }
     }
 }
 
@@ -317,6 +345,8 @@ pub const MAX_DROPOUT: f64 = 0.99;
 
 /// Keras' `Huber(delta=1.0)`.
 pub const DEFAULT_HUBER_DELTA: f64 = 1.0;
+/// `loss = "quantile"`'s τ when `model.quantile` is not set: the median.
+pub const DEFAULT_QUANTILE: f64 = 0.5;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -339,6 +369,10 @@ pub struct ModelCfg {
     /// their fingerprint).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub label_smoothing: f64,
+    /// `loss = "quantile"`'s τ, from 0 to 1 exclusive (0.5: the median). Not written when
+    /// unset, so jobs without it keep their fingerprint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantile: Option<f64>,
     /// How the weights start (`Init`; Keras' `kernel_initializer`). Default glorot_uniform,
     /// not written then, so jobs without it keep their fingerprint.
     #[serde(default, skip_serializing_if = "is_default_init")]
@@ -385,12 +419,20 @@ impl ModelCfg {
         if self.label_smoothing > 0.0 {
             s += &format!(", label smoothing {}", self.label_smoothing);
         }
+        if self.loss == LossKind::Quantile {
+            s += &format!(", quantile {}", self.quantile.unwrap_or(DEFAULT_QUANTILE));
+        }
         s
     }
 
     /// The loss with its parameters.
     pub fn loss(&self) -> Loss {
-        Loss { kind: self.loss, huber_delta: self.huber_delta as f32, label_smoothing: self.label_smoothing as f32 }
+        Loss {
+            kind: self.loss,
+            huber_delta: self.huber_delta as f32,
+            quantile: self.quantile.unwrap_or(DEFAULT_QUANTILE) as f32,
+            label_smoothing: self.label_smoothing as f32,
+        }
     }
 
     pub(super) fn validate(&self, origin: &str) -> Result<()> {
@@ -484,6 +526,27 @@ impl ModelCfg {
                     self.loss.name()
                 ),
             ));
+        }
+        match (self.quantile, self.loss) {
+            (Some(q), LossKind::Quantile) if !(q > 0.0 && q < 1.0) => {
+                return Err(Error::config(
+                    origin,
+                    "model.quantile",
+                    format!("is {q}; a quantile is a share between 0 and 1, both excluded (0.5: the median, 0.9: the 90th percentile)"),
+                ))
+            }
+            (Some(q), kind) if kind != LossKind::Quantile => {
+                return Err(Error::config(
+                    origin,
+                    "model.quantile",
+                    format!(
+                        "({q}) is read by loss = \"quantile\" only, and model.loss is \"{}\": set loss = \"quantile\" \
+                         or remove it",
+                        kind.name()
+                    ),
+                ))
+            }
+            _ => {}
         }
         if let Some(w) = &self.class_weights {
             let classes = *self.layers.last().expect("checked above");

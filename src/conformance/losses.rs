@@ -1,5 +1,6 @@
 //! Conformance of the losses (softmax cross-entropy, softmax, the element-wise losses:
-//! squared, absolute, Huber, binary cross-entropy) and of dropout, against f64 references and
+//! squared, absolute, Huber, binary cross-entropy, log-cosh, absolute percentage, squared
+//! logarithmic, pinball) and of dropout, against f64 references and
 //! masks computed here.
 //!
 //! Must not: use a backend's own loss or mask code as the reference.
@@ -72,10 +73,28 @@ pub(super) fn losses<B: Backend>(be: &B) {
     let target = random(b * k, 6);
     let bits: Vec<f32> = random(b * k, 7).iter().map(|&t| if t > 0.0 { 1.0 } else { 0.0 }).collect();
     // Binary cross-entropy also with label smoothing 0.2 (targets t·0.8 + 0.1).
-    let fs =
-        [Pointwise::Mse, Pointwise::Mae, Pointwise::Huber(0.5), Pointwise::BinaryXent(0.0), Pointwise::BinaryXent(0.2)];
+    // MAPE against targets from 0.5 to 2.5 in size (either sign), MSLE against targets from 0
+    // to 4 (the predictions below 1e-7 take its floor, and no gradient).
+    let sized: Vec<f32> = target.iter().map(|&t| t.signum() * (0.5 + 2.0 * t.abs())).collect();
+    let positive: Vec<f32> = target.iter().map(|&t| 4.0 * t.abs()).collect();
+    let fs = [
+        Pointwise::Mse,
+        Pointwise::Mae,
+        Pointwise::Huber(0.5),
+        Pointwise::BinaryXent(0.0),
+        Pointwise::BinaryXent(0.2),
+        Pointwise::LogCosh,
+        Pointwise::Mape,
+        Pointwise::Msle,
+        Pointwise::Quantile(0.8),
+    ];
     for (f, rw) in fs.into_iter().flat_map(|f| [(f, None), (f, Some(&rows_w))]) {
-        let t = if matches!(f, Pointwise::BinaryXent(_)) { &bits } else { &target };
+        let t = match f {
+            Pointwise::BinaryXent(_) => &bits,
+            Pointwise::Mape => &sized,
+            Pointwise::Msle => &positive,
+            _ => &target,
+        };
         let (mut want, mut wc) = (0.0, 0);
         let mut wg = vec![0.0; b * k];
         for i in 0..b * k {
@@ -97,6 +116,17 @@ pub(super) fn losses<B: Backend>(be: &B) {
                     wc += ((p > 0.0) == (y > 0.5)) as usize;
                     let q = y * (1.0 - eps as f64) + 0.5 * eps as f64;
                     (-(q * s.ln() + (1.0 - q) * (1.0 - s).ln()), s - q)
+                }
+                Pointwise::LogCosh => (e.cosh().ln(), e.tanh()),
+                Pointwise::Mape => (100.0 * e.abs() / y.abs(), 100.0 * e.signum() / y.abs()),
+                Pointwise::Msle => {
+                    let floor = 1e-7f32 as f64;
+                    let dl = (p.max(floor) + 1.0).ln() - (y.max(floor) + 1.0).ln();
+                    (dl * dl, if p > floor { 2.0 * dl / (p + 1.0) } else { 0.0 })
+                }
+                Pointwise::Quantile(tau) => {
+                    let tau = tau as f64;
+                    ((tau * -e).max((tau - 1.0) * -e), if e < 0.0 { -tau } else { 1.0 - tau })
                 }
             };
             let w = rw.map_or(1.0, |w| w[i / k] as f64);

@@ -47,6 +47,10 @@ pub fn compute_maybe_later<B: Backend>(
         LossKind::Mae => Some(Pointwise::Mae),
         LossKind::Huber => Some(Pointwise::Huber(loss.huber_delta)),
         LossKind::BinaryCrossEntropy => Some(Pointwise::BinaryXent(loss.label_smoothing)),
+        LossKind::LogCosh => Some(Pointwise::LogCosh),
+        LossKind::Mape => Some(Pointwise::Mape),
+        LossKind::Msle => Some(Pointwise::Msle),
+        LossKind::Quantile => Some(Pointwise::Quantile(loss.quantile)),
     };
     match (f, targets) {
         (None, Targets::Classes(y, w, rw)) if later => {

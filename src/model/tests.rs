@@ -44,13 +44,18 @@ fn gradcheck_tanh_huber_both_branches() {
     check(
         &Cpu,
         Activation::Tanh,
-        crate::config::Loss { kind: LossKind::Huber, huber_delta: 0.3, label_smoothing: 0.0 },
+        crate::config::Loss { kind: LossKind::Huber, huber_delta: 0.3, quantile: 0.5, label_smoothing: 0.0 },
     );
 }
 #[test]
 fn gradcheck_label_smoothing() {
     for eps in [0.1, 1.0] {
-        let loss = crate::config::Loss { kind: LossKind::SoftmaxCrossEntropy, huber_delta: 1.0, label_smoothing: eps };
+        let loss = crate::config::Loss {
+            kind: LossKind::SoftmaxCrossEntropy,
+            huber_delta: 1.0,
+            quantile: 0.5,
+            label_smoothing: eps,
+        };
         check(&Cpu, Activation::Tanh, loss);
     }
 }

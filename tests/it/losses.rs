@@ -1,7 +1,8 @@
 //! The losses beyond softmax cross-entropy and MSE, and the metrics that go with them, under a
 //! real `mpirun` on real HDF5 files: binary cross-entropy learns multi-label targets, `predict`
 //! writes sigmoid probabilities and 0/1 labels, and eval's loss and accuracy are what those
-//! predictions give; Huber and MAE report the loss their formula gives on `predict`'s outputs;
+//! predictions give; Huber, MAE, log-cosh, MAPE and MSLE report the loss their formula gives on
+//! `predict`'s outputs; the pinball loss's outputs sit above about τ of the targets;
 //! top-5 accuracy counts the rows whose label is among the 5 largest outputs; label smoothing
 //! trains against (1 − ε)·one-hot + ε/k (at ε = 1 the labels no longer matter, bit for bit;
 //! ε = 0 is no smoothing) and eval's loss is that target's cross-entropy on `predict`'s
@@ -158,6 +159,92 @@ fn huber_and_mae_report_the_loss_their_formula_gives() {
     }
 }
 
+/// Rewrites a setup's y in both files as `f` of each row's x and its index (x, y as written).
+fn remap_targets(dir: &Path, k: usize, f: impl Fn(&[f32], usize, usize, f32) -> f32) {
+    for name in ["d.h5", "t.h5"] {
+        let path = dir.join(name);
+        let (x, y) = (read_f32(&path, "x"), read_f32(&path, "y"));
+        let n = y.len() / k;
+        let y: Vec<f32> = (0..n * k).map(|i| f(&x[(i / k) * D..][..D], i / k, i % k, y[i])).collect();
+        let file = hdf5::File::create(&path).unwrap();
+        write_dataset(&file, "x", &x, &[n, D]);
+        write_dataset(&file, "y", &y, &[n, k]);
+    }
+}
+
+#[test]
+fn log_cosh_mape_and_msle_report_the_loss_their_formula_gives() {
+    let _g = mpi_lock();
+    let k = 2;
+    for loss in ["log_cosh", "mape", "msle"] {
+        let dir = setup(&format!("loss-{loss}"), k, false, loss, "");
+        if loss != "log_cosh" {
+            // Positive targets from 0.5 up (MAPE divides by them, MSLE takes their logarithm).
+            remap_targets(&dir, k, |_, _, _, y| y.abs() + 0.5);
+        }
+        let r = mpirun(2, &["train", "job.toml"], &dir, 120);
+        assert!(r.ok(), "{}", r.all());
+        assert!(r.all().contains(&format!("loss {loss}")), "the start-up line names the loss: {}", r.all());
+        let m = metrics(&dir);
+        let first = m[0]["train_loss"].as_f64().unwrap();
+        assert!(m.last().unwrap()["train_loss"].as_f64().unwrap() < first, "{loss}: {m:?}");
+        let (j, pred) = eval_and_predict(&dir);
+        let (z, y) = (read_f32(&pred, "outputs"), read_f32(&dir.join("t.h5"), "y"));
+        let mut want = 0.0f64;
+        for (&p, &t) in z.iter().zip(&y) {
+            let (p, t) = (p as f64, t as f64);
+            want += match loss {
+                "log_cosh" => (p - t).cosh().ln(),
+                "mape" => 100.0 * (p - t).abs() / t.abs(),
+                _ => ((p.max(1e-7) + 1.0).ln() - (t + 1.0).ln()).powi(2),
+            } / k as f64;
+        }
+        close(j["test_loss"].as_f64().unwrap(), want / 203.0, 1e-4, &format!("{loss} test_loss"));
+    }
+}
+
+/// The pinball loss learns a quantile: with noisy targets, the outputs of τ = 0.1 and τ = 0.9
+/// sit above about that share of the test targets, and eval's loss is the pinball formula.
+#[test]
+fn quantile_outputs_sit_above_that_share_of_the_targets() {
+    let _g = mpi_lock();
+    let k = 1;
+    for tau in [0.1f64, 0.9] {
+        let dir = setup(
+            &format!("loss-quantile-{tau}"),
+            k,
+            false,
+            "quantile",
+            &format!(
+                "quantile = {tau}
+"
+            ),
+        );
+        // A smooth function plus noise of spread ±1 drawn per row (no outliers).
+        remap_targets(&dir, k, |x, r, _, _| {
+            let h = (r as u64 ^ 0x9e37_79b9).wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 40;
+            x[0] * 2.0 - x[2] + (h as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
+        });
+        let r = mpirun(2, &["train", "job.toml", "--set", "training.epochs=12"], &dir, 120);
+        assert!(r.ok(), "{}", r.all());
+        assert!(r.all().contains(&format!("loss quantile, quantile {tau}")), "{}", r.all());
+        let (j, pred) = eval_and_predict(&dir);
+        let (z, y) = (read_f32(&pred, "outputs"), read_f32(&dir.join("t.h5"), "y"));
+        let below = z.iter().zip(&y).filter(|(p, t)| t < p).count() as f64 / y.len() as f64;
+        assert!((below - tau).abs() < 0.1, "τ {tau}: {below} of the test targets lie below the outputs");
+        let want: f64 = z
+            .iter()
+            .zip(&y)
+            .map(|(&p, &t)| {
+                let u = t as f64 - p as f64;
+                (tau * u).max((tau - 1.0) * u)
+            })
+            .sum::<f64>()
+            / 203.0;
+        close(j["test_loss"].as_f64().unwrap(), want, 1e-4, "pinball test_loss");
+    }
+}
+
 #[test]
 fn top5_accuracy_counts_labels_among_the_five_largest_outputs() {
     let _g = mpi_lock();
@@ -224,6 +311,9 @@ fn bad_loss_values_name_the_key_or_the_file_and_row() {
             "`model.label_smoothing`: smooths class or 0/1 labels",
         ),
         (vec!["model.label_smoothing=1.5"], "`model.label_smoothing`: is 1.5"),
+        (vec!["model.loss=\"quantile\"", "model.quantile=1.0"], "`model.quantile`: is 1"),
+        (vec!["model.loss=\"mse\"", "model.quantile=0.9"], "read by loss = \"quantile\" only"),
+        (vec!["model.loss=\"mape\"", "data.normalize_y=\"standard\""], "a percentage of each target's size"),
     ] {
         let mut args = vec!["train", "job.toml"];
         for s in &sets {

@@ -93,6 +93,18 @@ pub enum Pointwise {
     Mae,
     /// ½e² for |e| ≤ δ, δ(|e| − ½δ) beyond; gradient e clamped to [−δ, δ].
     Huber(f32),
+    /// log(cosh(e)), e = p − t, computed as |e| + log1p(e^−2|e|) − ln 2 (Keras' `LogCosh`);
+    /// gradient tanh(e).
+    LogCosh,
+    /// 100·|e| / max(|t|, 1e-7) (Keras' `MeanAbsolutePercentageError`); gradient
+    /// 100·sign(e) / max(|t|, 1e-7).
+    Mape,
+    /// (ln(max(p, 1e-7) + 1) − ln(max(t, 1e-7) + 1))² (Keras' `MeanSquaredLogarithmicError`);
+    /// gradient 2·(that difference) / (p + 1) where p > 1e-7, else 0.
+    Msle,
+    /// The pinball loss of quantile τ: max(τ·(t − p), (τ − 1)·(t − p)) (TensorFlow Addons'
+    /// `PinballLoss`); gradient −τ below the target, 1 − τ above it, 0 on it.
+    Quantile(f32),
     /// Binary cross-entropy of the logit p against t ∈ {0, 1}: max(p, 0) − p·t + ln(1 + e^−|p|),
     /// gradient sigmoid(p) − t. With label smoothing ε > 0 (Keras' `BinaryCrossentropy(
     /// label_smoothing=ε)`) against t·(1 − ε) + ε/2 instead. An element counts as correct
@@ -109,6 +121,10 @@ impl Pointwise {
             Pointwise::Huber(d) => (2, d),
             // Smoothed, the CUDA backend runs `hv_binary_xent_smooth` instead (its ε apart).
             Pointwise::BinaryXent(_) => (3, 0.0),
+            Pointwise::LogCosh => (4, 0.0),
+            Pointwise::Mape => (5, 0.0),
+            Pointwise::Msle => (6, 0.0),
+            Pointwise::Quantile(tau) => (7, tau),
         }
     }
 }

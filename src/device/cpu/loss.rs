@@ -130,6 +130,33 @@ pub fn pointwise_value(f: Pointwise, p: f32, t: f32) -> f32 {
             let t = smoothed(t, eps);
             p.max(0.0) - p * t + (-p.abs()).exp().ln_1p()
         }
+        Pointwise::LogCosh => {
+            let a = e.abs();
+            a + (-2.0 * a).exp().ln_1p() - std::f32::consts::LN_2
+        }
+        Pointwise::Mape => 100.0 * e.abs() / t.abs().max(KERAS_EPS),
+        Pointwise::Msle => {
+            let d = (p.max(KERAS_EPS) + 1.0).ln() - (t.max(KERAS_EPS) + 1.0).ln();
+            d * d
+        }
+        Pointwise::Quantile(tau) => {
+            let u = t - p;
+            (tau * u).max((tau - 1.0) * u)
+        }
+    }
+}
+
+/// Keras' `epsilon()`: the floor of MAPE's divisor and of MSLE's arguments.
+const KERAS_EPS: f32 = 1e-7;
+
+/// sign(x) with 0 at 0.
+fn sign(x: f32) -> f32 {
+    if x > 0.0 {
+        1.0
+    } else if x < 0.0 {
+        -1.0
+    } else {
+        0.0
     }
 }
 
@@ -138,17 +165,27 @@ pub fn pointwise_grad(f: Pointwise, p: f32, t: f32) -> f32 {
     let e = p - t;
     match f {
         Pointwise::Mse => 2.0 * e,
-        Pointwise::Mae => {
-            if e > 0.0 {
-                1.0
-            } else if e < 0.0 {
-                -1.0
+        Pointwise::Mae => sign(e),
+        Pointwise::Huber(delta) => e.clamp(-delta, delta),
+        Pointwise::BinaryXent(eps) => sigmoid(p) - smoothed(t, eps),
+        Pointwise::LogCosh => e.tanh(),
+        Pointwise::Mape => 100.0 * sign(e) / t.abs().max(KERAS_EPS),
+        Pointwise::Msle => {
+            if p > KERAS_EPS {
+                2.0 * ((p + 1.0).ln() - (t.max(KERAS_EPS) + 1.0).ln()) / (p + 1.0)
             } else {
                 0.0
             }
         }
-        Pointwise::Huber(delta) => e.clamp(-delta, delta),
-        Pointwise::BinaryXent(eps) => sigmoid(p) - smoothed(t, eps),
+        Pointwise::Quantile(tau) => {
+            if e < 0.0 {
+                -tau
+            } else if e > 0.0 {
+                1.0 - tau
+            } else {
+                0.0
+            }
+        }
     }
 }
 

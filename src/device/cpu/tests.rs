@@ -239,3 +239,28 @@ fn label_smoothing_targets_the_smoothed_distribution() {
     let (l1, _) = softmax_xent(&logits, &[1], None, None, 2, 1.0, 1.0, Some(&mut d1));
     assert_eq!((l0, d0), (l1, d1));
 }
+
+/// The element-wise regression losses row by row against Keras 3.15's own functions
+/// (`keras.losses.log_cosh`, `mean_absolute_percentage_error`, `mean_squared_logarithmic_error`
+/// on these rows, float32), targets at 0 and below MSLE's floor among them; the pinball loss
+/// against its definition.
+#[test]
+fn regression_losses_give_keras_values() {
+    let t = [0.5f32, -2.0, 3.0, 10.0, 0.0, 1e-3];
+    let p = [0.7f32, -1.0, 0.1, 7.5, 0.2, -0.5];
+    let keras: [(Pointwise, [f64; 2]); 3] = [
+        (Pointwise::LogCosh, [0.8878416419029236, 0.6513378024101257]),
+        (Pointwise::Mape, [62.222225189208984, 66683376.0]),
+        (Pointwise::Msle, [0.5607686042785645, 0.03323933482170105]),
+    ];
+    for (f, want) in keras {
+        for r in 0..2 {
+            let (got, _) = loss::pointwise_loss(f, &p[r * 3..][..3], &t[r * 3..][..3], None, 3, 1.0, None);
+            assert!((got - want[r]).abs() <= 1e-6 * want[r], "{f:?} row {r}: {got}, Keras {}", want[r]);
+        }
+    }
+    // τ = 0.9: under-predicting costs 0.9 per unit, over-predicting 0.1.
+    let (got, _) = loss::pointwise_loss(Pointwise::Quantile(0.9), &p[..3], &t[..3], None, 3, 1.0, None);
+    let want = (0.1 * 0.2 + 0.1 * 1.0 + 0.9 * 2.9) / 3.0;
+    assert!((got - want).abs() < 1e-7, "pinball {got} vs {want}");
+}

@@ -2,7 +2,7 @@
 //! tolerances): softmax cross-entropy with and without class weights and label smoothing
 //! (`hv_softmax_xent_smooth`), and a label out of range, the element-wise losses (binary
 //! cross-entropy with label smoothing through `hv_binary_xent_smooth`)
-//! (squared, absolute, Huber, binary cross-entropy: per-row losses within (k + 2)·4·ε_f32,
+//! (squared, absolute, Huber, binary cross-entropy, log-cosh, MAPE, MSLE, pinball: per-row losses within (k + 2)·4·ε_f32,
 //! correct counts exact, gradients within 4 ulps), and dropout bit for bit.
 //!
 //! Must not: be built into the binary (tests only).
@@ -113,15 +113,26 @@ fn softmax_xent_with_a_label_out_of_range_is_nan() {
 #[test]
 fn pointwise_losses_match_cpu() {
     let mut rng = Rng::new(14, 0);
-    for f in
-        [Pointwise::Mse, Pointwise::Mae, Pointwise::Huber(0.7), Pointwise::BinaryXent(0.0), Pointwise::BinaryXent(0.2)]
-    {
+    for f in [
+        Pointwise::Mse,
+        Pointwise::Mae,
+        Pointwise::Huber(0.7),
+        Pointwise::BinaryXent(0.0),
+        Pointwise::BinaryXent(0.2),
+        Pointwise::LogCosh,
+        Pointwise::Mape,
+        Pointwise::Msle,
+        Pointwise::Quantile(0.9),
+    ] {
         for rows in ROWS {
             for k in COLS {
                 let pred = random(&mut rng, rows * k, if matches!(f, Pointwise::BinaryXent(_)) { 12.0 } else { 2.0 });
                 let mut target = random(&mut rng, rows * k, 2.0);
-                if matches!(f, Pointwise::BinaryXent(_)) {
-                    target.iter_mut().for_each(|t| *t = if *t > 0.0 { 1.0 } else { 0.0 });
+                match f {
+                    Pointwise::BinaryXent(_) => target.iter_mut().for_each(|t| *t = if *t > 0.0 { 1.0 } else { 0.0 }),
+                    // MSLE's targets and predictions mostly positive, some below its floor.
+                    Pointwise::Msle => target.iter_mut().for_each(|t| *t = t.abs() * 3.0),
+                    _ => {}
                 }
                 let gs = 1.0 / rows as f32;
                 let mut want_d = vec![0.0; rows * k];
