@@ -186,25 +186,33 @@ impl Activation {
 #[serde(rename_all = "snake_case")]
 pub enum LossKind {
     /// Classification: `y` holds integer class labels in [0, classes).
+    #[serde(alias = "sparse_categorical_crossentropy")]
     SoftmaxCrossEntropy,
     /// Regression: `y` holds float32 targets [N, outputs]; loss is the mean over all elements.
+    #[serde(alias = "mean_squared_error")]
     Mse,
     /// Regression, mean absolute error (robust to outliers; gradient sign(e)).
+    #[serde(alias = "mean_absolute_error")]
     Mae,
     /// Regression, Huber: ½e² within `model.huber_delta`, δ(|e| − ½δ) beyond (Keras' `Huber`).
     Huber,
     /// Multi-label: K independent sigmoid outputs, `y` [N, K] of 0 and 1 (Keras'
     /// `BinaryCrossentropy(from_logits=True)`, mean over the K labels).
+    #[serde(alias = "binary_crossentropy")]
     BinaryCrossEntropy,
     /// Regression, log(cosh(e)) (Keras' `LogCosh`): e²/2 near 0, |e| − ln 2 far out.
+    #[serde(alias = "logcosh")]
     LogCosh,
     /// Regression, 100·|e| / max(|t|, 1e-7) (Keras' `MeanAbsolutePercentageError`).
+    #[serde(alias = "mean_absolute_percentage_error")]
     Mape,
     /// Regression, (ln(max(p, 1e-7) + 1) − ln(max(t, 1e-7) + 1))² (Keras'
     /// `MeanSquaredLogarithmicError`): for positive targets spanning orders of magnitude.
+    #[serde(alias = "mean_squared_logarithmic_error")]
     Msle,
     /// Regression, the pinball loss of quantile τ = `model.quantile`: the outputs learn the
     /// targets' τ-quantile given the inputs (TensorFlow Addons' `PinballLoss`).
+    #[serde(alias = "pinball")]
     Quantile,
 }
 

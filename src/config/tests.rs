@@ -585,3 +585,25 @@ fn sweep_defaults_and_ranges() {
         assert_eq!(field_of(Job::parse("job", &text, &[])), field, "{extra}");
     }
 }
+
+/// Keras' spellings of the losses parse as hvtrain's, and the job's fingerprint (which resumes
+/// compare) is the same whichever spelling the file uses.
+#[test]
+fn keras_loss_names_are_the_same_loss() {
+    // MIN ends in [model]: the line goes there.
+    let with = |loss: &str| Job::parse("job", &format!("{MIN}loss = \"{loss}\"\n"), &[]).unwrap();
+    for (keras, ours) in [
+        ("mean_squared_error", "mse"),
+        ("mean_absolute_error", "mae"),
+        ("sparse_categorical_crossentropy", "softmax_cross_entropy"),
+        ("binary_crossentropy", "binary_cross_entropy"),
+        ("logcosh", "log_cosh"),
+        ("mean_absolute_percentage_error", "mape"),
+        ("mean_squared_logarithmic_error", "msle"),
+        ("pinball", "quantile"),
+    ] {
+        let (a, b) = (with(keras), with(ours));
+        assert_eq!(a.model.loss.name(), ours, "{keras}");
+        assert_eq!(a.fingerprint(), b.fingerprint(), "{keras}");
+    }
+}
