@@ -189,13 +189,14 @@ With --device cuda it also checks a step with TF32 tensor cores (looser toleranc
         #[arg(long, value_enum, default_value = "auto")]
         device: DeviceArg,
     },
-    /// Draw a run's curves (loss, test accuracy, samples/s per epoch) into one PNG, from
+    /// Draw a run's curves (loss, test accuracy or R², learning rate, samples/s per epoch) into one PNG, from
     /// RUN_DIR/metrics.jsonl. Several run directories are overlaid for comparison.
     #[command(
         after_help = "Examples:\n  hvtrain plot runs/fashion-mnist                 # writes runs/fashion-mnist/curves.png\n  \
 hvtrain plot runs/lr-0.05 runs/lr-0.1 --output lr.png\n\n\
-Panels: loss (train solid, test dashed), test accuracy (\"no test data\" when the job has\n\
-none), and training samples/s of all ranks. Each run has its own colour; the legend names\n\
+Panels: loss (train solid, test dashed, validation dotted), test accuracy (test R² for a\n\
+regression loss; \"no test data\" when the job has none), the learning rate after each epoch\n\
+(a log axis across decades), and training samples/s of all ranks. Each run has its own colour; the legend names\n\
 its directory. One process, no mpirun; no Python and no system fonts needed."
     )]
     Plot {

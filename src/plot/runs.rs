@@ -1,12 +1,14 @@
 //! `hvtrain plot RUN_DIR...`: the curves of one or more runs in one PNG, read from each
 //! run's `metrics.jsonl` (written by `metrics::MetricsLog`, one JSON object per epoch).
 //!
-//! Three panels side by side: loss (train solid, test dashed), test accuracy and samples/s,
-//! per epoch. Runs are overlaid, one colour each, with a legend naming the directory.
+//! Four panels, two by two, per epoch: loss (train solid, test dashed, validation dotted) and
+//! test accuracy (test R² for a regression loss) above, the learning rate (a log axis when it
+//! spans more than a decade, as a schedule's drops do) and samples/s below. Runs are overlaid,
+//! one colour each, with a legend naming the directory.
 //!
 //! Must not: read anything but `metrics.jsonl` files.
 
-use super::style::{chart, curve, draw_error, legend, value_range, DrawResult, Stroke, COLOURS, HEIGHT, WIDTH};
+use super::style::{chart, chart_labelled, curve, draw_error, legend, rate, value_range, DrawResult, Stroke, COLOURS};
 use crate::error::{Error, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -22,9 +24,15 @@ struct Line {
     train_loss: Option<f64>,
     test_loss: Option<f64>,
     test_accuracy: Option<f64>,
+    test_r2: Option<f64>,
     val_loss: Option<f64>,
     samples_per_sec: Option<f64>,
+    lr: Option<f64>,
 }
+
+/// Image size in pixels: four panels of 800 x 540, two by two, and a title.
+pub const WIDTH: u32 = 1600;
+pub const HEIGHT: u32 = 1120;
 
 /// One run: its label (the directory as given) and its epochs in order.
 struct Run {
@@ -102,7 +110,7 @@ where
         _ => format!("hvtrain: {} runs", runs.len()),
     };
     let root = root.titled(&title, ("sans-serif", 26))?;
-    let panels = root.split_evenly((1, 3));
+    let panels = root.split_evenly((2, 2));
 
     let series = |f: fn(&Line) -> Option<f64>| -> Vec<Vec<(f64, f64)>> {
         runs.iter()
@@ -115,6 +123,8 @@ where
     let test = series(|m| m.test_loss);
     let val = series(|m| m.val_loss);
     let acc = series(|m| m.test_accuracy);
+    let r2 = series(|m| m.test_r2);
+    let lr = series(|m| m.lr);
     let speed = series(|m| m.samples_per_sec);
     let x = epoch_range(runs);
 
@@ -140,8 +150,19 @@ where
         legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     }
 
-    // Test accuracy, when any run has test data.
-    if acc.iter().all(Vec::is_empty) {
+    // Test accuracy, when any run has test data; test R² for regression runs.
+    let regression = acc.iter().all(Vec::is_empty) && !r2.iter().all(Vec::is_empty);
+    if regression {
+        let y = value_range(r2.iter(), false);
+        let y = y.start..y.end.min(1.0);
+        let mut chart = chart(&panels[1], "test R² (regression)", x.clone(), y, "R²")?;
+        for (i, r) in runs.iter().enumerate() {
+            if !r2[i].is_empty() {
+                curve(&mut chart, &r2[i], COLOURS[i % COLOURS.len()], Stroke::Solid, &r.label)?;
+            }
+        }
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+    } else if acc.iter().all(Vec::is_empty) {
         let area = &panels[1];
         let (w, h) = area.dim_in_pixel();
         area.draw(&Text::new(
@@ -150,7 +171,7 @@ where
             ("sans-serif", 22).into_font().color(&BLACK),
         ))?;
         area.draw(&Text::new(
-            "(no data.test in the job, or a regression loss)",
+            "(no data.test in the job)",
             (w as i32 / 2 - 210, h as i32 / 2 + 10),
             ("sans-serif", 18).into_font().color(&RGBColor(90, 90, 90)),
         ))?;
@@ -166,10 +187,42 @@ where
         legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     }
 
+    // The learning rate after each epoch (metrics.jsonl's `lr`: the next step's).
+    if lr.iter().all(Vec::is_empty) {
+        let area = &panels[2];
+        let (w, h) = area.dim_in_pixel();
+        area.draw(&Text::new(
+            "learning rate: not in metrics.jsonl",
+            (w as i32 / 2 - 180, h as i32 / 2 - 20),
+            ("sans-serif", 22).into_font().color(&BLACK),
+        ))?;
+    } else {
+        let (lo, hi) = lr.iter().flatten().fold((f64::INFINITY, 0.0f64), |(lo, hi), &(_, v)| (lo.min(v), hi.max(v)));
+        let log = lo > 0.0 && hi / lo > 10.0;
+        let points: Vec<Vec<(f64, f64)>> = if log {
+            lr.iter().map(|c| c.iter().map(|&(e, v)| (e, v.log10())).collect()).collect()
+        } else {
+            lr.clone()
+        };
+        let y = value_range(points.iter(), !log);
+        let (caption, label): (&str, &dyn Fn(&f64) -> String) = if log {
+            ("learning rate after each epoch (log scale)", &|v| rate(10f64.powf(*v)))
+        } else {
+            ("learning rate after each epoch", &|v| rate(*v))
+        };
+        let mut chart = chart_labelled(&panels[2], caption, x.clone(), y, "lr", label)?;
+        for (i, r) in runs.iter().enumerate() {
+            if !points[i].is_empty() {
+                curve(&mut chart, &points[i], COLOURS[i % COLOURS.len()], Stroke::Solid, &r.label)?;
+            }
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    }
+
     // Training throughput.
     {
         let y = value_range(speed.iter(), true);
-        let mut chart = chart(&panels[2], "training samples/s (all ranks)", x, y, "samples/s")?;
+        let mut chart = chart(&panels[3], "training samples/s (all ranks)", x, y, "samples/s")?;
         for (i, r) in runs.iter().enumerate() {
             curve(&mut chart, &speed[i], COLOURS[i % COLOURS.len()], Stroke::Solid, &r.label)?;
         }

@@ -64,6 +64,21 @@ pub fn chart<'a, DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
+    chart_labelled(area, caption, x, y, y_desc, &|v| short(*v))
+}
+
+/// `chart` with the y axis's labels written by `y_label` (a log axis: 10^v).
+pub fn chart_labelled<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+    x: Range<f64>,
+    y: Range<f64>,
+    y_desc: &str,
+    y_label: &dyn Fn(&f64) -> String,
+) -> std::result::Result<Chart<'a, DB>, Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 20))
         .margin(12)
@@ -86,7 +101,7 @@ where
                 String::new()
             }
         })
-        .y_label_formatter(&|v| short(*v))
+        .y_label_formatter(y_label)
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 16))
         .light_line_style(WHITE)
@@ -159,6 +174,15 @@ pub fn value_range<'a>(curves: impl Iterator<Item = &'a Vec<(f64, f64)>>, from_z
     }
     let pad = if hi > lo { (hi - lo) * 0.05 } else { hi.abs().max(1.0) * 0.05 };
     (if from_zero { lo } else { lo - pad })..hi + pad
+}
+
+/// A learning rate's label: `short` from 0.01 up, else as 5e-4.
+pub fn rate(v: f64) -> String {
+    if v == 0.0 || v.abs() >= 0.01 {
+        short(v)
+    } else {
+        format!("{v:.0e}")
+    }
 }
 
 /// An axis label: few digits, thousands as k.

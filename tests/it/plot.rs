@@ -1,5 +1,6 @@
 //! `hvtrain plot`: from the metrics.jsonl of real training runs to a PNG that is whole
-//! (signature, IHDR, IEND, decodes), of a sensible size, and shows curves (not blank);
+//! (signature, IHDR, IEND, decodes), of a sensible size, and shows curves (not blank) in each
+//! of its four panels (loss, test accuracy or a regression's R², the learning rate, samples/s);
 //! several runs overlaid in their own colours; a bad metrics file is a clear error.
 
 use crate::common;
@@ -93,6 +94,15 @@ impl Image {
     pub(crate) fn count(&self, c: [u8; 3]) -> usize {
         self.rgb.iter().filter(|&&p| p == c).count()
     }
+    /// Pixels of colour `c` in panel (row, col) of the run plot's 2 × 2 grid (the title's
+    /// band counted in the top row).
+    fn count_in(&self, c: [u8; 3], row: u32, col: u32) -> usize {
+        let (w, h) = (self.width / 2, self.height / 2);
+        (row * h..(row + 1) * h)
+            .flat_map(|y| (col * w..(col + 1) * w).map(move |x| (x, y)))
+            .filter(|&(x, y)| self.rgb[(y * self.width + x) as usize] == c)
+            .count()
+    }
     fn not_white(&self) -> usize {
         self.rgb.iter().filter(|&&p| p != [255, 255, 255]).count()
     }
@@ -123,6 +133,9 @@ fn plot_of_a_real_run_is_a_whole_png_with_curves_and_two_runs_overlay() {
     assert!(run.stdout.contains("a/curves.png"), "does not say where: {}", run.all());
     let one = read_png(&dir.join("a/curves.png"));
     one.assert_drawn("one run");
+    for (row, col, what) in [(0, 0, "loss"), (0, 1, "test accuracy"), (1, 0, "learning rate"), (1, 1, "samples/s")] {
+        assert!(one.count_in(RUN1, row, col) > 150, "the {what} panel has no curve ({})", one.count_in(RUN1, row, col));
+    }
     assert_eq!(one.count(RUN2), 0, "one run, yet a second run's colour is drawn");
 
     // Two runs overlaid into --output: both colours are there.
@@ -147,7 +160,37 @@ fn a_run_without_test_data_still_plots() {
     .unwrap();
     let run = hvtrain(&["plot", "r"], &dir, 60);
     assert!(run.ok(), "{}", run.all());
-    read_png(&dir.join("r/curves.png")).assert_drawn("no test data");
+    let img = read_png(&dir.join("r/curves.png"));
+    img.assert_drawn("no test data");
+    assert_eq!(img.count_in(RUN1, 0, 1), 0, "a test curve without test data");
+    assert_eq!(img.count_in(RUN1, 1, 0), 0, "a learning-rate curve without an lr column");
+}
+
+/// A regression run plots its test R² where a classifier's accuracy goes, and a schedule's
+/// learning rate (a cosine from 0.05 to 0.0005: two decades, a log axis).
+#[test]
+fn a_regression_run_plots_its_r2_and_its_learning_rate() {
+    let _g = mpi_lock();
+    let dir = scratch("plot-regression");
+    let (x, _) = synthetic(96, D, 2, 5);
+    let y: Vec<f32> = x.chunks_exact(D).map(|r| 2.0 * r[0] - r[1]).collect();
+    let f = hdf5::File::create(dir.join("r.h5")).unwrap();
+    write_dataset(&f, "x", &x, &[96, D]);
+    write_dataset(&f, "y", &y, &[96, 1]);
+    drop(f);
+    let extra = "[optimizer]\nlr = 0.05\nschedule = \"cosine\"\nmin_lr = 0.0005\n";
+    job(&dir, &[D, 16, 1], "r.h5", Some("r.h5"), extra);
+    let sets = ["--set", "model.loss=\"mse\"", "--set", "training.epochs=4", "--set", "output.dir=\"a\""];
+    let mut args = vec!["train", "job.toml"];
+    args.extend(sets);
+    let run = hvtrain(&args, &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    let run = hvtrain(&["plot", "a"], &dir, 60);
+    assert!(run.ok(), "{}", run.all());
+    let img = read_png(&dir.join("a/curves.png"));
+    img.assert_drawn("regression");
+    assert!(img.count_in(RUN1, 0, 1) > 150, "no R² curve ({} pixels)", img.count_in(RUN1, 0, 1));
+    assert!(img.count_in(RUN1, 1, 0) > 150, "no learning-rate curve ({} pixels)", img.count_in(RUN1, 1, 0));
 }
 
 #[test]
