@@ -429,12 +429,16 @@ impl Job {
                     .into(),
             );
         }
-        if matches!(o.schedule, super::Schedule::Cosine | super::Schedule::Polynomial) && o.decay_steps == 0 {
+        if matches!(o.schedule, super::Schedule::Cosine | super::Schedule::Polynomial | super::Schedule::OneCycle)
+            && o.decay_steps == 0
+        {
             return bad(
                 "optimizer.decay_steps",
-                "must be set for schedule = \"cosine\" with strategy = \"parameter_server\" (the servers do not \
-                 know the run's length); give the steps to reach optimizer.min_lr"
-                    .into(),
+                format!(
+                    "must be set for schedule = \"{}\" with strategy = \"parameter_server\" (the servers do not \
+                     know the run's length); give the steps of the decay",
+                    o.schedule.name()
+                ),
             );
         }
         if d.compression != Compression::None {

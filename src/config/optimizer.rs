@@ -62,6 +62,11 @@ pub enum Schedule {
     /// t_mul times longer, and so on (SGDR, Loshchilov and Hutter 2017; Keras:
     /// CosineDecayRestarts with alpha = min_lr / lr; PyTorch: CosineAnnealingWarmRestarts).
     CosineRestarts,
+    /// The 1cycle policy (Smith and Topin 2018) as PyTorch's `OneCycleLR` computes it
+    /// (cosine annealing, two phases, `cycle_momentum = False`): from lr / div_factor up to lr
+    /// over the first pct_start of decay_steps (0: the run's steps), then down to
+    /// lr / div_factor / final_div_factor at the last step.
+    OneCycle,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -127,6 +132,15 @@ pub struct OptimizerCfg {
     /// (Keras' `m_mul`).
     #[serde(default = "default_m_mul")]
     pub m_mul: f64,
+    /// one_cycle: the share of the steps spent rising to lr (PyTorch's `pct_start`).
+    #[serde(default = "default_pct_start")]
+    pub pct_start: f64,
+    /// one_cycle: the start is lr / div_factor (PyTorch's `div_factor`).
+    #[serde(default = "default_div_factor")]
+    pub div_factor: f64,
+    /// one_cycle: the end is the start / final_div_factor (PyTorch's `final_div_factor`).
+    #[serde(default = "default_final_div_factor")]
+    pub final_div_factor: f64,
     /// plateau: the least decrease of the monitored metric that counts as an improvement.
     #[serde(default)]
     pub min_delta: f64,
@@ -189,6 +203,15 @@ fn default_t_mul() -> f64 {
 fn default_m_mul() -> f64 {
     1.0
 }
+fn default_pct_start() -> f64 {
+    0.3
+}
+fn default_div_factor() -> f64 {
+    25.0
+}
+fn default_final_div_factor() -> f64 {
+    1e4
+}
 fn default_patience() -> usize {
     5
 }
@@ -220,6 +243,9 @@ impl Default for OptimizerCfg {
             milestones: Vec::new(),
             t_mul: default_t_mul(),
             m_mul: default_m_mul(),
+            pct_start: default_pct_start(),
+            div_factor: default_div_factor(),
+            final_div_factor: default_final_div_factor(),
             min_delta: 0.0,
             global_clipnorm: None,
             clipnorm: None,
@@ -334,6 +360,20 @@ impl OptimizerCfg {
                 n(self.t_mul),
                 n(self.m_mul)
             ),
+            Schedule::OneCycle => {
+                let span = match self.decay_steps {
+                    0 => "the run".to_string(),
+                    d => format!("{d} steps"),
+                };
+                let start = self.lr / self.div_factor;
+                format!(
+                    " (from {} up to {} over {} of {span}, then down to {})",
+                    n(start),
+                    n(self.lr),
+                    n(self.pct_start),
+                    n(start / self.final_div_factor)
+                )
+            }
         }
     }
 
@@ -382,6 +422,18 @@ impl OptimizerCfg {
         o.validate_multistep(origin)?;
         real(origin, "optimizer.t_mul", o.t_mul, limits::T_MUL)?;
         real(origin, "optimizer.m_mul", o.m_mul, limits::M_MUL)?;
+        real(origin, "optimizer.pct_start", o.pct_start, limits::PCT_START)?;
+        real(origin, "optimizer.div_factor", o.div_factor, limits::DIV_FACTOR)?;
+        real(origin, "optimizer.final_div_factor", o.final_div_factor, limits::DIV_FACTOR)?;
+        if o.schedule == Schedule::OneCycle && (o.warmup_steps > 0 || o.warmup_epochs > 0.0) {
+            let field = if o.warmup_steps > 0 { "optimizer.warmup_steps" } else { "optimizer.warmup_epochs" };
+            return Err(Error::config(
+                origin,
+                field,
+                "is set beside schedule = \"one_cycle\", which warms up itself (from lr / div_factor over pct_start \
+                 of the steps): remove the warm-up, or set pct_start",
+            ));
+        }
         if o.schedule == Schedule::CosineRestarts && o.decay_steps == 0 {
             return Err(Error::config(
                 origin,
@@ -488,6 +540,7 @@ impl Schedule {
             Schedule::Plateau => "plateau",
             Schedule::Multistep => "multistep",
             Schedule::CosineRestarts => "cosine_restarts",
+            Schedule::OneCycle => "one_cycle",
         }
     }
 }

@@ -130,3 +130,25 @@ fn warmup_epochs_or_warmup_steps_not_both() {
     let (field, msg) = refused(&["optimizer.warmup_epochs=1", "distribution.strategy='parameter_server'"]);
     assert!(field == "optimizer.warmup_epochs" && msg.contains("warmup_steps"), "{field}: {msg}");
 }
+
+#[test]
+fn one_cycle_warms_up_itself_and_bounds_its_factors() {
+    let line = parse(&["optimizer.schedule='one_cycle'", "optimizer.lr=0.1"]).unwrap().optimizer.describe();
+    assert!(
+        line.ends_with("schedule one_cycle (from 0.004 up to 0.1 over 0.3 of the run, then down to 4e-7)"),
+        "{line}"
+    );
+    for (set, field) in [
+        ("optimizer.warmup_steps=10", "optimizer.warmup_steps"),
+        ("optimizer.warmup_epochs=1", "optimizer.warmup_epochs"),
+        ("optimizer.pct_start=0", "optimizer.pct_start"),
+        ("optimizer.pct_start=1", "optimizer.pct_start"),
+        ("optimizer.div_factor=0.5", "optimizer.div_factor"),
+        ("optimizer.final_div_factor=0", "optimizer.final_div_factor"),
+    ] {
+        let (got, msg) = refused(&["optimizer.schedule='one_cycle'", set]);
+        assert_eq!(got, field, "{set}: {msg}");
+    }
+    let (field, msg) = refused(&["optimizer.schedule='one_cycle'", "distribution.strategy='parameter_server'"]);
+    assert!(field == "optimizer.decay_steps" && msg.contains("\"one_cycle\""), "{field}: {msg}");
+}

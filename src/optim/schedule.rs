@@ -1,7 +1,7 @@
 //! The learning rate of every step: linear warm-up, then `optimizer.schedule` (constant,
-//! step, exponential, cosine, polynomial, plateau, multistep, cosine_restarts), as Keras'
-//! schedules and `ReduceLROnPlateau` (and PyTorch's `MultiStepLR` and
-//! `CosineAnnealingWarmRestarts`) define them. A pure function of the step (and, for plateau, of the epochs' monitored metric,
+//! step, exponential, cosine, polynomial, plateau, multistep, cosine_restarts, one_cycle), as
+//! Keras' schedules and `ReduceLROnPlateau` (and PyTorch's `MultiStepLR`,
+//! `CosineAnnealingWarmRestarts` and `OneCycleLR`) define them. A pure function of the step (and, for plateau, of the epochs' monitored metric,
 //! whose state checkpoints carry), so a resumed run on any rank count follows the same curve.
 //!
 //! Must not: touch parameters or optimizer state (`mod.rs` does), or decide which metric
@@ -115,6 +115,10 @@ impl LrSchedule {
                 let passed = c.milestones.iter().filter(|&&m| step >= m as u64 * self.epoch_steps).count();
                 lr * c.factor.powi(passed as i32)
             }
+            Schedule::OneCycle => {
+                let span = if c.decay_steps > 0 { c.decay_steps as u64 } else { self.total_steps };
+                one_cycle(step as f64, span.max(2) as f64, lr, c)
+            }
             Schedule::CosineRestarts => {
                 let (t, peak) = restart_phase(s / c.decay_steps as f64, c.t_mul, c.m_mul);
                 c.min_lr + (lr - c.min_lr) * peak * 0.5 * (1.0 + (std::f64::consts::PI * t).cos())
@@ -139,6 +143,21 @@ impl LrSchedule {
         }
         p.scale = (p.scale * self.cfg.factor).max(floor);
         Some((self.base * p.scale).max(self.cfg.min_lr))
+    }
+}
+
+/// PyTorch's `OneCycleLR` (two phases, cosine annealing) at step `s` of `total`: phase one ends
+/// at step pct_start·total − 1 at `max`, phase two at step total − 1 at the floor; past the
+/// end, the floor.
+fn one_cycle(s: f64, total: f64, max: f64, c: &OptimizerCfg) -> f64 {
+    let start = max / c.div_factor;
+    let floor = start / c.final_div_factor;
+    let end1 = c.pct_start * total - 1.0;
+    let cos = |from: f64, to: f64, pct: f64| to + (from - to) / 2.0 * ((std::f64::consts::PI * pct).cos() + 1.0);
+    if end1 > 0.0 && s <= end1 {
+        cos(start, max, s / end1)
+    } else {
+        cos(max, floor, ((s - end1) / (total - 1.0 - end1)).min(1.0))
     }
 }
 
@@ -246,6 +265,33 @@ mod tests {
         assert_eq!((s.at(25), s.at(34), s.at(35)), (0.1, 0.1, 0.05), "the decay counts from the warm-up's end");
         s.set_epoch_steps(7);
         assert_eq!(s.warmup(), 18, "17.5 steps rounded up");
+    }
+
+    #[test]
+    fn one_cycle_rises_over_pct_start_then_falls_to_its_floor_as_pytorch_does() {
+        // OneCycleLR(max_lr = 0.1, total_steps = 100): pct_start 0.3, div_factor 25,
+        // final_div_factor 1e4; phase one ends at step 29, phase two at step 99.
+        let mut s = sched(&[("schedule", "\"one_cycle\"")]);
+        s.set_total_steps(100);
+        let floor = 0.1 / 25.0 / 1e4;
+        assert!((s.at(0) - 0.004).abs() < 1e-15);
+        assert!((s.at(29) - 0.1).abs() < 1e-15);
+        assert!((s.at(64) - (0.1 + floor) / 2.0).abs() < 1e-15, "phase two's middle: {}", s.at(64));
+        assert!((s.at(99) - floor).abs() < 1e-18);
+        assert!((s.at(500) - floor).abs() < 1e-18, "past the end: the floor");
+        let rising: Vec<f64> = (0..30).map(|i| s.at(i)).collect();
+        assert!(rising.windows(2).all(|w| w[1] > w[0]), "{rising:?}");
+        // decay_steps fixes the cycle's length; pct_start, div_factor and final_div_factor move it.
+        let s = sched(&[
+            ("schedule", "\"one_cycle\""),
+            ("decay_steps", "20"),
+            ("pct_start", "0.5"),
+            ("div_factor", "10"),
+            ("final_div_factor", "100"),
+        ]);
+        assert!((s.at(0) - 0.01).abs() < 1e-15);
+        assert!((s.at(9) - 0.1).abs() < 1e-15);
+        assert!((s.at(19) - 1e-4).abs() < 1e-15);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! weights as one that was never stopped; multistep drops at its milestone epochs after a
 //! warm-up in epochs, on any rank
 //! count and through a resume on another; cosine_restarts restarts where Keras'
-//! CosineDecayRestarts does; and the schedule keys' errors name the key.
+//! CosineDecayRestarts does; one_cycle rises and falls as PyTorch's OneCycleLR; and the
+//! schedule keys' errors name the key.
 
 use crate::common;
 use common::*;
@@ -109,6 +110,25 @@ fn cosine_restarts_restarts_at_the_end_of_each_longer_period() {
         let want = 0.001 + 0.099 * peak * 0.5 * (1.0 + (std::f64::consts::PI * t).cos());
         assert!((lr - want).abs() < 1e-12, "epoch {}: lr {lr}, SGDR {want}: {got:?}", e + 1);
     }
+}
+
+#[test]
+fn one_cycle_rises_then_falls_over_the_run() {
+    let _g = mpi_lock();
+    // 60 steps an epoch, 5 epochs: 300 steps; phase one ends at step 89 (pct_start 0.3).
+    let extra = "[optimizer]\nlr = 0.2\nschedule = \"one_cycle\"\n";
+    let dir = setup("sched-one-cycle", extra);
+    let run = mpirun(2, &["train", "job.toml", "--set", "training.epochs=5"], &dir, 120);
+    assert!(run.ok(), "{}", run.all());
+    let got = lrs(&dir);
+    let cos = |from: f64, to: f64, pct: f64| to + (from - to) / 2.0 * ((std::f64::consts::PI * pct).cos() + 1.0);
+    let (start, floor) = (0.2 / 25.0, 0.2 / 25.0 / 1e4);
+    for (e, lr) in got.iter().enumerate() {
+        let s = ((e + 1) * 60) as f64;
+        let want = if s <= 89.0 { cos(start, 0.2, s / 89.0) } else { cos(0.2, floor, ((s - 89.0) / 210.0).min(1.0)) };
+        assert!((lr - want).abs() < 1e-12, "epoch {}: lr {lr}, OneCycleLR {want}: {got:?}", e + 1);
+    }
+    assert!(got[0] < got[1] && got[1] > got[2], "up, then down: {got:?}");
 }
 
 const PLATEAU: &str =
