@@ -4,7 +4,8 @@ training file with one of Keras' optimizers (--optimizer rmsprop: RMSprop(rho, m
 epsilon), not centered; adam: Adam(beta_1 0.9, beta_2 0.999, epsilon); sgd: SGD(momentum)) and
 a learning-rate schedule (--schedule constant; multistep: PiecewiseConstantDecay dropping by
 --factor after each epoch in --milestones; cosine_restarts: CosineDecayRestarts(--decay-steps,
---t-mul, --m-mul, alpha = --min-lr / --lr)), evaluated on the test file. Prints one line:
+--t-mul, --m-mul, alpha = --min-lr / --lr); one_cycle: PyTorch's OneCycleLR written out), evaluated
+on the test file. Prints one line:
 PEER_RESULT {json} with test accuracy and test NLL (bench/calibration.py) and the rate after
 each epoch (the next step's, as hvtrain's metrics.jsonl `lr`).
 
@@ -34,7 +35,7 @@ ap.add_argument("--rho", type=float, default=0.9)
 ap.add_argument("--eps", type=float, default=1e-7)
 ap.add_argument("--momentum", type=float, default=0.0)
 ap.add_argument("--seed", type=int, default=0)
-ap.add_argument("--schedule", choices=["constant", "multistep", "cosine_restarts"], default="constant")
+ap.add_argument("--schedule", choices=["constant", "multistep", "cosine_restarts", "one_cycle"], default="constant")
 ap.add_argument("--milestones", default="", help="multistep: epochs, comma-separated")
 ap.add_argument("--factor", type=float, default=0.1)
 ap.add_argument("--decay-steps", type=int, default=0)
@@ -62,6 +63,26 @@ if args.schedule == "multistep":
     # before each milestone epoch's first step drops the rate there, as MultiStepLR does.
     lr = keras.optimizers.schedules.PiecewiseConstantDecay(
         [m * steps_per_epoch - 1 for m in ms], [args.lr * args.factor**i for i in range(len(ms) + 1)])
+elif args.schedule == "one_cycle":
+
+    class OneCycle(keras.optimizers.schedules.LearningRateSchedule):
+        """PyTorch's OneCycleLR (pct_start 0.3, div_factor 25, final_div_factor 1e4, cosine,
+        no momentum cycling), written out: Keras has none."""
+
+        def __init__(self, peak, total):
+            self.peak, self.total = peak, total
+
+        def __call__(self, step):
+            s = keras.ops.cast(step, "float32")
+            start = self.peak / 25.0
+            floor = start / 1e4
+            end1 = 0.3 * self.total - 1.0
+            cos = lambda a, b, p: b + (a - b) / 2.0 * (keras.ops.cos(np.pi * p) + 1.0)
+            up = cos(start, self.peak, s / end1)
+            down = cos(self.peak, floor, keras.ops.minimum((s - end1) / (self.total - 1.0 - end1), 1.0))
+            return keras.ops.where(s <= end1, up, down)
+
+    lr = OneCycle(args.lr, steps_per_epoch * args.epochs)
 elif args.schedule == "cosine_restarts":
     lr = keras.optimizers.schedules.CosineDecayRestarts(
         args.lr, args.decay_steps, t_mul=args.t_mul, m_mul=args.m_mul, alpha=args.min_lr / args.lr)

@@ -5,6 +5,7 @@
 # epoch, 5,628 steps); multistep: × 0.1 after epochs 6 and 9; cosine_restarts: periods of 804,
 # 1,608 and 3,216 steps (t_mul 2), ending at min_lr 0 with the run. Test accuracy and NLL of the
 # weights each system ends with, by the same code (bench/calibration.py), and each system's rate
+# (SCHEDULES may also name one_cycle: PyTorch's OneCycleLR peaking at 0.05, written out for Keras)
 # after every epoch (hvtrain's metrics.jsonl `lr`, Keras' schedule at the optimizer's step).
 #   bash bench/schedules.sh [OUT.md]   (needs: make build, bash bench/setup_peer.sh)
 # SEEDS ("1 2 3"): each seed changes initialization and order; the spread is the noise.
@@ -23,6 +24,7 @@ hv_sets() { # SCHEDULE: the job's keys for it
   case $1 in
     multistep) echo "--set optimizer.schedule=\"multistep\" --set optimizer.milestones=[6,9] --set optimizer.factor=0.1" ;;
     cosine_restarts) echo "--set optimizer.schedule=\"cosine_restarts\" --set optimizer.decay_steps=804 --set optimizer.t_mul=2.0" ;;
+    one_cycle) echo "--set optimizer.schedule=\"one_cycle\"" ;;
     *) echo "--set optimizer.schedule=\"constant\"" ;;
   esac
 }
@@ -30,6 +32,7 @@ keras_args() { # SCHEDULE: the peer's arguments for it
   case $1 in
     multistep) echo "--schedule multistep --milestones 6,9 --factor 0.1" ;;
     cosine_restarts) echo "--schedule cosine_restarts --decay-steps 804 --t-mul 2.0" ;;
+    one_cycle) echo "--schedule one_cycle" ;;
     *) echo "--schedule constant" ;;
   esac
 }
@@ -83,7 +86,7 @@ done
   echo "- machine: $(nproc) vCPU, $(lscpu | sed -n 's/^Model name: *//p'), $(free -g | awk '/Mem:/{print $2}') GiB"
   echo "- hvtrain $(git rev-parse --short HEAD) (2 ranks, Open MPI, CPU backend, one shuffle window over all rows; SGD as PyTorch's, lr outside the momentum buffer); ${peer:-Keras: not run} (one process, default threading, \`SGD(momentum=0.9)\`, lr inside the buffer: the same at a constant rate, smoother where the rate drops)"
   echo "- data: Fashion-MNIST's 60,000 training rows, the 10,000 test rows; x float32 as stored"
-  echo "- model 784-256-10 ReLU, SGD lr 0.05 momentum 0.9, global batch 128, $EPOCHS epochs (469 steps an epoch, 5,628 steps); multistep: \`milestones = [6, 9]\`, \`factor = 0.1\` (Keras: \`PiecewiseConstantDecay\` with boundaries at steps 2,813 and 4,220, the last steps at each rate, values 0.05, 0.005, 0.0005); cosine_restarts: \`decay_steps = 804\`, \`t_mul = 2\`, \`m_mul = 1\`, \`min_lr = 0\` (periods end at steps 804, 2,412 and 5,628)"
+  echo "- model 784-256-10 ReLU, SGD lr 0.05 momentum 0.9, global batch 128, $EPOCHS epochs (469 steps an epoch, 5,628 steps); multistep: \`milestones = [6, 9]\`, \`factor = 0.1\` (Keras: \`PiecewiseConstantDecay\` with boundaries at steps 2,813 and 4,220, the last steps at each rate, values 0.05, 0.005, 0.0005); cosine_restarts: \`decay_steps = 804\`, \`t_mul = 2\`, \`m_mul = 1\`, \`min_lr = 0\` (periods end at steps 804, 2,412 and 5,628); one_cycle: \`schedule = \"one_cycle\"\` (0.002 up to 0.05 over steps 0 to 1,687, then down to 2e-7 at step 5,627; Keras: PyTorch's formula as a \`LearningRateSchedule\`)"
   echo "- figures from each system's test probabilities of its final weights by the same code (\`bench/calibration.py\`): accuracy, NLL (mean −log p of the true class); seconds: hvtrain the whole mpirun (start-up, $EPOCHS epochs, its per-epoch test evaluation), Keras \`fit\` alone. One run per seed and row; the spread between seeds is the noise"
   echo
   echo "| system | schedule | seed | test accuracy | test NLL | seconds |"
