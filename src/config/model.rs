@@ -249,17 +249,12 @@ impl LossKind {
             LossKind::BinaryCrossEntropy => Targets::MultiLabel,
         }
     }
+    /// What follows the last layer: each kind of target has its own.
     pub fn output_activation(self) -> OutputActivation {
-        match self {
-            LossKind::SoftmaxCrossEntropy => OutputActivation::Softmax,
-            LossKind::BinaryCrossEntropy => OutputActivation::Sigmoid,
-            LossKind::Mse
-            | LossKind::Mae
-            | LossKind::Huber
-            | LossKind::LogCosh
-            | LossKind::Mape
-            | LossKind::Msle
-            | LossKind::Quantile => OutputActivation::Identity,
+        match self.targets() {
+            Targets::Classes => OutputActivation::Softmax,
+            Targets::MultiLabel => OutputActivation::Sigmoid,
+            Targets::Regression => OutputActivation::Identity,
         }
     }
     /// The job file's spelling.
