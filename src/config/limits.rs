@@ -102,6 +102,7 @@ pub const PLATEAU_FACTOR: Span = Span { lo: 0.0, lo_open: true, hi: 1.0, hi_open
 pub const MIN_LR: Span = Span::below(0.0, 1e30);
 pub const MIN_DELTA: Span = Span::new(0.0, 1e30, "");
 pub const PATIENCE: Span = Span::new(1.0, 1e6, "epochs");
+pub const COOLDOWN: Span = Span::new(0.0, 1e6, "epochs");
 /// A bucket of 8192 MiB holds 2^31 float32: MPI's element count limit.
 pub const FUSION_MB: Span = Span::new(0.0, 8192.0, "MiB");
 /// Seconds without a heartbeat before a rank is taken for dead. Heartbeats go out once a

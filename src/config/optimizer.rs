@@ -141,6 +141,10 @@ pub struct OptimizerCfg {
     /// one_cycle: the end is the start / final_div_factor (PyTorch's `final_div_factor`).
     #[serde(default = "default_final_div_factor")]
     pub final_div_factor: f64,
+    /// plateau: epochs after a drop before the patience counts again (Keras' and PyTorch's
+    /// `cooldown`).
+    #[serde(default)]
+    pub cooldown: usize,
     /// plateau: the least decrease of the monitored metric that counts as an improvement.
     #[serde(default)]
     pub min_delta: f64,
@@ -247,6 +251,7 @@ impl Default for OptimizerCfg {
             div_factor: default_div_factor(),
             final_div_factor: default_final_div_factor(),
             min_delta: 0.0,
+            cooldown: 0,
             global_clipnorm: None,
             clipnorm: None,
             clipvalue: None,
@@ -341,8 +346,12 @@ impl OptimizerCfg {
                 format!(" (to {} over {span}{power})", n(self.min_lr))
             }
             Schedule::Plateau => {
+                let cooldown = match self.cooldown {
+                    0 => String::new(),
+                    c => format!(", cooldown {c} epochs"),
+                };
                 format!(
-                    " (× {} after {} epochs without improvement, floor {})",
+                    " (× {} after {} epochs without improvement, floor {}{cooldown})",
                     n(self.factor),
                     self.patience,
                     n(self.min_lr)
@@ -411,6 +420,7 @@ impl OptimizerCfg {
         real(origin, "optimizer.min_lr", o.min_lr, limits::MIN_LR)?;
         real(origin, "optimizer.min_delta", o.min_delta, limits::MIN_DELTA)?;
         count(origin, "optimizer.patience", o.patience as u64, limits::PATIENCE)?;
+        count(origin, "optimizer.cooldown", o.cooldown as u64, limits::COOLDOWN)?;
         count(origin, "optimizer.decay_steps", o.decay_steps as u64, limits::DECAY_STEPS)?;
         if matches!(o.schedule, Schedule::Step | Schedule::Exponential) && o.decay_steps == 0 {
             return Err(Error::config(

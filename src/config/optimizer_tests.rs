@@ -152,3 +152,10 @@ fn one_cycle_warms_up_itself_and_bounds_its_factors() {
     let (field, msg) = refused(&["optimizer.schedule='one_cycle'", "distribution.strategy='parameter_server'"]);
     assert!(field == "optimizer.decay_steps" && msg.contains("\"one_cycle\""), "{field}: {msg}");
 }
+
+#[test]
+fn plateau_cooldown_is_in_its_line_and_bounded() {
+    let line = parse(&["optimizer.schedule='plateau'", "optimizer.cooldown=2"]).unwrap().optimizer.describe();
+    assert!(line.ends_with("(× 0.1 after 5 epochs without improvement, floor 0, cooldown 2 epochs)"), "{line}");
+    assert_eq!(refused(&["optimizer.cooldown=-1"]).0, "optimizer.cooldown");
+}

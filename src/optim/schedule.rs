@@ -31,16 +31,19 @@ impl Best {
     }
 }
 
-/// Plateau's state: the factor applied so far, and its metric's best and wait.
+/// Plateau's state: the factor applied so far, its metric's best and wait, and the epochs of
+/// cooldown left after the last drop (checkpoints from before `cooldown` read as 0).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plateau {
     pub scale: f64,
     pub best: Best,
+    #[serde(default)]
+    pub cooldown: u64,
 }
 
 impl Default for Plateau {
     fn default() -> Self {
-        Plateau { scale: 1.0, best: Best::default() }
+        Plateau { scale: 1.0, best: Best::default(), cooldown: 0 }
     }
 }
 
@@ -132,11 +135,26 @@ impl LrSchedule {
         if self.cfg.schedule != Schedule::Plateau || !metric.is_finite() {
             return None;
         }
+        // Keras' ReduceLROnPlateau: an epoch of cooldown counts down and waits nothing, but a
+        // new best is still taken; a drop starts `cooldown` such epochs.
         let p = &mut self.plateau;
-        if p.best.observe(metric, self.cfg.min_delta) || p.best.wait < self.cfg.patience as u64 {
+        let cooling = p.cooldown > 0;
+        if cooling {
+            p.cooldown -= 1;
+            p.best.wait = 0;
+        }
+        if p.best.observe(metric, self.cfg.min_delta) {
+            return None;
+        }
+        if p.cooldown > 0 {
+            p.best.wait = 0;
+            return None;
+        }
+        if p.best.wait < self.cfg.patience as u64 {
             return None;
         }
         p.best.wait = 0;
+        p.cooldown = self.cfg.cooldown as u64;
         let floor = self.cfg.min_lr / self.base;
         if p.scale <= floor {
             return None;
@@ -364,6 +382,29 @@ mod tests {
         let s = sched(&[("schedule", "\"cosine_restarts\""), ("decay_steps", "8"), ("warmup_steps", "4")]);
         assert_eq!((s.at(4), s.at(12)), (0.1, 0.1));
         assert!((s.at(8) - 0.05).abs() < 1e-15);
+    }
+
+    #[test]
+    fn plateau_cooldown_waits_that_many_epochs_after_a_drop_as_keras_does() {
+        // The epochs after which Keras 3.15's ReduceLROnPlateau(monitor = "loss", factor = 0.5,
+        // min_delta = 0) dropped the rate, fed these losses: Keras lets the last epoch of
+        // cooldown count towards the patience already, and takes a new best during cooldown.
+        let drops = |patience: &str, cooldown: &str, losses: &[f64]| {
+            let mut s = sched(&[
+                ("schedule", "\"plateau\""),
+                ("patience", patience),
+                ("factor", "0.5"),
+                ("cooldown", cooldown),
+            ]);
+            (1..=losses.len()).filter(|&e| s.epoch_end(losses[e - 1]).is_some()).collect::<Vec<_>>()
+        };
+        assert_eq!(drops("1", "2", &[1.0; 9]), [2, 4, 6, 8]);
+        assert_eq!(drops("1", "0", &[1.0; 9]), [2, 3, 4, 5, 6, 7, 8, 9]);
+        let losses = [1.0, 1.0, 1.0, 0.9, 1.0, 1.0, 1.0, 1.0, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+        assert_eq!(drops("2", "3", &losses), [3, 7, 11, 15]);
+        // A checkpoint from before cooldown existed reads as none left.
+        let old: Plateau = serde_json::from_str(r#"{"scale":0.5,"best":{"value":1.0,"wait":0}}"#).unwrap();
+        assert_eq!(old.cooldown, 0);
     }
 
     #[test]

@@ -38,7 +38,7 @@ mod tests {
     #[test]
     fn round_trips_and_reads_older_checkpoints() {
         let best = Best { value: Some(0.3), wait: 2 };
-        let t = TrainerState { plateau: Some(Plateau { scale: 0.25, best }), best, best_epoch: 4 };
+        let t = TrainerState { plateau: Some(Plateau { scale: 0.25, best, cooldown: 1 }), best, best_epoch: 4 };
         assert_eq!(TrainerState::from_json(&t.to_json(), "c.h5".as_ref()).unwrap(), t);
         assert_eq!(TrainerState::from_json("{}", "c.h5".as_ref()).unwrap(), TrainerState::default());
         assert!(TrainerState::from_json("[", "c.h5".as_ref()).is_err());
