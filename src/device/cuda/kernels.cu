@@ -262,8 +262,7 @@ extern "C" __global__ void hv_weigh_rows(float* row_loss, float* d, const float*
 
 // Element-wise losses, one thread per row of [rows, k] (device/backend.rs `Pointwise`; the CPU
 // reference is device/cpu/loss.rs `pointwise_loss`): mode 0 squared error, 1 absolute error, 2 Huber
-// with delta, 3 binary cross-entropy of logits against 0/1 targets, 4 log-cosh, 5 absolute
-// percentage error, 6 squared logarithmic error, 7 the pinball loss of quantile delta. row_loss[r] = mean over the
+// with delta, 3 binary cross-entropy of logits against 0/1 targets. row_loss[r] = mean over the
 // row; row_correct[r] = elements with (p > 0) == (t > 0.5) (mode 3; else 0); d (may be null) =
 // grad_scale / k · dloss/dp.
 __device__ float hv_pointwise_value(int mode, float delta, float p, float t) {
@@ -275,16 +274,6 @@ __device__ float hv_pointwise_value(int mode, float delta, float p, float t) {
             const float a = fabsf(e);
             return a <= delta ? 0.5f * e * e : delta * (a - 0.5f * delta);
         }
-        case 4: {
-            const float a = fabsf(e);
-            return a + log1pf(expf(-2.0f * a)) - 0.69314718f;
-        }
-        case 5: return 100.0f * fabsf(e) / fmaxf(fabsf(t), 1e-7f);
-        case 6: {
-            const float d = logf(fmaxf(p, 1e-7f) + 1.0f) - logf(fmaxf(t, 1e-7f) + 1.0f);
-            return d * d;
-        }
-        case 7: return fmaxf(delta * -e, (delta - 1.0f) * -e);
         default: return fmaxf(p, 0.0f) - p * t + log1pf(expf(-fabsf(p)));
     }
 }
@@ -295,11 +284,6 @@ __device__ float hv_pointwise_grad(int mode, float delta, float p, float t) {
         case 0: return 2.0f * e;
         case 1: return e > 0.0f ? 1.0f : (e < 0.0f ? -1.0f : 0.0f);
         case 2: return fminf(fmaxf(e, -delta), delta);
-        case 4: return tanhf(e);
-        case 5: return (e > 0.0f ? 100.0f : (e < 0.0f ? -100.0f : 0.0f)) / fmaxf(fabsf(t), 1e-7f);
-        case 6:
-            return p > 1e-7f ? 2.0f * (logf(p + 1.0f) - logf(fmaxf(t, 1e-7f) + 1.0f)) / (p + 1.0f) : 0.0f;
-        case 7: return e < 0.0f ? -delta : (e > 0.0f ? 1.0f - delta : 0.0f);
         default: {
             if (p >= 0.0f) return 1.0f / (1.0f + expf(-p)) - t;
             const float x = expf(p);
@@ -323,6 +307,54 @@ extern "C" __global__ void hv_pointwise_loss(const float* pred, const float* tar
         }
         row_loss[r] = acc / (float)k;
         row_correct[r] = mode == 3 ? correct : 0;
+    }
+}
+
+// The regression losses added without a GPU, in a kernel of their own so that hv_pointwise_loss
+// stays as the last GPU run checked it (issue #48): the same signature and rows as
+// hv_pointwise_loss, mode 4 log-cosh, 5 absolute percentage error, 6 squared logarithmic error
+// (Keras' floor 1e-7 on both arguments), 7 the pinball loss of quantile delta. The CPU reference
+// is device/cpu/loss.rs `pointwise_loss`; row_correct is 0.
+__device__ float hv_regression_value(int mode, float tau, float p, float t) {
+    const float e = p - t;
+    switch (mode) {
+        case 4: {
+            const float a = fabsf(e);
+            return a + log1pf(expf(-2.0f * a)) - 0.69314718f;
+        }
+        case 5: return 100.0f * fabsf(e) / fmaxf(fabsf(t), 1e-7f);
+        case 6: {
+            const float d = logf(fmaxf(p, 1e-7f) + 1.0f) - logf(fmaxf(t, 1e-7f) + 1.0f);
+            return d * d;
+        }
+        default: return fmaxf(tau * -e, (tau - 1.0f) * -e);
+    }
+}
+
+__device__ float hv_regression_grad(int mode, float tau, float p, float t) {
+    const float e = p - t;
+    switch (mode) {
+        case 4: return tanhf(e);
+        case 5: return (e > 0.0f ? 100.0f : (e < 0.0f ? -100.0f : 0.0f)) / fmaxf(fabsf(t), 1e-7f);
+        case 6:
+            return p > 1e-7f ? 2.0f * (logf(p + 1.0f) - logf(fmaxf(t, 1e-7f) + 1.0f)) / (p + 1.0f) : 0.0f;
+        default: return e < 0.0f ? -tau : (e > 0.0f ? 1.0f - tau : 0.0f);
+    }
+}
+
+extern "C" __global__ void hv_regression_loss(const float* pred, const float* target, long long rows, int k, int mode,
+                                              float tau, float grad_scale, float* d, float* row_loss,
+                                              int* row_correct) {
+    HV_GRID_STRIDE(r, rows) {
+        const float s = grad_scale / (float)k;
+        float acc = 0.0f;
+        for (int j = 0; j < k; ++j) {
+            const float p = pred[r * k + j], t = target[r * k + j];
+            acc += hv_regression_value(mode, tau, p, t);
+            if (d) d[r * k + j] = s * hv_regression_grad(mode, tau, p, t);
+        }
+        row_loss[r] = acc / (float)k;
+        row_correct[r] = 0;
     }
 }
 

@@ -28,6 +28,7 @@ pub const KERNELS: &[&str] = &[
     "hv_softmax_xent_smooth",
     "hv_pointwise_loss",
     "hv_binary_xent_smooth",
+    "hv_regression_loss",
     "hv_weigh_rows",
     "hv_softmax_rows",
     "hv_dropout",

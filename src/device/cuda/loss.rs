@@ -113,8 +113,10 @@ impl Cuda {
                 Pointwise::BinaryXent(eps) if eps > 0.0 => Some(eps),
                 _ => None,
             };
+            // So do the regression losses added since (log-cosh, MAPE, MSLE, pinball: modes 4 to 7).
             let mut l = match smooth {
                 Some(_) => self.stream.launch_builder(&self.k.binary_xent_smooth),
+                None if mode >= 4 => self.stream.launch_builder(&self.k.regression_loss),
                 None => self.stream.launch_builder(&self.k.pointwise_loss),
             };
             l.arg(&pv).arg(&tv).arg(&rows64).arg(&k32);
@@ -129,8 +131,9 @@ impl Cuda {
             };
             l.arg(&mut *loss).arg(&mut *correct);
             // SAFETY: hv_pointwise_loss(const float*, const float*, long long, int, int, float, float,
-            // float*, float*, int*) over `rows` rows, or hv_binary_xent_smooth with the float eps
-            // in place of mode and delta; the scratch holds at least `rows`.
+            // float*, float*, int*) over `rows` rows (hv_regression_loss has the same arguments), or
+            // hv_binary_xent_smooth with the float eps in place of mode and delta; the scratch holds
+            // at least `rows`.
             unsafe { l.launch(config_1d(rows)) }.map_err(drv("launching hv_pointwise_loss"))?;
             if let Some(rw) = rw {
                 self.launch_weigh_rows(rw, rows, k, loss, dv.as_mut())?;

@@ -81,6 +81,11 @@ void hvshim_hv_pointwise_loss(u32 g, u32 b, const float* pred, const float* targ
     launch(g, b, hv_pointwise_loss, pred, target, rows, k, mode, delta, grad_scale, d, row_loss, row_correct);
 }
 
+void hvshim_hv_regression_loss(u32 g, u32 b, const float* pred, const float* target, i64 rows, int k, int mode,
+                               float tau, float grad_scale, float* d, float* row_loss, int* row_correct) {
+    launch(g, b, hv_regression_loss, pred, target, rows, k, mode, tau, grad_scale, d, row_loss, row_correct);
+}
+
 void hvshim_hv_binary_xent_smooth(u32 g, u32 b, const float* pred, const float* target, i64 rows, int k, float eps,
                                   float grad_scale, float* d, float* row_loss, int* row_correct) {
     launch(g, b, hv_binary_xent_smooth, pred, target, rows, k, eps, grad_scale, d, row_loss, row_correct);

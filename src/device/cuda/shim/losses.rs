@@ -2,7 +2,8 @@
 //! tolerances): softmax cross-entropy with and without class weights and label smoothing
 //! (`hv_softmax_xent_smooth`), and a label out of range, the element-wise losses (binary
 //! cross-entropy with label smoothing through `hv_binary_xent_smooth`)
-//! (squared, absolute, Huber, binary cross-entropy, log-cosh, MAPE, MSLE, pinball: per-row losses within (k + 2)·4·ε_f32,
+//! (squared, absolute, Huber, binary cross-entropy, and log-cosh, MAPE, MSLE, pinball through
+//! `hv_regression_loss`: per-row losses within (k + 2)·4·ε_f32,
 //! correct counts exact, gradients within 4 ulps), and dropout bit for bit.
 //!
 //! Must not: be built into the binary (tests only).
@@ -157,6 +158,9 @@ fn pointwise_losses_match_cpu() {
                             match f {
                                 Pointwise::BinaryXent(eps) if eps > 0.0 => {
                                     hvshim_hv_binary_xent_smooth(g, b, x, t, n, kk, eps, gs, dp, lp, cp)
+                                }
+                                _ if mode >= 4 => {
+                                    hvshim_hv_regression_loss(g, b, x, t, n, kk, mode, delta, gs, dp, lp, cp)
                                 }
                                 _ => hvshim_hv_pointwise_loss(g, b, x, t, n, kk, mode, delta, gs, dp, lp, cp),
                             }

@@ -104,6 +104,21 @@ extern "C" {
         row_correct: *mut i32,
     );
     #[allow(clippy::too_many_arguments)]
+    fn hvshim_hv_regression_loss(
+        g: u32,
+        b: u32,
+        pred: *const f32,
+        target: *const f32,
+        rows: i64,
+        k: i32,
+        mode: i32,
+        tau: f32,
+        grad_scale: f32,
+        d: *mut f32,
+        row_loss: *mut f32,
+        row_correct: *mut i32,
+    );
+    #[allow(clippy::too_many_arguments)]
     fn hvshim_hv_binary_xent_smooth(
         g: u32,
         b: u32,
