@@ -268,7 +268,7 @@ pub fn suite<B: Backend>(be: &B, step_tol: f64) -> Vec<(&'static str, std::resul
         ("gemm (every transpose, odd shapes)", Box::new(|| gemm(be))),
         ("element-wise (bias + activation, activation backward, column sums)", Box::new(|| elementwise(be))),
         ("dense layer (forward, and backward into it; fused where the backend fuses)", Box::new(|| dense(be))),
-        ("losses (softmax cross-entropy, MSE, MAE, Huber, binary cross-entropy, softmax)", Box::new(|| losses(be))),
+        ("losses (softmax cross-entropy, MSE, MAE, Huber, binary cross-entropy, log-cosh, MAPE, MSLE, pinball, softmax)", Box::new(|| losses(be))),
         ("dropout (the mask, its rate, column blocks)", Box::new(|| dropout(be))),
         ("optimizers (SGD, momentum, Nesterov, Adam, AdamW; fused over tensors; RMSprop)", Box::new(|| optimizers(be))),
         ("fp16/bf16 packing (bit-exact)", Box::new(|| half(be))),
