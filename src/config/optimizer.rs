@@ -327,6 +327,14 @@ impl OptimizerCfg {
         s
     }
 
+    /// `decay_steps` in the log's words: "the run" when 0.
+    fn span_words(&self) -> String {
+        match self.decay_steps {
+            0 => "the run".to_string(),
+            d => format!("{d} steps"),
+        }
+    }
+
     /// What the schedule reads, as the log shows it after its name (` (× 0.1 at epochs 30, 60)`).
     fn schedule_detail(&self) -> String {
         let n = limits::num;
@@ -335,10 +343,7 @@ impl OptimizerCfg {
             Schedule::Step => format!(" (× {} every {} steps)", n(self.decay_rate), self.decay_steps),
             Schedule::Exponential => format!(" (× {} per {} steps)", n(self.decay_rate), self.decay_steps),
             Schedule::Cosine | Schedule::Polynomial => {
-                let span = match self.decay_steps {
-                    0 => "the run".to_string(),
-                    d => format!("{d} steps"),
-                };
+                let span = self.span_words();
                 let power = match self.schedule {
                     Schedule::Polynomial => format!(", power {}", n(self.power)),
                     _ => String::new(),
@@ -370,10 +375,7 @@ impl OptimizerCfg {
                 n(self.m_mul)
             ),
             Schedule::OneCycle => {
-                let span = match self.decay_steps {
-                    0 => "the run".to_string(),
-                    d => format!("{d} steps"),
-                };
+                let span = self.span_words();
                 let start = self.lr / self.div_factor;
                 format!(
                     " (from {} up to {} over {} of {span}, then down to {})",

@@ -88,6 +88,15 @@ impl LrSchedule {
         }
     }
 
+    /// The steps a decay spans (cosine, polynomial, one_cycle): `decay_steps`, or 0 for the
+    /// run's steps after the `w` of warm-up.
+    fn decay_span(&self, w: u64) -> u64 {
+        match self.cfg.decay_steps {
+            0 => self.total_steps.saturating_sub(w),
+            d => d as u64,
+        }
+    }
+
     /// The learning rate of update number `update` (0 for the first).
     pub fn at(&self, update: u64) -> f64 {
         let c = &self.cfg;
@@ -103,8 +112,7 @@ impl LrSchedule {
             Schedule::Step => lr * c.decay_rate.powf((s / c.decay_steps as f64).floor()),
             Schedule::Exponential => lr * c.decay_rate.powf(s / c.decay_steps as f64),
             Schedule::Cosine | Schedule::Polynomial => {
-                let span = if c.decay_steps > 0 { c.decay_steps as u64 } else { self.total_steps.saturating_sub(w) };
-                let t = (s / span.max(1) as f64).min(1.0);
+                let t = (s / self.decay_span(w).max(1) as f64).min(1.0);
                 let f = match c.schedule {
                     Schedule::Cosine => 0.5 * (1.0 + (std::f64::consts::PI * t).cos()),
                     _ => (1.0 - t).powf(c.power),
@@ -119,8 +127,8 @@ impl LrSchedule {
                 lr * c.factor.powi(passed as i32)
             }
             Schedule::OneCycle => {
-                let span = if c.decay_steps > 0 { c.decay_steps as u64 } else { self.total_steps };
-                one_cycle(step as f64, span.max(2) as f64, lr, c)
+                // No warm-up beside one_cycle (refused): its span is the whole run's.
+                one_cycle(step as f64, self.decay_span(w).max(2) as f64, lr, c)
             }
             Schedule::CosineRestarts => {
                 let (t, peak) = restart_phase(s / c.decay_steps as f64, c.t_mul, c.m_mul);
